@@ -1,0 +1,42 @@
+// xkernels — process-wide runtime settings: threads, verbosity, the kernel cache, versions.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace xk {
+
+// Library version.
+constexpr int version_major = 0;
+constexpr int version_minor = 1;
+constexpr int version_patch = 0;
+const char* version_string() noexcept;
+// Versions of the dependencies this build was compiled against ("oneDNN 2.6.3", ...), one per line.
+std::string dependency_versions();
+// "openmp" or "std::thread": the parallel-for backend chosen at configure time.
+const char* threading_backend() noexcept;
+
+// Threads used by xk's parallel-for. 0 (default) means every logical CPU the process may use
+// (or OMP_NUM_THREADS when set). Negative values are an xk::Error.
+void set_num_threads(int n);
+int get_num_threads();
+
+// XK_VERBOSE from C++: 0 off, 1 selections and generations, 2 also every one-shot execution.
+void set_verbose(int level);
+int get_verbose();
+
+// The kernel cache holds generated / created kernels keyed by (op, implementation, descriptor).
+// It is bounded (XK_CACHE_CAPACITY, default 1024 entries, least recently used evicted first);
+// kernels held by a plan stay alive after eviction.
+struct KernelCacheStats {
+    uint64_t hits = 0;
+    uint64_t creations = 0;  // kernels generated / created
+    uint64_t evictions = 0;
+    size_t size = 0;
+    size_t capacity = 0;
+};
+KernelCacheStats kernel_cache_stats();
+void clear_kernel_cache();
+void set_kernel_cache_capacity(size_t entries);  // 0 is an xk::Error
+
+}  // namespace xk

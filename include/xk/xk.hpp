@@ -1,0 +1,8 @@
+// xkernels — umbrella header.
+#pragma once
+#include "xk/error.hpp"
+#include "xk/types.hpp"
+#include "xk/isa.hpp"
+#include "xk/runtime.hpp"
+#include "xk/eltwise.hpp"
+#include "xk/gpu.hpp"
