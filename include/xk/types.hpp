@@ -55,3 +55,27 @@ struct bf16 {
 static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
 
 }  // namespace xk
+
+namespace xk {
+
+// Activation applied by fused epilogues (GEMM, conv) — one definition for every family.
+enum class Activation : int {
+    none = 0,
+    relu = 1,
+    gelu_erf = 2,   // 0.5 x (1 + erf(x / sqrt 2))
+    gelu_tanh = 3,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    silu = 4,       // x * sigmoid(x)
+};
+
+constexpr const char* activation_name(Activation a) noexcept {
+    switch (a) {
+        case Activation::none: return "none";
+        case Activation::relu: return "relu";
+        case Activation::gelu_erf: return "gelu_erf";
+        case Activation::gelu_tanh: return "gelu_tanh";
+        case Activation::silu: return "silu";
+    }
+    return "?";
+}
+
+}  // namespace xk

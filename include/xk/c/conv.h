@@ -1,0 +1,12 @@
+/* xkernels C API — conv family (see xk/xk.h for xk_status and xk_last_error). */
+#ifndef XK_C_CONV_H
+#define XK_C_CONV_H
+#include "xk/xk.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

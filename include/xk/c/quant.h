@@ -1,0 +1,12 @@
+/* xkernels C API — quant family (see xk/xk.h for xk_status and xk_last_error). */
+#ifndef XK_C_QUANT_H
+#define XK_C_QUANT_H
+#include "xk/xk.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

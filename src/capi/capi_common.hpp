@@ -1,0 +1,35 @@
+// Helpers for the C API: translate C++ exceptions into xk_status + a per-thread message.
+#pragma once
+#include <new>
+#include <string>
+
+#include "xk/error.hpp"
+#include "xk/xk.h"
+
+namespace xk::detail {
+
+void set_last_error(const std::string& msg);
+
+// Runs f(); returns XK_SUCCESS, or the status of the exception it threw (message stored).
+template <class F>
+xk_status capi_call(F&& f) noexcept {
+    try {
+        f();
+        set_last_error("");
+        return XK_SUCCESS;
+    } catch (const xk::Error& e) {
+        set_last_error(e.what());
+        return static_cast<xk_status>(static_cast<int>(e.code()));
+    } catch (const std::bad_alloc&) {
+        set_last_error("out of memory");
+        return XK_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        set_last_error(e.what());
+        return XK_RUNTIME_ERROR;
+    } catch (...) {
+        set_last_error("unknown error");
+        return XK_RUNTIME_ERROR;
+    }
+}
+
+}  // namespace xk::detail
