@@ -25,7 +25,7 @@ std::string dependency_versions() {
     s += "xbyak " + std::to_string(xv >> 12) + "." + std::to_string((xv >> 8) & 0xf) + std::to_string((xv >> 4) & 0xf) +
          "\n";
     const unsigned hv = hwloc_get_api_version();
-    s += "hwloc " + std::to_string(hv >> 16) + "." + std::to_string((hv >> 8) & 0xff) + "." + std::to_string(hv & 0xff) +
+    s += "hwloc API " + std::to_string(hv >> 16) + "." + std::to_string((hv >> 8) & 0xff) + "." + std::to_string(hv & 0xff) +
          "\n";
 #if XK_WITH_OPENCL
     s += "OpenCL headers " + std::to_string(CL_TARGET_OPENCL_VERSION / 100) + "." +

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds and runs the whole test suite:
+#   1. Release build: every test (ctest), then `cmake --install` into a scratch prefix and a tiny
+#      consumer project (tests/consumer) built against it with find_package(xkernels);
+#   2. ASan + UBSan build: every test;
+#   3. TSan build (std::thread parallel-for backend): every test.
+# XK_TEST_CONFIGS="release asan tsan" selects the builds. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+CONFIGS=${XK_TEST_CONFIGS:-"release asan tsan"}
+JOBS=$(nproc)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-"detect_leaks=1:abort_on_error=1"}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-"suppressions=$PWD/tests/lsan.supp:print_suppressions=0"}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-"print_stacktrace=1:halt_on_error=1"}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-"halt_on_error=1:second_deadlock_stack=1"}
+start=$(date +%s)
+for cfg in $CONFIGS; do
+  t0=$(date +%s)
+  echo "==================== $cfg: configure + build ===================="
+  cmake --preset "$cfg" >/dev/null
+  cmake --build "build/$cfg" -j"$JOBS"
+  echo "==================== $cfg: tests ===================="
+  ctest --test-dir "build/$cfg" --output-on-failure -j1
+  if [[ $cfg == release ]]; then
+    echo "==================== release: install + find_package(xkernels) consumer ===================="
+    prefix=$PWD/build/install
+    rm -rf "$prefix" build/consumer
+    cmake --install build/release --prefix "$prefix" >/dev/null
+    cmake -S tests/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+    cmake --build build/consumer
+    build/consumer/xk_consumer
+    build/consumer/xk_consumer_static
+    build/consumer/xk_consumer_c
+  fi
+  echo "==================== $cfg: done in $(( $(date +%s) - t0 )) s ===================="
+done
+echo "all test configurations passed (${CONFIGS}) in $(( $(date +%s) - start )) s"
