@@ -36,17 +36,36 @@ std::shared_ptr<const void> KernelCache::get_or_create_erased(
             evict_locked();
         }
     }
-    bool created = false;
-    std::call_once(e->once, [&] {
-        e->value = factory();
-        created = true;
-    });
-    std::lock_guard<std::mutex> lock(mu_);
-    if (created)
-        ++creations_;
-    else
-        ++hits_;
-    return e->value;
+    {
+        std::unique_lock<std::mutex> lock(e->mu);
+        e->cv.wait(lock, [&] { return e->state != Entry::State::running; });
+        if (e->state == Entry::State::ready) {
+            std::lock_guard<std::mutex> g(mu_);
+            ++hits_;
+            return e->value;
+        }
+        e->state = Entry::State::running;  // this thread generates; the others wait
+    }
+    std::shared_ptr<const void> value;
+    try {
+        value = factory();
+    } catch (...) {
+        {
+            std::lock_guard<std::mutex> lock(e->mu);
+            e->state = Entry::State::empty;
+        }
+        e->cv.notify_all();
+        throw;
+    }
+    {
+        std::lock_guard<std::mutex> lock(e->mu);
+        e->value = value;
+        e->state = Entry::State::ready;
+    }
+    e->cv.notify_all();
+    std::lock_guard<std::mutex> g(mu_);
+    ++creations_;
+    return value;
 }
 
 void KernelCache::evict_locked() {

@@ -1,8 +1,10 @@
 // Bounded, thread-safe cache of generated / created kernels. A key is generated exactly once
 // even when many threads ask for it at the same moment: the first caller runs the factory, the
-// others wait on the entry's once_flag and then share the result. A factory that throws leaves
-// the entry empty, so a later call tries again.
+// others wait on the entry's condition variable and then share the result. A factory that throws
+// leaves the entry empty, so a later call tries again. (Not std::call_once: libstdc++'s
+// call_once over pthread_once hangs after an exceptional exit under TSan.)
 #pragma once
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -35,7 +37,10 @@ public:
 private:
     KernelCache();
     struct Entry {
-        std::once_flag once;
+        enum class State { empty, running, ready };
+        std::mutex mu;
+        std::condition_variable cv;
+        State state = State::empty;
         std::shared_ptr<const void> value;
         std::list<std::string>::iterator lru_pos;
     };
