@@ -194,9 +194,10 @@ void embedding_bag_validate_indices(const EmbeddingBagCall& c) {
 }
 
 int64_t embedding_bag_grain(const EmbeddingBagCall& c) {
-    const int64_t B = std::max<int64_t>(c.a.num_bags, 1);
-    const int64_t per_bag = (c.a.num_indices / B + 1) * c.d.dim;  // elements touched per bag, roughly
-    return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(per_bag, 1));
+    const double B = static_cast<double>(std::max<int64_t>(c.a.num_bags, 1));
+    // Elements touched per bag, roughly (in double: no overflow for absurd sizes with no bags).
+    const double per_bag = (static_cast<double>(c.a.num_indices) / B + 1.0) * static_cast<double>(c.d.dim);
+    return std::max<int64_t>(1, static_cast<int64_t>(32768.0 / per_bag));
 }
 
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry() {
