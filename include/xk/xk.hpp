@@ -5,4 +5,6 @@
 #include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 #include "xk/eltwise.hpp"
+#include "xk/conv.hpp"
+#include "xk/embedding_bag.hpp"
 #include "xk/gpu.hpp"

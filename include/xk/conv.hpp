@@ -1,0 +1,138 @@
+// xkernels — 2-D convolution (forward, inference) with fused bias, residual add and activation.
+//
+// Shapes (PyTorch naming; every size is int64_t):
+//   src      N x C  x H  x W     activations, layout ConvLayout::nchw or ::nhwc (dense, packed)
+//   weights  OC x C/groups x KH x KW, layout ConvWeightLayout::oihw or ::ohwi (dense, packed)
+//   bias     OC                  always f32 (optional)
+//   dst      N x OC x OH x OW    same layout as src
+//   residual N x OC x OH x OW    same layout and dtype as dst (optional)
+// with OH = conv_output_size(H, KH, stride_h, pad_top, pad_bottom, dilation_h) and likewise OW.
+//
+// Layouts: any activation layout may be combined with any weight layout. The natural pairings are
+// nchw + oihw (PyTorch's default) and nhwc + ohwi (PyTorch channels_last; oneDNN's "acdb" for
+// activations and weights); optimised implementations target those and the reference covers all.
+//
+// Groups: channels are split into `groups` equal groups; output channel o belongs to group
+// g = o / (OC/groups) and reads input channels [g*C/groups, (g+1)*C/groups). groups == C == OC is
+// a depthwise convolution (use OC = k*C for a channel multiplier k).
+//
+// Dilation follows PyTorch: 1 is a dense kernel (oneDNN's "0"); tap (kh, kw) reads input row
+// oh*stride_h - pad_top + kh*dilation_h, column ow*stride_w - pad_left + kw*dilation_w; taps
+// outside the input read zero.
+//
+// Epilogue (order fixed; matches oneDNN's post-ops [sum, eltwise] or [eltwise, sum]):
+//   acc  = sum over (ic, kh, kw) of src * weights           fp32 accumulation
+//   v    = acc + bias[oc]                                   if with_bias
+//   v    = v + residual                                     if residual == add_before_activation
+//   v    = act(v)                                           xk::Activation (none = identity)
+//   v    = v + residual                                     if residual == add_after_activation
+//   dst  = v converted to dst_dtype (round to nearest even for bf16)
+// add_before_activation is the ResNet block: relu(conv(x) + b + shortcut). `residual` may be the
+// same pointer as `dst` (oneDNN's in-place sum: dst holds the residual on entry); any other
+// overlap of dst with an input is an error.
+//
+// Data types (src, weights, dst): f32/f32/f32, bf16/bf16/bf16, bf16/bf16/f32. bf16 inputs are
+// converted exactly to f32; accumulation and the epilogue are f32. Others: Status::unsupported.
+//
+// Pointers must be aligned to their element size. Errors are xk::Error naming the argument.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "xk/types.hpp"
+
+namespace xk {
+
+enum class ConvLayout : int {
+    nchw = 0,  // [N][C][H][W]
+    nhwc = 1,  // [N][H][W][C]  channels-last
+};
+
+enum class ConvWeightLayout : int {
+    oihw = 0,  // [OC][C/groups][KH][KW]
+    ohwi = 1,  // [OC][KH][KW][C/groups]  channels-last weights
+};
+
+enum class ConvResidual : int {
+    none = 0,
+    add_before_activation = 1,  // dst = act(conv + bias + residual)
+    add_after_activation = 2,   // dst = act(conv + bias) + residual
+};
+
+const char* conv_layout_name(ConvLayout l) noexcept;
+const char* conv_weight_layout_name(ConvWeightLayout l) noexcept;
+const char* conv_residual_name(ConvResidual r) noexcept;
+
+// Output extent of one spatial dimension:
+//   (input + pad_begin + pad_end - dilation*(kernel - 1) - 1) / stride + 1
+// Throws xk::Error(invalid_argument) naming the argument when input, kernel, stride or dilation
+// is < 1, a padding is < 0, the sum overflows, or the output would be < 1 (kernel larger than the
+// padded input).
+int64_t conv_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t pad_begin, int64_t pad_end,
+                         int64_t dilation = 1);
+
+struct ConvDesc {
+    int64_t n = 1, c = 1, h = 1, w = 1;  // src
+    int64_t oc = 1;                      // output channels
+    int64_t kh = 1, kw = 1;              // kernel
+    int64_t stride_h = 1, stride_w = 1;
+    int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+    int64_t dilation_h = 1, dilation_w = 1;  // 1 = dense
+    int64_t groups = 1;
+    ConvLayout layout = ConvLayout::nchw;
+    ConvWeightLayout weight_layout = ConvWeightLayout::oihw;
+    DType src_dtype = DType::f32, weight_dtype = DType::f32, dst_dtype = DType::f32;
+    bool with_bias = false;
+    ConvResidual residual = ConvResidual::none;
+    Activation activation = Activation::none;
+
+    // Chainable setters for the common cases.
+    ConvDesc& set_stride(int64_t sh, int64_t sw) { stride_h = sh; stride_w = sw; return *this; }
+    ConvDesc& set_padding(int64_t ph, int64_t pw) { pad_top = pad_bottom = ph; pad_left = pad_right = pw; return *this; }
+    ConvDesc& set_padding(int64_t top, int64_t bottom, int64_t left, int64_t right) {
+        pad_top = top; pad_bottom = bottom; pad_left = left; pad_right = right; return *this;
+    }
+    ConvDesc& set_dilation(int64_t dh, int64_t dw) { dilation_h = dh; dilation_w = dw; return *this; }
+
+    // Output extents (validate the spatial arguments; throw like conv_output_size).
+    int64_t oh() const;
+    int64_t ow() const;
+    // Element counts of each tensor (validate the whole descriptor first).
+    int64_t src_elements() const;
+    int64_t weight_elements() const;
+    int64_t dst_elements() const;
+};
+
+struct ConvArgs {
+    const void* src = nullptr;       // src_dtype[N*C*H*W]
+    const void* weights = nullptr;   // weight_dtype[OC*(C/groups)*KH*KW]
+    const float* bias = nullptr;     // f32[OC]; required iff with_bias
+    void* dst = nullptr;             // dst_dtype[N*OC*OH*OW]
+    const void* residual = nullptr;  // dst_dtype[N*OC*OH*OW]; required iff residual != none; may == dst
+};
+
+// Validates the descriptor, selects the best implementation for this machine and ISA cap and
+// creates its kernel once (through the process-wide kernel cache). Immutable; run() may be
+// called concurrently from several threads.
+class ConvPlan {
+public:
+    explicit ConvPlan(const ConvDesc& desc);  // copies share the kernel
+
+    // Validates the pointers (null, alignment, overlap) and runs the convolution.
+    void run(const ConvArgs& args) const;
+
+    const ConvDesc& desc() const;
+    int64_t oh() const;
+    int64_t ow() const;
+    const char* impl_name() const;  // e.g. "ref:scalar"
+
+private:
+    struct State;
+    std::shared_ptr<const State> s_;
+};
+
+// One-shot: validate, select (kernel cached per descriptor), run.
+void conv2d(const ConvDesc& desc, const ConvArgs& args);
+
+}  // namespace xk

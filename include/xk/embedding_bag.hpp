@@ -1,0 +1,111 @@
+// xkernels — embedding bag (torch.nn.EmbeddingBag / at::embedding_bag forward; FBGEMM's SpMDM;
+// IPEX's merged embedding bag for DLRM).
+//
+//   table    num_embeddings x dim, row stride ld_table >= dim (0 = dim); f32 or bf16
+//   indices  num_indices rows of the table, int32 or int64 (IndexType)
+//   offsets  bag starts, same integer type as indices (PyTorch semantics, see below)
+//   out      num_bags x dim, row stride ld_out >= dim (0 = dim); f32 or bf16
+//
+// Bag b covers indices[offsets[b] .. end_b) where end_b = offsets[b+1] for b < num_bags-1, and
+// for the last bag end = num_indices, or end = offsets[num_bags] with include_last_offset (then
+// offsets holds num_bags+1 entries and indices past offsets[num_bags] are not read). offsets[0]
+// must be 0, offsets must be non-decreasing and no offset may exceed num_indices.
+//
+// For each bag, over its entries j whose index is not padding_idx:
+//   sum   out[b] = sum_j w_j * table[indices[j]]   (w_j = per_sample_weights[j], or 1)
+//   mean  out[b] = (sum_j table[indices[j]]) / count   count = entries that are not padding
+//   max   out[b] = elementwise max_j table[indices[j]]  (NaN propagates)
+// A bag with no such entry (empty, or only padding) is all zeros, in every mode. Accumulation
+// is f32 in index order; bf16 table rows are converted exactly to f32; a bf16 out is rounded to
+// nearest even once, at the end. per_sample_weights are f32 and allowed only with mode sum (as
+// in PyTorch). padding_idx = -1 means none; otherwise it must be in [0, num_embeddings).
+//
+// Every index that belongs to a bag is checked against [0, num_embeddings): an out-of-range one
+// is an xk::Error naming its position, bag and value (out may then be partially written).
+//
+// Static properties (the table and options) form the descriptor, so one plan serves every batch;
+// the per-call sizes (num_bags, num_indices) are in the arguments.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "xk/types.hpp"
+
+namespace xk {
+
+enum class EmbeddingBagMode : int { sum = 0, mean = 1, max = 2 };  // PyTorch's mode numbers
+
+enum class IndexType : int { i32 = 0, i64 = 1 };
+
+const char* embedding_bag_mode_name(EmbeddingBagMode m) noexcept;
+const char* index_type_name(IndexType t) noexcept;
+
+struct EmbeddingBagDesc {
+    int64_t num_embeddings = 0;  // table rows (>= 0)
+    int64_t dim = 1;             // embedding width (>= 1)
+    int64_t ld_table = 0;        // table row stride in elements (0 = dim)
+    int64_t ld_out = 0;          // output row stride in elements (0 = dim)
+    EmbeddingBagMode mode = EmbeddingBagMode::sum;
+    DType table_dtype = DType::f32;  // f32 or bf16
+    DType out_dtype = DType::f32;    // f32 or bf16
+    IndexType index_type = IndexType::i64;  // of indices and offsets
+    bool include_last_offset = false;
+    bool per_sample_weights = false;  // args.per_sample_weights is given (mode sum only)
+    int64_t padding_idx = -1;         // -1 = none
+};
+
+struct EmbeddingBagArgs {
+    int64_t num_bags = 0;     // B (>= 0)
+    int64_t num_indices = 0;  // (>= 0)
+    const void* table = nullptr;                  // required when num_indices > 0
+    const void* indices = nullptr;                // index_type[num_indices]
+    const void* offsets = nullptr;                // index_type[num_bags + include_last_offset]
+    const float* per_sample_weights = nullptr;    // f32[num_indices]; iff desc.per_sample_weights
+    void* out = nullptr;                          // out_dtype[num_bags rows of ld_out]; required when num_bags > 0
+};
+
+// Validates the descriptor and selects/creates the kernel once (through the kernel cache).
+// Immutable; run() may be called concurrently from several threads (on different outputs).
+class EmbeddingBagPlan {
+public:
+    explicit EmbeddingBagPlan(const EmbeddingBagDesc& desc);  // copies share the kernel
+    // Validates sizes, pointers, offsets and indices, then computes out.
+    void run(const EmbeddingBagArgs& args) const;
+    const EmbeddingBagDesc& desc() const;
+    const char* impl_name() const;
+
+private:
+    struct State;
+    std::shared_ptr<const State> s_;
+};
+
+// One-shot: validate, select (kernel cached per descriptor), run.
+void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args);
+
+// Merged embedding bag (IPEX's MergedEmbeddingBag, DLRM): T tables looked up in one call, every
+// table with the same number of bags B, written side by side into one output
+//   out: B x ld_out (ld_out >= sum of dims, 0 = packed), table t in columns [col_t, col_t + dim_t)
+//   with col_t = dim_0 + ... + dim_{t-1}.
+// Every table must have the same out_dtype; each table's own ld_out must be 0 (the merged ld_out
+// is used). Per call, args[t] describes table t with args[t].out == nullptr and args[t].num_bags
+// equal for all tables. The work of all tables is split over the threads together.
+class EmbeddingBagMultiPlan {
+public:
+    explicit EmbeddingBagMultiPlan(std::vector<EmbeddingBagDesc> tables, int64_t ld_out = 0);
+    void run(const EmbeddingBagArgs* args, int64_t num_tables, void* out) const;
+    int64_t num_tables() const;
+    int64_t total_dim() const;       // sum of dims
+    int64_t column(int64_t t) const;  // col_t
+    int64_t ld_out() const;
+    const char* impl_name(int64_t t) const;
+
+private:
+    struct State;
+    std::shared_ptr<const State> s_;
+};
+
+void embedding_bag_multi(const std::vector<EmbeddingBagDesc>& tables, const EmbeddingBagArgs* args,
+                         int64_t num_tables, void* out, int64_t ld_out = 0);
+
+}  // namespace xk

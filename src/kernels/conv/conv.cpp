@@ -1,0 +1,260 @@
+// Conv family: validation, registry and public entry points.
+#include "kernels/conv/conv.hpp"
+
+#include <sstream>
+
+#include "common/activation.hpp"
+#include "common/check.hpp"
+
+namespace xk {
+
+const char* conv_layout_name(ConvLayout l) noexcept {
+    switch (l) {
+        case ConvLayout::nchw: return "nchw";
+        case ConvLayout::nhwc: return "nhwc";
+    }
+    return "?";
+}
+
+const char* conv_weight_layout_name(ConvWeightLayout l) noexcept {
+    switch (l) {
+        case ConvWeightLayout::oihw: return "oihw";
+        case ConvWeightLayout::ohwi: return "ohwi";
+    }
+    return "?";
+}
+
+const char* conv_residual_name(ConvResidual r) noexcept {
+    switch (r) {
+        case ConvResidual::none: return "none";
+        case ConvResidual::add_before_activation: return "add_before_activation";
+        case ConvResidual::add_after_activation: return "add_after_activation";
+    }
+    return "?";
+}
+
+namespace detail {
+namespace {
+
+struct ExtentNames {
+    const char* input;
+    const char* kernel;
+    const char* stride;
+    const char* pad_begin;
+    const char* pad_end;
+    const char* dilation;
+    const char* output;
+};
+
+int64_t output_extent(const char* fn, const ExtentNames& nm, int64_t input, int64_t kernel, int64_t stride,
+                      int64_t pad_begin, int64_t pad_end, int64_t dilation) {
+    check_positive(fn, nm.input, input);
+    check_positive(fn, nm.kernel, kernel);
+    check_positive(fn, nm.stride, stride);
+    check_nonnegative(fn, nm.pad_begin, pad_begin);
+    check_nonnegative(fn, nm.pad_end, pad_end);
+    check_positive(fn, nm.dilation, dilation);
+    const std::string padded_what = std::string(nm.input) + "+" + nm.pad_begin + "+" + nm.pad_end;
+    const int64_t padded = checked_add(fn, padded_what.c_str(), checked_add(fn, padded_what.c_str(), input, pad_begin), pad_end);
+    const std::string span_what = std::string(nm.dilation) + "*(" + nm.kernel + "-1)";
+    const int64_t span = checked_mul(fn, span_what.c_str(), dilation, kernel - 1) + 1;  // effective kernel extent
+    if (span > padded) {
+        std::ostringstream os;
+        os << "must be >= 1: the effective kernel " << nm.dilation << "*(" << nm.kernel << "-1)+1=" << span
+           << " exceeds the padded input " << padded_what << "=" << padded << " (" << nm.input << "=" << input << ", "
+           << nm.kernel << "=" << kernel << ", " << nm.pad_begin << "=" << pad_begin << ", " << nm.pad_end << "="
+           << pad_end << ", " << nm.dilation << "=" << dilation << ")";
+        const int64_t num = padded - span;  // < 0: floor division
+        fail_arg(fn, nm.output, std::to_string(-((-num + stride - 1) / stride) + 1), os.str());
+    }
+    return (padded - span) / stride + 1;
+}
+
+constexpr ExtentNames kNamesH{"H", "KH", "stride_h", "pad_top", "pad_bottom", "dilation_h", "OH"};
+constexpr ExtentNames kNamesW{"W", "KW", "stride_w", "pad_left", "pad_right", "dilation_w", "OW"};
+
+bool valid_dtype(DType t) { return static_cast<int>(t) >= 0 && static_cast<int>(t) <= static_cast<int>(DType::s32); }
+
+void check_enum(const char* fn, const char* arg, int v, bool ok, const char* valid) {
+    if (!ok) fail_arg(fn, arg, std::to_string(v), std::string("is not a valid value (valid: ") + valid + ")");
+}
+
+int64_t elem_size(DType t) { return dtype_size(t); }
+
+void check_aligned(const char* fn, const char* arg, const void* p, int64_t align) {
+    if (reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(align) != 0)
+        fail_arg(fn, arg, ptr_str(p), "must be aligned to its element size (" + std::to_string(align) + " bytes)");
+}
+
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+    const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+    return pa < pb + static_cast<uintptr_t>(b_bytes) && pb < pa + static_cast<uintptr_t>(a_bytes);
+}
+
+struct RefConv final : ConvKernel {
+    explicit RefConv(const ConvProblem& p) : p_(p) {}
+    void run(const ConvArgs& a) const override { conv2d_reference(p_, a); }
+    ConvProblem p_;
+};
+
+}  // namespace
+
+std::string ConvProblem::key() const {
+    std::ostringstream os;
+    os << "n" << d.n << "c" << d.c << "h" << d.h << "w" << d.w << "_oc" << d.oc << "_k" << d.kh << "x" << d.kw << "_s"
+       << d.stride_h << "x" << d.stride_w << "_p" << d.pad_top << "," << d.pad_bottom << "," << d.pad_left << ","
+       << d.pad_right << "_d" << d.dilation_h << "x" << d.dilation_w << "_g" << d.groups << "_"
+       << conv_layout_name(d.layout) << "_" << conv_weight_layout_name(d.weight_layout) << "_"
+       << dtype_name(d.src_dtype) << ":" << dtype_name(d.weight_dtype) << ":" << dtype_name(d.dst_dtype)
+       << (d.with_bias ? "_bias" : "_nobias") << "_res:" << conv_residual_name(d.residual)
+       << "_act:" << activation_name(d.activation);
+    return os.str();
+}
+
+ConvProblem conv_validate_desc(const char* fn, const ConvDesc& d) {
+    // Enumerations first: nothing else can be interpreted with a bad one.
+    check_enum(fn, "layout", static_cast<int>(d.layout),
+               d.layout == ConvLayout::nchw || d.layout == ConvLayout::nhwc, "nchw=0, nhwc=1");
+    check_enum(fn, "weight_layout", static_cast<int>(d.weight_layout),
+               d.weight_layout == ConvWeightLayout::oihw || d.weight_layout == ConvWeightLayout::ohwi,
+               "oihw=0, ohwi=1");
+    check_enum(fn, "residual", static_cast<int>(d.residual),
+               static_cast<int>(d.residual) >= 0 && static_cast<int>(d.residual) <= 2,
+               "none=0, add_before_activation=1, add_after_activation=2");
+    check_enum(fn, "activation", static_cast<int>(d.activation), valid_activation(d.activation),
+               "none=0, relu=1, gelu_erf=2, gelu_tanh=3, silu=4");
+    check_enum(fn, "src_dtype", static_cast<int>(d.src_dtype), valid_dtype(d.src_dtype), "a DType");
+    check_enum(fn, "weight_dtype", static_cast<int>(d.weight_dtype), valid_dtype(d.weight_dtype), "a DType");
+    check_enum(fn, "dst_dtype", static_cast<int>(d.dst_dtype), valid_dtype(d.dst_dtype), "a DType");
+    const bool f32 = d.src_dtype == DType::f32 && d.weight_dtype == DType::f32 && d.dst_dtype == DType::f32;
+    const bool bf = d.src_dtype == DType::bf16 && d.weight_dtype == DType::bf16 &&
+                    (d.dst_dtype == DType::bf16 || d.dst_dtype == DType::f32);
+    if (!f32 && !bf)
+        fail(Status::unsupported, std::string(fn) + ": src_dtype=" + dtype_name(d.src_dtype) +
+                                      " weight_dtype=" + dtype_name(d.weight_dtype) + " dst_dtype=" +
+                                      dtype_name(d.dst_dtype) +
+                                      " is not supported (supported src/weights/dst: f32/f32/f32, bf16/bf16/bf16, "
+                                      "bf16/bf16/f32)");
+
+    check_positive(fn, "N", d.n);
+    check_positive(fn, "C", d.c);
+    check_positive(fn, "OC", d.oc);
+    check_positive(fn, "groups", d.groups);
+    if (d.c % d.groups != 0)
+        fail_arg(fn, "groups", std::to_string(d.groups), "must divide C=" + std::to_string(d.c));
+    if (d.oc % d.groups != 0)
+        fail_arg(fn, "groups", std::to_string(d.groups), "must divide OC=" + std::to_string(d.oc));
+
+    ConvProblem p;
+    p.d = d;
+    p.oh = output_extent(fn, kNamesH, d.h, d.kh, d.stride_h, d.pad_top, d.pad_bottom, d.dilation_h);
+    p.ow = output_extent(fn, kNamesW, d.w, d.kw, d.stride_w, d.pad_left, d.pad_right, d.dilation_w);
+
+    checked_mul(fn, "N*C*H*W", checked_mul(fn, "N*C*H*W", checked_mul(fn, "N*C*H*W", d.n, d.c), d.h), d.w);
+    checked_mul(fn, "OC*(C/groups)*KH*KW",
+                checked_mul(fn, "OC*(C/groups)*KH*KW", checked_mul(fn, "OC*(C/groups)*KH*KW", d.oc, p.icg()), d.kh),
+                d.kw);
+    checked_mul(fn, "N*OC*OH*OW", checked_mul(fn, "N*OC*OH*OW", checked_mul(fn, "N*OC*OH*OW", d.n, d.oc), p.oh), p.ow);
+    return p;
+}
+
+void conv_validate_args(const char* fn, const ConvProblem& p, const ConvArgs& a) {
+    const ConvDesc& d = p.d;
+    const int64_t src_bytes = d.n * d.c * d.h * d.w * elem_size(d.src_dtype);
+    const int64_t wei_bytes = d.oc * p.icg() * d.kh * d.kw * elem_size(d.weight_dtype);
+    const int64_t dst_bytes = d.n * d.oc * p.oh * p.ow * elem_size(d.dst_dtype);
+
+    check_not_null(fn, "src", a.src);
+    check_not_null(fn, "weights", a.weights);
+    check_not_null(fn, "dst", a.dst);
+    if (d.with_bias) check_not_null(fn, "bias", a.bias);
+    else if (a.bias) fail_arg(fn, "bias", ptr_str(a.bias), "is given but with_bias is false");
+    if (d.residual != ConvResidual::none) check_not_null(fn, "residual", a.residual);
+    else if (a.residual) fail_arg(fn, "residual", ptr_str(a.residual), "is given but residual is none");
+
+    check_aligned(fn, "src", a.src, elem_size(d.src_dtype));
+    check_aligned(fn, "weights", a.weights, elem_size(d.weight_dtype));
+    check_aligned(fn, "dst", a.dst, elem_size(d.dst_dtype));
+    if (a.bias) check_aligned(fn, "bias", a.bias, 4);
+    if (a.residual) check_aligned(fn, "residual", a.residual, elem_size(d.dst_dtype));
+
+    if (overlaps(a.dst, dst_bytes, a.src, src_bytes))
+        fail_arg(fn, "dst", ptr_str(a.dst), "overlaps src=" + ptr_str(a.src));
+    if (overlaps(a.dst, dst_bytes, a.weights, wei_bytes))
+        fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weights=" + ptr_str(a.weights));
+    if (a.bias && overlaps(a.dst, dst_bytes, a.bias, d.oc * 4))
+        fail_arg(fn, "dst", ptr_str(a.dst), "overlaps bias=" + ptr_str(a.bias));
+    if (a.residual && a.residual != a.dst && overlaps(a.dst, dst_bytes, a.residual, dst_bytes))
+        fail_arg(fn, "residual", ptr_str(a.residual),
+                 "partially overlaps dst=" + ptr_str(a.dst) + " (only residual == dst is allowed)");
+}
+
+const Registry<ConvProblem, ConvKernel>& conv_registry() {
+    static const Registry<ConvProblem, ConvKernel> r(
+        "conv2d", {
+                      {"ref:scalar", Isa::scalar, nullptr,
+                       [](const ConvProblem& p) -> std::shared_ptr<const ConvKernel> { return std::make_shared<RefConv>(p); }},
+                  });
+    return r;
+}
+
+}  // namespace detail
+
+int64_t conv_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t pad_begin, int64_t pad_end,
+                         int64_t dilation) {
+    static constexpr detail::ExtentNames names{"input", "kernel", "stride", "pad_begin", "pad_end", "dilation", "output"};
+    return detail::output_extent("xk::conv_output_size", names, input, kernel, stride, pad_begin, pad_end, dilation);
+}
+
+int64_t ConvDesc::oh() const {
+    return detail::output_extent("xk::ConvDesc::oh", detail::kNamesH, h, kh, stride_h, pad_top, pad_bottom, dilation_h);
+}
+int64_t ConvDesc::ow() const {
+    return detail::output_extent("xk::ConvDesc::ow", detail::kNamesW, w, kw, stride_w, pad_left, pad_right, dilation_w);
+}
+int64_t ConvDesc::src_elements() const {
+    detail::conv_validate_desc("xk::ConvDesc::src_elements", *this);
+    return n * c * h * w;
+}
+int64_t ConvDesc::weight_elements() const {
+    detail::conv_validate_desc("xk::ConvDesc::weight_elements", *this);
+    return oc * (c / groups) * kh * kw;
+}
+int64_t ConvDesc::dst_elements() const {
+    const detail::ConvProblem p = detail::conv_validate_desc("xk::ConvDesc::dst_elements", *this);
+    return n * oc * p.oh * p.ow;
+}
+
+struct ConvPlan::State {
+    detail::ConvProblem p;
+    const char* impl = nullptr;
+    std::shared_ptr<const detail::ConvKernel> kernel;
+};
+
+ConvPlan::ConvPlan(const ConvDesc& desc) {
+    auto s = std::make_shared<State>();
+    s->p = detail::conv_validate_desc("xk::ConvPlan", desc);
+    const auto sel = detail::conv_registry().get(s->p);
+    s->impl = sel.impl->name;
+    s->kernel = sel.kernel;
+    s_ = std::move(s);
+}
+
+void ConvPlan::run(const ConvArgs& args) const {
+    detail::conv_validate_args("xk::ConvPlan::run", s_->p, args);
+    s_->kernel->run(args);
+}
+
+const ConvDesc& ConvPlan::desc() const { return s_->p.d; }
+int64_t ConvPlan::oh() const { return s_->p.oh; }
+int64_t ConvPlan::ow() const { return s_->p.ow; }
+const char* ConvPlan::impl_name() const { return s_->impl; }
+
+void conv2d(const ConvDesc& desc, const ConvArgs& args) {
+    constexpr const char* fn = "xk::conv2d";
+    const detail::ConvProblem p = detail::conv_validate_desc(fn, desc);
+    detail::conv_validate_args(fn, p, args);
+    detail::conv_registry().get(p).kernel->run(args);
+}
+
+}  // namespace xk

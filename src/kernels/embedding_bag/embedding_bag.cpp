@@ -1,0 +1,354 @@
+// Embedding-bag family: validation, registry and public entry points.
+#include "kernels/embedding_bag/embedding_bag.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/check.hpp"
+#include "common/parallel.hpp"
+
+namespace xk {
+
+const char* embedding_bag_mode_name(EmbeddingBagMode m) noexcept {
+    switch (m) {
+        case EmbeddingBagMode::sum: return "sum";
+        case EmbeddingBagMode::mean: return "mean";
+        case EmbeddingBagMode::max: return "max";
+    }
+    return "?";
+}
+
+const char* index_type_name(IndexType t) noexcept {
+    switch (t) {
+        case IndexType::i32: return "i32";
+        case IndexType::i64: return "i64";
+    }
+    return "?";
+}
+
+namespace detail {
+namespace {
+
+int64_t index_size(IndexType t) { return t == IndexType::i64 ? 8 : 4; }
+
+void check_aligned(const char* fn, const char* arg, const void* p, int64_t align) {
+    if (p && reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(align) != 0)
+        fail_arg(fn, arg, ptr_str(p), "must be aligned to its element size (" + std::to_string(align) + " bytes)");
+}
+
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+    if (!a || !b || a_bytes <= 0 || b_bytes <= 0) return false;
+    const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+    return pa < pb + static_cast<uintptr_t>(b_bytes) && pb < pa + static_cast<uintptr_t>(a_bytes);
+}
+
+// Bytes spanned by `rows` rows of `cols` elements with row stride ld (0 when rows == 0).
+int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t esize) {
+    return rows == 0 ? 0 : ((rows - 1) * ld + cols) * esize;
+}
+
+struct RefEmbeddingBag final : EmbeddingBagKernel {
+    void run(const EmbeddingBagCall& c, int64_t b0, int64_t b1) const override { embedding_bag_reference(c, b0, b1); }
+};
+
+void run_call(const EmbeddingBagCall& c, const EmbeddingBagKernel& k) {
+    if (!k.checks_indices()) embedding_bag_validate_indices(c);
+    parallel_for(c.a.num_bags, embedding_bag_grain(c), [&](int64_t b0, int64_t b1) { k.run(c, b0, b1); });
+}
+
+}  // namespace
+
+std::string EmbeddingBagConfig::key() const {
+    std::ostringstream os;
+    os << "dim" << dim << "_ldt" << ld_table << "_ldo" << ld_out << "_" << embedding_bag_mode_name(mode) << "_"
+       << dtype_name(table_dtype) << ":" << dtype_name(out_dtype) << "_" << index_type_name(index_type)
+       << (include_last_offset ? "_lastoff" : "") << (weighted ? "_psw" : "") << (has_padding ? "_pad" : "");
+    return os.str();
+}
+
+EmbeddingBagDesc embedding_bag_validate_desc(const char* fn, const EmbeddingBagDesc& desc) {
+    EmbeddingBagDesc d = desc;
+    const int mode = static_cast<int>(d.mode);
+    if (mode < 0 || mode > 2) fail_arg(fn, "mode", std::to_string(mode), "is not a valid value (valid: sum=0, mean=1, max=2)");
+    const int it = static_cast<int>(d.index_type);
+    if (it < 0 || it > 1) fail_arg(fn, "index_type", std::to_string(it), "is not a valid value (valid: i32=0, i64=1)");
+    for (auto [arg, t] : {std::pair<const char*, DType>{"table_dtype", d.table_dtype}, {"out_dtype", d.out_dtype}}) {
+        const int v = static_cast<int>(t);
+        if (v < 0 || v > static_cast<int>(DType::s32))
+            fail_arg(fn, arg, std::to_string(v), "is not a valid DType");
+        if (t != DType::f32 && t != DType::bf16)
+            fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) +
+                                          " is not supported (supported: f32, bf16)");
+    }
+    check_nonnegative(fn, "num_embeddings", d.num_embeddings);
+    check_positive(fn, "dim", d.dim);
+    check_nonnegative(fn, "ld_table", d.ld_table);
+    check_nonnegative(fn, "ld_out", d.ld_out);
+    if (d.ld_table == 0) d.ld_table = d.dim;
+    if (d.ld_out == 0) d.ld_out = d.dim;
+    check_ld(fn, "ld_table", d.ld_table, d.dim, "dim");
+    check_ld(fn, "ld_out", d.ld_out, d.dim, "dim");
+    checked_mul(fn, "num_embeddings*ld_table", d.num_embeddings, d.ld_table);
+    if (d.padding_idx < -1 || d.padding_idx >= d.num_embeddings)
+        fail_arg(fn, "padding_idx", std::to_string(d.padding_idx),
+                 "must be -1 (none) or in [0, num_embeddings=" + std::to_string(d.num_embeddings) + ")");
+    if (d.per_sample_weights && d.mode != EmbeddingBagMode::sum)
+        fail_arg(fn, "per_sample_weights", "true",
+                 std::string("is only supported with mode=sum (as in PyTorch), not mode=") +
+                     embedding_bag_mode_name(d.mode));
+    return d;
+}
+
+EmbeddingBagConfig embedding_bag_config(const EmbeddingBagDesc& d) {
+    EmbeddingBagConfig c;
+    c.dim = d.dim;
+    c.ld_table = d.ld_table;
+    c.ld_out = d.ld_out;
+    c.mode = d.mode;
+    c.table_dtype = d.table_dtype;
+    c.out_dtype = d.out_dtype;
+    c.index_type = d.index_type;
+    c.include_last_offset = d.include_last_offset;
+    c.weighted = d.per_sample_weights;
+    c.has_padding = d.padding_idx >= 0;
+    return c;
+}
+
+EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagDesc& d, const EmbeddingBagArgs& a) {
+    EmbeddingBagCall c;
+    c.fn = fn;
+    c.d = d;
+    c.a = a;
+    check_nonnegative(fn, "num_bags", a.num_bags);
+    check_nonnegative(fn, "num_indices", a.num_indices);
+    checked_mul(fn, "num_bags*ld_out", a.num_bags, d.ld_out);
+    checked_mul(fn, "num_indices*sizeof(index)", a.num_indices, 8);
+    const int64_t n_offsets = checked_add(fn, "num_bags+include_last_offset", a.num_bags, d.include_last_offset ? 1 : 0);
+    const int64_t isz = index_size(d.index_type);
+
+    // Offsets first: they decide what else is read.
+    if (n_offsets > 0) check_not_null(fn, "offsets", a.offsets);
+    check_aligned(fn, "offsets", a.offsets, isz);
+    for (int64_t i = 0; i < n_offsets; ++i) {
+        const int64_t v = c.offset(i);
+        const std::string arg = "offsets[" + std::to_string(i) + "]";
+        if (i == 0 && v != 0) fail_arg(fn, arg.c_str(), std::to_string(v), "must be 0 (the first bag starts at 0)");
+        if (i > 0 && v < c.offset(i - 1))
+            fail_arg(fn, arg.c_str(), std::to_string(v),
+                     "must be >= offsets[" + std::to_string(i - 1) + "]=" + std::to_string(c.offset(i - 1)) +
+                         " (offsets are non-decreasing)");
+        if (v > a.num_indices)
+            fail_arg(fn, arg.c_str(), std::to_string(v), "must be <= num_indices=" + std::to_string(a.num_indices));
+    }
+    // Index positions that belong to a bag: [0, used).
+    const int64_t used = a.num_bags == 0 ? 0 : c.bag_end(a.num_bags - 1);
+
+    if (used > 0) {
+        check_not_null(fn, "indices", a.indices);
+        check_not_null(fn, "table", a.table);
+    }
+    if (d.per_sample_weights) {
+        if (used > 0) check_not_null(fn, "per_sample_weights", a.per_sample_weights);
+    } else if (a.per_sample_weights) {
+        fail_arg(fn, "per_sample_weights", ptr_str(a.per_sample_weights),
+                 "is given but the descriptor's per_sample_weights is false");
+    }
+    if (a.num_bags > 0) check_not_null(fn, "out", a.out);
+    check_aligned(fn, "indices", a.indices, isz);
+    check_aligned(fn, "table", a.table, dtype_size(d.table_dtype));
+    check_aligned(fn, "per_sample_weights", a.per_sample_weights, 4);
+    check_aligned(fn, "out", a.out, dtype_size(d.out_dtype));
+
+    const int64_t out_bytes = span_bytes(a.num_bags, d.dim, d.ld_out, dtype_size(d.out_dtype));
+    const struct {
+        const char* name;
+        const void* p;
+        int64_t bytes;
+    } inputs[] = {
+        {"table", a.table, span_bytes(d.num_embeddings, d.dim, d.ld_table, dtype_size(d.table_dtype))},
+        {"indices", a.indices, a.num_indices * isz},
+        {"offsets", a.offsets, n_offsets * isz},
+        {"per_sample_weights", a.per_sample_weights, a.num_indices * 4},
+    };
+    for (const auto& in : inputs)
+        if (overlaps(a.out, out_bytes, in.p, in.bytes))
+            fail_arg(fn, "out", ptr_str(a.out), std::string("overlaps ") + in.name + "=" + ptr_str(in.p));
+    return c;
+}
+
+void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_t bag, int64_t value) {
+    const std::string arg = "indices[" + std::to_string(position) + "]";
+    fail_arg(c.fn, arg.c_str(), std::to_string(value),
+             "(bag " + std::to_string(bag) + ") must be in [0, num_embeddings=" + std::to_string(c.d.num_embeddings) +
+                 ")");
+}
+
+void embedding_bag_validate_indices(const EmbeddingBagCall& c) {
+    const int64_t ne = c.d.num_embeddings;
+    for (int64_t b = 0; b < c.a.num_bags; ++b) {
+        for (int64_t j = c.bag_begin(b), end = c.bag_end(b); j < end; ++j) {
+            const int64_t v = c.index(j);
+            if (v < 0 || v >= ne) embedding_bag_bad_index(c, j, b, v);
+        }
+    }
+}
+
+int64_t embedding_bag_grain(const EmbeddingBagCall& c) {
+    const double B = static_cast<double>(std::max<int64_t>(c.a.num_bags, 1));
+    // Elements touched per bag, roughly (in double: no overflow for absurd sizes with no bags).
+    const double per_bag = (static_cast<double>(c.a.num_indices) / B + 1.0) * static_cast<double>(c.d.dim);
+    return std::max<int64_t>(1, static_cast<int64_t>(32768.0 / per_bag));
+}
+
+const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry() {
+    static const Registry<EmbeddingBagConfig, EmbeddingBagKernel> r(
+        "embedding_bag", {
+                             {"ref:scalar", Isa::scalar, nullptr,
+                              [](const EmbeddingBagConfig&) -> std::shared_ptr<const EmbeddingBagKernel> {
+                                  return std::make_shared<RefEmbeddingBag>();
+                              }},
+                         });
+    return r;
+}
+
+}  // namespace detail
+
+// ---- single table ------------------------------------------------------------------------------
+
+struct EmbeddingBagPlan::State {
+    EmbeddingBagDesc d;  // resolved
+    const char* impl = nullptr;
+    std::shared_ptr<const detail::EmbeddingBagKernel> kernel;
+};
+
+EmbeddingBagPlan::EmbeddingBagPlan(const EmbeddingBagDesc& desc) {
+    auto s = std::make_shared<State>();
+    s->d = detail::embedding_bag_validate_desc("xk::EmbeddingBagPlan", desc);
+    const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(s->d));
+    s->impl = sel.impl->name;
+    s->kernel = sel.kernel;
+    s_ = std::move(s);
+}
+
+void EmbeddingBagPlan::run(const EmbeddingBagArgs& args) const {
+    const detail::EmbeddingBagCall c = detail::embedding_bag_validate_args("xk::EmbeddingBagPlan::run", s_->d, args);
+    detail::run_call(c, *s_->kernel);
+}
+
+const EmbeddingBagDesc& EmbeddingBagPlan::desc() const { return s_->d; }
+const char* EmbeddingBagPlan::impl_name() const { return s_->impl; }
+
+void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args) {
+    constexpr const char* fn = "xk::embedding_bag";
+    const EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
+    const detail::EmbeddingBagCall c = detail::embedding_bag_validate_args(fn, d, args);
+    const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(d));
+    detail::run_call(c, *sel.kernel);
+}
+
+// ---- merged tables -----------------------------------------------------------------------------
+
+struct EmbeddingBagMultiPlan::State {
+    struct Table {
+        std::string fn;      // "xk::EmbeddingBagMultiPlan::run: tables[t]" for messages
+        EmbeddingBagDesc d;  // resolved, ld_out = the merged ld_out
+        int64_t col = 0;
+        const char* impl = nullptr;
+        std::shared_ptr<const detail::EmbeddingBagKernel> kernel;
+    };
+    std::vector<Table> tables;
+    int64_t total_dim = 0, ld_out = 0;
+    DType out_dtype = DType::f32;
+};
+
+EmbeddingBagMultiPlan::EmbeddingBagMultiPlan(std::vector<EmbeddingBagDesc> tables, int64_t ld_out) {
+    constexpr const char* fn = "xk::EmbeddingBagMultiPlan";
+    auto s = std::make_shared<State>();
+    if (tables.empty()) detail::fail_arg(fn, "tables.size()", "0", "must be >= 1");
+    detail::check_nonnegative(fn, "ld_out", ld_out);
+    for (size_t t = 0; t < tables.size(); ++t) {
+        const std::string tfn = std::string(fn) + ": tables[" + std::to_string(t) + "]";
+        if (tables[t].ld_out != 0)
+            detail::fail_arg(tfn.c_str(), "ld_out", std::to_string(tables[t].ld_out),
+                             "must be 0 (the merged output's ld_out is used)");
+        State::Table tb;
+        tb.d = detail::embedding_bag_validate_desc(tfn.c_str(), tables[t]);
+        if (tb.d.out_dtype != tables[0].out_dtype)
+            detail::fail_arg(tfn.c_str(), "out_dtype", dtype_name(tb.d.out_dtype),
+                             std::string("must equal tables[0].out_dtype=") + dtype_name(tables[0].out_dtype));
+        tb.col = s->total_dim;
+        s->total_dim = detail::checked_add(fn, "sum of dims", s->total_dim, tb.d.dim);
+        tb.fn = std::string("xk::EmbeddingBagMultiPlan::run: tables[") + std::to_string(t) + "]";
+        s->tables.push_back(std::move(tb));
+    }
+    s->ld_out = ld_out == 0 ? s->total_dim : ld_out;
+    detail::check_ld(fn, "ld_out", s->ld_out, s->total_dim, "sum of dims");
+    s->out_dtype = tables[0].out_dtype;
+    for (State::Table& tb : s->tables) {
+        tb.d.ld_out = s->ld_out;
+        const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(tb.d));
+        tb.impl = sel.impl->name;
+        tb.kernel = sel.kernel;
+    }
+    s_ = std::move(s);
+}
+
+void EmbeddingBagMultiPlan::run(const EmbeddingBagArgs* args, int64_t num_tables, void* out) const {
+    constexpr const char* fn = "xk::EmbeddingBagMultiPlan::run";
+    const int64_t T = static_cast<int64_t>(s_->tables.size());
+    if (num_tables != T)
+        detail::fail_arg(fn, "num_tables", std::to_string(num_tables), "must equal the plan's " + std::to_string(T) + " tables");
+    detail::check_not_null(fn, "args", args);
+    const int64_t B = args[0].num_bags;
+    std::vector<detail::EmbeddingBagCall> calls;
+    calls.reserve(static_cast<size_t>(T));
+    const int64_t esize = dtype_size(s_->out_dtype);
+    for (int64_t t = 0; t < T; ++t) {
+        const State::Table& tb = s_->tables[static_cast<size_t>(t)];
+        const std::string arg = "args[" + std::to_string(t) + "].";
+        if (args[t].out)
+            detail::fail_arg(fn, (arg + "out").c_str(), detail::ptr_str(args[t].out),
+                             "must be null (the merged output is the out argument)");
+        if (args[t].num_bags != B)
+            detail::fail_arg(fn, (arg + "num_bags").c_str(), std::to_string(args[t].num_bags),
+                             "must equal args[0].num_bags=" + std::to_string(B) + " (every table has the same bags)");
+        EmbeddingBagArgs a = args[t];
+        a.out = out ? static_cast<char*>(out) + tb.col * esize : nullptr;
+        calls.push_back(detail::embedding_bag_validate_args(tb.fn.c_str(), tb.d, a));
+    }
+    for (int64_t t = 0; t < T; ++t)
+        if (!s_->tables[static_cast<size_t>(t)].kernel->checks_indices()) detail::embedding_bag_validate_indices(calls[t]);
+
+    // All (table, bag) items in one parallel region, table-major.
+    int64_t grain = 1 << 30;
+    for (const auto& c : calls) grain = std::min(grain, detail::embedding_bag_grain(c));
+    const int64_t items = detail::checked_mul(fn, "num_tables*num_bags", T, B);
+    detail::parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1;) {
+            const int64_t t = i / B, b0 = i % B, b1 = std::min(B, b0 + (i1 - i));
+            s_->tables[static_cast<size_t>(t)].kernel->run(calls[static_cast<size_t>(t)], b0, b1);
+            i += b1 - b0;
+        }
+    });
+}
+
+int64_t EmbeddingBagMultiPlan::num_tables() const { return static_cast<int64_t>(s_->tables.size()); }
+int64_t EmbeddingBagMultiPlan::total_dim() const { return s_->total_dim; }
+int64_t EmbeddingBagMultiPlan::ld_out() const { return s_->ld_out; }
+
+int64_t EmbeddingBagMultiPlan::column(int64_t t) const {
+    detail::check_range("xk::EmbeddingBagMultiPlan::column", "t", t, 0, num_tables() - 1);
+    return s_->tables[static_cast<size_t>(t)].col;
+}
+
+const char* EmbeddingBagMultiPlan::impl_name(int64_t t) const {
+    detail::check_range("xk::EmbeddingBagMultiPlan::impl_name", "t", t, 0, num_tables() - 1);
+    return s_->tables[static_cast<size_t>(t)].impl;
+}
+
+void embedding_bag_multi(const std::vector<EmbeddingBagDesc>& tables, const EmbeddingBagArgs* args,
+                         int64_t num_tables, void* out, int64_t ld_out) {
+    EmbeddingBagMultiPlan(tables, ld_out).run(args, num_tables, out);
+}
+
+}  // namespace xk

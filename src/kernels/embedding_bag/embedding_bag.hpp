@@ -1,0 +1,82 @@
+// Internal interface of the embedding-bag family, shared by its implementations and the tests.
+//
+// Validation is split in three so that fast kernels can take over the expensive part:
+//   embedding_bag_validate_desc     once per plan: sizes, enums, dtypes, padding_idx
+//   embedding_bag_validate_args     per call, O(num_bags): sizes, pointers, overlap, offsets
+//   embedding_bag_validate_indices  per call, O(num_indices): every index read is in range
+// The entry points run the third only when the kernel's checks_indices() is false. A kernel that
+// returns true checks each index in its gather loop (before it dereferences the row) and reports
+// a bad one through embedding_bag_bad_index(), so the message is the same whichever runs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dispatch/registry.hpp"
+#include "xk/embedding_bag.hpp"
+
+namespace xk::detail {
+
+// What a kernel may specialise on (the kernel-cache key). num_embeddings and the value of
+// padding_idx are deliberately not part of it: they are read at run time from the call, so the
+// many tables of a model that share a width share one kernel (as FBGEMM's generated kernels do).
+struct EmbeddingBagConfig {
+    int64_t dim = 1, ld_table = 1, ld_out = 1;  // resolved (never 0)
+    EmbeddingBagMode mode = EmbeddingBagMode::sum;
+    DType table_dtype = DType::f32, out_dtype = DType::f32;
+    IndexType index_type = IndexType::i64;
+    bool include_last_offset = false;
+    bool weighted = false;     // per_sample_weights
+    bool has_padding = false;  // padding_idx >= 0
+
+    std::string key() const;
+};
+
+// One validated call: the descriptor (ld_table / ld_out resolved) and the arguments.
+struct EmbeddingBagCall {
+    const char* fn = "";  // public function name, for error messages
+    EmbeddingBagDesc d;
+    EmbeddingBagArgs a;
+
+    int64_t offset(int64_t i) const {
+        return d.index_type == IndexType::i64 ? static_cast<const int64_t*>(a.offsets)[i]
+                                              : static_cast<const int32_t*>(a.offsets)[i];
+    }
+    int64_t index(int64_t j) const {
+        return d.index_type == IndexType::i64 ? static_cast<const int64_t*>(a.indices)[j]
+                                              : static_cast<const int32_t*>(a.indices)[j];
+    }
+    // [begin, end) of bag b in indices (offsets already validated).
+    int64_t bag_begin(int64_t b) const { return offset(b); }
+    int64_t bag_end(int64_t b) const {
+        return (b + 1 < a.num_bags || d.include_last_offset) ? offset(b + 1) : a.num_indices;
+    }
+};
+
+// Returns the descriptor with ld_table / ld_out resolved; throws naming the bad field.
+EmbeddingBagDesc embedding_bag_validate_desc(const char* fn, const EmbeddingBagDesc& d);
+EmbeddingBagConfig embedding_bag_config(const EmbeddingBagDesc& resolved);
+// Sizes, pointers (null only where nothing is read, element alignment, out not overlapping an
+// input) and offsets (offsets[0] == 0, non-decreasing, <= num_indices). d must be resolved.
+EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagDesc& d, const EmbeddingBagArgs& a);
+// Every index inside a bag in [0, num_embeddings). Stops at the first bad one (lowest position).
+void embedding_bag_validate_indices(const EmbeddingBagCall& c);
+[[noreturn]] void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_t bag, int64_t value);
+
+struct EmbeddingBagKernel {
+    virtual ~EmbeddingBagKernel() = default;
+    // Bags [bag_begin, bag_end) of a validated call, single-threaded (the caller splits the bags).
+    virtual void run(const EmbeddingBagCall& c, int64_t bag_begin, int64_t bag_end) const = 0;
+    // True when run() checks the indices itself (see the top of this file).
+    virtual bool checks_indices() const { return false; }
+};
+
+const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry();
+
+// Reference (specification): per bag, f32 accumulation in index order, then mean / bf16 rounding.
+void embedding_bag_reference(const EmbeddingBagCall& c, int64_t bag_begin, int64_t bag_end);
+
+// Bags per parallel chunk for a call (so tiny calls stay on one thread).
+int64_t embedding_bag_grain(const EmbeddingBagCall& c);
+
+}  // namespace xk::detail

@@ -1,0 +1,64 @@
+// Reference embedding bag: the specification every other implementation is tested against.
+#include <cmath>
+#include <vector>
+
+#include "kernels/embedding_bag/embedding_bag.hpp"
+
+namespace xk::detail {
+
+void embedding_bag_reference(const EmbeddingBagCall& c, int64_t bag_begin, int64_t bag_end) {
+    const EmbeddingBagDesc& d = c.d;
+    const int64_t dim = d.dim;
+    std::vector<float> acc(static_cast<size_t>(dim));
+    std::vector<float> row(static_cast<size_t>(dim));
+
+    auto load_row = [&](int64_t idx) {
+        if (d.table_dtype == DType::bf16) {
+            const uint16_t* r = static_cast<const uint16_t*>(c.a.table) + idx * d.ld_table;
+            for (int64_t k = 0; k < dim; ++k) row[k] = bf16::to_float(r[k]);
+        } else {
+            const float* r = static_cast<const float*>(c.a.table) + idx * d.ld_table;
+            for (int64_t k = 0; k < dim; ++k) row[k] = r[k];
+        }
+    };
+
+    for (int64_t b = bag_begin; b < bag_end; ++b) {
+        int64_t count = 0;
+        for (int64_t j = c.bag_begin(b), end = c.bag_end(b); j < end; ++j) {
+            const int64_t idx = c.index(j);
+            if (idx == d.padding_idx) continue;  // padding_idx == -1 never matches a valid index
+            load_row(idx);
+            if (d.mode == EmbeddingBagMode::max) {
+                for (int64_t k = 0; k < dim; ++k) {
+                    // NaN propagates: a NaN row value replaces acc, and nothing compares > NaN.
+                    if (count == 0 || row[k] > acc[k] || std::isnan(row[k])) acc[k] = row[k];
+                }
+            } else {
+                if (count == 0)
+                    for (int64_t k = 0; k < dim; ++k) acc[k] = 0.0f;
+                if (d.per_sample_weights) {
+                    const float w = c.a.per_sample_weights[j];
+                    for (int64_t k = 0; k < dim; ++k) acc[k] += w * row[k];
+                } else {
+                    for (int64_t k = 0; k < dim; ++k) acc[k] += row[k];
+                }
+            }
+            ++count;
+        }
+        if (count == 0) {
+            for (int64_t k = 0; k < dim; ++k) acc[k] = 0.0f;
+        } else if (d.mode == EmbeddingBagMode::mean) {
+            const float n = static_cast<float>(count);
+            for (int64_t k = 0; k < dim; ++k) acc[k] /= n;
+        }
+        if (d.out_dtype == DType::bf16) {
+            uint16_t* o = static_cast<uint16_t*>(c.a.out) + b * d.ld_out;
+            for (int64_t k = 0; k < dim; ++k) o[k] = bf16::from_float(acc[k]);
+        } else {
+            float* o = static_cast<float*>(c.a.out) + b * d.ld_out;
+            for (int64_t k = 0; k < dim; ++k) o[k] = acc[k];
+        }
+    }
+}
+
+}  // namespace xk::detail

@@ -1,0 +1,682 @@
+// embedding_bag: every implementation against the reference, the reference against a double
+// oracle written here; all modes, per-sample weights, padding_idx, empty / all-padding bags,
+// include_last_offset (with unread garbage after the last offset), int32 and int64 indices, f32
+// and bf16 tables and outputs, row strides > dim, dim in {1, 7, 16, 17, 128}, misaligned
+// pointers, 1 and 2 threads, plans, the merged (multi-table) op, bad input, the C API.
+#include <thread>
+
+#include "common/test_util.hpp"
+#include "kernels/embedding_bag/embedding_bag.hpp"
+#include "xk/embedding_bag.hpp"
+#include "xk/runtime.hpp"
+#include "xk/xk.h"
+
+using namespace xk;
+using xk::test::Buffer;
+using xk::test::for_each_isa;
+
+namespace {
+
+// Tolerances. u = 2^-24. A bag of L entries accumulated in f32 errs by at most ~L*u*S with
+// S = sum_j |w_j * row_j[k]| (the oracle computes S); mean divides S by the count and adds one
+// rounding. We allow
+//   sum / mean, f32 out:  |got - want| <= 2 * (L + 3) * u * S(/count)
+//   max, f32 out:         exact (a max of exactly converted values)
+//   bf16 out:             the above + 2^-8 * |want|  (one rounding to bf16, half-ulp is 2^-9)
+// bf16 tables convert exactly to f32, so they need nothing more. Empty and all-padding bags
+// must be exactly 0 (S = 0).
+constexpr double kU = 1.0 / (1 << 24);
+constexpr double kBf16Rel = 1.0 / 256;
+
+struct Case {
+    EmbeddingBagDesc d;
+    int64_t num_bags = 0;
+    std::vector<int64_t> indices;  // num_indices (incl. unread trailing garbage with include_last_offset)
+    std::vector<int64_t> offsets;  // num_bags (+1)
+    std::vector<float> psw;        // num_indices when weighted
+};
+
+// Random bags: lengths 0..6 (every 5th bag empty), ~1/5 of entries the padding index, and with
+// include_last_offset a few out-of-range indices after the last offset (they must not be read).
+Case make_case(const EmbeddingBagDesc& d, int64_t num_bags, uint64_t seed) {
+    std::mt19937_64 g(seed);
+    Case c;
+    c.d = d;
+    c.num_bags = num_bags;
+    for (int64_t b = 0; b < num_bags; ++b) {
+        c.offsets.push_back(static_cast<int64_t>(c.indices.size()));
+        const int64_t len = b % 5 == 4 ? 0 : static_cast<int64_t>(g() % 7);
+        for (int64_t j = 0; j < len; ++j) {
+            int64_t v = static_cast<int64_t>(g() % static_cast<uint64_t>(d.num_embeddings));
+            if (d.padding_idx >= 0 && g() % 5 == 0) v = d.padding_idx;
+            c.indices.push_back(v);
+        }
+    }
+    if (d.include_last_offset) {
+        c.offsets.push_back(static_cast<int64_t>(c.indices.size()));
+        for (int j = 0; j < 3; ++j) c.indices.push_back(j % 2 ? -7 : d.num_embeddings + 100);
+    }
+    c.psw.resize(c.indices.size());
+    test::fill_uniform(c.psw.data(), c.psw.size(), -2, 2, seed + 1);
+    return c;
+}
+
+// Table values as doubles (exactly what the kernel sees), row stride ld.
+struct Table {
+    DType t = DType::f32;
+    int64_t ld = 0;
+    Buffer<float> f;
+    Buffer<bf16> h;
+    void make(const EmbeddingBagDesc& d, size_t misalign_elems, uint64_t seed) {
+        t = d.table_dtype;
+        ld = d.ld_table ? d.ld_table : d.dim;
+        const size_t n = static_cast<size_t>(d.num_embeddings * ld);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        if (t == DType::bf16) {
+            h.resize(n, misalign_elems * 2);
+            for (size_t i = 0; i < n; ++i) h[i] = bf16(nan);  // the gap columns must never be used
+        } else {
+            f.resize(n, misalign_elems * 4);
+            for (size_t i = 0; i < n; ++i) f[i] = nan;
+        }
+        std::mt19937_64 g(seed);
+        std::uniform_real_distribution<float> u(-1, 1);
+        for (int64_t r = 0; r < d.num_embeddings; ++r)
+            for (int64_t k = 0; k < d.dim; ++k) {
+                if (t == DType::bf16) h[r * ld + k] = bf16(u(g));
+                else f[r * ld + k] = u(g);
+            }
+    }
+    const void* data() const { return t == DType::bf16 ? static_cast<const void*>(h.data()) : f.data(); }
+    double at(int64_t r, int64_t k) const { return t == DType::bf16 ? h[r * ld + k].to_float() : f[r * ld + k]; }
+};
+
+// The oracle: PyTorch's definition, in double.
+void oracle(const Case& c, const Table& tab, std::vector<double>& want, std::vector<double>& tol) {
+    const EmbeddingBagDesc& d = c.d;
+    const int64_t dim = d.dim, n_off = static_cast<int64_t>(c.offsets.size());
+    const int64_t n_idx = static_cast<int64_t>(c.indices.size());
+    want.assign(static_cast<size_t>(c.num_bags * dim), 0.0);
+    tol.assign(want.size(), 0.0);
+    for (int64_t b = 0; b < c.num_bags; ++b) {
+        const int64_t start = c.offsets[b], end = b + 1 < n_off ? c.offsets[b + 1] : n_idx;
+        for (int64_t k = 0; k < dim; ++k) {
+            double acc = 0, mag = 0;
+            int64_t count = 0;
+            for (int64_t j = start; j < end; ++j) {
+                const int64_t r = c.indices[j];
+                if (r == d.padding_idx) continue;
+                const double v = tab.at(r, k) * (d.per_sample_weights ? c.psw[j] : 1.0);
+                if (d.mode == EmbeddingBagMode::max) acc = count == 0 ? v : std::max(acc, v);
+                else acc += v;
+                mag += std::fabs(v);
+                ++count;
+            }
+            double t = 2.0 * static_cast<double>(end - start + 3) * kU * mag;
+            if (d.mode == EmbeddingBagMode::mean && count > 0) {
+                acc /= static_cast<double>(count);
+                t /= static_cast<double>(count);
+            }
+            if (d.mode == EmbeddingBagMode::max) t = 0;
+            if (d.out_dtype == DType::bf16) t += kBf16Rel * std::fabs(acc);
+            want[b * dim + k] = acc;
+            tol[b * dim + k] = t;
+        }
+    }
+}
+
+// Index / offset arrays in the descriptor's type, misaligned by whole elements.
+struct Ints {
+    Buffer<int32_t> i32;
+    Buffer<int64_t> i64;
+    IndexType t = IndexType::i64;
+    void make(IndexType type, const std::vector<int64_t>& v, size_t misalign_elems) {
+        t = type;
+        if (t == IndexType::i32) {
+            i32.resize(v.size(), misalign_elems * 4);
+            for (size_t i = 0; i < v.size(); ++i) i32[i] = static_cast<int32_t>(v[i]);
+        } else {
+            i64.resize(v.size(), misalign_elems * 8);
+            for (size_t i = 0; i < v.size(); ++i) i64[i] = v[i];
+        }
+    }
+    const void* data() const { return t == IndexType::i32 ? static_cast<const void*>(i32.data()) : i64.data(); }
+};
+
+struct Out {
+    DType t = DType::f32;
+    int64_t ld = 0;
+    Buffer<float> f;
+    Buffer<bf16> h;
+    static constexpr float kGuard = 640.0f;  // exact in bf16
+    void make(DType type, int64_t rows, int64_t ld_, size_t misalign_elems) {
+        t = type;
+        ld = ld_;
+        const size_t n = static_cast<size_t>(rows * ld + 8);
+        if (t == DType::bf16) {
+            h.resize(n, misalign_elems * 2);
+            for (size_t i = 0; i < n; ++i) h[i] = bf16(kGuard);
+        } else {
+            f.resize(n, misalign_elems * 4);
+            for (size_t i = 0; i < n; ++i) f[i] = kGuard;
+        }
+    }
+    void* data() { return t == DType::bf16 ? static_cast<void*>(h.data()) : f.data(); }
+    double at(size_t i) const { return t == DType::bf16 ? h[i].to_float() : f[i]; }
+    size_t size() const { return t == DType::bf16 ? h.size() : f.size(); }
+};
+
+std::string describe(const EmbeddingBagDesc& d) {
+    return detail::embedding_bag_config(detail::embedding_bag_validate_desc("test", d)).key() +
+           " E=" + std::to_string(d.num_embeddings) + " pad=" + std::to_string(d.padding_idx);
+}
+
+// Checks columns [col, col+dim) of every row of `out` against the oracle; the rest of each row up
+// to `cols_total` that this table does not own is left to the caller.
+::testing::AssertionResult check_out(const Out& out, int64_t col, int64_t dim, int64_t num_bags,
+                                     const std::vector<double>& want, const std::vector<double>& tol) {
+    size_t bad = 0;
+    std::string msg;
+    for (int64_t b = 0; b < num_bags; ++b)
+        for (int64_t k = 0; k < dim; ++k) {
+            const double got = out.at(static_cast<size_t>(b * out.ld + col + k)), w = want[b * dim + k];
+            if (!(std::fabs(got - w) <= tol[b * dim + k])) {
+                if (bad < 5)
+                    msg += "\n  bag " + std::to_string(b) + " col " + std::to_string(k) + ": got " + std::to_string(got) +
+                           " want " + std::to_string(w);
+                ++bad;
+            }
+        }
+    if (bad) return ::testing::AssertionFailure() << bad << " values differ:" << msg;
+    return ::testing::AssertionSuccess();
+}
+
+// One full run: random case, buffers, call (plan or one-shot), compare, guards untouched.
+void run_case(const EmbeddingBagDesc& d, int64_t num_bags, size_t misalign, bool use_plan, uint64_t seed) {
+    const Case c = make_case(d, num_bags, seed);
+    Table tab;
+    tab.make(d, misalign, seed + 2);
+    Ints idx, off;
+    idx.make(d.index_type, c.indices, misalign + 1);
+    off.make(d.index_type, c.offsets, misalign);
+    Buffer<float> psw(c.psw.size(), (misalign % 4) * 4);
+    std::copy(c.psw.begin(), c.psw.end(), psw.begin());
+    const int64_t ld_out = d.ld_out ? d.ld_out : d.dim;
+    Out out;
+    out.make(d.out_dtype, num_bags, ld_out, misalign + 2);
+
+    EmbeddingBagArgs a;
+    a.num_bags = num_bags;
+    a.num_indices = static_cast<int64_t>(c.indices.size());
+    a.table = tab.data();
+    a.indices = idx.data();
+    a.offsets = off.data();
+    a.per_sample_weights = d.per_sample_weights ? psw.data() : nullptr;
+    a.out = out.data();
+    if (use_plan) EmbeddingBagPlan(d).run(a);
+    else embedding_bag(d, a);
+
+    std::vector<double> want, tol;
+    oracle(c, tab, want, tol);
+    EXPECT_TRUE(check_out(out, 0, d.dim, num_bags, want, tol))
+        << describe(d) << " bags=" << num_bags << " misalign=" << misalign << " plan=" << use_plan;
+    for (int64_t b = 0; b < num_bags; ++b)
+        for (int64_t k = d.dim; k < ld_out; ++k) ASSERT_EQ(out.at(b * ld_out + k), Out::kGuard) << "gap written";
+    for (size_t i = static_cast<size_t>(num_bags * ld_out); i < out.size(); ++i)
+        ASSERT_EQ(out.at(i), Out::kGuard) << "wrote past out";
+}
+
+const EmbeddingBagMode kModes[] = {EmbeddingBagMode::sum, EmbeddingBagMode::mean, EmbeddingBagMode::max};
+
+}  // namespace
+
+TEST(EmbeddingBag, SweepMatchesOracle) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        SCOPED_TRACE("threads=" + std::to_string(threads));
+        for_each_isa([&](Isa) {
+            uint64_t k = 0;
+            for (int64_t dim : {1, 7, 16, 17, 128})
+                for (EmbeddingBagMode mode : kModes)
+                    for (IndexType it : {IndexType::i32, IndexType::i64})
+                        for (bool last : {false, true})
+                            for (bool pad : {false, true})
+                                for (DType tdt : {DType::f32, DType::bf16})
+                                    for (DType odt : {DType::f32, DType::bf16}) {
+                                        EmbeddingBagDesc d;
+                                        d.num_embeddings = 23;
+                                        d.dim = dim;
+                                        d.ld_table = k % 3 == 0 ? 0 : (k % 3 == 1 ? dim : dim + 3);
+                                        d.ld_out = k % 4 < 2 ? 0 : dim + 5;
+                                        d.mode = mode;
+                                        d.index_type = it;
+                                        d.include_last_offset = last;
+                                        d.padding_idx = pad ? static_cast<int64_t>(k % 23) : -1;
+                                        d.per_sample_weights = mode == EmbeddingBagMode::sum && k % 2 == 0;
+                                        d.table_dtype = tdt;
+                                        d.out_dtype = odt;
+                                        run_case(d, static_cast<int64_t>(k % 17), k % 3, k % 5 == 0, 1000 + k);
+                                        ++k;
+                                    }
+        });
+    }
+    set_num_threads(0);
+}
+
+// Enough bags that two threads split them; a large table.
+TEST(EmbeddingBag, ManyBagsTwoThreads) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            for (EmbeddingBagMode mode : kModes) {
+                EmbeddingBagDesc d;
+                d.num_embeddings = 5000;
+                d.dim = 64;
+                d.mode = mode;
+                d.padding_idx = 17;
+                d.per_sample_weights = mode == EmbeddingBagMode::sum;
+                run_case(d, 3000, 1, mode == EmbeddingBagMode::mean, 77);
+            }
+        });
+    }
+    set_num_threads(0);
+}
+
+TEST(EmbeddingBag, MaxPropagatesNaNAndKeepsNegatives) {
+    for_each_isa([&](Isa) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        // Row 0 is negative; row 1 has a NaN in column 1; row 2 is larger elsewhere.
+        const float table[3 * 3] = {-5, -4, -3, 0, nan, 0, 1, 1, 1};
+        for (auto order : {std::vector<int64_t>{0, 1, 2}, std::vector<int64_t>{2, 1, 0}, std::vector<int64_t>{1, 0}}) {
+            const int64_t offsets[3] = {0, 1, 1};  // bag 0 = {first}, bag 1 empty, bag 2 = the rest
+            EmbeddingBagDesc d;
+            d.num_embeddings = 3;
+            d.dim = 3;
+            d.mode = EmbeddingBagMode::max;
+            float out[9];
+            EmbeddingBagArgs a;
+            a.num_bags = 3;
+            a.num_indices = static_cast<int64_t>(order.size());
+            a.table = table;
+            a.indices = order.data();
+            a.offsets = offsets;
+            a.out = out;
+            embedding_bag(d, a);
+            for (int k = 0; k < 3; ++k) {
+                const float first = table[order[0] * 3 + k];
+                if (std::isnan(first)) EXPECT_TRUE(std::isnan(out[k]));
+                else EXPECT_EQ(out[k], first);
+            }
+            for (int k = 0; k < 3; ++k) EXPECT_EQ(out[3 + k], 0.0f);  // empty bag
+            bool has_nan_row = false;
+            for (size_t j = 1; j < order.size(); ++j) has_nan_row |= order[j] == 1;
+            if (has_nan_row) EXPECT_TRUE(std::isnan(out[7])) << "NaN must propagate through max";
+        }
+    });
+}
+
+TEST(EmbeddingBag, NullPointersAllowedWhereNothingIsRead) {
+    EmbeddingBagDesc d;
+    d.num_embeddings = 4;
+    d.dim = 5;
+    EmbeddingBagArgs a;  // no bags at all
+    embedding_bag(d, a);
+    d.include_last_offset = true;  // one offset, no bags
+    const int64_t zero = 0;
+    a.offsets = &zero;
+    embedding_bag(d, a);
+    // Bags but no indices: table and indices may be null, every bag is zero.
+    d.include_last_offset = false;
+    const int64_t offs[3] = {0, 0, 0};
+    float out[15];
+    for (float& v : out) v = 9;
+    a.num_bags = 3;
+    a.offsets = offs;
+    a.out = out;
+    embedding_bag(d, a);
+    for (float v : out) EXPECT_EQ(v, 0.0f);
+    // An empty table is fine when no bag reads it.
+    d.num_embeddings = 0;
+    embedding_bag(d, a);
+}
+
+TEST(EmbeddingBag, EveryImplementationMatchesReference) {
+    const auto& reg = detail::embedding_bag_registry();
+    for (const auto& impl : reg.impls()) {
+        if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
+        SCOPED_TRACE(impl.name);
+        uint64_t k = 0;
+        for (int64_t dim : {1, 7, 16, 17, 128})
+            for (EmbeddingBagMode mode : kModes)
+                for (IndexType it : {IndexType::i32, IndexType::i64})
+                    for (DType tdt : {DType::f32, DType::bf16}) {
+                        EmbeddingBagDesc d0;
+                        d0.num_embeddings = 31;
+                        d0.dim = dim;
+                        d0.ld_table = dim + (k % 2);
+                        d0.mode = mode;
+                        d0.index_type = it;
+                        d0.table_dtype = tdt;
+                        d0.padding_idx = k % 3 == 0 ? 3 : -1;
+                        d0.include_last_offset = k % 2 == 1;
+                        d0.per_sample_weights = mode == EmbeddingBagMode::sum && k % 4 < 2;
+                        const EmbeddingBagDesc d = detail::embedding_bag_validate_desc("test", d0);
+                        const detail::EmbeddingBagConfig cfg = detail::embedding_bag_config(d);
+                        ++k;
+                        if (impl.supports && !impl.supports(cfg)) continue;
+                        const Case c = make_case(d, 19, 500 + k);
+                        Table tab;
+                        tab.make(d, 0, 600 + k);
+                        Ints idx, off;
+                        idx.make(it, c.indices, 0);
+                        off.make(it, c.offsets, 0);
+                        std::vector<float> got(19 * dim, -1), want(19 * dim, -2);
+                        EmbeddingBagArgs a{19, static_cast<int64_t>(c.indices.size()), tab.data(), idx.data(), off.data(),
+                                           d.per_sample_weights ? c.psw.data() : nullptr, got.data()};
+                        const detail::EmbeddingBagCall call = detail::embedding_bag_validate_args("test", d, a);
+                        reg.get(cfg, impl).kernel->run(call, 0, 19);
+                        detail::EmbeddingBagCall ref = call;
+                        ref.a.out = want.data();
+                        detail::embedding_bag_reference(ref, 0, 19);
+                        EXPECT_TRUE(test::all_close(got.data(), want.data(), got.size(), 1e-5, 1e-5)) << cfg.key();
+                    }
+    }
+}
+
+TEST(EmbeddingBag, PlanIsReusableAcrossBatchesAndThreads) {
+    EmbeddingBagDesc d;
+    d.num_embeddings = 100;
+    d.dim = 16;
+    d.mode = EmbeddingBagMode::mean;
+    d.index_type = IndexType::i32;
+    for_each_isa([&](Isa isa) {
+        const EmbeddingBagPlan plan(d);
+        EXPECT_LE(detail::embedding_bag_registry().find(plan.impl_name()).isa, isa);
+        EXPECT_EQ(plan.desc().ld_table, 16);  // resolved
+        Table tab;
+        tab.make(d, 0, 3);
+        for (int64_t bags : {0, 1, 9, 40}) {  // one plan, many batch shapes
+            const Case c = make_case(d, bags, 40 + bags);
+            Ints idx, off;
+            idx.make(d.index_type, c.indices, 0);
+            off.make(d.index_type, c.offsets, 0);
+            std::vector<float> want(bags * 16 + 1, -1);
+            EmbeddingBagArgs a{bags, static_cast<int64_t>(c.indices.size()), tab.data(), idx.data(), off.data(), nullptr,
+                               want.data()};
+            plan.run(a);
+            std::vector<std::vector<float>> outs(4, std::vector<float>(bags * 16 + 1, -1));
+            std::vector<std::thread> th;
+            for (int t = 0; t < 4; ++t)
+                th.emplace_back([&, t] {
+                    EmbeddingBagArgs at = a;
+                    at.out = outs[t].data();
+                    plan.run(at);
+                });
+            for (auto& t : th) t.join();
+            for (int t = 0; t < 4; ++t) EXPECT_EQ(outs[t], want);
+            std::vector<double> w, tol;
+            oracle(c, tab, w, tol);
+            Out o;
+            o.make(DType::f32, bags, 16, 0);
+            std::copy(want.begin(), want.end() - 1, o.f.begin());
+            EXPECT_TRUE(check_out(o, 0, 16, bags, w, tol));
+        }
+    });
+}
+
+TEST(EmbeddingBag, MergedTablesMatchSingleTables) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            for (DType odt : {DType::f32, DType::bf16}) {
+                std::vector<EmbeddingBagDesc> ds(4);
+                const int64_t dims[4] = {17, 1, 16, 7};
+                for (int t = 0; t < 4; ++t) {
+                    ds[t].num_embeddings = 10 + 7 * t;
+                    ds[t].dim = dims[t];
+                    ds[t].ld_table = dims[t] + t % 2;
+                    ds[t].mode = kModes[t % 3];
+                    ds[t].table_dtype = t == 2 ? DType::bf16 : DType::f32;
+                    ds[t].out_dtype = odt;
+                    ds[t].index_type = t == 1 ? IndexType::i32 : IndexType::i64;
+                    ds[t].include_last_offset = t == 3;
+                    ds[t].padding_idx = t == 0 ? 4 : -1;
+                    ds[t].per_sample_weights = t == 0;
+                }
+                const int64_t B = 37, total = 17 + 1 + 16 + 7, ld = total + 3;
+                const EmbeddingBagMultiPlan plan(ds, ld);
+                ASSERT_EQ(plan.num_tables(), 4);
+                ASSERT_EQ(plan.total_dim(), total);
+                ASSERT_EQ(plan.ld_out(), ld);
+                std::vector<Case> cs;
+                std::vector<Table> tabs(4);
+                std::vector<Ints> idx(4), off(4);
+                std::vector<EmbeddingBagArgs> args(4);
+                for (int t = 0; t < 4; ++t) {
+                    cs.push_back(make_case(ds[t], B, 90 + t));
+                    tabs[t].make(ds[t], t % 2, 95 + t);
+                    idx[t].make(ds[t].index_type, cs[t].indices, 1);
+                    off[t].make(ds[t].index_type, cs[t].offsets, 0);
+                    args[t] = {B, static_cast<int64_t>(cs[t].indices.size()), tabs[t].data(), idx[t].data(),
+                               off[t].data(), ds[t].per_sample_weights ? cs[t].psw.data() : nullptr, nullptr};
+                }
+                Out out;
+                out.make(odt, B, ld, 1);
+                plan.run(args.data(), 4, out.data());
+                for (int t = 0; t < 4; ++t) {
+                    std::vector<double> want, tol;
+                    oracle(cs[t], tabs[t], want, tol);
+                    EXPECT_EQ(plan.column(t), t == 0 ? 0 : (t == 1 ? 17 : (t == 2 ? 18 : 34)));
+                    EXPECT_TRUE(check_out(out, plan.column(t), ds[t].dim, B, want, tol)) << "table " << t;
+                }
+                for (int64_t b = 0; b < B; ++b)
+                    for (int64_t k = total; k < ld; ++k) ASSERT_EQ(out.at(b * ld + k), Out::kGuard);
+                // The one-shot form gives the same bits.
+                Out out2;
+                out2.make(odt, B, ld, 0);
+                embedding_bag_multi(ds, args.data(), 4, out2.data(), ld);
+                for (size_t i = 0; i < static_cast<size_t>(B * ld); ++i) ASSERT_EQ(out2.at(i), out.at(i));
+            }
+        });
+    }
+    set_num_threads(0);
+}
+
+TEST(EmbeddingBag, BadDescriptor) {
+    EmbeddingBagDesc good;
+    good.num_embeddings = 10;
+    good.dim = 4;
+    auto bad = [&](auto mutate, const char* needle, Status st = Status::invalid_argument) {
+        EmbeddingBagDesc d = good;
+        mutate(d);
+        XK_EXPECT_ERROR(EmbeddingBagPlan{d}, st, needle);
+        XK_EXPECT_ERROR(embedding_bag(d, EmbeddingBagArgs{}), st, needle);
+        XK_EXPECT_ERROR(EmbeddingBagMultiPlan({good, d}), st, needle);
+    };
+    bad([](EmbeddingBagDesc& d) { d.num_embeddings = -1; }, "num_embeddings=-1 must be >= 0");
+    bad([](EmbeddingBagDesc& d) { d.dim = 0; }, "dim=0 must be >= 1");
+    bad([](EmbeddingBagDesc& d) { d.ld_table = 3; }, "ld_table=3 must be >= dim=4");
+    bad([](EmbeddingBagDesc& d) { d.ld_table = -1; }, "ld_table=-1 must be >= 0");
+    bad([](EmbeddingBagDesc& d) { d.mode = static_cast<EmbeddingBagMode>(3); }, "mode=3 is not a valid value");
+    bad([](EmbeddingBagDesc& d) { d.index_type = static_cast<IndexType>(-1); }, "index_type=-1 is not a valid value");
+    bad([](EmbeddingBagDesc& d) { d.table_dtype = DType::s8; }, "table_dtype=s8 is not supported", Status::unsupported);
+    bad([](EmbeddingBagDesc& d) { d.out_dtype = DType::s32; }, "out_dtype=s32 is not supported", Status::unsupported);
+    bad([](EmbeddingBagDesc& d) { d.table_dtype = static_cast<DType>(77); }, "table_dtype=77 is not a valid DType");
+    bad([](EmbeddingBagDesc& d) { d.padding_idx = -2; }, "padding_idx=-2 must be -1 (none) or in [0, num_embeddings=10)");
+    bad([](EmbeddingBagDesc& d) { d.padding_idx = 10; }, "padding_idx=10");
+    bad([](EmbeddingBagDesc& d) { d.per_sample_weights = true; d.mode = EmbeddingBagMode::mean; },
+        "per_sample_weights=true is only supported with mode=sum (as in PyTorch), not mode=mean");
+    bad([](EmbeddingBagDesc& d) { d.per_sample_weights = true; d.mode = EmbeddingBagMode::max; }, "not mode=max");
+    bad([](EmbeddingBagDesc& d) { d.num_embeddings = int64_t{1} << 62; }, "num_embeddings*ld_table");
+    // ld_out is checked by the single-table entry points (the merged plan requires 0).
+    EmbeddingBagDesc d = good;
+    d.ld_out = 2;
+    XK_EXPECT_INVALID(EmbeddingBagPlan{d}, "ld_out=2 must be >= dim=4");
+    XK_EXPECT_INVALID(EmbeddingBagMultiPlan({d}), "tables[0]: ld_out=2 must be 0");
+    XK_EXPECT_INVALID(EmbeddingBagMultiPlan(std::vector<EmbeddingBagDesc>{}), "tables.size()=0 must be >= 1");
+    XK_EXPECT_INVALID(EmbeddingBagMultiPlan({good}, -1), "ld_out=-1 must be >= 0");
+    XK_EXPECT_INVALID(EmbeddingBagMultiPlan({good, good}, 7), "ld_out=7 must be >= sum of dims=8");
+    d = good;
+    d.out_dtype = DType::bf16;
+    XK_EXPECT_INVALID(EmbeddingBagMultiPlan({good, d}), "tables[1]: out_dtype=bf16 must equal tables[0].out_dtype=f32");
+}
+
+TEST(EmbeddingBag, BadArguments) {
+    EmbeddingBagDesc d;
+    d.num_embeddings = 10;
+    d.dim = 4;
+    std::vector<float> table(40, 1.0f), out(64), psw(8, 1.0f);
+    std::vector<int64_t> idx = {1, 2, 3, 4, 5, 6};
+    std::vector<int64_t> off = {0, 2, 4};
+    EmbeddingBagArgs good{3, 6, table.data(), idx.data(), off.data(), nullptr, out.data()};
+    embedding_bag(d, good);  // baseline valid
+
+    auto bad = [&](const EmbeddingBagDesc& dd, const EmbeddingBagArgs& a, const char* needle) {
+        XK_EXPECT_INVALID(embedding_bag(dd, a), needle);
+        XK_EXPECT_INVALID(EmbeddingBagPlan(dd).run(a), needle);
+    };
+    auto with = [&](auto mutate) {
+        EmbeddingBagArgs a = good;
+        mutate(a);
+        return a;
+    };
+    bad(d, with([](auto& a) { a.num_bags = -1; }), "num_bags=-1 must be >= 0");
+    bad(d, with([](auto& a) { a.num_indices = -5; }), "num_indices=-5 must be >= 0");
+    bad(d, with([](auto& a) { a.offsets = nullptr; }), "offsets=null");
+    bad(d, with([](auto& a) { a.indices = nullptr; }), "indices=null");
+    bad(d, with([](auto& a) { a.table = nullptr; }), "table=null");
+    bad(d, with([](auto& a) { a.out = nullptr; }), "out=null");
+    bad(d, with([&](auto& a) { a.per_sample_weights = psw.data(); }),
+        "is given but the descriptor's per_sample_weights is false");
+    EmbeddingBagDesc dw = d;
+    dw.per_sample_weights = true;
+    bad(dw, good, "per_sample_weights=null");
+    bad(d, with([](auto& a) { a.num_bags = int64_t{1} << 61; }), "num_bags*ld_out");
+    bad(d, with([](auto& a) { a.num_indices = int64_t{1} << 61; }), "overflows");
+    // Offsets.
+    std::vector<int64_t> o1 = {1, 2, 4}, o2 = {0, 4, 2}, o3 = {0, 2, 7};
+    bad(d, with([&](auto& a) { a.offsets = o1.data(); }), "offsets[0]=1 must be 0");
+    bad(d, with([&](auto& a) { a.offsets = o2.data(); }), "offsets[2]=2 must be >= offsets[1]=4");
+    bad(d, with([&](auto& a) { a.offsets = o3.data(); }), "offsets[2]=7 must be <= num_indices=6");
+    EmbeddingBagDesc dl = d;
+    dl.include_last_offset = true;  // offsets[2] is then the end of bag 1
+    bad(dl, with([&](auto& a) { a.num_bags = 2; a.offsets = o3.data(); }), "offsets[2]=7 must be <= num_indices=6");
+    // Indices: position, bag and value are named.
+    std::vector<int64_t> i1 = {1, 2, 3, 10, 5, 6}, i2 = {1, 2, 3, 4, 5, -1};
+    bad(d, with([&](auto& a) { a.indices = i1.data(); }), "indices[3]=10 (bag 1) must be in [0, num_embeddings=10)");
+    bad(d, with([&](auto& a) { a.indices = i2.data(); }), "indices[5]=-1 (bag 2) must be in [0, num_embeddings=10)");
+    std::vector<int32_t> i3 = {1, 2, 3, 4, 2147483647, 6}, o4 = {0, 2, 4};
+    EmbeddingBagDesc d32 = d;
+    d32.index_type = IndexType::i32;
+    bad(d32, with([&](auto& a) { a.indices = i3.data(); a.offsets = o4.data(); }), "indices[4]=2147483647 (bag 2)");
+    // Alignment and overlap.
+    bad(d, with([&](auto& a) { a.indices = reinterpret_cast<const char*>(idx.data()) + 4; }),
+        "indices=");
+    bad(d, with([&](auto& a) { a.indices = reinterpret_cast<const char*>(idx.data()) + 4; }),
+        "must be aligned to its element size (8 bytes)");
+    bad(d, with([&](auto& a) { a.out = reinterpret_cast<char*>(out.data()) + 2; }), "out=");
+    bad(d, with([&](auto& a) { a.out = table.data() + 4; }), "overlaps table");
+    bad(d, with([&](auto& a) { a.out = idx.data(); }), "overlaps indices");
+
+    // Merged: per-call checks.
+    const EmbeddingBagMultiPlan mp({d, d});
+    std::vector<float> mout(3 * 8);
+    EmbeddingBagArgs ma[2] = {good, good};
+    ma[0].out = ma[1].out = nullptr;
+    mp.run(ma, 2, mout.data());
+    XK_EXPECT_INVALID(mp.run(ma, 3, mout.data()), "num_tables=3 must equal the plan's 2 tables");
+    XK_EXPECT_INVALID(mp.run(nullptr, 2, mout.data()), "args=null");
+    XK_EXPECT_INVALID(mp.run(ma, 2, nullptr), "tables[0]: out=null");
+    EmbeddingBagArgs mb[2] = {ma[0], ma[1]};
+    mb[1].out = mout.data();
+    XK_EXPECT_INVALID(mp.run(mb, 2, mout.data()), "args[1].out=");
+    mb[1] = ma[1];
+    mb[1].num_bags = 2;
+    XK_EXPECT_INVALID(mp.run(mb, 2, mout.data()), "args[1].num_bags=2 must equal args[0].num_bags=3");
+    mb[1] = ma[1];
+    mb[1].indices = i1.data();
+    XK_EXPECT_INVALID(mp.run(mb, 2, mout.data()), "tables[1]: indices[3]=10 (bag 1)");
+    XK_EXPECT_INVALID(embedding_bag_multi({d, d}, mb, 2, mout.data()), "tables[1]: indices[3]=10");
+    XK_EXPECT_INVALID(mp.column(2), "t=2 must be in [0, 1]");
+    XK_EXPECT_INVALID(mp.impl_name(-1), "t=-1");
+}
+
+TEST(EmbeddingBag, CApi) {
+    xk_embedding_bag_desc cd;
+    ASSERT_EQ(xk_embedding_bag_desc_init(&cd, 20, 9), XK_SUCCESS);
+    EXPECT_EQ(cd.padding_idx, -1);
+    EXPECT_EQ(cd.mode, XK_EMBEDDING_BAG_SUM);
+    cd.ld_table = 11;
+    cd.ld_out = 10;
+    cd.padding_idx = 3;
+    cd.include_last_offset = 1;
+
+    EmbeddingBagDesc d;
+    d.num_embeddings = 20;
+    d.dim = 9;
+    d.ld_table = 11;
+    d.ld_out = 10;
+    d.padding_idx = 3;
+    d.include_last_offset = true;
+    d.per_sample_weights = true;
+    const Case c = make_case(d, 12, 5);
+    Table tab;
+    tab.make(d, 0, 6);
+    std::vector<int32_t> i32(c.indices.begin(), c.indices.end()), o32(c.offsets.begin(), c.offsets.end());
+    const int64_t ni = static_cast<int64_t>(c.indices.size());
+    std::vector<float> want(120), got(120);
+    EmbeddingBagArgs a{12, ni, tab.data(), c.indices.data(), c.offsets.data(), c.psw.data(), want.data()};
+    embedding_bag(d, a);
+    ASSERT_EQ(xk_embedding_bag_f32(&cd, tab.f.data(), ni, c.indices.data(), 12, c.offsets.data(), c.psw.data(), got.data()),
+              XK_SUCCESS)
+        << xk_last_error();
+    EXPECT_EQ(got, want);
+    std::fill(got.begin(), got.end(), 0.0f);
+    ASSERT_EQ(xk_embedding_bag_f32_i32(&cd, tab.f.data(), ni, i32.data(), 12, o32.data(), c.psw.data(), got.data()),
+              XK_SUCCESS);
+    EXPECT_EQ(got, want);
+    // bf16 table, mean mode (no weights).
+    cd.mode = XK_EMBEDDING_BAG_MEAN;
+    d.mode = EmbeddingBagMode::mean;
+    d.per_sample_weights = false;
+    d.table_dtype = DType::bf16;
+    Table tb;
+    tb.make(d, 0, 7);
+    a.table = tb.data();
+    a.per_sample_weights = nullptr;
+    embedding_bag(d, a);
+    ASSERT_EQ(xk_embedding_bag_bf16_f32(&cd, reinterpret_cast<const uint16_t*>(tb.h.data()), ni, c.indices.data(), 12,
+                                        c.offsets.data(), nullptr, got.data()),
+              XK_SUCCESS);
+    EXPECT_EQ(got, want);
+
+    auto expect = [](xk_status st, xk_status want_st, const char* needle) {
+        EXPECT_EQ(st, want_st);
+        EXPECT_NE(std::string(xk_last_error()).find(needle), std::string::npos) << xk_last_error();
+    };
+    expect(xk_embedding_bag_desc_init(nullptr, 1, 1), XK_INVALID_ARGUMENT, "desc=null");
+    expect(xk_embedding_bag_f32(nullptr, tab.f.data(), ni, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "xk_embedding_bag_f32: desc=null");
+    // Weights with mean mode.
+    expect(xk_embedding_bag_f32(&cd, tab.f.data(), ni, c.indices.data(), 12, c.offsets.data(), c.psw.data(), got.data()),
+           XK_INVALID_ARGUMENT, "only supported with mode=sum");
+    xk_embedding_bag_desc bad = cd;
+    bad.mode = static_cast<xk_embedding_bag_mode>(3);
+    expect(xk_embedding_bag_f32(&bad, tab.f.data(), ni, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "mode=3 is not a valid value");
+    bad = cd;
+    bad.dim = -2;
+    expect(xk_embedding_bag_f32(&bad, tab.f.data(), ni, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "dim=-2 must be >= 1");
+    bad = cd;
+    bad.num_embeddings = 2;  // indices now out of range
+    bad.padding_idx = -1;
+    expect(xk_embedding_bag_f32(&bad, tab.f.data(), ni, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "must be in [0, num_embeddings=2)");
+    expect(xk_embedding_bag_f32_i32(&cd, tab.f.data(), ni, i32.data(), 12, nullptr, nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "offsets=null");
+    expect(xk_embedding_bag_bf16_f32(&cd, nullptr, ni, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "table=null");
+    expect(xk_embedding_bag_f32(&cd, tab.f.data(), -1, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
+           XK_INVALID_ARGUMENT, "num_indices=-1");
+}
