@@ -5,4 +5,5 @@
 #include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 #include "xk/eltwise.hpp"
+#include "xk/gemm.hpp"
 #include "xk/gpu.hpp"
