@@ -16,7 +16,7 @@
 //
 // The math, per output element (m, n); acc = sum over k = 0..K-1 of op(A)[m,k] * op(B)[k,n],
 // accumulated in increasing k (fp32 for f32 / bf16, s32 for int8 — s32 wraps modulo 2^32 if a
-// sum leaves its range, which needs K > 33025 with u8 data):
+// sum leaves its range; as |(a - a_zero_point)(b - b_zero_point)| <= 255*255, K <= 33025 never does):
 //
 //   f32 / bf16 inputs:   x = alpha * acc
 //   int8 -> f32:         x = alpha * a_scale * b_scale[n] * float(acc)
