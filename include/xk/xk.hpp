@@ -5,6 +5,7 @@
 #include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 #include "xk/eltwise.hpp"
+#include "xk/gemm.hpp"
 #include "xk/conv.hpp"
 #include "xk/embedding_bag.hpp"
 #include "xk/gpu.hpp"

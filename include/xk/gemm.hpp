@@ -1,0 +1,163 @@
+// xkernels — GEMM with fused epilogues, weight prepacking, fp32 / bf16 / int8.
+//
+// Layout: row-major. Sizes are int64_t, leading dimensions in elements, 0 = packed (the minimum).
+//   op(A) is M x K:  A[m*lda + k] for Trans::N (lda >= K),  A[k*lda + m] for Trans::T (lda >= M)
+//   op(B) is K x N:  B[k*ldb + n] for Trans::N (ldb >= N),  B[n*ldb + k] for Trans::T (ldb >= K)
+//   C is M x N:      C[m*ldc + n]  (ldc >= N);  residual R[m*ld_residual + n]  (ld_residual >= N)
+// M, N or K == 0 is allowed (as in BLAS): M or N == 0 does nothing; K == 0 makes the product 0
+// (C still receives beta*C and the epilogue). Negative sizes are an xk::Error.
+//
+// Data types (a_type, b_type -> c_type):
+//   f32  x f32  -> f32           fp32 accumulation
+//   bf16 x bf16 -> f32 | bf16    products exact in fp32, fp32 accumulation; bf16 C rounded to
+//                                nearest even at the very end
+//   u8|s8 x s8  -> s32 | f32     s32 accumulation of (a - a_zero_point) * (b - b_zero_point)
+// Any other combination is an xk::Error with Status::unsupported naming the three types.
+//
+// The math, per output element (m, n); acc = sum over k = 0..K-1 of op(A)[m,k] * op(B)[k,n],
+// accumulated in increasing k (fp32 for f32 / bf16, s32 for int8 — s32 wraps modulo 2^32 if a
+// sum leaves its range; as |(a - a_zero_point)(b - b_zero_point)| <= 255*255, K <= 33025 never does):
+//
+//   f32 / bf16 inputs:   x = alpha * acc
+//   int8 -> f32:         x = alpha * a_scale * b_scale[n] * float(acc)
+//                        (b_scale[n] = b_scales[0] unless b_scale_per_channel)
+//   then                 x = x + beta * C[m,n]       (only when beta != 0: beta == 0 never reads
+//                                                     C, so NaN / garbage there cannot leak)
+//                        x = x + bias[n]             (epilogue.bias; bias is f32[N])
+//                        x = act(x)                  (epilogue.act; see xk::Activation)
+//                        x = x + R[m,n]              (epilogue.residual; R is f32 or bf16)
+//                        C[m,n] = x                  (rounded to bf16 when c_type is bf16)
+//
+//   int8 -> s32:         C[m,n] = acc                (beta == 0)
+//                        C[m,n] = C[m,n] + acc       (beta == 1, wrapping)
+//                        alpha must be 1, beta 0 or 1, and the epilogue none: anything else is
+//                        Status::unsupported (dequantize with c_type = f32 instead).
+//
+// alpha and beta may be any float (NaN and Inf propagate as IEEE arithmetic says; a NaN beta is
+// not zero, so C is read). Zero points are per tensor and must lie in the range of their type
+// (u8: [0, 255], s8: [-128, 127]); scales are read only for int8 -> f32.
+//
+// Buffers: C must not overlap A, B, bias, the residual or the scales (checked). Pointers need
+// only the alignment of their element type. A pointer may be null only when nothing is read
+// through it (a zero-sized operand, or an epilogue / scale the descriptor does not use).
+//
+// Usage:
+//   xk::GemmDesc d;  d.M = 64; d.N = 768; d.K = 768;  d.epilogue.bias = true;
+//   d.epilogue.act = xk::Activation::gelu_erf;
+//   xk::GemmPlan plan(d);                        // validates, selects + creates the kernel once
+//   xk::PackedB w = plan.pack_b(weights);        // once (ipex.optimize-style weight prepacking)
+//   plan.run({x, nullptr, y, bias}, w);          // many times, from any thread
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "xk/types.hpp"
+
+namespace xk {
+
+namespace detail {
+struct GemmKernel;
+struct GemmPacked;
+}  // namespace detail
+
+enum class Trans : int { N = 0, T = 1 };
+
+constexpr const char* trans_name(Trans t) noexcept {
+    switch (t) {
+        case Trans::N: return "N";
+        case Trans::T: return "T";
+    }
+    return "?";
+}
+
+// Fused epilogue: x = act(x + bias[n]) + residual[m, n] (see the math above).
+struct GemmEpilogue {
+    bool bias = false;                  // add bias[n], f32[N] (GemmArgs::bias)
+    Activation act = Activation::none;  // applied after bias, before the residual
+    bool residual = false;              // add GemmArgs::residual[m*ld_residual + n] last
+};
+
+// The problem: shapes, layouts, types, scalars, epilogue. No pointers.
+struct GemmDesc {
+    int64_t M = 0, N = 0, K = 0;
+    Trans trans_a = Trans::N, trans_b = Trans::N;
+    int64_t lda = 0, ldb = 0, ldc = 0;  // 0 = packed
+    DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
+    float alpha = 1.0f, beta = 0.0f;
+    GemmEpilogue epilogue;
+    bool b_scale_per_channel = false;   // int8 -> f32: b_scales holds N values (else 1)
+    DType residual_type = DType::f32;   // f32 or bf16
+    int64_t ld_residual = 0;            // 0 = packed (N)
+};
+
+// Pointers of one execution. Types follow the descriptor (A: a_type, B: b_type, C: c_type, ...).
+struct GemmArgs {
+    const void* A = nullptr;
+    const void* B = nullptr;            // not read by GemmPlan::run(args, packed_b)
+    void* C = nullptr;
+    const float* bias = nullptr;        // f32[N], read when epilogue.bias
+    const void* residual = nullptr;     // read when epilogue.residual
+    const float* a_scale = nullptr;     // int8 -> f32: one value
+    const float* b_scales = nullptr;    // int8 -> f32: one value, or N with b_scale_per_channel
+    int32_t a_zero_point = 0;           // int8: subtracted from every element of A
+    int32_t b_zero_point = 0;           // int8: subtracted from every element of B
+};
+
+// B repacked into the layout a plan's kernel prefers (created by GemmPlan::pack_b). Owned,
+// immutable and opaque; copies share the data. A PackedB is accepted by every plan whose kernel
+// uses the same packed layout (typically: the same K, N, b_type and implementation — M, the
+// epilogue and the scalars may differ, so one packed weight serves every batch size), and
+// rejected with an xk::Error by any other plan.
+class PackedB {
+public:
+    PackedB() = default;
+    bool empty() const noexcept { return !data_; }
+    size_t size_bytes() const noexcept;
+    // The packed layout, e.g. "ref:plain:f32:K64:N128" ("" when empty).
+    std::string layout() const;
+
+private:
+    friend class GemmPlan;
+    std::shared_ptr<const detail::GemmPacked> data_;
+};
+
+// A validated GEMM with its kernel selected and created once. Immutable; run() is const and
+// may be called from several threads at once (on different C).
+class GemmPlan {
+public:
+    // Validates desc (throws xk::Error) and selects the best implementation under the ISA cap.
+    explicit GemmPlan(const GemmDesc& desc);
+    ~GemmPlan();
+    GemmPlan(const GemmPlan&) = default;
+    GemmPlan& operator=(const GemmPlan&) = default;
+    GemmPlan(GemmPlan&&) noexcept = default;
+    GemmPlan& operator=(GemmPlan&&) noexcept = default;
+
+    // Validates the pointers and computes C.
+    void run(const GemmArgs& args) const;
+    // Same with B taken from packed_b (args.B is not read).
+    void run(const GemmArgs& args, const PackedB& packed_b) const;
+    // Packs B (b_type, trans_b, ldb as in the descriptor) for run(args, packed).
+    PackedB pack_b(const void* B) const;
+
+    const char* impl_name() const noexcept { return impl_name_; }
+    // The descriptor, with leading dimensions of 0 replaced by their packed value.
+    const GemmDesc& desc() const noexcept { return desc_; }
+
+private:
+    GemmDesc desc_;  // as given, leading dimensions resolved
+    std::shared_ptr<const detail::GemmKernel> kernel_;
+    const char* impl_name_ = "";
+    std::string pack_layout_;
+};
+
+// One-shot: validates, fetches the kernel from the process-wide cache, runs.
+void gemm(const GemmDesc& desc, const GemmArgs& args);
+
+// BLAS-style single precision, row-major: C = alpha * op(A) op(B) + beta * C.
+// lda / ldb / ldc of 0 mean packed.
+void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace xk

@@ -1,0 +1,300 @@
+// GEMM family: validation, registry, plan, packed B and the one-shot entry points.
+#include "kernels/gemm/gemm.hpp"
+
+#include <sstream>
+
+#include "common/activation.hpp"
+#include "common/check.hpp"
+#include "xk/gemm.hpp"
+
+namespace xk {
+namespace detail {
+namespace {
+
+std::string num(double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+}
+
+bool valid_dtype(DType t) {
+    const int v = static_cast<int>(t);
+    return v >= 0 && v <= static_cast<int>(DType::s32);
+}
+
+std::string dtype_str(DType t) {
+    return valid_dtype(t) ? dtype_name(t) : std::to_string(static_cast<int>(t));
+}
+
+void check_enum_trans(const char* fn, const char* arg, Trans t) {
+    const int v = static_cast<int>(t);
+    if (v != 0 && v != 1) fail_arg(fn, arg, std::to_string(v), "is not a valid xk::Trans (N=0, T=1)");
+}
+
+void check_enum_dtype(const char* fn, const char* arg, DType t) {
+    if (!valid_dtype(t)) fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid xk::DType");
+}
+
+// Elements spanned by a rows x cols matrix with leading dimension ld (0 when empty).
+int64_t extent(const char* fn, const char* what, int64_t rows, int64_t cols, int64_t ld) {
+    if (rows == 0 || cols == 0) return 0;
+    return checked_add(fn, what, checked_mul(fn, what, rows - 1, ld), cols);
+}
+
+struct Span {
+    const char* name;
+    const void* p;
+    int64_t bytes;
+};
+
+void check_no_overlap(const char* fn, const Span& c, const Span& in) {
+    if (!c.p || !in.p || c.bytes == 0 || in.bytes == 0) return;
+    const auto c0 = reinterpret_cast<uintptr_t>(c.p), i0 = reinterpret_cast<uintptr_t>(in.p);
+    if (c0 < i0 + static_cast<uintptr_t>(in.bytes) && i0 < c0 + static_cast<uintptr_t>(c.bytes))
+        fail_arg(fn, c.name, ptr_str(c.p),
+                 std::string("overlaps ") + in.name + "=" + ptr_str(in.p) + " (the output must not alias an input)");
+}
+
+GemmSpec make_spec(const GemmDesc& d) {
+    GemmSpec s;
+    s.M = d.M, s.N = d.N, s.K = d.K;
+    s.trans_a = d.trans_a, s.trans_b = d.trans_b;
+    s.lda = d.lda, s.ldb = d.ldb, s.ldc = d.ldc, s.ld_residual = d.ld_residual;
+    s.a_type = d.a_type, s.b_type = d.b_type, s.c_type = d.c_type;
+    s.alpha_one = d.alpha == 1.0f;
+    s.beta = d.beta == 0.0f ? BetaKind::zero : d.beta == 1.0f ? BetaKind::one : BetaKind::other;
+    s.epilogue = d.epilogue;
+    s.b_scale_per_channel = d.b_scale_per_channel;
+    s.residual_type = d.residual_type;
+    return s;
+}
+
+// Leading dimensions with 0 replaced by the minimum (validation happens in gemm_check_desc).
+GemmDesc resolve_lds(GemmDesc d) {
+    const int64_t min_lda = d.trans_a == Trans::N ? d.K : d.M;
+    const int64_t min_ldb = d.trans_b == Trans::N ? d.N : d.K;
+    if (d.lda == 0) d.lda = min_lda;
+    if (d.ldb == 0) d.ldb = min_ldb;
+    if (d.ldc == 0) d.ldc = d.N;
+    if (d.ld_residual == 0) d.ld_residual = d.N;
+    return d;
+}
+
+}  // namespace
+
+std::string GemmSpec::key() const {
+    std::string k = std::string(dtype_name(a_type)) + dtype_name(b_type) + dtype_name(c_type) + "," +
+                    trans_name(trans_a) + trans_name(trans_b) + ",M" + std::to_string(M) + "N" + std::to_string(N) +
+                    "K" + std::to_string(K) + ",lda" + std::to_string(lda) + ",ldb" + std::to_string(ldb) + ",ldc" +
+                    std::to_string(ldc) + (alpha_one ? ",a1" : ",aX") +
+                    (beta == BetaKind::zero ? ",b0" : beta == BetaKind::one ? ",b1" : ",bX");
+    if (b_scale_per_channel) k += ",bscale:n";
+    if (epilogue.bias || epilogue.act != Activation::none || epilogue.residual) {
+        k += ",ep:";
+        if (epilogue.bias) k += "bias+";
+        k += activation_name(epilogue.act);
+        if (epilogue.residual)
+            k += std::string("+res:") + dtype_name(residual_type) + ":ld" + std::to_string(ld_residual);
+    }
+    return k;
+}
+
+GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc) {
+    // Enumerations first: everything below switches on them.
+    check_enum_trans(fn, "trans_a", desc.trans_a);
+    check_enum_trans(fn, "trans_b", desc.trans_b);
+    check_enum_dtype(fn, "a_type", desc.a_type);
+    check_enum_dtype(fn, "b_type", desc.b_type);
+    check_enum_dtype(fn, "c_type", desc.c_type);
+    check_enum_dtype(fn, "residual_type", desc.residual_type);
+    if (!valid_activation(desc.epilogue.act))
+        fail_arg(fn, "epilogue.act", std::to_string(static_cast<int>(desc.epilogue.act)),
+                 "is not a valid xk::Activation");
+
+    check_nonnegative(fn, "M", desc.M);
+    check_nonnegative(fn, "N", desc.N);
+    check_nonnegative(fn, "K", desc.K);
+
+    // Data types.
+    const DType a = desc.a_type, b = desc.b_type, c = desc.c_type;
+    const bool ok = (a == DType::f32 && b == DType::f32 && c == DType::f32) ||
+                    (a == DType::bf16 && b == DType::bf16 && (c == DType::f32 || c == DType::bf16)) ||
+                    ((a == DType::u8 || a == DType::s8) && b == DType::s8 && (c == DType::s32 || c == DType::f32));
+    if (!ok)
+        fail(Status::unsupported, std::string(fn) + ": a_type=" + dtype_str(a) + " b_type=" + dtype_str(b) +
+                                      " c_type=" + dtype_str(c) +
+                                      " is not a supported combination (f32*f32->f32, bf16*bf16->f32|bf16, "
+                                      "u8|s8*s8->s32|f32)");
+    const bool int8 = a == DType::u8 || a == DType::s8;
+
+    // Options that only some types have.
+    if (desc.b_scale_per_channel && !(int8 && c == DType::f32))
+        fail_arg(fn, "b_scale_per_channel", "true", "applies only to int8 inputs with c_type=f32 (got a_type=" +
+                                                        dtype_str(a) + " c_type=" + dtype_str(c) + ")");
+    if (c == DType::s32) {
+        if (desc.alpha != 1.0f)
+            fail(Status::unsupported, std::string(fn) + ": alpha=" + num(desc.alpha) + " is not supported with c_type=s32 (must be 1)");
+        if (desc.beta != 0.0f && desc.beta != 1.0f)
+            fail(Status::unsupported, std::string(fn) + ": beta=" + num(desc.beta) + " is not supported with c_type=s32 (must be 0 or 1)");
+        if (desc.epilogue.bias || desc.epilogue.act != Activation::none || desc.epilogue.residual)
+            fail(Status::unsupported, std::string(fn) + ": epilogue (bias=" + (desc.epilogue.bias ? "on" : "off") +
+                                          " act=" + activation_name(desc.epilogue.act) + " residual=" +
+                                          (desc.epilogue.residual ? "on" : "off") +
+                                          ") is not supported with c_type=s32 (use c_type=f32)");
+    }
+    if (desc.epilogue.residual && desc.residual_type != DType::f32 && desc.residual_type != DType::bf16)
+        fail(Status::unsupported, std::string(fn) + ": residual_type=" + dtype_name(desc.residual_type) +
+                                      " is not supported (f32 or bf16)");
+
+    // Leading dimensions.
+    const GemmDesc d = resolve_lds(desc);
+    const bool an = d.trans_a == Trans::N, bn = d.trans_b == Trans::N;
+    check_ld(fn, "lda", d.lda, an ? d.K : d.M, an ? "K" : "M");
+    check_ld(fn, "ldb", d.ldb, bn ? d.N : d.K, bn ? "N" : "K");
+    check_ld(fn, "ldc", d.ldc, d.N, "N");
+    if (d.epilogue.residual) check_ld(fn, "ld_residual", d.ld_residual, d.N, "N");
+
+    // Every operand's extent (and its byte count) must be representable.
+    extent(fn, an ? "M*lda" : "K*lda", an ? d.M : d.K, an ? d.K : d.M, d.lda);
+    extent(fn, bn ? "K*ldb" : "N*ldb", bn ? d.K : d.N, bn ? d.N : d.K, d.ldb);
+    extent(fn, "M*ldc", d.M, d.N, d.ldc);
+    if (d.epilogue.residual) extent(fn, "M*ld_residual", d.M, d.N, d.ld_residual);
+    checked_mul(fn, "K*N", d.K, d.N);  // the packed B
+    return make_spec(d);
+}
+
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed) {
+    const bool any = s.M > 0 && s.N > 0;  // otherwise nothing is read or written
+    const bool ab = any && s.K > 0;
+    const bool an = s.trans_a == Trans::N, bn = s.trans_b == Trans::N;
+    if (ab) check_not_null(fn, "A", a.A);
+    if (ab && !b_packed) check_not_null(fn, "B", a.B);
+    if (any) check_not_null(fn, "C", a.C);
+    if (any && s.epilogue.bias) check_not_null(fn, "bias", a.bias);
+    if (any && s.epilogue.residual) check_not_null(fn, "residual", a.residual);
+    const bool dequant = s.int8() && s.c_type == DType::f32;
+    if (any && dequant) {
+        check_not_null(fn, "a_scale", a.a_scale);
+        check_not_null(fn, "b_scales", a.b_scales);
+    }
+    if (s.int8()) {
+        if (s.a_type == DType::u8)
+            check_range(fn, "a_zero_point", a.a_zero_point, 0, 255);
+        else
+            check_range(fn, "a_zero_point", a.a_zero_point, -128, 127);
+        check_range(fn, "b_zero_point", a.b_zero_point, -128, 127);
+    }
+    if (!any) return;
+
+    const int64_t as = dtype_size(s.a_type), bs = dtype_size(s.b_type), cs = dtype_size(s.c_type);
+    const Span c{"C", a.C, extent(fn, "M*ldc", s.M, s.N, s.ldc) * cs};
+    check_no_overlap(fn, c, {"A", ab ? a.A : nullptr, extent(fn, "lda", an ? s.M : s.K, an ? s.K : s.M, s.lda) * as});
+    if (!b_packed)
+        check_no_overlap(fn, c, {"B", ab ? a.B : nullptr, extent(fn, "ldb", bn ? s.K : s.N, bn ? s.N : s.K, s.ldb) * bs});
+    if (s.epilogue.bias) check_no_overlap(fn, c, {"bias", a.bias, s.N * 4});
+    if (s.epilogue.residual)
+        check_no_overlap(fn, c, {"residual", a.residual,
+                                 extent(fn, "ld_residual", s.M, s.N, s.ld_residual) * dtype_size(s.residual_type)});
+    if (dequant) {
+        check_no_overlap(fn, c, {"a_scale", a.a_scale, 4});
+        check_no_overlap(fn, c, {"b_scales", a.b_scales, (s.b_scale_per_channel ? s.N : 1) * 4});
+    }
+}
+
+const Registry<GemmSpec, GemmKernel>& gemm_registry() {
+    static const Registry<GemmSpec, GemmKernel> r("gemm", {
+                                                              {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
+                                                          });
+    return r;
+}
+
+namespace {
+
+GemmCall make_call(const GemmDesc& d, const GemmArgs& args, const GemmPacked* packed) {
+    GemmCall call;
+    call.args = args;
+    call.alpha = d.alpha;
+    call.beta = d.beta;
+    call.packed_b = packed;
+    return call;
+}
+
+void gemm_one_shot(const char* fn, const GemmDesc& desc, const GemmArgs& args) {
+    const GemmSpec s = gemm_check_desc(fn, desc);
+    gemm_check_args(fn, s, args, false);
+    if (s.M == 0 || s.N == 0) return;
+    const auto sel = gemm_registry().get(s);
+    sel.kernel->run(make_call(desc, args, nullptr));
+}
+
+}  // namespace
+}  // namespace detail
+
+// ---- PackedB -----------------------------------------------------------------------------------
+
+size_t PackedB::size_bytes() const noexcept { return data_ ? data_->bytes : 0; }
+std::string PackedB::layout() const { return data_ ? data_->layout : std::string(); }
+
+// ---- GemmPlan ----------------------------------------------------------------------------------
+
+GemmPlan::GemmPlan(const GemmDesc& desc) {
+    const detail::GemmSpec s = detail::gemm_check_desc("xk::GemmPlan", desc);
+    const auto sel = detail::gemm_registry().get(s);
+    desc_ = detail::resolve_lds(desc);
+    kernel_ = sel.kernel;
+    impl_name_ = sel.impl->name;
+    pack_layout_ = kernel_->packed_layout();
+}
+
+GemmPlan::~GemmPlan() = default;
+
+void GemmPlan::run(const GemmArgs& args) const {
+    constexpr const char* fn = "xk::GemmPlan::run";
+    if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
+    const detail::GemmSpec s = detail::make_spec(desc_);
+    detail::gemm_check_args(fn, s, args, false);
+    if (s.M == 0 || s.N == 0) return;
+    kernel_->run(detail::make_call(desc_, args, nullptr));
+}
+
+void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
+    constexpr const char* fn = "xk::GemmPlan::run";
+    if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
+    if (packed_b.empty())
+        detail::fail_arg(fn, "packed_b", "empty", "holds no data (make it with GemmPlan::pack_b)");
+    if (packed_b.data_->layout != pack_layout_)
+        detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
+                         "was packed for another plan: this plan (" + std::string(impl_name_) + ") needs layout '" +
+                             pack_layout_ + "' (pack B with this plan's pack_b)");
+    const detail::GemmSpec s = detail::make_spec(desc_);
+    detail::gemm_check_args(fn, s, args, true);
+    if (s.M == 0 || s.N == 0) return;
+    kernel_->run(detail::make_call(desc_, args, packed_b.data_.get()));
+}
+
+PackedB GemmPlan::pack_b(const void* B) const {
+    constexpr const char* fn = "xk::GemmPlan::pack_b";
+    if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
+    if (desc_.K > 0 && desc_.N > 0) detail::check_not_null(fn, "B", B);
+    PackedB p;
+    p.data_ = kernel_->pack_b(B);
+    return p;
+}
+
+// ---- one-shot ----------------------------------------------------------------------------------
+
+void gemm(const GemmDesc& desc, const GemmArgs& args) { detail::gemm_one_shot("xk::gemm", desc, args); }
+
+void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    GemmDesc d;
+    d.M = M, d.N = N, d.K = K;
+    d.trans_a = trans_a, d.trans_b = trans_b;
+    d.lda = lda, d.ldb = ldb, d.ldc = ldc;
+    d.alpha = alpha, d.beta = beta;
+    GemmArgs a;
+    a.A = A, a.B = B, a.C = C;
+    detail::gemm_one_shot("xk::sgemm", d, a);
+}
+
+}  // namespace xk

@@ -1,0 +1,80 @@
+// Internal interface of the GEMM family, shared by its implementations and the tests.
+//
+// A kernel is created from a GemmSpec (the validated descriptor with leading dimensions resolved)
+// and runs the whole problem, threading itself with detail::parallel_for: blocking and the split
+// over threads are the kernel's business. The spec does not hold alpha and beta — only whether
+// alpha is 1 and whether beta is 0, 1 or anything else — so one kernel serves every value of the
+// same class (sgemm with varying alpha/beta does not fill the cache); the values come with each
+// call in GemmCall. Kernels may specialise on the classes.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dispatch/registry.hpp"
+#include "xk/gemm.hpp"
+
+namespace xk::detail {
+
+enum class BetaKind : int { zero = 0, one = 1, other = 2 };
+
+struct GemmSpec {
+    int64_t M = 0, N = 0, K = 0;
+    Trans trans_a = Trans::N, trans_b = Trans::N;
+    int64_t lda = 0, ldb = 0, ldc = 0, ld_residual = 0;  // resolved (never "0 = packed")
+    DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
+    bool alpha_one = true;
+    BetaKind beta = BetaKind::zero;
+    GemmEpilogue epilogue;
+    bool b_scale_per_channel = false;
+    DType residual_type = DType::f32;
+
+    bool int8() const { return a_type == DType::u8 || a_type == DType::s8; }
+    // Canonical and unique per kernel, e.g. "f32f32f32,NT,M64N64K64,lda64,ldb64,ldc64,a1,b0,ep:bias+relu".
+    std::string key() const;
+};
+
+// B in a kernel's own layout. The kernel that packs may derive from this to keep more (column
+// sums for zero-point compensation, ...). `layout` names the layout (GemmKernel::packed_layout()).
+struct GemmPacked {
+    GemmPacked(std::string layout, size_t bytes);
+    virtual ~GemmPacked();
+    GemmPacked(const GemmPacked&) = delete;
+    GemmPacked& operator=(const GemmPacked&) = delete;
+
+    std::string layout;
+    size_t bytes = 0;
+    void* data = nullptr;  // 64-byte aligned, `bytes` long (never null, even for 0 bytes)
+};
+
+// One execution: the user's pointers (validated), the scalars, and the packed B if any.
+struct GemmCall {
+    GemmArgs args;
+    float alpha = 1.0f, beta = 0.0f;
+    const GemmPacked* packed_b = nullptr;  // non-null: use it instead of args.B
+};
+
+struct GemmKernel {
+    virtual ~GemmKernel() = default;
+    // Computes the whole problem (threads itself with detail::parallel_for).
+    virtual void run(const GemmCall& call) const = 0;
+    // B (b_type, trans_b, ldb of the spec) in this kernel's layout.
+    virtual std::shared_ptr<const GemmPacked> pack_b(const void* B) const = 0;
+    // Packs are interchangeable between kernels that return equal strings here.
+    virtual std::string packed_layout() const = 0;
+};
+
+const Registry<GemmSpec, GemmKernel>& gemm_registry();
+
+// Validation shared by the entry points; `fn` names the entry point in messages.
+GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc);
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed);
+
+// Reference (the specification): the plain loops, threaded over rows of C. Its packed form of B
+// is op(B) copied into a contiguous K x N array of b_type.
+void gemm_reference(const GemmSpec& s, const GemmCall& call);
+std::shared_ptr<const GemmPacked> gemm_reference_pack_b(const GemmSpec& s, const void* B);
+std::string gemm_reference_packed_layout(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
+
+}  // namespace xk::detail
