@@ -1,24 +1,78 @@
 #include "tools/selections.hpp"
 
+#include "kernels/conv/conv.hpp"
 #include "kernels/eltwise/eltwise.hpp"
+#include "kernels/embedding_bag/embedding_bag.hpp"
+#include "kernels/gemm/gemm.hpp"
 #include "xk/isa.hpp"
 
 namespace xk::tools {
 
 namespace {
-template <class Reg, class Desc>
-Selection pick(const char* family, const Reg& reg, const Desc& d) {
+template <class Reg, class MakeDesc>
+Selection pick(const char* family, const Reg& reg, MakeDesc make) {
     try {
-        return {family, d.key(), reg.select(d, max_isa()).name};
+        const auto d = make();
+        try {
+            return {family, d.key(), reg.select(d, max_isa()).name};
+        } catch (const std::exception& e) {
+            return {family, d.key(), std::string("none (") + e.what() + ")"};
+        }
     } catch (const std::exception& e) {
-        return {family, d.key(), std::string("none (") + e.what() + ")"};
+        return {family, "?", std::string("invalid descriptor (") + e.what() + ")"};
     }
+}
+
+GemmDesc gemm_desc(int64_t m, int64_t n, int64_t k, DType a, DType b, DType c) {
+    GemmDesc d;
+    d.M = m;
+    d.N = n;
+    d.K = k;
+    d.a_type = a;
+    d.b_type = b;
+    d.c_type = c;
+    return d;
 }
 }  // namespace
 
 std::vector<Selection> selections() {
+    using namespace detail;
     std::vector<Selection> v;
-    v.push_back(pick("axpby", detail::axpby_registry(), detail::AxpbyDesc{}));
+    v.push_back(pick("axpby", axpby_registry(), [] { return AxpbyDesc{}; }));
+    v.push_back(pick("gemm f32", gemm_registry(), [] {
+        auto d = gemm_desc(384, 3072, 768, DType::f32, DType::f32, DType::f32);
+        d.trans_b = Trans::T;
+        d.epilogue.bias = true;
+        d.epilogue.act = Activation::gelu_erf;
+        return gemm_check_desc("xk-info", d);
+    }));
+    v.push_back(pick("gemm f32 small", gemm_registry(),
+                     [] { return gemm_check_desc("xk-info", gemm_desc(32, 32, 32, DType::f32, DType::f32, DType::f32)); }));
+    v.push_back(pick("gemm f32 decode", gemm_registry(), [] {
+        auto d = gemm_desc(1, 4096, 4096, DType::f32, DType::f32, DType::f32);
+        d.trans_b = Trans::T;
+        return gemm_check_desc("xk-info", d);
+    }));
+    v.push_back(pick("gemm bf16", gemm_registry(),
+                     [] { return gemm_check_desc("xk-info", gemm_desc(384, 3072, 768, DType::bf16, DType::bf16, DType::f32)); }));
+    v.push_back(pick("gemm u8s8", gemm_registry(),
+                     [] { return gemm_check_desc("xk-info", gemm_desc(384, 3072, 768, DType::u8, DType::s8, DType::s32)); }));
+    v.push_back(pick("conv2d", conv_registry(), [] {
+        ConvDesc d;
+        d.n = 1; d.c = 64; d.h = 56; d.w = 56; d.oc = 64; d.kh = 3; d.kw = 3;
+        d.set_padding(1, 1);
+        d.layout = ConvLayout::nhwc;
+        d.weight_layout = ConvWeightLayout::ohwi;
+        d.with_bias = true;
+        d.activation = Activation::relu;
+        return conv_validate_desc("xk-info", d);
+    }));
+    v.push_back(pick("embedding_bag", embedding_bag_registry(), [] {
+        EmbeddingBagDesc d;
+        d.num_embeddings = 1000000;
+        d.dim = 128;
+        return embedding_bag_config(embedding_bag_validate_desc("xk-info", d));
+    }));
     return v;
 }
 

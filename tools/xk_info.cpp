@@ -87,7 +87,7 @@ int print_text(bool brief) {
     std::printf("threads    %d (%s)\n", xk::get_num_threads(), xk::threading_backend());
     std::printf("\nop family selections (representative descriptor -> implementation under the cap)\n");
     for (const auto& s : xk::tools::selections())
-        std::printf("  %-16s %-48s -> %s\n", s.family.c_str(), s.desc.c_str(), s.impl.c_str());
+        std::printf("  %-16s %-60s -> %s\n", s.family.c_str(), s.desc.c_str(), s.impl.c_str());
     std::printf("\nOpenCL devices\n");
     std::string err;
     const auto devs = xk::gpu::devices(&err);
