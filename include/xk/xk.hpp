@@ -5,4 +5,7 @@
 #include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 #include "xk/eltwise.hpp"
+#include "xk/norm.hpp"
+#include "xk/rope.hpp"
+#include "xk/quant.hpp"
 #include "xk/gpu.hpp"
