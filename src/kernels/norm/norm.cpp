@@ -168,14 +168,15 @@ void NormPlan::run(const NormArgs& args) const {
     detail::execute(*kernel_, desc_, args);
 }
 
-void norm(const NormDesc& desc, const NormArgs& args) {
-    constexpr const char* fn = "xk::norm";
+void detail::norm_one_shot(const char* fn, const NormDesc& desc, const NormArgs& args) {
     const NormDesc d = detail::resolve(fn, desc);
     detail::check_args(fn, d, args);
     if (d.rows == 0) return;
     const auto sel = detail::norm_registry().get(detail::norm_kernel_desc(d));
     detail::execute(*sel.kernel, d, args);
 }
+
+void norm(const NormDesc& desc, const NormArgs& args) { detail::norm_one_shot("xk::norm", desc, args); }
 
 namespace {
 
@@ -199,11 +200,7 @@ void norm_packed(const char* fn, NormKind kind, int64_t rows, int64_t hidden, co
     a.bias = bias;
     a.residual = residual;
     a.residual_out = residual;
-    const NormDesc rd = detail::resolve(fn, d);
-    detail::check_args(fn, rd, a);
-    if (rd.rows == 0) return;
-    const auto sel = detail::norm_registry().get(detail::norm_kernel_desc(rd));
-    detail::execute(*sel.kernel, rd, a);
+    detail::norm_one_shot(fn, d, a);
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ struct NormKernel {
 
 const Registry<NormKernelDesc, NormKernel>& norm_registry();
 
+// The one-shot path (validate, kernel cache, run) with the caller's name in error messages.
+void norm_one_shot(const char* fn, const NormDesc& desc, const NormArgs& args);
+
 // Reference (specification): rows [row_begin, row_end); d must have its strides resolved.
 void norm_reference(const NormDesc& d, const NormArgs& a, int64_t row_begin, int64_t row_end);
 

@@ -177,18 +177,6 @@ void execute(const QuantKernel& k, const QuantDesc& d, const QuantArgs& a) {
     });
 }
 
-void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args, bool want_quantize) {
-    const QuantDesc d = resolve(fn, desc);
-    if (is_quantize(d) != want_quantize)
-        fail(Status::invalid_argument,
-             std::string(fn) + ": src_dtype=" + dtype_name(d.src_dtype) + " -> dst_dtype=" + dtype_name(d.dst_dtype) +
-                 (want_quantize ? " is a dequantize (use xk::dequantize)" : " is a quantize (use xk::quantize)"));
-    check_args(fn, d, args);
-    if (d.rows == 0 || d.cols == 0) return;
-    const auto sel = quant_registry().get(quant_kernel_desc(d));
-    execute(*sel.kernel, d, args);
-}
-
 }  // namespace
 
 std::string QuantKernelDesc::key() const {
@@ -209,6 +197,18 @@ QuantKernelDesc quant_kernel_desc(const QuantDesc& d) {
     k.symmetric = d.symmetric;
     k.smooth = d.smooth;
     return k;
+}
+
+void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args, bool want_quantize) {
+    const QuantDesc d = resolve(fn, desc);
+    if (is_quantize(d) != want_quantize)
+        fail(Status::invalid_argument,
+             std::string(fn) + ": src_dtype=" + dtype_name(d.src_dtype) + " -> dst_dtype=" + dtype_name(d.dst_dtype) +
+                 (want_quantize ? " is a dequantize (use xk::dequantize)" : " is a quantize (use xk::quantize)"));
+    check_args(fn, d, args);
+    if (d.rows == 0 || d.cols == 0) return;
+    const auto sel = quant_registry().get(quant_kernel_desc(d));
+    execute(*sel.kernel, d, args);
 }
 
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry() {
@@ -262,6 +262,7 @@ constexpr DType dtype_of() {
 
 template <class S, class D>
 void per_tensor(const char* fn, int64_t n, const S* src, float scale, int32_t zero_point, D* dst, bool want_quantize) {
+    detail::check_nonnegative(fn, "n", n);
     QuantDesc d;
     d.rows = 1;
     d.cols = n;

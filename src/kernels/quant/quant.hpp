@@ -33,6 +33,10 @@ struct QuantKernel {
 
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry();
 
+// The one-shot path (validate, kernel cache, run) with the caller's name in error messages;
+// want_quantize says which direction the caller accepts.
+void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args, bool want_quantize);
+
 // Reference (specification); d must be resolved.
 void quant_reference(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 

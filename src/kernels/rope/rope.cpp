@@ -201,15 +201,15 @@ void RopePlan::run(const RopeArgs& args) const {
     detail::execute(*kernel_, desc_, args);
 }
 
-namespace {
-
-void rope_one_shot(const char* fn, const RopeDesc& desc, const RopeArgs& args) {
+void detail::rope_one_shot(const char* fn, const RopeDesc& desc, const RopeArgs& args) {
     const RopeDesc d = detail::resolve(fn, desc);
     detail::check_args(fn, d, args);
     if (d.tokens == 0) return;
     const auto sel = detail::rope_registry().get(detail::rope_kernel_desc(d));
     detail::execute(*sel.kernel, d, args);
 }
+
+namespace {
 
 template <class T, class C>
 void rope_packed(RopeStyle style, int64_t tokens, int64_t q_heads, int64_t k_heads, int64_t head_dim,
@@ -230,12 +230,12 @@ void rope_packed(RopeStyle style, int64_t tokens, int64_t q_heads, int64_t k_hea
     a.k = k;
     a.positions = positions;
     a.cos_sin_cache = cache;
-    rope_one_shot("xk::rope", d, a);
+    detail::rope_one_shot("xk::rope", d, a);
 }
 
 }  // namespace
 
-void rope(const RopeDesc& desc, const RopeArgs& args) { rope_one_shot("xk::rope", desc, args); }
+void rope(const RopeDesc& desc, const RopeArgs& args) { detail::rope_one_shot("xk::rope", desc, args); }
 
 void rope(RopeStyle style, int64_t tokens, int64_t q_heads, int64_t k_heads, int64_t head_dim, int64_t rotary_dim,
           float* q, float* k, const int64_t* positions, const float* cos_sin_cache, int64_t max_position) {

@@ -33,6 +33,9 @@ struct RopeKernel {
 
 const Registry<RopeKernelDesc, RopeKernel>& rope_registry();
 
+// The one-shot path (validate, kernel cache, run) with the caller's name in error messages.
+void rope_one_shot(const char* fn, const RopeDesc& desc, const RopeArgs& args);
+
 // Reference (specification): tokens [token_begin, token_end); d must be resolved.
 void rope_reference(const RopeDesc& d, const RopeArgs& a, int64_t token_begin, int64_t token_end);
 
