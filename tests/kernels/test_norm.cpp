@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/overlap.hpp"
 #include "common/parallel.hpp"
 #include "common/test_util.hpp"
 #include "kernels/norm/norm.hpp"
@@ -355,6 +356,32 @@ TEST(Norm, KernelIsKeyedWithoutRuntimeValues) {
     norm(d, args_of(d, t2));
     EXPECT_EQ(kernel_cache_stats().creations, created);
     ASSERT_TRUE(matches(d, t2, oracle(d, t2.x, nullptr, &t2.w, nullptr)));
+}
+
+TEST(Norm, OverlapHelperIsExact) {
+    // detail::regions_overlap (used by every aliasing check) against a brute-force byte set, over
+    // random small regions: equal strides, different strides, single rows, interleavings.
+    std::mt19937_64 g(11);
+    auto rnd = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(g() % static_cast<uint64_t>(hi - lo + 1)); };
+    for (int iter = 0; iter < 20000; ++iter) {
+        detail::MemRegion r[2];
+        for (auto& m : r) {
+            m.rows = rnd(1, 5);
+            m.width = rnd(1, 6);
+            m.stride = iter % 3 == 0 ? 8 : m.width + rnd(0, 6);
+            m.base = 1000 + static_cast<uintptr_t>(rnd(0, 40));
+        }
+        std::vector<int> bytes(200, 0);
+        for (int k = 0; k < 2; ++k)
+            for (int64_t row = 0; row < r[k].rows; ++row)
+                for (int64_t b = 0; b < r[k].width; ++b) bytes[r[k].base - 1000 + row * r[k].stride + b] |= 1 << k;
+        bool want = false;
+        for (int v : bytes) want = want || v == 3;
+        ASSERT_EQ(detail::regions_overlap(r[0], r[1]), want)
+            << "a={" << r[0].base << "," << r[0].rows << "," << r[0].stride << "," << r[0].width << "} b={" << r[1].base << ","
+            << r[1].rows << "," << r[1].stride << "," << r[1].width << "}";
+        ASSERT_EQ(detail::regions_overlap(r[1], r[0]), want);
+    }
 }
 
 TEST(Norm, ZeroRowsIsANoOp) {
