@@ -1,4 +1,6 @@
 // C API: rope family.
+#include <cstring>
+
 #include "capi/capi_common.hpp"
 #include "kernels/rope/rope.hpp"
 
@@ -13,7 +15,11 @@ xk_status c_rope(const char* fn, xk_rope_style style, int64_t tokens, int64_t q_
                  int64_t max_position, bool use_cache, float base, float scaling_factor) {
     return capi_call([&] {
         xk::RopeDesc d;
-        d.style = static_cast<xk::RopeStyle>(static_cast<int>(style));
+        // A C caller may pass any int: read the bits rather than load an out-of-range enum value.
+        int style_value = 0;
+        static_assert(sizeof(style) == sizeof(int), "xk_rope_style is int-sized");
+        std::memcpy(&style_value, &style, sizeof(int));
+        d.style = static_cast<xk::RopeStyle>(style_value);
         d.tokens = tokens;
         d.q_heads = q_heads;
         d.k_heads = k_heads;

@@ -650,7 +650,10 @@ TEST(Rope, CApi) {
     EXPECT_NE(std::string(xk_last_error()).find("xk_rope_f32: positions[1]=5 is beyond the cos_sin_cache (max_position=4)"),
               std::string::npos)
         << xk_last_error();
-    EXPECT_EQ(xk_rope_f32(static_cast<xk_rope_style>(7), 2, 2, 1, 8, 0, q, 0, 0, k, 0, 0, pos, cache, 4), XK_INVALID_ARGUMENT);
+    xk_rope_style bad_style;  // what a C caller passing 7 hands over (not a valid C++ value of the enum)
+    const int seven = 7;
+    std::memcpy(&bad_style, &seven, sizeof seven);
+    EXPECT_EQ(xk_rope_f32(bad_style, 2, 2, 1, 8, 0, q, 0, 0, k, 0, 0, pos, cache, 4), XK_INVALID_ARGUMENT);
     EXPECT_NE(std::string(xk_last_error()).find("style=7"), std::string::npos);
     uint16_t bq[64] = {}, bk[64] = {};
     EXPECT_EQ(xk_rope_bf16(XK_ROPE_GPTJ, 2, 2, 1, 8, 5, bq, 0, 0, bk, 0, 0, pos, cache, 8), XK_INVALID_ARGUMENT);
