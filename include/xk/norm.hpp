@@ -59,7 +59,7 @@ struct NormDesc {
     int64_t ld_x = 0, ld_y = 0, ld_residual = 0, ld_residual_out = 0;  // row strides, 0 = hidden
     float eps = 1e-5f;                  // finite, >= 0, added to the variance
     bool has_weight = true;             // multiply by weight (gamma)
-    bool has_bias = false;              // add bias (beta); layer_norm only
+    bool has_bias = false;              // add bias (beta): LayerNorm usually, allowed for RMSNorm
     bool fused_residual = false;        // h = x + residual, residual_out = h, y = norm(h)
 };
 

@@ -4,6 +4,7 @@
 // included).
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "common/overlap.hpp"
@@ -356,6 +357,31 @@ TEST(Norm, KernelIsKeyedWithoutRuntimeValues) {
     norm(d, args_of(d, t2));
     EXPECT_EQ(kernel_cache_stats().creations, created);
     ASSERT_TRUE(matches(d, t2, oracle(d, t2.x, nullptr, &t2.w, nullptr)));
+}
+
+TEST(Norm, PlanRunsConcurrently) {
+    // One immutable plan, run from two threads at once on different buffers (each run itself
+    // split over 2 threads), and the one-shot form racing on the kernel cache.
+    NormDesc d;
+    d.kind = NormKind::layer_norm;
+    d.rows = 40;
+    d.hidden = 700;
+    d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = DType::bf16;
+    d.fused_residual = true;
+    d.has_bias = true;
+    const NormPlan plan(d);
+    set_num_threads(2);
+    Tensors t[4] = {make_tensors(d, 0, 1), make_tensors(d, 0, 2), make_tensors(d, 0, 3), make_tensors(d, 0, 4)};
+    std::thread a([&] { plan.run(args_of(d, t[0])); });
+    std::thread b([&] { plan.run(args_of(d, t[1])); });
+    std::thread c([&] { norm(d, args_of(d, t[2])); });
+    std::thread e([&] { norm(d, args_of(d, t[3])); });
+    a.join();
+    b.join();
+    c.join();
+    e.join();
+    set_num_threads(0);
+    for (Tensors& tt : t) ASSERT_TRUE(matches(d, tt, oracle(d, tt.x, &tt.r, &tt.w, &tt.b)));
 }
 
 TEST(Norm, OverlapHelperIsExact) {
