@@ -1,0 +1,650 @@
+// RMSNorm / LayerNorm: every ISA's selection against a naive double-precision oracle, hidden sizes
+// 1..4095, strides, misaligned pointers, f32 / bf16 (and mixed) dtypes, fused residual with and
+// without aliasing, 1 and 2 threads, the kernel cache key, bad input for every entry point (C API
+// included).
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "common/overlap.hpp"
+#include "common/parallel.hpp"
+#include "common/test_util.hpp"
+#include "kernels/norm/norm.hpp"
+#include "kernels/typed_matrix.hpp"
+#include "xk/norm.hpp"
+#include "xk/runtime.hpp"
+#include "xk/xk.h"
+
+using namespace xk;
+using xk::test::for_each_isa;
+using xk::test::TypedMatrix;
+
+// Tolerances, against the exact (double) result of the same rounded inputs:
+//   f32 output:  statistics and products in fp32 (a few ulps) -> rtol 1e-5, atol 1e-5 (outputs
+//                are O(1): normalized values times weights near 1).
+//   bf16 output: one rounding of the fp32 result to bf16 = half an ulp <= 2^-8 relative, plus the
+//                fp32 error -> rtol 2^-8 + 1e-5, atol 1e-5.
+//   residual_out: exact (the fp32 sum x + residual, rounded once to the residual dtype).
+constexpr double kF32Atol = 1e-5, kF32Rtol = 1e-5;
+constexpr double kBf16Atol = 1e-5, kBf16Rtol = 1.0 / 256 + 1e-5;
+
+namespace {
+
+const std::vector<int64_t> kHiddenSizes = {1, 2, 7, 15, 16, 17, 31, 64, 127, 255, 300, 4095};
+
+double atol_of(DType t) { return t == DType::bf16 ? kBf16Atol : kF32Atol; }
+double rtol_of(DType t) { return t == DType::bf16 ? kBf16Rtol : kF32Rtol; }
+
+struct Tensors {
+    TypedMatrix x, y, r, ro, w, b;
+};
+
+// Random inputs for d (strides as in d, 0 = packed), misaligned by `mis` elements.
+Tensors make_tensors(const NormDesc& d, size_t mis, uint64_t seed) {
+    Tensors t;
+    t.x = TypedMatrix(d.x_dtype, d.rows, d.hidden, d.ld_x, mis);
+    t.y = TypedMatrix(d.y_dtype, d.rows, d.hidden, d.ld_y, mis + 1);
+    t.x.fill_uniform(-2.0, 2.5, seed);
+    if (d.fused_residual) {
+        t.r = TypedMatrix(d.residual_dtype, d.rows, d.hidden, d.ld_residual, mis + 2);
+        t.ro = TypedMatrix(d.residual_dtype, d.rows, d.hidden, d.ld_residual_out, mis + 3);
+        t.r.fill_uniform(-1.0, 1.0, seed + 1);
+    }
+    if (d.has_weight) {
+        t.w = TypedMatrix(d.weight_dtype, 1, d.hidden, 0, mis);
+        t.w.fill_uniform(0.5, 1.5, seed + 2);
+    }
+    if (d.has_bias) {
+        t.b = TypedMatrix(d.weight_dtype, 1, d.hidden, 0, mis + 1);
+        t.b.fill_uniform(-0.5, 0.5, seed + 3);
+    }
+    return t;
+}
+
+NormArgs args_of(const NormDesc& d, Tensors& t) {
+    NormArgs a;
+    a.x = t.x.data();
+    a.y = t.y.data();
+    if (d.has_weight) a.weight = t.w.data();
+    if (d.has_bias) a.bias = t.b.data();
+    if (d.fused_residual) {
+        a.residual = t.r.data();
+        a.residual_out = t.ro.data();
+    }
+    return a;
+}
+
+// The oracle: everything in double from the stored (rounded) inputs. h is the fused sum rounded
+// to the residual dtype (part of the definition); y is left unrounded.
+struct Expected {
+    std::vector<double> h, y;  // [rows x hidden], packed
+};
+Expected oracle(const NormDesc& d, const TypedMatrix& x, const TypedMatrix* r, const TypedMatrix* w,
+                const TypedMatrix* b) {
+    const int64_t n = d.hidden;
+    Expected e;
+    e.h.resize(d.rows * n);
+    e.y.resize(d.rows * n);
+    for (int64_t row = 0; row < d.rows; ++row) {
+        double* h = &e.h[row * n];
+        for (int64_t i = 0; i < n; ++i) {
+            h[i] = x.get(row, i);
+            if (d.fused_residual)
+                h[i] = test::round_to(d.residual_dtype, static_cast<float>(static_cast<float>(h[i]) + static_cast<float>(r->get(row, i))));
+        }
+        double mean = 0;
+        if (d.kind == NormKind::layer_norm) {
+            for (int64_t i = 0; i < n; ++i) mean += h[i];
+            mean /= n;
+        }
+        double var = 0;
+        for (int64_t i = 0; i < n; ++i) var += (h[i] - mean) * (h[i] - mean);
+        var /= n;
+        const double rstd = 1.0 / std::sqrt(var + d.eps);
+        for (int64_t i = 0; i < n; ++i) {
+            double v = (h[i] - mean) * rstd;
+            if (d.has_weight) v *= w->get(0, i);
+            if (d.has_bias) v += b->get(0, i);
+            e.y[row * n + i] = v;
+        }
+    }
+    return e;
+}
+
+::testing::AssertionResult matches(const NormDesc& d, const Tensors& t, const Expected& e) {
+    std::vector<double> y(d.rows * d.hidden), ro;
+    for (int64_t r = 0; r < d.rows; ++r)
+        for (int64_t i = 0; i < d.hidden; ++i) y[r * d.hidden + i] = t.y.get(r, i);
+    auto res = test::all_close(y.data(), e.y.data(), y.size(), atol_of(d.y_dtype), rtol_of(d.y_dtype));
+    if (!res) return res << " (y)";
+    if (!t.y.padding_intact()) return t.y.padding_intact() << " (y)";
+    if (d.fused_residual) {
+        for (int64_t r = 0; r < d.rows; ++r)
+            for (int64_t i = 0; i < d.hidden; ++i)
+                if (t.ro.get(r, i) != e.h[r * d.hidden + i])
+                    return ::testing::AssertionFailure() << "residual_out[" << r << "][" << i << "]=" << t.ro.get(r, i)
+                                                         << " want " << e.h[r * d.hidden + i];
+        if (!t.ro.padding_intact()) return t.ro.padding_intact() << " (residual_out)";
+    }
+    return ::testing::AssertionSuccess();
+}
+
+std::string describe(const NormDesc& d) {
+    return detail::norm_kernel_desc(d).key() + " rows=" + std::to_string(d.rows) + " ld_x=" + std::to_string(d.ld_x) +
+           " ld_y=" + std::to_string(d.ld_y) + " eps=" + std::to_string(d.eps);
+}
+
+struct DTypes {
+    DType x, y, r, w;
+};
+const DTypes kDTypeCombos[] = {
+    {DType::f32, DType::f32, DType::f32, DType::f32},
+    {DType::bf16, DType::bf16, DType::bf16, DType::bf16},
+    {DType::bf16, DType::bf16, DType::f32, DType::f32},  // fp32 residual stream and weights
+    {DType::f32, DType::bf16, DType::bf16, DType::bf16},
+};
+
+}  // namespace
+
+TEST(Norm, EveryIsaMatchesOracle) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            int variant = 0;
+            for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm}) {
+                for (const DTypes& dt : kDTypeCombos) {
+                    for (int64_t hidden : kHiddenSizes) {
+                        for (bool fused : {false, true}) {
+                            ++variant;
+                            NormDesc d;
+                            d.kind = kind;
+                            d.rows = hidden >= 1000 ? 2 : 3;
+                            d.hidden = hidden;
+                            d.x_dtype = dt.x;
+                            d.y_dtype = dt.y;
+                            d.residual_dtype = dt.r;
+                            d.weight_dtype = dt.w;
+                            d.has_weight = variant % 5 != 0;
+                            d.has_bias = kind == NormKind::layer_norm ? variant % 3 != 0 : variant % 7 == 0;
+                            d.fused_residual = fused;
+                            d.eps = variant % 2 ? 1e-5f : 1e-6f;
+                            // Strides: packed, or padded by a few elements (different per matrix).
+                            if (variant % 2) {
+                                d.ld_x = hidden + 3;
+                                d.ld_y = hidden + 1;
+                                d.ld_residual = hidden + 5;
+                                d.ld_residual_out = hidden + 2;
+                            }
+                            const size_t mis = variant % 4;  // elements past a 64-byte boundary
+                            Tensors t = make_tensors(d, mis, 1000 + variant);
+                            const NormPlan plan(d);
+                            EXPECT_STREQ(plan.impl_name(), detail::norm_registry().select(detail::norm_kernel_desc(plan.desc()), isa).name);
+                            plan.run(args_of(d, t));
+                            const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
+                            ASSERT_TRUE(matches(d, t, e)) << describe(d) << " threads=" << threads;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    set_num_threads(0);
+}
+
+TEST(Norm, ReferenceAgreesWithPlanAndIsSplitAcrossThreads) {
+    // 64 rows of 300: two chunks of rows, so 2 threads really split the work; the result must be
+    // bitwise identical to the single-threaded run and to the reference called directly.
+    NormDesc d;
+    d.kind = NormKind::layer_norm;
+    d.rows = 64;
+    d.hidden = 300;
+    d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = DType::bf16;
+    d.has_bias = true;
+    d.fused_residual = true;
+    for_each_isa([&](Isa) {
+        Tensors t1 = make_tensors(d, 0, 7), t2 = make_tensors(d, 0, 7), tr = make_tensors(d, 0, 7);
+        set_num_threads(1);
+        norm(d, args_of(d, t1));
+        set_num_threads(2);
+        EXPECT_EQ(detail::parallel_threads(d.rows, detail::norm_row_grain(d.hidden)), 2);
+        norm(d, args_of(d, t2));
+        set_num_threads(0);
+        NormDesc rd = d;
+        rd.ld_x = rd.ld_y = rd.ld_residual = rd.ld_residual_out = d.hidden;
+        detail::norm_reference(rd, args_of(d, tr), 0, d.rows);
+        ASSERT_EQ(std::memcmp(t1.y.data(), t2.y.data(), t1.y.elems() * 2), 0);
+        ASSERT_EQ(std::memcmp(t1.ro.data(), t2.ro.data(), t1.ro.elems() * 2), 0);
+        ASSERT_EQ(std::memcmp(t1.y.data(), tr.y.data(), t1.y.elems() * 2), 0);
+        ASSERT_TRUE(matches(d, t2, oracle(d, t2.x, &t2.r, &t2.w, &t2.b)));
+    });
+    // A single row of 4096 runs inline.
+    EXPECT_EQ(detail::parallel_threads(1, detail::norm_row_grain(4096)), 1);
+}
+
+TEST(Norm, InPlaceAliasing) {
+    for_each_isa([&](Isa) {
+        for (DType t : {DType::f32, DType::bf16}) {
+            for (int64_t hidden : {1, 17, 300}) {
+                // y == x (same stride), residual_out == residual, both with padded rows.
+                NormDesc d;
+                d.kind = NormKind::rms_norm;
+                d.rows = 5;
+                d.hidden = hidden;
+                d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = t;
+                d.ld_x = d.ld_y = hidden + 4;
+                d.ld_residual = d.ld_residual_out = hidden + 2;
+                d.fused_residual = true;
+                Tensors tt = make_tensors(d, 1, 50 + hidden);
+                const TypedMatrix x0 = tt.x.clone(), r0 = tt.r.clone();
+                NormArgs a = args_of(d, tt);
+                a.y = tt.x.data();
+                a.residual_out = tt.r.data();
+                norm(d, a);
+                const Expected e = oracle(d, x0, &r0, &tt.w, nullptr);
+                Tensors view;  // compare the in-place buffers through `matches`
+                view.y = tt.x.clone();
+                view.ro = tt.r.clone();
+                ASSERT_TRUE(matches(d, view, e)) << "in place, " << describe(d);
+
+                // vLLM's fused_add_rms_norm convenience: packed, both in place.
+                TypedMatrix x(t, 3, hidden), r(t, 3, hidden), w(t, 1, hidden);
+                x.fill_uniform(-2, 2, 1);
+                r.fill_uniform(-2, 2, 2);
+                w.fill_uniform(0.5, 1.5, 3);
+                NormDesc pd;
+                pd.rows = 3;
+                pd.hidden = hidden;
+                pd.x_dtype = pd.y_dtype = pd.residual_dtype = pd.weight_dtype = t;
+                pd.fused_residual = true;
+                pd.eps = 1e-6f;
+                const Expected pe = oracle(pd, x, &r, &w, nullptr);
+                if (t == DType::f32)
+                    fused_add_rms_norm(3, hidden, static_cast<float*>(x.data()), static_cast<float*>(r.data()),
+                                       static_cast<const float*>(w.data()), 1e-6f);
+                else
+                    fused_add_rms_norm(3, hidden, static_cast<bf16*>(x.data()), static_cast<bf16*>(r.data()),
+                                       static_cast<const bf16*>(w.data()), 1e-6f);
+                Tensors pv;
+                pv.y = x.clone();
+                pv.ro = r.clone();
+                ASSERT_TRUE(matches(pd, pv, pe)) << "fused_add_rms_norm " << dtype_name(t) << " hidden=" << hidden;
+            }
+        }
+    });
+}
+
+TEST(Norm, ConvenienceFormsMatchOracle) {
+    for_each_isa([&](Isa) {
+        for (DType t : {DType::f32, DType::bf16}) {
+            for (int64_t hidden : {7, 64, 4095}) {
+                for (int variant = 0; variant < 3; ++variant) {  // weight+bias, weight only, neither
+                    NormDesc d;
+                    d.rows = 2;
+                    d.hidden = hidden;
+                    d.x_dtype = d.y_dtype = d.weight_dtype = t;
+                    d.eps = 1e-5f;
+                    d.has_weight = variant < 2;
+                    for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm}) {
+                        d.kind = kind;
+                        d.has_bias = kind == NormKind::layer_norm && variant == 0;
+                        Tensors tt = make_tensors(d, 0, 90 + variant);
+                        const void* w = d.has_weight ? tt.w.data() : nullptr;
+                        const void* b = d.has_bias ? tt.b.data() : nullptr;
+                        if (t == DType::f32) {
+                            auto* x = static_cast<const float*>(tt.x.data());
+                            auto* y = static_cast<float*>(tt.y.data());
+                            if (kind == NormKind::rms_norm)
+                                rms_norm(2, hidden, x, static_cast<const float*>(w), d.eps, y);
+                            else
+                                layer_norm(2, hidden, x, static_cast<const float*>(w), static_cast<const float*>(b), d.eps, y);
+                        } else {
+                            auto* x = static_cast<const bf16*>(tt.x.data());
+                            auto* y = static_cast<bf16*>(tt.y.data());
+                            if (kind == NormKind::rms_norm)
+                                rms_norm(2, hidden, x, static_cast<const bf16*>(w), d.eps, y);
+                            else
+                                layer_norm(2, hidden, x, static_cast<const bf16*>(w), static_cast<const bf16*>(b), d.eps, y);
+                        }
+                        ASSERT_TRUE(matches(d, tt, oracle(d, tt.x, nullptr, &tt.w, &tt.b))) << describe(d);
+                    }
+                }
+            }
+        }
+    });
+}
+
+TEST(Norm, DisjointInterleavedRowsAreAccepted) {
+    // x in the even half-rows and y in the odd half-rows of one buffer: spans overlap, elements do not.
+    const int64_t rows = 4, hidden = 33;
+    TypedMatrix buf(DType::f32, rows, 2 * hidden);
+    buf.fill_uniform(-1, 1, 3);
+    const TypedMatrix x0 = buf.clone();
+    NormDesc d;
+    d.rows = rows;
+    d.hidden = hidden;
+    d.ld_x = d.ld_y = 2 * hidden;
+    d.has_weight = false;
+    NormArgs a;
+    a.x = buf.data();
+    a.y = static_cast<float*>(buf.data()) + hidden;
+    norm(d, a);
+    TypedMatrix x(DType::f32, rows, hidden, 2 * hidden);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < hidden; ++i) x.set(r, i, x0.get(r, i));
+    const Expected e = oracle(d, x, nullptr, nullptr, nullptr);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < hidden; ++i) {
+            ASSERT_EQ(buf.get(r, i), x0.get(r, i)) << "x changed";
+            ASSERT_NEAR(buf.get(r, hidden + i), e.y[r * hidden + i], kF32Atol + kF32Rtol * std::fabs(e.y[r * hidden + i]));
+        }
+}
+
+TEST(Norm, KernelIsKeyedWithoutRuntimeValues) {
+    // Rows, strides and eps are runtime values: changing them must not create a new kernel.
+    NormDesc d;
+    d.kind = NormKind::rms_norm;
+    d.hidden = 77;
+    d.x_dtype = d.y_dtype = d.weight_dtype = DType::bf16;
+    d.rows = 3;
+    Tensors t = make_tensors(d, 0, 1);
+    norm(d, args_of(d, t));
+    const uint64_t created = kernel_cache_stats().creations;
+    d.rows = 2;
+    d.ld_x = 80;
+    d.eps = 1e-3f;
+    Tensors t2 = make_tensors(d, 0, 2);
+    norm(d, args_of(d, t2));
+    EXPECT_EQ(kernel_cache_stats().creations, created);
+    ASSERT_TRUE(matches(d, t2, oracle(d, t2.x, nullptr, &t2.w, nullptr)));
+}
+
+TEST(Norm, PlanRunsConcurrently) {
+    // One immutable plan, run from two threads at once on different buffers (each run itself
+    // split over 2 threads), and the one-shot form racing on the kernel cache.
+    NormDesc d;
+    d.kind = NormKind::layer_norm;
+    d.rows = 40;
+    d.hidden = 700;
+    d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = DType::bf16;
+    d.fused_residual = true;
+    d.has_bias = true;
+    const NormPlan plan(d);
+    set_num_threads(2);
+    Tensors t[4] = {make_tensors(d, 0, 1), make_tensors(d, 0, 2), make_tensors(d, 0, 3), make_tensors(d, 0, 4)};
+    std::thread a([&] { plan.run(args_of(d, t[0])); });
+    std::thread b([&] { plan.run(args_of(d, t[1])); });
+    std::thread c([&] { norm(d, args_of(d, t[2])); });
+    std::thread e([&] { norm(d, args_of(d, t[3])); });
+    a.join();
+    b.join();
+    c.join();
+    e.join();
+    set_num_threads(0);
+    for (Tensors& tt : t) ASSERT_TRUE(matches(d, tt, oracle(d, tt.x, &tt.r, &tt.w, &tt.b)));
+}
+
+TEST(Norm, OverlapHelperIsExact) {
+    // detail::regions_overlap (used by every aliasing check) against a brute-force byte set, over
+    // random small regions: equal strides, different strides, single rows, interleavings.
+    std::mt19937_64 g(11);
+    auto rnd = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(g() % static_cast<uint64_t>(hi - lo + 1)); };
+    for (int iter = 0; iter < 20000; ++iter) {
+        detail::MemRegion r[2];
+        for (auto& m : r) {
+            m.rows = rnd(1, 5);
+            m.width = rnd(1, 6);
+            m.stride = iter % 3 == 0 ? 8 : m.width + rnd(0, 6);
+            m.base = 1000 + static_cast<uintptr_t>(rnd(0, 40));
+        }
+        std::vector<int> bytes(200, 0);
+        for (int k = 0; k < 2; ++k)
+            for (int64_t row = 0; row < r[k].rows; ++row)
+                for (int64_t b = 0; b < r[k].width; ++b) bytes[r[k].base - 1000 + row * r[k].stride + b] |= 1 << k;
+        bool want = false;
+        for (int v : bytes) want = want || v == 3;
+        ASSERT_EQ(detail::regions_overlap(r[0], r[1]), want)
+            << "a={" << r[0].base << "," << r[0].rows << "," << r[0].stride << "," << r[0].width << "} b={" << r[1].base << ","
+            << r[1].rows << "," << r[1].stride << "," << r[1].width << "}";
+        ASSERT_EQ(detail::regions_overlap(r[1], r[0]), want);
+    }
+}
+
+TEST(Norm, ZeroRowsIsANoOp) {
+    NormDesc d;
+    d.rows = 0;
+    d.hidden = 8;
+    d.fused_residual = true;
+    norm(d, NormArgs{});  // no pointer is read
+    NormPlan(d).run(NormArgs{});
+    rms_norm(0, 8, static_cast<const float*>(nullptr), nullptr, 1e-5f, static_cast<float*>(nullptr));
+    EXPECT_EQ(xk_rms_norm_f32(0, 8, nullptr, 0, nullptr, 1e-5f, nullptr, 0), XK_SUCCESS);
+}
+
+TEST(Norm, BadDescriptor) {
+    auto plan = [](const NormDesc& d) { NormPlan p(d); };
+    NormDesc ok;
+    ok.rows = 4;
+    ok.hidden = 7;
+    NormDesc d = ok;
+    d.kind = static_cast<NormKind>(5);
+    XK_EXPECT_INVALID(plan(d), "xk::NormPlan: kind=5 is not a NormKind");
+    d = ok;
+    d.rows = -1;
+    XK_EXPECT_INVALID(plan(d), "rows=-1 must be >= 0");
+    d = ok;
+    d.hidden = 0;
+    XK_EXPECT_INVALID(plan(d), "hidden=0 must be >= 1");
+    d = ok;
+    d.x_dtype = DType::s8;
+    XK_EXPECT_ERROR(plan(d), Status::unsupported, "x_dtype=s8 is not supported");
+    d = ok;
+    d.y_dtype = static_cast<DType>(42);
+    XK_EXPECT_INVALID(plan(d), "y_dtype=42 is not a valid DType");
+    d = ok;
+    d.weight_dtype = DType::u8;
+    XK_EXPECT_ERROR(plan(d), Status::unsupported, "weight_dtype=u8");
+    d = ok;
+    d.fused_residual = true;
+    d.residual_dtype = DType::s32;
+    XK_EXPECT_ERROR(plan(d), Status::unsupported, "residual_dtype=s32");
+    d = ok;
+    d.ld_x = 3;
+    XK_EXPECT_INVALID(plan(d), "ld_x=3 must be >= hidden=7");
+    d = ok;
+    d.ld_y = -8;
+    XK_EXPECT_INVALID(plan(d), "ld_y=-8 must be >= hidden=7");
+    d = ok;
+    d.fused_residual = true;
+    d.ld_residual = 6;
+    XK_EXPECT_INVALID(plan(d), "ld_residual=6");
+    d = ok;
+    d.fused_residual = true;
+    d.ld_residual_out = 2;
+    XK_EXPECT_INVALID(plan(d), "ld_residual_out=2");
+    d = ok;
+    d.eps = -1e-5f;
+    XK_EXPECT_INVALID(plan(d), "eps=-1e-05 must be finite and >= 0");
+    d = ok;
+    d.eps = std::numeric_limits<float>::quiet_NaN();
+    XK_EXPECT_INVALID(plan(d), "eps=nan");
+    d = ok;
+    d.rows = std::numeric_limits<int64_t>::max() / 4;
+    d.ld_x = 1 << 20;
+    XK_EXPECT_INVALID(plan(d), "overflows");
+    d = ok;
+    d.hidden = std::numeric_limits<int64_t>::max();
+    XK_EXPECT_INVALID(plan(d), "overflows");
+    // The one-shot form names itself.
+    d = ok;
+    d.hidden = -3;
+    XK_EXPECT_INVALID(norm(d, NormArgs{}), "xk::norm: hidden=-3");
+}
+
+TEST(Norm, BadPointersAndAliasing) {
+    NormDesc d;
+    d.kind = NormKind::layer_norm;
+    d.rows = 3;
+    d.hidden = 8;
+    d.has_bias = true;
+    d.fused_residual = true;
+    Tensors t = make_tensors(d, 0, 4);
+    const NormArgs good = args_of(d, t);
+    const NormPlan plan(d);
+    plan.run(good);
+    auto run = [&](const NormArgs& a) { plan.run(a); };
+    NormArgs a = good;
+    a.x = nullptr;
+    XK_EXPECT_INVALID(run(a), "xk::NormPlan::run: x=null");
+    a = good;
+    a.y = nullptr;
+    XK_EXPECT_INVALID(run(a), "y=null");
+    a = good;
+    a.weight = nullptr;
+    XK_EXPECT_INVALID(run(a), "weight=null must not be a null pointer (has_weight is true)");
+    a = good;
+    a.bias = nullptr;
+    XK_EXPECT_INVALID(run(a), "bias=null");
+    a = good;
+    a.residual = nullptr;
+    XK_EXPECT_INVALID(run(a), "residual=null");
+    a = good;
+    a.residual_out = nullptr;
+    XK_EXPECT_INVALID(run(a), "residual_out=null");
+    {
+        NormDesc nd = d;
+        nd.has_bias = false;
+        nd.has_weight = false;
+        nd.fused_residual = false;
+        XK_EXPECT_INVALID(norm(nd, good), "is given but has_weight is false");
+        NormArgs b = good;
+        b.weight = nullptr;
+        XK_EXPECT_INVALID(norm(nd, b), "bias=");
+        b.bias = nullptr;
+        XK_EXPECT_INVALID(norm(nd, b), "residual=");
+    }
+
+    // Aliasing: partial overlaps and overlaps between different roles.
+    a = good;
+    a.y = static_cast<float*>(const_cast<void*>(good.x)) + 1;
+    XK_EXPECT_INVALID(run(a), "partially overlaps x=");
+    a = good;
+    a.residual_out = static_cast<float*>(const_cast<void*>(good.residual)) + 1;
+    XK_EXPECT_INVALID(run(a), "partially overlaps residual=");
+    a = good;
+    a.y = good.residual_out;
+    XK_EXPECT_INVALID(run(a), "y=");
+    XK_EXPECT_INVALID(run(a), "overlaps residual_out=");
+    a = good;
+    a.y = const_cast<void*>(good.residual);
+    XK_EXPECT_INVALID(run(a), "overlaps residual=");
+    a = good;
+    a.residual_out = const_cast<void*>(good.x);
+    XK_EXPECT_INVALID(run(a), "residual_out=");
+    a = good;
+    a.y = const_cast<void*>(good.weight);
+    XK_EXPECT_INVALID(run(a), "overlaps weight=");
+    a = good;
+    a.residual_out = const_cast<void*>(good.bias);
+    XK_EXPECT_INVALID(run(a), "overlaps bias=");
+    {
+        // y == x but with another stride, or another dtype: not an exact alias.
+        NormDesc sd = d;
+        sd.ld_y = 9;
+        Tensors st = make_tensors(sd, 0, 4);
+        NormArgs sa = args_of(sd, st);
+        sa.y = st.x.data();
+        XK_EXPECT_INVALID(norm(sd, sa), "partially overlaps x=");
+        NormDesc td = d;
+        td.y_dtype = DType::bf16;
+        Tensors tt = make_tensors(td, 0, 4);
+        NormArgs ta = args_of(td, tt);
+        ta.y = tt.x.data();
+        XK_EXPECT_INVALID(norm(td, ta), "partially overlaps x=");
+    }
+}
+
+TEST(Norm, BadConvenienceInput) {
+    float x[16] = {}, y[16] = {}, w[16] = {}, r[16] = {};
+    XK_EXPECT_INVALID(rms_norm(2, 0, x, w, 1e-5f, y), "xk::rms_norm: hidden=0");
+    XK_EXPECT_INVALID(rms_norm(2, 8, static_cast<const float*>(nullptr), w, 1e-5f, y), "xk::rms_norm: x=null");
+    XK_EXPECT_INVALID(rms_norm(2, 8, x, w, -1.0f, y), "eps=-1");
+    XK_EXPECT_INVALID(layer_norm(-2, 8, x, w, w, 1e-5f, y), "xk::layer_norm: rows=-2");
+    XK_EXPECT_INVALID(layer_norm(2, 8, x, w, w, 1e-5f, static_cast<float*>(nullptr)), "y=null");
+    XK_EXPECT_INVALID(layer_norm(2, 8, x, w, w, 1e-5f, x + 1), "partially overlaps");
+    XK_EXPECT_INVALID(fused_add_rms_norm(2, 8, x, static_cast<float*>(nullptr), w, 1e-5f),
+                      "xk::fused_add_rms_norm: residual=null");
+    XK_EXPECT_INVALID(fused_add_rms_norm(2, 8, x, x, w, 1e-5f), "overlaps residual=");
+    XK_EXPECT_INVALID(fused_add_rms_norm(2, 8, x, r, r + 3, 1e-5f), "overlaps weight=");
+    bf16 bx[16], by[16];
+    XK_EXPECT_INVALID(rms_norm(1, 16, bx, static_cast<const bf16*>(nullptr), std::numeric_limits<float>::infinity(), by),
+                      "eps=inf");
+}
+
+TEST(Norm, CApi) {
+    const int64_t rows = 3, hidden = 19, ld = 21;
+    for (DType t : {DType::f32, DType::bf16}) {
+        for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm}) {
+            for (bool fused : {false, true}) {
+                NormDesc d;
+                d.kind = kind;
+                d.rows = rows;
+                d.hidden = hidden;
+                d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = t;
+                d.ld_x = d.ld_y = d.ld_residual = d.ld_residual_out = ld;
+                d.has_bias = kind == NormKind::layer_norm;
+                d.fused_residual = fused;
+                d.eps = 1e-5f;
+                Tensors tt = make_tensors(d, 1, 33);
+                const Expected e = oracle(d, tt.x, &tt.r, &tt.w, &tt.b);
+                xk_status s;
+                if (t == DType::f32) {
+                    auto* x = static_cast<const float*>(tt.x.data());
+                    auto* y = static_cast<float*>(tt.y.data());
+                    auto* w = static_cast<const float*>(tt.w.data());
+                    auto* b = d.has_bias ? static_cast<const float*>(tt.b.data()) : nullptr;
+                    auto* r = static_cast<float*>(tt.r.data());
+                    if (kind == NormKind::rms_norm)
+                        s = fused ? xk_fused_add_rms_norm_f32(rows, hidden, x, ld, r, ld, w, d.eps, y, ld)
+                                  : xk_rms_norm_f32(rows, hidden, x, ld, w, d.eps, y, ld);
+                    else
+                        s = fused ? xk_fused_add_layer_norm_f32(rows, hidden, x, ld, r, ld, w, b, d.eps, y, ld)
+                                  : xk_layer_norm_f32(rows, hidden, x, ld, w, b, d.eps, y, ld);
+                } else {
+                    auto* x = static_cast<const uint16_t*>(tt.x.data());
+                    auto* y = static_cast<uint16_t*>(tt.y.data());
+                    auto* w = static_cast<const uint16_t*>(tt.w.data());
+                    auto* b = d.has_bias ? static_cast<const uint16_t*>(tt.b.data()) : nullptr;
+                    auto* r = static_cast<uint16_t*>(tt.r.data());
+                    if (kind == NormKind::rms_norm)
+                        s = fused ? xk_fused_add_rms_norm_bf16(rows, hidden, x, ld, r, ld, w, d.eps, y, ld)
+                                  : xk_rms_norm_bf16(rows, hidden, x, ld, w, d.eps, y, ld);
+                    else
+                        s = fused ? xk_fused_add_layer_norm_bf16(rows, hidden, x, ld, r, ld, w, b, d.eps, y, ld)
+                                  : xk_layer_norm_bf16(rows, hidden, x, ld, w, b, d.eps, y, ld);
+                }
+                ASSERT_EQ(s, XK_SUCCESS) << xk_last_error();
+                if (fused) tt.ro = tt.r.clone();  // the C API updates residual in place
+                ASSERT_TRUE(matches(d, tt, e)) << describe(d);
+            }
+        }
+    }
+    // Bad input: status and message naming the C function and the argument.
+    float x[32] = {}, y[32] = {}, w[32] = {}, r[32] = {};
+    EXPECT_EQ(xk_rms_norm_f32(2, 8, nullptr, 8, w, 1e-5f, y, 8), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk_rms_norm_f32: x=null"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_layer_norm_f32(2, 8, x, 4, w, w, 1e-5f, y, 8), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk_layer_norm_f32: ld_x=4 must be >= hidden=8"), std::string::npos);
+    EXPECT_EQ(xk_fused_add_rms_norm_f32(2, 8, x, 8, nullptr, 8, w, 1e-5f, y, 8), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("residual=null"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_fused_add_layer_norm_f32(2, 8, x, 8, r, 8, w, w, 1e-5f, r + 1, 8), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("overlaps residual"), std::string::npos) << xk_last_error();
+    uint16_t bx[32] = {}, by[32] = {};
+    EXPECT_EQ(xk_rms_norm_bf16(2, 8, bx, 8, nullptr, -1.0f, by, 8), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk_rms_norm_bf16: eps=-1"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_layer_norm_bf16(-1, 8, bx, 8, nullptr, nullptr, 1e-5f, by, 8), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_fused_add_rms_norm_bf16(2, 8, bx, 8, by, 8, nullptr, 1e-5f, nullptr, 8), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_fused_add_layer_norm_bf16(2, 8, bx, 8, nullptr, 8, nullptr, nullptr, 1e-5f, by, 8), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_rms_norm_f32(2, 8, x, 8, w, 1e-5f, y, 8), XK_SUCCESS);
+    EXPECT_STREQ(xk_last_error(), "");
+}
