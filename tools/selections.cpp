@@ -4,6 +4,9 @@
 #include "kernels/eltwise/eltwise.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/norm/norm.hpp"
+#include "kernels/quant/quant.hpp"
+#include "kernels/rope/rope.hpp"
 #include "xk/isa.hpp"
 
 namespace xk::tools {
@@ -72,6 +75,30 @@ std::vector<Selection> selections() {
         d.num_embeddings = 1000000;
         d.dim = 128;
         return embedding_bag_config(embedding_bag_validate_desc("xk-info", d));
+    }));
+    v.push_back(pick("rms_norm", norm_registry(), [] {
+        NormDesc d;
+        d.rows = 16;
+        d.hidden = 4096;
+        d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = DType::bf16;
+        d.fused_residual = true;
+        return norm_kernel_desc(d);
+    }));
+    v.push_back(pick("rope", rope_registry(), [] {
+        RopeDesc d;
+        d.tokens = 16;
+        d.q_heads = 32;
+        d.k_heads = 8;
+        d.head_dim = 128;
+        d.max_position = 4096;
+        return rope_kernel_desc(d);
+    }));
+    v.push_back(pick("quant", quant_registry(), [] {
+        QuantDesc d;
+        d.rows = 16;
+        d.cols = 4096;
+        d.granularity = QuantGranularity::per_token_dynamic;
+        return quant_kernel_desc(d);
     }));
     return v;
 }
