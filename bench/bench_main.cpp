@@ -62,8 +62,10 @@ struct Entry {
     std::string family, dtype, provider, shape;  // shape: every part after the provider
     bool gflops = true;                          // GFLOPS (compute) or GBPS (memory)
     int threads = 0;                             // nt:N / threads:N; 0 = not stated
-    std::vector<double> values;
+    std::vector<double> values;  // one per repetition
+    double median_aggregate = -1, mean_aggregate = -1;  // when only aggregates are reported
     double value() const {
+        if (values.empty()) return median_aggregate >= 0 ? median_aggregate : mean_aggregate;
         std::vector<double> v = values;
         std::sort(v.begin(), v.end());
         const size_t n = v.size();
@@ -88,10 +90,14 @@ public:
 
 private:
     void record(const Run& r) {
-        if (r.error_occurred || r.run_type != Run::RT_Iteration) return;
+        if (r.error_occurred) return;
+        // Repetitions: every iteration run is kept (the table takes their median); with
+        // --benchmark_report_aggregates_only only the aggregates arrive: keep median and mean.
+        const bool aggregate = r.run_type == Run::RT_Aggregate;
+        if (aggregate && r.aggregate_name != "median" && r.aggregate_name != "mean") return;
         const auto gf = r.counters.find("GFLOPS"), gb = r.counters.find("GBPS");
         if (gf == r.counters.end() && gb == r.counters.end()) return;
-        std::vector<std::string> parts = split(r.benchmark_name(), '/');
+        std::vector<std::string> parts = split(r.run_name.str(), '/');  // without the aggregate suffix
         if (parts.size() < 3 || !is_provider(parts[2])) return;
         Entry e;
         e.family = parts[0];
@@ -111,7 +117,9 @@ private:
             it = entries_.emplace(key, e).first;
             order_.push_back(key);
         }
-        it->second.values.push_back(v);
+        if (!aggregate) it->second.values.push_back(v);
+        else if (r.aggregate_name == "median") it->second.median_aggregate = v;
+        else it->second.mean_aggregate = v;
     }
 
     benchmark::BenchmarkReporter* inner_;
