@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -189,8 +188,9 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
         double& slot = e.gflops ? gflops_peak[dtype_class(e.dtype)][t] : gbps_peak[t];
         slot = std::max(slot, e.value());
     }
-    const bool measured_peaks = !gflops_peak.empty() || !gbps_peak.empty();
-    if (gbps_peak.empty()) gbps_peak = parse_peak_env("XK_BENCH_PEAK_GBPS");
+    const bool measured_gbps = !gbps_peak.empty();
+    const bool measured_peaks = !gflops_peak.empty() || measured_gbps;
+    const PeakTable gbps_ref = measured_gbps ? gbps_peak : parse_peak_env("XK_BENCH_PEAK_GBPS");
     auto gflops_peak_for = [&](const std::string& dtype, int threads) {
         const std::string c = dtype_class(dtype);
         auto it = gflops_peak.find(c);
@@ -233,7 +233,7 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
             std::snprintf(buf, sizeof buf, "%.2fx", p > 0 ? x / p : 0.0);
             r.ratio = buf;
             const int t = ours->threads ? ours->threads : default_threads;
-            const double peak = ours->gflops ? gflops_peak_for(ours->dtype, t) : lookup_peak(gbps_peak, t);
+            const double peak = ours->gflops ? gflops_peak_for(ours->dtype, t) : lookup_peak(gbps_ref, t);
             if (peak > 0) {
                 std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x / peak);
                 r.pct = buf;
@@ -290,7 +290,7 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
             std::fprintf(out, "  %-5s compute   GFLOP/s  %s\n", kv.first.c_str(), join(kv.second).c_str());
             exp << " XK_BENCH_PEAK_GFLOPS_" << upper(kv.first) << "=" << join(kv.second);
         }
-        if (measured_peaks && !gbps_peak.empty()) {
+        if (measured_gbps) {
             std::fprintf(out, "  DRAM  bandwidth GB/s     %s\n", join(gbps_peak).c_str());
             exp << " XK_BENCH_PEAK_GBPS=" << join(gbps_peak);
         }
