@@ -1,0 +1,385 @@
+// Machine peaks, the yardsticks of every other benchmark: xbyak loops of independent multiply-add
+// chains per instruction family (compute, GFLOPS) and STREAM-style loops over a DRAM-sized working
+// set (bandwidth, GBPS).
+//
+// Compute (each benchmark thread runs its own loop; ->Threads(N) with real time, so the GFLOPS
+// counter is the aggregate rate of N cores):
+//   peak/f32/xk/fma_ymm        VFMADD231PS ymm           8 lanes x 2 flops           = 16 / instr
+//   peak/f32/xk/fma_zmm        VFMADD231PS zmm (avx512)  16 lanes x 2 flops          = 32 / instr
+//   peak/bf16/xk/vdpbf16ps     VDPBF16PS zmm             16 lanes x 2 MAC x 2 flops  = 64 / instr
+//   peak/s8/xk/vpdpbusd        VPDPBUSD zmm (avx512_vnni) 16 lanes x 4 MAC x 2 ops   = 128 / instr
+//   peak/s8/xk/vpdpbusd_ymm    {vex} VPDPBUSD ymm (AVX-VNNI) 8 lanes x 4 MAC x 2 ops = 64 / instr
+//   peak/bf16/xk/tdpbf16ps     TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16 = 16384 / instr
+//   peak/s8/xk/tdpbusd         TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8      = 32768 / instr
+// Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency);
+// AMX loops keep 4 accumulator tiles (2x2 blocking over 2 A and 2 B tiles, as brgemm does).
+// Variants the machine lacks are registered but skipped with a message (SkipWithError), so the
+// list of names is the same everywhere.
+//
+// Bandwidth (xk's parallel_for over nt:N threads, real time; bytes read + written, no RFO):
+//   peak/f32/xk/copy      c[i] = a[i]              8 B/elem, regular stores
+//   peak/f32/xk/copy_nt   c[i] = a[i]              8 B/elem, non-temporal stores
+//   peak/f32/xk/triad     c[i] = a[i] + s*b[i]    12 B/elem
+//   peak/f32/xk/sum       s += a[i], then b[i]     4 B/elem (read only)
+// Arrays of XK_BENCH_ROTATE_MB/2 each (default 512 MiB): copy and sum stream 1 GiB per
+// iteration, triad 1.5 GiB, far beyond the last-level cache.
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "bench_util.hpp"
+#include "dispatch/jit_generator.hpp"
+#include "xk/isa.hpp"
+
+namespace {
+
+using xk::Isa;
+using xk::detail::JitGenerator;
+
+// ---- compute ------------------------------------------------------------------------------------
+enum class ComputeOp { fma_ymm, fma_zmm, vdpbf16ps, vpdpbusd, vpdpbusd_ymm, tdpbf16ps, tdpbusd, count };
+
+struct ComputeInfo {
+    const char* name;   // benchmark name
+    Isa isa;            // JitGenerator ISA (vzeroupper etc.)
+    double flops;       // per instruction
+    int instr_per_iter; // instructions per loop iteration
+    int64_t iters;      // loop iterations per call
+};
+
+// Accumulators: 12 ymm (of 16 registers) or 24 zmm (of 32): at two instructions a cycle that
+// covers a latency of 6 or 12 cycles.
+constexpr int kAccYmm = 12, kAccZmm = 24, kUnroll = 2;
+constexpr int kAmxUnroll = 2;
+
+const ComputeInfo& info(ComputeOp op) {
+    static const ComputeInfo table[] = {
+        {"peak/f32/xk/fma_ymm", Isa::avx2, 8 * 2, kAccYmm * kUnroll, 1 << 13},
+        {"peak/f32/xk/fma_zmm", Isa::avx512, 16 * 2, kAccZmm * kUnroll, 1 << 12},
+        {"peak/bf16/xk/vdpbf16ps", Isa::avx512, 16 * 2 * 2, kAccZmm * kUnroll, 1 << 12},
+        {"peak/s8/xk/vpdpbusd", Isa::avx512, 16 * 4 * 2, kAccZmm * kUnroll, 1 << 12},
+        {"peak/s8/xk/vpdpbusd_ymm", Isa::avx2, 8 * 4 * 2, kAccYmm * kUnroll, 1 << 13},
+        {"peak/bf16/xk/tdpbf16ps", Isa::amx, 16.0 * 16 * 32 * 2, 4 * kAmxUnroll, 1 << 10},
+        {"peak/s8/xk/tdpbusd", Isa::amx, 16.0 * 16 * 64 * 2, 4 * kAmxUnroll, 1 << 10},
+    };
+    return table[static_cast<int>(op)];
+}
+
+// Empty when the machine runs `op`, else why not.
+std::string unsupported(ComputeOp op) {
+    const xk::CpuInfo& c = xk::cpu_info();
+    const std::string machine = std::string(" (this machine: ") + xk::isa_name(xk::hardware_isa()) + ")";
+    switch (op) {
+        case ComputeOp::fma_ymm:
+            return xk::isa_supported(Isa::avx2) ? "" : "skipped: needs avx2+fma" + machine;
+        case ComputeOp::fma_zmm:
+            return xk::isa_supported(Isa::avx512) ? "" : "skipped: needs avx512" + machine;
+        case ComputeOp::vdpbf16ps:
+            return xk::isa_supported(Isa::avx512) && c.avx512_bf16 ? "" : "skipped: needs avx512_bf16" + machine;
+        case ComputeOp::vpdpbusd:
+            return xk::isa_supported(Isa::avx512) && c.avx512_vnni ? "" : "skipped: needs avx512_vnni" + machine;
+        case ComputeOp::vpdpbusd_ymm:
+            return xk::isa_supported(Isa::avx2) && c.avx_vnni ? "" : "skipped: needs avx_vnni" + machine;
+        case ComputeOp::tdpbf16ps:
+        case ComputeOp::tdpbusd:
+            if (c.amx_tile && c.amx_bf16 && c.amx_int8 && c.os_tile && !c.amx_permission)
+                return "skipped: AMX present but the XTILEDATA permission (arch_prctl) was refused";
+            return xk::isa_supported(Isa::amx) ? "" : "skipped: needs amx" + machine;
+        case ComputeOp::count: break;
+    }
+    return "skipped: unknown op";
+}
+
+// Operands of one loop: two vector inputs, the AMX tile configuration and one 16x64-byte tile.
+struct alignas(64) PeakData {
+    uint8_t v0[64], v1[64];
+    uint8_t tilecfg[64];
+    uint8_t tile[16 * 64];
+};
+
+// void fn(int64_t iters, const PeakData* data), iters >= 1.
+using ComputeFn = void (*)(int64_t, const PeakData*);
+
+class JitComputePeak : public JitGenerator {
+public:
+    explicit JitComputePeak(ComputeOp op) : JitGenerator(info(op).isa) {
+        preamble();
+        if (op == ComputeOp::tdpbf16ps || op == ComputeOp::tdpbusd) {
+            amx(op);
+        } else {
+            vec(op);
+        }
+        postamble();
+    }
+
+private:
+    void vec(ComputeOp op) {
+        using namespace Xbyak;
+        const Reg64 iters = abi_param1, data = abi_param2;
+        const bool z = op == ComputeOp::fma_zmm || op == ComputeOp::vdpbf16ps || op == ComputeOp::vpdpbusd;
+        auto V = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        const int acc = z ? kAccZmm : kAccYmm;
+        const Xmm va = V(acc), vb = V(acc + 1);  // the two inputs, after the accumulators
+        for (int i = 0; i < acc; ++i) {
+            if (z) vpxord(V(i), V(i), V(i));
+            else vxorps(V(i), V(i), V(i));
+        }
+        vmovups(va, ptr[data + offsetof(PeakData, v0)]);
+        vmovups(vb, ptr[data + offsetof(PeakData, v1)]);
+        Label loop;
+        L(loop);
+        for (int u = 0; u < kUnroll; ++u) {
+            for (int i = 0; i < acc; ++i) {
+                switch (op) {
+                    case ComputeOp::fma_ymm:
+                    case ComputeOp::fma_zmm: vfmadd231ps(V(i), va, vb); break;
+                    case ComputeOp::vdpbf16ps: vdpbf16ps(V(i), va, vb); break;
+                    case ComputeOp::vpdpbusd: vpdpbusd(V(i), va, vb); break;
+                    case ComputeOp::vpdpbusd_ymm: vpdpbusd(V(i), va, vb, VexEncoding); break;
+                    default: break;
+                }
+            }
+        }
+        dec(iters);
+        jnz(loop);
+    }
+
+    void amx(ComputeOp op) {
+        using namespace Xbyak;
+        const Reg64 iters = abi_param1, data = abi_param2;
+        ldtilecfg(ptr[data + offsetof(PeakData, tilecfg)]);
+        lea(r8, ptr[data + offsetof(PeakData, tile)]);
+        mov(rax, 64);  // row stride of the 16x64-byte source tiles
+        for (int t = 4; t < 8; ++t) tileloadd(Tmm(t), ptr[r8 + rax]);
+        for (int t = 0; t < 4; ++t) tilezero(Tmm(t));
+        Label loop;
+        L(loop);
+        for (int u = 0; u < kAmxUnroll; ++u) {
+            // C[i][j] += A[i] * B[j]: accumulators tmm0..3, A tiles tmm4,5, B tiles tmm6,7.
+            for (int i = 0; i < 2; ++i) {
+                for (int j = 0; j < 2; ++j) {
+                    if (op == ComputeOp::tdpbf16ps) tdpbf16ps(Tmm(2 * i + j), Tmm(4 + i), Tmm(6 + j));
+                    else tdpbusd(Tmm(2 * i + j), Tmm(4 + i), Tmm(6 + j));
+                }
+            }
+        }
+        dec(iters);
+        jnz(loop);
+        tilerelease();
+    }
+};
+
+ComputeFn compute_kernel(ComputeOp op) {
+    static std::mutex mu;
+    static std::unique_ptr<JitComputePeak> gens[static_cast<int>(ComputeOp::count)];
+    static ComputeFn fns[static_cast<int>(ComputeOp::count)] = {};
+    std::lock_guard<std::mutex> lock(mu);
+    const int i = static_cast<int>(op);
+    if (!fns[i]) {
+        gens[i] = std::make_unique<JitComputePeak>(op);
+        fns[i] = gens[i]->finalize<ComputeFn>();
+    }
+    return fns[i];
+}
+
+void init_data(PeakData& d, ComputeOp op) {
+    std::memset(&d, 0, sizeof d);
+    // Normal, finite operands whose accumulations stay finite and never become denormal.
+    switch (op) {
+        case ComputeOp::fma_ymm:
+        case ComputeOp::fma_zmm: {
+            const float a = 1.0f, b = 1e-6f;
+            for (int i = 0; i < 16; ++i) {
+                std::memcpy(d.v0 + 4 * i, &a, 4);
+                std::memcpy(d.v1 + 4 * i, &b, 4);
+            }
+            break;
+        }
+        case ComputeOp::vdpbf16ps:
+        case ComputeOp::tdpbf16ps: {
+            const uint16_t one = xk::bf16(1.0f).bits, small = xk::bf16(1e-3f).bits;
+            for (int i = 0; i < 32; ++i) {
+                std::memcpy(d.v0 + 2 * i, &one, 2);
+                std::memcpy(d.v1 + 2 * i, &small, 2);
+            }
+            for (int i = 0; i < 16 * 32; ++i) std::memcpy(d.tile + 2 * i, &small, 2);
+            break;
+        }
+        default:  // int8 dot products: u8 1 x s8 1
+            std::memset(d.v0, 1, sizeof d.v0);
+            std::memset(d.v1, 1, sizeof d.v1);
+            std::memset(d.tile, 1, sizeof d.tile);
+            break;
+    }
+    // AMX palette 1: tiles 0..7 all 16 rows x 64 bytes (C 16x16 fp32/s32, A 16x32 bf16 / 16x64
+    // u8, B 16 rows of 16 pairs / quads: the K-packed layout TDPBF16PS / TDPBUSD read).
+    d.tilecfg[0] = 1;
+    for (int t = 0; t < 8; ++t) {
+        const uint16_t colsb = 64;
+        std::memcpy(d.tilecfg + 16 + 2 * t, &colsb, 2);
+        d.tilecfg[48 + t] = 16;
+    }
+}
+
+void BM_compute(benchmark::State& state, ComputeOp op) {
+    const std::string why = unsupported(op);
+    if (!why.empty()) {
+        state.SkipWithError(why.c_str());
+        return;
+    }
+    const ComputeInfo& in = info(op);
+    const ComputeFn fn = compute_kernel(op);
+    PeakData data;
+    init_data(data, op);
+    for (auto _ : state) fn(in.iters, &data);
+    xk::bench::set_gflops(state, in.flops * in.instr_per_iter * static_cast<double>(in.iters));
+}
+
+// ---- bandwidth ----------------------------------------------------------------------------------
+enum class StreamOp { copy, copy_nt, triad, sum };
+
+// void fn(const float* a, const float* b, float* c, int64_t n, const float* s); n a positive
+// multiple of 32; 32-byte aligned arrays (copy_nt). sum: c[0..7] = partial sums of a.
+using StreamFn = void (*)(const float*, const float*, float*, int64_t, const float*);
+
+class JitStream : public JitGenerator {
+public:
+    explicit JitStream(StreamOp op) : JitGenerator(Isa::avx2) {
+        using namespace Xbyak;
+        preamble();
+        const Reg64 a = abi_param1, b = abi_param2, c = abi_param3, n = abi_param4, s = abi_param5;
+        constexpr int U = 4;  // ymm per iteration: 32 floats
+        if (op == StreamOp::triad) vbroadcastss(ymm15, ptr[s]);
+        if (op == StreamOp::sum)
+            for (int i = 0; i < U; ++i) vxorps(Ymm(i), Ymm(i), Ymm(i));
+        Label loop;
+        L(loop);
+        switch (op) {
+            case StreamOp::copy:
+            case StreamOp::copy_nt:
+                for (int i = 0; i < U; ++i) vmovups(Ymm(i), ptr[a + 32 * i]);
+                for (int i = 0; i < U; ++i) {
+                    if (op == StreamOp::copy_nt) vmovntps(ptr[c + 32 * i], Ymm(i));
+                    else vmovups(ptr[c + 32 * i], Ymm(i));
+                }
+                break;
+            case StreamOp::triad:
+                for (int i = 0; i < U; ++i) {
+                    vmovups(Ymm(i), ptr[b + 32 * i]);
+                    vfmadd213ps(Ymm(i), ymm15, ptr[a + 32 * i]);  // b*s + a
+                    vmovups(ptr[c + 32 * i], Ymm(i));
+                }
+                break;
+            case StreamOp::sum:
+                for (int i = 0; i < U; ++i) vaddps(Ymm(i), Ymm(i), ptr[a + 32 * i]);
+                break;
+        }
+        add(a, 32 * U);
+        if (op == StreamOp::triad) add(b, 32 * U);
+        if (op != StreamOp::sum) add(c, 32 * U);
+        sub(n, 8 * U);
+        jnz(loop);
+        if (op == StreamOp::copy_nt) sfence();
+        if (op == StreamOp::sum) {
+            vaddps(ymm0, ymm0, ymm1);
+            vaddps(ymm2, ymm2, ymm3);
+            vaddps(ymm0, ymm0, ymm2);
+            vmovups(ptr[c], ymm0);
+        }
+        postamble();
+    }
+};
+
+StreamFn stream_kernel(StreamOp op) {
+    static std::mutex mu;
+    static std::unique_ptr<JitStream> gens[4];
+    static StreamFn fns[4] = {};
+    std::lock_guard<std::mutex> lock(mu);
+    const int i = static_cast<int>(op);
+    if (!fns[i]) {
+        gens[i] = std::make_unique<JitStream>(op);
+        fns[i] = gens[i]->finalize<StreamFn>();
+    }
+    return fns[i];
+}
+
+constexpr int64_t kBlock = 4096;  // floats per parallel work item (16 KiB)
+
+// Three arrays of rotate_bytes()/2 each (rounded down to whole blocks), allocated and filled once,
+// staggered by 256 bytes so a[i], b[i], c[i] never share their low 12 address bits.
+struct StreamPool {
+    int64_t n = 0;  // floats per array
+    xk::bench::AlignedArray<float> mem[3];
+    float* p[3] = {};
+    StreamPool() {
+        n = std::max<int64_t>(kBlock, static_cast<int64_t>(xk::bench::rotate_bytes() / 2 / sizeof(float)) / kBlock * kBlock);
+        for (int j = 0; j < 3; ++j) {
+            mem[j] = xk::bench::alloc_aligned<float>(static_cast<size_t>(n) + 64 * 3);
+            p[j] = mem[j].get() + 64 * j;
+            xk::bench::fill_value(p[j], static_cast<size_t>(n), 1.0f + j);
+        }
+    }
+};
+
+StreamPool& stream_pool() {
+    static StreamPool pool;  // thread-safe lazy construction; only when a bandwidth benchmark runs
+    return pool;
+}
+
+void BM_stream(benchmark::State& state, StreamOp op, int nt) {
+    if (!xk::isa_supported(Isa::avx2)) {
+        state.SkipWithError("skipped: the STREAM loops need avx2");
+        return;
+    }
+    xk::bench::ScopedThreads threads(nt);
+    StreamPool& pool = stream_pool();
+    const StreamFn fn = stream_kernel(op);
+    const int64_t n = pool.n, blocks = n / kBlock;
+    const float scalar = 0.5f;
+    float* a = pool.p[0];
+    float* b = pool.p[1];
+    float* c = pool.p[2];
+    alignas(64) float partial[32][16] = {};  // one slot per work chunk: a's and b's partial sums
+    std::atomic<int> slot{0};
+    for (auto _ : state) {
+        slot.store(0, std::memory_order_relaxed);
+        xk::detail::parallel_for(blocks, 1, [&](int64_t bb, int64_t be) {
+            const int64_t off = bb * kBlock, len = (be - bb) * kBlock;
+            if (op == StreamOp::sum) {
+                float* out = partial[slot.fetch_add(1, std::memory_order_relaxed) % 32];
+                fn(a + off, nullptr, out, len, nullptr);
+                fn(b + off, nullptr, out + 8, len, nullptr);  // the second half of the working set
+            } else {
+                fn(a + off, b + off, c + off, len, &scalar);
+            }
+        });
+        benchmark::DoNotOptimize(partial);
+        benchmark::ClobberMemory();
+    }
+    const double per_elem = op == StreamOp::triad ? 12 : 8;  // sum: 4 B from a and 4 B from b
+    xk::bench::set_gbps(state, per_elem * static_cast<double>(n));
+    state.SetLabel(std::to_string((static_cast<int64_t>(per_elem) * n) >> 20) + " MiB/iter");
+}
+
+const bool registered = [] {
+    const std::vector<int> threads = xk::bench::thread_counts();
+    for (int i = 0; i < static_cast<int>(ComputeOp::count); ++i) {
+        const ComputeOp op = static_cast<ComputeOp>(i);
+        auto* b = benchmark::RegisterBenchmark(info(op).name, BM_compute, op);
+        for (int t : threads) b->Threads(t);
+        b->UseRealTime();
+    }
+    const std::pair<StreamOp, const char*> streams[] = {
+        {StreamOp::copy, "copy"}, {StreamOp::copy_nt, "copy_nt"}, {StreamOp::triad, "triad"}, {StreamOp::sum, "sum"}};
+    for (const auto& s : streams)
+        for (int t : threads)
+            benchmark::RegisterBenchmark(
+                xk::bench::join_name({"peak", "f32", "xk", s.second, "nt:" + std::to_string(t)}).c_str(), BM_stream,
+                s.first, t)
+                ->UseRealTime();
+    return true;
+}();
+
+}  // namespace
