@@ -12,8 +12,17 @@ echo; echo "==================== xk-info (XK_MAX_ISA=avx2) ===================="
 XK_MAX_ISA=avx2 build/release/tools/xk-info --brief
 echo; echo "==================== benchmarks (short run) ===================="
 export XK_BENCH_QUICK=1
-for b in build/release/bench/bench_*; do
-  [[ -x $b ]] || continue
+benches=(build/release/bench/bench_*)
+[[ -x ${benches[0]} ]] || { echo "run.sh: no benchmark executables in build/release/bench" >&2; exit 1; }
+# The machine's peaks first: the other tables then show "% of peak" against them.
+peak_log=$(mktemp)
+echo "---- bench_peak"
+build/release/bench/bench_peak | tee "$peak_log"
+peaks=$(grep -E '^ *export XK_BENCH_PEAK' "$peak_log" | sed 's/^ *export //' || true)
+rm -f "$peak_log"
+for kv in $peaks; do export "$kv"; done
+for b in "${benches[@]}"; do
+  [[ -x $b && -f $b && $(basename "$b") != bench_peak ]] || continue
   echo "---- $(basename "$b")"
-  "$b" --benchmark_filter="${XK_BENCH_FILTER:-.}" || echo "($(basename "$b") failed: $?)"
+  "$b" --benchmark_filter="${XK_BENCH_FILTER:-.}" || { echo "run.sh: $(basename "$b") failed" >&2; exit 1; }
 done
