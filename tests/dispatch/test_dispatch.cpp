@@ -13,6 +13,7 @@
 #include "dispatch/jit_generator.hpp"
 #include "dispatch/kernel_cache.hpp"
 #include "dispatch/registry.hpp"
+#include "xk/eltwise.hpp"
 #include "xk/runtime.hpp"
 
 using namespace xk;
@@ -331,4 +332,28 @@ TEST(Parallel, WorkerExceptionReachesCaller) {
                  }),
                  Error);
     set_num_threads(0);
+}
+
+// XK_VERBOSE=1 logs each generation with the implementation, the descriptor and microseconds
+// (checked in a child process: the level is read once per process).
+TEST(Verbose, LogsGenerationWithImplDescriptorAndTime) {
+    char selfbuf[4096] = {};
+    ASSERT_GT(readlink("/proc/self/exe", selfbuf, sizeof selfbuf - 1), 0);
+    const std::string cmd = std::string("XK_VERBOSE=1 ") + selfbuf + " --gtest_filter=Verbose.ChildRunsAxpby 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+    const std::string want = std::string("xk_verbose,create,axpby,") +
+                             (hardware_isa() >= Isa::avx512 ? "jit:avx512" : hardware_isa() >= Isa::avx2 ? "jit:avx2" : "ref:scalar") +
+                             ",f32,";
+    EXPECT_NE(out.find(want), std::string::npos) << out;
+}
+
+TEST(Verbose, ChildRunsAxpby) {
+    float x[4] = {1, 2, 3, 4}, y[4] = {};
+    xk::axpby(4, 1.0f, x, 0.0f, y);
+    EXPECT_EQ(y[3], 4.0f);
 }
