@@ -4,9 +4,11 @@
 #include "kernels/eltwise/eltwise.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/glu/glu.hpp"
 #include "kernels/norm/norm.hpp"
 #include "kernels/quant/quant.hpp"
 #include "kernels/rope/rope.hpp"
+#include "kernels/softmax/softmax.hpp"
 #include "xk/isa.hpp"
 
 namespace xk::tools {
@@ -99,6 +101,20 @@ std::vector<Selection> selections() {
         d.cols = 4096;
         d.granularity = QuantGranularity::per_token_dynamic;
         return quant_kernel_desc(d);
+    }));
+    v.push_back(pick("glu", glu_registry(), [] {
+        GluDesc d;
+        d.rows = 16;
+        d.inner = 11008;
+        d.x_dtype = d.y_dtype = DType::bf16;
+        return glu_kernel_desc(glu_resolve("xk-info", d));
+    }));
+    v.push_back(pick("softmax", softmax_registry(), [] {
+        SoftmaxDesc d;
+        d.rows = 32;
+        d.cols = 4096;
+        d.x_dtype = d.y_dtype = DType::bf16;
+        return softmax_kernel_desc(softmax_resolve("xk-info", d));
     }));
     return v;
 }

@@ -47,7 +47,7 @@ struct RopeDesc {
     RopeStyle style = RopeStyle::neox;
     int64_t tokens = 0;      // >= 0 (0 is a no-op)
     int64_t q_heads = 0;     // >= 0
-    int64_t k_heads = 0;     // >= 0 (may differ from q_heads)
+    int64_t k_heads = 0;     // >= 0; when both are > 0 it must divide q_heads (GQA / MQA)
     int64_t head_dim = 0;    // >= 1
     int64_t rotary_dim = 0;  // even, in [2, head_dim]; 0 = head_dim
     DType dtype = DType::f32;  // q and k: f32 or bf16

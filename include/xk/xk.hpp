@@ -11,4 +11,5 @@
 #include "xk/norm.hpp"
 #include "xk/rope.hpp"
 #include "xk/quant.hpp"
+#include "xk/llm.hpp"
 #include "xk/gpu.hpp"

@@ -346,6 +346,38 @@ TEST(Rope, ComputedCosSinAgreesWithCache) {
     });
 }
 
+TEST(Rope, EveryRegistryEntry) {
+    // Each implementation forced, whatever the cap: run against the oracle where this machine has
+    // its ISA, generated only elsewhere (a machine with AVX-512 / AVX512-BF16 runs them all).
+    const auto& reg = detail::rope_registry();
+    for (const auto& impl : reg.impls()) {
+        SCOPED_TRACE(impl.name);
+        const bool runs = isa_supported(impl.isa);
+        uint64_t variant = 0;
+        for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+            for (DType dt : {DType::f32, DType::bf16})
+                for (int cs = 0; cs < 3; ++cs)
+                    for (const HeadShape& hs : kHeadShapes) {
+                        ++variant;
+                        const Heads heads = kHeads[variant % 6];
+                        Problem p = make_problem(style, dt, variant % 2 ? 3 : 1, heads.q, heads.k, hs.head_dim, hs.rotary_dim,
+                                                 kLayouts[variant % 4], cs == 2 ? RopeCosSin::compute : RopeCosSin::cache,
+                                                 cs == 1 ? DType::bf16 : DType::f32,
+                                                 variant % 3 ? RopePositionType::s64 : RopePositionType::s32, variant % 3,
+                                                 2000 + variant);
+                        const RopePlan resolved(p.d);  // resolves strides and rotary_dim
+                        const auto kd = detail::rope_kernel_desc(resolved.desc());
+                        if (impl.supports && !impl.supports(kd)) continue;
+                        const auto sel = reg.get(kd, impl);
+                        ASSERT_TRUE(sel.kernel);
+                        if (!runs) continue;
+                        ASSERT_TRUE(run_and_check(p, [&] { sel.kernel->run(resolved.desc(), p.args(), 0, p.d.tokens); }))
+                            << p.describe();
+                    }
+        if (!runs) std::printf("[ generated only ] %s (needs %s)\n", impl.name, isa_name(impl.isa));
+    }
+}
+
 TEST(Rope, ExactProperties) {
     for_each_isa([&](Isa) {
         // Position 0 is the identity (cos 1, sin 0), bitwise.
@@ -476,6 +508,12 @@ TEST(Rope, BadDescriptor) {
     d = ok;
     d.head_dim = 0;
     XK_EXPECT_INVALID(plan(d), "head_dim=0 must be >= 1");
+    d = ok;
+    d.q_heads = 8;
+    d.k_heads = 3;
+    XK_EXPECT_INVALID(plan(d), "k_heads=3 must divide q_heads=8 (GQA / MQA");
+    d.k_heads = 16;
+    XK_EXPECT_INVALID(plan(d), "k_heads=16 must divide q_heads=8");
     d = ok;
     d.rotary_dim = 7;
     XK_EXPECT_INVALID(plan(d), "rotary_dim=7 must be even");

@@ -146,9 +146,19 @@ NormKernelDesc norm_kernel_desc(const NormDesc& d) {
     return k;
 }
 
+bool norm_uses_bf16(const NormKernelDesc& kd) {
+    return kd.x_dtype == DType::bf16 || kd.y_dtype == DType::bf16 ||
+           (kd.fused_residual && kd.residual_dtype == DType::bf16) ||
+           ((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16);
+}
+
 const Registry<NormKernelDesc, NormKernel>& norm_registry() {
     static const Registry<NormKernelDesc, NormKernel> r(
         "norm", {
+                    {"jit:avx512_bf16", Isa::avx512_bf16, norm_uses_bf16,
+                     [](const NormKernelDesc& kd) { return create_jit_norm(kd, Isa::avx512_bf16); }},
+                    {"jit:avx512", Isa::avx512, nullptr, [](const NormKernelDesc& kd) { return create_jit_norm(kd, Isa::avx512); }},
+                    {"jit:avx2", Isa::avx2, nullptr, [](const NormKernelDesc& kd) { return create_jit_norm(kd, Isa::avx2); }},
                     {"ref:scalar", Isa::scalar, nullptr,
                      [](const NormKernelDesc&) -> std::shared_ptr<const NormKernel> { return std::make_shared<RefNorm>(); }},
                 });

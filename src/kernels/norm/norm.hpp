@@ -37,6 +37,11 @@ void norm_one_shot(const char* fn, const NormDesc& desc, const NormArgs& args);
 // Reference (specification): rows [row_begin, row_end); d must have its strides resolved.
 void norm_reference(const NormDesc& d, const NormArgs& a, int64_t row_begin, int64_t row_end);
 
+// JIT generator entry (jit_norm.cpp): isa is avx2, avx512 or avx512_bf16 (native bf16 stores).
+std::shared_ptr<const NormKernel> create_jit_norm(const NormKernelDesc& kd, Isa isa);
+// Whether the descriptor reads or writes bf16 data (the avx512_bf16 entry only differs then).
+bool norm_uses_bf16(const NormKernelDesc& kd);
+
 // Rows per parallel chunk: at least ~16K elements per chunk, so a single row of 4096 (or a few
 // rows) runs inline.
 inline int64_t norm_row_grain(int64_t hidden) { return std::max<int64_t>(1, (16384 + hidden - 1) / std::max<int64_t>(hidden, 1)); }

@@ -88,6 +88,9 @@ RopeDesc resolve(const char* fn, const RopeDesc& in) {
     check_nonnegative(fn, "q_heads", d.q_heads);
     check_nonnegative(fn, "k_heads", d.k_heads);
     check_positive(fn, "head_dim", d.head_dim);
+    if (d.q_heads > 0 && d.k_heads > 0 && d.q_heads % d.k_heads != 0)
+        fail_arg(fn, "k_heads", std::to_string(d.k_heads),
+                 "must divide q_heads=" + std::to_string(d.q_heads) + " (GQA / MQA: each k head serves q_heads/k_heads query heads)");
     if (d.rotary_dim < 0) fail_arg(fn, "rotary_dim", std::to_string(d.rotary_dim), "must be >= 0 (0 = head_dim)");
     const bool defaulted = d.rotary_dim == 0;
     if (defaulted) d.rotary_dim = d.head_dim;
@@ -182,6 +185,11 @@ RopeKernelDesc rope_kernel_desc(const RopeDesc& d) {
 const Registry<RopeKernelDesc, RopeKernel>& rope_registry() {
     static const Registry<RopeKernelDesc, RopeKernel> r(
         "rope", {
+                    {"jit:avx512_bf16", Isa::avx512_bf16,
+                     [](const RopeKernelDesc& kd) { return kd.dtype == DType::bf16; },
+                     [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx512_bf16); }},
+                    {"jit:avx512", Isa::avx512, nullptr, [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx512); }},
+                    {"jit:avx2", Isa::avx2, nullptr, [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx2); }},
                     {"ref:scalar", Isa::scalar, nullptr,
                      [](const RopeKernelDesc&) -> std::shared_ptr<const RopeKernel> { return std::make_shared<RefRope>(); }},
                 });

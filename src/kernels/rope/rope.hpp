@@ -39,6 +39,9 @@ void rope_one_shot(const char* fn, const RopeDesc& desc, const RopeArgs& args);
 // Reference (specification): tokens [token_begin, token_end); d must be resolved.
 void rope_reference(const RopeDesc& d, const RopeArgs& a, int64_t token_begin, int64_t token_end);
 
+// JIT generator entry (jit_rope.cpp): isa is avx2, avx512 or avx512_bf16 (native bf16 stores).
+std::shared_ptr<const RopeKernel> create_jit_rope(const RopeKernelDesc& kd, Isa isa);
+
 // Tokens per parallel chunk: at least ~16K rotated elements per chunk.
 inline int64_t rope_token_grain(int64_t heads, int64_t rotary_dim) {
     const int64_t per_token = std::max<int64_t>(1, heads * rotary_dim);

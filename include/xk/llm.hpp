@@ -1,0 +1,126 @@
+// xkernels — the elementwise / row-wise LLM ops between the GEMMs of a transformer block:
+// gated activations (SwiGLU, GeGLU) over a fused gate+up projection, and softmax over the last
+// dimension with a scale and an optional causal mask. (RMSNorm / LayerNorm: xk/norm.hpp; RoPE:
+// xk/rope.hpp.)
+//
+// Data types: f32 or bf16 in and out (independently); math in fp32; bf16 values are widened
+// exactly and every output is rounded once, to nearest even.
+//
+// ---- GLU: y = act(gate) * up ------------------------------------------------------------------
+// x is [rows x 2*inner] (row stride ld_x >= 2*inner), the concatenation [gate | up] of one fused
+// projection (vLLM's silu_and_mul / gelu_and_mul convention); y is [rows x inner] (ld_y >= inner):
+//   y[r, i] = act(x[r, i]) * x[r, inner + i]
+// act: silu (SwiGLU: x * sigmoid(x)), gelu_erf (GeGLU), gelu_tanh (GeGLU, tanh approximation),
+// relu (ReGLU) or none (bilinear GLU), with the definitions of xk::Activation.
+// Accuracy: the vectorised activations of the JIT kernels are within a few fp32 ulps of the exact
+// value (silu 4u|w|, gelu_tanh (4 + 3|2y|)u|w|, gelu_erf (8 + 2x^2)u|w| with u = 2^-24; see
+// src/kernels/common/jit_activation.hpp); the product adds half an ulp, the bf16 rounding half a
+// bf16 ulp.
+// Aliasing: y may be exactly x's gate half (y == x, ld_y == ld_x, same dtype: in place); any other
+// overlap of y with x is an xk::Error.
+//
+// ---- softmax ------------------------------------------------------------------------------------
+// x and y are [rows x cols] with row strides. With t[j] = scale * x[r, j] (fp32) over the visible
+// columns j of row r:
+//   y[r, j] = exp(t[j] - m) / sum_k exp(t[k] - m),  m = max_k t[k]   (j, k visible)
+//   y[r, j] = 0                                                       (j masked)
+// Without a causal mask every column is visible. With causal = true, row r is the query at
+// position p = r + causal_offset (e.g. causal_offset = kv_len - q_len for q_len new tokens
+// attending to a kv cache of kv_len; 0 for a square prefill block) and column j, the key at
+// position j, is visible iff j <= p. A row with no visible column (p < 0) is all zeros.
+// scale must be finite and > 0 (e.g. 1/sqrt(head_dim)).
+// Accuracy: exp is vectorised (relative error <= 2 ulp, src/kernels/common/jit_activation.hpp);
+// each y is within a few fp32 ulps of the exact softmax of the fp32 t (bf16: plus half a bf16
+// ulp). Arguments below ln(FLT_MIN) ~ -87.3 give exp = 0 exactly (the reference: the exact value,
+// below 1.2e-38 anyway).
+// Aliasing: y may be exactly x (same pointer, stride and dtype: in place); any other overlap is
+// an xk::Error.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "xk/types.hpp"
+
+namespace xk {
+
+struct GluDesc {
+    Activation activation = Activation::silu;  // silu, gelu_erf, gelu_tanh, relu or none
+    int64_t rows = 0;    // >= 0 (0 is a no-op)
+    int64_t inner = 0;   // >= 1: I, the width of y (x has 2*I columns)
+    DType x_dtype = DType::f32;  // f32 or bf16
+    DType y_dtype = DType::f32;  // f32 or bf16
+    int64_t ld_x = 0;    // row stride of x in elements, 0 = 2*inner
+    int64_t ld_y = 0;    // row stride of y in elements, 0 = inner
+};
+
+struct GluArgs {
+    const void* x = nullptr;  // [rows x ld_x]
+    void* y = nullptr;        // [rows x ld_y]
+};
+
+namespace detail {
+struct GluKernel;
+struct SoftmaxKernel;
+}  // namespace detail
+
+// Validates the descriptor and selects the implementation once; run() validates the pointers and
+// runs, split over rows by the library's thread pool. Immutable, safe to run concurrently.
+class GluPlan {
+public:
+    explicit GluPlan(const GluDesc& desc);
+    void run(const GluArgs& args) const;
+    const char* impl_name() const { return impl_name_; }
+    const GluDesc& desc() const { return desc_; }  // strides resolved (no 0 left)
+
+private:
+    GluDesc desc_;
+    std::shared_ptr<const detail::GluKernel> kernel_;
+    const char* impl_name_ = "";
+};
+
+// One-shot: validates, fetches the kernel through the kernel cache, runs.
+void glu(const GluDesc& desc, const GluArgs& args);
+
+// vLLM's silu_and_mul / gelu_and_mul / gelu_tanh_and_mul on packed rows: x [rows x 2*inner],
+// y [rows x inner].
+void silu_and_mul(int64_t rows, int64_t inner, const float* x, float* y);
+void silu_and_mul(int64_t rows, int64_t inner, const bf16* x, bf16* y);
+void gelu_and_mul(int64_t rows, int64_t inner, const float* x, float* y, bool tanh_approximation = false);
+void gelu_and_mul(int64_t rows, int64_t inner, const bf16* x, bf16* y, bool tanh_approximation = false);
+
+struct SoftmaxDesc {
+    int64_t rows = 0;   // >= 0 (0 is a no-op)
+    int64_t cols = 0;   // >= 1
+    DType x_dtype = DType::f32;  // f32 or bf16
+    DType y_dtype = DType::f32;  // f32 or bf16
+    int64_t ld_x = 0, ld_y = 0;  // row strides in elements, 0 = cols
+    float scale = 1.0f;          // finite, > 0
+    bool causal = false;
+    int64_t causal_offset = 0;   // causal only: row r is the query at position r + causal_offset
+};
+
+struct SoftmaxArgs {
+    const void* x = nullptr;  // [rows x ld_x]
+    void* y = nullptr;        // [rows x ld_y]
+};
+
+class SoftmaxPlan {
+public:
+    explicit SoftmaxPlan(const SoftmaxDesc& desc);
+    void run(const SoftmaxArgs& args) const;
+    const char* impl_name() const { return impl_name_; }
+    const SoftmaxDesc& desc() const { return desc_; }  // strides resolved (no 0 left)
+
+private:
+    SoftmaxDesc desc_;
+    std::shared_ptr<const detail::SoftmaxKernel> kernel_;
+    const char* impl_name_ = "";
+};
+
+void softmax(const SoftmaxDesc& desc, const SoftmaxArgs& args);
+
+// Packed rows, no mask: y = softmax(scale * x) over each row of cols.
+void softmax(int64_t rows, int64_t cols, const float* x, float* y, float scale = 1.0f);
+void softmax(int64_t rows, int64_t cols, const bf16* x, bf16* y, float scale = 1.0f);
+
+}  // namespace xk

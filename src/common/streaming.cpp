@@ -1,0 +1,25 @@
+#include "common/streaming.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include "xk/isa.hpp"
+
+namespace xk::detail {
+namespace {
+std::atomic<int64_t> g_override{-1};
+
+int64_t default_threshold() {
+    static const int64_t t = std::max<int64_t>(int64_t(8) << 20, cpu_info().l3_bytes / 2);
+    return t;
+}
+}  // namespace
+
+int64_t nt_store_threshold() {
+    const int64_t o = g_override.load(std::memory_order_relaxed);
+    return o >= 0 ? o : default_threshold();
+}
+
+void set_nt_store_threshold(int64_t bytes) { g_override.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }
+
+}  // namespace xk::detail

@@ -1,0 +1,19 @@
+// When memory-bound kernels write their output with non-temporal (streaming) stores: only when
+// the output of one call is too large to stay in the last-level cache anyway (then the stores
+// skip the read-for-ownership of every written line and leave the cache to the inputs). Smaller
+// outputs (decode shapes, anything the next op reads back from cache) use regular stores.
+#pragma once
+#include <cstdint>
+
+namespace xk::detail {
+
+// Output bytes of one call from which streaming stores are used: max(8 MiB, L3 bytes / 2) by
+// default (the L3 of one instance, hwloc or CPUID).
+int64_t nt_store_threshold();
+// Tests: override the threshold (0: always stream where the rows are aligned); a negative value
+// restores the default.
+void set_nt_store_threshold(int64_t bytes);
+
+inline bool use_nt_stores(int64_t output_bytes) { return output_bytes >= nt_store_threshold(); }
+
+}  // namespace xk::detail

@@ -1,0 +1,343 @@
+// f32 / bf16 vector loads and stores for xbyak generators (see jit_io.hpp).
+#include "kernels/common/jit_io.hpp"
+
+#include "xk/error.hpp"
+
+namespace xk::detail {
+namespace {
+
+using namespace Xbyak;
+using Xbyak::util::T_z;
+
+// Table entries of 64 bytes (a full zmm), except the lane-mask slide.
+enum Entry : int {
+    kSlide = 0,     // 16 x 0xffffffff then 16 x 0: the mask of the first n lanes starts at (16 - n) * 4
+    kOne = 2,       // 1
+    k7fff = 3,      // 0x7fff
+    kQuiet = 4,     // 0x00400000: the quiet bit of a float NaN
+    kCount = 5
+};
+
+struct alignas(64) Table {
+    uint32_t v[kCount][16];
+};
+
+const Table& the_table() {
+    static const Table t = [] {
+        Table t{};
+        for (int i = 0; i < 16; ++i) {
+            t.v[kSlide][i] = 0xffffffffu;
+            t.v[kSlide + 1][i] = 0;
+            t.v[kOne][i] = 1;
+            t.v[k7fff][i] = 0x7fff;
+            t.v[kQuiet][i] = 0x00400000u;
+        }
+        return t;
+    }();
+    return t;
+}
+
+}  // namespace
+
+JitIo::JitIo(CodeGenerator& g, Isa isa, const Reg64& table, const Scratch& s)
+    : g_(g), zmm_(isa >= Isa::avx512), native_bf16_(isa >= Isa::avx512_bf16), tbl_(table), s_(s) {
+    if (isa < Isa::avx2) throw Error(Status::invalid_argument, "JitIo: needs avx2 or above");
+}
+
+const void* JitIo::table() noexcept { return &the_table(); }
+
+Xmm JitIo::vreg(int idx) const { return zmm_ ? Xmm(Zmm(idx)) : Xmm(Ymm(idx)); }
+
+Address JitIo::c(int entry, int offset_bytes) const { return g_.ptr[tbl_ + entry * 64 + offset_bytes]; }
+
+void JitIo::set_kmask(int n) const {
+    g_.mov(s_.gpr.cvt32(), n >= 32 ? 0xffffffffu : (1u << n) - 1u);
+    g_.kmovw(s_.k, s_.gpr.cvt32());
+}
+
+void JitIo::set_kmask_rt(const Reg64& cnt) const {
+    g_.mov(s_.gpr.cvt32(), 1);
+    g_.shlx(s_.gpr.cvt32(), s_.gpr.cvt32(), cnt.cvt32());
+    g_.dec(s_.gpr.cvt32());
+    g_.kmovw(s_.k, s_.gpr.cvt32());
+}
+
+void JitIo::lane_mask_rt(const Xmm& dst, const Reg64& cnt) const {
+    if (zmm_) {
+        set_kmask_rt(cnt);
+        return;
+    }
+    g_.mov(s_.gpr, cnt);
+    g_.neg(s_.gpr);
+    g_.vmovups(dst, g_.ptr[tbl_ + s_.gpr * 4 + kSlide * 64 + 64]);
+}
+
+void JitIo::keep_lanes(const Xmm& v, int n) const {
+    if (n >= vlen()) return;
+    if (zmm_) {
+        set_kmask(n);
+        g_.vmovaps(v | s_.k | T_z, v);
+    } else {
+        g_.vandps(v, v, c(kSlide, (16 - n) * 4));
+    }
+}
+
+// nbytes in [2, 14], even: exactly those bytes, the rest of x zeroed.
+void JitIo::load_bytes(const Xmm& x, const RegExp& addr, int nbytes) const {
+    int off = 0;
+    bool first = true;
+    if (nbytes - off >= 8) {
+        g_.vmovq(x, g_.qword[addr]);
+        off += 8;
+        first = false;
+    }
+    if (nbytes - off >= 4) {
+        if (first) g_.vmovd(x, g_.dword[addr + off]);
+        else g_.vpinsrd(x, x, g_.dword[addr + off], static_cast<uint8_t>(off / 4));
+        off += 4;
+        first = false;
+    }
+    if (nbytes - off >= 2) {
+        if (first) g_.vpxor(x, x, x);
+        g_.vpinsrw(x, x, g_.word[addr + off], static_cast<uint8_t>(off / 2));
+        off += 2;
+    }
+}
+
+void JitIo::store_bytes(const RegExp& addr, const Xmm& x, int nbytes) const {
+    int off = 0;
+    if (nbytes - off >= 8) {
+        g_.vmovq(g_.qword[addr], x);
+        off += 8;
+    }
+    if (nbytes - off >= 4) {
+        g_.vpextrd(g_.dword[addr + off], x, static_cast<uint8_t>(off / 4));
+        off += 4;
+    }
+    if (nbytes - off >= 2) {
+        g_.vpextrw(g_.word[addr + off], x, static_cast<uint8_t>(off / 2));
+        off += 2;
+    }
+}
+
+void JitIo::load(const Xmm& v, const RegExp& addr, DType t, int n) const {
+    const int vl = vlen();
+    if (n < 1 || n > vl) throw Error(Status::runtime_error, "JitIo::load: bad count");
+    auto& g = g_;
+    if (t == DType::f32) {
+        if (n == vl) {
+            g.vmovups(v, g.ptr[addr]);
+        } else if (zmm_) {
+            if (n == 8) {
+                g.vmovups(Ymm(v.getIdx()), g.ptr[addr]);
+            } else {
+                set_kmask(n);
+                g.vmovups(v | s_.k | T_z, g.ptr[addr]);
+            }
+        } else if (n == 4) {
+            g.vmovups(Xmm(v.getIdx()), g.ptr[addr]);
+        } else {
+            g.vmovups(s_.v0, c(kSlide, (16 - n) * 4));
+            g.vmaskmovps(v, s_.v0, g.ptr[addr]);
+        }
+        return;
+    }
+    if (t != DType::bf16) throw Error(Status::runtime_error, "JitIo::load: dtype");
+    if (n == vl) {
+        g.vpmovzxwd(v, g.ptr[addr]);
+    } else if (zmm_) {
+        if (n == 8) {
+            g.vpmovzxwd(Ymm(v.getIdx()), g.ptr[addr]);
+        } else {
+            set_kmask(n);
+            g.vpmovzxwd(v | s_.k | T_z, g.ptr[addr]);
+        }
+    } else {
+        load_bytes(Xmm(v.getIdx()), addr, 2 * n);
+        g.vpmovzxwd(v, Xmm(v.getIdx()));
+    }
+    g.vpslld(v, v, 16);
+}
+
+// s_.v0 = the bf16 words of v (low half: xmm on AVX2, ymm on AVX-512); clobbers v and v1.
+void JitIo::to_bf16_words(const Xmm& v) const {
+    auto& g = g_;
+    const Xmm& w = s_.v0;
+    if (native_bf16_) {
+        g.vcvtneps2bf16(Ymm(w.getIdx()), v);
+        return;
+    }
+    // Round to nearest even: (u + 0x7fff + ((u >> 16) & 1)) >> 16; NaN: (u | quiet bit) >> 16.
+    if (zmm_) {
+        g.vcmpps(s_.k, v, v, 3 /* UNORD_Q */);
+        g.vpsrld(w, v, 16);
+        g.vpandd(w, w, c(kOne));
+        g.vpaddd(w, w, v);
+        g.vpaddd(w, w, c(k7fff));
+        g.vpord(w | s_.k, v, c(kQuiet));
+        g.vpsrld(w, w, 16);
+        g.vpmovdw(Ymm(w.getIdx()), w);
+    } else {
+        g.vcmpps(s_.v1, v, v, 3 /* UNORD_Q */);
+        g.vpsrld(w, v, 16);
+        g.vpand(w, w, c(kOne));
+        g.vpaddd(w, w, v);
+        g.vpaddd(w, w, c(k7fff));
+        g.vpor(v, v, c(kQuiet));
+        g.vblendvps(w, w, v, s_.v1);
+        g.vpsrld(w, w, 16);
+        g.vextracti128(Xmm(s_.v1.getIdx()), Ymm(w.getIdx()), 1);
+        g.vpackusdw(Xmm(w.getIdx()), Xmm(w.getIdx()), Xmm(s_.v1.getIdx()));
+    }
+}
+
+void JitIo::store(const RegExp& addr, const Xmm& v, DType t, int n, bool nt) const {
+    const int vl = vlen();
+    if (n < 1 || n > vl || (nt && n != vl)) throw Error(Status::runtime_error, "JitIo::store: bad count");
+    auto& g = g_;
+    if (t == DType::f32) {
+        if (n == vl) {
+            if (nt) g.vmovntps(g.ptr[addr], v);
+            else g.vmovups(g.ptr[addr], v);
+        } else if (zmm_) {
+            if (n == 8) {
+                g.vmovups(g.ptr[addr], Ymm(v.getIdx()));
+            } else {
+                set_kmask(n);
+                g.vmovups(g.ptr[addr] | s_.k, v);
+            }
+        } else if (n == 4) {
+            g.vmovups(g.ptr[addr], Xmm(v.getIdx()));
+        } else {
+            g.vmovups(s_.v0, c(kSlide, (16 - n) * 4));
+            g.vmaskmovps(g.ptr[addr], s_.v0, v);
+        }
+        return;
+    }
+    if (t != DType::bf16) throw Error(Status::runtime_error, "JitIo::store: dtype");
+    to_bf16_words(v);
+    const int w = s_.v0.getIdx();
+    if (zmm_) {
+        if (n == vl) {
+            if (nt) g.vmovntdq(g.ptr[addr], Ymm(w));
+            else g.vmovups(g.ptr[addr], Ymm(w));
+        } else if (n == 8) {
+            g.vmovups(g.ptr[addr], Xmm(w));
+        } else {
+            set_kmask(n);
+            g.vmovdqu16(g.ptr[addr] | s_.k, Ymm(w));
+        }
+    } else {
+        if (n == vl) {
+            if (nt) g.vmovntdq(g.ptr[addr], Xmm(w));
+            else g.vmovdqu(g.ptr[addr], Xmm(w));
+        } else {
+            store_bytes(addr, Xmm(w), 2 * n);
+        }
+    }
+}
+
+void JitIo::load_rt(const Xmm& v, const RegExp& addr, DType t, const Reg64& cnt) const {
+    auto& g = g_;
+    if (zmm_) {
+        set_kmask_rt(cnt);
+        if (t == DType::f32) {
+            g.vmovups(v | s_.k | T_z, g.ptr[addr]);
+        } else {
+            g.vpmovzxwd(v | s_.k | T_z, g.ptr[addr]);
+            g.vpslld(v, v, 16);
+        }
+        return;
+    }
+    if (t == DType::f32) {
+        g.mov(s_.gpr, cnt);
+        g.neg(s_.gpr);
+        g.vmovups(s_.v0, g.ptr[tbl_ + s_.gpr * 4 + kSlide * 64 + 64]);
+        g.vmaskmovps(v, s_.v0, g.ptr[addr]);
+        return;
+    }
+    // bf16 on AVX2: branch to the static sequence of this count.
+    Label done;
+    for (int n = 1; n <= 8; ++n) {
+        Label next;
+        if (n < 8) {
+            g.cmp(cnt, n);
+            g.jne(next);
+        }
+        load(v, addr, DType::bf16, n);
+        if (n < 8) g.jmp(done);
+        g.L(next);
+    }
+    g.L(done);
+}
+
+void JitIo::store_rt(const RegExp& addr, const Xmm& v, DType t, const Reg64& cnt) const {
+    auto& g = g_;
+    if (zmm_) {
+        if (t == DType::f32) {
+            set_kmask_rt(cnt);
+            g.vmovups(g.ptr[addr] | s_.k, v);
+        } else {
+            to_bf16_words(v);  // uses the opmask itself: set the count mask afterwards
+            set_kmask_rt(cnt);
+            g.vmovdqu16(g.ptr[addr] | s_.k, Ymm(s_.v0.getIdx()));
+        }
+        return;
+    }
+    if (t == DType::f32) {
+        g.mov(s_.gpr, cnt);
+        g.neg(s_.gpr);
+        g.vmovups(s_.v0, g.ptr[tbl_ + s_.gpr * 4 + kSlide * 64 + 64]);
+        g.vmaskmovps(g.ptr[addr], s_.v0, v);
+        return;
+    }
+    to_bf16_words(v);
+    const Xmm w(s_.v0.getIdx());
+    Label done;
+    for (int n = 1; n <= 8; ++n) {
+        Label next;
+        if (n < 8) {
+            g.cmp(cnt, n);
+            g.jne(next);
+        }
+        if (n == 8) g.vmovdqu(g.ptr[addr], w);
+        else store_bytes(addr, w, 2 * n);
+        if (n < 8) g.jmp(done);
+        g.L(next);
+    }
+    g.L(done);
+}
+
+void JitIo::hsum(const Xmm& v) const {
+    auto& g = g_;
+    const int i = v.getIdx(), t = s_.v0.getIdx();
+    if (zmm_) {
+        g.vextractf64x4(Ymm(t), Zmm(i), 1);
+        g.vaddps(Ymm(i), Ymm(i), Ymm(t));
+    }
+    if (zmm_) g.vextractf32x4(Xmm(t), Ymm(i), 1);  // EVEX: any of the 32 registers
+    else g.vextractf128(Xmm(t), Ymm(i), 1);
+    g.vaddps(Xmm(i), Xmm(i), Xmm(t));
+    g.vpermilps(Xmm(t), Xmm(i), 0x4e);
+    g.vaddps(Xmm(i), Xmm(i), Xmm(t));
+    g.vpermilps(Xmm(t), Xmm(i), 0xb1);
+    g.vaddps(Xmm(i), Xmm(i), Xmm(t));
+}
+
+void JitIo::hmax(const Xmm& v) const {
+    auto& g = g_;
+    const int i = v.getIdx(), t = s_.v0.getIdx();
+    if (zmm_) {
+        g.vextractf64x4(Ymm(t), Zmm(i), 1);
+        g.vmaxps(Ymm(i), Ymm(i), Ymm(t));
+    }
+    if (zmm_) g.vextractf32x4(Xmm(t), Ymm(i), 1);
+    else g.vextractf128(Xmm(t), Ymm(i), 1);
+    g.vmaxps(Xmm(i), Xmm(i), Xmm(t));
+    g.vpermilps(Xmm(t), Xmm(i), 0x4e);
+    g.vmaxps(Xmm(i), Xmm(i), Xmm(t));
+    g.vpermilps(Xmm(t), Xmm(i), 0xb1);
+    g.vmaxps(Xmm(i), Xmm(i), Xmm(t));
+}
+
+}  // namespace xk::detail

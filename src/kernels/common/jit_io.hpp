@@ -1,0 +1,87 @@
+// Loads and stores of f32 / bf16 data as fp32 vectors for xbyak generators of memory-bound ops
+// (norm, rope, glu, softmax): one ymm (AVX2, 8 lanes) or zmm (AVX-512, 16 lanes) per vector.
+//
+//   JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});   // scratch it may clobber
+//   mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
+//   io.load(V(0), x + idx * 4, DType::f32, io.vlen());     // full vector
+//   io.load(V(1), x + 64, DType::bf16, 5);                  // 5 elements, lanes 5.. = 0
+//   io.store(y, V(0), DType::bf16, io.vlen(), /*nt=*/true);
+//
+// Conversions. bf16 loads widen exactly (shift into the upper half). bf16 stores round to
+// nearest even with NaN kept quiet, as xk::bf16: with AVX512-BF16 (isa >= avx512_bf16) through
+// VCVTNEPS2BF16, which also treats denormal inputs as zero and flushes denormal results (the only
+// difference from xk::bf16, for |x| < 2^-126); otherwise through integer arithmetic
+// (u + 0x7fff + ((u >> 16) & 1)) >> 16, bit-exact with xk::bf16.
+//
+// Partial vectors. A count n < vlen is a static tail (known when generating): lanes >= n are
+// neither read (no access beyond element n-1, so no fault and no sanitizer report at the end of
+// a buffer) nor written. AVX-512 uses the opmask; AVX2 uses VMASKMOVPS for f32 and exact-width
+// scalar pieces (VMOVQ / VPINSRD / VPINSRW, VPEXTR*) for bf16. load_rt / store_rt take the count
+// from a register at run time (1..vlen); for bf16 on AVX2 they branch to the static piece
+// sequence of that count.
+//
+// Clobbers: the two scratch vectors, the opmask (AVX-512), the scratch GPR (tails, runtime
+// counts) and the flags. A bf16 store clobbers its source vector as well. The table register is
+// read only.
+#pragma once
+#include <cstdint>
+
+#include "dispatch/xbyak_config.hpp"
+#include "xk/isa.hpp"
+#include "xk/types.hpp"
+
+namespace xk::detail {
+
+class JitIo {
+public:
+    struct Scratch {
+        Xbyak::Xmm v0, v1;     // vector scratch, of the generator's width (Ymm or Zmm)
+        Xbyak::Opmask k;       // AVX-512 only
+        Xbyak::Reg64 gpr;
+    };
+
+    JitIo(Xbyak::CodeGenerator& g, Isa isa, const Xbyak::Reg64& table, const Scratch& s);
+
+    // The constant table (static storage): load its address into the table register first.
+    static const void* table() noexcept;
+
+    bool zmm() const { return zmm_; }
+    bool native_bf16() const { return native_bf16_; }
+    int vlen() const { return zmm_ ? 16 : 8; }       // fp32 lanes
+    int vbytes() const { return zmm_ ? 64 : 32; }
+    Xbyak::Xmm vreg(int idx) const;                   // Ymm(idx) or Zmm(idx)
+
+    // v = the n (1..vlen) elements of dtype t at addr, as fp32; lanes >= n are 0.
+    void load(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, int n) const;
+    // Stores lanes [0, n) of v to addr as dtype t. nt: non-temporal full-vector store (n == vlen;
+    // addr aligned to the stored width: vbytes for f32, vbytes/2 for bf16).
+    void store(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, int n, bool nt = false) const;
+    // Runtime counts: cnt holds 1..vlen (preserved).
+    void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
+    void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;
+    // v &= (lane < n) for a static n (AVX2: AND with a table mask; AVX-512: zero-masking move).
+    void keep_lanes(const Xbyak::Xmm& v, int n) const;
+    // Sets the scratch opmask to the first n lanes (AVX-512), from a static or a runtime count.
+    void set_kmask(int n) const;
+    void set_kmask_rt(const Xbyak::Reg64& cnt) const;
+    // Lanes [0, cnt) of a runtime count: AVX2: dst = all-ones in those lanes, zero elsewhere;
+    // AVX-512: the scratch opmask is set to them (dst untouched).
+    void lane_mask_rt(const Xbyak::Xmm& dst, const Xbyak::Reg64& cnt) const;
+    // Horizontal sum of v into lane 0 (other lanes undefined); clobbers v0.
+    void hsum(const Xbyak::Xmm& v) const;
+    // Horizontal max of v into lane 0 (other lanes undefined); clobbers v0.
+    void hmax(const Xbyak::Xmm& v) const;
+
+private:
+    Xbyak::Address c(int entry, int offset_bytes = 0) const;
+    void to_bf16_words(const Xbyak::Xmm& v) const;  // v0 = words (xmm / ymm half), clobbers v, v1
+    void load_bytes(const Xbyak::Xmm& x, const Xbyak::RegExp& addr, int nbytes) const;
+    void store_bytes(const Xbyak::RegExp& addr, const Xbyak::Xmm& x, int nbytes) const;
+
+    Xbyak::CodeGenerator& g_;
+    bool zmm_, native_bf16_;
+    Xbyak::Reg64 tbl_;
+    Scratch s_;
+};
+
+}  // namespace xk::detail

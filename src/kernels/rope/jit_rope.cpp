@@ -1,0 +1,233 @@
+// xbyak generator of RoPE for AVX2 (ymm) and AVX-512 (zmm; AVX512-BF16 stores at the
+// avx512_bf16 level), specialised on the kernel descriptor (style, head_dim, rotary_dim, dtype,
+// position type, cache dtype): the rotation of one head is straight-line code.
+//
+// One call rotates a range of tokens of q and k in place: for each token, its position picks
+// the cos / sin row of the cache (read from L1 after the first head), then every q head and
+// every k head is rotated:
+//   neox  pairs (x[i], x[i + r/2]): vectors of x1 = x[i..], x2 = x[r/2 + i..] with cos_i, sin_i
+//         o1 = x1 cos - x2 sin,  o2 = x2 cos + x1 sin
+//   gptj  pairs (x[2i], x[2i+1]): a vector v of vlen/2 pairs, cos / sin widened to
+//         (c0 c0 c1 c1 ...) by VPERMPS and sin signed (-s0 s0 -s1 s1 ...); with v' = v with the
+//         two elements of each pair swapped (VPERMILPS):  o = v cos + v' sin
+// The compute mode (cos / sin from base and scaling) evaluates cos / sin per token in double
+// exactly as the reference does, into a one-row f32 table, and calls the same code for that
+// token.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/float_io.hpp"
+#include "dispatch/jit_generator.hpp"
+#include "kernels/common/jit_io.hpp"
+#include "kernels/rope/rope.hpp"
+
+namespace xk::detail {
+namespace {
+
+using namespace Xbyak;
+
+struct Args {
+    void* q = nullptr;          // 0   first token of the range
+    int64_t q_heads = 0;        // 8
+    int64_t q_ts = 0, q_hs = 0; // 16, 24  bytes
+    void* k = nullptr;          // 32
+    int64_t k_heads = 0;        // 40
+    int64_t k_ts = 0, k_hs = 0; // 48, 56  bytes
+    const void* positions = nullptr;  // 64  of the range's first token
+    int64_t tokens = 0;         // 72  >= 1
+    const void* cache = nullptr;  // 80  rows of rotary_dim elements: cos, then sin
+};
+using RopeFn = void (*)(const Args*);
+
+// Constants of the GPT-J path: the pair-widening permutation and the alternating sign.
+struct alignas(64) RopeConsts {
+    int32_t dup[16];
+    uint32_t alt_sign[16];
+};
+const RopeConsts& rope_consts() {
+    static const RopeConsts c = [] {
+        RopeConsts c{};
+        for (int i = 0; i < 16; ++i) {
+            c.dup[i] = i / 2;
+            c.alt_sign[i] = i % 2 == 0 ? 0x80000000u : 0u;
+        }
+        return c;
+    }();
+    return c;
+}
+
+class JitRope : public JitGenerator {
+public:
+    JitRope(const RopeKernelDesc& kd, Isa isa) : JitGenerator(isa) {
+        const Reg64 a = abi_param1, cs = rsi, sn = rdx, head = rcx, pos = r8, ntok = r9, cache = r10, tbl = r11,
+                    nheads = r12, qbase = r13, kbase = r14, tmp = r15, consts = rbx;
+        JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
+        const int vl = io.vlen();
+        const int64_t rot = kd.rotary_dim, half = rot / 2;
+        const DType dt = kd.dtype, ct = kd.cache_dtype;
+        const int es = dtype_size(dt), csz = dtype_size(ct);
+        const bool neox = kd.style == RopeStyle::neox;
+
+        preamble({rbx, r12, r13, r14, r15});
+        mov(pos, ptr[a + offsetof(Args, positions)]);
+        mov(ntok, ptr[a + offsetof(Args, tokens)]);
+        mov(cache, ptr[a + offsetof(Args, cache)]);
+        mov(qbase, ptr[a + offsetof(Args, q)]);
+        mov(kbase, ptr[a + offsetof(Args, k)]);
+        mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
+        const Xmm dup = V(12), alt = V(13);
+        if (!neox) {
+            mov(consts, reinterpret_cast<uintptr_t>(&rope_consts()));
+            vmovups(dup, ptr[consts + offsetof(RopeConsts, dup)]);
+            vmovups(alt, ptr[consts + offsetof(RopeConsts, alt_sign)]);
+        }
+
+        // One head at [head]: straight-line code over [0, rotary_dim).
+        auto rotate_head = [&]() {
+            int set = 0;
+            if (neox) {
+                for (int64_t off = 0; off < half; off += vl, set ^= 1) {
+                    const int n = static_cast<int>(std::min<int64_t>(vl, half - off));
+                    const int b = set * 6;
+                    const Xmm x1 = V(b), x2 = V(b + 1), c = V(b + 2), s = V(b + 3), o1 = V(b + 4), o2 = V(b + 5);
+                    io.load(x1, head + off * es, dt, n);
+                    io.load(x2, head + (half + off) * es, dt, n);
+                    if (ct == DType::f32 && n == vl) {
+                        vmulps(o1, x1, ptr[cs + off * csz]);
+                        vmulps(o2, x2, ptr[cs + off * csz]);
+                        vfnmadd231ps(o1, x2, ptr[sn + off * csz]);  // x1 c - x2 s
+                        vfmadd231ps(o2, x1, ptr[sn + off * csz]);   // x2 c + x1 s
+                    } else {
+                        io.load(c, cs + off * csz, ct, n);
+                        io.load(s, sn + off * csz, ct, n);
+                        vmulps(o1, x1, c);
+                        vfnmadd231ps(o1, x2, s);
+                        vmulps(o2, x2, c);
+                        vfmadd231ps(o2, x1, s);
+                    }
+                    io.store(head + off * es, o1, dt, n);
+                    io.store(head + (half + off) * es, o2, dt, n);
+                }
+            } else {
+                for (int64_t off = 0; off < rot; off += vl, set ^= 1) {
+                    const int n = static_cast<int>(std::min<int64_t>(vl, rot - off));  // even
+                    const int b = set * 6;
+                    const Xmm v = V(b), sw = V(b + 1), c = V(b + 2), s = V(b + 3), o = V(b + 4);
+                    io.load(v, head + off * es, dt, n);
+                    io.load(c, cs + off / 2 * csz, ct, n / 2);
+                    io.load(s, sn + off / 2 * csz, ct, n / 2);
+                    vpermps(Y(b + 2), Y(dup.getIdx()), Y(b + 2));  // (c0 c0 c1 c1 ...)
+                    vpermps(Y(b + 3), Y(dup.getIdx()), Y(b + 3));
+                    vxorps(s, s, alt);                               // (-s0 s0 -s1 s1 ...)
+                    vpermilps(sw, v, 0xb1);                          // (x1 x0 x3 x2 ...)
+                    vmulps(o, v, c);
+                    vfmadd231ps(o, sw, s);
+                    io.store(head + off * es, o, dt, n);
+                }
+            }
+        };
+
+        // Heads of one tensor for the current token: base in `base`, counts and strides from args.
+        auto heads = [&](const Reg64& base, size_t heads_off, size_t hs_off) {
+            Label loop, done;
+            mov(nheads, ptr[a + heads_off]);
+            test(nheads, nheads);
+            jz(done);
+            mov(head, base);
+            L(loop);
+            rotate_head();
+            add(head, ptr[a + hs_off]);
+            dec(nheads);
+            jnz(loop);
+            L(done);
+        };
+
+        Label tok;
+        L(tok);
+        if (kd.position_type == RopePositionType::s32) movsxd(tmp, dword[pos]);
+        else mov(tmp, qword[pos]);
+        imul(tmp, tmp, static_cast<int>(rot * csz));
+        lea(cs, ptr[cache + tmp]);
+        lea(sn, ptr[cs + half * csz]);
+        heads(qbase, offsetof(Args, q_heads), offsetof(Args, q_hs));
+        heads(kbase, offsetof(Args, k_heads), offsetof(Args, k_hs));
+        add(qbase, ptr[a + offsetof(Args, q_ts)]);
+        add(kbase, ptr[a + offsetof(Args, k_ts)]);
+        add(pos, kd.position_type == RopePositionType::s32 ? 4 : 8);
+        dec(ntok);
+        jnz(tok);
+        postamble();
+        fn = finalize<RopeFn>();
+    }
+    RopeFn fn = nullptr;
+
+private:
+    Xmm V(int i) const { return isa() >= Isa::avx512 ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+    Ymm Y(int i) const { return isa() >= Isa::avx512 ? Ymm(Zmm(i)) : Ymm(i); }
+};
+
+class JitRopeKernel final : public RopeKernel {
+public:
+    JitRopeKernel(const RopeKernelDesc& kd, Isa isa) : kd_(kd), gen_(kd, isa) {}
+
+    void run(const RopeDesc& d, const RopeArgs& a, int64_t token_begin, int64_t token_end) const override {
+        const int es = dtype_size(d.dtype);
+        const int pos_size = d.position_type == RopePositionType::s32 ? 4 : 8;
+        Args args;
+        args.q_heads = d.q_heads;
+        args.q_ts = d.q_token_stride * es;
+        args.q_hs = d.q_head_stride * es;
+        args.k_heads = d.k_heads;
+        args.k_ts = d.k_token_stride * es;
+        args.k_hs = d.k_head_stride * es;
+        auto at_token = [&](int64_t t) {
+            args.q = d.q_heads ? static_cast<char*>(a.q) + t * args.q_ts : nullptr;
+            args.k = d.k_heads ? static_cast<char*>(a.k) + t * args.k_ts : nullptr;
+        };
+        if (d.cos_sin == RopeCosSin::cache) {
+            at_token(token_begin);
+            args.positions = static_cast<const char*>(a.positions) + token_begin * pos_size;
+            args.tokens = token_end - token_begin;
+            args.cache = a.cos_sin_cache;
+            gen_.fn(&args);
+            return;
+        }
+        // compute: cos / sin of this token's angles, as the reference evaluates them, in a
+        // one-row table read at position 0.
+        const int64_t rot = d.rotary_dim, half = rot / 2;
+        std::vector<double> inv_freq(half);
+        for (int64_t i = 0; i < half; ++i)
+            inv_freq[i] = std::pow(static_cast<double>(d.base), -2.0 * static_cast<double>(i) / static_cast<double>(rot));
+        std::vector<float> row(rot);
+        const int64_t zero64 = 0;
+        const int32_t zero32 = 0;
+        args.positions = pos_size == 4 ? static_cast<const void*>(&zero32) : &zero64;
+        args.tokens = 1;
+        args.cache = row.data();
+        for (int64_t t = token_begin; t < token_end; ++t) {
+            const int64_t pos = pos_size == 4 ? static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[t])
+                                              : static_cast<const int64_t*>(a.positions)[t];
+            const double p = static_cast<double>(pos) / static_cast<double>(d.scaling_factor);
+            for (int64_t i = 0; i < half; ++i) {
+                const double theta = p * inv_freq[i];
+                row[i] = static_cast<float>(std::cos(theta));
+                row[half + i] = static_cast<float>(std::sin(theta));
+            }
+            at_token(t);
+            gen_.fn(&args);
+        }
+    }
+
+private:
+    RopeKernelDesc kd_;
+    JitRope gen_;
+};
+
+}  // namespace
+
+std::shared_ptr<const RopeKernel> create_jit_rope(const RopeKernelDesc& kd, Isa isa) {
+    return std::make_shared<JitRopeKernel>(kd, isa);
+}
+
+}  // namespace xk::detail

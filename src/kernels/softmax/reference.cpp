@@ -1,0 +1,31 @@
+// Softmax reference: the specification (see include/xk/llm.hpp).
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/float_io.hpp"
+#include "kernels/softmax/softmax.hpp"
+
+namespace xk::detail {
+
+void softmax_reference(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t row_begin, int64_t row_end) {
+    std::vector<float> t(d.cols), y(d.cols);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const int64_t v = softmax_visible(d, r);
+        std::fill(y.begin(), y.end(), 0.0f);
+        if (v > 0) {
+            load_f32(elem_ptr(a.x, d.x_dtype, r * d.ld_x), d.x_dtype, v, t.data());
+            float m = -INFINITY;
+            for (int64_t j = 0; j < v; ++j) {
+                t[j] *= d.scale;  // t = scale * x, in fp32
+                m = std::max(m, t[j]);
+            }
+            double sum = 0.0;
+            for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(t[j]) - m);
+            for (int64_t j = 0; j < v; ++j) y[j] = static_cast<float>(std::exp(static_cast<double>(t[j]) - m) / sum);
+        }
+        store_f32(y.data(), d.cols, elem_ptr(a.y, d.y_dtype, r * d.ld_y), d.y_dtype);
+    }
+}
+
+}  // namespace xk::detail

@@ -1,0 +1,364 @@
+// GLU (SwiGLU / GeGLU / ReGLU / bilinear): every ISA's selection and every registry entry against
+// a naive double-precision oracle; inner sizes 1..300 (sampled) and 4095; strides, misaligned
+// pointers, f32 / bf16 (and mixed) dtypes, in place, streaming stores, 1 and 2 threads, the
+// kernel cache key, bad input for every entry point (C API included).
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "common/streaming.hpp"
+#include "common/test_util.hpp"
+#include "kernels/glu/glu.hpp"
+#include "kernels/typed_matrix.hpp"
+#include "xk/llm.hpp"
+#include "xk/runtime.hpp"
+#include "xk/xk.h"
+
+using namespace xk;
+using xk::test::for_each_isa;
+using xk::test::TypedMatrix;
+
+// Tolerances against the exact act(g) * u in double of the stored inputs (g in [-4, 4]):
+//   |err| <= rtol |w| + kAbsU * 2^-24 * |g u|
+//   rtol f32:  4e-6. The vectorised activations are within (8 + 2 g^2) ulp relative (gelu_erf,
+//              <= 40 ulp = 2.4e-6 at |g| = 4; silu 4 ulp, gelu_tanh (4 + 3|2y|) ulp) plus the
+//              product's half ulp.
+//   kAbsU = 8: where act(g) is tiny (g << 0) its relative error grows, but the absolute error stays
+//              below a few ulps of |g| (the scalar reference's 1 + erf(..) cancels there too).
+//   bf16 output: half a bf16 ulp (2^-8 relative) on top.
+constexpr double kU = 1.0 / 16777216.0;
+constexpr double kF32Rtol = 4e-6, kBf16Rtol = 1.0 / 256 + 4e-6, kAbsU = 8;
+
+namespace {
+
+const std::vector<int64_t> kInner = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 47, 64, 100, 129, 255, 300, 4095};
+const Activation kActs[] = {Activation::silu, Activation::gelu_erf, Activation::gelu_tanh, Activation::relu,
+                            Activation::none};
+
+double exact_act(Activation a, double x) {
+    switch (a) {
+        case Activation::none: return x;
+        case Activation::relu: return x > 0 ? x : 0;
+        case Activation::silu: return x / (1 + std::exp(-x));
+        case Activation::gelu_erf: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+        case Activation::gelu_tanh:
+            return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    }
+    return 0;
+}
+
+struct Problem {
+    GluDesc d;
+    TypedMatrix x, y;
+};
+
+Problem make(Activation act, DType xt, DType yt, int64_t rows, int64_t inner, int64_t pad_x, int64_t pad_y, size_t mis,
+             uint64_t seed) {
+    Problem p;
+    p.d.activation = act;
+    p.d.rows = rows;
+    p.d.inner = inner;
+    p.d.x_dtype = xt;
+    p.d.y_dtype = yt;
+    p.d.ld_x = pad_x ? 2 * inner + pad_x : 0;
+    p.d.ld_y = pad_y ? inner + pad_y : 0;
+    p.x = TypedMatrix(xt, rows, 2 * inner, p.d.ld_x, mis);
+    p.y = TypedMatrix(yt, rows, inner, p.d.ld_y, mis + 1);
+    p.x.fill_uniform(-4.0, 4.0, seed);
+    return p;
+}
+
+GluArgs args_of(Problem& p) { return GluArgs{p.x.data(), p.y.data()}; }
+
+// y against the oracle computed from x (the inputs as stored).
+::testing::AssertionResult check(const Problem& p, const TypedMatrix& x) {
+    const double rtol = p.d.y_dtype == DType::bf16 ? kBf16Rtol : kF32Rtol;
+    const int64_t n = p.d.inner;
+    for (int64_t r = 0; r < p.d.rows; ++r)
+        for (int64_t i = 0; i < n; ++i) {
+            const double g = x.get(r, i), u = x.get(r, n + i);
+            const double w = exact_act(p.d.activation, g) * u, got = p.y.get(r, i);
+            if (!(std::fabs(got - w) <= rtol * std::fabs(w) + kAbsU * kU * std::fabs(g * u)))
+                return ::testing::AssertionFailure() << "y[" << r << "][" << i << "]=" << got << " want " << w << " (g=" << g
+                                                     << ", u=" << u << ")";
+        }
+    return p.y.padding_intact();
+}
+
+std::string describe(const GluDesc& d) {
+    return detail::glu_kernel_desc(d).key() + " rows=" + std::to_string(d.rows) + " ld_x=" + std::to_string(d.ld_x) +
+           " ld_y=" + std::to_string(d.ld_y);
+}
+
+struct DTypes {
+    DType x, y;
+};
+const DTypes kDTypes[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::bf16, DType::f32}, {DType::f32, DType::bf16}};
+
+}  // namespace
+
+TEST(Glu, EveryIsaMatchesOracle) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            int variant = 0;
+            for (Activation act : kActs)
+                for (const DTypes& dt : kDTypes)
+                    for (int64_t inner : kInner) {
+                        ++variant;
+                        if (inner > 300 && variant % 3 != 0) continue;  // 4095: a third of the combinations
+                        const int64_t rows = inner >= 1000 ? 2 : 3;
+                        Problem p = make(act, dt.x, dt.y, rows, inner, variant % 2 ? 3 : 0, variant % 2 ? 5 : 0, variant % 4,
+                                         100 + variant);
+                        const TypedMatrix x0 = p.x.clone();
+                        const GluPlan plan(p.d);
+                        EXPECT_STREQ(plan.impl_name(), detail::glu_registry().select(detail::glu_kernel_desc(plan.desc()), isa).name);
+                        plan.run(args_of(p));
+                        ASSERT_TRUE(check(p, x0)) << describe(p.d) << " isa=" << isa_name(isa) << " threads=" << threads;
+                        ASSERT_EQ(std::memcmp(x0.data(), p.x.data(), x0.elems() * dtype_size(dt.x)), 0) << "x changed";
+                    }
+        });
+    }
+    set_num_threads(0);
+}
+
+TEST(Glu, EveryRegistryEntry) {
+    // Each implementation forced, whatever the cap: those this machine runs are checked against the
+    // oracle, the others are generated (their code is emitted, so an encoding error shows here) —
+    // a machine with AVX-512 / AVX512-BF16 runs them all.
+    const auto& reg = detail::glu_registry();
+    for (const auto& impl : reg.impls()) {
+        SCOPED_TRACE(impl.name);
+        const bool runs = isa_supported(impl.isa);
+        int variant = 0;
+        for (Activation act : kActs)
+            for (const DTypes& dt : kDTypes)
+                for (int64_t inner : {1, 5, 8, 16, 17, 40, 129, 300}) {
+                    ++variant;
+                    Problem p = make(act, dt.x, dt.y, 2, inner, variant % 2 ? 1 : 0, 0, variant % 3, 500 + variant);
+                    const GluDesc d = detail::glu_resolve("test", p.d);
+                    const auto kd = detail::glu_kernel_desc(d);
+                    if (impl.supports && !impl.supports(kd)) continue;
+                    const auto sel = reg.get(kd, impl);
+                    ASSERT_TRUE(sel.kernel);
+                    if (!runs) continue;
+                    const TypedMatrix x0 = p.x.clone();
+                    sel.kernel->run(d, args_of(p), 0, d.rows);
+                    ASSERT_TRUE(check(p, x0)) << describe(d);
+                }
+        if (!runs) std::printf("[ generated only ] %s (needs %s)\n", impl.name, isa_name(impl.isa));
+    }
+}
+
+TEST(Glu, InPlaceOverTheGateHalf) {
+    for_each_isa([&](Isa) {
+        for (DType t : {DType::f32, DType::bf16})
+            for (int64_t inner : {1, 17, 64, 300}) {
+                Problem p = make(Activation::silu, t, t, 4, inner, 2, 0, 1, 7 + inner);
+                const TypedMatrix x0 = p.x.clone();
+                GluDesc d = p.d;
+                d.ld_y = d.ld_x;
+                glu(d, GluArgs{p.x.data(), p.x.data()});
+                const double rtol = t == DType::bf16 ? kBf16Rtol : kF32Rtol;
+                for (int64_t r = 0; r < d.rows; ++r)
+                    for (int64_t i = 0; i < inner; ++i) {
+                        const double g = x0.get(r, i), u = x0.get(r, inner + i), w = exact_act(d.activation, g) * u;
+                        ASSERT_NEAR(p.x.get(r, i), w, rtol * std::fabs(w) + kAbsU * kU * std::fabs(g * u)) << r << "," << i;
+                        ASSERT_EQ(p.x.get(r, inner + i), u) << "the up half changed";
+                    }
+                ASSERT_TRUE(p.x.padding_intact());
+            }
+    });
+}
+
+TEST(Glu, StreamingStores) {
+    // Force the non-temporal path (threshold 0) on aligned rows: same results; unaligned rows fall
+    // back to regular stores.
+    detail::set_nt_store_threshold(0);
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            for (const DTypes& dt : kDTypes)
+                for (int64_t inner : {64, 96, 1000}) {
+                    for (size_t mis : {0, 1}) {
+                        Problem p = make(Activation::gelu_tanh, dt.x, dt.y, 33, inner, 0, 0, mis, 9 + inner);
+                        const TypedMatrix x0 = p.x.clone();
+                        glu(p.d, args_of(p));
+                        ASSERT_TRUE(check(p, x0)) << describe(p.d) << " misaligned " << mis;
+                    }
+                }
+        });
+    }
+    set_num_threads(0);
+    detail::set_nt_store_threshold(-1);
+}
+
+TEST(Glu, SplitAcrossThreadsIsBitwiseIdentical) {
+    for_each_isa([&](Isa) {
+        Problem a = make(Activation::silu, DType::bf16, DType::bf16, 64, 1000, 0, 0, 0, 3);
+        Problem b = make(Activation::silu, DType::bf16, DType::bf16, 64, 1000, 0, 0, 0, 3);
+        set_num_threads(1);
+        glu(a.d, args_of(a));
+        set_num_threads(2);
+        EXPECT_EQ(detail::parallel_threads(a.d.rows, detail::glu_row_grain(a.d.inner)), 2);
+        glu(b.d, args_of(b));
+        set_num_threads(0);
+        ASSERT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.elems() * 2), 0);
+    });
+    // A decode step (one row of Llama-7B's 11008) runs inline.
+    EXPECT_EQ(detail::parallel_threads(1, detail::glu_row_grain(11008)), 1);
+}
+
+TEST(Glu, KernelIsKeyedWithoutRuntimeValues) {
+    Problem p = make(Activation::gelu_erf, DType::f32, DType::f32, 3, 77, 0, 0, 0, 1);
+    glu(p.d, args_of(p));
+    const uint64_t created = kernel_cache_stats().creations;
+    Problem q = make(Activation::gelu_erf, DType::f32, DType::f32, 9, 77, 4, 2, 1, 2);
+    const TypedMatrix x0 = q.x.clone();
+    glu(q.d, args_of(q));
+    EXPECT_EQ(kernel_cache_stats().creations, created);
+    ASSERT_TRUE(check(q, x0));
+}
+
+TEST(Glu, ConvenienceForms) {
+    for_each_isa([&](Isa) {
+        for (int form = 0; form < 6; ++form) {
+            const DType t = form % 2 ? DType::bf16 : DType::f32;
+            const Activation act = form < 2 ? Activation::silu : form < 4 ? Activation::gelu_erf : Activation::gelu_tanh;
+            Problem p = make(act, t, t, 5, 123, 0, 0, 0, 20 + form);
+            const TypedMatrix x0 = p.x.clone();
+            if (t == DType::f32) {
+                auto* x = static_cast<const float*>(p.x.data());
+                auto* y = static_cast<float*>(p.y.data());
+                if (form < 2) silu_and_mul(5, 123, x, y);
+                else gelu_and_mul(5, 123, x, y, form >= 4);
+            } else {
+                auto* x = static_cast<const bf16*>(p.x.data());
+                auto* y = static_cast<bf16*>(p.y.data());
+                if (form < 2) silu_and_mul(5, 123, x, y);
+                else gelu_and_mul(5, 123, x, y, form >= 4);
+            }
+            ASSERT_TRUE(check(p, x0)) << form;
+        }
+    });
+}
+
+TEST(Glu, ZeroRowsIsANoOp) {
+    GluDesc d;
+    d.rows = 0;
+    d.inner = 8;
+    glu(d, GluArgs{});
+    GluPlan(d).run(GluArgs{});
+    silu_and_mul(0, 8, static_cast<const float*>(nullptr), static_cast<float*>(nullptr));
+    EXPECT_EQ(xk_silu_and_mul_f32(0, 8, nullptr, nullptr), XK_SUCCESS);
+}
+
+TEST(Glu, BadInput) {
+    auto plan = [](const GluDesc& d) { GluPlan p(d); };
+    GluDesc ok;
+    ok.rows = 2;
+    ok.inner = 8;
+    GluDesc d = ok;
+    d.activation = static_cast<Activation>(9);
+    XK_EXPECT_INVALID(plan(d), "xk::GluPlan: activation=9 is not an Activation");
+    d = ok;
+    d.rows = -1;
+    XK_EXPECT_INVALID(plan(d), "rows=-1 must be >= 0");
+    d = ok;
+    d.inner = 0;
+    XK_EXPECT_INVALID(plan(d), "inner=0 must be >= 1");
+    d = ok;
+    d.inner = std::numeric_limits<int64_t>::max() / 2;
+    XK_EXPECT_INVALID(plan(d), "2*inner");
+    d = ok;
+    d.x_dtype = DType::s8;
+    XK_EXPECT_ERROR(plan(d), Status::unsupported, "x_dtype=s8 is not supported");
+    d = ok;
+    d.y_dtype = static_cast<DType>(11);
+    XK_EXPECT_INVALID(plan(d), "y_dtype=11 is not a valid DType");
+    d = ok;
+    d.ld_x = 15;
+    XK_EXPECT_INVALID(plan(d), "ld_x=15 must be >= 2*inner=16");
+    d = ok;
+    d.ld_y = 7;
+    XK_EXPECT_INVALID(plan(d), "ld_y=7 must be >= inner=8");
+    d = ok;
+    d.rows = std::numeric_limits<int64_t>::max() / 8;
+    d.ld_x = 1 << 20;
+    XK_EXPECT_INVALID(plan(d), "overflows");
+    d = ok;
+    d.inner = -4;
+    XK_EXPECT_INVALID(glu(d, GluArgs{}), "xk::glu: inner=-4");
+
+    // Pointers and aliasing.
+    std::vector<float> buf(200, 1.0f);
+    const GluPlan p(ok);
+    XK_EXPECT_INVALID(p.run(GluArgs{nullptr, buf.data()}), "xk::GluPlan::run: x=null");
+    XK_EXPECT_INVALID(p.run(GluArgs{buf.data(), nullptr}), "y=null");
+    XK_EXPECT_INVALID(p.run(GluArgs{buf.data(), buf.data() + 8}), "y=");
+    XK_EXPECT_INVALID(p.run(GluArgs{buf.data(), buf.data() + 8}), "overlaps x=");
+    XK_EXPECT_INVALID(p.run(GluArgs{buf.data(), buf.data()}), "in place needs y == x with the same stride");  // ld_y 8 != ld_x 16
+    XK_EXPECT_INVALID(p.run(GluArgs{buf.data(), buf.data() + 1}), "overlaps x=");
+    p.run(GluArgs{buf.data(), buf.data() + 32});  // disjoint: fine
+    {
+        GluDesc t = ok;
+        t.y_dtype = DType::bf16;
+        t.ld_y = 16;
+        XK_EXPECT_INVALID(glu(t, GluArgs{buf.data(), buf.data()}), "overlaps x=");  // same pointer, other dtype
+        t.y_dtype = DType::f32;
+        glu(t, GluArgs{buf.data(), buf.data()});  // in place
+    }
+    XK_EXPECT_INVALID(silu_and_mul(2, 0, buf.data(), buf.data() + 100), "xk::silu_and_mul: inner=0");
+    XK_EXPECT_INVALID(gelu_and_mul(2, 8, static_cast<const float*>(nullptr), buf.data()), "xk::gelu_and_mul: x=null");
+    bf16 bx[32], by[16];
+    XK_EXPECT_INVALID(gelu_and_mul(-1, 8, bx, by, true), "rows=-1");
+}
+
+TEST(Glu, CApi) {
+    for (int form = 0; form < 6; ++form) {
+        const DType t = form % 2 ? DType::bf16 : DType::f32;
+        const Activation act = form < 2 ? Activation::gelu_tanh : form < 4 ? Activation::silu : Activation::gelu_erf;
+        Problem p = make(act, t, t, 3, 21, 3, 2, 1, 60 + form);
+        const TypedMatrix x0 = p.x.clone();
+        xk_status s;
+        if (form < 2) {
+            const auto ca = XK_ACT_GELU_TANH;
+            s = t == DType::f32 ? xk_glu_f32(ca, 3, 21, static_cast<const float*>(p.x.data()), p.d.ld_x,
+                                             static_cast<float*>(p.y.data()), p.d.ld_y)
+                                : xk_glu_bf16(ca, 3, 21, static_cast<const uint16_t*>(p.x.data()), p.d.ld_x,
+                                              static_cast<uint16_t*>(p.y.data()), p.d.ld_y);
+        } else {
+            Problem q = make(act, t, t, 3, 21, 0, 0, 1, 60 + form);
+            p = std::move(q);
+            const bool silu = form < 4;
+            if (t == DType::f32) {
+                auto* x = static_cast<const float*>(p.x.data());
+                auto* y = static_cast<float*>(p.y.data());
+                s = silu ? xk_silu_and_mul_f32(3, 21, x, y) : xk_gelu_and_mul_f32(3, 21, x, y, 0);
+            } else {
+                auto* x = static_cast<const uint16_t*>(p.x.data());
+                auto* y = static_cast<uint16_t*>(p.y.data());
+                s = silu ? xk_silu_and_mul_bf16(3, 21, x, y) : xk_gelu_and_mul_bf16(3, 21, x, y, 0);
+            }
+        }
+        ASSERT_EQ(s, XK_SUCCESS) << xk_last_error();
+        ASSERT_TRUE(check(p, form < 2 ? x0 : p.x)) << form;
+    }
+    float x[64] = {}, y[32] = {};
+    EXPECT_EQ(xk_silu_and_mul_f32(2, 8, nullptr, y), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk_silu_and_mul_f32: x=null"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_glu_f32(XK_ACT_SILU, 2, 8, x, 12, y, 8), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk_glu_f32: ld_x=12 must be >= 2*inner=16"), std::string::npos);
+    xk_activation bad;
+    const int seven = 7;
+    std::memcpy(&bad, &seven, sizeof seven);
+    EXPECT_EQ(xk_glu_f32(bad, 2, 8, x, 0, y, 0), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("activation=7"), std::string::npos) << xk_last_error();
+    uint16_t bx[64] = {}, by[32] = {};
+    EXPECT_EQ(xk_gelu_and_mul_bf16(2, 8, bx, bx + 4, 1), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk_gelu_and_mul_bf16: y="), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_glu_bf16(XK_ACT_NONE, 2, 8, bx, 0, by, 0), XK_SUCCESS);
+    EXPECT_STREQ(xk_last_error(), "");
+}
