@@ -43,6 +43,8 @@ struct RowArgs {
     const void* w = nullptr;        // 48
     const void* b = nullptr;        // 56
     float mean = 0, rstd = 0;       // 64, 68
+    const void* next_x = nullptr;   // 72  apply: prefetched (the next row's x and residual, or
+    const void* next_r = nullptr;   // 80  this row's when there is none)
 };
 static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "RowArgs layout");
 
@@ -139,7 +141,8 @@ private:
 class JitNormApply : public JitGenerator {
 public:
     JitNormApply(const NormKernelDesc& kd, Isa isa, bool nt) : JitGenerator(isa) {
-        const Reg64 p = abi_param1, hp = rsi, y = rdx, w = rcx, b = r11, idx = r8, cnt = r9, tbl = r10;
+        const Reg64 p = abi_param1, hp = rsi, y = rdx, w = rcx, b = r11, idx = r8, cnt = r9, tbl = r10, nx = rbx,
+                    nr = rbp;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
         const int vl = io.vlen();
         const int64_t n = kd.hidden, nvec = n / vl, tail = static_cast<int>(n % vl);
@@ -148,7 +151,10 @@ public:
         const int hs = dtype_size(ht), ys = dtype_size(yt), ws = dtype_size(wt);
         const Xmm mean = V(12), rstd = V(13);
 
-        preamble();
+        const int xs = dtype_size(kd.x_dtype), rs = dtype_size(kd.residual_dtype);
+        preamble({rbx, rbp});
+        mov(nx, ptr[p + offsetof(RowArgs, next_x)]);
+        if (kd.fused_residual) mov(nr, ptr[p + offsetof(RowArgs, next_r)]);
         mov(hp, ptr[p + offsetof(RowArgs, h)]);
         mov(y, ptr[p + offsetof(RowArgs, y)]);
         if (kd.has_weight) mov(w, ptr[p + offsetof(RowArgs, w)]);
@@ -158,8 +164,16 @@ public:
         vbroadcastss(rstd, ptr[p + offsetof(RowArgs, rstd)]);
         xor_(idx, idx);
 
+        // While this row is normalised from the cache, the next row's inputs are fetched from
+        // memory (one prefetch per 64-byte line of them), so that DRAM reads overlap this pass.
+        auto prefetch_next = [&](const Reg64& base, int es, int64_t off, int count) {
+            const int64_t first = off * es, last = (off + count) * es;  // bytes of this vector
+            for (int64_t line = (first + 63) / 64 * 64; line < last; line += 64) prefetcht0(ptr[base + idx * es + line]);
+        };
         auto body = [&](int k, int64_t off, int count) {
             const Xmm v = V(k), tw = V(4 + k), tb = V(8 + k);
+            prefetch_next(nx, xs, off, count);
+            if (kd.fused_residual) prefetch_next(nr, rs, off, count);
             io.load(v, hp + idx * hs + off * hs, ht, count);
             if (ln) vsubps(v, v, mean);
             vmulps(v, v, rstd);
@@ -259,6 +273,9 @@ public:
             ra.mean = static_cast<float>(mean);
             ra.rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(d.eps)));
             ra.h = d.fused_residual ? static_cast<const void*>(ra.ro) : ra.x;
+            const int64_t next = row + 1 < row_end ? row + 1 : row;
+            ra.next_x = elem_ptr(a.x, d.x_dtype, next * d.ld_x);
+            if (d.fused_residual) ra.next_r = elem_ptr(a.residual, d.residual_dtype, next * d.ld_residual);
             ra.y = elem_ptr(a.y, d.y_dtype, row * d.ld_y);
             apply(&ra);
         }

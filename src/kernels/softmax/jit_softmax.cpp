@@ -40,8 +40,9 @@ struct Args {
     float inv_sum = 0;        // 40
     float pad = 0;            // 44
     alignas(16) float out[16] = {};  // 48  max pass: the max in out[0]; exp pass: per-lane sums
+    const void* next_x = nullptr;    // 112 scale pass: prefetched (the next row, or this one)
 };
-static_assert(offsetof(Args, out) == 48, "Args layout");
+static_assert(offsetof(Args, out) == 48 && offsetof(Args, next_x) == 112, "Args layout");
 using PassFn = void (*)(Args*);
 
 enum class Pass { max, exp, scale };
@@ -98,6 +99,7 @@ public:
                 for (int k = 0; k < unroll; ++k) vxorps(acc(k), acc(k), acc(k));
                 break;
             case Pass::scale:
+                mov(act_tbl, ptr[a + offsetof(Args, next_x)]);  // (no activation in this pass)
                 mov(src, ptr[a + offsetof(Args, e)]);
                 mov(dst, ptr[a + offsetof(Args, y)]);
                 vbroadcastss(c0, ptr[a + offsetof(Args, inv_sum)]);
@@ -138,6 +140,10 @@ public:
                     break;
                 }
                 case Pass::scale:
+                    // The next row's x is fetched while this one is scaled from the cache.
+                    if (!tail)
+                        for (int line = (off * xs + 63) / 64 * 64; line < (off + vl) * xs; line += 64)
+                            prefetcht0(ptr[act_tbl + idx * xs + line]);
                     vmulps(v, c0, ptr[src + idx * 4 + off * 4]);
                     if (tail) io.store_rt(dst + idx * ys + off * ys, v, yt, rem);
                     else io.store(dst + idx * ys + off * ys, v, yt, vl, nt);
@@ -210,6 +216,7 @@ public:
                 args.x = static_cast<const char*>(a.x) + r * d.ld_x * xs;
                 args.y = y;
                 args.n = v;
+                args.next_x = static_cast<const char*>(a.x) + (r + 1 < row_end ? r + 1 : r) * d.ld_x * xs;
                 max_.fn(&args);
                 args.neg_m = -(d.scale * args.out[0]);
                 exp_.fn(&args);

@@ -1,0 +1,323 @@
+// The memory-bound LLM ops: RMSNorm, LayerNorm (beside oneDNN 2.6's layer_normalization), RoPE,
+// SwiGLU / GeGLU and softmax, on DRAM-resident tensors (rotated over XK_BENCH_ROTATE_MB, default
+// 1 GiB) and on decode shapes (cache-resident, per-call time).
+//
+//   rms_norm/<f32|bf16>/xk/4096x4096/nt:<N>            y = rms_norm(x) * w (w in the same dtype)
+//   rms_norm/<f32|bf16>/xk/16384x8192/nt:<N>
+//   layer_norm/<f32|bf16>/<xk|onednn>/4096x4096/<scale_shift|plain>/nt:<N>
+//   layer_norm/<f32|bf16>/<xk|onednn>/16384x8192/<scale_shift|plain>/nt:<N>
+//   rope/<f32|bf16>/xk/<neox|gptj>/2048x32x128/nt:<N>   q and k [2048 tokens, 32 heads, 128], in place
+//   swiglu/<f32|bf16>/xk/4096x11008/nt:<N>              y [4096 x 11008] = silu(gate) * up
+//   geglu/f32/xk/4096x11008/nt:<N>                      gelu_erf
+//   softmax/<f32|bf16>/xk/16384x4096[/causal]/nt:<N>
+//   <op>/bf16/xk/decode/t:<1|4|16>/h:4096/nt:1          one call through a Plan, cache-resident
+//   layer_norm/<f32|bf16>/onednn/decode/...              the primitive's execute() per call
+//
+// GBPS: bytes read + written per call: x and y (norm), q and k twice plus the cache rows read
+// (rope), x and y (glu: 2I in, I out), x and y (softmax); weights and biases are counted too
+// (one row). oneDNN's layer norm takes f32 scale / shift (its API in 2.6); xk's uses weights in
+// the activation dtype. oneDNN's bf16 layer norm needs AVX-512 in 2.6: on an AVX2 machine the
+// benchmark reports the primitive creation error instead of a number.
+#include <dnnl.hpp>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "xk/llm.hpp"
+#include "xk/norm.hpp"
+#include "xk/rope.hpp"
+
+namespace {
+
+namespace xb = xk::bench;
+using xk::DType;
+
+int esize(DType t) { return xk::dtype_size(t); }
+const char* dname(DType t) { return xk::dtype_name(t); }
+std::string shape2(int64_t a, int64_t b) { return std::to_string(a) + "x" + std::to_string(b); }
+
+// ---- norm ---------------------------------------------------------------------------------------
+struct NormCase {
+    xk::NormKind kind;
+    DType dt;
+    int64_t rows, hidden;
+    bool affine;  // layer_norm: weight + bias (scale_shift) or none (plain); rms_norm: weight
+    bool dram;    // rotated DRAM-resident sets, else one cache-resident set (decode)
+};
+
+size_t norm_bytes(const NormCase& c) {
+    const size_t es = esize(c.dt);
+    size_t b = 2 * static_cast<size_t>(c.rows * c.hidden) * es;
+    if (c.affine) b += (c.kind == xk::NormKind::layer_norm ? 2 : 1) * c.hidden * es;
+    return b;
+}
+
+xb::RotatingBuffers& norm_buffers(const NormCase& c) {
+    const size_t es = esize(c.dt), n = static_cast<size_t>(c.rows * c.hidden);
+    const std::string key = std::string("norm/") + dname(c.dt) + "/" + shape2(c.rows, c.hidden) + (c.dram ? "/dram" : "");
+    const size_t h = static_cast<size_t>(c.hidden);
+    return xb::cached_rotating_buffers(key, {n * es, n * es, h * es, h * es, h * 4, h * 4},
+                                       c.dram ? xb::rotate_bytes() : 0, [c](xb::RotatingBuffers& b) {
+                                           if (c.dt == DType::bf16) {
+                                               b.fill_uniform<xk::bf16>(0, -2, 2, 1);
+                                               b.fill_uniform<xk::bf16>(2, 0.5, 1.5, 3);
+                                               b.fill_uniform<xk::bf16>(3, -0.5, 0.5, 4);
+                                           } else {
+                                               b.fill_uniform<float>(0, -2, 2, 1);
+                                               b.fill_uniform<float>(2, 0.5, 1.5, 3);
+                                               b.fill_uniform<float>(3, -0.5, 0.5, 4);
+                                           }
+                                           b.fill_uniform<float>(1, 0, 0, 2);  // y: touched once
+                                           b.fill_uniform<float>(4, 0.5, 1.5, 5);
+                                           b.fill_uniform<float>(5, -0.5, 0.5, 6);
+                                       });
+}
+
+void BM_norm_xk(benchmark::State& state, NormCase c, int nt) {
+    xb::ScopedThreads threads(nt);
+    xb::RotatingBuffers& bufs = norm_buffers(c);
+    xk::NormDesc d;
+    d.kind = c.kind;
+    d.rows = c.rows;
+    d.hidden = c.hidden;
+    d.x_dtype = d.y_dtype = d.weight_dtype = c.dt;
+    d.has_weight = c.affine;
+    d.has_bias = c.affine && c.kind == xk::NormKind::layer_norm;
+    d.eps = 1e-5f;
+    const xk::NormPlan plan(d);
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        xk::NormArgs a;
+        a.x = bufs.get<char>(s, 0);
+        a.y = bufs.get<char>(s, 1);
+        if (d.has_weight) a.weight = bufs.get<char>(s, 2);
+        if (d.has_bias) a.bias = bufs.get<char>(s, 3);
+        plan.run(a);
+        benchmark::ClobberMemory();
+    }
+    xb::set_gbps(state, static_cast<double>(norm_bytes(c)));
+    state.SetLabel(std::string(plan.impl_name()) + (c.dram ? ", " + std::to_string(bufs.sets()) + " sets" : ""));
+}
+
+void BM_layer_norm_onednn(benchmark::State& state, NormCase c, int nt) {
+    xb::ScopedThreads threads(nt);
+    try {
+        using tag = dnnl::memory::format_tag;
+        const auto dt = c.dt == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream strm(eng);
+        const dnnl::memory::desc md({c.rows, c.hidden}, dt, tag::ab);
+        const dnnl::memory::desc smd({c.hidden}, dnnl::memory::data_type::f32, tag::a);
+        const auto flags = c.affine ? (dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift)
+                                    : dnnl::normalization_flags::none;
+        const dnnl::layer_normalization_forward::primitive_desc pd(
+            dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, 1e-5f, flags), eng);
+        const dnnl::layer_normalization_forward prim(pd);
+        xb::RotatingBuffers& bufs = norm_buffers(c);
+        // Memory objects per set, made once (execute() is what a framework calls per step).
+        std::vector<std::unordered_map<int, dnnl::memory>> args(bufs.sets());
+        for (size_t s = 0; s < bufs.sets(); ++s) {
+            args[s] = {{DNNL_ARG_SRC, dnnl::memory(md, eng, bufs.get<char>(s, 0))},
+                       {DNNL_ARG_DST, dnnl::memory(md, eng, bufs.get<char>(s, 1))}};
+            if (c.affine) {
+                args[s].insert({DNNL_ARG_SCALE, dnnl::memory(smd, eng, bufs.get<char>(s, 4))});
+                args[s].insert({DNNL_ARG_SHIFT, dnnl::memory(smd, eng, bufs.get<char>(s, 5))});
+            }
+        }
+        for (auto _ : state) {
+            prim.execute(strm, args[bufs.next()]);
+            strm.wait();
+            benchmark::ClobberMemory();
+        }
+        size_t bytes = norm_bytes(c);
+        if (c.affine) bytes += 2 * c.hidden * (4 - esize(c.dt));  // f32 scale / shift
+        xb::set_gbps(state, static_cast<double>(bytes));
+        state.SetLabel(pd.impl_info_str());
+    } catch (const dnnl::error& e) {
+        state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
+    }
+}
+
+// ---- rope ---------------------------------------------------------------------------------------
+struct RopeCase {
+    xk::RopeStyle style;
+    DType dt;
+    int64_t tokens, heads, head_dim;
+    bool dram;
+};
+
+constexpr int64_t kMaxPosition = 4096;
+
+void BM_rope_xk(benchmark::State& state, RopeCase c, int nt) {
+    xb::ScopedThreads threads(nt);
+    const size_t es = esize(c.dt), n = static_cast<size_t>(c.tokens * c.heads * c.head_dim);
+    const std::string key = std::string("rope/") + dname(c.dt) + "/" + std::to_string(c.tokens) + (c.dram ? "/dram" : "");
+    xb::RotatingBuffers& bufs = xb::cached_rotating_buffers(
+        key, {n * es, n * es, static_cast<size_t>(c.tokens) * 8, static_cast<size_t>(kMaxPosition * c.head_dim) * 4},
+        c.dram ? xb::rotate_bytes() : 0, [c, n](xb::RotatingBuffers& b) {
+            for (int a = 0; a < 2; ++a) {
+                if (c.dt == DType::bf16) b.fill_uniform<xk::bf16>(a, -1, 1, 1 + a);
+                else b.fill_uniform<float>(a, -1, 1, 1 + a);
+            }
+            b.fill_uniform<int64_t>(2, 0, static_cast<double>(kMaxPosition - 1), 3);
+            b.fill_uniform<float>(3, -1, 1, 4);
+            (void)n;
+        });
+    xk::RopeDesc d;
+    d.style = c.style;
+    d.tokens = c.tokens;
+    d.q_heads = d.k_heads = c.heads;
+    d.head_dim = c.head_dim;
+    d.dtype = c.dt;
+    d.max_position = kMaxPosition;
+    const xk::RopePlan plan(d);
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        xk::RopeArgs a;
+        a.q = bufs.get<char>(s, 0);
+        a.k = bufs.get<char>(s, 1);
+        a.positions = bufs.get<int64_t>(s, 2);
+        a.cos_sin_cache = bufs.get<float>(s, 3);
+        plan.run(a);
+        benchmark::ClobberMemory();
+    }
+    xb::set_gbps(state, static_cast<double>(4 * n * es + c.tokens * (8 + c.head_dim * 4)));
+    state.SetLabel(std::string(plan.impl_name()) + (c.dram ? ", " + std::to_string(bufs.sets()) + " sets" : ""));
+}
+
+// ---- glu ----------------------------------------------------------------------------------------
+struct GluCase {
+    xk::Activation act;
+    DType dt;
+    int64_t rows, inner;
+    bool dram;
+};
+
+void BM_glu_xk(benchmark::State& state, GluCase c, int nt) {
+    xb::ScopedThreads threads(nt);
+    const size_t es = esize(c.dt), n = static_cast<size_t>(c.rows * c.inner);
+    const std::string key = std::string("glu/") + dname(c.dt) + "/" + shape2(c.rows, c.inner) + (c.dram ? "/dram" : "");
+    xb::RotatingBuffers& bufs =
+        xb::cached_rotating_buffers(key, {2 * n * es, n * es}, c.dram ? xb::rotate_bytes() : 0, [c](xb::RotatingBuffers& b) {
+            if (c.dt == DType::bf16) b.fill_uniform<xk::bf16>(0, -4, 4, 1);
+            else b.fill_uniform<float>(0, -4, 4, 1);
+            b.fill_uniform<float>(1, 0, 0, 2);
+        });
+    xk::GluDesc d;
+    d.activation = c.act;
+    d.rows = c.rows;
+    d.inner = c.inner;
+    d.x_dtype = d.y_dtype = c.dt;
+    const xk::GluPlan plan(d);
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        plan.run(xk::GluArgs{bufs.get<char>(s, 0), bufs.get<char>(s, 1)});
+        benchmark::ClobberMemory();
+    }
+    xb::set_gbps(state, static_cast<double>(3 * n * es));
+    state.SetLabel(std::string(plan.impl_name()) + (c.dram ? ", " + std::to_string(bufs.sets()) + " sets" : ""));
+}
+
+// ---- softmax ------------------------------------------------------------------------------------
+void BM_softmax_xk(benchmark::State& state, DType dt, int64_t rows, int64_t cols, bool causal, int nt) {
+    xb::ScopedThreads threads(nt);
+    const size_t es = esize(dt), n = static_cast<size_t>(rows * cols);
+    const std::string key = std::string("softmax/") + dname(dt) + "/" + shape2(rows, cols);
+    xb::RotatingBuffers& bufs = xb::cached_rotating_buffers(key, {n * es, n * es}, xb::rotate_bytes(), [dt](xb::RotatingBuffers& b) {
+        if (dt == DType::bf16) b.fill_uniform<xk::bf16>(0, -8, 8, 1);
+        else b.fill_uniform<float>(0, -8, 8, 1);
+        b.fill_uniform<float>(1, 0, 0, 2);
+    });
+    xk::SoftmaxDesc d;
+    d.rows = rows;
+    d.cols = cols;
+    d.x_dtype = d.y_dtype = dt;
+    d.scale = 0.0883883f;  // 1/sqrt(128)
+    d.causal = causal;
+    d.causal_offset = cols - rows;
+    const xk::SoftmaxPlan plan(d);
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        plan.run(xk::SoftmaxArgs{bufs.get<char>(s, 0), bufs.get<char>(s, 1)});
+        benchmark::ClobberMemory();
+    }
+    // Causal: the masked part of x is not read (y is still written in full).
+    double read = static_cast<double>(n);
+    if (causal) {
+        read = 0;
+        for (int64_t r = 0; r < rows; ++r) read += static_cast<double>(std::min<int64_t>(cols, std::max<int64_t>(0, r + d.causal_offset + 1)));
+    }
+    xb::set_gbps(state, (read + static_cast<double>(n)) * static_cast<double>(es));
+    state.SetLabel(std::string(plan.impl_name()) + ", " + std::to_string(bufs.sets()) + " sets");
+}
+
+const bool registered = [] {
+    const std::vector<int> nts = xb::thread_counts();
+    auto reg = [](const std::string& name, auto fn) { benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime(); };
+    auto nt_s = [](int nt) { return "nt:" + std::to_string(nt); };
+
+    // Norms on DRAM.
+    for (DType dt : {DType::f32, DType::bf16})
+        for (auto shape : {std::pair<int64_t, int64_t>{4096, 4096}, {16384, 8192}})
+            for (int nt : nts) {
+                const NormCase rms{xk::NormKind::rms_norm, dt, shape.first, shape.second, true, true};
+                reg(xb::join_name({"rms_norm", dname(dt), "xk", shape2(shape.first, shape.second), nt_s(nt)}),
+                    [rms, nt](benchmark::State& s) { BM_norm_xk(s, rms, nt); });
+                for (bool affine : {true, false}) {
+                    const NormCase ln{xk::NormKind::layer_norm, dt, shape.first, shape.second, affine, true};
+                    const std::string tail = affine ? "scale_shift" : "plain";
+                    reg(xb::join_name({"layer_norm", dname(dt), "xk", shape2(shape.first, shape.second), tail, nt_s(nt)}),
+                        [ln, nt](benchmark::State& s) { BM_norm_xk(s, ln, nt); });
+                    reg(xb::join_name({"layer_norm", dname(dt), "onednn", shape2(shape.first, shape.second), tail, nt_s(nt)}),
+                        [ln, nt](benchmark::State& s) { BM_layer_norm_onednn(s, ln, nt); });
+                }
+            }
+    // RoPE on DRAM.
+    for (DType dt : {DType::f32, DType::bf16})
+        for (xk::RopeStyle st : {xk::RopeStyle::neox, xk::RopeStyle::gptj})
+            for (int nt : nts) {
+                const RopeCase c{st, dt, 2048, 32, 128, true};
+                reg(xb::join_name({"rope", dname(dt), "xk", xk::rope_style_name(st), "2048x32x128", nt_s(nt)}),
+                    [c, nt](benchmark::State& s) { BM_rope_xk(s, c, nt); });
+            }
+    // GLU on DRAM.
+    for (DType dt : {DType::f32, DType::bf16})
+        for (int nt : nts) {
+            const GluCase c{xk::Activation::silu, dt, 4096, 11008, true};
+            reg(xb::join_name({"swiglu", dname(dt), "xk", "4096x11008", nt_s(nt)}), [c, nt](benchmark::State& s) { BM_glu_xk(s, c, nt); });
+        }
+    for (int nt : nts) {
+        const GluCase c{xk::Activation::gelu_erf, DType::f32, 4096, 11008, true};
+        reg(xb::join_name({"geglu", "f32", "xk", "4096x11008", nt_s(nt)}), [c, nt](benchmark::State& s) { BM_glu_xk(s, c, nt); });
+    }
+    // Softmax on DRAM.
+    for (DType dt : {DType::f32, DType::bf16})
+        for (bool causal : {false, true})
+            for (int nt : nts)
+                reg(xb::join_name({"softmax", dname(dt), "xk", "16384x4096", causal ? "causal" : "", nt_s(nt)}),
+                    [dt, causal, nt](benchmark::State& s) { BM_softmax_xk(s, dt, 16384, 4096, causal, nt); });
+
+    // Decode shapes: one call on cache-resident data, one thread (they run inline anyway).
+    for (int64_t t : {1, 4, 16}) {
+        const std::string shape = "decode/t:" + std::to_string(t) + "/h:4096";
+        for (DType dt : {DType::bf16, DType::f32}) {
+            const NormCase rms{xk::NormKind::rms_norm, dt, t, 4096, true, false};
+            reg(xb::join_name({"rms_norm", dname(dt), "xk", shape, "nt:1"}), [rms](benchmark::State& s) { BM_norm_xk(s, rms, 1); });
+            const NormCase ln{xk::NormKind::layer_norm, dt, t, 4096, true, false};
+            reg(xb::join_name({"layer_norm", dname(dt), "xk", shape, "nt:1"}), [ln](benchmark::State& s) { BM_norm_xk(s, ln, 1); });
+            reg(xb::join_name({"layer_norm", dname(dt), "onednn", shape, "nt:1"}),
+                [ln](benchmark::State& s) { BM_layer_norm_onednn(s, ln, 1); });
+        }
+        const RopeCase rc{xk::RopeStyle::neox, DType::bf16, t, 32, 128, false};
+        reg(xb::join_name({"rope", "bf16", "xk", "neox", "decode/t:" + std::to_string(t) + "/h:32x128", "nt:1"}),
+            [rc](benchmark::State& s) { BM_rope_xk(s, rc, 1); });
+        const GluCase gc{xk::Activation::silu, DType::bf16, t, 11008, false};
+        reg(xb::join_name({"swiglu", "bf16", "xk", "decode/t:" + std::to_string(t) + "/i:11008", "nt:1"}),
+            [gc](benchmark::State& s) { BM_glu_xk(s, gc, 1); });
+    }
+    return true;
+}();
+
+}  // namespace

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""PyTorch 2.x eager peers of bench/bench_llm.cpp (provider `torch`), never part of CI.
+
+The chains of ops a user writes without a custom kernel: HF's LlamaRMSNorm, F.layer_norm, HF's
+rotate_half (NeoX) / rotate_every_two (GPT-J) RoPE, F.silu(gate) * up, F.gelu(gate) * up and
+torch.softmax (with a masked_fill for the causal mask), on the same shapes, dtypes, thread counts
+(`nt:N`, torch.set_num_threads) and DRAM rotation (XK_BENCH_ROTATE_MB, default 1024 MiB) as
+bench_llm, with the same benchmark names and the same GBPS byte counts (bytes read + written by
+the op, as bench_llm counts them; PyTorch's temporaries are not counted: they are its overhead).
+
+    python3 -m venv /opt/torchpeer && /opt/torchpeer/bin/pip install torch numpy
+    /opt/torchpeer/bin/python bench/torch_peer.py --repetitions 3 > torch.json
+    build/release/bench/bench_llm --benchmark_repetitions=3 --benchmark_format=json > xk.json
+    /opt/torchpeer/bin/python bench/torch_peer.py --compare xk.json torch.json   # the table
+
+Output: Google-Benchmark-style JSON on stdout ({"context": ..., "benchmarks": [...]}, one entry
+per repetition, real_time in ns, "GBPS" in GB/s). --filter REGEX, --min-time SECONDS,
+--repetitions N, --threads 1,2 (default: XK_BENCH_THREADS or 1,2) as in bench_llm.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+
+
+def env_threads():
+    s = os.environ.get("XK_BENCH_THREADS", "")
+    v = [int(x) for x in s.split(",") if x.strip().isdigit() and int(x) > 0]
+    return v or [1, 2]
+
+
+ROTATE_BYTES = int(os.environ.get("XK_BENCH_ROTATE_MB", "1024")) << 20
+
+
+# ---- the ops, as a user writes them ---------------------------------------------------------------
+def make_ops(torch, F):
+    def rms_norm(x, w, eps=1e-5):  # transformers' LlamaRMSNorm.forward
+        dt = x.dtype
+        h = x.to(torch.float32)
+        var = h.pow(2).mean(-1, keepdim=True)
+        h = h * torch.rsqrt(var + eps)
+        return w * h.to(dt)
+
+    def layer_norm(x, w, b, eps=1e-5):
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+    def rotate_half(x):  # transformers' Llama
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    def rope_neox(q, k, cos_cached, sin_cached, positions):
+        cos = cos_cached[positions].unsqueeze(1)  # [tokens, 1, head_dim]
+        sin = sin_cached[positions].unsqueeze(1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    def rotate_every_two(x):  # transformers' GPT-J
+        x1 = x[..., ::2]
+        x2 = x[..., 1::2]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+    def rope_gptj(q, k, cos_half, sin_half, positions):
+        cos = cos_half[positions].repeat_interleave(2, dim=-1).unsqueeze(1)
+        sin = sin_half[positions].repeat_interleave(2, dim=-1).unsqueeze(1)
+        return q * cos + rotate_every_two(q) * sin, k * cos + rotate_every_two(k) * sin
+
+    def swiglu(x):
+        i = x.shape[-1] // 2
+        return F.silu(x[..., :i]) * x[..., i:]
+
+    def geglu(x):
+        i = x.shape[-1] // 2
+        return F.gelu(x[..., :i]) * x[..., i:]
+
+    def softmax(x, scale, mask=None):
+        t = x * scale
+        if mask is not None:
+            t = t.masked_fill(mask, float("-inf"))
+        return torch.softmax(t, dim=-1)
+
+    return dict(rms_norm=rms_norm, layer_norm=layer_norm, rope_neox=rope_neox, rope_gptj=rope_gptj, swiglu=swiglu,
+                geglu=geglu, softmax=softmax)
+
+
+# ---- benchmark cases: (name, bytes per call, make_sets(nsets) -> list of args, fn(*args)) ----------
+def cases(torch, F, threads):
+    ops = make_ops(torch, F)
+    dts = {"f32": torch.float32, "bf16": torch.bfloat16}
+    es = {"f32": 4, "bf16": 2}
+    out = []
+
+    def sets_for(bytes_per_set, dram):
+        return max(1, math.ceil(ROTATE_BYTES / bytes_per_set)) if dram else 1
+
+    # Norms.
+    norm_shapes = [((4096, 4096), True)] + [((16384, 8192), True)]
+    for dname, dt in dts.items():
+        for (rows, hidden), dram in norm_shapes:
+            shape = f"{rows}x{hidden}"
+            n = rows * hidden
+            for nt in threads:
+                def mk_rms(nsets, rows=rows, hidden=hidden, dt=dt):
+                    w = torch.rand(hidden, dtype=dt) + 0.5
+                    return [(torch.rand(rows, hidden, dtype=dt) * 4 - 2, w) for _ in range(nsets)]
+                out.append((f"rms_norm/{dname}/torch/{shape}/nt:{nt}", nt, 2 * n * es[dname] + hidden * es[dname],
+                            sets_for(2 * n * es[dname], dram), mk_rms, lambda x, w: ops["rms_norm"](x, w)))
+                for affine in (True, False):
+                    def mk_ln(nsets, rows=rows, hidden=hidden, dt=dt, affine=affine):
+                        w = torch.rand(hidden, dtype=dt) + 0.5 if affine else None
+                        b = torch.rand(hidden, dtype=dt) - 0.5 if affine else None
+                        return [(torch.rand(rows, hidden, dtype=dt) * 4 - 2, w, b) for _ in range(nsets)]
+                    tail = "scale_shift" if affine else "plain"
+                    out.append((f"layer_norm/{dname}/torch/{shape}/{tail}/nt:{nt}", nt,
+                                2 * n * es[dname] + (2 * hidden * es[dname] if affine else 0),
+                                sets_for(2 * n * es[dname], dram), mk_ln, lambda x, w, b: ops["layer_norm"](x, w, b)))
+    # RoPE: q, k [2048, 32, 128], cache of 4096 positions.
+    T, H, D, MAXP = 2048, 32, 128, 4096
+    for dname, dt in dts.items():
+        for style in ("neox", "gptj"):
+            for nt in threads:
+                def mk_rope(nsets, dt=dt, style=style, T=T):
+                    inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+                    ang = torch.arange(MAXP, dtype=torch.float32)[:, None] * inv[None, :]
+                    if style == "neox":
+                        emb = torch.cat((ang, ang), dim=-1)
+                        c, s = emb.cos().to(dt), emb.sin().to(dt)
+                    else:
+                        c, s = ang.cos().to(dt), ang.sin().to(dt)
+                    pos = torch.randint(0, MAXP, (T,))
+                    return [(torch.rand(T, H, D, dtype=dt) * 2 - 1, torch.rand(T, H, D, dtype=dt) * 2 - 1, c, s, pos)
+                            for _ in range(nsets)]
+                n = T * H * D
+                fn = ops["rope_neox"] if style == "neox" else ops["rope_gptj"]
+                out.append((f"rope/{dname}/torch/{style}/{T}x{H}x{D}/nt:{nt}", nt, 4 * n * es[dname] + T * (8 + D * 4),
+                            sets_for(4 * n * es[dname], True), mk_rope, fn))
+    # GLU.
+    R, I = 4096, 11008
+    for dname, dt in dts.items():
+        for nt in threads:
+            def mk_glu(nsets, dt=dt, R=R):
+                return [(torch.rand(R, 2 * I, dtype=dt) * 8 - 4,) for _ in range(nsets)]
+            out.append((f"swiglu/{dname}/torch/{R}x{I}/nt:{nt}", nt, 3 * R * I * es[dname],
+                        sets_for(3 * R * I * es[dname], True), mk_glu, ops["swiglu"]))
+    for nt in threads:
+        def mk_geglu(nsets, R=R):
+            return [(torch.rand(R, 2 * I) * 8 - 4,) for _ in range(nsets)]
+        out.append((f"geglu/f32/torch/{R}x{I}/nt:{nt}", nt, 3 * R * I * 4, sets_for(3 * R * I * 4, True), mk_geglu,
+                    ops["geglu"]))
+    # Softmax.
+    SR, SC = 16384, 4096
+    for dname, dt in dts.items():
+        for causal in (False, True):
+            for nt in threads:
+                def mk_sm(nsets, dt=dt, causal=causal):
+                    mask = None
+                    if causal:
+                        r = torch.arange(SR)[:, None] + (SC - SR)
+                        mask = torch.arange(SC)[None, :] > r
+                    return [(torch.rand(SR, SC, dtype=dt) * 16 - 8, 0.0883883, mask) for _ in range(nsets)]
+                read = SR * SC
+                if causal:
+                    read = sum(min(SC, max(0, r + SC - SR + 1)) for r in range(SR))
+                tail = "/causal" if causal else ""
+                out.append((f"softmax/{dname}/torch/{SR}x{SC}{tail}/nt:{nt}", nt, (read + SR * SC) * es[dname],
+                            sets_for(2 * SR * SC * es[dname], True), mk_sm, ops["softmax"]))
+    # Decode shapes: cache-resident, one thread.
+    for t in (1, 4, 16):
+        for dname, dt in (("bf16", torch.bfloat16), ("f32", torch.float32)):
+            def mk_rms_d(nsets, t=t, dt=dt):
+                return [(torch.rand(t, 4096, dtype=dt) * 4 - 2, torch.rand(4096, dtype=dt) + 0.5)]
+            out.append((f"rms_norm/{dname}/torch/decode/t:{t}/h:4096/nt:1", 1, (2 * t * 4096 + 4096) * es[dname], 1,
+                        mk_rms_d, lambda x, w: ops["rms_norm"](x, w)))
+            def mk_ln_d(nsets, t=t, dt=dt):
+                return [(torch.rand(t, 4096, dtype=dt) * 4 - 2, torch.rand(4096, dtype=dt) + 0.5, torch.rand(4096, dtype=dt) - 0.5)]
+            out.append((f"layer_norm/{dname}/torch/decode/t:{t}/h:4096/nt:1", 1, (2 * t * 4096 + 2 * 4096) * es[dname], 1,
+                        mk_ln_d, lambda x, w, b: ops["layer_norm"](x, w, b)))
+        def mk_rope_d(nsets, t=t):
+            inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+            ang = torch.arange(MAXP, dtype=torch.float32)[:, None] * inv[None, :]
+            emb = torch.cat((ang, ang), dim=-1)
+            pos = torch.randint(0, MAXP, (t,))
+            return [(torch.rand(t, H, D, dtype=torch.bfloat16), torch.rand(t, H, D, dtype=torch.bfloat16),
+                     emb.cos().bfloat16(), emb.sin().bfloat16(), pos)]
+        out.append((f"rope/bf16/torch/neox/decode/t:{t}/h:32x128/nt:1", 1, 4 * t * H * D * 2 + t * (8 + D * 4), 1,
+                    mk_rope_d, ops["rope_neox"]))
+        def mk_glu_d(nsets, t=t):
+            return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
+        out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
+    return out
+
+
+def run(args):
+    import torch
+    import torch.nn.functional as F
+
+    threads = [int(x) for x in args.threads.split(",")] if args.threads else env_threads()
+    rx = re.compile(args.filter) if args.filter else None
+    results = []
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for name, nt, nbytes, nsets, make, fn in cases(torch, F, threads):
+            if rx and not rx.search(name):
+                continue
+            torch.set_num_threads(nt)
+            sets = make(nsets)
+            for _ in range(2):  # warm-up (allocator, first touch)
+                fn(*sets[0])
+            for rep in range(args.repetitions):
+                it, k, t0 = 0, 0, time.perf_counter()
+                while True:
+                    fn(*sets[k])
+                    k = (k + 1) % len(sets)
+                    it += 1
+                    el = time.perf_counter() - t0
+                    if el >= args.min_time and it >= 2:
+                        break
+                per = el / it
+                results.append({
+                    "name": name + "/real_time", "run_name": name + "/real_time", "run_type": "iteration",
+                    "repetitions": args.repetitions, "repetition_index": rep, "threads": 1, "iterations": it,
+                    "real_time": per * 1e9, "cpu_time": per * 1e9, "time_unit": "ns",
+                    "GBPS": nbytes / per * 1e-9, "label": f"torch {torch.__version__}, {len(sets)} sets",
+                })
+                print(f"{name:60s} {per * 1e6:12.1f} us {nbytes / per * 1e-9:8.2f} GB/s", file=sys.stderr)
+            del sets
+    ctx = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "executable": "bench/torch_peer.py",
+           "torch": torch.__version__, "num_cpus": os.cpu_count(), "library_build_type": "release",
+           "rotate_bytes": ROTATE_BYTES}
+    json.dump({"context": ctx, "benchmarks": results}, sys.stdout, indent=1)
+    print()
+
+
+def median_by_name(path):
+    with open(path) as f:
+        data = json.load(f)
+    vals = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration" or "GBPS" not in b or b.get("error_occurred"):
+            continue
+        parts = [p for p in b["name"].split("/") if p != "real_time"]
+        if len(parts) < 3:
+            continue
+        key = "/".join(parts[:2] + parts[3:])  # without the provider
+        vals.setdefault((key, parts[2]), []).append(float(b["GBPS"]))
+    return {k: statistics.median(v) for k, v in vals.items()}
+
+
+def compare(paths):
+    merged = {}
+    for p in paths:
+        merged.update(median_by_name(p))
+    keys = sorted({k for k, _ in merged})
+    rows = []
+    for k in keys:
+        ours = merged.get((k, "xk"))
+        if ours is None:
+            continue
+        for prov in ("torch", "onednn"):
+            peer = merged.get((k, prov))
+            if peer:
+                rows.append((k, ours, prov, peer, ours / peer))
+    w = max([len(r[0]) for r in rows] + [10])
+    print(f"{'benchmark':{w}s}  {'xk GB/s':>8s}  {'peer':8s}  {'GB/s':>8s}  {'xk/peer':>8s}")
+    for k, ours, prov, peer, ratio in rows:
+        print(f"{k:{w}s}  {ours:8.2f}  {prov:8s}  {peer:8.2f}  {ratio:7.2f}x")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--repetitions", type=int, default=1)
+    ap.add_argument("--threads", default="")
+    ap.add_argument("--compare", nargs="+", metavar="JSON",
+                    help="print the xk-vs-peer table of bench_llm / torch_peer JSON files instead of running")
+    args = ap.parse_args()
+    if args.compare:
+        compare(args.compare)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
