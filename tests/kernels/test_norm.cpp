@@ -208,7 +208,7 @@ TEST(Norm, EveryRegistryEntry) {
                         ++variant;
                         NormDesc d;
                         d.kind = kind;
-                        d.rows = 2;
+                        d.rows = variant % 3 == 0 ? 1 : 2;  // one row: bf16 weights used as they are
                         d.hidden = hidden;
                         d.x_dtype = dt.x;
                         d.y_dtype = dt.y;

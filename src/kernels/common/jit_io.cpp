@@ -159,6 +159,31 @@ void JitIo::load(const Xmm& v, const RegExp& addr, DType t, int n) const {
     g.vpslld(v, v, 16);
 }
 
+// Round to nearest even: (u + 0x7fff + ((u >> 16) & 1)) >> 16; NaN: (u | quiet bit) >> 16. The
+// result (<= 0xffff) replaces v, one per dword; clobbers v0, v1 (AVX2) or v0 and k (AVX-512).
+void JitIo::round_dwords(const Xmm& v) const {
+    auto& g = g_;
+    const Xmm& w = s_.v0;
+    if (zmm_) {
+        g.vcmpps(s_.k, v, v, 3 /* UNORD_Q */);
+        g.vpsrld(w, v, 16);
+        g.vpandd(w, w, c(kOne));
+        g.vpaddd(w, w, v);
+        g.vpaddd(w, w, c(k7fff));
+        g.vpord(w | s_.k, v, c(kQuiet));
+        g.vpsrld(v, w, 16);
+    } else {
+        g.vcmpps(s_.v1, v, v, 3 /* UNORD_Q */);
+        g.vpsrld(w, v, 16);
+        g.vpand(w, w, c(kOne));
+        g.vpaddd(w, w, v);
+        g.vpaddd(w, w, c(k7fff));
+        g.vpor(v, v, c(kQuiet));
+        g.vblendvps(v, w, v, s_.v1);
+        g.vpsrld(v, v, 16);
+    }
+}
+
 // s_.v0 = the bf16 words of v (low half: xmm on AVX2, ymm on AVX-512); clobbers v and v1.
 void JitIo::to_bf16_words(const Xmm& v) const {
     auto& g = g_;
@@ -167,28 +192,37 @@ void JitIo::to_bf16_words(const Xmm& v) const {
         g.vcvtneps2bf16(Ymm(w.getIdx()), v);
         return;
     }
-    // Round to nearest even: (u + 0x7fff + ((u >> 16) & 1)) >> 16; NaN: (u | quiet bit) >> 16.
+    round_dwords(v);
     if (zmm_) {
-        g.vcmpps(s_.k, v, v, 3 /* UNORD_Q */);
-        g.vpsrld(w, v, 16);
-        g.vpandd(w, w, c(kOne));
-        g.vpaddd(w, w, v);
-        g.vpaddd(w, w, c(k7fff));
-        g.vpord(w | s_.k, v, c(kQuiet));
-        g.vpsrld(w, w, 16);
-        g.vpmovdw(Ymm(w.getIdx()), w);
+        g.vpmovdw(Ymm(w.getIdx()), v);
     } else {
-        g.vcmpps(s_.v1, v, v, 3 /* UNORD_Q */);
-        g.vpsrld(w, v, 16);
-        g.vpand(w, w, c(kOne));
-        g.vpaddd(w, w, v);
-        g.vpaddd(w, w, c(k7fff));
-        g.vpor(v, v, c(kQuiet));
-        g.vblendvps(w, w, v, s_.v1);
-        g.vpsrld(w, w, 16);
-        g.vextracti128(Xmm(s_.v1.getIdx()), Ymm(w.getIdx()), 1);
-        g.vpackusdw(Xmm(w.getIdx()), Xmm(w.getIdx()), Xmm(s_.v1.getIdx()));
+        g.vextracti128(Xmm(s_.v1.getIdx()), Ymm(v.getIdx()), 1);
+        g.vpackusdw(Xmm(w.getIdx()), Xmm(v.getIdx()), Xmm(s_.v1.getIdx()));
     }
+}
+
+void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int n, bool nt) const {
+    const int vl = vlen();
+    if (n < 1 || n > 2 * vl) throw Error(Status::runtime_error, "JitIo::store2: bad count");
+    auto& g = g_;
+    if (t != DType::bf16 || n < 2 * vl || (zmm_ && !native_bf16_)) {
+        store(addr, a, t, std::min(n, vl), nt && n >= vl);
+        if (n > vl) store(addr + vl * dtype_size(t), b, t, n - vl, nt && n == 2 * vl);
+        return;
+    }
+    const int w = s_.v0.getIdx();
+    if (native_bf16_) {
+        g.vcvtne2ps2bf16(Zmm(w), b, a);  // low half from a, high half from b
+        if (nt) g.vmovntdq(g.ptr[addr], Zmm(w));
+        else g.vmovups(g.ptr[addr], Zmm(w));
+        return;
+    }
+    round_dwords(a);
+    round_dwords(b);
+    g.vpackusdw(Ymm(w), a, b);       // per 128-bit lane: a0-3 b0-3 | a4-7 b4-7
+    g.vpermq(Ymm(w), Ymm(w), 0xd8);  // a0-7 b0-7
+    if (nt) g.vmovntdq(g.ptr[addr], Ymm(w));
+    else g.vmovdqu(g.ptr[addr], Ymm(w));
 }
 
 void JitIo::store(const RegExp& addr, const Xmm& v, DType t, int n, bool nt) const {

@@ -56,6 +56,11 @@ public:
     // Stores lanes [0, n) of v to addr as dtype t. nt: non-temporal full-vector store (n == vlen;
     // addr aligned to the stored width: vbytes for f32, vbytes/2 for bf16).
     void store(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, int n, bool nt = false) const;
+    // Two vectors to 2*vlen consecutive elements (a first, then b), n in [1, 2*vlen] elements in
+    // all. A full bf16 pair is converted and stored as one: AVX2 packs the two rounded vectors
+    // (VPACKUSDW + VPERMQ, one 32-byte store), AVX512-BF16 converts both with VCVTNE2PS2BF16 (one
+    // 64-byte store). Clobbers a and b (bf16). nt as for store(), for a full pair.
+    void store2(const Xbyak::RegExp& addr, const Xbyak::Xmm& a, const Xbyak::Xmm& b, DType t, int n, bool nt = false) const;
     // Runtime counts: cnt holds 1..vlen (preserved).
     void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
     void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;
@@ -75,6 +80,7 @@ public:
 private:
     Xbyak::Address c(int entry, int offset_bytes = 0) const;
     void to_bf16_words(const Xbyak::Xmm& v) const;  // v0 = words (xmm / ymm half), clobbers v, v1
+    void round_dwords(const Xbyak::Xmm& v) const;   // v = the bf16 of v in the low half of each dword (emulation)
     void load_bytes(const Xbyak::Xmm& x, const Xbyak::RegExp& addr, int nbytes) const;
     void store_bytes(const Xbyak::RegExp& addr, const Xbyak::Xmm& x, int nbytes) const;
 

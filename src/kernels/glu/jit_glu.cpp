@@ -52,6 +52,7 @@ public:
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
         if (has_act) mov(act_tbl, reinterpret_cast<uintptr_t>(JitActivation::table()));
 
+        // act(gate) * up into V(6k).
         auto body = [&](int k, int64_t off, int count) {
             const int b = k * 6;
             const Xmm g = V(b), u = V(b + 1);
@@ -64,7 +65,12 @@ public:
                 io.load(u, up + idx * xs + off * xs, xt, count);
                 vmulps(g, g, u);
             }
-            io.store(y + idx * ys + off * ys, g, yt, count, nt && count == vl);
+        };
+        // nv (1 or 2) vectors from element idx + off, the last `last` elements long, stored as a pair.
+        auto block = [&](int nv, int64_t off, int last) {
+            for (int k = 0; k < nv; ++k) body(k, off + k * vl, k == nv - 1 ? last : vl);
+            if (nv == 2) io.store2(y + idx * ys + off * ys, V(0), V(6), yt, vl + last, nt);
+            else io.store(y + idx * ys + off * ys, V(0), yt, last, nt && last == vl);
         };
 
         Label row_loop;
@@ -77,14 +83,14 @@ public:
             Label loop;
             mov(cnt, nblk);
             L(loop);
-            for (int k = 0; k < kUnroll; ++k) body(k, k * vl, vl);
+            block(kUnroll, 0, vl);
             add(idx, kUnroll * vl);
             dec(cnt);
             jnz(loop);
         }
-        const int rem = static_cast<int>(nvec % kUnroll);
-        for (int j = 0; j < rem; ++j) body(j, j * vl, vl);
-        if (tail) body(rem % kUnroll, static_cast<int64_t>(rem) * vl, tail);
+        const int rem = static_cast<int>(nvec % kUnroll);  // 0 or 1
+        if (tail) block(rem + 1, 0, tail);
+        else if (rem) block(1, 0, vl);
         add(x, ptr[a + offsetof(Args, ld_x)]);
         add(y, ptr[a + offsetof(Args, ld_y)]);
         dec(rows);

@@ -20,6 +20,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "common/float_io.hpp"
 #include "common/streaming.hpp"
@@ -62,8 +64,11 @@ public:
         const bool ln = kd.kind == NormKind::layer_norm, fused = kd.fused_residual;
         const DType xt = kd.x_dtype, rt = kd.residual_dtype;
         const int xs = dtype_size(xt), rs = dtype_size(rt);
+        // Accumulators: layer_norm 4 x (S1, S2) in V(0..7); rms_norm 8 x S2 in V(0..7) (FMA latency
+        // x throughput: 8 chains keep both FMA pipes busy on a cache-resident row).
+        const int unroll = ln ? 4 : 8;
         auto acc1 = [&](int k) { return V(k); };
-        auto acc2 = [&](int k) { return V(4 + k); };
+        auto acc2 = [&](int k) { return ln ? V(4 + k) : V(k); };
         const Xmm shift = V(8), h = V(9), t = V(10), d = V(11);
 
         preamble();
@@ -73,7 +78,7 @@ public:
             mov(ro, ptr[p + offsetof(RowArgs, ro)]);
         }
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
-        for (int k = 0; k < kUnroll; ++k) {
+        for (int k = 0; k < unroll; ++k) {
             vxorps(acc2(k), acc2(k), acc2(k));
             if (ln) vxorps(acc1(k), acc1(k), acc1(k));
         }
@@ -105,21 +110,21 @@ public:
             }
         };
 
-        const int64_t nblk = nvec / kUnroll;
+        const int64_t nblk = nvec / unroll;
         if (nblk > 0) {
             Label loop;
             mov(cnt, nblk);
             L(loop);
-            for (int k = 0; k < kUnroll; ++k) body(k, k * vl, vl);
-            add(idx, kUnroll * vl);
+            for (int k = 0; k < unroll; ++k) body(k, k * vl, vl);
+            add(idx, unroll * vl);
             dec(cnt);
             jnz(loop);
         }
-        const int rem = static_cast<int>(nvec % kUnroll);
+        const int rem = static_cast<int>(nvec % unroll);
         for (int j = 0; j < rem; ++j) body(j, j * vl, vl);
-        if (tail) body(rem % kUnroll, static_cast<int64_t>(rem) * vl, tail);
+        if (tail) body(rem % unroll, static_cast<int64_t>(rem) * vl, tail);
 
-        for (int k = 1; k < kUnroll; ++k) {
+        for (int k = 1; k < unroll; ++k) {
             vaddps(acc2(0), acc2(0), acc2(k));
             if (ln) vaddps(acc1(0), acc1(0), acc1(k));
         }
@@ -140,14 +145,15 @@ private:
 
 class JitNormApply : public JitGenerator {
 public:
-    JitNormApply(const NormKernelDesc& kd, Isa isa, bool nt) : JitGenerator(isa) {
+    // wt: the dtype the weight / bias pointers hold (the kernel may pass f32 copies of bf16 ones).
+    JitNormApply(const NormKernelDesc& kd, Isa isa, bool nt, DType wt) : JitGenerator(isa) {
         const Reg64 p = abi_param1, hp = rsi, y = rdx, w = rcx, b = r11, idx = r8, cnt = r9, tbl = r10, nx = rbx,
                     nr = rbp;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
         const int vl = io.vlen();
         const int64_t n = kd.hidden, nvec = n / vl, tail = static_cast<int>(n % vl);
         const bool ln = kd.kind == NormKind::layer_norm;
-        const DType ht = kd.fused_residual ? kd.residual_dtype : kd.x_dtype, yt = kd.y_dtype, wt = kd.weight_dtype;
+        const DType ht = kd.fused_residual ? kd.residual_dtype : kd.x_dtype, yt = kd.y_dtype;
         const int hs = dtype_size(ht), ys = dtype_size(yt), ws = dtype_size(wt);
         const Xmm mean = V(12), rstd = V(13);
 
@@ -170,6 +176,7 @@ public:
             const int64_t first = off * es, last = (off + count) * es;  // bytes of this vector
             for (int64_t line = (first + 63) / 64 * 64; line < last; line += 64) prefetcht0(ptr[base + idx * es + line]);
         };
+        // y = (h - mean) * rstd * w + b into V(k) (stored by `block`).
         auto body = [&](int k, int64_t off, int count) {
             const Xmm v = V(k), tw = V(4 + k), tb = V(8 + k);
             prefetch_next(nx, xs, off, count);
@@ -193,7 +200,15 @@ public:
                     vaddps(v, v, tb);
                 }
             }
-            io.store(y + idx * ys + off * ys, v, yt, count, nt && count == vl);
+        };
+        // nv vectors from element idx + off (the last one `last` elements long), stored in pairs.
+        auto block = [&](int nv, int64_t off, int last) {
+            for (int k = 0; k < nv; ++k) body(k, off + k * vl, k == nv - 1 ? last : vl);
+            for (int k = 0; k < nv; k += 2) {
+                const int64_t o = off + k * vl;
+                if (k + 1 < nv) io.store2(y + idx * ys + o * ys, V(k), V(k + 1), yt, vl + (k + 1 == nv - 1 ? last : vl), nt);
+                else io.store(y + idx * ys + o * ys, V(k), yt, last, nt && last == vl);
+            }
         };
 
         const int64_t nblk = nvec / kUnroll;
@@ -201,14 +216,14 @@ public:
             Label loop;
             mov(cnt, nblk);
             L(loop);
-            for (int k = 0; k < kUnroll; ++k) body(k, k * vl, vl);
+            block(kUnroll, 0, vl);
             add(idx, kUnroll * vl);
             dec(cnt);
             jnz(loop);
         }
         const int rem = static_cast<int>(nvec % kUnroll);
-        for (int j = 0; j < rem; ++j) body(j, j * vl, vl);
-        if (tail) body(rem % kUnroll, static_cast<int64_t>(rem) * vl, tail);
+        if (tail) block(rem + 1, 0, tail);
+        else if (rem) block(rem, 0, vl);
         postamble();
         fn = finalize<RowFn>();
     }
@@ -221,7 +236,16 @@ private:
 class JitNormKernel final : public NormKernel {
 public:
     JitNormKernel(const NormKernelDesc& kd, Isa isa)
-        : kd_(kd), vlen_(isa >= Isa::avx512 ? 16 : 8), stats_(kd, isa), apply_(kd, isa, false), apply_nt_(kd, isa, true) {}
+        : kd_(kd),
+          vlen_(isa >= Isa::avx512 ? 16 : 8),
+          bf16_weights_((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16),
+          stats_(kd, isa),
+          apply_{JitNormApply(kd, isa, false, kd.weight_dtype), JitNormApply(kd, isa, true, kd.weight_dtype)} {
+        if (bf16_weights_) {
+            apply_f32w_[0] = std::make_unique<JitNormApply>(kd, isa, false, DType::f32);
+            apply_f32w_[1] = std::make_unique<JitNormApply>(kd, isa, true, DType::f32);
+        }
+    }
 
     void run(const NormDesc& d, const NormArgs& a, int64_t row_begin, int64_t row_end) const override {
         const int64_t n = d.hidden;
@@ -231,13 +255,27 @@ public:
         const int64_t align = static_cast<int64_t>(vlen_) * ys;
         const bool nt = use_nt_stores(d.rows * n * ys) && reinterpret_cast<uintptr_t>(a.y) % align == 0 &&
                         (d.ld_y * ys) % align == 0 && n >= vlen_;
-        const RowFn apply = nt ? apply_nt_.fn : apply_.fn;
+        RowFn apply = apply_[nt ? 1 : 0].fn;
 
         alignas(64) float part[3][16];
         RowArgs ra;
         ra.partial = &part[0][0];
         ra.w = a.weight;
         ra.b = a.bias;
+        // bf16 weights are widened once per call when there are rows enough to repay it.
+        if (bf16_weights_ && row_end - row_begin >= 2) {
+            thread_local std::vector<float> wb;
+            wb.resize(static_cast<size_t>(2 * n));
+            if (d.has_weight) {
+                load_f32(a.weight, DType::bf16, n, wb.data());
+                ra.w = wb.data();
+            }
+            if (d.has_bias) {
+                load_f32(a.bias, DType::bf16, n, wb.data() + n);
+                ra.b = wb.data() + n;
+            }
+            apply = apply_f32w_[nt ? 1 : 0]->fn;
+        }
         for (int64_t row = row_begin; row < row_end; ++row) {
             ra.x = elem_ptr(a.x, d.x_dtype, row * d.ld_x);
             if (d.fused_residual) {
@@ -285,8 +323,10 @@ public:
 private:
     NormKernelDesc kd_;
     int vlen_;
+    bool bf16_weights_;
     JitNormStats stats_;
-    JitNormApply apply_, apply_nt_;
+    JitNormApply apply_[2];                        // [nt], weights as given
+    std::unique_ptr<JitNormApply> apply_f32w_[2];  // [nt], f32 copies of bf16 weights
 };
 
 }  // namespace

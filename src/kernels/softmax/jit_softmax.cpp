@@ -106,7 +106,10 @@ public:
                 break;
         }
 
-        // One vector at element idx + off; tail: `rem` lanes (runtime).
+        // One vector at element idx + off; tail: `rem` lanes (runtime). The scale pass stores the
+        // vectors of the unrolled loop in pairs (k odd stores k-1 and k); unroll_now = vectors in
+        // the current sequence.
+        int unroll_now = 1;
         auto body = [&](int k, int off, bool tail) {
             const Xmm v = pass == Pass::exp ? V(4 * k) : V(k);
             switch (pass) {
@@ -146,7 +149,8 @@ public:
                             prefetcht0(ptr[act_tbl + idx * xs + line]);
                     vmulps(v, c0, ptr[src + idx * 4 + off * 4]);
                     if (tail) io.store_rt(dst + idx * ys + off * ys, v, yt, rem);
-                    else io.store(dst + idx * ys + off * ys, v, yt, vl, nt);
+                    else if (k % 2 == 1) io.store2(dst + idx * ys + (off - vl) * ys, V(k - 1), v, yt, 2 * vl, nt);
+                    else if (k + 1 == unroll_now) io.store(dst + idx * ys + off * ys, v, yt, vl, nt);
                     break;
             }
         };
@@ -155,7 +159,9 @@ public:
         L(l_unrolled);
         cmp(cnt, unroll);
         jb(l_single);
+        unroll_now = unroll;
         for (int k = 0; k < unroll; ++k) body(k, k * vl, false);
+        unroll_now = 1;
         add(idx, unroll * vl);
         sub(cnt, unroll);
         jmp(l_unrolled);
