@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "xk/isa.hpp"
 
@@ -10,7 +11,14 @@ namespace {
 std::atomic<int64_t> g_override{-1};
 
 int64_t default_threshold() {
-    static const int64_t t = std::max<int64_t>(int64_t(8) << 20, cpu_info().l3_bytes / 2);
+    static const int64_t t = [] {
+        if (const char* e = std::getenv("XK_NT_STORE_THRESHOLD")) {  // bytes; for tuning
+            char* end = nullptr;
+            const long long v = std::strtoll(e, &end, 10);
+            if (end && end != e && *end == '\0' && v >= 0) return static_cast<int64_t>(v);
+        }
+        return std::max<int64_t>(int64_t(8) << 20, cpu_info().l3_bytes / 2);
+    }();
     return t;
 }
 }  // namespace

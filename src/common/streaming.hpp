@@ -8,7 +8,8 @@
 namespace xk::detail {
 
 // Output bytes of one call from which streaming stores are used: max(8 MiB, L3 bytes / 2) by
-// default (the L3 of one instance, hwloc or CPUID).
+// default (the L3 of one instance, hwloc or CPUID); XK_NT_STORE_THRESHOLD=<bytes> in the
+// environment (read once) overrides it.
 int64_t nt_store_threshold();
 // Tests: override the threshold (0: always stream where the rows are aligned); a negative value
 // restores the default.

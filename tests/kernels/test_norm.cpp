@@ -237,21 +237,25 @@ TEST(Norm, EveryRegistryEntry) {
 }
 
 TEST(Norm, LayerNormLargeMeanAndOutliers) {
-    // Rows far from zero (mean 100, std ~1) and rows with an outlier in the first element (the
-    // JIT kernels shift their moments by each lane's first element): the statistics must not
-    // cancel. Tolerance: the fp32 rounding of mean and of h - mean, relative to the std, on top.
+    // Rows far from zero (mean 100, std ~1), rows with an outlier, consecutive rows with very
+    // different means (the JIT kernels shift a row's one-pass moments by the previous row's mean
+    // and fall back to a two-pass variance when that shift is far off), and a row like its
+    // predecessor (the one-pass path, outlier included): the statistics must not cancel.
+    // Tolerance: the fp32 rounding of mean and of h - mean, relative to the std, on top.
     for_each_isa([&](Isa) {
         for (int64_t hidden : {7, 64, 1000, 4095}) {
             NormDesc d;
             d.kind = NormKind::layer_norm;
-            d.rows = 3;
+            d.rows = 5;
             d.hidden = hidden;
             d.has_weight = false;
             Tensors t = make_tensors(d, 0, 77 + hidden);
             for (int64_t i = 0; i < hidden; ++i) {
                 t.x.set(0, i, 100.0 + t.x.get(0, i));
                 t.x.set(1, i, t.x.get(1, i) + (i == 0 ? 1000.0 : 0.0));
-                t.x.set(2, i, -3000.0 + 0.01 * t.x.get(2, i));
+                t.x.set(2, i, t.x.get(2, i) + (i == 0 ? 1000.0 : 0.0));
+                t.x.set(3, i, -3000.0 + 0.01 * t.x.get(3, i));
+                t.x.set(4, i, -3000.0 + 0.01 * t.x.get(4, i));
             }
             norm(d, args_of(d, t));
             const Expected e = oracle(d, t.x, nullptr, nullptr, nullptr);

@@ -2,23 +2,30 @@
 // conversions at the avx512_bf16 level), specialised on the kernel descriptor (kind, hidden,
 // dtypes, weight / bias / fused residual): every trip count and tail is known when generating.
 //
-// One row = two generated functions and a few lines of C++ in between:
-//   stats  one pass over the row from memory: h = x (+ residual, stored to residual_out and
-//          read back rounded), per-lane partial sums in fp32 with 4 independent accumulators:
+// A row takes two passes with a few lines of C++ in between:
+//   stats  over the row from memory: h = x (+ residual, stored to residual_out and read back
+//          rounded), per-lane partial sums in fp32 over independent accumulator chains:
 //            rms_norm    S2 = sum h^2
-//            layer_norm  S1 = sum d, S2 = sum d^2 with d = h - c, c = the lane's first h
-//                        (a per-lane shift: no cancellation when |mean| >> std)
-//   C++    the lanes combined in double (Chan et al.'s pairwise formula for layer_norm):
-//          mean, rstd = 1 / sqrt(var + eps)
+//            layer_norm  S1 = sum d, S2 = sum d^2, d = h - c with c the previous row's mean (0
+//                        for the first row of a call): M2 = S2 - S1^2/n
+//   var    layer_norm, only when M2 < S2/2 (the shift was far from this row's mean, relative to
+//          its spread, so that the one-pass sums may have lost digits): S1 = sum e, S2 = sum e^2
+//          with e = h - mean, from L1/L2 — the corrected two-pass algorithm (mean += S1/n,
+//          var = S2/n - (S1/n)^2), accurate whatever the mean or an outlier
+//   C++    the lanes summed in double: mean, rstd = 1 / sqrt(var + eps)
 //   apply  y = (h - mean) * rstd * weight + bias over the row again, now from L1/L2 (a row of
 //          up to ~8K fp32 elements stays in L1/L2 between the passes), h from x or, when fused,
 //          from residual_out (the rounded sum the norm is defined on).
-// So x and residual are read from memory once and y and residual_out written once. When the
-// call's output exceeds nt_store_threshold() (it cannot stay in the cache anyway) and y's rows
-// are aligned, y is written with non-temporal stores (no read-for-ownership).
+// Rows are software-pipelined: a call over rows [b, e) runs stats(b), then for each row the
+// *fused* pass — apply of this row and stats of the next in one loop — so the DRAM read stream
+// (the next row) and the write stream (this row's y) run together, like a copy, rather than in
+// alternating phases. x and residual are read from memory once, y and residual_out written once.
+// When the call's output exceeds nt_store_threshold() (it cannot stay in the cache anyway) and
+// y's rows are aligned, y is written with non-temporal stores (no read-for-ownership).
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -39,60 +46,89 @@ struct RowArgs {
     const void* x = nullptr;        // 0
     const void* r = nullptr;        // 8   residual (fused)
     void* ro = nullptr;             // 16  residual_out (fused)
-    float* partial = nullptr;       // 24  out: [3][16] floats: S1, S2, c per lane
+    float* partial = nullptr;       // 24  out: [2][16] floats: S1, S2 per lane (stats, var)
     const void* h = nullptr;        // 32  apply: where h is read (x or residual_out)
     void* y = nullptr;              // 40
     const void* w = nullptr;        // 48
     const void* b = nullptr;        // 56
-    float mean = 0, rstd = 0;       // 64, 68
-    const void* next_x = nullptr;   // 72  apply: prefetched (the next row's x and residual, or
-    const void* next_r = nullptr;   // 80  this row's when there is none)
+    float mean = 0, rstd = 0;       // 64, 68  (stats of layer_norm: mean = the shift c)
 };
 static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "RowArgs layout");
 
 using RowFn = void (*)(const RowArgs*);
 
-constexpr int kUnroll = 4;
+// What one generated function does with a row (RowArgs): the statistics pass of x/r/ro, the
+// variance pass of h (layer_norm), the normalising pass of h into y, or stats and apply at once
+// on two different rows (fused: the statistics of the next row while this one is normalised —
+// one DRAM read stream and one write stream in a single loop, like a copy, instead of
+// alternating read and write phases).
+enum class Pass { stats, var, apply, fused };
 
-class JitNormStats : public JitGenerator {
+class JitNorm : public JitGenerator {
 public:
-    JitNormStats(const NormKernelDesc& kd, Isa isa) : JitGenerator(isa) {
-        const Reg64 p = abi_param1, x = rsi, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10;
+    // wt: the dtype of the weight / bias pointers the call passes (f32 copies of bf16 weights are
+    // passed whenever the call covers two rows or more, so fused passes always get f32).
+    JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const Reg64 p = abi_param1, x = rsi, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10, hp = r11, y = rbx,
+                    w = rbp, b = r12;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
         const int vl = io.vlen();
-        const int64_t n = kd.hidden, nvec = n / vl, tail = static_cast<int>(n % vl);
+        const int64_t n = kd.hidden, nvec = n / vl;
+        const int tail = static_cast<int>(n % vl);
         const bool ln = kd.kind == NormKind::layer_norm, fused = kd.fused_residual;
-        const DType xt = kd.x_dtype, rt = kd.residual_dtype;
-        const int xs = dtype_size(xt), rs = dtype_size(rt);
-        // Accumulators: layer_norm 4 x (S1, S2) in V(0..7); rms_norm 8 x S2 in V(0..7) (FMA latency
-        // x throughput: 8 chains keep both FMA pipes busy on a cache-resident row).
-        const int unroll = ln ? 4 : 8;
-        auto acc1 = [&](int k) { return V(k); };
-        auto acc2 = [&](int k) { return ln ? V(4 + k) : V(k); };
-        const Xmm shift = V(8), h = V(9), t = V(10), d = V(11);
+        const bool do_stats = pass == Pass::stats || pass == Pass::fused, do_apply = pass == Pass::apply || pass == Pass::fused;
+        const bool do_var = pass == Pass::var;
+        const DType xt = kd.x_dtype, rt = kd.residual_dtype, ht = fused ? rt : xt, yt = kd.y_dtype;
+        const int xs = dtype_size(xt), rs = dtype_size(rt), hs = dtype_size(ht), ys = dtype_size(yt), ws = dtype_size(wt);
 
-        preamble();
-        mov(x, ptr[p + offsetof(RowArgs, x)]);
-        if (fused) {
-            mov(r, ptr[p + offsetof(RowArgs, r)]);
-            mov(ro, ptr[p + offsetof(RowArgs, ro)]);
-        }
+        // Registers. Statistics / variance: accumulator chains (one sum: S1 or S2), temporaries.
+        // Apply: the results of one unrolled block, weight / bias temporaries, mean and rstd.
+        // Fused: fewer chains, weights as memory operands (f32).
+        // layer_norm statistics keep two sums (S1, S2) per chain.
+        const bool two_sums = ln && (do_stats || do_var);
+        const int chains = pass == Pass::fused ? (two_sums ? 2 : 4) : (two_sums ? 4 : 8);
+        const int unroll = pass == Pass::fused ? 2 : pass == Pass::apply ? 4 : chains;
+        auto acc = [&](int k) { return V(k % chains); };                 // S1 (two sums) or the one sum
+        auto acc2 = [&](int k) { return V(chains + k % chains); };       // S2 (two sums)
+        const int sb = two_sums ? 2 * chains : chains;  // first register after the chains
+        const Xmm h = V(sb + 1), t = V(sb + 2), d = V(sb + 3);
+        // apply registers: results res(k), weight temps tw(k), tb(k), mean, rstd
+        const int ab = pass == Pass::fused ? sb + 4 : 0;  // fused: after the stats registers (<= 8)
+        auto res = [&](int k) { return V(ab + k); };
+        auto tw = [&](int k) { return pass == Pass::fused ? V(ab + 2) : V(4 + k); };
+        auto tb = [&](int k) { return pass == Pass::fused ? V(ab + 3) : V(8 + k); };
+        const Xmm mean = V(12), rstd = V(13);
+        if (pass == Pass::fused && ab + 4 > 12) throw Error(Status::runtime_error, "JitNorm: registers");
+
+        std::vector<Reg64> saved = {rbx, rbp, r12};
+        preamble(saved);
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
-        for (int k = 0; k < unroll; ++k) {
-            vxorps(acc2(k), acc2(k), acc2(k));
-            if (ln) vxorps(acc1(k), acc1(k), acc1(k));
-        }
-        if (ln) {  // c = x (+ residual) of the first vector, unrounded (any value near the data will do)
-            const int c0 = static_cast<int>(std::min<int64_t>(n, vl));
-            io.load(shift, x, xt, c0);
+        if (do_stats) {
+            mov(x, ptr[p + offsetof(RowArgs, x)]);
             if (fused) {
-                io.load(t, r, rt, c0);
-                vaddps(shift, shift, t);
+                mov(r, ptr[p + offsetof(RowArgs, r)]);
+                mov(ro, ptr[p + offsetof(RowArgs, ro)]);
             }
+        }
+        if (do_stats || do_var)
+            for (int k = 0; k < chains; ++k) {
+                vxorps(acc(k), acc(k), acc(k));
+                if (two_sums) vxorps(acc2(k), acc2(k), acc2(k));
+            }
+        if (do_var || (ln && do_stats)) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);  // var: mean; stats: c
+        if (do_var) mov(hp, ptr[p + offsetof(RowArgs, h)]);
+        if (do_apply) {
+            mov(hp, ptr[p + offsetof(RowArgs, h)]);
+            mov(y, ptr[p + offsetof(RowArgs, y)]);
+            if (kd.has_weight) mov(w, ptr[p + offsetof(RowArgs, w)]);
+            if (kd.has_bias) mov(b, ptr[p + offsetof(RowArgs, b)]);
+            if (ln && !do_stats) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);
+            vbroadcastss(rstd, ptr[p + offsetof(RowArgs, rstd)]);
         }
         xor_(idx, idx);
 
-        auto body = [&](int k, int64_t off, int count) {
+        auto stats_body = [&](int k, int64_t off, int count) {
             io.load(h, x + idx * xs + off * xs, xt, count);
             if (fused) {
                 io.load(t, r + idx * rs + off * rs, rt, count);
@@ -101,86 +137,24 @@ public:
                 if (rt == DType::bf16) io.load(h, ro + idx * rs + off * rs, rt, count);  // the rounded sum
             }
             if (ln) {
-                vsubps(d, h, shift);
+                vsubps(d, h, mean);  // d = h - c
                 if (count < vl) io.keep_lanes(d, count);
-                vaddps(acc1(k), acc1(k), d);
+                vaddps(acc(k), acc(k), d);
                 vfmadd231ps(acc2(k), d, d);
             } else {
-                vfmadd231ps(acc2(k), h, h);  // lanes past a tail load are 0
+                vfmadd231ps(acc(k), h, h);  // lanes past a tail load are 0: they add nothing
             }
         };
-
-        const int64_t nblk = nvec / unroll;
-        if (nblk > 0) {
-            Label loop;
-            mov(cnt, nblk);
-            L(loop);
-            for (int k = 0; k < unroll; ++k) body(k, k * vl, vl);
-            add(idx, unroll * vl);
-            dec(cnt);
-            jnz(loop);
-        }
-        const int rem = static_cast<int>(nvec % unroll);
-        for (int j = 0; j < rem; ++j) body(j, j * vl, vl);
-        if (tail) body(rem % unroll, static_cast<int64_t>(rem) * vl, tail);
-
-        for (int k = 1; k < unroll; ++k) {
-            vaddps(acc2(0), acc2(0), acc2(k));
-            if (ln) vaddps(acc1(0), acc1(0), acc1(k));
-        }
-        mov(cnt, ptr[p + offsetof(RowArgs, partial)]);
-        vmovups(ptr[cnt + 64], acc2(0));
-        if (ln) {
-            vmovups(ptr[cnt], acc1(0));
-            vmovups(ptr[cnt + 128], shift);
-        }
-        postamble();
-        fn = finalize<RowFn>();
-    }
-    RowFn fn = nullptr;
-
-private:
-    Xmm V(int i) const { return isa() >= Isa::avx512 ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
-};
-
-class JitNormApply : public JitGenerator {
-public:
-    // wt: the dtype the weight / bias pointers hold (the kernel may pass f32 copies of bf16 ones).
-    JitNormApply(const NormKernelDesc& kd, Isa isa, bool nt, DType wt) : JitGenerator(isa) {
-        const Reg64 p = abi_param1, hp = rsi, y = rdx, w = rcx, b = r11, idx = r8, cnt = r9, tbl = r10, nx = rbx,
-                    nr = rbp;
-        JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
-        const int vl = io.vlen();
-        const int64_t n = kd.hidden, nvec = n / vl, tail = static_cast<int>(n % vl);
-        const bool ln = kd.kind == NormKind::layer_norm;
-        const DType ht = kd.fused_residual ? kd.residual_dtype : kd.x_dtype, yt = kd.y_dtype;
-        const int hs = dtype_size(ht), ys = dtype_size(yt), ws = dtype_size(wt);
-        const Xmm mean = V(12), rstd = V(13);
-
-        const int xs = dtype_size(kd.x_dtype), rs = dtype_size(kd.residual_dtype);
-        preamble({rbx, rbp});
-        mov(nx, ptr[p + offsetof(RowArgs, next_x)]);
-        if (kd.fused_residual) mov(nr, ptr[p + offsetof(RowArgs, next_r)]);
-        mov(hp, ptr[p + offsetof(RowArgs, h)]);
-        mov(y, ptr[p + offsetof(RowArgs, y)]);
-        if (kd.has_weight) mov(w, ptr[p + offsetof(RowArgs, w)]);
-        if (kd.has_bias) mov(b, ptr[p + offsetof(RowArgs, b)]);
-        mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
-        if (ln) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);
-        vbroadcastss(rstd, ptr[p + offsetof(RowArgs, rstd)]);
-        xor_(idx, idx);
-
-        // While this row is normalised from the cache, the next row's inputs are fetched from
-        // memory (one prefetch per 64-byte line of them), so that DRAM reads overlap this pass.
-        auto prefetch_next = [&](const Reg64& base, int es, int64_t off, int count) {
-            const int64_t first = off * es, last = (off + count) * es;  // bytes of this vector
-            for (int64_t line = (first + 63) / 64 * 64; line < last; line += 64) prefetcht0(ptr[base + idx * es + line]);
+        auto var_body = [&](int k, int64_t off, int count) {
+            io.load(h, hp + idx * hs + off * hs, ht, count);
+            vsubps(d, h, mean);
+            if (count < vl) io.keep_lanes(d, count);
+            vaddps(acc(k), acc(k), d);
+            vfmadd231ps(acc2(k), d, d);
         };
-        // y = (h - mean) * rstd * w + b into V(k) (stored by `block`).
-        auto body = [&](int k, int64_t off, int count) {
-            const Xmm v = V(k), tw = V(4 + k), tb = V(8 + k);
-            prefetch_next(nx, xs, off, count);
-            if (kd.fused_residual) prefetch_next(nr, rs, off, count);
+        // y = (h - mean) * rstd * w + b into res(k) (stored by `block`).
+        auto apply_body = [&](int k, int64_t off, int count) {
+            const Xmm v = res(k);
             io.load(v, hp + idx * hs + off * hs, ht, count);
             if (ln) vsubps(v, v, mean);
             vmulps(v, v, rstd);
@@ -188,82 +162,109 @@ public:
                 if (wt == DType::f32 && count == vl) {
                     vmulps(v, v, ptr[w + idx * ws + off * ws]);
                 } else {
-                    io.load(tw, w + idx * ws + off * ws, wt, count);
-                    vmulps(v, v, tw);
+                    io.load(tw(k), w + idx * ws + off * ws, wt, count);
+                    vmulps(v, v, tw(k));
                 }
             }
             if (kd.has_bias) {
                 if (wt == DType::f32 && count == vl) {
                     vaddps(v, v, ptr[b + idx * ws + off * ws]);
                 } else {
-                    io.load(tb, b + idx * ws + off * ws, wt, count);
-                    vaddps(v, v, tb);
+                    io.load(tb(k), b + idx * ws + off * ws, wt, count);
+                    vaddps(v, v, tb(k));
                 }
             }
         };
-        // nv vectors from element idx + off (the last one `last` elements long), stored in pairs.
+        // nv vectors from element idx + off (the last one `last` elements long); results stored in pairs.
         auto block = [&](int nv, int64_t off, int last) {
-            for (int k = 0; k < nv; ++k) body(k, off + k * vl, k == nv - 1 ? last : vl);
+            for (int k = 0; k < nv; ++k) {
+                const int c = k == nv - 1 ? last : vl;
+                if (do_stats) stats_body(k, off + k * vl, c);
+                if (do_var) var_body(k, off + k * vl, c);
+                if (do_apply) apply_body(k, off + k * vl, c);
+            }
+            if (!do_apply) return;
             for (int k = 0; k < nv; k += 2) {
                 const int64_t o = off + k * vl;
-                if (k + 1 < nv) io.store2(y + idx * ys + o * ys, V(k), V(k + 1), yt, vl + (k + 1 == nv - 1 ? last : vl), nt);
-                else io.store(y + idx * ys + o * ys, V(k), yt, last, nt && last == vl);
+                if (k + 1 < nv) io.store2(y + idx * ys + o * ys, res(k), res(k + 1), yt, vl + (k + 1 == nv - 1 ? last : vl), nt);
+                else io.store(y + idx * ys + o * ys, res(k), yt, last, nt && last == vl);
             }
         };
-
-        const int64_t nblk = nvec / kUnroll;
+        // Apply blocks must fit the result registers: up to 4 (2 fused) vectors per block.
+        const int64_t nblk = nvec / unroll;
         if (nblk > 0) {
             Label loop;
             mov(cnt, nblk);
             L(loop);
-            block(kUnroll, 0, vl);
-            add(idx, kUnroll * vl);
+            block(unroll, 0, vl);
+            add(idx, unroll * vl);
             dec(cnt);
             jnz(loop);
         }
-        const int rem = static_cast<int>(nvec % kUnroll);
-        if (tail) block(rem + 1, 0, tail);
-        else if (rem) block(rem, 0, vl);
+        int rem = static_cast<int>(nvec % unroll);
+        int64_t off = 0;
+        while (rem + (tail ? 1 : 0) > 0) {  // the rest, in blocks of at most `unroll` vectors
+            const int nv = std::min(unroll, rem + (tail ? 1 : 0));
+            const bool ends_with_tail = tail && nv == rem + 1;
+            block(nv, off, ends_with_tail ? tail : vl);
+            off += static_cast<int64_t>(nv) * vl;
+            rem -= ends_with_tail ? nv - 1 : nv;
+            if (ends_with_tail) break;
+        }
+
+        if (do_stats || do_var) {
+            for (int k = 1; k < chains; ++k) {
+                vaddps(acc(0), acc(0), acc(k));
+                if (two_sums) vaddps(acc2(0), acc2(0), acc2(k));
+            }
+            mov(cnt, ptr[p + offsetof(RowArgs, partial)]);
+            if (two_sums) {
+                vmovups(ptr[cnt], acc(0));
+                vmovups(ptr[cnt + 64], acc2(0));
+            } else {
+                vmovups(ptr[cnt + 64], acc(0));  // S2
+            }
+        }
         postamble();
         fn = finalize<RowFn>();
     }
     RowFn fn = nullptr;
 
 private:
-    Xmm V(int i) const { return isa() >= Isa::avx512 ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+    Xbyak::Xmm V(int i) const { return isa() >= Isa::avx512 ? Xbyak::Xmm(Xbyak::Zmm(i)) : Xbyak::Xmm(Xbyak::Ymm(i)); }
 };
 
 class JitNormKernel final : public NormKernel {
 public:
     JitNormKernel(const NormKernelDesc& kd, Isa isa)
-        : kd_(kd),
-          vlen_(isa >= Isa::avx512 ? 16 : 8),
-          bf16_weights_((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16),
-          stats_(kd, isa),
-          apply_{JitNormApply(kd, isa, false, kd.weight_dtype), JitNormApply(kd, isa, true, kd.weight_dtype)} {
-        if (bf16_weights_) {
-            apply_f32w_[0] = std::make_unique<JitNormApply>(kd, isa, false, DType::f32);
-            apply_f32w_[1] = std::make_unique<JitNormApply>(kd, isa, true, DType::f32);
+        : vlen_(isa >= Isa::avx512 ? 16 : 8),
+          stats_(kd, isa, Pass::stats, false, DType::f32),
+          var_(kd, isa, Pass::var, false, DType::f32),
+          apply_{JitNorm(kd, isa, Pass::apply, false, kd.weight_dtype), JitNorm(kd, isa, Pass::apply, true, kd.weight_dtype)},
+          fused_{JitNorm(kd, isa, Pass::fused, false, DType::f32), JitNorm(kd, isa, Pass::fused, true, DType::f32)} {
+        if ((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16) {
+            apply_f32w_[0] = std::make_unique<JitNorm>(kd, isa, Pass::apply, false, DType::f32);
+            apply_f32w_[1] = std::make_unique<JitNorm>(kd, isa, Pass::apply, true, DType::f32);
         }
     }
 
     void run(const NormDesc& d, const NormArgs& a, int64_t row_begin, int64_t row_end) const override {
         const int64_t n = d.hidden;
-        const bool ln = d.kind == NormKind::layer_norm;
         // Streaming stores for y: a large output whose rows all start on the stored width.
         const int ys = dtype_size(d.y_dtype);
         const int64_t align = static_cast<int64_t>(vlen_) * ys;
         const bool nt = use_nt_stores(d.rows * n * ys) && reinterpret_cast<uintptr_t>(a.y) % align == 0 &&
                         (d.ld_y * ys) % align == 0 && n >= vlen_;
-        RowFn apply = apply_[nt ? 1 : 0].fn;
 
-        alignas(64) float part[3][16];
+        alignas(64) float part[2][16];
         RowArgs ra;
         ra.partial = &part[0][0];
         ra.w = a.weight;
         ra.b = a.bias;
-        // bf16 weights are widened once per call when there are rows enough to repay it.
-        if (bf16_weights_ && row_end - row_begin >= 2) {
+        const bool many = row_end - row_begin >= 2;
+        // bf16 weights are widened once per call when there are rows enough to repay it (the
+        // fused passes take f32 weights).
+        if (many && (d.has_weight || d.has_bias) && d.weight_dtype == DType::bf16) {
             thread_local std::vector<float> wb;
             wb.resize(static_cast<size_t>(2 * n));
             if (d.has_weight) {
@@ -274,59 +275,73 @@ public:
                 load_f32(a.bias, DType::bf16, n, wb.data() + n);
                 ra.b = wb.data() + n;
             }
-            apply = apply_f32w_[nt ? 1 : 0]->fn;
         }
-        for (int64_t row = row_begin; row < row_end; ++row) {
+        auto set_stats_row = [&](int64_t row) {
             ra.x = elem_ptr(a.x, d.x_dtype, row * d.ld_x);
             if (d.fused_residual) {
                 ra.r = elem_ptr(a.residual, d.residual_dtype, row * d.ld_residual);
                 ra.ro = elem_ptr(a.residual_out, d.residual_dtype, row * d.ld_residual_out);
             }
-            stats_.fn(&ra);
-            double mean = 0.0, var = 0.0;
-            if (ln) {
-                // Lane j holds the elements i == j (mod vlen): count n_j, shifted sums S1, S2.
-                double sum_nm = 0.0, m2 = 0.0, lane_mean[16];
-                int64_t lane_n[16];
-                for (int j = 0; j < vlen_; ++j) {
-                    lane_n[j] = n > j ? (n - 1 - j) / vlen_ + 1 : 0;
-                    if (lane_n[j] == 0) continue;
-                    const double nj = static_cast<double>(lane_n[j]), s1 = part[0][j], s2 = part[1][j];
-                    lane_mean[j] = static_cast<double>(part[2][j]) + s1 / nj;
-                    m2 += std::max(0.0, s2 - s1 * s1 / nj);
-                    sum_nm += nj * lane_mean[j];
+        };
+        auto h_row = [&](int64_t row) {
+            return d.fused_residual ? elem_ptr(a.residual_out, d.residual_dtype, row * d.ld_residual_out)
+                                    : elem_ptr(a.x, d.x_dtype, row * d.ld_x);
+        };
+        auto lanes = [&](const float* v) {
+            double s = 0.0;
+            for (int j = 0; j < vlen_; ++j) s += v[j];
+            return s;
+        };
+        // mean and rstd of `row` into ra, from the stats pass just run on it (plus, for
+        // layer_norm, the variance pass around the mean), in double.
+        auto finish = [&](int64_t row) {
+            double var;
+            if (d.kind == NormKind::layer_norm) {
+                const double nn = static_cast<double>(n), s1 = lanes(part[0]), s2 = lanes(part[1]);
+                const double mean = static_cast<double>(ra.mean) + s1 / nn;  // ra.mean held the shift c
+                const double m2 = s2 - s1 * s1 / nn;
+                ra.mean = static_cast<float>(mean);
+                if (m2 > 0.5 * s2) {
+                    var = m2 / nn;
+                } else {  // c was far from the mean: the corrected two-pass moments, from the cache
+                    ra.h = h_row(row);
+                    var_.fn(&ra);
+                    const double e1 = lanes(part[0]) / nn;
+                    ra.mean = static_cast<float>(static_cast<double>(ra.mean) + e1);
+                    var = std::max(0.0, lanes(part[1]) / nn - e1 * e1);
                 }
-                mean = sum_nm / static_cast<double>(n);
-                for (int j = 0; j < vlen_; ++j) {
-                    if (lane_n[j] == 0) continue;
-                    const double dm = lane_mean[j] - mean;
-                    m2 += static_cast<double>(lane_n[j]) * dm * dm;
-                }
-                var = m2 / static_cast<double>(n);
             } else {
-                double ss = 0.0;
-                for (int j = 0; j < vlen_; ++j) ss += part[1][j];
-                var = ss / static_cast<double>(n);
+                ra.mean = 0.0f;
+                var = lanes(part[1]) / static_cast<double>(n);
             }
-            ra.mean = static_cast<float>(mean);
             ra.rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(d.eps)));
-            ra.h = d.fused_residual ? static_cast<const void*>(ra.ro) : ra.x;
-            const int64_t next = row + 1 < row_end ? row + 1 : row;
-            ra.next_x = elem_ptr(a.x, d.x_dtype, next * d.ld_x);
-            if (d.fused_residual) ra.next_r = elem_ptr(a.residual, d.residual_dtype, next * d.ld_residual);
+        };
+        set_stats_row(row_begin);
+        ra.mean = 0.0f;  // layer_norm: the first row's shift
+        stats_.fn(&ra);
+        finish(row_begin);
+        for (int64_t row = row_begin; row < row_end; ++row) {
+            ra.h = h_row(row);
             ra.y = elem_ptr(a.y, d.y_dtype, row * d.ld_y);
-            apply(&ra);
+            if (row + 1 < row_end) {
+                set_stats_row(row + 1);
+                fused_[nt ? 1 : 0].fn(&ra);  // normalises this row, sums the next one
+                finish(row + 1);
+            } else if (many && apply_f32w_[0]) {
+                apply_f32w_[nt ? 1 : 0]->fn(&ra);  // the last row, with the widened weights
+            } else {
+                apply_[nt ? 1 : 0].fn(&ra);
+            }
         }
         if (nt) _mm_sfence();  // order the streaming stores before the caller's synchronisation
     }
 
 private:
-    NormKernelDesc kd_;
     int vlen_;
-    bool bf16_weights_;
-    JitNormStats stats_;
-    JitNormApply apply_[2];                        // [nt], weights as given
-    std::unique_ptr<JitNormApply> apply_f32w_[2];  // [nt], f32 copies of bf16 weights
+    JitNorm stats_, var_;
+    JitNorm apply_[2];  // [nt], weights in the descriptor's dtype (calls of one row)
+    JitNorm fused_[2];  // [nt], f32 weights
+    std::unique_ptr<JitNorm> apply_f32w_[2];  // [nt], f32 copies of bf16 weights (last row of a call)
 };
 
 }  // namespace
