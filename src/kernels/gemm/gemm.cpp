@@ -202,9 +202,19 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
 }
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
-    static const Registry<GemmSpec, GemmKernel> r("gemm", {
-                                                              {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
-                                                          });
+    // Best first: the exact-shape small kernel, then the blocked kernel, per ISA; the reference
+    // takes everything else (bf16, int8, empty shapes).
+    static const Registry<GemmSpec, GemmKernel> r(
+        "gemm",
+        {
+            {"jit:avx512:small", Isa::avx512, gemm_small_supports,
+             [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
+            {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
+            {"jit:avx2:small", Isa::avx2, gemm_small_supports,
+             [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx2); }},
+            {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
+            {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
+        });
     return r;
 }
 

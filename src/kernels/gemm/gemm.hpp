@@ -77,4 +77,13 @@ std::shared_ptr<const GemmPacked> gemm_reference_pack_b(const GemmSpec& s, const
 std::string gemm_reference_packed_layout(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
 
+// fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). bf16 / int8 stay on the
+// reference (their supports() are false for them).
+//   blocked (jit_gemm.cpp): packed A and B, cache blocking, threads over the (M, N) tile grid
+bool gemm_jit_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
+//   small (jit_gemm_small.cpp): M, N, K <= 64, generated for the exact shape, no packing
+bool gemm_small_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa);
+
 }  // namespace xk::detail

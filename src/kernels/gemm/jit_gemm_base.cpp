@@ -1,0 +1,211 @@
+// The fused store shared by the fp32 GEMM generators, the tile geometry and the epilogue class.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/common/jit_activation.hpp"
+#include "kernels/gemm/jit_gemm_common.hpp"
+
+namespace xk::detail {
+
+using namespace Xbyak;
+
+GemmGeometry gemm_geometry(Isa isa) {
+    GemmGeometry g;
+    g.isa = gemm_code_isa(isa);
+    if (g.isa == Isa::avx512) {
+        g.vlen = 16, g.nvregs = 32, g.nr = 32;
+        g.mr = (g.nvregs - g.nv() - 2) / g.nv();  // 14: FMAs broadcast A from memory
+    } else {
+        g.vlen = 8, g.nvregs = 16, g.nr = 16;
+        g.mr = (g.nvregs - g.nv() - 1) / g.nv();  // 6: one broadcast register
+    }
+    return g;
+}
+
+std::string GemmEpi::key() const {
+    std::string k = alpha_one ? "a1" : "aX";
+    k += beta == BetaKind::zero ? ",b0" : beta == BetaKind::one ? ",b1" : ",bX";
+    if (bias) k += ",bias";
+    if (act != Activation::none) k += std::string(",") + activation_name(act);
+    if (has_residual()) k += std::string(",res:") + dtype_name(residual);
+    return k;
+}
+
+GemmEpi gemm_epi(const GemmSpec& s) {
+    GemmEpi e;
+    e.alpha_one = s.alpha_one;
+    e.beta = s.beta;
+    e.bias = s.epilogue.bias;
+    e.act = s.epilogue.act;
+    e.residual = s.epilogue.residual ? s.residual_type : DType::s32;
+    return e;
+}
+
+namespace {
+// Lane masks for AVX2 partial loads: 8 x -1 then 8 x 0; the mask of w lanes starts at 8 - w.
+alignas(64) const int32_t kAvx2Masks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+}  // namespace
+
+JitGemmBase::JitGemmBase(Isa isa, size_t code_bytes) : JitGenerator(isa, code_bytes) {
+    z_ = gemm_code_isa(isa) == Isa::avx512;
+    vlen_ = z_ ? 16 : 8;
+    nvregs_ = z_ ? 32 : 16;
+}
+
+Xmm JitGemmBase::V(int i) const { return z_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+
+void JitGemmBase::set_tail_mask(int w) {
+    if (!z_ || w >= vlen_) return;
+    mov(eax, (1u << w) - 1);
+    kmovw(k1, eax);
+}
+
+void JitGemmBase::load_avx2_mask(const Xmm& dst, int w, const Reg64& gtmp) {
+    mov(gtmp, reinterpret_cast<uintptr_t>(kAvx2Masks + (8 - w)));
+    vmovups(dst, ptr[gtmp]);
+}
+
+void JitGemmBase::load_partial(const Xmm& dst, const Address& src, int w, const Xmm& mask) {
+    (void)w;
+    if (z_)
+        vmovups(dst | k1 | T_z, src);
+    else
+        vmaskmovps(dst, mask, src);
+}
+
+// AVX2: the w < 8 lanes stored as 4 + 2 + 1 (vmaskmovps stores are slow on AMD); AVX-512: k1.
+void JitGemmBase::store_partial(const Address& dst, const Xmm& src, int w, const Xmm& tmp) {
+    if (z_) {
+        vmovups(dst | k1, src);
+        return;
+    }
+    const RegExp base = dst.getRegExp();
+    Xmm cur = Xmm(src.getIdx());
+    int off = 0, rem = w;
+    if (rem >= 4) {
+        vmovups(ptr[base], cur);
+        rem -= 4, off = 16;
+        if (rem == 0) return;
+        vextractf128(Xmm(tmp.getIdx()), Ymm(src.getIdx()), 1);
+        cur = Xmm(tmp.getIdx());
+    }
+    if (rem >= 2) {
+        vmovlps(ptr[base + off], cur);
+        if (rem == 3) {
+            vmovhlps(Xmm(tmp.getIdx()), cur, cur);
+            vmovss(ptr[base + off + 8], Xmm(tmp.getIdx()));
+        }
+    } else {
+        vmovss(ptr[base + off], cur);
+    }
+}
+
+// dst (f32) = w (<= vlen) bf16 values at src, widened.
+void JitGemmBase::load_bf16(const Xmm& dst, const RegExp& src, int w) {
+    if (w == vlen_) {
+        vpmovzxwd(dst, ptr[src]);
+    } else if (z_) {
+        vmovdqu16(Ymm(dst.getIdx()) | k1 | T_z, ptr[src]);
+        vpmovzxwd(dst, Ymm(dst.getIdx()));
+    } else {
+        const Xmm x(dst.getIdx());
+        vpxor(x, x, x);
+        for (int l = 0; l < w; ++l) vpinsrw(x, x, ptr[src + 2 * l], l);
+        vpmovzxwd(dst, x);
+    }
+    vpslld(dst, dst, 16);
+}
+
+void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, const EpiRegs& r, int spill_offset) {
+    const int w_last = ncols - (nv - 1) * vlen_;  // 1..vlen
+    const bool tail = w_last < vlen_;
+    const bool act = e.act != Activation::none;
+    const JitFn fn = act ? jit_fn(e.act) : JitFn::relu;
+    const int need = std::max(act ? JitActivation::scratch_regs(fn) : 0, 1);
+    const bool need_mask = !z_ && tail && (e.beta != BetaKind::zero || e.bias || e.residual == DType::f32);
+    const int mask_idx = nvregs_ - 1;
+    const int pool = nvregs_ - mr * nv - (need_mask ? 1 : 0);
+    int nspill = 0;
+    while (pool + nspill * nv < need) ++nspill;
+    if (nspill >= mr) throw Error(Status::invalid_argument, "gemm epilogue: not enough registers");
+    const int first_spilled = mr - nspill;
+
+    if (act) mov(r.tbl, reinterpret_cast<uintptr_t>(JitActivation::table()));
+    if (need_mask) load_avx2_mask(V(mask_idx), w_last, r.gtmp);
+    auto spill_addr = [&](int i, int j) { return ptr[rsp + spill_offset + acc_idx(i, j, nv) * vlen_ * 4]; };
+    for (int i = first_spilled; i < mr; ++i)
+        for (int j = 0; j < nv; ++j) vmovups(spill_addr(i, j), V(acc_idx(i, j, nv)));
+
+    const JitActivation injector(*this, isa(), k2);
+    const int vbytes = vlen_ * 4;
+    for (int i = 0; i < mr; ++i) {
+        const bool spilled = i >= first_spilled;
+        if (spilled)
+            for (int j = 0; j < nv; ++j) vmovups(V(acc_idx(i, j, nv)), spill_addr(i, j));
+        // Scratch: every register not holding a live accumulator (or the mask).
+        const int live_end = spilled ? i + 1 : first_spilled;
+        std::vector<Xmm> scratch;
+        for (int v = nvregs_ - 1; v >= 0; --v) {
+            if (need_mask && v == mask_idx) continue;
+            if (v >= acc_idx(i, 0, nv) && v < acc_idx(live_end, 0, nv)) continue;
+            scratch.push_back(V(v));
+        }
+        const Xmm& s0 = scratch[0];
+        for (int j = 0; j < nv; ++j) {
+            const Xmm acc = V(acc_idx(i, j, nv));
+            const int w = j == nv - 1 ? w_last : vlen_;
+            const bool full = w == vlen_;
+            const Address c_addr = ptr[r.c_row + j * vbytes];
+            if (!e.alpha_one) {
+                if (z_)
+                    vmulps(acc, acc, ptr_b[r.scal]);
+                else
+                    vmulps(acc, acc, ptr[r.scal]);
+            }
+            if (e.beta != BetaKind::zero) {
+                if (full && e.beta == BetaKind::one) {
+                    vaddps(acc, acc, c_addr);
+                } else {
+                    if (full)
+                        vmovups(s0, c_addr);
+                    else
+                        load_partial(s0, c_addr, w, V(mask_idx));
+                    if (e.beta == BetaKind::one)
+                        vaddps(acc, acc, s0);
+                    else if (z_)
+                        vfmadd231ps(acc, s0, ptr_b[r.scal + offsetof(GemmScalars, beta)]);
+                    else
+                        vfmadd231ps(acc, s0, ptr[r.scal + offsetof(GemmScalars, beta)]);
+                }
+            }
+            if (e.bias) {
+                if (full) {
+                    vaddps(acc, acc, ptr[r.bias + j * vbytes]);
+                } else {
+                    load_partial(s0, ptr[r.bias + j * vbytes], w, V(mask_idx));
+                    vaddps(acc, acc, s0);
+                }
+            }
+            if (act) injector.apply(fn, acc, scratch, r.tbl);
+            if (e.residual == DType::f32) {
+                if (full) {
+                    vaddps(acc, acc, ptr[r.res_row + j * vbytes]);
+                } else {
+                    load_partial(s0, ptr[r.res_row + j * vbytes], w, V(mask_idx));
+                    vaddps(acc, acc, s0);
+                }
+            } else if (e.residual == DType::bf16) {
+                load_bf16(s0, r.res_row + j * vlen_ * 2, w);
+                vaddps(acc, acc, s0);
+            }
+            if (full)
+                vmovups(c_addr, acc);
+            else
+                store_partial(c_addr, acc, w, s0);
+        }
+        add(r.c_row, *r.ldc);
+        if (e.has_residual()) add(r.res_row, *r.ldr);
+    }
+}
+
+}  // namespace xk::detail
