@@ -47,7 +47,7 @@ struct Shape {
     double flops() const { return 2.0 * double(M) * double(N) * double(K); }
 };
 
-const std::vector<Shape> kShapes = {{16, 16, 16},  {32, 32, 32},    {64, 64, 64},     {23, 23, 23},  {32, 64, 16},
+const std::vector<Shape> kShapes = {{8, 8, 8}, {16, 16, 16},  {32, 32, 32},    {64, 64, 64},     {23, 23, 23},  {32, 64, 16},
                                     {256, 256, 256}, {1024, 1024, 1024}, {384, 3072, 768}, {1, 4096, 4096}};
 const Shape kExtraLowPrecision = {128, 128, 128};
 

@@ -68,7 +68,20 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry();
 
 // Validation shared by the entry points; `fn` names the entry point in messages.
 GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc);
+// Bytes each operand spans (0 where nothing is read / written), from a validated spec.
+struct GemmExtents {
+    int64_t a = 0, b = 0, c = 0, bias = 0, res = 0, b_scales = 0;
+};
+GemmExtents gemm_extents(const char* fn, const GemmSpec& s);
+// Pointer checks of one call (null pointers, zero points, C overlapping an input).
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, const GemmArgs& a, bool b_packed);
 void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed);
+
+// What a plan computes once so that run() only compares pointers.
+struct GemmPlanState {
+    GemmSpec spec;
+    GemmExtents extents;
+};
 
 // Reference (the specification): the plain loops, threaded over rows of C. Its packed form of B
 // is op(B) copied into a contiguous K x N array of b_type.
