@@ -13,6 +13,7 @@
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/parallel.hpp"
@@ -45,7 +46,8 @@ Caches caches() {
 }
 
 int64_t kc_for(const GemmGeometry& g, int64_t K) {
-    const int64_t kc_max = std::clamp<int64_t>(caches().l1 / 2 / (g.nr * 4) / 8 * 8, 64, 512);
+    int64_t kc_max = std::clamp<int64_t>(caches().l1 / 2 / (g.nr * 4) / 8 * 8, 64, 512);
+    if (const char* e = std::getenv("XK_GEMM_KC")) kc_max = std::atol(e);  // TUNING (temporary)
     const int64_t nkb = ceil_div(K, kc_max);
     return std::min(kc_max, round_up(ceil_div(K, nkb), 8));
 }

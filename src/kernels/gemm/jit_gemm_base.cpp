@@ -116,33 +116,144 @@ void JitGemmBase::load_bf16(const Xmm& dst, const RegExp& src, int w) {
     vpslld(dst, dst, 16);
 }
 
+// Two strategies:
+//   - no activation, or relu: per vector in its accumulator, alpha / beta / bias / act /
+//     residual / store, with the registers beyond the tile as scratch (rows spilled to the stack
+//     first if those are too few);
+//   - exp-based activations (gelu, silu: long dependency chains): alpha / beta / bias in the
+//     accumulators, then the whole tile to the stack, then groups of vectors reloaded and run
+//     through the activation interleaved (JitActivation::apply_n), residual, store.
 void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, const EpiRegs& r, int spill_offset) {
     const int w_last = ncols - (nv - 1) * vlen_;  // 1..vlen
     const bool tail = w_last < vlen_;
     const bool act = e.act != Activation::none;
     const JitFn fn = act ? jit_fn(e.act) : JitFn::relu;
-    const int need = std::max(act ? JitActivation::scratch_regs(fn) : 0, 1);
+    const int act_scratch = act ? JitActivation::scratch_regs(fn) : 0;
+    const bool grouped = act_scratch >= 2;
     const bool need_mask = !z_ && tail && (e.beta != BetaKind::zero || e.bias || e.residual == DType::f32);
     const int mask_idx = nvregs_ - 1;
+    const int vbytes = vlen_ * 4;
+    const Xmm vmask = V(mask_idx);
+    auto width = [&](int j) { return j == nv - 1 ? w_last : vlen_; };
+
+    // alpha, beta C, bias into acc (row i's C at c_row).
+    auto pre = [&](const Xmm& acc, int j, const Xmm& s0) {
+        const int w = width(j);
+        const bool full = w == vlen_;
+        const Address c_addr = ptr[r.c_row + j * vbytes];
+        if (!e.alpha_one) {
+            if (z_)
+                vmulps(acc, acc, ptr_b[r.scal]);
+            else
+                vmulps(acc, acc, ptr[r.scal]);
+        }
+        if (e.beta != BetaKind::zero) {
+            if (full && e.beta == BetaKind::one) {
+                vaddps(acc, acc, c_addr);
+            } else {
+                if (full)
+                    vmovups(s0, c_addr);
+                else
+                    load_partial(s0, c_addr, w, vmask);
+                if (e.beta == BetaKind::one)
+                    vaddps(acc, acc, s0);
+                else if (z_)
+                    vfmadd231ps(acc, s0, ptr_b[r.scal + offsetof(GemmScalars, beta)]);
+                else
+                    vfmadd231ps(acc, s0, ptr[r.scal + offsetof(GemmScalars, beta)]);
+            }
+        }
+        if (e.bias) {
+            if (full) {
+                vaddps(acc, acc, ptr[r.bias + j * vbytes]);
+            } else {
+                load_partial(s0, ptr[r.bias + j * vbytes], w, vmask);
+                vaddps(acc, acc, s0);
+            }
+        }
+    };
+    // residual, store (row i's C at c_row, residual at res_row).
+    auto post = [&](const Xmm& acc, int j, const Xmm& s0) {
+        const int w = width(j);
+        const bool full = w == vlen_;
+        if (e.residual == DType::f32) {
+            if (full) {
+                vaddps(acc, acc, ptr[r.res_row + j * vbytes]);
+            } else {
+                load_partial(s0, ptr[r.res_row + j * vbytes], w, vmask);
+                vaddps(acc, acc, s0);
+            }
+        } else if (e.residual == DType::bf16) {
+            load_bf16(s0, r.res_row + j * vlen_ * 2, w);
+            vaddps(acc, acc, s0);
+        }
+        const Address c_addr = ptr[r.c_row + j * vbytes];
+        if (full)
+            vmovups(c_addr, acc);
+        else
+            store_partial(c_addr, acc, w, s0);
+    };
+    auto next_row = [&] {
+        add(r.c_row, *r.ldc);
+        if (e.has_residual()) add(r.res_row, *r.ldr);
+    };
+    auto stack_slot = [&](int i, int j) { return ptr[rsp + spill_offset + acc_idx(i, j, nv) * vbytes]; };
+    const JitActivation injector(*this, isa(), k2);
+
+    if (act) mov(r.tbl, reinterpret_cast<uintptr_t>(JitActivation::table()));
+    if (need_mask) load_avx2_mask(vmask, w_last, r.gtmp);
+
+    if (grouped) {
+        // Scratch for pre(): any register beyond the tile (at least one: the tile leaves two).
+        const Xmm s0 = V(need_mask ? mask_idx - 1 : mask_idx);
+        mov(r.gtmp, r.c_row);
+        for (int i = 0; i < mr; ++i) {
+            for (int j = 0; j < nv; ++j) pre(V(acc_idx(i, j, nv)), j, s0);
+            if (i + 1 < mr && e.beta != BetaKind::zero) add(r.c_row, *r.ldc);
+        }
+        if (mr > 1 && e.beta != BetaKind::zero) mov(r.c_row, r.gtmp);
+        for (int i = 0; i < mr; ++i)
+            for (int j = 0; j < nv; ++j) vmovups(stack_slot(i, j), V(acc_idx(i, j, nv)));
+        // Groups of `lanes` vectors, each with its own scratch registers.
+        const int avail = nvregs_ - (need_mask ? 1 : 0);
+        const int lanes = std::max(1, std::min(mr * nv, avail / (1 + act_scratch)));
+        int row = 0;
+        for (int v0 = 0; v0 < mr * nv; v0 += lanes) {
+            const int n = std::min(lanes, mr * nv - v0);
+            std::vector<Xmm> xs;
+            std::vector<std::vector<Xmm>> ss;
+            for (int l = 0; l < n; ++l) {
+                const int base = l * (1 + act_scratch);
+                xs.push_back(V(base));
+                ss.emplace_back();
+                for (int t = 1; t <= act_scratch; ++t) ss.back().push_back(V(base + t));
+                vmovups(xs[l], stack_slot((v0 + l) / nv, (v0 + l) % nv));
+            }
+            injector.apply_n(fn, xs, ss, r.tbl);
+            for (int l = 0; l < n; ++l) {
+                const int i = (v0 + l) / nv, j = (v0 + l) % nv;
+                for (; row < i; ++row) next_row();
+                post(xs[l], j, ss[l][0]);
+            }
+        }
+        for (; row < mr; ++row) next_row();
+        return;
+    }
+
+    // In registers. Scratch: the registers beyond the tile (and the mask); rows are spilled from
+    // the bottom while they are fewer than needed.
+    const int need = std::max(act_scratch, 1);
     const int pool = nvregs_ - mr * nv - (need_mask ? 1 : 0);
     int nspill = 0;
     while (pool + nspill * nv < need) ++nspill;
     if (nspill >= mr) throw Error(Status::invalid_argument, "gemm epilogue: not enough registers");
     const int first_spilled = mr - nspill;
-
-    if (act) mov(r.tbl, reinterpret_cast<uintptr_t>(JitActivation::table()));
-    if (need_mask) load_avx2_mask(V(mask_idx), w_last, r.gtmp);
-    auto spill_addr = [&](int i, int j) { return ptr[rsp + spill_offset + acc_idx(i, j, nv) * vlen_ * 4]; };
     for (int i = first_spilled; i < mr; ++i)
-        for (int j = 0; j < nv; ++j) vmovups(spill_addr(i, j), V(acc_idx(i, j, nv)));
-
-    const JitActivation injector(*this, isa(), k2);
-    const int vbytes = vlen_ * 4;
+        for (int j = 0; j < nv; ++j) vmovups(stack_slot(i, j), V(acc_idx(i, j, nv)));
     for (int i = 0; i < mr; ++i) {
         const bool spilled = i >= first_spilled;
         if (spilled)
-            for (int j = 0; j < nv; ++j) vmovups(V(acc_idx(i, j, nv)), spill_addr(i, j));
-        // Scratch: every register not holding a live accumulator (or the mask).
+            for (int j = 0; j < nv; ++j) vmovups(V(acc_idx(i, j, nv)), stack_slot(i, j));
         const int live_end = spilled ? i + 1 : first_spilled;
         std::vector<Xmm> scratch;
         for (int v = nvregs_ - 1; v >= 0; --v) {
@@ -150,61 +261,13 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             if (v >= acc_idx(i, 0, nv) && v < acc_idx(live_end, 0, nv)) continue;
             scratch.push_back(V(v));
         }
-        const Xmm& s0 = scratch[0];
         for (int j = 0; j < nv; ++j) {
             const Xmm acc = V(acc_idx(i, j, nv));
-            const int w = j == nv - 1 ? w_last : vlen_;
-            const bool full = w == vlen_;
-            const Address c_addr = ptr[r.c_row + j * vbytes];
-            if (!e.alpha_one) {
-                if (z_)
-                    vmulps(acc, acc, ptr_b[r.scal]);
-                else
-                    vmulps(acc, acc, ptr[r.scal]);
-            }
-            if (e.beta != BetaKind::zero) {
-                if (full && e.beta == BetaKind::one) {
-                    vaddps(acc, acc, c_addr);
-                } else {
-                    if (full)
-                        vmovups(s0, c_addr);
-                    else
-                        load_partial(s0, c_addr, w, V(mask_idx));
-                    if (e.beta == BetaKind::one)
-                        vaddps(acc, acc, s0);
-                    else if (z_)
-                        vfmadd231ps(acc, s0, ptr_b[r.scal + offsetof(GemmScalars, beta)]);
-                    else
-                        vfmadd231ps(acc, s0, ptr[r.scal + offsetof(GemmScalars, beta)]);
-                }
-            }
-            if (e.bias) {
-                if (full) {
-                    vaddps(acc, acc, ptr[r.bias + j * vbytes]);
-                } else {
-                    load_partial(s0, ptr[r.bias + j * vbytes], w, V(mask_idx));
-                    vaddps(acc, acc, s0);
-                }
-            }
+            pre(acc, j, scratch[0]);
             if (act) injector.apply(fn, acc, scratch, r.tbl);
-            if (e.residual == DType::f32) {
-                if (full) {
-                    vaddps(acc, acc, ptr[r.res_row + j * vbytes]);
-                } else {
-                    load_partial(s0, ptr[r.res_row + j * vbytes], w, V(mask_idx));
-                    vaddps(acc, acc, s0);
-                }
-            } else if (e.residual == DType::bf16) {
-                load_bf16(s0, r.res_row + j * vlen_ * 2, w);
-                vaddps(acc, acc, s0);
-            }
-            if (full)
-                vmovups(c_addr, acc);
-            else
-                store_partial(c_addr, acc, w, s0);
+            post(acc, j, scratch[0]);
         }
-        add(r.c_row, *r.ldc);
-        if (e.has_residual()) add(r.res_row, *r.ldr);
+        next_row();
     }
 }
 
