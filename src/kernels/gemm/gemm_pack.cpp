@@ -81,53 +81,96 @@ XK_AVX2 inline void copy_n(float* dst, const float* src, int64_t n) {
     if (n > 0) store_n(dst, load_n(src, static_cast<int>(n)), static_cast<int>(n));
 }
 
-// Rows: op(A) is m x kc with A[r*lda + k]; panels of MR rows, dst[p][k][MR].
-XK_AVX2 void pack_a_rows(const float* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
+// Rows: op(A) is m x kc with A[r*lda + k]; panels of MR rows, dst[p][k][MR]. Full panels: per
+// group of 8 rows and 8 k, one 8 x 8 transpose (rows past the group's end repeat its last row),
+// then per k one 8-float store that may run up to 8 - (MR - g) floats into the next k's slots —
+// the next store (increasing k) overwrites them, and past the last k they land in the next
+// panel (written later) or in the buffer's slack (kPackSlack).
+template <int MR>
+XK_AVX2 void pack_a_rows(const float* A, int64_t lda, int64_t m, int64_t kc, float* dst) {
+    constexpr int kGroups = (MR + 7) / 8;
     for (int64_t p0 = 0; p0 < m; p0 += MR, dst += kc * MR) {
         const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
-        for (int g = 0; g < MR; g += 8) {
-            if (g >= rows) break;
-            const int nrow = std::min(8, rows - g);  // valid rows of this group
-            const int nst = std::min(8, MR - g);     // lanes stored per k (rows beyond m: duplicates)
-            const float* r[8];
-            for (int i = 0; i < 8; ++i) r[i] = A + (p0 + g + std::min(i, nrow - 1)) * lda;
-            int64_t k = 0;
+        int64_t k = 0;
+        if (rows == MR) {
             for (; k + 8 <= kc; k += 8) {
-                __m256 v[8];
-                for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(r[i] + k);
-                transpose8(v);
-                for (int kk = 0; kk < 8; ++kk) store_n(dst + (k + kk) * MR + g, v[kk], nst);
+                __m256 v[kGroups][8];
+                for (int g = 0; g < kGroups; ++g) {
+                    constexpr int kLast = MR - 8 * (kGroups - 1);  // rows of the last group
+                    const int nrow = g + 1 < kGroups ? 8 : kLast;
+                    for (int i = 0; i < 8; ++i)
+                        v[g][i] = _mm256_loadu_ps(A + (p0 + 8 * g + std::min(i, nrow - 1)) * lda + k);
+                    transpose8(v[g]);
+                }
+                // k-major store order: a store's overrun is always overwritten by a later one.
+                for (int kk = 0; kk < 8; ++kk)
+                    for (int g = 0; g < kGroups; ++g) _mm256_storeu_ps(dst + (k + kk) * MR + 8 * g, v[g][kk]);
             }
-            for (; k < kc; ++k)
-                for (int i = 0; i < nst; ++i) dst[k * MR + g + i] = r[i][k];
+        }
+        for (; k < kc; ++k)
+            for (int i = 0; i < rows; ++i) dst[k * MR + i] = A[(p0 + i) * lda + k];
+    }
+}
+
+XK_AVX2 void pack_a_rows_any(const float* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
+    for (int64_t p0 = 0; p0 < m; p0 += MR, dst += kc * MR) {
+        const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
+        for (int64_t k = 0; k < kc; ++k)
+            for (int i = 0; i < rows; ++i) dst[k * MR + i] = A[(p0 + i) * lda + k];
+    }
+}
+
+// Columns: op(A) is m x kc with A[k*lda + r]: blocks of 8 k, each row segment read once across
+// every panel (a panel at a time would walk A with stride lda: with a power-of-two lda every
+// access falls in one cache set). Whole vectors are copied where they stay inside the block,
+// with the same overlapping stores as above; the last panel exactly.
+XK_AVX2 void pack_a_cols(const float* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
+    const int nvec = (MR + 7) / 8;
+    const int64_t npanel = (m + MR - 1) / MR;
+    for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+        const int64_t k1 = std::min(kc, k0 + 8);
+        for (int64_t p = 0; p < npanel; ++p) {
+            const int64_t p0 = p * MR;
+            const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
+            float* d = dst + p * kc * MR;
+            if (rows == MR && p0 + nvec * 8 <= m) {
+                // (The panel's last k is copied exactly: its overrun would land in the next
+                // panel's first k, written by an earlier block of k.)
+                const int64_t kv = std::min(k1, kc - 1);
+                for (int64_t k = k0; k < kv; ++k) {
+                    const float* src = A + k * lda + p0;
+                    for (int v = 0; v < nvec; ++v) _mm256_storeu_ps(d + k * MR + 8 * v, _mm256_loadu_ps(src + 8 * v));
+                }
+                for (int64_t k = kv; k < k1; ++k) copy_n(d + k * MR, A + k * lda + p0, rows);
+            } else {
+                for (int64_t k = k0; k < k1; ++k) copy_n(d + k * MR, A + k * lda + p0, rows);
+            }
         }
     }
 }
 
-// Columns: op(A) is m x kc with A[k*lda + r]: per k, copy the panel's row segment.
-XK_AVX2 void pack_a_cols(const float* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
-    for (int64_t p0 = 0; p0 < m; p0 += MR, dst += kc * MR) {
-        const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
-        for (int64_t k = 0; k < kc; ++k) copy_n(dst + k * MR, A + k * lda + p0, rows);
-    }
-}
-
-// op(B) is kc x n with B[k*ldb + c]: per k, copy the panel's columns, zero the rest.
+// op(B) is kc x n with B[k*ldb + c]: blocks of 8 rows (k) streamed across every panel (reads
+// sequential along each row), each panel receiving 8 consecutive NR-float rows; columns past n
+// are zero.
 XK_AVX2 void pack_b_rows(const float* B, int64_t ldb, int64_t kc, int64_t n, int NR, float* dst) {
-    for (int64_t p0 = 0; p0 < n; p0 += NR, dst += kc * NR) {
-        const int cols = static_cast<int>(std::min<int64_t>(NR, n - p0));
-        if (cols == NR) {
-            for (int64_t k = 0; k < kc; ++k) {
-                const float* s = B + k * ldb + p0;
-                for (int c = 0; c < NR; c += 8) _mm256_storeu_ps(dst + k * NR + c, _mm256_loadu_ps(s + c));
-            }
-        } else {
-            for (int64_t k = 0; k < kc; ++k) {
-                float* d = dst + k * NR;
-                for (int c = 0; c < NR; c += 8) {
-                    const int nc = std::max(0, std::min(8, cols - c));
-                    _mm256_storeu_ps(d + c, nc ? load_n(B + k * ldb + p0 + c, nc) : _mm256_setzero_ps());
+    const int64_t npanel = (n + NR - 1) / NR;
+    for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+        const int64_t k1 = std::min(kc, k0 + 8);
+        for (int64_t p = 0; p < npanel; ++p) {
+            const int64_t c0 = p * NR;
+            const int cols = static_cast<int>(std::min<int64_t>(NR, n - c0));
+            float* d = dst + p * kc * NR;
+            if (cols == NR) {
+                for (int64_t k = k0; k < k1; ++k) {
+                    const float* s = B + k * ldb + c0;
+                    for (int c = 0; c < NR; c += 8) _mm256_storeu_ps(d + k * NR + c, _mm256_loadu_ps(s + c));
                 }
+            } else {
+                for (int64_t k = k0; k < k1; ++k)
+                    for (int c = 0; c < NR; c += 8) {
+                        const int nc = std::max(0, std::min(8, cols - c));
+                        _mm256_storeu_ps(d + k * NR + c, nc ? load_n(B + k * ldb + c0 + c, nc) : _mm256_setzero_ps());
+                    }
             }
         }
     }
@@ -169,8 +212,12 @@ struct BufferFree {
 void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst) {
     if (trans)
         pack_a_cols(A, lda, m, kc, MR, dst);
+    else if (MR == 6)
+        pack_a_rows<6>(A, lda, m, kc, dst);
+    else if (MR == 14)
+        pack_a_rows<14>(A, lda, m, kc, dst);
     else
-        pack_a_rows(A, lda, m, kc, MR, dst);
+        pack_a_rows_any(A, lda, m, kc, MR, dst);
 }
 
 void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst) {

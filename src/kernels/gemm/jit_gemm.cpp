@@ -143,7 +143,7 @@ private:
         // Balanced A blocks over this part's rows.
         const int64_t mparts = ceil_div(m1 - m0, mc_);
         const int64_t mc = std::min(mc_, round_up(ceil_div(m1 - m0, mparts), MR));
-        float* bufA = gemm_thread_buffer(0, static_cast<size_t>(mc * kc_));
+        float* bufA = gemm_thread_buffer(0, static_cast<size_t>(mc * kc_ + kPackSlack));
         float* bufB = packed ? nullptr
                              : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
 

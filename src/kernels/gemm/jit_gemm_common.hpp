@@ -93,8 +93,10 @@ protected:
 
 // op(A) rows [0, m) x k [0, kc) -> panels of MR rows, k-major: dst[p][k][MR] (p = 0..ceil(m/MR)-1).
 // A points at op(A)[0, 0] of the block: A[r*lda + k] (trans_a N) or A[k*lda + r] (trans_a T).
-// Rows of the last panel beyond m are left unspecified (the kernel never reads them).
+// Rows of the last panel beyond m are left unspecified (the kernel never reads them). dst needs
+// kPackSlack floats beyond the panels (vector stores may run past the last one).
 void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst);
+constexpr int64_t kPackSlack = 16;
 // op(B) k [0, kc) x columns [0, n) -> panels of NR columns: dst[p][k][NR]; columns beyond n are 0.
 // B points at op(B)[0, 0] of the block: B[k*ldb + c] (trans_b N) or B[c*ldb + k] (trans_b T).
 void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst);

@@ -37,7 +37,7 @@ private:
         const int kPrefetchA = 16 * MR * 4;  // bytes ahead in the A panel stream
 
         const Reg64 rP = rdi, rA = rsi, rB = rdx, rBk = rcx, rC = r8, rK = r9, rLdc = r10, rMp = r11, rRes = r12,
-                    rBias = r13, rTbl = r14, rScal = r15, rTmp = rax;
+                    rBias = r13, rTbl = r14, rScal = r15, rTmp = rax, rBn = rbx;
         preamble({rbx, r12, r13, r14, r15});
         push(rbp);
         mov(rbp, rsp);
@@ -59,9 +59,13 @@ private:
         const int bc_base = b_base + nv;
         const int nbc = z_ ? 0 : std::min(2, nvregs_ - bc_base);
         auto acc = [&](int i, int j) { return V(acc_idx(i, j, nv)); };
-        auto body = [&](int steps) {
+        // pf_b: also pull the next B panel (the next call's, packed right after this one) towards
+        // L2, one line per line of this panel consumed: done during the first A panel only.
+        auto body = [&](int steps, bool pf_b) {
             for (int u = 0; u < steps; ++u) {
                 for (int j = 0; j < nv; ++j) vmovaps(V(b_base + j), ptr[rBk + (u * NR + j * vl) * 4]);
+                if (pf_b)
+                    for (int l = 0; l < NR * 4; l += 64) prefetcht1(ptr[rBn + u * NR * 4 + l]);
                 const int a_off = u * MR * 4;
                 if (u == 0 || a_off / 64 != (a_off - MR * 4) / 64) prefetcht0(ptr[rA + kPrefetchA + a_off]);
                 for (int i = 0; i < mr; ++i) {
@@ -77,47 +81,60 @@ private:
             }
         };
 
-        Label l_panel, l_k, l_krem, l_k1, l_kdone;
-        L(l_panel);
-        for (int i = 0; i < mr; ++i)
-            for (int j = 0; j < nv; ++j) vxorps(acc(i, j), acc(i, j), acc(i, j));
-        mov(rBk, rB);
-        mov(rK, ptr[rP + offsetof(GemmUkArgs, kc)]);
-        mov(rTmp, rC);
-        for (int i = 0; i < mr; ++i) {
-            prefetcht0(ptr[rTmp]);
-            if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
-            if (i + 1 < mr) add(rTmp, rLdc);
-        }
-        cmp(rK, U);
-        jl(l_krem);
-        L(l_k);
-        body(U);
-        add(rA, U * MR * 4);
-        add(rBk, U * NR * 4);
-        sub(rK, U);
-        cmp(rK, U);
-        jge(l_k);
-        L(l_krem);
-        test(rK, rK);
-        jz(l_kdone);
-        L(l_k1);
-        body(1);
-        add(rA, MR * 4);
-        add(rBk, NR * 4);
-        dec(rK);
-        jnz(l_k1);
-        L(l_kdone);
-
         const Address ldr = ptr[rP + offsetof(GemmUkArgs, ldr)];
         EpiRegs er;
         er.c_row = rC, er.res_row = rRes, er.bias = rBias, er.scal = rScal, er.tbl = rTbl, er.gtmp = rTmp;
         er.ldc = &rLdc;
         er.ldr = &ldr;
-        emit_epilogue(s.epi, mr, nv, s.ncols, er, 0);
+        auto panel = [&](bool pf_b) {
+            Label l_k, l_krem, l_k1, l_kdone;
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vxorps(acc(i, j), acc(i, j), acc(i, j));
+            mov(rBk, rB);
+            mov(rK, ptr[rP + offsetof(GemmUkArgs, kc)]);
+            if (pf_b) {
+                imul(rBn, rK, NR * 4);
+                add(rBn, rB);
+            }
+            mov(rTmp, rC);
+            for (int i = 0; i < mr; ++i) {
+                prefetcht0(ptr[rTmp]);
+                if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
+                if (i + 1 < mr) add(rTmp, rLdc);
+            }
+            cmp(rK, U);
+            jl(l_krem);
+            align(16);
+            L(l_k);
+            body(U, pf_b);
+            add(rA, U * MR * 4);
+            add(rBk, U * NR * 4);
+            if (pf_b) add(rBn, U * NR * 4);
+            sub(rK, U);
+            cmp(rK, U);
+            jge(l_k);
+            L(l_krem);
+            test(rK, rK);
+            jz(l_kdone);
+            L(l_k1);
+            body(1, false);
+            add(rA, MR * 4);
+            add(rBk, NR * 4);
+            dec(rK);
+            jnz(l_k1);
+            L(l_kdone);
+            emit_epilogue(s.epi, mr, nv, s.ncols, er, 0);
+        };
 
+        Label l_panel, l_done;
+        panel(true);
+        dec(rMp);
+        jz(l_done);
+        L(l_panel);
+        panel(false);
         dec(rMp);
         jnz(l_panel);
+        L(l_done);
 
         mov(rsp, rbp);
         pop(rbp);
