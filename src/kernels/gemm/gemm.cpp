@@ -186,7 +186,8 @@ inline bool overlaps(const void* c, int64_t c_bytes, const void* p, int64_t byte
 
 // Cheap on the common path (a plan runs it per call): compares and branches only; the messages
 // are built out of line when something is wrong.
-void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, const GemmArgs& a, bool b_packed) {
+__attribute__((always_inline)) inline void check_args_inline(const char* fn, const GemmSpec& s, const GemmExtents& x,
+                                                             const GemmArgs& a, bool b_packed) {
     const bool any = x.c > 0;  // M > 0 and N > 0: otherwise nothing is read or written
     const bool ab = any && s.K > 0;
     if (ab && !a.A) fail_null(fn, "A");
@@ -217,8 +218,12 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, co
     }
 }
 
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, const GemmArgs& a, bool b_packed) {
+    check_args_inline(fn, s, x, a, b_packed);
+}
+
 void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed) {
-    gemm_check_args(fn, s, gemm_extents(fn, s), a, b_packed);
+    check_args_inline(fn, s, gemm_extents(fn, s), a, b_packed);
 }
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
@@ -284,7 +289,7 @@ void GemmPlan::run(const GemmArgs& args) const {
     constexpr const char* fn = "xk::GemmPlan::run";
     if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
     const detail::GemmPlanState& st = *state_;
-    detail::gemm_check_args(fn, st.spec, st.extents, args, false);
+    detail::check_args_inline(fn, st.spec, st.extents, args, false);
     if (st.extents.c == 0) return;  // M or N is 0
     kernel_->run(detail::make_call(desc_, args, nullptr));
 }
@@ -299,7 +304,7 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
                          "was packed for another plan: this plan (" + std::string(impl_name_) + ") needs layout '" +
                              pack_layout_ + "' (pack B with this plan's pack_b)");
     const detail::GemmPlanState& st = *state_;
-    detail::gemm_check_args(fn, st.spec, st.extents, args, true);
+    detail::check_args_inline(fn, st.spec, st.extents, args, true);
     if (st.extents.c == 0) return;  // M or N is 0
     kernel_->run(detail::make_call(desc_, args, packed_b.data_.get()));
 }

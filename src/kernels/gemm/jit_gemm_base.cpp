@@ -136,11 +136,37 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
     const Xmm vmask = V(mask_idx);
     auto width = [&](int j) { return j == nv - 1 ? w_last : vlen_; };
 
-    // alpha, beta C, bias into acc (row i's C at c_row).
-    auto pre = [&](const Xmm& acc, int j, const Xmm& s0) {
+    // Row addressing: dynamic (c_row / res_row walk down by ldc / ldr) or static (displacements).
+    const bool dyn = r.ldc != nullptr;
+    const int res_es = e.residual == DType::bf16 ? 2 : 4;
+    int at_row = 0;  // the row c_row / res_row point at (dynamic mode)
+    auto goto_row = [&](int i) {
+        if (!dyn) return;
+        for (; at_row < i; ++at_row) {
+            add(r.c_row, *r.ldc);
+            if (e.has_residual()) add(r.res_row, *r.ldr);
+        }
+    };
+    auto c_at = [&](int i, int j) {
+        return dyn ? ptr[r.c_row + j * vbytes] : ptr[r.c_row + static_cast<int32_t>(i * r.ldc_imm + j * vbytes)];
+    };
+    auto res_at = [&](int i, int j) -> RegExp {
+        return dyn ? r.res_row + j * vlen_ * res_es : r.res_row + static_cast<int32_t>(i * r.ldr_imm + j * vlen_ * res_es);
+    };
+    auto finish = [&] {
+        if (dyn) {
+            goto_row(mr);
+        } else {
+            add(r.c_row, static_cast<int32_t>(mr * r.ldc_imm));
+            if (e.has_residual()) add(r.res_row, static_cast<int32_t>(mr * r.ldr_imm));
+        }
+    };
+
+    // alpha, beta C, bias into acc (C of row i at c_at(i, .)).
+    auto pre = [&](const Xmm& acc, int i, int j, const Xmm& s0) {
         const int w = width(j);
         const bool full = w == vlen_;
-        const Address c_addr = ptr[r.c_row + j * vbytes];
+        const Address c_addr = c_at(i, j);
         if (!e.alpha_one) {
             if (z_)
                 vmulps(acc, acc, ptr_b[r.scal]);
@@ -172,30 +198,26 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             }
         }
     };
-    // residual, store (row i's C at c_row, residual at res_row).
-    auto post = [&](const Xmm& acc, int j, const Xmm& s0) {
+    // residual, store.
+    auto post = [&](const Xmm& acc, int i, int j, const Xmm& s0) {
         const int w = width(j);
         const bool full = w == vlen_;
         if (e.residual == DType::f32) {
             if (full) {
-                vaddps(acc, acc, ptr[r.res_row + j * vbytes]);
+                vaddps(acc, acc, ptr[res_at(i, j)]);
             } else {
-                load_partial(s0, ptr[r.res_row + j * vbytes], w, vmask);
+                load_partial(s0, ptr[res_at(i, j)], w, vmask);
                 vaddps(acc, acc, s0);
             }
         } else if (e.residual == DType::bf16) {
-            load_bf16(s0, r.res_row + j * vlen_ * 2, w);
+            load_bf16(s0, res_at(i, j), w);
             vaddps(acc, acc, s0);
         }
-        const Address c_addr = ptr[r.c_row + j * vbytes];
+        const Address c_addr = c_at(i, j);
         if (full)
             vmovups(c_addr, acc);
         else
             store_partial(c_addr, acc, w, s0);
-    };
-    auto next_row = [&] {
-        add(r.c_row, *r.ldc);
-        if (e.has_residual()) add(r.res_row, *r.ldr);
     };
     auto stack_slot = [&](int i, int j) { return ptr[rsp + spill_offset + acc_idx(i, j, nv) * vbytes]; };
     const JitActivation injector(*this, isa(), k2);
@@ -206,18 +228,18 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
     if (grouped) {
         // Scratch for pre(): any register beyond the tile (at least one: the tile leaves two).
         const Xmm s0 = V(need_mask ? mask_idx - 1 : mask_idx);
-        mov(r.gtmp, r.c_row);
+        const bool walk = dyn && mr > 1 && e.beta != BetaKind::zero;  // pre() reads C row by row
+        if (walk) mov(r.gtmp, r.c_row);
         for (int i = 0; i < mr; ++i) {
-            for (int j = 0; j < nv; ++j) pre(V(acc_idx(i, j, nv)), j, s0);
-            if (i + 1 < mr && e.beta != BetaKind::zero) add(r.c_row, *r.ldc);
+            for (int j = 0; j < nv; ++j) pre(V(acc_idx(i, j, nv)), i, j, s0);
+            if (walk && i + 1 < mr) add(r.c_row, *r.ldc);
         }
-        if (mr > 1 && e.beta != BetaKind::zero) mov(r.c_row, r.gtmp);
+        if (walk) mov(r.c_row, r.gtmp);
         for (int i = 0; i < mr; ++i)
             for (int j = 0; j < nv; ++j) vmovups(stack_slot(i, j), V(acc_idx(i, j, nv)));
         // Groups of `lanes` vectors, each with its own scratch registers.
         const int avail = nvregs_ - (need_mask ? 1 : 0);
         const int lanes = std::max(1, std::min(mr * nv, avail / (1 + act_scratch)));
-        int row = 0;
         for (int v0 = 0; v0 < mr * nv; v0 += lanes) {
             const int n = std::min(lanes, mr * nv - v0);
             std::vector<Xmm> xs;
@@ -232,11 +254,11 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             injector.apply_n(fn, xs, ss, r.tbl);
             for (int l = 0; l < n; ++l) {
                 const int i = (v0 + l) / nv, j = (v0 + l) % nv;
-                for (; row < i; ++row) next_row();
-                post(xs[l], j, ss[l][0]);
+                goto_row(i);
+                post(xs[l], i, j, ss[l][0]);
             }
         }
-        for (; row < mr; ++row) next_row();
+        finish();
         return;
     }
 
@@ -261,14 +283,15 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             if (v >= acc_idx(i, 0, nv) && v < acc_idx(live_end, 0, nv)) continue;
             scratch.push_back(V(v));
         }
+        goto_row(i);
         for (int j = 0; j < nv; ++j) {
             const Xmm acc = V(acc_idx(i, j, nv));
-            pre(acc, j, scratch[0]);
+            pre(acc, i, j, scratch[0]);
             if (act) injector.apply(fn, acc, scratch, r.tbl);
-            post(acc, j, scratch[0]);
+            post(acc, i, j, scratch[0]);
         }
-        next_row();
     }
+    finish();
 }
 
 }  // namespace xk::detail

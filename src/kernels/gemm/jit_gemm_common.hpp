@@ -60,13 +60,16 @@ protected:
     Xbyak::Xmm V(int i) const;                       // ymm(i) or zmm(i)
     static int acc_idx(int i, int j, int nv) { return i * nv + j; }
 
-    // Where the epilogue finds what it needs. c_row points at the tile's row 0 and is advanced by
-    // ldc per row (on return it points at row mr); res_row likewise with ldr. bias points at the
-    // tile's column 0, scal at a GemmScalars. tbl and gtmp are free general registers.
+    // Where the epilogue finds what it needs. c_row points at the tile's row 0; on return it
+    // points at row mr (res_row likewise). Row strides: ldc / ldr (register or memory operand,
+    // bytes: c_row advances row by row), or, when those are null, the compile-time ldc_imm /
+    // ldr_imm (rows addressed by displacement, one add at the end). bias points at the tile's
+    // column 0, scal at a GemmScalars. tbl and gtmp are free general registers.
     struct EpiRegs {
         Xbyak::Reg64 c_row, res_row, bias, scal, tbl, gtmp;
-        const Xbyak::Operand* ldc = nullptr;  // register or memory operand (bytes)
+        const Xbyak::Operand* ldc = nullptr;
         const Xbyak::Operand* ldr = nullptr;
+        int64_t ldc_imm = 0, ldr_imm = 0;
     };
     // Bytes of stack the epilogue may spill to at [rsp + spill_offset] for an mr x nv tile.
     int spill_bytes(int mr, int nv) const { return mr * nv * vlen_ * 4; }

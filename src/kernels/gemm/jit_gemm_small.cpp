@@ -55,43 +55,69 @@ private:
         const int64_t b_col = panel_b ? K * NR * 4 : NR * 4;  // bytes between column tiles of B
         const int64_t res_es = dtype_size(s.residual_type);
         const GemmEpi epi = gemm_epi(s);
-        const int U = static_cast<int>(std::min<int64_t>(K, 8));
+        const int U = 8;
 
-        const Reg64 rA = rdi, rB = rsi, rC = rdx, rP = rcx;  // arguments
+        // Registers: caller-saved ones first; r12 / r13 only with a residual. rcx holds the
+        // arguments' pointer until they are read, then counts K (and holds the activation table
+        // during the store). The scalars live at [rsp] (GemmScalars), the spill area after them.
+        const Reg64 rA = rdi, rP = rcx;  // arguments (B in rsi, C in rdx)
         const Reg64 rBcol = rsi, rCcol = rdx, rAk = r8, rBk = r9, rCrow = r10, rBias = r11, rRescol = r12,
-                    rResrow = r13, rScal = r14, rK = r15, rTmp = rax;
+                    rResrow = r13, rK = rcx, rTmp = rax;
         const Reg64 rTbl = rK;  // the K counter is free during the store
-        (void)rB, (void)rC;
 
-        // Stack frame: spill area, then ldc, ldr, the M / N loop counters, the broadcast scalars.
-        const int max_tile_regs = nvregs_;  // generous: spill_bytes(mr, nv) <= nvregs vectors
-        const int spill = max_tile_regs * vl * 4;
-        const int o_ldc = spill, o_ldr = spill + 8, o_mcnt = spill + 16, o_ncnt = spill + 24, o_scal = spill + 64;
-        const int frame = o_scal + static_cast<int>(sizeof(GemmScalars));
+        // The tiling (known now): columns of NR (+ one narrower), per column type balanced rows.
+        const int64_t nfull = N / NR;
+        const int ntail = static_cast<int>(N % NR);
+        struct Rows {
+            int lo = 0;
+            int64_t n_hi = 0, n_lo = 0;  // n_hi tiles of lo + 1 rows, n_lo of lo
+        };
+        auto rows_of = [&](int nv, bool mask) {
+            const int64_t max_rows = rows_for(nv, mask);
+            const int64_t ntiles = (M + max_rows - 1) / max_rows;
+            Rows r;
+            r.lo = static_cast<int>(M / ntiles);
+            r.n_hi = M % ntiles, r.n_lo = ntiles - r.n_hi;
+            return r;
+        };
+        const int nv_tail = (ntail + vl - 1) / vl;
+        const bool tail_masked = !panel_b && ntail % vl != 0;
+        const Rows rows_full = rows_of(g.nv(), false), rows_tail = rows_of(std::max(nv_tail, 1), tail_masked);
+        const bool m_loop = (nfull > 0 && (rows_full.n_hi > 1 || rows_full.n_lo > 1)) ||
+                            (ntail > 0 && (rows_tail.n_hi > 1 || rows_tail.n_lo > 1));
+        const bool n_loop = nfull > 1;
+        const bool scal = !epi.alpha_one || epi.beta == BetaKind::other;
+        const bool act = epi.act != Activation::none;
+        const bool frame = scal || act || m_loop || n_loop;
+        // Frame: GemmScalars at 0, the spill area, then the M / N loop counters.
+        const int spill = nvregs_ * vl * 4;
+        const int o_spill = static_cast<int>(sizeof(GemmScalars)), o_mcnt = o_spill + spill, o_ncnt = o_mcnt + 8;
+        const int frame_bytes = o_ncnt + 56;
 
-        preamble({r12, r13, r14, r15});
-        push(rbp);
-        mov(rbp, rsp);
-        and_(rsp, -64);
-        sub(rsp, frame);
-        mov(qword[rsp + o_ldc], static_cast<uint32_t>(s.ldc * 4));
-        mov(qword[rsp + o_ldr], static_cast<uint32_t>(s.ld_residual * res_es));
+        if (epi.has_residual())
+            preamble({r12, r13});
+        else
+            preamble();
+        if (frame) {
+            push(rbp);
+            mov(rbp, rsp);
+            and_(rsp, -64);
+            sub(rsp, frame_bytes);
+        }
         mov(rBias, ptr[rP + offsetof(SmallArgs, bias)]);
-        mov(rRescol, ptr[rP + offsetof(SmallArgs, res)]);
-        lea(rScal, ptr[rsp + o_scal]);
-        if (!epi.alpha_one || epi.beta == BetaKind::other) {
+        if (epi.has_residual()) mov(rRescol, ptr[rP + offsetof(SmallArgs, res)]);
+        if (scal) {
             // GemmScalars: alpha at 0, beta at 64 (AVX2 reads full vectors; AVX-512 broadcasts).
             vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, alpha)]);
-            vmovups(ptr[rScal], V(0));
+            vmovups(ptr[rsp], V(0));
             vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, beta)]);
-            vmovups(ptr[rScal + offsetof(GemmScalars, beta)], V(0));
+            vmovups(ptr[rsp + offsetof(GemmScalars, beta)], V(0));
         }
 
-        const Address ldc = qword[rsp + o_ldc], ldr = qword[rsp + o_ldr];
         EpiRegs er;
-        er.c_row = rCrow, er.res_row = rResrow, er.bias = rBias, er.scal = rScal, er.tbl = rTbl, er.gtmp = rTmp;
-        er.ldc = &ldc;
-        er.ldr = &ldr;
+        er.c_row = rCrow, er.res_row = rResrow, er.bias = rBias, er.scal = rsp, er.tbl = rTbl, er.gtmp = rTmp;
+        er.ldc_imm = s.ldc * 4;
+        er.ldr_imm = s.ld_residual * res_es;
 
         // One tile of mr rows x nv vectors (ncols valid columns) at rAk / rBcol / rCrow.
         auto tile = [&](int mr, int nv, int ncols, bool mask_b) {
@@ -119,8 +145,10 @@ private:
                     }
                 }
             };
-            const int64_t iters = K / U, rem = K % U;
-            if (iters > 1) {
+            // K <= 16: fully unrolled, every address a displacement; else a loop of U steps and
+            // the remainder unrolled.
+            const int64_t iters = K <= 16 ? 0 : K / U, rem = K <= 16 ? K : K % U;
+            if (iters > 0) {
                 Label l_k;
                 mov(rK, iters);
                 L(l_k);
@@ -129,41 +157,33 @@ private:
                 add(rBk, U * b_k);
                 dec(rK);
                 jnz(l_k);
-            } else if (iters == 1) {
-                for (int u = 0; u < U; ++u) step(u);
-                add(rAk, U * a_k);
-                add(rBk, U * b_k);
             }
             for (int u = 0; u < rem; ++u) step(u);
             // rAk: back to this tile's first k, then down mr rows.
             const int64_t a_adv = mr * a_row - (iters * U) * a_k;
             if (a_adv) add(rAk, static_cast<int32_t>(a_adv));
-            emit_epilogue(epi, mr, nv, ncols, er, 0);
+            emit_epilogue(epi, mr, nv, ncols, er, o_spill);
         };
 
         // One column of tiles (all of M). Tile heights are balanced (e.g. M = 32 in rows of at
         // most 6: 5, 5, 5, 5, 6, 6 rather than 6 x 5 + 2): a short tile has too few independent
         // accumulators to hide the FMA latency.
-        auto column = [&](int nv, int ncols, bool mask_b) {
+        auto column = [&](int nv, int ncols, bool mask_b, const Rows& rows) {
             const bool tail_vec = ncols < nv * vl;
             if (tail_vec) set_tail_mask(ncols - (nv - 1) * vl);
-            const int64_t max_rows = rows_for(nv, mask_b && tail_vec);
-            const int64_t ntiles = (M + max_rows - 1) / max_rows;
-            const int lo = static_cast<int>(M / ntiles);
-            const int64_t n_hi = M % ntiles, n_lo = ntiles - n_hi;  // n_hi tiles of lo + 1 rows
             mov(rAk, rA);
             mov(rCrow, rCcol);
-            mov(rResrow, rRescol);
-            for (const auto& [rows, count] : {std::pair<int, int64_t>{lo + 1, n_hi}, {lo, n_lo}}) {
+            if (epi.has_residual()) mov(rResrow, rRescol);
+            for (const auto& [height, count] : {std::pair<int, int64_t>{rows.lo + 1, rows.n_hi}, {rows.lo, rows.n_lo}}) {
                 if (count > 1) {
                     Label l_m;
                     mov(qword[rsp + o_mcnt], static_cast<uint32_t>(count));
                     L(l_m);
-                    tile(rows, nv, ncols, mask_b && tail_vec);
+                    tile(height, nv, ncols, mask_b && tail_vec);
                     dec(qword[rsp + o_mcnt]);
                     jnz(l_m);
                 } else if (count == 1) {
-                    tile(rows, nv, ncols, mask_b && tail_vec);
+                    tile(height, nv, ncols, mask_b && tail_vec);
                 }
             }
         };
@@ -171,27 +191,27 @@ private:
             add(rCcol, static_cast<int32_t>(cols * 4));
             add(rBcol, static_cast<int32_t>(b_col));
             add(rBias, static_cast<int32_t>(cols * 4));
-            add(rRescol, static_cast<int32_t>(cols * res_es));
+            if (epi.has_residual()) add(rRescol, static_cast<int32_t>(cols * res_es));
         };
 
-        const int64_t nfull = N / NR;
-        const int ntail = static_cast<int>(N % NR);
         if (nfull > 1) {
             Label l_n;
             mov(qword[rsp + o_ncnt], static_cast<uint32_t>(nfull));
             L(l_n);
-            column(g.nv(), NR, false);
+            column(g.nv(), NR, false, rows_full);
             next_column(NR);
             dec(qword[rsp + o_ncnt]);
             jnz(l_n);
         } else if (nfull == 1) {
-            column(g.nv(), NR, false);
+            column(g.nv(), NR, false, rows_full);
             if (ntail) next_column(NR);
         }
-        if (ntail) column((ntail + vl - 1) / vl, ntail, !panel_b);
+        if (ntail) column(nv_tail, ntail, tail_masked, rows_tail);
 
-        mov(rsp, rbp);
-        pop(rbp);
+        if (frame) {
+            mov(rsp, rbp);
+            pop(rbp);
+        }
         postamble();
     }
 };
