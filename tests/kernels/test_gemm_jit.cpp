@@ -329,7 +329,7 @@ TEST(GemmJit, EveryEpilogue) {
 // the split), a PackedB serves plans of other M, and each ISA's selection is exercised.
 TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
     ThreadsGuard tg;
-    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65}, {255, 33, 300}, {40, 64, 64}};
+    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65}, {255, 33, 300}, {40, 64, 64}, {1000, 40, 64}, {301, 60, 200}};
     int idx = 0;
     xk::test::for_each_isa([&](Isa) {
         for (const auto& s : shapes) {
@@ -382,8 +382,13 @@ TEST(GemmJit, Selection) {
         const std::string pre = isa == Isa::scalar ? "ref:scalar" : isa >= Isa::avx512 ? "jit:avx512" : "jit:avx2";
         EXPECT_EQ(pick(d), isa == Isa::scalar ? pre : pre + ":small");
         GemmDesc big = d;
-        big.M = 65;
+        big.M = big.N = big.K = 65;
         EXPECT_EQ(pick(big), pre);
+        GemmDesc skinny = d;  // tall-skinny and short-K: the direct kernel, threaded over M
+        skinny.M = 1000, skinny.K = 64;
+        EXPECT_EQ(pick(skinny), isa == Isa::scalar ? pre : pre + ":skinny");
+        skinny.N = 64, skinny.K = 100;
+        EXPECT_EQ(pick(skinny), isa == Isa::scalar ? pre : pre + ":skinny");
         GemmDesc h = d;
         h.a_type = h.b_type = DType::bf16;
         EXPECT_EQ(pick(h), "ref:scalar");
@@ -399,7 +404,8 @@ TEST(GemmJit, GeneratesEveryIsaVariant) {
     int idx = 0;
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
         for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {23, 23, 23}, {64, 64, 64}, {7, 33, 5},
-                                                               {30, 17, 64}, {100, 70, 600}, {15, 47, 9}}) {
+                                                               {30, 17, 64}, {100, 70, 600}, {15, 47, 9},
+                                                               {500, 64, 100}, {77, 30, 131}}) {
             for (Activation act : kActs) {
                 Case c;
                 c.M = s[0], c.N = s[1], c.K = s[2];
@@ -411,6 +417,8 @@ TEST(GemmJit, GeneratesEveryIsaVariant) {
                 EXPECT_NO_THROW(detail::create_gemm_jit(spec, isa)) << isa_name(isa) << " " << c.str();
                 if (detail::gemm_small_supports(spec))
                     EXPECT_NO_THROW(detail::create_gemm_small(spec, isa)) << isa_name(isa) << " " << c.str();
+                if (detail::gemm_skinny_supports(spec, isa))
+                    EXPECT_NO_THROW(detail::create_gemm_skinny(spec, isa)) << isa_name(isa) << " " << c.str();
             }
         }
     }

@@ -227,16 +227,21 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
 }
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
-    // Best first: the exact-shape small kernel, then the blocked kernel, per ISA; the reference
-    // takes everything else (bf16, int8, empty shapes).
+    // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
+    // small N or short K (no A packing), then the blocked kernel; the reference takes everything
+    // else (bf16, int8, empty shapes).
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {
             {"jit:avx512:small", Isa::avx512, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
+            {"jit:avx512:skinny", Isa::avx512, [](const GemmSpec& s) { return gemm_skinny_supports(s, Isa::avx512); },
+             [](const GemmSpec& s) { return create_gemm_skinny(s, Isa::avx512); }},
             {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
             {"jit:avx2:small", Isa::avx2, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx2); }},
+            {"jit:avx2:skinny", Isa::avx2, [](const GemmSpec& s) { return gemm_skinny_supports(s, Isa::avx2); },
+             [](const GemmSpec& s) { return create_gemm_skinny(s, Isa::avx2); }},
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
             {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
         });

@@ -96,11 +96,13 @@ private:
                 imul(rBn, rK, NR * 4);
                 add(rBn, rB);
             }
+            // C of this tile and of the next panel's (a short K leaves this one too little time).
+            // Prefetches never fault: the rows past the last panel cost nothing.
             mov(rTmp, rC);
-            for (int i = 0; i < mr; ++i) {
+            for (int i = 0; i < 2 * mr; ++i) {
                 prefetcht0(ptr[rTmp]);
                 if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
-                if (i + 1 < mr) add(rTmp, rLdc);
+                if (i + 1 < 2 * mr) add(rTmp, rLdc);
             }
             cmp(rK, U);
             jl(l_krem);
