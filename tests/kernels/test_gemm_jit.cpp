@@ -381,14 +381,14 @@ TEST(GemmJit, Selection) {
     xk::test::for_each_isa([&](Isa isa) {
         const std::string pre = isa == Isa::scalar ? "ref:scalar" : isa >= Isa::avx512 ? "jit:avx512" : "jit:avx2";
         EXPECT_EQ(pick(d), isa == Isa::scalar ? pre : pre + ":small");
-        GemmDesc big = d;
-        big.M = big.N = big.K = 65;
+        GemmDesc big = d;  // B too large for the direct kernel: blocked
+        big.M = big.N = big.K = 512;
         EXPECT_EQ(pick(big), pre);
-        GemmDesc skinny = d;  // tall-skinny and short-K: the direct kernel, threaded over M
-        skinny.M = 1000, skinny.K = 64;
-        EXPECT_EQ(pick(skinny), isa == Isa::scalar ? pre : pre + ":skinny");
-        skinny.N = 64, skinny.K = 100;
-        EXPECT_EQ(pick(skinny), isa == Isa::scalar ? pre : pre + ":skinny");
+        GemmDesc direct = d;  // tall-skinny and medium: the direct kernel, threaded over M
+        direct.M = 1000, direct.K = 64;
+        EXPECT_EQ(pick(direct), isa == Isa::scalar ? pre : pre + ":direct");
+        direct.M = direct.N = direct.K = 100;
+        EXPECT_EQ(pick(direct), isa == Isa::scalar ? pre : pre + ":direct");
         GemmDesc h = d;
         h.a_type = h.b_type = DType::bf16;
         EXPECT_EQ(pick(h), "ref:scalar");
@@ -417,8 +417,8 @@ TEST(GemmJit, GeneratesEveryIsaVariant) {
                 EXPECT_NO_THROW(detail::create_gemm_jit(spec, isa)) << isa_name(isa) << " " << c.str();
                 if (detail::gemm_small_supports(spec))
                     EXPECT_NO_THROW(detail::create_gemm_small(spec, isa)) << isa_name(isa) << " " << c.str();
-                if (detail::gemm_skinny_supports(spec, isa))
-                    EXPECT_NO_THROW(detail::create_gemm_skinny(spec, isa)) << isa_name(isa) << " " << c.str();
+                if (detail::gemm_direct_supports(spec, isa))
+                    EXPECT_NO_THROW(detail::create_gemm_direct(spec, isa)) << isa_name(isa) << " " << c.str();
             }
         }
     }

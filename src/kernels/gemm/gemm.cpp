@@ -235,13 +235,13 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
         {
             {"jit:avx512:small", Isa::avx512, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
-            {"jit:avx512:skinny", Isa::avx512, [](const GemmSpec& s) { return gemm_skinny_supports(s, Isa::avx512); },
-             [](const GemmSpec& s) { return create_gemm_skinny(s, Isa::avx512); }},
+            {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },
+             [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx512); }},
             {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
             {"jit:avx2:small", Isa::avx2, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx2); }},
-            {"jit:avx2:skinny", Isa::avx2, [](const GemmSpec& s) { return gemm_skinny_supports(s, Isa::avx2); },
-             [](const GemmSpec& s) { return create_gemm_skinny(s, Isa::avx2); }},
+            {"jit:avx2:direct", Isa::avx2, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx2); },
+             [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx2); }},
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
             {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
         });

@@ -98,8 +98,9 @@ std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
 //   small (jit_gemm_small.cpp): M, N, K <= 64, generated for the exact shape, no packing
 bool gemm_small_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa);
-//   skinny (jit_gemm_small.cpp): the same direct code for N <= 64 and any M, threaded over M
-bool gemm_skinny_supports(const GemmSpec& s, Isa isa);
-std::shared_ptr<const GemmKernel> create_gemm_skinny(const GemmSpec& s, Isa isa);
+//   direct (jit_gemm_small.cpp): the same code for any M where B is small (K x N within 40% of
+//   L2, one K block): tall-skinny and medium shapes, threaded over M
+bool gemm_direct_supports(const GemmSpec& s, Isa isa);
+std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa);
 
 }  // namespace xk::detail

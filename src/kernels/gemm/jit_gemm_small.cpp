@@ -3,9 +3,9 @@
 // the code. Two forms:
 //   small  (M, N, K <= 64): the whole problem in one call, no threading; a call costs a few
 //          nanoseconds beyond its FMAs.
-//   skinny (N <= 64 or K <= 32, K within one packed-B block): tall-skinny and short-K problems,
-//          where packing A would not pay for itself; the M tiles are split over threads, each
-//          call running a range of them.
+//   direct (B of at most 40% of L2, K within one packed-B block): tall-skinny, medium cubes,
+//          few columns, where packing would not pay for itself; the M tiles are split over
+//          threads, each call running a range of them.
 //
 // Tiles: columns of nr = 2 vectors (the blocked kernel's panel width; the last column may be
 // narrower, its last vector masked), rows as many as the register file holds beside them (AVX2
@@ -14,12 +14,13 @@
 // accumulators zeroed, the K loop (fully unrolled for K <= 16, else by 8 with the remainder
 // unrolled) loads B vectors straight from B and broadcasts A straight from A (either transpose),
 // then the fused store of JitGemmBase. Small: columns outer, tiles inner (B's column block stays
-// in L1); skinny: tiles outer, columns inner (A's rows stay in L1, B is small).
+// in L1); direct: tiles outer, columns inner (A's rows stay in L1, B is small).
 // B: op(B) read directly when trans_b = N; otherwise (trans_b = T, or a PackedB) from the JIT
 // kernels' packed layout (gemm_b_layout: one K block of ceil(N/nr) panels) — run() packs a
 // transposed B into a per-thread buffer first. Both forms give bit-identical results, and so do
 // 1 and 2 threads.
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cstddef>
 #include <utility>
@@ -37,7 +38,7 @@ struct SmallArgs {
     const float* bias;
     const void* res;
     float alpha, beta;
-    int64_t tiles_hi, tiles_lo;  // skinny: the call's tiles of each height (rows hi = lo + 1)
+    int64_t tiles_hi, tiles_lo;  // direct: the call's tiles of each height (rows hi = lo + 1)
 };
 
 using SmallFn = void (*)(const float* A, const float* B, float* C, const SmallArgs* p);
@@ -65,8 +66,8 @@ Rows rows_of(int64_t M, int max_rows) {
     r.n_hi = M % ntiles, r.n_lo = ntiles - r.n_hi;
     return r;
 }
-// The skinny form's single tiling (its columns share the tiles).
-Rows skinny_rows(const GemmSpec& s, Isa isa) {
+// The direct form's single tiling (its columns share the tiles).
+Rows direct_rows(const GemmSpec& s, Isa isa) {
     const GemmGeometry g = gemm_geometry(isa);
     const int nv = s.N >= g.nr ? g.nv() : static_cast<int>((s.N + g.vlen - 1) / g.vlen);
     return rows_of(s.M, rows_for(isa, nv));
@@ -74,13 +75,13 @@ Rows skinny_rows(const GemmSpec& s, Isa isa) {
 
 class JitGemmSmall : public JitGemmBase {
 public:
-    JitGemmSmall(const GemmSpec& s, Isa isa, bool panel_b, bool skinny)
+    JitGemmSmall(const GemmSpec& s, Isa isa, bool panel_b, bool direct)
         : JitGemmBase(gemm_code_isa(isa), 256 * 1024) {
-        generate(s, panel_b, skinny);
+        generate(s, panel_b, direct);
     }
 
 private:
-    void generate(const GemmSpec& s, bool panel_b, bool skinny) {
+    void generate(const GemmSpec& s, bool panel_b, bool direct) {
         const GemmGeometry g = gemm_geometry(isa());
         const int vl = g.vlen, NR = g.nr;
         const int64_t M = s.M, N = s.N, K = s.K;
@@ -102,16 +103,16 @@ private:
         const bool tail_masked = !panel_b && ntail % vl != 0;
         const Rows rows_full = rows_of(M, rows_for(isa(), g.nv()));
         const Rows rows_tail = rows_of(M, rows_for(isa(), std::max(nv_tail, 1)));
-        const Rows rows_skinny = skinny_rows(s, isa());
+        const Rows rows_direct = direct_rows(s, isa());
 
         // Registers. Arguments: A rdi, B rsi, C rdx, args rcx (read first; rcx then counts K and
         // holds the activation table during the store). Small: columns outer, so the column
-        // cursors are the arguments' registers; skinny: tiles outer, columns inner, with bases.
+        // cursors are the arguments' registers; direct: tiles outer, columns inner, with bases.
         const Reg64 rA = rdi, rP = rcx, rAk = r8, rBk = r9, rCrow = r10, rK = rcx, rTmp = rax, rTbl = rcx;
         Reg64 rBcol = rsi, rCcol = rdx, rBias = r11, rResrow = r13, rRescol = r12;
-        Reg64 rB = rsi, rCt = rdx, rBiasBase = r11, rRest = r14;  // skinny: bases / tile cursors
+        Reg64 rB = rsi, rCt = rdx, rBiasBase = r11, rRest = r14;  // direct: bases / tile cursors
         std::vector<Reg64> saved;
-        if (skinny) {
+        if (direct) {
             rBcol = r15, rCcol = r12, rBias = rbx, rRescol = rbp, rResrow = r13;
             saved = {rbx, rbp, r12, r13, r14, r15};
         } else if (res) {
@@ -121,7 +122,7 @@ private:
         const bool act = epi.act != Activation::none;
         const bool m_loop = (nfull > 0 && (rows_full.n_hi > 1 || rows_full.n_lo > 1)) ||
                             (ntail > 0 && (rows_tail.n_hi > 1 || rows_tail.n_lo > 1));
-        const bool frame = skinny || scal || act || m_loop || nfull > 1;
+        const bool frame = direct || scal || act || m_loop || nfull > 1;
         // Frame (unaligned is fine: every stack access is vmovups or a memory operand):
         // GemmScalars at 0, the spill area, then loop counters.
         const int o_spill = static_cast<int>(sizeof(GemmScalars));
@@ -131,7 +132,7 @@ private:
         preamble(saved);
         if (frame) sub(rsp, frame_bytes);
         mov(rBias, ptr[rP + offsetof(SmallArgs, bias)]);
-        if (res) mov(skinny ? rRest : rRescol, ptr[rP + offsetof(SmallArgs, res)]);
+        if (res) mov(direct ? rRest : rRescol, ptr[rP + offsetof(SmallArgs, res)]);
         if (scal) {
             // GemmScalars: alpha at 0, beta at 64 (AVX2 reads full vectors; AVX-512 broadcasts).
             vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, alpha)]);
@@ -139,7 +140,7 @@ private:
             vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, beta)]);
             vmovups(ptr[rsp + offsetof(GemmScalars, beta)], V(0));
         }
-        if (skinny) {
+        if (direct) {
             mov(rTmp, ptr[rP + offsetof(SmallArgs, tiles_hi)]);
             mov(qword[rsp + o_mcnt], rTmp);
             mov(rTmp, ptr[rP + offsetof(SmallArgs, tiles_lo)]);
@@ -160,6 +161,10 @@ private:
             for (int i = 0; i < mr; ++i)
                 for (int j = 0; j < nv; ++j) vxorps(V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)));
             if (mask_b && !z_) load_avx2_mask(V(mask), w_last, rTmp);
+            // Direct form: C's next tile to the right (rows are swept left to right) is touched
+            // in advance; a short K leaves the stores too little time otherwise.
+            if (direct)
+                for (int i = 0; i < mr; ++i) prefetcht0(ptr[rCrow + static_cast<int32_t>(i * ldc_b + NR * 4)]);
             // K <= 16: fully unrolled, every address a displacement; else a loop of U steps and
             // the remainder unrolled.
             const int64_t iters = K <= 16 ? 0 : K / U, rem = K <= 16 ? K : K % U;
@@ -219,7 +224,7 @@ private:
             if (res) add(rRescol, static_cast<int32_t>(cols * res_es));
         };
 
-        if (!skinny) {
+        if (!direct) {
             // Columns outer; per column all of M, its tiles one after the other.
             auto column = [&](int nv, int ncols, bool mask_b, const Rows& rows) {
                 const bool tail_vec = ncols < nv * vl;
@@ -280,7 +285,7 @@ private:
                 if (res) add(rRest, static_cast<int32_t>(height * ldr_b));
             };
             for (int kind = 0; kind < 2; ++kind) {
-                const int height = kind == 0 ? rows_skinny.lo + 1 : rows_skinny.lo;
+                const int height = kind == 0 ? rows_direct.lo + 1 : rows_direct.lo;
                 const int o = kind == 0 ? o_mcnt : o_ncnt;
                 Label l, l_skip;
                 cmp(qword[rsp + o], 0);
@@ -300,16 +305,20 @@ private:
 
 class SmallGemm final : public GemmKernel {
 public:
-    SmallGemm(const GemmSpec& s, Isa isa, bool skinny)
+    SmallGemm(const GemmSpec& s, Isa isa, bool direct)
         : s_(s),
           isa_(gemm_code_isa(isa)),
-          skinny_(skinny),
-          rows_(skinny_rows(s, isa_)),
+          direct_(direct),
+          rows_(direct_rows(s, isa_)),
           layout_(gemm_b_layout(isa_, s.K, s.N)),
-          panel_gen_(s, isa_, true, skinny) {
+          panel_gen_(s, isa_, true, direct) {
         panel_ = panel_gen_.finalize<SmallFn>();
-        if (s.trans_b == Trans::N) {
-            plain_gen_ = std::make_unique<JitGemmSmall>(s, isa_, false, skinny);
+        // B read in place (trans_b N) unless its rows are a multiple of 256 bytes apart in the
+        // direct form: then a tile's K rows of B fall into a few cache sets and evict each other
+        // (1024 x 1024 x 32: 38 GFLOP/s in place, ~85 packed per call).
+        const bool conflicts = direct && s.ldb % 64 == 0;
+        if (s.trans_b == Trans::N && !conflicts) {
+            plain_gen_ = std::make_unique<JitGemmSmall>(s, isa_, false, direct);
             plain_ = plain_gen_->finalize<SmallFn>();
         }
     }
@@ -324,10 +333,10 @@ public:
             B = static_cast<const float*>(call.packed_b->data), fn = panel_;
         } else if (!plain_) {
             float* buf = gemm_thread_buffer(1, layout_.floats());
-            gemm_pack_b(B, s_.ldb, true, s_.K, s_.N, static_cast<int>(layout_.nr), buf);
+            gemm_pack_b(B, s_.ldb, s_.trans_b == Trans::T, s_.K, s_.N, static_cast<int>(layout_.nr), buf);
             B = buf, fn = panel_;
         }
-        if (!skinny_) {
+        if (!direct_) {
             fn(A, B, C, &a);
             return;
         }
@@ -354,7 +363,7 @@ public:
 private:
     GemmSpec s_;
     Isa isa_;
-    bool skinny_;
+    bool direct_;
     Rows rows_;
     GemmBLayout layout_;
     JitGemmSmall panel_gen_;
@@ -378,13 +387,17 @@ std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa) 
     return std::make_shared<SmallGemm>(s, isa, false);
 }
 
-// Tall-skinny: few columns (packing A would be reused only N / nr times), B small enough to stay
-// in L1 / L2 and within one packed-B block (the packed form reads one K block).
-bool gemm_skinny_supports(const GemmSpec& s, Isa isa) {
-    return f32_direct(s) && s.N <= 64 && s.K <= 512 && s.K <= gemm_b_layout(isa, s.K, s.N).kc;
+// Where packing does not pay for itself: B (K x N) small enough to stay in L2 beside the rest
+// (at most 40% of it: measured, 200^3 and 2048 x 128 x 128 run faster here than blocked, 256^3
+// slower) and within one packed-B block (the packed form reads one K block). Tall-skinny,
+// medium cubes, and short-K problems with few columns land here.
+bool gemm_direct_supports(const GemmSpec& s, Isa isa) {
+    const CpuInfo& ci = cpu_info();
+    const int64_t l2 = ci.l2_bytes > 0 ? ci.l2_bytes / std::max(1, ci.l2_shared_by) : 256 * 1024;
+    return f32_direct(s) && s.K <= gemm_b_layout(isa, s.K, s.N).kc && s.K * s.N * 4 <= l2 * 2 / 5;
 }
 
-std::shared_ptr<const GemmKernel> create_gemm_skinny(const GemmSpec& s, Isa isa) {
+std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa) {
     return std::make_shared<SmallGemm>(s, isa, true);
 }
 
