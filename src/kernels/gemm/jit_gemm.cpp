@@ -64,7 +64,7 @@ public:
         // strip sweeps (mc rows x N) within L2, so that its lines and pages stay cached / mapped
         // (tall strips over a wide C walk a new page per row). Measured on 2048 x 2048 x 16.
         if (s.K <= 64)
-            mc_ = std::clamp<int64_t>(c.l2 / (std::min(s.N, 8192L) * 4) / g_.mr * g_.mr, 8 * g_.mr, mc_);
+            mc_ = std::clamp<int64_t>(c.l2 / (std::min<int64_t>(s.N, 8192) * 4) / g_.mr * g_.mr, 8 * g_.mr, mc_);
         nc_ = std::clamp<int64_t>(c.l3 / 2 / (kc_ * 4) / g_.nr * g_.nr, g_.nr, 8192);
 
         const GemmEpi full = gemm_epi(s);
@@ -99,14 +99,17 @@ public:
         const bool prepacked = call.packed_b != nullptr;
 
         // Threads and the pm x pn split of the tile grid.
-        const int64_t macs = M * N * K;
-        int nthr = static_cast<int>(std::clamp<int64_t>(macs / kMinMacsPerThread, 1, get_num_threads()));
+        const double macs = double(M) * double(N) * double(K);  // (the product may leave int64)
+        int nthr = static_cast<int>(std::clamp<double>(macs / double(kMinMacsPerThread), 1.0, get_num_threads()));
+        // The split with the least estimated time per thread: its tile rectangle's FMAs plus the
+        // packing of its A rows and (unless prepacked) B columns. Fewer threads if the grid is
+        // too small for them.
         int pm = 1, pn = 1;
         double best = -1;
-        for (; nthr >= 1 && best < 0; --nthr) {
-            for (int a = 1; a <= nthr; ++a) {
-                if (nthr % a) continue;
-                const int b = nthr / a;
+        for (int t = nthr; t >= 1 && best < 0; --t) {
+            for (int a = 1; a <= t; ++a) {
+                if (t % a) continue;
+                const int b = t / a;
                 if (a > mt || b > nt) continue;
                 const double mp = double(ceil_div(mt, a) * MR), np = double(ceil_div(nt, b) * NR);
                 const double cost = mp * np / 16.0 + (mp + (prepacked ? 0.0 : np)) / 4.0;
