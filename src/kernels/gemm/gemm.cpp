@@ -226,6 +226,24 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
     check_args_inline(fn, s, gemm_extents(fn, s), a, b_packed);
 }
 
+__attribute__((always_inline)) inline bool gemm_args_ok(const GemmPlanState& st, const GemmArgs& a, bool b_packed) {
+    const GemmExtents& x = st.extents;
+    if (st.spec.int8()) return false;  // zero points and scales: the full check
+    if (x.c == 0) return true;         // nothing is read or written
+    const uintptr_t c0 = reinterpret_cast<uintptr_t>(a.C), c1 = c0 + static_cast<uintptr_t>(x.c);
+    // Bad: a needed pointer is null, or it overlaps C (bytes > 0 and the ranges meet).
+    auto bad = [&](const void* p, int64_t bytes) {
+        const uintptr_t p0 = reinterpret_cast<uintptr_t>(p);
+        return (p0 == 0) | ((p0 < c1) & (c0 < p0 + static_cast<uintptr_t>(bytes)));
+    };
+    bool b = c0 == 0;
+    if (x.a > 0) b |= bad(a.A, x.a);
+    if (x.b > 0 && !b_packed) b |= bad(a.B, x.b);
+    if (x.bias > 0) b |= bad(a.bias, x.bias);
+    if (x.res > 0) b |= bad(a.residual, x.res);
+    return !b;
+}
+
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
     // small N or short K (no A packing), then the blocked kernel; the reference takes everything
@@ -285,7 +303,7 @@ GemmPlan::GemmPlan(const GemmDesc& desc) {
     impl_name_ = sel.impl->name;
     pack_layout_ = kernel_->packed_layout();
     state_ = std::make_shared<const detail::GemmPlanState>(
-        detail::GemmPlanState{s, detail::gemm_extents("xk::GemmPlan", s)});
+        detail::GemmPlanState{s, detail::gemm_extents("xk::GemmPlan", s), kernel_->fast_path()});
 }
 
 GemmPlan::~GemmPlan() = default;
@@ -294,9 +312,12 @@ void GemmPlan::run(const GemmArgs& args) const {
     constexpr const char* fn = "xk::GemmPlan::run";
     if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
     const detail::GemmPlanState& st = *state_;
-    detail::check_args_inline(fn, st.spec, st.extents, args, false);
+    if (!detail::gemm_args_ok(st, args, false)) detail::check_args_inline(fn, st.spec, st.extents, args, false);
     if (st.extents.c == 0) return;  // M or N is 0
-    kernel_->run(detail::make_call(desc_, args, nullptr));
+    if (st.fast.fn)
+        st.fast.fn(st.fast.ctx, args, desc_.alpha, desc_.beta);
+    else
+        kernel_->run(detail::make_call(desc_, args, nullptr));
 }
 
 void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
@@ -309,7 +330,7 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
                          "was packed for another plan: this plan (" + std::string(impl_name_) + ") needs layout '" +
                              pack_layout_ + "' (pack B with this plan's pack_b)");
     const detail::GemmPlanState& st = *state_;
-    detail::check_args_inline(fn, st.spec, st.extents, args, true);
+    if (!detail::gemm_args_ok(st, args, true)) detail::check_args_inline(fn, st.spec, st.extents, args, true);
     if (st.extents.c == 0) return;  // M or N is 0
     kernel_->run(detail::make_call(desc_, args, packed_b.data_.get()));
 }

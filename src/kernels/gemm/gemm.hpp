@@ -54,8 +54,18 @@ struct GemmCall {
     const GemmPacked* packed_b = nullptr;  // non-null: use it instead of args.B
 };
 
+// A kernel's optional direct entry for plain runs (B unpacked): fn(ctx, args, alpha, beta) does
+// what run() would, without building a GemmCall or a virtual call — for kernels whose whole call
+// costs nanoseconds (the small JIT kernel). fn == nullptr: none.
+struct GemmFastPath {
+    void (*fn)(const void* ctx, const GemmArgs& args, float alpha, float beta) = nullptr;
+    const void* ctx = nullptr;
+};
+
 struct GemmKernel {
     virtual ~GemmKernel() = default;
+    // The direct entry, if the kernel has one (valid as long as the kernel lives).
+    virtual GemmFastPath fast_path() const { return {}; }
     // Computes the whole problem (threads itself with detail::parallel_for).
     virtual void run(const GemmCall& call) const = 0;
     // B (b_type, trans_b, ldb of the spec) in this kernel's layout.
@@ -81,7 +91,11 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
 struct GemmPlanState {
     GemmSpec spec;
     GemmExtents extents;
+    GemmFastPath fast;  // the kernel's direct entry for plain runs, if any
 };
+// All of gemm_check_args' checks for a float (not int8) spec, branch-free: true when the
+// arguments pass. (A plan runs this per call and the full check, for its message, only if not.)
+bool gemm_args_ok(const GemmPlanState& st, const GemmArgs& a, bool b_packed);
 
 // Reference (the specification): the plain loops, threaded over rows of C. Its packed form of B
 // is op(B) copied into a contiguous K x N array of b_type.

@@ -95,6 +95,7 @@ private:
         const GemmEpi epi = gemm_epi(s);
         const bool res = epi.has_residual();
         const int U = 8;
+        const int64_t kUnrollAll = 16;
 
         // The tiling: columns of NR (+ one narrower).
         const int64_t nfull = N / NR;
@@ -158,6 +159,8 @@ private:
         auto tile = [&](int mr, int nv, int ncols, bool mask_b) {
             const int w_last = ncols - (nv - 1) * vl;
             const int b_base = mr * nv, bc = b_base + nv, mask = nvregs_ - 1;
+            // Two broadcast registers, alternating, where the mask leaves room for them.
+            const int nbc = z_ ? 0 : std::min(2, (mask_b ? mask : nvregs_) - bc);
             for (int i = 0; i < mr; ++i)
                 for (int j = 0; j < nv; ++j) vxorps(V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)));
             if (mask_b && !z_) load_avx2_mask(V(mask), w_last, rTmp);
@@ -167,7 +170,7 @@ private:
                 for (int i = 0; i < mr; ++i) prefetcht0(ptr[rCrow + static_cast<int32_t>(i * ldc_b + NR * 4)]);
             // K <= 16: fully unrolled, every address a displacement; else a loop of U steps and
             // the remainder unrolled.
-            const int64_t iters = K <= 16 ? 0 : K / U, rem = K <= 16 ? K : K % U;
+            const int64_t iters = K <= kUnrollAll ? 0 : K / U, rem = K <= kUnrollAll ? K : K % U;
             const Reg64 rb = iters > 0 ? rBk : rBcol;
             if (iters > 0) mov(rBk, rBcol);
             auto step = [&](int u) {
@@ -183,8 +186,9 @@ private:
                     if (z_) {
                         for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), ptr_b[a]);
                     } else {
-                        vbroadcastss(V(bc), ptr[a]);
-                        for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), V(bc));
+                        const Xmm b = V(bc + i % nbc);
+                        vbroadcastss(b, ptr[a]);
+                        for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), b);
                     }
                 }
             };
@@ -355,6 +359,19 @@ public:
             if (res) r.res = res + row * res_row;
             fn(at ? A + row : A + row * s_.lda, B, C + row * s_.ldc, &r);
         });
+    }
+
+    // Small form with B read in place: the plan calls the generated function all but directly.
+    GemmFastPath fast_path() const override {
+        if (direct_ || !plain_) return {};
+        GemmFastPath f;
+        f.ctx = reinterpret_cast<const void*>(plain_);
+        f.fn = [](const void* ctx, const GemmArgs& a, float alpha, float beta) {
+            const SmallArgs sa{a.bias, a.residual, alpha, beta, 0, 0};
+            reinterpret_cast<SmallFn>(const_cast<void*>(ctx))(static_cast<const float*>(a.A),
+                                                              static_cast<const float*>(a.B), static_cast<float*>(a.C), &sa);
+        };
+        return f;
     }
 
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return gemm_jit_pack_b(s_, layout_, B); }
