@@ -161,6 +161,9 @@ private:
             const int b_base = mr * nv, bc = b_base + nv, mask = nvregs_ - 1;
             // Two broadcast registers, alternating, where the mask leaves room for them.
             const int nbc = z_ ? 0 : std::min(2, (mask_b ? mask : nvregs_) - bc);
+            if (bc > nvregs_ || (!z_ && nbc < 1))
+                throw Error(Status::invalid_argument, "gemm small kernel: tile of " + std::to_string(mr) + " x " +
+                                                          std::to_string(nv) + " vectors does not fit the registers");
             for (int i = 0; i < mr; ++i)
                 for (int j = 0; j < nv; ++j) vxorps(V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)));
             if (mask_b && !z_) load_avx2_mask(V(mask), w_last, rTmp);
@@ -289,6 +292,7 @@ private:
                 if (res) add(rRest, static_cast<int32_t>(height * ldr_b));
             };
             for (int kind = 0; kind < 2; ++kind) {
+                if ((kind == 0 ? rows_direct.n_hi : rows_direct.n_lo) == 0) continue;  // no such tiles
                 const int height = kind == 0 ? rows_direct.lo + 1 : rows_direct.lo;
                 const int o = kind == 0 ? o_mcnt : o_ncnt;
                 Label l, l_skip;
