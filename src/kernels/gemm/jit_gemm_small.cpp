@@ -1,8 +1,9 @@
 // Direct fp32 GEMM, libxsmm-style: one function generated for the exact shape, leading
 // dimensions, transposes and epilogue; no packing of A, every stride and displacement folded into
 // the code. Two forms:
-//   small  (M, N, K <= 64): the whole problem in one call, no threading; a call costs a few
-//          nanoseconds beyond its FMAs.
+//   small  (M, N, K <= 64): the whole problem in one call, no threading; a plan calls the
+//          generated function through GemmFastPath (no GemmCall, no virtual call), so a call
+//          costs about a nanosecond beyond the generated code.
 //   direct (B of at most 40% of L2, K within one packed-B block): tall-skinny, medium cubes,
 //          few columns, where packing would not pay for itself; the M tiles are split over
 //          threads, each call running a range of them.
@@ -15,14 +16,14 @@
 // unrolled) loads B vectors straight from B and broadcasts A straight from A (either transpose),
 // then the fused store of JitGemmBase. Small: columns outer, tiles inner (B's column block stays
 // in L1); direct: tiles outer, columns inner (A's rows stay in L1, B is small).
-// B: op(B) read directly when trans_b = N; otherwise (trans_b = T, or a PackedB) from the JIT
-// kernels' packed layout (gemm_b_layout: one K block of ceil(N/nr) panels) — run() packs a
-// transposed B into a per-thread buffer first. Both forms give bit-identical results, and so do
-// 1 and 2 threads.
+// B: op(B) read in place when trans_b = N (direct form: unless its rows are a multiple of 256
+// bytes apart, where they would thrash a few cache sets); otherwise (trans_b = T, or a PackedB)
+// from the JIT kernels' packed layout (gemm_b_layout: one K block of ceil(N/nr) panels) — run()
+// packs B into a per-thread buffer first. All forms give bit-identical results, and so do 1 and
+// 2 threads.
 #include <algorithm>
-#include <cstdlib>
-#include <atomic>
 #include <cstddef>
+#include <functional>
 #include <utility>
 
 #include "common/parallel.hpp"
