@@ -14,6 +14,7 @@
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -108,6 +109,7 @@ public:
         int pm = 1, pn = 1;
         double best = -1;
         for (int t = nthr; t >= 1 && best < 0; --t) {
+            nthr = t;
             for (int a = 1; a <= t; ++a) {
                 if (t % a) continue;
                 const int b = t / a;
@@ -117,6 +119,20 @@ public:
                 if (best < 0 || cost < best) best = cost, pm = a, pn = b;
             }
         }
+        // With several threads, three times as many parts as threads, handed out as threads
+        // become free: a thread slowed down (a busy core, another process) takes fewer. The
+        // extra cuts go where re-packing is cheaper: across N when A (M x K) is the smaller
+        // operand to pack again (or B is prepacked and cutting M is free), else across M.
+        if (nthr > 1) {
+            constexpr int kExtra = 3;
+            const bool cut_n = !prepacked && M <= N;
+            if (cut_n && nt >= 2 * kExtra * pn)
+                pn *= kExtra;
+            else if (mt >= 2 * kExtra * pm)
+                pm *= kExtra;
+            else if (nt >= 2 * kExtra * pn)
+                pn *= kExtra;
+        }
         const int parts = pm * pn;
         auto part = [&](int64_t t) {
             const int64_t i = t / pn, j = t % pn;
@@ -124,12 +140,14 @@ public:
             const int64_t n0 = std::min(N, j * nt / pn * NR), n1 = std::min(N, (j + 1) * nt / pn * NR);
             if (m0 < m1 && n0 < n1) run_part(call, sc, m0, m1, n0, n1);
         };
-        if (parts == 1)
-            part(0);
-        else
-            parallel_for(parts, 1, [&](int64_t b, int64_t e) {
-                for (int64_t t = b; t < e; ++t) part(t);
+        if (nthr <= 1 || parts == 1) {
+            for (int t = 0; t < parts; ++t) part(t);
+        } else {
+            std::atomic<int64_t> next{0};
+            parallel_for(nthr, 1, [&](int64_t, int64_t) {
+                for (int64_t t = next.fetch_add(1); t < parts; t = next.fetch_add(1)) part(t);
             });
+        }
     }
 
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return gemm_jit_pack_b(s_, layout_, B); }

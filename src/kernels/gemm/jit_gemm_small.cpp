@@ -22,6 +22,7 @@
 // packs B into a per-thread buffer first. All forms give bit-identical results, and so do 1 and
 // 2 threads.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <utility>
@@ -356,13 +357,26 @@ public:
         const bool at = s_.trans_a == Trans::T;
         const auto* res = static_cast<const unsigned char*>(call.args.residual);
         const int64_t res_row = s_.ld_residual * dtype_size(s_.residual_type);
-        parallel_for(ntiles, grain, [&](int64_t t0, int64_t t1) {
+        auto range = [&](int64_t t0, int64_t t1) {
             SmallArgs r = a;
             r.tiles_hi = std::max<int64_t>(0, std::min(t1, rows_.n_hi) - t0);
             r.tiles_lo = (t1 - t0) - r.tiles_hi;
             const int64_t row = rows_.row_of(t0);
             if (res) r.res = res + row * res_row;
             fn(at ? A + row : A + row * s_.lda, B, C + row * s_.ldc, &r);
+        };
+        const int nthr = parallel_threads(ntiles, grain);
+        if (nthr <= 1) {
+            range(0, ntiles);
+            return;
+        }
+        // Chunks of tiles handed out as threads become free (four per thread): a thread slowed
+        // down by a busy core takes fewer.
+        const int64_t chunk = std::max<int64_t>(1, (ntiles + 4 * nthr - 1) / (4 * nthr));
+        std::atomic<int64_t> next{0};
+        parallel_for(nthr, 1, [&](int64_t, int64_t) {
+            for (int64_t t0 = next.fetch_add(chunk); t0 < ntiles; t0 = next.fetch_add(chunk))
+                range(t0, std::min(ntiles, t0 + chunk));
         });
     }
 
