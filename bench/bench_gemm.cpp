@@ -2,7 +2,8 @@
 // same data and thread count. (Debian's OpenBLAS is built without BUILD_BFLOAT16, so it has no
 // cblas_sbgemm: the bf16 peer is oneDNN alone; int8 likewise.)
 //
-// Names: gemm/<dtype>/<provider>/<MxNxK>/threads:<t>
+// Names: gemm/<dtype>/<provider>/<MxNxK>[_bias_gelu]/threads:<t>   (_bias_gelu: the fused
+//        bias + gelu_erf epilogue; oneDNN with a bias and an eltwise post-op)
 //   dtype     f32 (f32 x f32 -> f32), bf16 (bf16 x bf16 -> f32), u8s8s32 (u8 x s8 -> s32)
 //   provider  xk, onednn, openblas, libxsmm
 //   threads   1 or 2: xk::set_num_threads, omp_set_num_threads (oneDNN's OpenMP runtime, set
@@ -16,7 +17,8 @@
 // compared with xk's (shapes up to 256^3): a mismatch is reported with SkipWithError. The u8 data
 // is 7-bit (0..127): oneDNN's AVX2 int8 GEMM saturates pairs of u8*s8 products to s16 (vpmaddubsw)
 // and so differs from the exact s32 sum on full-range u8 input.
-// The xk provider is the scalar reference until the JIT kernels land: expect it to be slow.
+// xk's f32 GEMM runs the JIT kernels (the label names the implementation the plan selected);
+// its bf16 / int8 paths are still the scalar reference: expect those to be slow.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <libxsmm.h>
@@ -47,8 +49,13 @@ struct Shape {
     double flops() const { return 2.0 * double(M) * double(N) * double(K); }
 };
 
-const std::vector<Shape> kShapes = {{16, 16, 16},  {32, 32, 32},    {64, 64, 64},     {23, 23, 23},  {32, 64, 16},
+const std::vector<Shape> kShapes = {{8, 8, 8}, {16, 16, 16},  {32, 32, 32},    {64, 64, 64},     {23, 23, 23},  {32, 64, 16},
                                     {256, 256, 256}, {1024, 1024, 1024}, {384, 3072, 768}, {1, 4096, 4096}};
+// fp32 only (the bf16 / int8 kinds run on xk's scalar reference, far too slow for these): the
+// cubes of issue 3 and BERT-base's other Linear shape.
+const std::vector<Shape> kF32Extra = {{512, 512, 512}, {2048, 2048, 2048}, {4096, 4096, 4096}, {384, 768, 768}};
+// The fused bias + gelu_erf epilogue (the BERT FFN up-projection), beside the plain GEMM above.
+const Shape kFused = {384, 3072, 768};
 const Shape kExtraLowPrecision = {128, 128, 128};
 
 enum class Kind { f32, bf16, u8s8s32 };
@@ -266,10 +273,75 @@ void bench_libxsmm(benchmark::State& state, Kind, Shape s, int threads) {
     check_result(state, Kind::f32, d, C);
 }
 
+// Bias + gelu_erf fused into the GEMM: xk's epilogue, oneDNN's matmul with a bias and an
+// eltwise_gelu_erf post-op. (OpenBLAS has no epilogue: it would need a second pass.)
+std::vector<float>& fused_bias(int64_t n) {
+    static std::vector<float> b;
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (static_cast<int64_t>(b.size()) != n) {
+        b.resize(size_t(n));
+        std::mt19937_64 g(7);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (float& v : b) v = u(g);
+    }
+    return b;
+}
+
+void bench_xk_fused(benchmark::State& state, Kind k, Shape s, int threads) {
+    set_threads(threads);
+    Data& d = data(k, s);
+    xk::GemmDesc desc = xk_desc(k, s);
+    desc.epilogue.bias = true;
+    desc.epilogue.act = xk::Activation::gelu_erf;
+    const xk::GemmPlan plan(desc);
+    std::vector<float> C(size_t(s.M * s.N));
+    xk::GemmArgs args = xk_args(k, d, C.data());
+    args.bias = fused_bias(s.N).data();
+    for (auto _ : state) {
+        plan.run(args);
+        benchmark::ClobberMemory();
+    }
+    state.SetLabel(plan.impl_name());
+    finish(state, s);
+}
+
+void bench_onednn_fused(benchmark::State& state, Kind k, Shape s, int threads) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    set_threads(threads);
+    Data& d = data(k, s);
+    std::vector<float> C(size_t(s.M * s.N));
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream strm(eng);
+        const dnnl::memory::desc a_md({s.M, s.K}, dt::f32, tag::ab), b_md({s.K, s.N}, dt::f32, tag::ab),
+            bias_md({1, s.N}, dt::f32, tag::ab), c_md({s.M, s.N}, dt::f32, tag::ab);
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(po);
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, eng);
+        const dnnl::matmul prim(pd);
+        dnnl::memory am(a_md, eng, d.A.data()), bm(b_md, eng, d.B.data()), biasm(bias_md, eng, fused_bias(s.N).data()),
+            cm(c_md, eng, C.data());
+        const std::unordered_map<int, dnnl::memory> margs = {
+            {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}};
+        for (auto _ : state) {
+            prim.execute(strm, margs);
+            strm.wait();
+        }
+        state.SetLabel(pd.impl_info_str());
+    } catch (const dnnl::error& e) {
+        state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
+        return;
+    }
+    finish(state, s);
+}
+
 using BenchFn = void (*)(benchmark::State&, Kind, Shape, int);
 
-void add(Kind k, const char* provider, BenchFn fn, const Shape& s, int threads) {
-    const std::string name = std::string("gemm/") + kind_name(k) + "/" + provider + "/" + s.name() +
+void add(Kind k, const char* provider, BenchFn fn, const Shape& s, int threads, const char* suffix = "") {
+    const std::string name = std::string("gemm/") + kind_name(k) + "/" + provider + "/" + s.name() + suffix +
                              "/threads:" + std::to_string(threads);
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { fn(st, k, s, threads); })
         ->UseRealTime()
@@ -280,6 +352,7 @@ bool register_all() {
     for (Kind k : {Kind::f32, Kind::bf16, Kind::u8s8s32}) {
         std::vector<Shape> shapes = kShapes;
         if (k != Kind::f32) shapes.insert(shapes.begin() + 5, kExtraLowPrecision);
+        if (k == Kind::f32) shapes.insert(shapes.end() - 1, kF32Extra.begin(), kF32Extra.end());
         for (const Shape& s : shapes) {
             for (int threads : {1, 2}) {
                 add(k, "xk", bench_xk, s, threads);
@@ -289,6 +362,10 @@ bool register_all() {
                     add(k, "libxsmm", bench_libxsmm, s, threads);
             }
         }
+    }
+    for (int threads : {1, 2}) {
+        add(Kind::f32, "xk", bench_xk_fused, kFused, threads, "_bias_gelu");
+        add(Kind::f32, "onednn", bench_onednn_fused, kFused, threads, "_bias_gelu");
     }
     return true;
 }

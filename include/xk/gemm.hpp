@@ -59,6 +59,7 @@ namespace xk {
 namespace detail {
 struct GemmKernel;
 struct GemmPacked;
+struct GemmPlanState;
 }  // namespace detail
 
 enum class Trans : int { N = 0, T = 1 };
@@ -148,6 +149,7 @@ public:
 private:
     GemmDesc desc_;  // as given, leading dimensions resolved
     std::shared_ptr<const detail::GemmKernel> kernel_;
+    std::shared_ptr<const detail::GemmPlanState> state_;  // the spec and operand extents, for run()
     const char* impl_name_ = "";
     std::string pack_layout_;
 };

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 
 #include "xk/error.hpp"
 
@@ -26,6 +27,7 @@ enum Const : int {
     kExpHi,      // clamp: above ln(FLT_MAX) the scale 2^(n-1) * 2 overflows to +inf
     kExpLo,      // clamp: keeps 2^(n-1) a normal number (n >= -125)
     kExpFtz,     // below: the true result is under FLT_MIN (exp() flushes it to 0)
+    kExpLoErfc,  // erfc's exp clamp: keeps t exp(.) normal (no denormal arithmetic, which is slow)
     kExpMagic,   // 1.5 * 2^23 + 126: rounds x log2e to an integer n and holds n + 126 in the low bits
     kLog2e,
     kLn2Hi,
@@ -38,6 +40,10 @@ enum Const : int {
     kErfSplit,  // |x| below: the Taylor branch
     // gelu_tanh: -2y = x (A + B x^2)
     kGeluTanhA, kGeluTanhB,
+    // gelu_erf: erf(z) = z A(z^2) / B(z^2) on z clamped to [-4, 4] (Eigen's coefficients)
+    kErfRatHi, kErfRatLo,
+    kErfA13, kErfA11, kErfA9, kErfA7, kErfA5, kErfA3, kErfA1,
+    kErfB8, kErfB6, kErfB4, kErfB2, kErfB0,
     // tanh rational
     kTanhHi, kTanhLo,
     kTanhA13, kTanhA11, kTanhA9, kTanhA7, kTanhA5, kTanhA3, kTanhA1,
@@ -72,6 +78,7 @@ const Table& the_table() {
         setf(kExpHi, 88.76f);             // round(88.76 log2e) = 128 -> scale field 254
         setf(kExpLo, -86.9f);             // round(-86.9 log2e) = -125 -> scale field 1
         setf(kExpFtz, -87.33654475f);     // ln(FLT_MIN)
+        setf(kExpLoErfc, -80.0f);
         setf(kExpMagic, 12582912.0f + 126.0f);
         setf(kLog2e, 1.44269504088896341f);
         setf(kLn2Hi, 0.693359375f);       // Cody-Waite split of ln 2
@@ -100,6 +107,20 @@ const Table& the_table() {
         setf(kGeluTanhA, static_cast<float>(-k));
         setf(kGeluTanhB, static_cast<float>(-k * 0.044715));
         setf(kErfSplit, 0.75f);
+        setf(kErfRatHi, 4.0f);
+        setf(kErfRatLo, -4.0f);
+        setf(kErfA13, -2.72614225801306e-10f);
+        setf(kErfA11, 2.77068142495902e-08f);
+        setf(kErfA9, -2.10102402082508e-06f);
+        setf(kErfA7, -5.69250639462346e-05f);
+        setf(kErfA5, -7.34990630326855e-04f);
+        setf(kErfA3, -2.95459980854025e-03f);
+        setf(kErfA1, -1.60960333262415e-02f);
+        setf(kErfB8, -1.45660718464996e-05f);
+        setf(kErfB6, -2.13374055278905e-04f);
+        setf(kErfB4, -1.68282697438203e-03f);
+        setf(kErfB2, -7.37332916720468e-03f);
+        setf(kErfB0, -1.42647390514189e-02f);
         setf(kTanhHi, 9.0f);
         setf(kTanhLo, -9.0f);
         setf(kTanhA13, -2.76076847742355e-16f);
@@ -118,7 +139,54 @@ const Table& the_table() {
     return t;
 }
 
+
 }  // namespace
+
+// Records the instructions of one lane as steps, so that several lanes (independent registers)
+// can be emitted interleaved step by step: the activations are long dependency chains, and
+// interleaving gives the out-of-order core independent work.
+class JitActRecorder {
+public:
+    explicit JitActRecorder(CodeGenerator& g) : g_(g) {}
+    std::vector<std::function<void()>> steps;
+#define XK_REC(op) \
+    template <class... A> \
+    void op(const A&... a) { \
+        CodeGenerator* g = &g_; \
+        steps.push_back([=] { g->op(a...); }); \
+    }
+    XK_REC(vmovups)
+    XK_REC(vmovaps)
+    XK_REC(vminps)
+    XK_REC(vmaxps)
+    XK_REC(vaddps)
+    XK_REC(vsubps)
+    XK_REC(vmulps)
+    XK_REC(vdivps)
+    XK_REC(vrcpps)
+    XK_REC(vrcp14ps)
+    XK_REC(vfmadd231ps)
+    XK_REC(vfmadd213ps)
+    XK_REC(vfnmadd231ps)
+    XK_REC(vfnmadd213ps)
+    XK_REC(vpslld)
+    XK_REC(vandps)
+    XK_REC(vandnps)
+    XK_REC(vorps)
+    XK_REC(vxorps)
+    XK_REC(vcmpps)
+    XK_REC(vblendvps)
+#undef XK_REC
+    // Several instructions kept together (they share an opmask).
+    void group(std::function<void(CodeGenerator&)> f) {
+        CodeGenerator* g = &g_;
+        steps.push_back([=] { f(*g); });
+    }
+
+private:
+    CodeGenerator& g_;
+};
+
 
 const char* jit_fn_name(JitFn f) noexcept {
     switch (f) {
@@ -157,9 +225,9 @@ int JitActivation::scratch_regs(JitFn f) noexcept {
         case JitFn::sigmoid: return 2;
         case JitFn::exp:
         case JitFn::gelu_tanh:
+        case JitFn::gelu_erf:
         case JitFn::silu:
         case JitFn::tanh: return 3;
-        case JitFn::gelu_erf:
         case JitFn::erf: return 4;
     }
     return kMaxScratch;
@@ -172,11 +240,10 @@ Address JitActivation::c(int idx) const { return g_.ptr[tbl_ + idx * 64]; }
 // x = exp(x), clamped to [-86.9, 88.76] (so below -86.9 the result stays ~1.8e-38; above
 // ln(FLT_MAX) it overflows to +inf). NaN stays NaN: the clamps take the constant as the first
 // operand, and min / max return the second operand when one is NaN.
-void JitActivation::exp_core(const Xmm& x, const Xmm& s0, const Xmm& s1) const {
-    auto& g = g_;
+void JitActivation::exp_core(JitActRecorder& g, const Xmm& x, const Xmm& s0, const Xmm& s1, int lo) const {
     g.vmovups(s0, c(kExpHi));
     g.vminps(x, s0, x);
-    g.vmovups(s0, c(kExpLo));
+    g.vmovups(s0, c(lo < 0 ? kExpLo : lo));
     g.vmaxps(x, s0, x);
     g.vmovups(s0, c(kExpMagic));
     g.vfmadd231ps(s0, x, c(kLog2e));  // s0 = magic + n (rounded to nearest)
@@ -192,9 +259,9 @@ void JitActivation::exp_core(const Xmm& x, const Xmm& s0, const Xmm& s1) const {
     g.vaddps(x, x, x);
 }
 
-// q = erfc(z) for z >= 0 (z is consumed: it is q's exp scratch); t is scratch.
-void JitActivation::erfc_core(const Xmm& z, const Xmm& t, const Xmm& q, const Xmm& s0) const {
-    auto& g = g_;
+// q = erfc(z) for z >= 0 (z is consumed: it is q's exp scratch); t is scratch. The exp is clamped
+// at e^-80, so q stays a normal number (for z < ~3000) where the true value underflows.
+void JitActivation::erfc_core(JitActRecorder& g, const Xmm& z, const Xmm& t, const Xmm& q, const Xmm& s0) const {
     g.vmovups(t, c(kHalf));
     g.vfmadd213ps(t, z, c(kOne));  // 1 + z/2
     g.vmovups(q, c(kOne));
@@ -202,38 +269,48 @@ void JitActivation::erfc_core(const Xmm& z, const Xmm& t, const Xmm& q, const Xm
     g.vmovups(q, c(kErfc9));
     for (int i = kErfc8; i <= kErfc0; ++i) g.vfmadd213ps(q, t, c(i));
     g.vfnmadd231ps(q, z, z);  // P(t) - z^2
-    exp_core(q, z, s0);
+    exp_core(g, q, z, s0, kExpLoErfc);
     g.vmulps(q, q, t);
 }
 
-// dst = sign bit of sign_src set ? if_neg : if_pos
-void JitActivation::select_by_sign(const Xmm& dst, const Xmm& if_neg, const Xmm& if_pos, const Xmm& sign_src) const {
-    auto& g = g_;
-    if (zmm_) {
-        g.vpmovd2m(k_, sign_src);
-        if (dst.getIdx() != if_pos.getIdx()) g.vmovaps(dst, if_pos);
-        g.vmovaps(dst | k_, if_neg);
-    } else {
-        g.vblendvps(dst, if_pos, if_neg, sign_src);
-    }
+void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, const Reg64& table) const {
+    apply_n(f, {x}, {s}, table);
 }
 
-void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, const Reg64& table) const {
-    if (static_cast<int>(s.size()) < scratch_regs(f))
-        throw Error(Status::invalid_argument, std::string("JitActivation::apply: ") + jit_fn_name(f) + " needs " +
-                                                std::to_string(scratch_regs(f)) + " scratch registers");
+void JitActivation::apply_n(JitFn f, const std::vector<Xmm>& xs, const std::vector<std::vector<Xmm>>& ss,
+                            const Reg64& table) const {
+    if (xs.size() != ss.size())
+        throw Error(Status::invalid_argument, "JitActivation::apply_n: one scratch list per register");
+    for (const auto& s : ss)
+        if (static_cast<int>(s.size()) < scratch_regs(f))
+            throw Error(Status::invalid_argument, std::string("JitActivation::apply: ") + jit_fn_name(f) + " needs " +
+                                                    std::to_string(scratch_regs(f)) + " scratch registers");
     tbl_ = table;
-    auto& g = g_;
+    std::vector<JitActRecorder> lanes;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        lanes.emplace_back(g_);
+        record(lanes.back(), f, xs[i], ss[i]);
+    }
+    const size_t nsteps = lanes.empty() ? 0 : lanes[0].steps.size();
+    for (size_t st = 0; st < nsteps; ++st)
+        for (auto& lane : lanes) lane.steps[st]();
+}
+
+void JitActivation::record(JitActRecorder& g, JitFn f, const Xmm& x, const std::vector<Xmm>& s) const {
     switch (f) {
         case JitFn::relu:
             g.vmaxps(x, x, c(kZero));  // NaN -> 0 (second operand), as x > 0 ? x : 0
             break;
         case JitFn::exp:
             g.vmovaps(s[2], x);
-            exp_core(x, s[0], s[1]);
+            exp_core(g, x, s[0], s[1]);
             if (zmm_) {
-                g.vcmpps(k_, s[2], c(kExpFtz), 1 /* LT_OS */);
-                g.vxorps(x | k_, x, x);
+                const Opmask k = k_;
+                const Address ftz = c(kExpFtz);
+                g.group([=](CodeGenerator& cg) {
+                    cg.vcmpps(k, s[2], ftz, 1 /* LT_OS */);
+                    cg.vxorps(x | k, x, x);
+                });
             } else {
                 g.vcmpps(s[0], s[2], c(kExpFtz), 1 /* LT_OS */);
                 g.vandnps(x, s[0], x);
@@ -241,7 +318,7 @@ void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, cons
             break;
         case JitFn::sigmoid:
             g.vxorps(x, x, c(kSign));
-            exp_core(x, s[0], s[1]);
+            exp_core(g, x, s[0], s[1]);
             g.vaddps(x, x, c(kOne));
             g.vmovups(s[0], c(kOne));
             g.vdivps(x, s[0], x);
@@ -249,7 +326,7 @@ void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, cons
         case JitFn::silu:
             g.vmovaps(s[2], x);
             g.vxorps(x, x, c(kSign));
-            exp_core(x, s[0], s[1]);
+            exp_core(g, x, s[0], s[1]);
             g.vaddps(x, x, c(kOne));
             g.vdivps(x, s[2], x);
             break;
@@ -259,7 +336,7 @@ void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, cons
             g.vmovups(s[0], c(kGeluTanhB));
             g.vfmadd213ps(s[0], x, c(kGeluTanhA));
             g.vmulps(x, s[0], s[2]);  // -2y
-            exp_core(x, s[0], s[1]);
+            exp_core(g, x, s[0], s[1]);
             g.vaddps(x, x, c(kOne));
             g.vdivps(x, s[2], x);
             break;
@@ -281,21 +358,35 @@ void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, cons
             g.vmaxps(x, s[0], x);
             break;
         case JitFn::gelu_erf:
-            // x Phi(x); Phi(-|x|) = erfc(|x|/sqrt2)/2 directly (no cancellation), Phi(|x|) = 1 - that.
-            g.vmovaps(s[3], x);
-            g.vandps(x, x, c(kAbs));
-            g.vmulps(x, x, c(kInvSqrt2));
-            erfc_core(x, s[0], s[1], s[2]);
-            g.vmulps(s[1], s[1], c(kHalf));  // Phi(-|x|)
-            g.vmovups(s[0], c(kOne));
-            g.vsubps(s[0], s[0], s[1]);      // Phi(|x|)
-            select_by_sign(x, s[1], s[0], s[3]);
-            g.vmulps(x, x, s[3]);
+            // 0.5 x (1 + erf(x / sqrt2)), erf from the rational (no exp: short and cheap; erf(+-4)
+            // is exactly +-1, so gelu is exactly 0 for x <= -4 sqrt2). The clamps need not keep
+            // a NaN: the final product with x does.
+            g.vmulps(s[0], x, c(kInvSqrt2));
+            g.vminps(s[0], s[0], c(kErfRatHi));
+            g.vmaxps(s[0], s[0], c(kErfRatLo));  // z
+            g.vmulps(s[1], s[0], s[0]);            // z^2
+            g.vmovups(s[2], c(kErfA13));
+            for (int i = kErfA11; i <= kErfA1; ++i) g.vfmadd213ps(s[2], s[1], c(i));
+            g.vmulps(s[2], s[2], s[0]);
+            g.vmovups(s[0], c(kErfB8));
+            for (int i = kErfB6; i <= kErfB0; ++i) g.vfmadd213ps(s[0], s[1], c(i));
+            // erf(z) = A / B with 1/B from the reciprocal estimate and one Newton step (the
+            // divider's throughput would bound a fused epilogue): |rel err| of 1/B ~ 2^-22.
+            if (zmm_)
+                g.vrcp14ps(s[1], s[0]);
+            else
+                g.vrcpps(s[1], s[0]);
+            g.vfnmadd213ps(s[0], s[1], c(kOne));  // e = 1 - B r
+            g.vfmadd231ps(s[1], s[1], s[0]);      // r = r + r e
+            g.vmulps(s[2], s[2], s[1]);           // erf(z)
+            g.vaddps(s[2], s[2], c(kOne));
+            g.vmulps(x, x, c(kHalf));  // (x / 2) (1 + erf): no overflow near FLT_MAX
+            g.vmulps(x, x, s[2]);
             break;
         case JitFn::erf:
             g.vmovaps(s[3], x);
             g.vandps(x, x, c(kAbs));
-            erfc_core(x, s[0], s[1], s[2]);
+            erfc_core(g, x, s[0], s[1], s[2]);
             g.vmovups(s[0], c(kOne));
             g.vsubps(s[1], s[0], s[1]);  // erf|x|
             g.vandps(s[0], s[3], c(kSign));
@@ -306,9 +397,14 @@ void JitActivation::apply(JitFn f, const Xmm& x, const std::vector<Xmm>& s, cons
             g.vmulps(s[2], s[2], s[3]);
             g.vandps(s[0], s[3], c(kAbs));
             if (zmm_) {
-                g.vcmpps(k_, s[0], c(kErfSplit), 1 /* LT_OS */);
-                g.vmovaps(x, s[1]);
-                g.vmovaps(x | k_, s[2]);
+                const Opmask k = k_;
+                const Address split = c(kErfSplit);
+                const Xmm s0 = s[0], s1 = s[1], s2 = s[2];
+                g.group([=](CodeGenerator& cg) {
+                    cg.vcmpps(k, s0, split, 1 /* LT_OS */);
+                    cg.vmovaps(x, s1);
+                    cg.vmovaps(x | k, s2);
+                });
             } else {
                 g.vcmpps(s[0], s[0], c(kErfSplit), 1 /* LT_OS */);
                 g.vblendvps(x, s[1], s[2], s[0]);

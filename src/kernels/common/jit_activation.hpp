@@ -28,13 +28,19 @@
 //   silu       x / (1 + exp(-x)): rel err <= 4u [2.9u]
 //   gelu_tanh  0.5 x (1 + tanh y) computed as x / (1 + exp(-2y)), y = sqrt(2/pi)(x + 0.044715 x^3)
 //              (no cancellation for x < 0): rel err <= (4 + 3|2y|) u
-//   gelu_erf   x Phi(x), Phi(-|x|) = erfc(|x|/sqrt2)/2 directly and Phi(|x|) = 1 - that:
-//              rel err <= (8 + 2x^2) u.  The x-dependent terms are exp()'s condition number
-//              (its argument's rounding error): they matter only where gelu is tiny (x << 0).
-//   For gelu_erf, gelu_tanh and silu: |err| <= 4u |x| everywhere [3.3u] (the GEMM tests' bound).
+//   gelu_erf   (x/2)(1 + erf(x/sqrt2)), erf from Eigen's 13/8 rational on [-4, 4], its division
+//              a reciprocal estimate + one Newton step (no exp, no divider: ~25 instructions,
+//              ~10 cycles per ymm on Zen 3 — the cheapest accurate-enough form for an epilogue):
+//              |err| <= 4u |gelu| + 5u |x| [4.4u |x|]; an absolute bound in |x|: for x << 0,
+//              1 + erf cancels (gelu(x) = 0 exactly for x <= -4 sqrt2, where it is < 4e-8 |x|).
+//              (The erf building block above is the accurate one.)
+//   For gelu_tanh and silu: |err| <= 4u |x| everywhere [2.0u]; gelu_erf [4.4u].
 //   Results below 2^-120 in magnitude may be off by up to 2^-120 (no denormal results).
 //   Specials: NaN -> NaN (relu: 0); +-inf as the scalar definitions: gelu_erf / gelu_tanh /
 //   silu (+inf) = +inf and (-inf) = NaN (the definitions' -inf * 0), sigmoid(-inf) = 0.
+// The exp-based functions never produce denormal intermediates for finite inputs in the ranges
+// that matter (denormal arithmetic costs microcode assists): exp() is clamped at 1.8e-38, erfc's
+// at e^-80.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -52,6 +58,8 @@ const char* jit_fn_name(JitFn f) noexcept;
 // The injector function of an activation (Activation::none has none: throws).
 JitFn jit_fn(Activation a);
 
+class JitActRecorder;
+
 class JitActivation {
 public:
     // `g` emits for `isa` (avx2: ymm; avx512 and above: zmm). `kmask` is an opmask apply() may
@@ -67,13 +75,19 @@ public:
 
     // Emits x = f(x). scratch.size() >= scratch_regs(f), all distinct from x and of x's kind.
     void apply(JitFn f, const Xbyak::Xmm& x, const std::vector<Xbyak::Xmm>& scratch, const Xbyak::Reg64& table) const;
+    // Emits xs[i] = f(xs[i]) for several registers at once, instruction by instruction
+    // interleaved (the functions are long dependency chains: independent chains side by side run
+    // several times faster). scratch[i] belongs to xs[i]; all registers distinct.
+    void apply_n(JitFn f, const std::vector<Xbyak::Xmm>& xs, const std::vector<std::vector<Xbyak::Xmm>>& scratch,
+                 const Xbyak::Reg64& table) const;
 
 private:
     Xbyak::Address c(int idx) const;  // a table entry as a full-width memory operand
-    void exp_core(const Xbyak::Xmm& x, const Xbyak::Xmm& s0, const Xbyak::Xmm& s1) const;
-    void erfc_core(const Xbyak::Xmm& z, const Xbyak::Xmm& t, const Xbyak::Xmm& q, const Xbyak::Xmm& s0) const;
-    void select_by_sign(const Xbyak::Xmm& dst, const Xbyak::Xmm& if_neg, const Xbyak::Xmm& if_pos,
-                        const Xbyak::Xmm& sign_src) const;
+    void record(JitActRecorder& g, JitFn f, const Xbyak::Xmm& x, const std::vector<Xbyak::Xmm>& s) const;
+    void exp_core(JitActRecorder& g, const Xbyak::Xmm& x, const Xbyak::Xmm& s0, const Xbyak::Xmm& s1,
+                  int lo = -1) const;
+    void erfc_core(JitActRecorder& g, const Xbyak::Xmm& z, const Xbyak::Xmm& t, const Xbyak::Xmm& q,
+                   const Xbyak::Xmm& s0) const;
 
     Xbyak::CodeGenerator& g_;
     bool zmm_;

@@ -41,20 +41,6 @@ int64_t extent(const char* fn, const char* what, int64_t rows, int64_t cols, int
     return checked_add(fn, what, checked_mul(fn, what, rows - 1, ld), cols);
 }
 
-struct Span {
-    const char* name;
-    const void* p;
-    int64_t bytes;
-};
-
-void check_no_overlap(const char* fn, const Span& c, const Span& in) {
-    if (!c.p || !in.p || c.bytes == 0 || in.bytes == 0) return;
-    const auto c0 = reinterpret_cast<uintptr_t>(c.p), i0 = reinterpret_cast<uintptr_t>(in.p);
-    if (c0 < i0 + static_cast<uintptr_t>(in.bytes) && i0 < c0 + static_cast<uintptr_t>(c.bytes))
-        fail_arg(fn, c.name, ptr_str(c.p),
-                 std::string("overlaps ") + in.name + "=" + ptr_str(in.p) + " (the output must not alias an input)");
-}
-
 GemmSpec make_spec(const GemmDesc& d) {
     GemmSpec s;
     s.M = d.M, s.N = d.N, s.K = d.K;
@@ -163,19 +149,56 @@ GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc) {
     return make_spec(d);
 }
 
-void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed) {
-    const bool any = s.M > 0 && s.N > 0;  // otherwise nothing is read or written
-    const bool ab = any && s.K > 0;
+GemmExtents gemm_extents(const char* fn, const GemmSpec& s) {
+    GemmExtents x;
+    if (s.M == 0 || s.N == 0) return x;  // nothing is read or written
     const bool an = s.trans_a == Trans::N, bn = s.trans_b == Trans::N;
-    if (ab) check_not_null(fn, "A", a.A);
-    if (ab && !b_packed) check_not_null(fn, "B", a.B);
-    if (any) check_not_null(fn, "C", a.C);
-    if (any && s.epilogue.bias) check_not_null(fn, "bias", a.bias);
-    if (any && s.epilogue.residual) check_not_null(fn, "residual", a.residual);
-    const bool dequant = s.int8() && s.c_type == DType::f32;
+    x.c = extent(fn, "M*ldc", s.M, s.N, s.ldc) * dtype_size(s.c_type);
+    if (s.K > 0) {
+        x.a = extent(fn, "lda", an ? s.M : s.K, an ? s.K : s.M, s.lda) * dtype_size(s.a_type);
+        x.b = extent(fn, "ldb", bn ? s.K : s.N, bn ? s.N : s.K, s.ldb) * dtype_size(s.b_type);
+    }
+    if (s.epilogue.bias) x.bias = s.N * 4;
+    if (s.epilogue.residual) x.res = extent(fn, "ld_residual", s.M, s.N, s.ld_residual) * dtype_size(s.residual_type);
+    if (s.int8() && s.c_type == DType::f32) x.b_scales = (s.b_scale_per_channel ? s.N : 1) * 4;
+    return x;
+}
+
+namespace {
+
+// The output's bytes [C, C + c_bytes) must not meet an input's [p, p + bytes) (both non-empty).
+inline bool overlaps(const void* c, int64_t c_bytes, const void* p, int64_t bytes) {
+    const auto c0 = reinterpret_cast<uintptr_t>(c), i0 = reinterpret_cast<uintptr_t>(p);
+    return p && bytes > 0 && c0 < i0 + static_cast<uintptr_t>(bytes) && i0 < c0 + static_cast<uintptr_t>(c_bytes);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fail_overlap(const char* fn, const void* c, const char* name,
+                                                               const void* p) {
+    fail_arg(fn, "C", ptr_str(c),
+             std::string("overlaps ") + name + "=" + ptr_str(p) + " (the output must not alias an input)");
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fail_null(const char* fn, const char* arg) {
+    fail_arg(fn, arg, "null", "must not be a null pointer");
+}
+
+}  // namespace
+
+// Cheap on the common path (a plan runs it per call): compares and branches only; the messages
+// are built out of line when something is wrong.
+__attribute__((always_inline)) inline void check_args_inline(const char* fn, const GemmSpec& s, const GemmExtents& x,
+                                                             const GemmArgs& a, bool b_packed) {
+    const bool any = x.c > 0;  // M > 0 and N > 0: otherwise nothing is read or written
+    const bool ab = any && s.K > 0;
+    if (ab && !a.A) fail_null(fn, "A");
+    if (ab && !b_packed && !a.B) fail_null(fn, "B");
+    if (any && !a.C) fail_null(fn, "C");
+    if (any && s.epilogue.bias && !a.bias) fail_null(fn, "bias");
+    if (any && s.epilogue.residual && !a.residual) fail_null(fn, "residual");
+    const bool dequant = x.b_scales > 0;
     if (any && dequant) {
-        check_not_null(fn, "a_scale", a.a_scale);
-        check_not_null(fn, "b_scales", a.b_scales);
+        if (!a.a_scale) fail_null(fn, "a_scale");
+        if (!a.b_scales) fail_null(fn, "b_scales");
     }
     if (s.int8()) {
         if (s.a_type == DType::u8)
@@ -185,26 +208,61 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
         check_range(fn, "b_zero_point", a.b_zero_point, -128, 127);
     }
     if (!any) return;
-
-    const int64_t as = dtype_size(s.a_type), bs = dtype_size(s.b_type), cs = dtype_size(s.c_type);
-    const Span c{"C", a.C, extent(fn, "M*ldc", s.M, s.N, s.ldc) * cs};
-    check_no_overlap(fn, c, {"A", ab ? a.A : nullptr, extent(fn, "lda", an ? s.M : s.K, an ? s.K : s.M, s.lda) * as});
-    if (!b_packed)
-        check_no_overlap(fn, c, {"B", ab ? a.B : nullptr, extent(fn, "ldb", bn ? s.K : s.N, bn ? s.N : s.K, s.ldb) * bs});
-    if (s.epilogue.bias) check_no_overlap(fn, c, {"bias", a.bias, s.N * 4});
-    if (s.epilogue.residual)
-        check_no_overlap(fn, c, {"residual", a.residual,
-                                 extent(fn, "ld_residual", s.M, s.N, s.ld_residual) * dtype_size(s.residual_type)});
+    if (ab && overlaps(a.C, x.c, a.A, x.a)) fail_overlap(fn, a.C, "A", a.A);
+    if (ab && !b_packed && overlaps(a.C, x.c, a.B, x.b)) fail_overlap(fn, a.C, "B", a.B);
+    if (overlaps(a.C, x.c, a.bias, x.bias)) fail_overlap(fn, a.C, "bias", a.bias);
+    if (overlaps(a.C, x.c, a.residual, x.res)) fail_overlap(fn, a.C, "residual", a.residual);
     if (dequant) {
-        check_no_overlap(fn, c, {"a_scale", a.a_scale, 4});
-        check_no_overlap(fn, c, {"b_scales", a.b_scales, (s.b_scale_per_channel ? s.N : 1) * 4});
+        if (overlaps(a.C, x.c, a.a_scale, 4)) fail_overlap(fn, a.C, "a_scale", a.a_scale);
+        if (overlaps(a.C, x.c, a.b_scales, x.b_scales)) fail_overlap(fn, a.C, "b_scales", a.b_scales);
     }
 }
 
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, const GemmArgs& a, bool b_packed) {
+    check_args_inline(fn, s, x, a, b_packed);
+}
+
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed) {
+    check_args_inline(fn, s, gemm_extents(fn, s), a, b_packed);
+}
+
+__attribute__((always_inline)) inline bool gemm_args_ok(const GemmPlanState& st, const GemmArgs& a, bool b_packed) {
+    const GemmExtents& x = st.extents;
+    if (st.spec.int8()) return false;  // zero points and scales: the full check
+    if (x.c == 0) return true;         // nothing is read or written
+    const uintptr_t c0 = reinterpret_cast<uintptr_t>(a.C), c1 = c0 + static_cast<uintptr_t>(x.c);
+    // Bad: a needed pointer is null, or it overlaps C (bytes > 0 and the ranges meet).
+    auto bad = [&](const void* p, int64_t bytes) {
+        const uintptr_t p0 = reinterpret_cast<uintptr_t>(p);
+        return (p0 == 0) | ((p0 < c1) & (c0 < p0 + static_cast<uintptr_t>(bytes)));
+    };
+    bool b = c0 == 0;
+    if (x.a > 0) b |= bad(a.A, x.a);
+    if (x.b > 0 && !b_packed) b |= bad(a.B, x.b);
+    if (x.bias > 0) b |= bad(a.bias, x.bias);
+    if (x.res > 0) b |= bad(a.residual, x.res);
+    return !b;
+}
+
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
-    static const Registry<GemmSpec, GemmKernel> r("gemm", {
-                                                              {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
-                                                          });
+    // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
+    // small N or short K (no A packing), then the blocked kernel; the reference takes everything
+    // else (bf16, int8, empty shapes).
+    static const Registry<GemmSpec, GemmKernel> r(
+        "gemm",
+        {
+            {"jit:avx512:small", Isa::avx512, gemm_small_supports,
+             [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
+            {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },
+             [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx512); }},
+            {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
+            {"jit:avx2:small", Isa::avx2, gemm_small_supports,
+             [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx2); }},
+            {"jit:avx2:direct", Isa::avx2, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx2); },
+             [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx2); }},
+            {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
+            {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
+        });
     return r;
 }
 
@@ -244,6 +302,8 @@ GemmPlan::GemmPlan(const GemmDesc& desc) {
     kernel_ = sel.kernel;
     impl_name_ = sel.impl->name;
     pack_layout_ = kernel_->packed_layout();
+    state_ = std::make_shared<const detail::GemmPlanState>(
+        detail::GemmPlanState{s, detail::gemm_extents("xk::GemmPlan", s), kernel_->fast_path()});
 }
 
 GemmPlan::~GemmPlan() = default;
@@ -251,10 +311,13 @@ GemmPlan::~GemmPlan() = default;
 void GemmPlan::run(const GemmArgs& args) const {
     constexpr const char* fn = "xk::GemmPlan::run";
     if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
-    const detail::GemmSpec s = detail::make_spec(desc_);
-    detail::gemm_check_args(fn, s, args, false);
-    if (s.M == 0 || s.N == 0) return;
-    kernel_->run(detail::make_call(desc_, args, nullptr));
+    const detail::GemmPlanState& st = *state_;
+    if (!detail::gemm_args_ok(st, args, false)) detail::check_args_inline(fn, st.spec, st.extents, args, false);
+    if (st.extents.c == 0) return;  // M or N is 0
+    if (st.fast.fn)
+        st.fast.fn(st.fast.ctx, args, desc_.alpha, desc_.beta);
+    else
+        kernel_->run(detail::make_call(desc_, args, nullptr));
 }
 
 void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
@@ -266,9 +329,9 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
         detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
                          "was packed for another plan: this plan (" + std::string(impl_name_) + ") needs layout '" +
                              pack_layout_ + "' (pack B with this plan's pack_b)");
-    const detail::GemmSpec s = detail::make_spec(desc_);
-    detail::gemm_check_args(fn, s, args, true);
-    if (s.M == 0 || s.N == 0) return;
+    const detail::GemmPlanState& st = *state_;
+    if (!detail::gemm_args_ok(st, args, true)) detail::check_args_inline(fn, st.spec, st.extents, args, true);
+    if (st.extents.c == 0) return;  // M or N is 0
     kernel_->run(detail::make_call(desc_, args, packed_b.data_.get()));
 }
 

@@ -54,8 +54,18 @@ struct GemmCall {
     const GemmPacked* packed_b = nullptr;  // non-null: use it instead of args.B
 };
 
+// A kernel's optional direct entry for plain runs (B unpacked): fn(ctx, args, alpha, beta) does
+// what run() would, without building a GemmCall or a virtual call — for kernels whose whole call
+// costs nanoseconds (the small JIT kernel). fn == nullptr: none.
+struct GemmFastPath {
+    void (*fn)(const void* ctx, const GemmArgs& args, float alpha, float beta) = nullptr;
+    const void* ctx = nullptr;
+};
+
 struct GemmKernel {
     virtual ~GemmKernel() = default;
+    // The direct entry, if the kernel has one (valid as long as the kernel lives).
+    virtual GemmFastPath fast_path() const { return {}; }
     // Computes the whole problem (threads itself with detail::parallel_for).
     virtual void run(const GemmCall& call) const = 0;
     // B (b_type, trans_b, ldb of the spec) in this kernel's layout.
@@ -68,7 +78,24 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry();
 
 // Validation shared by the entry points; `fn` names the entry point in messages.
 GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc);
+// Bytes each operand spans (0 where nothing is read / written), from a validated spec.
+struct GemmExtents {
+    int64_t a = 0, b = 0, c = 0, bias = 0, res = 0, b_scales = 0;
+};
+GemmExtents gemm_extents(const char* fn, const GemmSpec& s);
+// Pointer checks of one call (null pointers, zero points, C overlapping an input).
+void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, const GemmArgs& a, bool b_packed);
 void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed);
+
+// What a plan computes once so that run() only compares pointers.
+struct GemmPlanState {
+    GemmSpec spec;
+    GemmExtents extents;
+    GemmFastPath fast;  // the kernel's direct entry for plain runs, if any
+};
+// All of gemm_check_args' checks for a float (not int8) spec, branch-free: true when the
+// arguments pass. (A plan runs this per call and the full check, for its message, only if not.)
+bool gemm_args_ok(const GemmPlanState& st, const GemmArgs& a, bool b_packed);
 
 // Reference (the specification): the plain loops, threaded over rows of C. Its packed form of B
 // is op(B) copied into a contiguous K x N array of b_type.
@@ -76,5 +103,18 @@ void gemm_reference(const GemmSpec& s, const GemmCall& call);
 std::shared_ptr<const GemmPacked> gemm_reference_pack_b(const GemmSpec& s, const void* B);
 std::string gemm_reference_packed_layout(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
+
+// fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). bf16 / int8 stay on the
+// reference (their supports() are false for them).
+//   blocked (jit_gemm.cpp): packed A and B, cache blocking, threads over the (M, N) tile grid
+bool gemm_jit_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
+//   small (jit_gemm_small.cpp): M, N, K <= 64, generated for the exact shape, no packing
+bool gemm_small_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa);
+//   direct (jit_gemm_small.cpp): the same code for any M where B is small (K x N within 40% of
+//   L2, one K block): tall-skinny and medium shapes, threaded over M
+bool gemm_direct_supports(const GemmSpec& s, Isa isa);
+std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa);
 
 }  // namespace xk::detail

@@ -1,0 +1,264 @@
+// Blocked fp32 GEMM (BLIS-style) around the generated microkernel (jit_gemm_ukernel.cpp).
+//
+// Blocking (derived from xk::cpu_info()'s cache sizes):
+//   kc  K block: a kc x NR packed B panel fills 3/4 of L1 (AVX2, 32 KiB L1: 384 — fewer passes
+//       over C than half of L1 gave, at the same microkernel speed); K is split into equal
+//       blocks of at most that (rounded to 8), so e.g. K = 768 runs as 2 x 384.
+//   mc  A block: mc x kc packed A fills half of L2 (512 KiB: 168 rows = 28 panels of 6),
+//       balanced over the part of M a thread owns.
+//   nc  B block: kc x nc packed B fills half of this core's share of L3.
+// Loops per thread: jc (nc) > pc (kc: pack B, unless prepacked) > ic (mc: pack A) > jr (NR
+// columns: one microkernel call runs every MR-row panel of the A block against this B panel).
+// K blocks: the first applies beta, later ones accumulate into C, the last one runs the rest of
+// the epilogue (bias, activation, residual) — a single block does everything in one pass.
+// Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
+// split with the least (compute + packing) per thread; fewer threads when the work is small.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/parallel.hpp"
+#include "kernels/gemm/jit_gemm_common.hpp"
+#include "kernels/gemm/jit_gemm_ukernel.hpp"
+#include "xk/runtime.hpp"
+
+namespace xk::detail {
+namespace {
+
+// Below this many multiply-adds per thread, adding a thread costs more than it gains.
+constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+struct Caches {
+    int64_t l1, l2, l3;  // bytes available to one core
+};
+
+Caches caches() {
+    const CpuInfo& ci = cpu_info();
+    Caches c;
+    c.l1 = ci.l1d_bytes > 0 ? ci.l1d_bytes : 32 * 1024;
+    c.l2 = ci.l2_bytes > 0 ? ci.l2_bytes / std::max(1, ci.l2_shared_by) : 256 * 1024;
+    c.l3 = ci.l3_bytes > 0 ? ci.l3_bytes / std::max(1, ci.l3_shared_by) : 1024 * 1024;
+    c.l2 = std::max<int64_t>(c.l2, 64 * 1024);
+    c.l3 = std::max<int64_t>(c.l3, c.l2);
+    return c;
+}
+
+int64_t kc_for(const GemmGeometry& g, int64_t K) {
+    const int64_t kc_max = std::clamp<int64_t>(caches().l1 * 3 / 4 / (g.nr * 4) / 8 * 8, 64, 512);
+    const int64_t nkb = ceil_div(K, kc_max);
+    return std::min(kc_max, round_up(ceil_div(K, nkb), 8));
+}
+
+enum Phase { kOnly = 0, kFirst = 1, kMiddle = 2, kLast = 3 };
+
+class JitGemm final : public GemmKernel {
+public:
+    JitGemm(const GemmSpec& s, Isa isa) : s_(s), g_(gemm_geometry(isa)), layout_(gemm_b_layout(isa, s.K, s.N)) {
+        const Caches c = caches();
+        kc_ = layout_.kc;
+        nkb_ = ceil_div(s.K, kc_);
+        mc_ = std::clamp<int64_t>(c.l2 / 2 / (kc_ * 4) / g_.mr * g_.mr, g_.mr, 1024);
+        // A short K makes each C tile's stores the bulk of the work: keep the C block a column
+        // strip sweeps (mc rows x N) within L2, so that its lines and pages stay cached / mapped
+        // (tall strips over a wide C walk a new page per row). Measured on 2048 x 2048 x 16.
+        if (s.K <= 64)
+            mc_ = std::clamp<int64_t>(c.l2 / (std::min<int64_t>(s.N, 8192) * 4) / g_.mr * g_.mr, 8 * g_.mr, mc_);
+        nc_ = std::clamp<int64_t>(c.l3 / 2 / (kc_ * 4) / g_.nr * g_.nr, g_.nr, 8192);
+
+        const GemmEpi full = gemm_epi(s);
+        GemmEpi epi[4];
+        epi[kOnly] = full;
+        epi[kFirst] = GemmEpi{full.alpha_one, full.beta, false, Activation::none, DType::s32};
+        epi[kMiddle] = GemmEpi{full.alpha_one, BetaKind::one, false, Activation::none, DType::s32};
+        epi[kLast] = GemmEpi{full.alpha_one, BetaKind::one, full.bias, full.act, full.residual};
+        const int m_tail = static_cast<int>(s.M % g_.mr), n_tail = static_cast<int>(s.N % g_.nr);
+        for (int ph = 0; ph < 4; ++ph) {
+            const bool used = nkb_ == 1 ? ph == kOnly : (ph != kOnly && (ph != kMiddle || nkb_ > 2));
+            if (!used) continue;
+            for (int mt = 0; mt < 2; ++mt) {
+                const int mr = mt ? m_tail : g_.mr;
+                if (mr == 0 || (mt == 0 && s.M < g_.mr)) continue;
+                for (int nt = 0; nt < 2; ++nt) {
+                    const int ncols = nt ? n_tail : g_.nr;
+                    if (ncols == 0 || (nt == 0 && s.N < g_.nr)) continue;
+                    GemmUkSpec us;
+                    us.isa = g_.isa, us.mr = mr, us.ncols = ncols, us.epi = epi[ph];
+                    uk_[ph][mt][nt] = gemm_ukernel(us);
+                }
+            }
+        }
+    }
+
+    void run(const GemmCall& call) const override {
+        alignas(64) GemmScalars sc;
+        sc.set(call.alpha, call.beta);
+        const int64_t M = s_.M, N = s_.N, K = s_.K, MR = g_.mr, NR = g_.nr;
+        const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
+        const bool prepacked = call.packed_b != nullptr;
+
+        // Threads and the pm x pn split of the tile grid.
+        const double macs = double(M) * double(N) * double(K);  // (the product may leave int64)
+        int nthr = static_cast<int>(std::clamp<double>(macs / double(kMinMacsPerThread), 1.0, get_num_threads()));
+        // The split with the least estimated time per thread: its tile rectangle's FMAs plus the
+        // packing of its A rows and (unless prepacked) B columns. Fewer threads if the grid is
+        // too small for them.
+        int pm = 1, pn = 1;
+        double best = -1;
+        for (int t = nthr; t >= 1 && best < 0; --t) {
+            nthr = t;
+            for (int a = 1; a <= t; ++a) {
+                if (t % a) continue;
+                const int b = t / a;
+                if (a > mt || b > nt) continue;
+                const double mp = double(ceil_div(mt, a) * MR), np = double(ceil_div(nt, b) * NR);
+                const double cost = mp * np / 16.0 + (mp + (prepacked ? 0.0 : np)) / 4.0;
+                if (best < 0 || cost < best) best = cost, pm = a, pn = b;
+            }
+        }
+        // With several threads, three times as many parts as threads, handed out as threads
+        // become free: a thread slowed down (a busy core, another process) takes fewer. The
+        // extra cuts go where re-packing is cheaper: across N when A (M x K) is the smaller
+        // operand to pack again (or B is prepacked and cutting M is free), else across M.
+        if (nthr > 1) {
+            constexpr int kExtra = 3;
+            const bool cut_n = !prepacked && M <= N;
+            if (cut_n && nt >= 2 * kExtra * pn)
+                pn *= kExtra;
+            else if (mt >= 2 * kExtra * pm)
+                pm *= kExtra;
+            else if (nt >= 2 * kExtra * pn)
+                pn *= kExtra;
+        }
+        const int parts = pm * pn;
+        auto part = [&](int64_t t) {
+            const int64_t i = t / pn, j = t % pn;
+            const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
+            const int64_t n0 = std::min(N, j * nt / pn * NR), n1 = std::min(N, (j + 1) * nt / pn * NR);
+            if (m0 < m1 && n0 < n1) run_part(call, sc, m0, m1, n0, n1);
+        };
+        if (nthr <= 1 || parts == 1) {
+            for (int t = 0; t < parts; ++t) part(t);
+        } else {
+            std::atomic<int64_t> next{0};
+            parallel_for(nthr, 1, [&](int64_t, int64_t) {
+                for (int64_t t = next.fetch_add(1); t < parts; t = next.fetch_add(1)) part(t);
+            });
+        }
+    }
+
+    std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return gemm_jit_pack_b(s_, layout_, B); }
+    std::string packed_layout() const override { return layout_.name; }
+
+private:
+    void run_part(const GemmCall& call, const GemmScalars& sc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+        const GemmSpec& s = s_;
+        const int64_t N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
+        const bool at = s.trans_a == Trans::T, bt = s.trans_b == Trans::T;
+        const auto* A = static_cast<const float*>(call.args.A);
+        const auto* B = static_cast<const float*>(call.args.B);
+        auto* C = static_cast<float*>(call.args.C);
+        const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) : nullptr;
+        const auto* res = static_cast<const unsigned char*>(call.args.residual);
+        const int64_t res_es = dtype_size(s.residual_type);
+        const int64_t ldr_bytes = s.ld_residual * res_es;
+
+        // Balanced A blocks over this part's rows.
+        const int64_t mparts = ceil_div(m1 - m0, mc_);
+        const int64_t mc = std::min(mc_, round_up(ceil_div(m1 - m0, mparts), MR));
+        float* bufA = gemm_thread_buffer(0, static_cast<size_t>(mc * kc_ + kPackSlack));
+        float* bufB = packed ? nullptr
+                             : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
+
+        GemmUkArgs ua;
+        ua.ldc = s.ldc * 4;
+        ua.ldr = ldr_bytes;
+        ua.scal = &sc;
+        for (int64_t jc = n0; jc < n1; jc += nc_) {
+            const int64_t ncb = std::min(nc_, n1 - jc);
+            for (int64_t kb = 0; kb < nkb_; ++kb) {
+                const int64_t pc = kb * kc_, kcb = std::min(kc_, K - pc);
+                const int ph = nkb_ == 1 ? kOnly : kb == 0 ? kFirst : kb == nkb_ - 1 ? kLast : kMiddle;
+                const float* Bp;
+                if (packed) {
+                    Bp = packed + layout_.offset(pc, jc / NR, kcb);
+                } else {
+                    gemm_pack_b(bt ? B + jc * s.ldb + pc : B + pc * s.ldb + jc, s.ldb, bt, kcb, ncb, static_cast<int>(NR),
+                                bufB);
+                    Bp = bufB;
+                }
+                ua.kc = kcb;
+                for (int64_t ic = m0; ic < m1; ic += mc) {
+                    const int64_t mcb = std::min(mc, m1 - ic);
+                    gemm_pack_a(at ? A + pc * s.lda + ic : A + ic * s.lda + pc, s.lda, at, mcb, kcb, static_cast<int>(MR),
+                                bufA);
+                    const int64_t full = mcb / MR, mrest = mcb % MR;
+                    for (int64_t jr = 0; jr < ncb; jr += NR) {
+                        const int64_t n = jc + jr;
+                        const int nt = N - n < NR ? 1 : 0;
+                        ua.b = Bp + (jr / NR) * kcb * NR;
+                        ua.bias = call.args.bias ? call.args.bias + n : nullptr;
+                        if (full) {
+                            ua.a = bufA;
+                            ua.c = C + ic * s.ldc + n;
+                            ua.res = res ? res + (ic * s.ld_residual + n) * res_es : nullptr;
+                            ua.m_panels = full;
+                            uk_[ph][0][nt]->fn(&ua);
+                        }
+                        if (mrest) {
+                            const int64_t r = ic + full * MR;
+                            ua.a = bufA + full * kcb * MR;
+                            ua.c = C + r * s.ldc + n;
+                            ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;
+                            ua.m_panels = 1;
+                            uk_[ph][1][nt]->fn(&ua);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    GemmSpec s_;
+    GemmGeometry g_;
+    GemmBLayout layout_;
+    int64_t kc_ = 0, nkb_ = 0, mc_ = 0, nc_ = 0;
+    std::shared_ptr<const GemmUkernel> uk_[4][2][2];  // [phase][m tail][n tail]
+};
+
+}  // namespace
+
+GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N) {
+    const GemmGeometry g = gemm_geometry(isa);
+    GemmBLayout l;
+    l.K = K, l.N = N, l.nr = g.nr;
+    l.kc = K > 0 ? kc_for(g, K) : 8;
+    l.npad = round_up(N, g.nr);
+    l.name = std::string("jit:") + isa_name(g.isa) + ":f32:K" + std::to_string(K) + ":N" + std::to_string(N) + ":kc" +
+             std::to_string(l.kc) + ":nr" + std::to_string(l.nr);
+    return l;
+}
+
+std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* Bv) {
+    auto p = std::make_shared<GemmPacked>(l.name, l.floats() * sizeof(float));
+    if (s.K == 0 || s.N == 0) return p;
+    const auto* B = static_cast<const float*>(Bv);
+    auto* dst = static_cast<float*>(p->data);
+    const bool bt = s.trans_b == Trans::T;
+    for (int64_t pc = 0; pc < s.K; pc += l.kc) {
+        const int64_t kcb = std::min(l.kc, s.K - pc);
+        gemm_pack_b(bt ? B + pc : B + pc * s.ldb, s.ldb, bt, kcb, s.N, static_cast<int>(l.nr), dst + l.offset(pc, 0, kcb));
+    }
+    return p;
+}
+
+bool gemm_jit_supports(const GemmSpec& s) {
+    return s.a_type == DType::f32 && s.b_type == DType::f32 && s.c_type == DType::f32 && s.M > 0 && s.N > 0 && s.K > 0;
+}
+
+std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa) { return std::make_shared<JitGemm>(s, isa); }
+
+}  // namespace xk::detail

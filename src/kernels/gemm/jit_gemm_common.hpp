@@ -1,0 +1,124 @@
+// Shared pieces of the fp32 GEMM JIT kernels (the blocked / packed kernel in jit_gemm.cpp with its
+// microkernel in jit_gemm_ukernel.cpp, and the small-shape kernel in jit_gemm_small.cpp):
+//   - the register-tile geometry per ISA,
+//   - the epilogue class (what the fused store does) and the runtime scalars it reads,
+//   - JitGemmBase: a JitGenerator that emits the fused store of an accumulator tile
+//     (alpha, beta, bias, activation, residual, masked N tails) in one pass over C,
+//   - the packing routines (gemm_pack.cpp) shared by both kernels.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dispatch/jit_generator.hpp"
+#include "kernels/gemm/gemm.hpp"
+
+namespace xk::detail {
+
+// Register tile: mr rows x nr columns of C in accumulators, nr = nv vectors of vlen floats.
+// Chosen from the register file: nv = 2 B vectors, mr = the rows whose accumulators fit beside
+// them and one broadcast register (AVX2, 16 ymm: 6 x 16; AVX-512, 32 zmm with broadcasts from
+// memory: 14 x 32).
+struct GemmGeometry {
+    Isa isa = Isa::avx2;
+    int vlen = 8;     // floats per vector
+    int nvregs = 16;  // vector registers
+    int mr = 6;       // rows of the full tile (and of a packed A panel)
+    int nr = 16;      // columns of the full tile (and of a packed B panel)
+    int nv() const { return nr / vlen; }
+};
+GemmGeometry gemm_geometry(Isa isa);
+// Whether `isa` is one of the two code shapes (avx2 = ymm, avx512 = zmm) of the fp32 JIT kernels.
+inline Isa gemm_code_isa(Isa isa) { return isa >= Isa::avx512 ? Isa::avx512 : Isa::avx2; }
+
+// What the store of one tile does: x = alpha*acc [+ beta*C] [+ bias] [act] [+ residual].
+struct GemmEpi {
+    bool alpha_one = true;
+    BetaKind beta = BetaKind::zero;
+    bool bias = false;
+    Activation act = Activation::none;
+    DType residual = DType::s32;  // s32 = no residual; else f32 or bf16
+    bool has_residual() const { return residual == DType::f32 || residual == DType::bf16; }
+    std::string key() const;
+};
+// The full epilogue of a spec.
+GemmEpi gemm_epi(const GemmSpec& s);
+
+// Runtime scalars of the epilogue, broadcast (AVX2 reads full vectors from memory).
+struct alignas(64) GemmScalars {
+    float alpha[16];
+    float beta[16];
+    void set(float a, float b) {
+        for (int i = 0; i < 16; ++i) alpha[i] = a, beta[i] = b;
+    }
+};
+
+class JitGemmBase : public JitGenerator {
+protected:
+    JitGemmBase(Isa isa, size_t code_bytes);
+
+    Xbyak::Xmm V(int i) const;                       // ymm(i) or zmm(i)
+    static int acc_idx(int i, int j, int nv) { return i * nv + j; }
+
+    // Where the epilogue finds what it needs. c_row points at the tile's row 0; on return it
+    // points at row mr (res_row likewise). Row strides: ldc / ldr (register or memory operand,
+    // bytes: c_row advances row by row), or, when those are null, the compile-time ldc_imm /
+    // ldr_imm (rows addressed by displacement, one add at the end). bias points at the tile's
+    // column 0, scal at a GemmScalars. tbl and gtmp are free general registers.
+    struct EpiRegs {
+        Xbyak::Reg64 c_row, res_row, bias, scal, tbl, gtmp;
+        const Xbyak::Operand* ldc = nullptr;
+        const Xbyak::Operand* ldr = nullptr;
+        int64_t ldc_imm = 0, ldr_imm = 0;
+    };
+    // Bytes of stack the epilogue may spill to at [rsp + spill_offset] for an mr x nv tile.
+    int spill_bytes(int mr, int nv) const { return mr * nv * vlen_ * 4; }
+
+    // Sets up the opmask k1 for a partial last vector of `w` lanes (AVX-512; nothing on AVX2).
+    void set_tail_mask(int w);
+    // Emits the fused store of the mr x nv accumulator tile (acc(i, j) = V(i*nv + j)) whose valid
+    // columns are [0, ncols). Registers V(mr*nv) and above are free (clobbered).
+    void emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, const EpiRegs& r, int spill_offset);
+
+    // Partial vector memory access of w < vlen lanes (k1 must hold the w-lane mask on AVX-512;
+    // on AVX2 `mask` holds it for loads, stores need none).
+    void load_partial(const Xbyak::Xmm& dst, const Xbyak::Address& src, int w, const Xbyak::Xmm& mask);
+    void store_partial(const Xbyak::Address& dst, const Xbyak::Xmm& src, int w, const Xbyak::Xmm& tmp);
+    void load_bf16(const Xbyak::Xmm& dst, const Xbyak::RegExp& src, int w);
+    // ymm mask of w lanes (AVX2), from a static table.
+    void load_avx2_mask(const Xbyak::Xmm& dst, int w, const Xbyak::Reg64& gtmp);
+
+    bool z_ = false;
+    int vlen_ = 8, nvregs_ = 16;
+};
+
+// ---- packing (gemm_pack.cpp; AVX2 code, used by the AVX2 and AVX-512 kernels) -------------------
+
+// op(A) rows [0, m) x k [0, kc) -> panels of MR rows, k-major: dst[p][k][MR] (p = 0..ceil(m/MR)-1).
+// A points at op(A)[0, 0] of the block: A[r*lda + k] (trans_a N) or A[k*lda + r] (trans_a T).
+// Rows of the last panel beyond m are left unspecified (the kernel never reads them). dst needs
+// kPackSlack floats beyond the panels (vector stores may run past the last one).
+void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst);
+constexpr int64_t kPackSlack = 16;
+// op(B) k [0, kc) x columns [0, n) -> panels of NR columns: dst[p][k][NR]; columns beyond n are 0.
+// B points at op(B)[0, 0] of the block: B[k*ldb + c] (trans_b N) or B[c*ldb + k] (trans_b T).
+void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst);
+
+// The packed B of the JIT kernels (one layout per ISA, shared by the blocked and the small
+// kernel, so one packed weight serves every M): K split into blocks of kc rows (the last may be
+// shorter); block b holds ceil(N/NR) panels of kcb x NR floats (kcb = the block's rows), so the
+// panel p of the block starting at row pc is at pc * npad + p * kcb * NR, npad = ceil(N/NR)*NR.
+struct GemmBLayout {
+    int64_t K = 0, N = 0, kc = 0, nr = 0, npad = 0;
+    std::string name;  // e.g. "jit:avx2:f32:K768:N3072:kc256:nr16"
+    size_t floats() const { return static_cast<size_t>(K * npad); }
+    int64_t offset(int64_t pc, int64_t panel, int64_t kcb) const { return pc * npad + panel * kcb * nr; }
+};
+GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N);
+std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* B);
+
+// A 64-byte aligned per-thread scratch buffer (slot 0 or 1) of at least `floats` floats, reused
+// across calls.
+float* gemm_thread_buffer(int slot, size_t floats);
+
+}  // namespace xk::detail

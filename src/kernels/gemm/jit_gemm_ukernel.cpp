@@ -1,0 +1,164 @@
+// xbyak generator of the blocked GEMM's microkernel (see jit_gemm_ukernel.hpp).
+//
+// Per packed A panel: zero the mr x nv accumulators, prefetch the C tile, run the K loop
+// (unrolled, remainder one step at a time) — each step loads nv B vectors and, per row, broadcasts
+// one A value (AVX2: vbroadcastss into a register, two alternating; AVX-512: embedded {1to16}
+// broadcast operands) into nv FMAs — then the fused store (JitGemmBase::emit_epilogue) and on to
+// the next panel (A and C advance; B is reused from L1).
+#include "kernels/gemm/jit_gemm_ukernel.hpp"
+
+#include <cstddef>
+
+#include "dispatch/kernel_cache.hpp"
+#include "dispatch/verbose.hpp"
+
+namespace xk::detail {
+
+using namespace Xbyak;
+
+std::string GemmUkSpec::key() const {
+    return std::string(isa_name(isa)) + ",m" + std::to_string(mr) + "n" + std::to_string(ncols) + "," + epi.key();
+}
+
+namespace {
+
+class JitGemmUk : public JitGemmBase {
+public:
+    explicit JitGemmUk(const GemmUkSpec& s) : JitGemmBase(s.isa, 64 * 1024) { generate(s); }
+
+private:
+    void generate(const GemmUkSpec& s) {
+        const GemmGeometry g = gemm_geometry(s.isa);
+        const int MR = g.mr, NR = g.nr, vl = g.vlen;
+        const int mr = s.mr;
+        const int nv = (s.ncols + vl - 1) / vl;
+        const int w_last = s.ncols - (nv - 1) * vl;
+        const int U = z_ ? 4 : 8;         // K unroll
+        const int kPrefetchA = 16 * MR * 4;  // bytes ahead in the A panel stream
+
+        const Reg64 rP = rdi, rA = rsi, rB = rdx, rBk = rcx, rC = r8, rK = r9, rLdc = r10, rMp = r11, rRes = r12,
+                    rBias = r13, rTbl = r14, rScal = r15, rTmp = rax, rBn = rbx;
+        preamble({rbx, r12, r13, r14, r15});
+        push(rbp);
+        mov(rbp, rsp);
+        and_(rsp, -64);
+        const int spill = (spill_bytes(mr, nv) + 63) / 64 * 64;
+        if (spill) sub(rsp, spill);
+
+        mov(rA, ptr[rP + offsetof(GemmUkArgs, a)]);
+        mov(rB, ptr[rP + offsetof(GemmUkArgs, b)]);
+        mov(rC, ptr[rP + offsetof(GemmUkArgs, c)]);
+        mov(rLdc, ptr[rP + offsetof(GemmUkArgs, ldc)]);
+        mov(rMp, ptr[rP + offsetof(GemmUkArgs, m_panels)]);
+        mov(rBias, ptr[rP + offsetof(GemmUkArgs, bias)]);
+        mov(rRes, ptr[rP + offsetof(GemmUkArgs, res)]);
+        mov(rScal, ptr[rP + offsetof(GemmUkArgs, scal)]);
+        set_tail_mask(w_last);
+
+        const int b_base = mr * nv;  // B vectors after the accumulators, then broadcast registers
+        const int bc_base = b_base + nv;
+        const int nbc = z_ ? 0 : std::min(2, nvregs_ - bc_base);
+        auto acc = [&](int i, int j) { return V(acc_idx(i, j, nv)); };
+        // pf_b: also pull the next B panel (the next call's, packed right after this one) towards
+        // L2, one line per line of this panel consumed: done during the first A panel only.
+        auto body = [&](int steps, bool pf_b) {
+            for (int u = 0; u < steps; ++u) {
+                for (int j = 0; j < nv; ++j) vmovaps(V(b_base + j), ptr[rBk + (u * NR + j * vl) * 4]);
+                if (pf_b)
+                    for (int l = 0; l < NR * 4; l += 64) prefetcht1(ptr[rBn + u * NR * 4 + l]);
+                const int a_off = u * MR * 4;
+                if (u == 0 || a_off / 64 != (a_off - MR * 4) / 64) prefetcht0(ptr[rA + kPrefetchA + a_off]);
+                for (int i = 0; i < mr; ++i) {
+                    const int off = (u * MR + i) * 4;
+                    if (z_) {
+                        for (int j = 0; j < nv; ++j) vfmadd231ps(acc(i, j), V(b_base + j), ptr_b[rA + off]);
+                    } else {
+                        const Xmm bc = V(bc_base + i % nbc);
+                        vbroadcastss(bc, ptr[rA + off]);
+                        for (int j = 0; j < nv; ++j) vfmadd231ps(acc(i, j), V(b_base + j), bc);
+                    }
+                }
+            }
+        };
+
+        const Address ldr = ptr[rP + offsetof(GemmUkArgs, ldr)];
+        EpiRegs er;
+        er.c_row = rC, er.res_row = rRes, er.bias = rBias, er.scal = rScal, er.tbl = rTbl, er.gtmp = rTmp;
+        er.ldc = &rLdc;
+        er.ldr = &ldr;
+        auto panel = [&](bool pf_b) {
+            Label l_k, l_krem, l_k1, l_kdone;
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vxorps(acc(i, j), acc(i, j), acc(i, j));
+            mov(rBk, rB);
+            mov(rK, ptr[rP + offsetof(GemmUkArgs, kc)]);
+            if (pf_b) {
+                imul(rBn, rK, NR * 4);
+                add(rBn, rB);
+            }
+            // C of this tile and of the next panel's (a short K leaves this one too little time).
+            // Prefetches never fault: the rows past the last panel cost nothing.
+            mov(rTmp, rC);
+            for (int i = 0; i < 2 * mr; ++i) {
+                prefetcht0(ptr[rTmp]);
+                if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
+                if (i + 1 < 2 * mr) add(rTmp, rLdc);
+            }
+            cmp(rK, U);
+            jl(l_krem);
+            align(16);
+            L(l_k);
+            body(U, pf_b);
+            add(rA, U * MR * 4);
+            add(rBk, U * NR * 4);
+            if (pf_b) add(rBn, U * NR * 4);
+            sub(rK, U);
+            cmp(rK, U);
+            jge(l_k);
+            L(l_krem);
+            test(rK, rK);
+            jz(l_kdone);
+            L(l_k1);
+            body(1, false);
+            add(rA, MR * 4);
+            add(rBk, NR * 4);
+            dec(rK);
+            jnz(l_k1);
+            L(l_kdone);
+            emit_epilogue(s.epi, mr, nv, s.ncols, er, 0);
+        };
+
+        Label l_panel, l_done;
+        panel(true);
+        dec(rMp);
+        jz(l_done);
+        L(l_panel);
+        panel(false);
+        dec(rMp);
+        jnz(l_panel);
+        L(l_done);
+
+        mov(rsp, rbp);
+        pop(rbp);
+        postamble();
+    }
+};
+
+struct UkImpl final : GemmUkernel {
+    explicit UkImpl(const GemmUkSpec& s) : gen(s) { fn = gen.finalize<GemmUkFn>(); }
+    JitGemmUk gen;
+};
+
+}  // namespace
+
+std::shared_ptr<const GemmUkernel> gemm_ukernel(const GemmUkSpec& s) {
+    const std::string key = "gemm_ukernel|" + s.key();
+    return KernelCache::instance().get_or_create<GemmUkernel>(key, [&]() -> std::shared_ptr<const GemmUkernel> {
+        const double t0 = now_us();
+        auto k = std::make_shared<UkImpl>(s);
+        verbose_log("create", "gemm_ukernel", s.key(), now_us() - t0);
+        return k;
+    });
+}
+
+}  // namespace xk::detail

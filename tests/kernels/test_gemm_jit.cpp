@@ -1,0 +1,431 @@
+// fp32 GEMM: every registry entry this machine can run (the JIT kernels of each ISA, forced one by
+// one, and the reference), against a double-precision oracle written here, over
+//   - every M and N tail: all M, N in 1..17 with a few K (both transposes, alpha / beta classes),
+//   - larger odd sizes (33, 65, 127, 255, 300) and K around the K-block edges (multi-block
+//     accumulation: first / middle / last block epilogues),
+//   - every epilogue (bias, each activation, f32 / bf16 residual) x beta 0 / 1 / other x alpha,
+//   - leading dimensions above the minimum, misaligned pointers (C padding must stay untouched,
+//     padding of the inputs holds NaN so that reading it shows),
+//   - packed and unpacked B (bit-identical), 1 and 2 threads (bit-identical),
+// and the generation of the AVX-512 code even where it cannot run (encodings checked here, the
+// numbers on an AVX-512 machine, where the same sweeps force the avx512 entries).
+//
+// Tolerance per element of C (u = 2^-24), as in test_gemm.cpp:
+//   e0 = 2 (K + 5) u |alpha| sum_k |a_mk b_kn| + 2u (|beta C| + |bias|)
+//   |got - want| <= L e0 + 4u (|x| + |act(x)|) [act other than none / relu] + u (|act(x)| + |res|)
+// with x the value entering the activation and L = 1.2 its slope bound (gelu, silu; 1 otherwise).
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/jit_gemm_common.hpp"
+#include "xk/gemm.hpp"
+#include "xk/runtime.hpp"
+
+using namespace xk;
+
+namespace {
+
+constexpr double kU = 1.0 / 16777216.0;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+double act_d(Activation a, double x) {
+    switch (a) {
+        case Activation::none: return x;
+        case Activation::relu: return x > 0 ? x : 0;
+        case Activation::gelu_erf: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+        case Activation::gelu_tanh: {
+            const double y = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+            return x / (1.0 + std::exp(-2.0 * y));
+        }
+        case Activation::silu: return x / (1.0 + std::exp(-x));
+    }
+    return x;
+}
+
+struct Case {
+    int64_t M = 1, N = 1, K = 1;
+    Trans ta = Trans::N, tb = Trans::N;
+    int64_t pad_a = 0, pad_b = 0, pad_c = 0, pad_r = 0;  // leading dimension above the minimum
+    float alpha = 1, beta = 0;
+    bool bias = false;
+    Activation act = Activation::none;
+    int res = 0;  // 0 none, 1 f32, 2 bf16
+    size_t misalign = 0;  // floats
+    uint64_t seed = 1;
+
+    GemmDesc desc() const {
+        GemmDesc d;
+        d.M = M, d.N = N, d.K = K, d.trans_a = ta, d.trans_b = tb;
+        d.lda = (ta == Trans::N ? K : M) + pad_a;
+        d.ldb = (tb == Trans::N ? N : K) + pad_b;
+        d.ldc = N + pad_c;
+        d.alpha = alpha, d.beta = beta;
+        d.epilogue.bias = bias, d.epilogue.act = act, d.epilogue.residual = res != 0;
+        d.residual_type = res == 2 ? DType::bf16 : DType::f32;
+        d.ld_residual = N + pad_r;
+        return d;
+    }
+    std::string str() const {
+        std::ostringstream os;
+        os << "M=" << M << " N=" << N << " K=" << K << " " << trans_name(ta) << trans_name(tb) << " pads=" << pad_a << "/"
+           << pad_b << "/" << pad_c << "/" << pad_r << " alpha=" << alpha << " beta=" << beta << " bias=" << bias
+           << " act=" << activation_name(act) << " res=" << res << " misalign=" << misalign << " threads=" << get_num_threads();
+        return os.str();
+    }
+};
+
+// Operands with NaN in every padding element, and what the oracle expects.
+struct Problem {
+    Case c;
+    GemmDesc d;
+    int64_t a_rows, a_cols, b_rows, b_cols;
+    test::Buffer<float> A, B, C, bias, Rf;
+    test::Buffer<bf16> Rh;
+    std::vector<float> c0;  // C's buffer before the run
+    std::vector<double> want, tol;
+
+    explicit Problem(const Case& cs) : c(cs), d(cs.desc()) {
+        std::mt19937_64 g(c.seed);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        a_rows = c.ta == Trans::N ? c.M : c.K, a_cols = c.ta == Trans::N ? c.K : c.M;
+        b_rows = c.tb == Trans::N ? c.K : c.N, b_cols = c.tb == Trans::N ? c.N : c.K;
+        auto fill = [&](test::Buffer<float>& buf, int64_t rows, int64_t cols, int64_t ld, size_t mis, bool random) {
+            buf.resize(static_cast<size_t>(rows * ld + 16), mis * 4);
+            for (size_t i = 0; i < buf.size(); ++i) buf[i] = kNaN;
+            if (random)
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t k = 0; k < cols; ++k) buf[r * ld + k] = u(g);
+        };
+        fill(A, a_rows, a_cols, d.lda, c.misalign, true);
+        fill(B, b_rows, b_cols, d.ldb, (c.misalign + 1) % 8, true);
+        fill(C, c.M, c.N, d.ldc, (c.misalign + 2) % 8, c.beta != 0.0f);  // beta = 0: C holds NaN
+        if (c.bias) fill(bias, 1, c.N, c.N, (c.misalign + 3) % 8, true);
+        if (c.res == 1) fill(Rf, c.M, c.N, d.ld_residual, (c.misalign + 5) % 8, true);
+        if (c.res == 2) {
+            Rh.resize(static_cast<size_t>(c.M * d.ld_residual + 16), 2 * ((c.misalign + 3) % 8));
+            for (size_t i = 0; i < Rh.size(); ++i) Rh[i] = bf16(kNaN);
+            for (int64_t m = 0; m < c.M; ++m)
+                for (int64_t n = 0; n < c.N; ++n) Rh[m * d.ld_residual + n] = bf16(u(g));
+        }
+        c0.assign(C.begin(), C.end());
+        oracle();
+    }
+    double a(int64_t m, int64_t k) const { return c.ta == Trans::N ? A[m * d.lda + k] : A[k * d.lda + m]; }
+    double b(int64_t k, int64_t n) const { return c.tb == Trans::N ? B[k * d.ldb + n] : B[n * d.ldb + k]; }
+    double r(int64_t m, int64_t n) const {
+        return c.res == 1 ? Rf[m * d.ld_residual + n] : Rh[m * d.ld_residual + n].to_float();
+    }
+    void oracle() {
+        want.assign(static_cast<size_t>(c.M * c.N), 0.0);
+        tol.assign(want.size(), 0.0);
+        const bool smooth = c.act != Activation::none && c.act != Activation::relu;
+        for (int64_t m = 0; m < c.M; ++m) {
+            for (int64_t n = 0; n < c.N; ++n) {
+                double acc = 0, mag = 0;
+                for (int64_t k = 0; k < c.K; ++k) {
+                    const double p = a(m, k) * b(k, n);
+                    acc += p, mag += std::fabs(p);
+                }
+                double x = c.alpha * acc, e = 2 * (c.K + 5) * kU * std::fabs(c.alpha) * mag;
+                if (c.beta != 0.0f) {
+                    const double bc = double(c.beta) * C[m * d.ldc + n];
+                    x += bc, e += 2 * kU * std::fabs(bc);
+                }
+                if (c.bias) x += bias[n], e += 2 * kU * std::fabs(bias[n]);
+                double v = act_d(c.act, x);
+                e = (smooth ? 1.2 : 1.0) * e + (smooth ? 4 * kU * (std::fabs(x) + std::fabs(v)) : 0.0);
+                if (c.res) e += kU * (std::fabs(v) + std::fabs(r(m, n))), v += r(m, n);
+                want[m * c.N + n] = v;
+                tol[m * c.N + n] = e + 1e-30;
+            }
+        }
+    }
+    GemmArgs args() const {
+        GemmArgs g;
+        g.A = A.data(), g.B = B.data(), g.C = const_cast<float*>(C.data());
+        g.bias = c.bias ? bias.data() : nullptr;
+        g.residual = c.res == 1 ? static_cast<const void*>(Rf.data()) : c.res == 2 ? static_cast<const void*>(Rh.data()) : nullptr;
+        return g;
+    }
+    void reset_c() { std::copy(c0.begin(), c0.end(), C.begin()); }
+    std::vector<float> c_copy() const { return {C.data(), C.data() + C.size()}; }
+
+    ::testing::AssertionResult check(const std::string& what) const {
+        int bad = 0;
+        std::ostringstream msg;
+        for (int64_t m = 0; m < c.M; ++m)
+            for (int64_t n = 0; n < c.N; ++n) {
+                const double got = C[m * d.ldc + n], w = want[m * c.N + n];
+                if (!(std::fabs(got - w) <= tol[m * c.N + n]) && bad++ < 4)
+                    msg << "\n  C[" << m << "," << n << "] got " << got << " want " << w << " tol " << tol[m * c.N + n];
+            }
+        for (size_t i = 0; i < C.size(); ++i) {
+            const int64_t row = static_cast<int64_t>(i) / d.ldc, col = static_cast<int64_t>(i) % d.ldc;
+            if (row < c.M && col < c.N) continue;
+            const float x = C[i], y = c0[i];
+            if (std::memcmp(&x, &y, 4) != 0) {
+                if (bad++ < 4) msg << "\n  C buffer element " << i << " outside the matrix changed";
+                break;
+            }
+        }
+        if (bad == 0) return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure() << what << ": " << bad << " bad elements, " << c.str() << msg.str();
+    }
+};
+
+using Impl = detail::Impl<detail::GemmSpec, detail::GemmKernel>;
+
+std::map<std::string, int>& runs_per_impl() {
+    static std::map<std::string, int> m;
+    return m;
+}
+
+// The registry entries this machine can run.
+std::vector<const Impl*> runnable_impls() {
+    std::vector<const Impl*> v;
+    for (const Impl& i : detail::gemm_registry().impls())
+        if (isa_supported(i.isa)) v.push_back(&i);
+    return v;
+}
+
+// Runs one case through every runnable implementation that supports it: unpacked, then packed
+// (bit-identical). Returns how many implementations ran.
+int run_all(const Case& c) {
+    Problem p(c);
+    const GemmDesc d = c.desc();
+    const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
+    int ran = 0;
+    for (const Impl* impl : runnable_impls()) {
+        if (impl->supports && !impl->supports(spec)) continue;
+        ++ran;
+        ++runs_per_impl()[impl->name];
+        xk::test::exercised_isas().insert(impl->isa);
+        const auto k = detail::gemm_registry().get(spec, *impl).kernel;
+        detail::GemmCall call;
+        call.args = p.args();
+        call.alpha = c.alpha, call.beta = c.beta;
+        p.reset_c();
+        k->run(call);
+        EXPECT_TRUE(p.check(impl->name));
+        const std::vector<float> unpacked = p.c_copy();
+        const auto packed = k->pack_b(p.B.data());
+        EXPECT_EQ(packed->layout, k->packed_layout());
+        call.args.B = nullptr;
+        call.packed_b = packed.get();
+        p.reset_c();
+        k->run(call);
+        EXPECT_TRUE(std::memcmp(unpacked.data(), p.C.data(), unpacked.size() * 4) == 0)
+            << impl->name << ": packed B differs from unpacked, " << c.str();
+        if (::testing::Test::HasFailure()) return ran;
+    }
+    return ran;
+}
+
+struct ThreadsGuard {
+    ~ThreadsGuard() { set_num_threads(0); }
+};
+
+const Activation kActs[] = {Activation::none, Activation::relu, Activation::gelu_erf, Activation::gelu_tanh,
+                            Activation::silu};
+
+}  // namespace
+
+TEST(GemmJit, EveryMAndNTail) {
+    const float alphas[] = {1.0f, -1.5f};
+    const float betas[] = {0.0f, 1.0f, 0.75f};
+    int idx = 0;
+    for (int64_t K : {1, 7, 16}) {
+        for (int64_t M = 1; M <= 17; ++M) {
+            for (int64_t N = 1; N <= 17; ++N, ++idx) {
+                Case c;
+                c.M = M, c.N = N, c.K = K;
+                c.ta = idx % 2 ? Trans::T : Trans::N;
+                c.tb = (idx / 2) % 2 ? Trans::T : Trans::N;
+                c.alpha = alphas[idx % 2];
+                c.beta = betas[idx % 3];
+                c.pad_a = idx % 3, c.pad_b = (idx / 3) % 2 * 5, c.pad_c = idx % 4 == 0 ? 3 : 0;
+                c.misalign = static_cast<size_t>(idx % 5);
+                c.seed = static_cast<uint64_t>(idx);
+                ASSERT_GE(run_all(c), 2) << c.str();  // a JIT kernel beside the reference
+            }
+        }
+    }
+}
+
+TEST(GemmJit, LargerOddSizesAndKBlocks) {
+    const int64_t sizes[] = {33, 65, 127, 255, 300};
+    int idx = 0;
+    // A sample of (M, N, K) from the sizes: every size in every position, mixed.
+    for (int i = 0; i < 5; ++i) {
+        for (int j = 0; j < 5; ++j) {
+            if ((i + 2 * j) % 3 != 0 && !(i == 4 && j == 4)) continue;
+            const int64_t M = sizes[i], N = sizes[j], K = sizes[(i + j) % 5];
+            Case c;
+            c.M = M, c.N = N, c.K = K;
+            c.ta = idx % 2 ? Trans::T : Trans::N;
+            c.tb = idx % 3 ? Trans::N : Trans::T;
+            c.beta = idx % 2 ? 0.5f : 0.0f;
+            c.pad_a = 1 + idx % 2, c.pad_b = idx % 3, c.pad_c = 2;
+            c.misalign = static_cast<size_t>(idx % 4);
+            c.seed = 100 + static_cast<uint64_t>(idx++);
+            run_all(c);
+            if (HasFailure()) return;
+        }
+    }
+    // K around the K-block size of each ISA (one, two and three blocks; blocks of uneven size).
+    std::vector<int64_t> ks;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        const int64_t kc = detail::gemm_b_layout(isa, 100000, 16).kc;  // the largest block
+        for (int64_t k : {kc - 1, kc, kc + 1, 2 * kc + 3, 3 * kc - 5}) ks.push_back(k);
+    }
+    for (int64_t K : ks) {
+        Case c;
+        c.M = 13 + idx % 7, c.N = 21 + idx % 11, c.K = K;
+        c.ta = idx % 2 ? Trans::T : Trans::N, c.tb = idx % 3 ? Trans::T : Trans::N;
+        c.beta = idx % 3 == 0 ? 0.0f : idx % 3 == 1 ? 1.0f : -0.5f;
+        c.bias = true, c.act = Activation::gelu_erf, c.res = 1 + idx % 2;
+        c.seed = 200 + static_cast<uint64_t>(idx++);
+        run_all(c);
+        if (HasFailure()) return;
+    }
+}
+
+TEST(GemmJit, EveryEpilogue) {
+    // One shape in the small kernel's range, one with several K blocks, one with M and N tails
+    // across tiles and threads.
+    const int64_t shapes[][3] = {{17, 33, 41}, {29, 45, 700}, {71, 38, 96}};
+    int idx = 0;
+    for (const auto& s : shapes) {
+        for (Activation act : kActs) {
+            for (bool bias : {false, true}) {
+                for (int res : {0, 1, 2}) {
+                    for (float beta : {0.0f, 1.0f, 0.3f}) {
+                        Case c;
+                        c.M = s[0], c.N = s[1], c.K = s[2];
+                        c.act = act, c.bias = bias, c.res = res, c.beta = beta;
+                        c.alpha = idx % 2 ? 1.0f : 0.8f;
+                        c.ta = idx % 3 == 1 ? Trans::T : Trans::N, c.tb = idx % 4 == 2 ? Trans::T : Trans::N;
+                        c.pad_r = idx % 2 ? 0 : 5;
+                        c.misalign = static_cast<size_t>(idx % 3);
+                        c.seed = 300 + static_cast<uint64_t>(idx++);
+                        run_all(c);
+                        if (HasFailure()) return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Through plans: 1 and 2 threads give the same bits (the K accumulation order does not depend on
+// the split), a PackedB serves plans of other M, and each ISA's selection is exercised.
+TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
+    ThreadsGuard tg;
+    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65}, {255, 33, 300}, {40, 64, 64}, {1000, 40, 64}, {301, 60, 200}};
+    int idx = 0;
+    xk::test::for_each_isa([&](Isa) {
+        for (const auto& s : shapes) {
+            Case c;
+            c.M = s[0], c.N = s[1], c.K = s[2];
+            c.tb = idx % 2 ? Trans::T : Trans::N;
+            c.bias = true, c.act = kActs[idx % 5], c.res = idx % 3, c.beta = idx % 2 ? 0.5f : 0.0f;
+            c.misalign = static_cast<size_t>(idx % 3);
+            c.seed = 400 + static_cast<uint64_t>(idx++);
+            SCOPED_TRACE(c.str());
+            Problem p(c);
+            const GemmPlan plan(c.desc());
+            set_num_threads(1);
+            plan.run(p.args());
+            ASSERT_TRUE(p.check(plan.impl_name()));
+            const std::vector<float> one = p.c_copy();
+            set_num_threads(2);
+            p.reset_c();
+            plan.run(p.args());
+            EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "2 threads differ from 1";
+            const PackedB w = plan.pack_b(p.B.data());
+            p.reset_c();
+            GemmArgs a = p.args();
+            a.B = nullptr;
+            plan.run(a, w);
+            EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "packed B differs";
+            // The same packed weights through a plan of another M.
+            Case c2 = c;
+            c2.M = c.M > 1 ? c.M / 2 + 1 : 1;
+            Problem q(c2);
+            std::copy(p.B.begin(), p.B.end(), q.B.begin());
+            q.oracle();
+            GemmArgs qa = q.args();
+            qa.B = nullptr;
+            const GemmPlan plan2(c2.desc());
+            plan2.run(qa, w);
+            EXPECT_TRUE(q.check(std::string("other M, ") + plan2.impl_name()));
+        }
+    });
+}
+
+// Selection: f32 goes to the JIT kernels of the capped ISA (small shapes to the small kernel),
+// bf16 / int8 stay on the reference.
+TEST(GemmJit, Selection) {
+    if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no AVX2";
+    auto pick = [](GemmDesc d) { return std::string(GemmPlan(d).impl_name()); };
+    GemmDesc d;
+    d.M = d.N = d.K = 32;
+    xk::test::for_each_isa([&](Isa isa) {
+        const std::string pre = isa == Isa::scalar ? "ref:scalar" : isa >= Isa::avx512 ? "jit:avx512" : "jit:avx2";
+        EXPECT_EQ(pick(d), isa == Isa::scalar ? pre : pre + ":small");
+        GemmDesc big = d;  // B too large for the direct kernel: blocked
+        big.M = big.N = big.K = 512;
+        EXPECT_EQ(pick(big), pre);
+        GemmDesc direct = d;  // tall-skinny and medium: the direct kernel, threaded over M
+        direct.M = 1000, direct.K = 64;
+        EXPECT_EQ(pick(direct), isa == Isa::scalar ? pre : pre + ":direct");
+        direct.M = direct.N = direct.K = 100;
+        EXPECT_EQ(pick(direct), isa == Isa::scalar ? pre : pre + ":direct");
+        GemmDesc h = d;
+        h.a_type = h.b_type = DType::bf16;
+        EXPECT_EQ(pick(h), "ref:scalar");
+        GemmDesc q = d;
+        q.a_type = DType::u8, q.b_type = DType::s8, q.c_type = DType::s32;
+        EXPECT_EQ(pick(q), "ref:scalar");
+    });
+}
+
+// The AVX-512 (and AVX2) code is generated for a spread of shapes and epilogues even where it
+// cannot run: xbyak rejects invalid operand combinations at generation.
+TEST(GemmJit, GeneratesEveryIsaVariant) {
+    int idx = 0;
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {23, 23, 23}, {64, 64, 64}, {7, 33, 5},
+                                                               {30, 17, 64}, {100, 70, 600}, {15, 47, 9},
+                                                               {500, 64, 100}, {77, 30, 131}}) {
+            for (Activation act : kActs) {
+                Case c;
+                c.M = s[0], c.N = s[1], c.K = s[2];
+                c.act = act, c.bias = idx % 2, c.res = idx % 3, c.beta = idx % 3 == 0 ? 0.0f : 0.5f;
+                c.alpha = idx % 2 ? 1.0f : 2.0f;
+                c.tb = idx % 2 ? Trans::T : Trans::N;
+                ++idx;
+                const detail::GemmSpec spec = detail::gemm_check_desc("test", c.desc());
+                EXPECT_NO_THROW(detail::create_gemm_jit(spec, isa)) << isa_name(isa) << " " << c.str();
+                if (detail::gemm_small_supports(spec))
+                    EXPECT_NO_THROW(detail::create_gemm_small(spec, isa)) << isa_name(isa) << " " << c.str();
+                if (detail::gemm_direct_supports(spec, isa))
+                    EXPECT_NO_THROW(detail::create_gemm_direct(spec, isa)) << isa_name(isa) << " " << c.str();
+            }
+        }
+    }
+}
+
+// Last: what the forced sweeps covered (a machine without AVX-512 shows no avx512 entries).
+TEST(GemmJit, ZZCoverage) {
+    for (const auto& [name, n] : runs_per_impl()) std::printf("[coverage] %-18s %d cases\n", name.c_str(), n);
+    for (const Impl* impl : runnable_impls()) EXPECT_GT(runs_per_impl()[impl->name], 100) << impl->name;
+}
