@@ -1,5 +1,6 @@
 // GEMM family: validation, registry, plan, packed B and the one-shot entry points.
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/jit_gemv.hpp"
 
 #include <sstream>
 
@@ -203,6 +204,12 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     static const Registry<GemmSpec, GemmKernel> r("gemm", {
+                                                              // Decode / GEMV (fp32, M <= 16): jit_gemv.cpp.
+                                                              {"jit:avx512:gemv", Isa::avx512, gemv_supports, create_gemv_avx512},
+                                                              {"jit:avx2:gemv", Isa::avx2, gemv_supports, create_gemv_avx2},
+                                                              // The same panel kernel for fp32 of any M (shares the packed layout).
+                                                              {"jit:avx512:panel", Isa::avx512, gemm_panel_supports, create_gemv_avx512},
+                                                              {"jit:avx2:panel", Isa::avx2, gemm_panel_supports, create_gemv_avx2},
                                                               {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
                                                           });
     return r;

@@ -1,0 +1,550 @@
+// fp32 GEMM decode / GEMV path (see jit_gemv.hpp for the layout and the structure): xbyak
+// micro-kernel and transposer generators, and the driver (A packing, K blocking, the split of
+// panels over threads, the epilogue).
+#include "kernels/gemm/jit_gemv.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "common/activation.hpp"
+#include "common/parallel.hpp"
+#include "dispatch/jit_generator.hpp"
+#include "dispatch/kernel_cache.hpp"
+
+namespace xk::detail {
+namespace {
+
+constexpr int64_t kP = kGemvPanel;           // floats per panel row
+constexpr int64_t kRowBytes = kP * 4;        // bytes per panel row
+constexpr int64_t kDefaultKc = 128;          // K block: 128 rows x 128 B = 16 KiB of B (L1-resident)
+constexpr int64_t kDefaultPf = 0;            // prefetch distance in a one-tile packed stream (bytes)
+constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M is large (fallback path)
+
+std::atomic<int64_t> g_kc{0};
+std::atomic<int64_t> g_pf{-1};
+std::atomic<int> g_hint{0};
+
+int64_t cur_kc() {
+    const int64_t v = g_kc.load(std::memory_order_relaxed);
+    return v > 0 ? v : kDefaultKc;
+}
+int64_t cur_pf() {
+    const int64_t v = g_pf.load(std::memory_order_relaxed);
+    return v >= 0 ? v : kDefaultPf;
+}
+
+// ---- micro-kernel --------------------------------------------------------------------------------
+
+// One call: acc[mr x 32] (row stride 128 B) = (load_acc ? acc : 0) + Apack[k x mr] * B[k x 32],
+// B row r at b + r * b_stride (bytes), A packed k-major: a[r * mr + i] = op(A)[m0 + i, k0 + r].
+struct MicroArgs {
+    const float* a;    // +0
+    const float* b;    // +8
+    int64_t b_stride;  // +16 bytes between rows of B
+    int64_t pf_off;    // +24 prefetch address = row address + pf_off (prefetch variants only)
+    float* acc;        // +32
+    int64_t k;         // +40 rows (>= 1)
+    int64_t load_acc;  // +48 nonzero: accumulate onto acc
+};
+using MicroFn = void (*)(const MicroArgs*);
+
+// Accumulator sets over alternating k (FMA latency hiding when the tile is small).
+int acc_sets(Isa isa, int mr) {
+    if (isa >= Isa::avx512) return mr == 1 ? 4 : mr == 2 ? 2 : 1;
+    return mr == 1 ? 2 : 1;
+}
+
+class JitMicro : public JitGenerator {
+public:
+    JitMicro(Isa isa, int mr, bool prefetch, int hint) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vbytes = z ? 64 : 32;
+        const int V = static_cast<int>(kRowBytes) / vbytes;  // vectors per panel row
+        const int S = acc_sets(isa, mr);
+        constexpr int U = 4;                                 // rows per unrolled step (multiple of S)
+        const Reg64 args = abi_param1, a = rsi, b = rdx, bs = rcx, pfb = r8, acc = r9, k = r10, bs3 = r11;
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto accr = [&](int s, int m, int v) { return vr((s * mr + m) * V + v); };
+        const int nacc = S * mr * V;
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+
+        preamble();
+        mov(a, ptr[args]);
+        mov(b, ptr[args + 8]);
+        mov(bs, ptr[args + 16]);
+        if (prefetch) {
+            mov(pfb, ptr[args + 24]);
+            add(pfb, b);
+        }
+        mov(acc, ptr[args + 32]);
+        mov(k, ptr[args + 40]);
+        lea(bs3, ptr[bs + bs * 2]);
+
+        Label l_zero, l_init, l_loop, l_tail, l_tail_loop, l_done;
+        cmp(qword[args + 48], 0);
+        je(l_zero);
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < V; ++v) vmovups(accr(0, m, v), vptr(acc + m * kRowBytes + v * vbytes));
+        jmp(l_init);
+        L(l_zero);
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < V; ++v) vxorps(accr(0, m, v), accr(0, m, v), accr(0, m, v));
+        L(l_init);
+        for (int s = 1; s < S; ++s)
+            for (int m = 0; m < mr; ++m)
+                for (int v = 0; v < V; ++v) vxorps(accr(s, m, v), accr(s, m, v), accr(s, m, v));
+
+        // One row of B: row address `row`, A values at a + (u*mr + i)*4, accumulator set s.
+        auto body_row = [&](const RegExp& row, int u, int s) {
+            const int aoff = u * mr * 4;
+            if (mr == 1) {
+                // B used once per row: FMAs straight from memory.
+                const Xmm bc = vr(nacc);
+                vbroadcastss(bc, ptr[a + aoff]);
+                for (int v = 0; v < V; ++v) vfmadd231ps(accr(s, 0, v), bc, vptr(row + v * vbytes));
+            } else if (z) {
+                // B rows in registers, A through embedded broadcasts.
+                for (int v = 0; v < V; ++v) vmovups(vr(nacc + v), vptr(row + v * vbytes));
+                for (int m = 0; m < mr; ++m)
+                    for (int v = 0; v < V; ++v)
+                        vfmadd231ps(Zmm(accr(s, m, v).getIdx()), Zmm(nacc + v), ptr_b[a + aoff + m * 4]);
+            } else {
+                for (int m = 0; m < mr; ++m) vbroadcastss(vr(nacc + m), ptr[a + aoff + m * 4]);
+                const Xmm bv = vr(nacc + mr);
+                for (int v = 0; v < V; ++v) {
+                    vmovups(bv, vptr(row + v * vbytes));
+                    for (int m = 0; m < mr; ++m) vfmadd231ps(accr(s, m, v), vr(nacc + m), bv);
+                }
+            }
+        };
+        auto pf_row = [&](const RegExp& row) {
+            for (int off : {0, 64}) {
+                if (hint == 1)
+                    prefetcht1(ptr[row + off]);
+                else if (hint == 2)
+                    prefetchnta(ptr[row + off]);
+                else
+                    prefetcht0(ptr[row + off]);
+            }
+        };
+
+        L(l_loop);
+        cmp(k, U);
+        jl(l_tail, T_NEAR);
+        {
+            const RegExp rows[U] = {RegExp(b), b + bs, b + bs * 2, b + bs3};
+            const RegExp prow[U] = {RegExp(pfb), pfb + bs, pfb + bs * 2, pfb + bs3};
+            for (int u = 0; u < U; ++u) {
+                if (prefetch) pf_row(prow[u]);
+                body_row(rows[u], u, u % S);
+            }
+        }
+        lea(b, ptr[b + bs * 4]);
+        if (prefetch) lea(pfb, ptr[pfb + bs * 4]);
+        add(a, U * mr * 4);
+        sub(k, U);
+        jmp(l_loop);
+
+        L(l_tail);
+        L(l_tail_loop);
+        test(k, k);
+        jz(l_done, T_NEAR);
+        if (prefetch) pf_row(RegExp(pfb));
+        body_row(RegExp(b), 0, 0);
+        add(b, bs);
+        if (prefetch) add(pfb, bs);
+        add(a, mr * 4);
+        dec(k);
+        jmp(l_tail_loop);
+
+        L(l_done);
+        // Sum the sets into set 0 (pairwise), store the tile.
+        for (int step = 1; step < S; step *= 2)
+            for (int s = 0; s + step < S; s += 2 * step)
+                for (int m = 0; m < mr; ++m)
+                    for (int v = 0; v < V; ++v) vaddps(accr(s, m, v), accr(s, m, v), accr(s + step, m, v));
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < V; ++v) vmovups(vptr(acc + m * kRowBytes + v * vbytes), accr(0, m, v));
+        postamble();
+    }
+};
+
+struct Micro {
+    Micro(Isa isa, int mr, bool prefetch, int hint) : gen(isa, mr, prefetch, hint), fn(gen.finalize<MicroFn>()) {}
+    JitMicro gen;
+    MicroFn fn;
+};
+
+// ---- transposer (unpacked Trans::T B) ------------------------------------------------------------
+
+// dst row r (r = 0 .. 8*kblocks-1, 128 B apart) columns 0..7 = src rows 0..7 (ld_bytes apart),
+// column r. Prefetches src rows pf_bytes ahead.
+struct TransArgs {
+    const float* src;  // +0
+    int64_t ld_bytes;  // +8
+    float* dst;        // +16
+    int64_t kblocks;   // +24 (>= 1)
+    int64_t pf_bytes;  // +32
+};
+using TransFn = void (*)(const TransArgs*);
+
+class JitTranspose : public JitGenerator {
+public:
+    JitTranspose() : JitGenerator(Isa::avx2) {
+        using namespace Xbyak;
+        const Reg64 args = abi_param1, s0 = rsi, s4 = rdx, ld = rcx, dst = r8, n = r9, ld3 = r10, p0 = r11, p4 = rax;
+        preamble();
+        mov(s0, ptr[args]);
+        mov(ld, ptr[args + 8]);
+        mov(dst, ptr[args + 16]);
+        mov(n, ptr[args + 24]);
+        mov(p0, ptr[args + 32]);
+        lea(ld3, ptr[ld + ld * 2]);
+        lea(s4, ptr[s0 + ld * 4]);
+        add(p0, s0);               // prefetch pointers: the source rows, pf_bytes ahead
+        lea(p4, ptr[p0 + ld * 4]);
+        const RegExp rows[8] = {RegExp(s0), s0 + ld, s0 + ld * 2, s0 + ld3, RegExp(s4), s4 + ld, s4 + ld * 2, s4 + ld3};
+        const RegExp prows[8] = {RegExp(p0), p0 + ld, p0 + ld * 2, p0 + ld3, RegExp(p4), p4 + ld, p4 + ld * 2, p4 + ld3};
+        Label l_loop;
+        L(l_loop);
+        for (int i = 0; i < 8; ++i) prefetcht0(ptr[prows[i]]);
+        for (int i = 0; i < 8; ++i) vmovups(Ymm(i), yword[rows[i]]);
+        for (int i = 0; i < 4; ++i) {
+            vunpcklps(Ymm(8 + 2 * i), Ymm(2 * i), Ymm(2 * i + 1));
+            vunpckhps(Ymm(9 + 2 * i), Ymm(2 * i), Ymm(2 * i + 1));
+        }
+        // s0..s3 from t0..t3 (rows 0-3), s4..s7 from t4..t7 (rows 4-7), into ymm0..7.
+        for (int h = 0; h < 2; ++h) {
+            const int t = 8 + 4 * h, s = 4 * h;
+            vshufps(Ymm(s + 0), Ymm(t + 0), Ymm(t + 2), 0x44);
+            vshufps(Ymm(s + 1), Ymm(t + 0), Ymm(t + 2), 0xEE);
+            vshufps(Ymm(s + 2), Ymm(t + 1), Ymm(t + 3), 0x44);
+            vshufps(Ymm(s + 3), Ymm(t + 1), Ymm(t + 3), 0xEE);
+        }
+        for (int i = 0; i < 4; ++i) {
+            vperm2f128(Ymm(8 + i), Ymm(i), Ymm(4 + i), 0x20);
+            vperm2f128(Ymm(12 + i), Ymm(i), Ymm(4 + i), 0x31);
+        }
+        for (int i = 0; i < 8; ++i) vmovups(yword[dst + i * kRowBytes], Ymm(8 + i));
+        add(s0, 32);
+        add(s4, 32);
+        add(p0, 32);
+        add(p4, 32);
+        add(dst, 8 * kRowBytes);
+        dec(n);
+        jnz(l_loop, T_NEAR);
+        postamble();
+    }
+};
+
+struct Transposer {
+    Transposer() : fn(gen.finalize<TransFn>()) {}
+    JitTranspose gen;
+    TransFn fn;
+};
+
+// ---- per-thread scratch --------------------------------------------------------------------------
+
+struct AlignedFloats {
+    float* p = nullptr;
+    size_t n = 0;
+    ~AlignedFloats() { std::free(p); }
+    float* get(size_t need) {
+        if (need > n) {
+            std::free(p);
+            const size_t bytes = ((need * 4 + 63) / 64) * 64;
+            p = static_cast<float*>(std::aligned_alloc(64, bytes));
+            if (!p) {
+                n = 0;
+                throw std::bad_alloc();
+            }
+            n = bytes / 4;
+        }
+        return p;
+    }
+};
+
+struct Scratch {
+    AlignedFloats tile, pack, apack;
+};
+Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+struct Tile {
+    int64_t m0;
+    int mr;
+};
+
+class GemvKernel final : public GemmKernel {
+public:
+    GemvKernel(const GemmSpec& s, Isa isa) : spec_(s), isa_(isa), layout_(gemm_f32_panel_layout(s.K, s.N)) {
+        require_isa(isa, "gemm decode kernel");
+        const int mr_max = gemv_max_mr(isa);
+        // Row tiles: ceil(M / mr_max) tiles of balanced sizes; then groups of tiles (M blocks).
+        const int64_t nt = std::max<int64_t>(1, (s.M + mr_max - 1) / mr_max);
+        const int64_t base = s.M / nt, rem = s.M % nt;
+        int64_t m0 = 0;
+        for (int64_t t = 0; t < nt && m0 < s.M; ++t) {
+            const int mr = static_cast<int>(base + (t < rem ? 1 : 0));
+            tiles_.push_back({m0, mr});
+            m0 += mr;
+        }
+        size_t first = 0;
+        int64_t rows = 0;
+        for (size_t t = 0; t < tiles_.size(); ++t) {
+            if (rows > 0 && rows + tiles_[t].mr > std::max<int64_t>(kMBlockRows, kGemvMaxM)) {
+                mblocks_.push_back({first, t});
+                first = t, rows = 0;
+            }
+            rows += tiles_[t].mr;
+        }
+        if (!tiles_.empty()) mblocks_.push_back({first, tiles_.size()});
+        // Micro-kernels, shared by every shape through the cache.
+        micro_.assign(static_cast<size_t>(mr_max + 1) * 2, nullptr);
+        for (const Tile& t : tiles_)
+            for (int pf = 0; pf < 2; ++pf) {
+                auto& slot = micro_[static_cast<size_t>(t.mr) * 2 + pf];
+                if (slot) continue;
+                const int hint = g_hint.load(std::memory_order_relaxed);
+                const std::string key = std::string("gemm_f32_gemv_micro|") + isa_name(isa) + "|mr" +
+                                        std::to_string(t.mr) + "|pf" + std::to_string(pf ? hint + 1 : 0);
+                slot = KernelCache::instance().get_or_create<Micro>(
+                    key, [&] { return std::make_shared<const Micro>(isa, t.mr, pf != 0, hint); });
+            }
+        transposer_ = KernelCache::instance().get_or_create<Transposer>(
+            "gemm_f32_gemv_transpose|avx2", [] { return std::make_shared<const Transposer>(); });
+    }
+
+    std::string packed_layout() const override { return layout_; }
+
+    std::shared_ptr<const GemmPacked> pack_b(const void* Bv) const override {
+        const GemmSpec& s = spec_;
+        const int64_t np = (s.N + kP - 1) / kP;
+        auto p = std::make_shared<GemmPacked>(layout_, static_cast<size_t>(np * s.K * kP) * 4);
+        if (s.K == 0 || s.N == 0) return p;
+        const float* B = static_cast<const float*>(Bv);
+        float* dst = static_cast<float*>(p->data);
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / (s.K * kP));
+        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            for (int64_t pp = p0; pp < p1; ++pp)
+                for (int64_t k0 = 0; k0 < s.K; k0 += 256)
+                    pack_block(B, pp, k0, std::min<int64_t>(256, s.K - k0), dst + (pp * s.K + k0) * kP, 0);
+        });
+        return p;
+    }
+
+    void run(const GemmCall& call) const override {
+        const GemmSpec& s = spec_;
+        if (s.M == 0 || s.N == 0) return;
+        const int64_t np = (s.N + kP - 1) / kP;
+        const int64_t kc = cur_kc(), pf = cur_pf();
+
+        // op(A) packed per row tile, k-major (A itself when M == 1 and A is a plain row).
+        const float* A = static_cast<const float*>(call.args.A);
+        const float* Ap = A;
+        if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
+            float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
+            for (const Tile& t : tiles_) {
+                float* d = buf + t.m0 * s.K;
+                for (int i = 0; i < t.mr; ++i) {
+                    const int64_t m = t.m0 + i;
+                    if (s.trans_a == Trans::N) {
+                        const float* src = A + m * s.lda;
+                        for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = src[k];
+                    } else {
+                        for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = A[k * s.lda + m];
+                    }
+                }
+            }
+            Ap = buf;
+        }
+
+        const int64_t nmb = static_cast<int64_t>(mblocks_.size());
+        const int64_t items = nmb * np;
+        // Enough work per thread to pay for waking it: ~2^20 "units" of weight bytes + MACs.
+        const int64_t per_item = std::max<int64_t>(1, s.K) * kP * (s.M / nmb + 8);
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / per_item);
+        parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
+            Scratch& sc = scratch();
+            for (int64_t it = i0; it < i1; ++it) {
+                const int64_t mb = it / np, p = it % np;
+                run_item(call, Ap, mblocks_[static_cast<size_t>(mb)], p, kc, pf, sc);
+            }
+        });
+    }
+
+private:
+    struct MBlock {
+        size_t first, last;  // tiles [first, last)
+    };
+
+    // Packs rows k0..k0+kn of panel p of the user's B (trans_b, ldb of the spec) into dst
+    // (kn rows of 32 floats), zero-padding columns past N. pf_bytes: transposer prefetch distance.
+    void pack_block(const float* B, int64_t p, int64_t k0, int64_t kn, float* dst, int64_t pf_bytes) const {
+        const GemmSpec& s = spec_;
+        const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
+        if (s.trans_b == Trans::N) {
+            for (int64_t k = 0; k < kn; ++k) {
+                const float* src = B + (k0 + k) * s.ldb + n0;
+                float* d = dst + k * kP;
+                if (nv == kP) {
+                    std::memcpy(d, src, kRowBytes);
+                } else {
+                    std::memcpy(d, src, static_cast<size_t>(nv) * 4);
+                    std::memset(d + nv, 0, static_cast<size_t>(kP - nv) * 4);
+                }
+            }
+            return;
+        }
+        // Trans::T: B[n * ldb + k]; groups of 8 columns through the 8x8 transposer.
+        const int64_t kfull = kn / 8 * 8;
+        for (int64_t g = 0; g < kP; g += 8) {
+            if (g + 8 <= nv && kfull > 0) {
+                TransArgs ta{B + (n0 + g) * s.ldb + k0, s.ldb * 4, dst + g, kfull / 8, pf_bytes};
+                transposer_->fn(&ta);
+                for (int64_t k = kfull; k < kn; ++k)
+                    for (int64_t j = 0; j < 8; ++j) dst[k * kP + g + j] = B[(n0 + g + j) * s.ldb + k0 + k];
+            } else {
+                for (int64_t k = 0; k < kn; ++k)
+                    for (int64_t j = 0; j < 8; ++j)
+                        dst[k * kP + g + j] = g + j < nv ? B[(n0 + g + j) * s.ldb + k0 + k] : 0.0f;
+            }
+        }
+    }
+
+    void run_item(const GemmCall& call, const float* Ap, const MBlock& mb, int64_t p, int64_t kc, int64_t pf,
+                  Scratch& sc) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K;
+        const int64_t m_first = tiles_[mb.first].m0;
+        const int64_t m_rows = tiles_[mb.last - 1].m0 + tiles_[mb.last - 1].mr - m_first;
+        float* tile = sc.tile.get(static_cast<size_t>(m_rows * kP));
+        const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
+
+        if (K == 0) std::memset(tile, 0, static_cast<size_t>(m_rows * kRowBytes));
+        const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) + p * K * kP : nullptr;
+        const float* B = static_cast<const float*>(call.args.B);
+        const bool direct = !packed && s.trans_b == Trans::N && nv == kP;  // read the user's rows in place
+        // Software prefetch. One row tile: the tile's pass is the only reader of the weight stream,
+        // prefetched `pf` bytes ahead (0 by default: on Zen 3 the hardware prefetchers alone stream
+        // faster). Several row tiles: the first pass pulls the K block from DRAM and the later
+        // passes re-read it from L1, so the second pass prefetches the next K block: DRAM keeps
+        // streaming while the FMAs of the later passes run.
+        const size_t ntiles = mb.last - mb.first;
+        for (int64_t k0 = 0; k0 < K; k0 += kc) {
+            const int64_t kn = std::min(kc, K - k0);
+            const float* bsrc;
+            int64_t bstride;
+            int64_t pfo = 0;        // prefetch offset from the row being read
+            size_t pf_tile = ~size_t(0);  // the tile (index in the block) whose pass prefetches
+            if (packed) {
+                bsrc = packed + k0 * kP, bstride = kRowBytes;
+                if (ntiles > 1)
+                    pfo = kc * kRowBytes, pf_tile = 1;  // the next block (or the next panel's first)
+                else if (pf > 0)
+                    pfo = pf, pf_tile = 0;
+            } else if (direct) {
+                bsrc = B + k0 * s.ldb + n0, bstride = s.ldb * 4;
+                if (k0 + kc < K) pfo = kc * s.ldb * 4, pf_tile = ntiles > 1 ? 1 : 0;  // same panel, next block
+            } else {
+                float* buf = sc.pack.get(static_cast<size_t>(kc * kP));
+                pack_block(B, p, k0, kn, buf, k0 + kc < K ? kc * 4 : 0);
+                bsrc = buf, bstride = kRowBytes;
+            }
+            for (size_t t = mb.first; t < mb.last; ++t) {
+                const Tile& tl = tiles_[t];
+                const bool use_pf = t - mb.first == pf_tile;
+                MicroArgs ma{Ap + tl.m0 * K + k0 * tl.mr, bsrc, bstride, pfo, tile + (tl.m0 - m_first) * kP, kn,
+                             k0 > 0};
+                micro_[static_cast<size_t>(tl.mr) * 2 + (use_pf ? 1 : 0)]->fn(&ma);
+            }
+        }
+        epilogue(call, tile, m_first, m_rows, n0, nv);
+    }
+
+    // C[m, n0 .. n0+nv) from the tile: the reference's epilogue, element by element.
+    // TODO(gemmjit): switch to the shared vectorised activation injector
+    // (src/kernels/common/jit_activation.hpp) once it lands; for now the activation is the scalar
+    // definition, applied on the L1-hot tile (M x 32 outputs per K x 32 weights streamed).
+    void epilogue(const GemmCall& call, const float* tile, int64_t m_first, int64_t m_rows, int64_t n0,
+                  int64_t nv) const {
+        const GemmSpec& s = spec_;
+        const GemmArgs& a = call.args;
+        const float alpha = call.alpha, beta = call.beta;
+        const bool read_c = s.beta != BetaKind::zero;
+        const float* bias = s.epilogue.bias ? a.bias + n0 : nullptr;
+        const Activation act = s.epilogue.act;
+        for (int64_t r = 0; r < m_rows; ++r) {
+            const int64_t m = m_first + r;
+            const float* t = tile + r * kP;
+            float* c = static_cast<float*>(a.C) + m * s.ldc + n0;
+            float x[kP];
+            for (int64_t j = 0; j < nv; ++j) x[j] = alpha * t[j];
+            if (read_c)
+                for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + beta * c[j];
+            if (bias)
+                for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + bias[j];
+            if (act != Activation::none)
+                for (int64_t j = 0; j < nv; ++j) x[j] = apply_activation(act, x[j]);
+            if (s.epilogue.residual) {
+                if (s.residual_type == DType::bf16) {
+                    const bf16* rp = static_cast<const bf16*>(a.residual) + m * s.ld_residual + n0;
+                    for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + rp[j].to_float();
+                } else {
+                    const float* rp = static_cast<const float*>(a.residual) + m * s.ld_residual + n0;
+                    for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + rp[j];
+                }
+            }
+            std::memcpy(c, x, static_cast<size_t>(nv) * 4);
+        }
+    }
+
+    GemmSpec spec_;
+    Isa isa_;
+    std::string layout_;
+    std::vector<Tile> tiles_;
+    std::vector<MBlock> mblocks_;
+    std::vector<std::shared_ptr<const Micro>> micro_;  // [mr * 2 + prefetch]
+    std::shared_ptr<const Transposer> transposer_;
+};
+
+bool f32_types(const GemmSpec& s) {
+    return s.a_type == DType::f32 && s.b_type == DType::f32 && s.c_type == DType::f32;
+}
+
+}  // namespace
+
+std::string gemm_f32_panel_layout(int64_t K, int64_t N) {
+    return "f32:panel32:K" + std::to_string(K) + ":N" + std::to_string(N);
+}
+
+bool gemv_supports(const GemmSpec& s) { return f32_types(s) && s.M <= kGemvMaxM; }
+bool gemm_panel_supports(const GemmSpec& s) { return f32_types(s); }
+
+int gemv_max_mr(Isa isa) { return isa >= Isa::avx512 ? 12 : 3; }
+
+void gemv_set_tuning(const GemvTuning& t) {
+    g_kc.store(t.kc, std::memory_order_relaxed);
+    g_pf.store(t.pf_bytes, std::memory_order_relaxed);
+    g_hint.store(t.pf_hint, std::memory_order_relaxed);
+}
+
+GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed)}; }
+
+std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s) {
+    return std::make_shared<GemvKernel>(s, Isa::avx2);
+}
+std::shared_ptr<const GemmKernel> create_gemv_avx512(const GemmSpec& s) {
+    return std::make_shared<GemvKernel>(s, Isa::avx512);
+}
+
+}  // namespace xk::detail

@@ -1,0 +1,64 @@
+// fp32 GEMM, decode / GEMV path: y[M x N] = x[M x K] * op(B) for small M (LLM decode Linear
+// layers), memory-bound on the weight B, which is streamed once at memory bandwidth.
+//
+// Packed layout of B ("f32:panel32:K<K>:N<N>", the same for every ISA): op(B) (K x N) cut into
+// panels of kPanel = 32 columns; panel p holds rows k = 0..K-1 of columns 32p..32p+31, one
+// 128-byte row after the other (element (k, n) at [(n / 32) * K * 32 + k * 32 + n % 32]); the last
+// panel is zero-padded to 32 columns. A thread streams its range of panels linearly.
+//
+// Kernel structure (jit_gemv.cpp):
+//   * micro-kernel (xbyak, one per ISA x rows-per-tile `mr` x prefetch on/off, shared through the
+//     KernelCache by every shape): acc[mr x 32] (+)= Apack[mr x kc] * Bpanel[kc x 32], the panel
+//     rows read at a runtime byte stride (128 for packed panels, 4*ldb for an unpacked Trans::N
+//     B read in place), accumulators in registers (AVX2: mr <= 3 tiles of 4 ymm per row; AVX-512:
+//     mr <= 12 tiles of 2 zmm per row with embedded broadcasts); for mr = 1 / 2 several
+//     accumulator sets over alternating k hide the FMA latency; software prefetch of the weight
+//     stream `pf_off` bytes ahead of the row being read;
+//   * transposer (xbyak, 8x8 ymm transposes) that packs a block of an unpacked Trans::T B (PyTorch's
+//     W[N x K]) into panel rows on the fly;
+//   * driver: op(A) repacked k-major per row tile (M * K floats, ~1/N of the weight traffic); panels
+//     split over threads with parallel_for (contiguous ranges, so each thread streams one linear
+//     range of the packed weight); per panel, K is cut into blocks of kc rows (so that the block
+//     stays in L1 while the row tiles of M re-read it), then the epilogue runs on the 32-column
+//     tile while it is hot in L1, storing only the valid columns (masked N tail).
+// The packed and unpacked paths run the same micro-kernels over the same K blocks, so a packed B
+// gives bit-identical results.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/gemm/gemm.hpp"
+
+namespace xk::detail {
+
+constexpr int64_t kGemvPanel = 32;  // columns per packed panel
+
+// The packed layout name for a K x N fp32 B (independent of the ISA).
+std::string gemm_f32_panel_layout(int64_t K, int64_t N);
+
+// fp32 GEMMs the decode kernel is selected for: M <= kGemvMaxM.
+constexpr int64_t kGemvMaxM = 16;
+bool gemv_supports(const GemmSpec& s);
+// fp32 GEMMs of any M (the same kernel; until the blocked JIT GEMM takes the larger shapes, so that
+// every fp32 plan of one ISA shares the packed layout and one PackedB serves every batch size).
+bool gemm_panel_supports(const GemmSpec& s);
+
+// isa: Isa::avx2 (ymm) or Isa::avx512 (zmm). Throws if the machine lacks it.
+std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemv_avx512(const GemmSpec& s);
+
+// Tuning knobs, exposed for the tests and the benchmark (defaults in jit_gemv.cpp).
+struct GemvTuning {
+    int64_t kc = 0;           // rows of a K block (0 = default)
+    int64_t pf_bytes = -1;    // software prefetch distance in the packed weight stream (-1 = default, 0 = off)
+    int pf_hint = 0;          // 0 prefetcht0, 1 prefetcht1, 2 prefetchnta (applies to kernels created later)
+};
+// Process-wide override (tests / benchmark only; not thread-safe against running kernels).
+void gemv_set_tuning(const GemvTuning& t);
+GemvTuning gemv_tuning();
+
+// Largest row tile of the micro-kernel for an ISA.
+int gemv_max_mr(Isa isa);
+
+}  // namespace xk::detail
