@@ -1,7 +1,7 @@
 // fp32 GEMM, decode / GEMV path (src/kernels/gemm/jit_gemv.cpp): every ISA variant against a naive
 // double-precision oracle written here, over M = 1..16, N and K with tails (1, 7, 17, 33, 100, 257,
 // 1023, 4097 sampled), both transposes of A and B, padded leading dimensions, misaligned pointers,
-// packed and unpacked B (which must agree bit for bit), every epilogue, beta 0 / 1 / other,
+// packed and unpacked B (bit for bit the same, except the dot path of an unpacked B^T), every epilogue, beta 0 / 1 / other,
 // 1 and 2 threads, K blocks and prefetch variants, the sharing of generated code between shapes,
 // concurrency, and bad input on the decode plans.
 //
@@ -213,7 +213,15 @@ bool is_decode_impl(const char* name) {
     return n.find(":gemv") != std::string::npos || n.find(":panel") != std::string::npos;
 }
 
-// Runs c through a plan, unpacked and with a packed B: both match the oracle and each other.
+// The decode kernels read an unpacked B^T (W[N x K]) with dot products along k when M <= 16, and
+// a packed B with broadcasts: both within the tolerance, but not the same rounding. Every other
+// combination computes the same sums in the same order, packed or not.
+bool same_bits_expected(const GemmDesc& d, const char* impl) {
+    return !(is_decode_impl(impl) && d.trans_b == Trans::T && d.M <= detail::kGemvMaxM);
+}
+
+// Runs c through a plan, unpacked and with a packed B: both match the oracle (and each other
+// where the same order of summation is used).
 void run_both(const Case& c, bool expect_gemv) {
     SCOPED_TRACE(describe(c));
     const GemmPlan plan(c.d);
@@ -228,7 +236,8 @@ void run_both(const Case& c, bool expect_gemv) {
     qa.B = nullptr;  // not read
     plan.run(qa, packed);
     ASSERT_TRUE(q.check()) << "packed, impl=" << plan.impl_name();
-    EXPECT_EQ(p.c_bits(), q.c_bits()) << "packed and unpacked B differ, impl=" << plan.impl_name();
+    if (same_bits_expected(c.d, plan.impl_name()))
+        EXPECT_EQ(p.c_bits(), q.c_bits()) << "packed and unpacked B differ, impl=" << plan.impl_name();
 }
 
 const int64_t kSizes[] = {1, 7, 17, 33, 100, 257, 1023, 4097};
@@ -406,7 +415,7 @@ TEST(GemmDecode, EveryDecodeImplementationForcedThroughTheRegistry) {
             call.packed_b = packed.get();
             k->run(call);
             EXPECT_TRUE(q.check());
-            EXPECT_EQ(p.c_bits(), q.c_bits());
+            if (same_bits_expected(c.d, impl.name)) EXPECT_EQ(p.c_bits(), q.c_bits());
             ++ran;
         }
     }
@@ -419,7 +428,9 @@ TEST(GemmDecode, KBlocksAndPrefetchVariants) {
     // tuning is set, so the kernel cache is cleared around each configuration.
     ThreadsGuard tg;
     TuningGuard guard;
-    const detail::GemvTuning configs[] = {{8, 0, 0}, {13, 256, 0}, {24, 4096, 1}, {40, 64, 2}, {128, 1024, 0}};
+    // {kc, pf_bytes, pf_hint, ks (transposed super-block), pf_transpose}
+    const detail::GemvTuning configs[] = {
+        {8, 0, 0, 16, 64}, {13, 256, 0, 0, -1}, {24, 4096, 1, 100, 0}, {40, 64, 2, 40, 256}, {128, 1024, 0, 0, -1}};
     int idx = 0;
     for (const auto& t : configs) {
         detail::gemv_set_tuning(t);
@@ -427,7 +438,7 @@ TEST(GemmDecode, KBlocksAndPrefetchVariants) {
         for (int threads : {1, 2}) {
             set_num_threads(threads);
             for_each_isa([&](Isa isa) {
-                for (int64_t M : {1, 2, 3, 7, 16}) {
+                for (int64_t M : {1, 2, 3, 7, 16, 20}) {  // 20: the panel path (B^T transposed on the fly)
                     for (Trans tb : {Trans::T, Trans::N}) {
                         ++idx;
                         Case c;
@@ -438,7 +449,7 @@ TEST(GemmDecode, KBlocksAndPrefetchVariants) {
                         c.seed = 3000 + static_cast<uint64_t>(idx);
                         SCOPED_TRACE("kc=" + std::to_string(t.kc) + " pf=" + std::to_string(t.pf_bytes) +
                                      " hint=" + std::to_string(t.pf_hint));
-                        run_both(c, isa >= Isa::avx2);
+                        run_both(c, isa >= Isa::avx2 && M <= detail::kGemvMaxM);
                         if (HasFatalFailure()) return;
                     }
                 }
@@ -510,18 +521,22 @@ TEST(GemmDecode, ConcurrentRunsOfOnePlan) {
     plan.run(ref.args());
     ASSERT_TRUE(ref.check());
     const PackedB packed = plan.pack_b(ref.B.data());
-    const std::vector<uint32_t> want = ref.c_bits();
+    Problem ref_packed(c);
+    plan.run(ref_packed.args(), packed);
+    ASSERT_TRUE(ref_packed.check());
+    const std::vector<uint32_t> want = ref.c_bits(), want_packed = ref_packed.c_bits();
     std::atomic<int> mismatches{0};
     std::vector<std::thread> workers;
     for (int w = 0; w < 4; ++w)
         workers.emplace_back([&, w] {
             for (int it = 0; it < 6; ++it) {
                 Problem p(c);
-                if ((w + it) % 2)
+                const bool use_packed = (w + it) % 2;
+                if (use_packed)
                     plan.run(p.args(), packed);
                 else
                     plan.run(p.args());
-                if (p.c_bits() != want) ++mismatches;
+                if (p.c_bits() != (use_packed ? want_packed : want)) ++mismatches;
             }
         });
     for (auto& t : workers) t.join();

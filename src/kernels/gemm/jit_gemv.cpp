@@ -22,6 +22,9 @@ constexpr int64_t kP = kGemvPanel;           // floats per panel row
 constexpr int64_t kRowBytes = kP * 4;        // bytes per panel row
 constexpr int64_t kDefaultKc = 128;          // K block: 128 rows x 128 B = 16 KiB of B (L1-resident)
 constexpr int64_t kDefaultPf = 0;            // prefetch distance in a one-tile packed stream (bytes)
+constexpr int64_t kDefaultKs = 2048;         // rows of B^T transposed per on-the-fly pack
+constexpr int64_t kDefaultPfT = 0;           // transposer prefetch distance along the rows of B^T
+constexpr int64_t kDotKc = 1024;             // dot path K block (4 rows of W x 4 KiB) when M has several tiles
 constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M is large (fallback path)
 
 std::atomic<int64_t> g_kc{0};
@@ -31,6 +34,16 @@ std::atomic<int> g_hint{0};
 int64_t cur_kc() {
     const int64_t v = g_kc.load(std::memory_order_relaxed);
     return v > 0 ? v : kDefaultKc;
+}
+std::atomic<int64_t> g_ks{0};
+std::atomic<int64_t> g_pf_t{-1};
+int64_t cur_ks() {
+    const int64_t v = g_ks.load(std::memory_order_relaxed);
+    return v > 0 ? v : kDefaultKs;
+}
+int64_t cur_pf_t() {
+    const int64_t v = g_pf_t.load(std::memory_order_relaxed);
+    return v >= 0 ? v : kDefaultPfT;
 }
 int64_t cur_pf() {
     const int64_t v = g_pf.load(std::memory_order_relaxed);
@@ -248,6 +261,147 @@ struct Transposer {
     TransFn fn;
 };
 
+// ---- dot micro-kernel (unpacked Trans::T B, M <= 16) ----------------------------------------------
+
+// out[i * 32 + j] (+)= sum_{k < kn} A_i[k] * W_j[k] for i < mr, j < nj: rows of A at a + i*a_stride,
+// rows of W (= B^T, PyTorch's weight layout) at w + j*w_stride (bytes), both read along k with
+// vectors (masked tail), reduced horizontally at the end. W streams row by row from memory: nj
+// (8 for mr = 1, else 4) sequential streams, no transposition.
+struct DotArgs {
+    const float* a;    // +0
+    int64_t a_stride;  // +8 bytes
+    const float* w;    // +16
+    int64_t w_stride;  // +24 bytes
+    float* out;        // +32 row stride 128 B
+    int64_t k;         // +40 (>= 1)
+    int64_t load;      // +48 nonzero: add onto out
+};
+using DotFn = void (*)(const DotArgs*);
+
+alignas(64) constexpr int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+int dot_nj(int mr) { return mr == 1 ? 8 : 4; }
+int dot_max_mr(Isa isa) { return isa >= Isa::avx512 ? 6 : 3; }
+
+class JitDot : public JitGenerator {
+public:
+    JitDot(Isa isa, int mr, int nj) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vlen = z ? 16 : 8, vbytes = vlen * 4;
+        const Reg64 args = abi_param1, a = rsi, as = rdx, w0 = rcx, ws = r8, ws3 = r9, w4 = r10, k = r11, t = rax,
+                    as3 = rbx, a4 = r12;
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+        auto acc = [&](int i, int j) { return vr(i * nj + j); };
+        const int xbase = mr * nj, wreg = mr * nj + mr;
+        const RegExp arow[8] = {RegExp(a), a + as, a + as * 2, a + as3, RegExp(a4), a4 + as, a4 + as * 2, a4 + as3};
+        const RegExp wrow[8] = {RegExp(w0), w0 + ws, w0 + ws * 2, w0 + ws3, RegExp(w4), w4 + ws, w4 + ws * 2, w4 + ws3};
+
+        preamble({rbx, r12});
+        mov(a, ptr[args]);
+        mov(as, ptr[args + 8]);
+        mov(w0, ptr[args + 16]);
+        mov(ws, ptr[args + 24]);
+        mov(k, ptr[args + 40]);
+        lea(ws3, ptr[ws + ws * 2]);
+        lea(as3, ptr[as + as * 2]);
+        lea(w4, ptr[w0 + ws * 4]);
+        lea(a4, ptr[a + as * 4]);
+        for (int i = 0; i < mr * nj; ++i) vxorps(vr(i), vr(i), vr(i));
+
+        Label l_loop, l_tail, l_reduce;
+        L(l_loop);
+        cmp(k, vlen);
+        jl(l_tail, T_NEAR);
+        for (int i = 0; i < mr; ++i) vmovups(vr(xbase + i), vptr(arow[i]));
+        for (int j = 0; j < nj; ++j) {
+            if (mr == 1) {
+                vfmadd231ps(acc(0, j), vr(xbase), vptr(wrow[j]));
+            } else {
+                vmovups(vr(wreg), vptr(wrow[j]));
+                for (int i = 0; i < mr; ++i) vfmadd231ps(acc(i, j), vr(xbase + i), vr(wreg));
+            }
+        }
+        add(a, vbytes);
+        add(a4, vbytes);
+        add(w0, vbytes);
+        add(w4, vbytes);
+        sub(k, vlen);
+        jmp(l_loop);
+
+        // 0 < k < vlen left: masked loads (nothing past the rows is read).
+        L(l_tail);
+        test(k, k);
+        jz(l_reduce, T_NEAR);
+        if (z) {
+            mov(t, 1);
+            shlx(t, t, k);
+            sub(t, 1);
+            kmovw(k1, t.cvt32());
+            for (int i = 0; i < mr; ++i) vmovups(Zmm(xbase + i) | k1 | T_z, zword[arow[i]]);
+            for (int j = 0; j < nj; ++j) {
+                vmovups(Zmm(wreg) | k1 | T_z, zword[wrow[j]]);
+                for (int i = 0; i < mr; ++i) vfmadd231ps(Zmm(acc(i, j).getIdx()), Zmm(xbase + i), Zmm(wreg));
+            }
+        } else {
+            // ymm registers are all taken by the accumulators when mr = 3: one A row at a time,
+            // the mask in the first free register, x and w after it.
+            const Ymm mask = Ymm(xbase), x = Ymm(xbase + 1), wv = Ymm(xbase + 2);
+            mov(t, reinterpret_cast<uintptr_t>(kLaneIndex));
+            vmovq(Xmm(mask.getIdx()), k);
+            vpbroadcastd(mask, Xmm(mask.getIdx()));
+            vpcmpgtd(mask, mask, yword[t]);  // lane l: k > l
+            for (int i = 0; i < mr; ++i) {
+                vmaskmovps(x, mask, yword[arow[i]]);
+                for (int j = 0; j < nj; ++j) {
+                    vmaskmovps(wv, mask, yword[wrow[j]]);
+                    vfmadd231ps(Ymm(acc(i, j).getIdx()), x, wv);
+                }
+            }
+        }
+
+        // Horizontal sums, 4 outputs of a row at a time: [a b c d] -> out[i*32 + j .. j+3].
+        L(l_reduce);
+        mov(t, ptr[args + 32]);
+        for (int i = 0; i < mr; ++i) {
+            for (int j0 = 0; j0 < nj; j0 += 4) {
+                int r[4];
+                for (int q = 0; q < 4; ++q) r[q] = acc(i, j0 + q).getIdx();
+                if (z)
+                    for (int q = 0; q < 4; ++q) {
+                        vextractf32x8(Ymm(wreg), Zmm(r[q]), 1);
+                        vaddps(Ymm(r[q]), Ymm(r[q]), Ymm(wreg));
+                    }
+                vhaddps(Ymm(r[0]), Ymm(r[0]), Ymm(r[1]));
+                vhaddps(Ymm(r[2]), Ymm(r[2]), Ymm(r[3]));
+                vhaddps(Ymm(r[0]), Ymm(r[0]), Ymm(r[2]));
+                vextractf128(Xmm(r[1]), Ymm(r[0]), 1);
+                vaddps(Xmm(r[0]), Xmm(r[0]), Xmm(r[1]));
+            }
+        }
+        // Add onto out when asked, then store.
+        Label l_plain;
+        cmp(qword[args + 48], 0);
+        je(l_plain, T_NEAR);
+        for (int i = 0; i < mr; ++i)
+            for (int j0 = 0; j0 < nj; j0 += 4) {
+                const Xmm r0 = Xmm(acc(i, j0).getIdx());
+                vaddps(r0, r0, xword[t + i * kRowBytes + j0 * 4]);
+            }
+        L(l_plain);
+        for (int i = 0; i < mr; ++i)
+            for (int j0 = 0; j0 < nj; j0 += 4) vmovups(xword[t + i * kRowBytes + j0 * 4], Xmm(acc(i, j0).getIdx()));
+        postamble();
+    }
+};
+
+struct Dot {
+    Dot(Isa isa, int mr, int nj) : gen(isa, mr, nj), fn(gen.finalize<DotFn>()) {}
+    JitDot gen;
+    DotFn fn;
+};
+
 // ---- per-thread scratch --------------------------------------------------------------------------
 
 struct AlignedFloats {
@@ -320,6 +474,28 @@ public:
                 slot = KernelCache::instance().get_or_create<Micro>(
                     key, [&] { return std::make_shared<const Micro>(isa, t.mr, pf != 0, hint); });
             }
+        // Unpacked B^T with M <= 16: the dot kernels read the rows of W = B^T in place.
+        if (s.trans_b == Trans::T && s.M <= kGemvMaxM && s.M > 0) {
+            const int dmax = dot_max_mr(isa);
+            const int64_t nt2 = (s.M + dmax - 1) / dmax, base2 = s.M / nt2, rem2 = s.M % nt2;
+            int64_t r0 = 0;
+            for (int64_t t = 0; t < nt2; ++t) {
+                const int mr = static_cast<int>(base2 + (t < rem2 ? 1 : 0));
+                dtiles_.push_back({r0, mr});
+                r0 += mr;
+            }
+            dot_gw_ = s.M == 1 ? 8 : 4;
+            dot_.assign(static_cast<size_t>(dmax + 1), nullptr);
+            for (const Tile& t : dtiles_) {
+                auto& slot = dot_[static_cast<size_t>(t.mr)];
+                if (slot) continue;
+                const int nj = dot_nj(t.mr);
+                const std::string key = std::string("gemm_f32_gemv_dot|") + isa_name(isa) + "|mr" +
+                                        std::to_string(t.mr) + "|nj" + std::to_string(nj);
+                slot = KernelCache::instance().get_or_create<Dot>(
+                    key, [&] { return std::make_shared<const Dot>(isa, t.mr, nj); });
+            }
+        }
         transposer_ = KernelCache::instance().get_or_create<Transposer>(
             "gemm_f32_gemv_transpose|avx2", [] { return std::make_shared<const Transposer>(); });
     }
@@ -348,8 +524,26 @@ public:
         const int64_t np = (s.N + kP - 1) / kP;
         const int64_t kc = cur_kc(), pf = cur_pf();
 
-        // op(A) packed per row tile, k-major (A itself when M == 1 and A is a plain row).
         const float* A = static_cast<const float*>(call.args.A);
+        if (!call.packed_b && !dtiles_.empty()) {
+            // Dot path: rows of op(A) with k contiguous (A itself unless it is transposed).
+            const float* Ar = A;
+            int64_t ars = s.lda;
+            if (s.trans_a == Trans::T && s.K > 0) {
+                float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
+                for (int64_t k = 0; k < s.K; ++k)
+                    for (int64_t m = 0; m < s.M; ++m) buf[m * s.K + k] = A[k * s.lda + m];
+                Ar = buf, ars = s.K;
+            }
+            const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
+            parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+                Scratch& sc = scratch();
+                for (int64_t p = p0; p < p1; ++p) run_dot_item(call, Ar, ars, p, sc);
+            });
+            return;
+        }
+
+        // op(A) packed per row tile, k-major (A itself when M == 1 and A is a plain row).
         const float* Ap = A;
         if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
             float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
@@ -375,10 +569,7 @@ public:
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / per_item);
         parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
             Scratch& sc = scratch();
-            for (int64_t it = i0; it < i1; ++it) {
-                const int64_t mb = it / np, p = it % np;
-                run_item(call, Ap, mblocks_[static_cast<size_t>(mb)], p, kc, pf, sc);
-            }
+            for (int64_t it = i0; it < i1; ++it) run_item(call, Ap, mblocks_[static_cast<size_t>(it / np)], it % np, kc, pf, sc);
         });
     }
 
@@ -421,6 +612,7 @@ private:
         }
     }
 
+    // One item: row block mb x panel p, K block by K block, then the epilogue.
     void run_item(const GemmCall& call, const float* Ap, const MBlock& mb, int64_t p, int64_t kc, int64_t pf,
                   Scratch& sc) const {
         const GemmSpec& s = spec_;
@@ -429,23 +621,24 @@ private:
         const int64_t m_rows = tiles_[mb.last - 1].m0 + tiles_[mb.last - 1].mr - m_first;
         float* tile = sc.tile.get(static_cast<size_t>(m_rows * kP));
         const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
-
         if (K == 0) std::memset(tile, 0, static_cast<size_t>(m_rows * kRowBytes));
+
         const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) + p * K * kP : nullptr;
         const float* B = static_cast<const float*>(call.args.B);
-        const bool direct = !packed && s.trans_b == Trans::N && nv == kP;  // read the user's rows in place
-        // Software prefetch. One row tile: the tile's pass is the only reader of the weight stream,
-        // prefetched `pf` bytes ahead (0 by default: on Zen 3 the hardware prefetchers alone stream
-        // faster). Several row tiles: the first pass pulls the K block from DRAM and the later
-        // passes re-read it from L1, so the second pass prefetches the next K block: DRAM keeps
-        // streaming while the FMAs of the later passes run.
+        const bool direct = !packed && s.trans_b == Trans::N && nv == kP;  // the user's rows read in place
         const size_t ntiles = mb.last - mb.first;
+        const int64_t ks_rows = cur_ks(), pf_t = cur_pf_t();
         for (int64_t k0 = 0; k0 < K; k0 += kc) {
             const int64_t kn = std::min(kc, K - k0);
+            // Software prefetch. One row tile: the tile's pass is the only reader of the weight
+            // stream, prefetched `pf` bytes ahead (0 by default: on Zen 3 the hardware prefetchers
+            // alone stream faster). Several row tiles: the first pass pulls the K block from DRAM
+            // and the later passes re-read it from L1, so the second pass prefetches the next K
+            // block: DRAM keeps streaming while the later passes compute.
             const float* bsrc;
             int64_t bstride;
-            int64_t pfo = 0;        // prefetch offset from the row being read
-            size_t pf_tile = ~size_t(0);  // the tile (index in the block) whose pass prefetches
+            int64_t pfo = 0;                  // prefetch offset from the row being read
+            size_t pf_tile = ~size_t(0);      // the tile (index in the block) whose pass prefetches
             if (packed) {
                 bsrc = packed + k0 * kP, bstride = kRowBytes;
                 if (ntiles > 1)
@@ -454,11 +647,14 @@ private:
                     pfo = pf, pf_tile = 0;
             } else if (direct) {
                 bsrc = B + k0 * s.ldb + n0, bstride = s.ldb * 4;
-                if (k0 + kc < K) pfo = kc * s.ldb * 4, pf_tile = ntiles > 1 ? 1 : 0;  // same panel, next block
+                if (k0 + kc < K) pfo = kc * s.ldb * 4, pf_tile = ntiles > 1 ? 1 : 0;  // next block
             } else {
-                float* buf = sc.pack.get(static_cast<size_t>(kc * kP));
-                pack_block(B, p, k0, kn, buf, k0 + kc < K ? kc * 4 : 0);
-                bsrc = buf, bstride = kRowBytes;
+                // Packed on the fly, a super-block of ks rows (a multiple of kc) at a time, so that
+                // the transposer streams each group of 8 rows of B^T over ks contiguous floats.
+                const int64_t ks = std::max<int64_t>(1, ks_rows / kc) * kc;
+                float* buf = sc.pack.get(static_cast<size_t>(std::min(ks, K) * kP));
+                if (k0 % ks == 0) pack_block(B, p, k0, std::min(ks, K - k0), buf, pf_t);
+                bsrc = buf + (k0 % ks) * kP, bstride = kRowBytes;
             }
             for (size_t t = mb.first; t < mb.last; ++t) {
                 const Tile& tl = tiles_[t];
@@ -469,6 +665,46 @@ private:
             }
         }
         epilogue(call, tile, m_first, m_rows, n0, nv);
+    }
+
+    // Panel p with the dot kernels: groups of dot_gw_ rows of W = B^T, each streamed once per row
+    // tile (K blocks of kDotKc when there are several row tiles, so that the group stays in L1).
+    void run_dot_item(const GemmCall& call, const float* Ar, int64_t ars, int64_t p, Scratch& sc) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K;
+        const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
+        float* tile = sc.tile.get(static_cast<size_t>(s.M * kP));
+        if (K == 0) {
+            std::memset(tile, 0, static_cast<size_t>(s.M * kRowBytes));
+            epilogue(call, tile, 0, s.M, n0, nv);
+            return;
+        }
+        const float* B = static_cast<const float*>(call.args.B);
+        const int64_t gw = dot_gw_;
+        const int64_t kd = dtiles_.size() == 1 ? K : kDotKc;
+        for (int64_t g = 0; g < nv; g += gw) {
+            const int64_t valid = std::min<int64_t>(gw, nv - g);
+            const float* w = B + (n0 + g) * s.ldb;
+            int64_t wst = s.ldb * 4;
+            if (valid < gw) {  // the last rows of W: copy them, zero rows after (nothing past N is read)
+                float* buf = sc.pack.get(static_cast<size_t>(gw * K));
+                for (int64_t j = 0; j < gw; ++j) {
+                    if (j < valid)
+                        std::memcpy(buf + j * K, w + j * s.ldb, static_cast<size_t>(K) * 4);
+                    else
+                        std::memset(buf + j * K, 0, static_cast<size_t>(K) * 4);
+                }
+                w = buf, wst = K * 4;
+            }
+            for (int64_t k0 = 0; k0 < K; k0 += kd) {
+                const int64_t kn = std::min(kd, K - k0);
+                for (const Tile& t : dtiles_) {
+                    DotArgs da{Ar + t.m0 * ars + k0, ars * 4, w + k0, wst, tile + t.m0 * kP + g, kn, k0 > 0};
+                    dot_[static_cast<size_t>(t.mr)]->fn(&da);
+                }
+            }
+        }
+        epilogue(call, tile, 0, s.M, n0, nv);
     }
 
     // C[m, n0 .. n0+nv) from the tile: the reference's epilogue, element by element.
@@ -515,6 +751,9 @@ private:
     std::vector<MBlock> mblocks_;
     std::vector<std::shared_ptr<const Micro>> micro_;  // [mr * 2 + prefetch]
     std::shared_ptr<const Transposer> transposer_;
+    std::vector<Tile> dtiles_;                     // row tiles of the dot path (empty: not used)
+    int64_t dot_gw_ = 4;                           // rows of W per dot call
+    std::vector<std::shared_ptr<const Dot>> dot_;  // [mr]
 };
 
 bool f32_types(const GemmSpec& s) {
@@ -536,9 +775,11 @@ void gemv_set_tuning(const GemvTuning& t) {
     g_kc.store(t.kc, std::memory_order_relaxed);
     g_pf.store(t.pf_bytes, std::memory_order_relaxed);
     g_hint.store(t.pf_hint, std::memory_order_relaxed);
+    g_ks.store(t.ks, std::memory_order_relaxed);
+    g_pf_t.store(t.pf_transpose, std::memory_order_relaxed);
 }
 
-GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed)}; }
+GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed), cur_ks(), cur_pf_t()}; }
 
 std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s) {
     return std::make_shared<GemvKernel>(s, Isa::avx2);

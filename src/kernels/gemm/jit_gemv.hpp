@@ -53,6 +53,8 @@ struct GemvTuning {
     int64_t kc = 0;           // rows of a K block (0 = default)
     int64_t pf_bytes = -1;    // software prefetch distance in the packed weight stream (-1 = default, 0 = off)
     int pf_hint = 0;          // 0 prefetcht0, 1 prefetcht1, 2 prefetchnta (applies to kernels created later)
+    int64_t ks = 0;           // rows of an unpacked B^T transposed at once (0 = default; rounded to kc)
+    int64_t pf_transpose = -1;  // transposer prefetch distance in bytes (-1 = default, 0 = off)
 };
 // Process-wide override (tests / benchmark only; not thread-safe against running kernels).
 void gemv_set_tuning(const GemvTuning& t);
