@@ -21,9 +21,14 @@ namespace {
 constexpr int64_t kP = kGemvPanel;           // floats per panel row
 constexpr int64_t kRowBytes = kP * 4;        // bytes per panel row
 constexpr int64_t kDefaultKc = 128;          // K block: 128 rows x 128 B = 16 KiB of B (L1-resident)
-constexpr int64_t kDefaultPf = 0;            // prefetch distance in a one-tile packed stream (bytes)
+constexpr int64_t kDefaultPf = 8192;         // sparse prefetch distance in a one-tile packed stream (bytes)
 constexpr int64_t kDefaultKs = 2048;         // rows of B^T transposed per on-the-fly pack
 constexpr int64_t kDefaultPfT = 0;           // transposer prefetch distance along the rows of B^T
+constexpr int64_t kDefaultKsN = 128;         // rows of an unpacked [K x N] B copied at once
+constexpr int64_t kDefaultChunkN = 16;       // panels of an unpacked [K x N] B copied together (2 KiB per row)
+constexpr int64_t kRowsCols = 4096;          // columns per row sweep, one row tile (<= 4 x 16 KiB of accumulators)
+constexpr int64_t kRowsColsTiled = 256;      // columns per row sweep, several row tiles (16 x 1 KiB)
+constexpr int64_t kRowsKb = 16;              // rows per K block, several row tiles (16 x 1 KiB of B)
 constexpr int64_t kDotKc = 1024;             // dot path K block (4 rows of W x 4 KiB) when M has several tiles
 constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M is large (fallback path)
 
@@ -34,6 +39,16 @@ std::atomic<int> g_hint{0};
 int64_t cur_kc() {
     const int64_t v = g_kc.load(std::memory_order_relaxed);
     return v > 0 ? v : kDefaultKc;
+}
+std::atomic<int64_t> g_ks_n{0};
+std::atomic<int64_t> g_chunk_n{0};
+int64_t cur_ks_n() {
+    const int64_t v = g_ks_n.load(std::memory_order_relaxed);
+    return v > 0 ? v : kDefaultKsN;
+}
+int64_t cur_chunk_n() {
+    const int64_t v = g_chunk_n.load(std::memory_order_relaxed);
+    return v > 0 ? v : kDefaultChunkN;
 }
 std::atomic<int64_t> g_ks{0};
 std::atomic<int64_t> g_pf_t{-1};
@@ -73,7 +88,11 @@ int acc_sets(Isa isa, int mr) {
 
 class JitMicro : public JitGenerator {
 public:
-    JitMicro(Isa isa, int mr, bool prefetch, int hint) : JitGenerator(isa) {
+    // pf_mode: 0 none; 1 dense (both lines of every row: a block re-read from L1 by later passes
+    // has to be fetched whole); 2 sparse (one line per 8 rows = 1 KiB of a packed stream: a hint
+    // that keeps the hardware prefetchers going across 4 KiB pages, measured best on Zen 3).
+    JitMicro(Isa isa, int mr, int pf_mode, int hint) : JitGenerator(isa) {
+        const bool prefetch = pf_mode != 0;
         using namespace Xbyak;
         const bool z = isa >= Isa::avx512;
         const int vbytes = z ? 64 : 32;
@@ -135,8 +154,8 @@ public:
                 }
             }
         };
-        auto pf_row = [&](const RegExp& row) {
-            for (int off : {0, 64}) {
+        auto pf_line = [&](const RegExp& row, std::initializer_list<int> offs) {
+            for (int off : offs) {
                 if (hint == 1)
                     prefetcht1(ptr[row + off]);
                 else if (hint == 2)
@@ -152,8 +171,15 @@ public:
         {
             const RegExp rows[U] = {RegExp(b), b + bs, b + bs * 2, b + bs3};
             const RegExp prow[U] = {RegExp(pfb), pfb + bs, pfb + bs * 2, pfb + bs3};
+            if (pf_mode == 2) {
+                Label l_skip;
+                test(k, 4);  // every other group of 4 rows
+                jz(l_skip);
+                pf_line(RegExp(pfb), {0});
+                L(l_skip);
+            }
             for (int u = 0; u < U; ++u) {
-                if (prefetch) pf_row(prow[u]);
+                if (pf_mode == 1) pf_line(prow[u], {0, 64});
                 body_row(rows[u], u, u % S);
             }
         }
@@ -167,7 +193,7 @@ public:
         L(l_tail_loop);
         test(k, k);
         jz(l_done, T_NEAR);
-        if (prefetch) pf_row(RegExp(pfb));
+        if (pf_mode == 1) pf_line(RegExp(pfb), {0, 64});
         body_row(RegExp(b), 0, 0);
         add(b, bs);
         if (prefetch) add(pfb, bs);
@@ -188,7 +214,7 @@ public:
 };
 
 struct Micro {
-    Micro(Isa isa, int mr, bool prefetch, int hint) : gen(isa, mr, prefetch, hint), fn(gen.finalize<MicroFn>()) {}
+    Micro(Isa isa, int mr, int pf_mode, int hint) : gen(isa, mr, pf_mode, hint), fn(gen.finalize<MicroFn>()) {}
     JitMicro gen;
     MicroFn fn;
 };
@@ -281,7 +307,9 @@ using DotFn = void (*)(const DotArgs*);
 alignas(64) constexpr int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 int dot_nj(int mr) { return mr == 1 ? 8 : 4; }
-int dot_max_mr(Isa isa) { return isa >= Isa::avx512 ? 6 : 3; }
+// AVX-512: mr x nj <= 16 accumulators, so that they stay in zmm0..15 (the horizontal sums use
+// vhaddps / vextractf128, which have no EVEX form for registers 16..31).
+int dot_max_mr(Isa isa) { return isa >= Isa::avx512 ? 4 : 3; }
 
 class JitDot : public JitGenerator {
 public:
@@ -402,6 +430,143 @@ struct Dot {
     DotFn fn;
 };
 
+// ---- row-sweep micro-kernel (unpacked Trans::N B, M <= 2 / 4) ------------------------------------
+
+// acc[i][0..cw) += sum_{r < k} a[r * mr + i] * B_r[0..cw) for i < mr: rows of B (the user's
+// [K x N] rows, ldb bytes apart) swept left to right four at a time, the mr x cw accumulators in
+// memory (L1): B is read exactly in its memory order (a DRAM stream per row range), which the
+// 32-column panels of the other kernels cannot do without copying. Column tail masked.
+struct RowsArgs {
+    const float* a;      // +0 op(A) k-major: a[r * mr + i]
+    const float* b;      // +8 row 0, column 0
+    int64_t ldb;         // +16 bytes
+    float* acc;          // +24 row i at acc + i * acc_stride
+    int64_t acc_stride;  // +32 bytes
+    int64_t cw;          // +40 columns (>= 1)
+    int64_t k;           // +48 rows (>= 1)
+};
+using RowsFn = void (*)(const RowsArgs*);
+
+int rows_max_mr(Isa isa) { return isa >= Isa::avx512 ? 4 : 2; }
+
+class JitRows : public JitGenerator {
+public:
+    JitRows(Isa isa, int mr) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vlen = z ? 16 : 8, vbytes = vlen * 4;
+        const Reg64 args = abi_param1, a = rsi, bp = rdx, ldb = rcx, ldb3 = r8, k = r9, cp = r10, ap = r11, n = rax,
+                    as = rbx, as3 = r12, ctail = r13;
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+        constexpr int U = 4;
+        // x[u][i] in 0 .. U*mr-1, B rows after, the accumulator, the AVX2 tail mask last.
+        auto xr = [&](int u, int i) { return vr(u * mr + i); };
+        const int bbase = U * mr, areg = bbase + U, mreg = areg + 1;
+        const RegExp brow[U] = {RegExp(cp), cp + ldb, cp + ldb * 2, cp + ldb3};
+        const RegExp arow[4] = {RegExp(ap), ap + as, ap + as * 2, ap + as3};
+
+        preamble({rbx, r12, r13});
+        mov(a, ptr[args]);
+        mov(bp, ptr[args + 8]);
+        mov(ldb, ptr[args + 16]);
+        mov(as, ptr[args + 32]);
+        mov(k, ptr[args + 48]);
+        lea(ldb3, ptr[ldb + ldb * 2]);
+        lea(as3, ptr[as + as * 2]);
+        // Tail columns (cw % vlen) and their mask.
+        mov(ctail, ptr[args + 40]);
+        and_(ctail, vlen - 1);
+        if (z) {
+            mov(n, 1);
+            shlx(n, n, ctail);
+            sub(n, 1);
+            kmovw(k1, n.cvt32());
+        } else {
+            mov(n, reinterpret_cast<uintptr_t>(kLaneIndex));
+            vmovq(Xmm(mreg), ctail);
+            vpbroadcastd(Ymm(mreg), Xmm(mreg));
+            vpcmpgtd(Ymm(mreg), Ymm(mreg), yword[n]);
+        }
+
+        // A group of `rows` rows of B over all the columns.
+        auto group = [&](int rows, Label& l_next) {
+            for (int u = 0; u < rows; ++u)
+                for (int i = 0; i < mr; ++i) vbroadcastss(xr(u, i), ptr[a + (u * mr + i) * 4]);
+            mov(cp, bp);
+            mov(ap, ptr[args + 24]);
+            mov(n, ptr[args + 40]);
+            shr(n, z ? 4 : 3);  // full vectors
+            auto column = [&](bool masked) {
+                for (int u = 0; u < rows; ++u) {
+                    if (!masked)
+                        vmovups(vr(bbase + u), vptr(brow[u]));
+                    else if (z)
+                        vmovups(Zmm(bbase + u) | k1 | T_z, zword[brow[u]]);
+                    else
+                        vmaskmovps(Ymm(bbase + u), Ymm(mreg), yword[brow[u]]);
+                }
+                for (int i = 0; i < mr; ++i) {
+                    if (!masked)
+                        vmovups(vr(areg), vptr(arow[i]));
+                    else if (z)
+                        vmovups(Zmm(areg) | k1 | T_z, zword[arow[i]]);
+                    else
+                        vmaskmovps(Ymm(areg), Ymm(mreg), yword[arow[i]]);
+                    for (int u = 0; u < rows; ++u) vfmadd231ps(vr(areg), xr(u, i), vr(bbase + u));
+                    if (!masked)
+                        vmovups(vptr(arow[i]), vr(areg));
+                    else if (z)
+                        vmovups(zword[arow[i]] | k1, Zmm(areg));
+                    else
+                        vmaskmovps(yword[arow[i]], Ymm(mreg), Ymm(areg));
+                }
+            };
+            Label l_col, l_tail;
+            L(l_col);
+            test(n, n);
+            jz(l_tail, T_NEAR);
+            column(false);
+            add(cp, vbytes);
+            add(ap, vbytes);
+            dec(n);
+            jmp(l_col);
+            L(l_tail);
+            test(ctail, ctail);
+            jz(l_next, T_NEAR);
+            column(true);
+        };
+
+        Label l_g4, l_g4_next, l_g1, l_g1_next, l_done;
+        L(l_g4);
+        cmp(k, U);
+        jl(l_g1, T_NEAR);
+        group(U, l_g4_next);
+        L(l_g4_next);
+        lea(bp, ptr[bp + ldb * 4]);
+        add(a, U * mr * 4);
+        sub(k, U);
+        jmp(l_g4);
+        L(l_g1);
+        test(k, k);
+        jz(l_done, T_NEAR);
+        group(1, l_g1_next);
+        L(l_g1_next);
+        add(bp, ldb);
+        add(a, mr * 4);
+        dec(k);
+        jmp(l_g1);
+        L(l_done);
+        postamble();
+    }
+};
+
+struct Rows {
+    Rows(Isa isa, int mr) : gen(isa, mr), fn(gen.finalize<RowsFn>()) {}
+    JitRows gen;
+    RowsFn fn;
+};
+
 // ---- per-thread scratch --------------------------------------------------------------------------
 
 struct AlignedFloats {
@@ -438,20 +603,26 @@ struct Tile {
     int mr;
 };
 
+// M rows in ceil(M / mr_max) tiles of balanced sizes.
+std::vector<Tile> split_rows(int64_t M, int mr_max) {
+    std::vector<Tile> tiles;
+    const int64_t nt = std::max<int64_t>(1, (M + mr_max - 1) / mr_max), base = M / nt, rem = M % nt;
+    int64_t m0 = 0;
+    for (int64_t t = 0; t < nt && m0 < M; ++t) {
+        const int mr = static_cast<int>(base + (t < rem ? 1 : 0));
+        tiles.push_back({m0, mr});
+        m0 += mr;
+    }
+    return tiles;
+}
+
 class GemvKernel final : public GemmKernel {
 public:
     GemvKernel(const GemmSpec& s, Isa isa) : spec_(s), isa_(isa), layout_(gemm_f32_panel_layout(s.K, s.N)) {
         require_isa(isa, "gemm decode kernel");
         const int mr_max = gemv_max_mr(isa);
-        // Row tiles: ceil(M / mr_max) tiles of balanced sizes; then groups of tiles (M blocks).
-        const int64_t nt = std::max<int64_t>(1, (s.M + mr_max - 1) / mr_max);
-        const int64_t base = s.M / nt, rem = s.M % nt;
-        int64_t m0 = 0;
-        for (int64_t t = 0; t < nt && m0 < s.M; ++t) {
-            const int mr = static_cast<int>(base + (t < rem ? 1 : 0));
-            tiles_.push_back({m0, mr});
-            m0 += mr;
-        }
+        // Row tiles, then groups of tiles (M blocks).
+        tiles_ = split_rows(s.M, mr_max);
         size_t first = 0;
         int64_t rows = 0;
         for (size_t t = 0; t < tiles_.size(); ++t) {
@@ -463,27 +634,22 @@ public:
         }
         if (!tiles_.empty()) mblocks_.push_back({first, tiles_.size()});
         // Micro-kernels, shared by every shape through the cache.
-        micro_.assign(static_cast<size_t>(mr_max + 1) * 2, nullptr);
+        micro_.assign(static_cast<size_t>(mr_max + 1) * 3, nullptr);
+        const int hint = g_hint.load(std::memory_order_relaxed);
         for (const Tile& t : tiles_)
-            for (int pf = 0; pf < 2; ++pf) {
-                auto& slot = micro_[static_cast<size_t>(t.mr) * 2 + pf];
+            for (int pf = 0; pf < 3; ++pf) {  // prefetch modes: none, dense, sparse
+                auto& slot = micro_[static_cast<size_t>(t.mr) * 3 + pf];
                 if (slot) continue;
-                const int hint = g_hint.load(std::memory_order_relaxed);
                 const std::string key = std::string("gemm_f32_gemv_micro|") + isa_name(isa) + "|mr" +
-                                        std::to_string(t.mr) + "|pf" + std::to_string(pf ? hint + 1 : 0);
+                                        std::to_string(t.mr) + "|pf" + std::to_string(pf) + "|h" +
+                                        std::to_string(pf ? hint : 0);
                 slot = KernelCache::instance().get_or_create<Micro>(
-                    key, [&] { return std::make_shared<const Micro>(isa, t.mr, pf != 0, hint); });
+                    key, [&] { return std::make_shared<const Micro>(isa, t.mr, pf, hint); });
             }
         // Unpacked B^T with M <= 16: the dot kernels read the rows of W = B^T in place.
         if (s.trans_b == Trans::T && s.M <= kGemvMaxM && s.M > 0) {
             const int dmax = dot_max_mr(isa);
-            const int64_t nt2 = (s.M + dmax - 1) / dmax, base2 = s.M / nt2, rem2 = s.M % nt2;
-            int64_t r0 = 0;
-            for (int64_t t = 0; t < nt2; ++t) {
-                const int mr = static_cast<int>(base2 + (t < rem2 ? 1 : 0));
-                dtiles_.push_back({r0, mr});
-                r0 += mr;
-            }
+            dtiles_ = split_rows(s.M, dmax);
             dot_gw_ = s.M == 1 ? 8 : 4;
             dot_.assign(static_cast<size_t>(dmax + 1), nullptr);
             for (const Tile& t : dtiles_) {
@@ -494,6 +660,19 @@ public:
                                         std::to_string(t.mr) + "|nj" + std::to_string(nj);
                 slot = KernelCache::instance().get_or_create<Dot>(
                     key, [&] { return std::make_shared<const Dot>(isa, t.mr, nj); });
+            }
+        }
+        // Unpacked [K x N] B with M <= 16: the row-sweep kernels read B in memory order.
+        if (s.trans_b == Trans::N && s.M <= kGemvMaxM && s.M > 0) {
+            rtiles_ = split_rows(s.M, rows_max_mr(isa));
+            rows_.assign(static_cast<size_t>(rows_max_mr(isa) + 1), nullptr);
+            for (const Tile& t : rtiles_) {
+                auto& slot = rows_[static_cast<size_t>(t.mr)];
+                if (slot) continue;
+                const std::string key =
+                    std::string("gemm_f32_gemv_rows|") + isa_name(isa) + "|mr" + std::to_string(t.mr);
+                slot = KernelCache::instance().get_or_create<Rows>(
+                    key, [&] { return std::make_shared<const Rows>(isa, t.mr); });
             }
         }
         transposer_ = KernelCache::instance().get_or_create<Transposer>(
@@ -547,19 +726,13 @@ public:
         const float* Ap = A;
         if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
             float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
-            for (const Tile& t : tiles_) {
-                float* d = buf + t.m0 * s.K;
-                for (int i = 0; i < t.mr; ++i) {
-                    const int64_t m = t.m0 + i;
-                    if (s.trans_a == Trans::N) {
-                        const float* src = A + m * s.lda;
-                        for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = src[k];
-                    } else {
-                        for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = A[k * s.lda + m];
-                    }
-                }
-            }
+            pack_a(A, tiles_, buf);
             Ap = buf;
+        }
+
+        if (!call.packed_b && !rtiles_.empty()) {
+            run_rows(call);
+            return;
         }
 
         const int64_t nmb = static_cast<int64_t>(mblocks_.size());
@@ -567,9 +740,21 @@ public:
         // Enough work per thread to pay for waking it: ~2^20 "units" of weight bytes + MACs.
         const int64_t per_item = std::max<int64_t>(1, s.K) * kP * (s.M / nmb + 8);
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / per_item);
+        const bool rows_n = !call.packed_b && s.trans_b == Trans::N;
+        const int64_t chunk = cur_chunk_n();
         parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
             Scratch& sc = scratch();
-            for (int64_t it = i0; it < i1; ++it) run_item(call, Ap, mblocks_[static_cast<size_t>(it / np)], it % np, kc, pf, sc);
+            for (int64_t it = i0; it < i1;) {
+                const int64_t mb = it / np, p = it % np;
+                if (rows_n) {  // runs of panels of one row block
+                    const int64_t pe = std::min({np, p + chunk, p + (i1 - it)});
+                    run_chunk_n(call, Ap, mblocks_[static_cast<size_t>(mb)], p, pe, kc, sc);
+                    it += pe - p;
+                } else {
+                    run_item(call, Ap, mblocks_[static_cast<size_t>(mb)], p, kc, pf, sc);
+                    ++it;
+                }
+            }
         });
     }
 
@@ -612,6 +797,112 @@ private:
         }
     }
 
+    // Unpacked [K x N] B, M <= 16: row sweeps. Each thread takes a range of whole panels (its
+    // columns) and sweeps every row of B over chunks of them, in memory order. One row tile: the
+    // whole K in one sweep per chunk of kRowsCols columns. Several row tiles: chunks of
+    // kRowsColsTiled columns, K blocks of kRowsKb rows re-read from L1 by each tile.
+    void run_rows(const GemmCall& call) const {
+        const GemmSpec& s = spec_;
+        const int64_t np = (s.N + kP - 1) / kP;
+        // op(A) k-major per row tile (A itself for one plain row).
+        const float* A = static_cast<const float*>(call.args.A);
+        const float* Ap = A;
+        if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
+            float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
+            pack_a(A, rtiles_, buf);
+            Ap = buf;
+        }
+        const bool one = rtiles_.size() == 1;
+        const int64_t cols = one ? kRowsCols : kRowsColsTiled, kb = one ? std::max<int64_t>(1, s.K) : kRowsKb;
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
+        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            Scratch& sc = scratch();
+            for (int64_t q0 = p0; q0 < p1; q0 += cols / kP) {
+                const int64_t q1 = std::min(p1, q0 + cols / kP);
+                const int64_t c0 = q0 * kP, cw = std::min(s.N, q1 * kP) - c0;
+                float* acc = sc.tile.get(static_cast<size_t>(s.M * cw));
+                std::memset(acc, 0, static_cast<size_t>(s.M * cw) * 4);
+                const float* B = static_cast<const float*>(call.args.B) + c0;
+                for (int64_t k0 = 0; k0 < s.K; k0 += kb) {
+                    const int64_t kn = std::min(kb, s.K - k0);
+                    for (const Tile& t : rtiles_) {
+                        RowsArgs ra{Ap + t.m0 * s.K + k0 * t.mr, B + k0 * s.ldb, s.ldb * 4, acc + t.m0 * cw, cw * 4, cw,
+                                    kn};
+                        rows_[static_cast<size_t>(t.mr)]->fn(&ra);
+                    }
+                }
+                for (int64_t n0 = c0; n0 < c0 + cw; n0 += kP)
+                    epilogue(call, acc + (n0 - c0), cw, 0, s.M, n0, std::min<int64_t>(kP, s.N - n0));
+            }
+        });
+    }
+
+    // op(A) rows of each tile, k-major: dst[t.m0 * K + k * t.mr + i] = op(A)[t.m0 + i, k].
+    void pack_a(const float* A, const std::vector<Tile>& tiles, float* dst) const {
+        const GemmSpec& s = spec_;
+        for (const Tile& t : tiles) {
+            float* d = dst + t.m0 * s.K;
+            for (int i = 0; i < t.mr; ++i) {
+                const int64_t m = t.m0 + i;
+                if (s.trans_a == Trans::N) {
+                    const float* src = A + m * s.lda;
+                    for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = src[k];
+                } else {
+                    for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = A[k * s.lda + m];
+                }
+            }
+        }
+    }
+
+    // Unpacked Trans::N B ([K x N] rows): panels [p0, p1) of row block mb together. Each super-block
+    // of ks rows (a multiple of kc) is copied into panel rows first, reading every row of B over
+    // (p1 - p0) * 128 contiguous bytes (a DRAM-friendly pattern, unlike 128 bytes per row and
+    // panel), then computed panel by panel exactly as a packed B (same K blocks: same bits).
+    void run_chunk_n(const GemmCall& call, const float* Ap, const MBlock& mb, int64_t p0, int64_t p1, int64_t kc,
+                     Scratch& sc) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K, cw = p1 - p0;
+        const int64_t m_first = tiles_[mb.first].m0;
+        const int64_t m_rows = tiles_[mb.last - 1].m0 + tiles_[mb.last - 1].mr - m_first;
+        float* tiles = sc.tile.get(static_cast<size_t>(cw * m_rows * kP));
+        if (K == 0) std::memset(tiles, 0, static_cast<size_t>(cw * m_rows * kRowBytes));
+        const int64_t ks = std::max<int64_t>(1, cur_ks_n() / kc) * kc;
+        float* buf = sc.pack.get(static_cast<size_t>(cw * std::min(ks, K) * kP));
+        const int64_t ksb = std::min(ks, K);  // rows per panel in buf
+        const float* B = static_cast<const float*>(call.args.B);
+        const int64_t n_first = p0 * kP, n_valid = std::min(s.N, p1 * kP) - n_first;
+        for (int64_t k0s = 0; k0s < K; k0s += ks) {
+            const int64_t ksn = std::min(ks, K - k0s);
+            for (int64_t k = 0; k < ksn; ++k) {
+                const float* src = B + (k0s + k) * s.ldb + n_first;
+                for (int64_t j = 0; j < cw; ++j) {
+                    float* d = buf + (j * ksb + k) * kP;
+                    const int64_t nv = std::min<int64_t>(kP, n_valid - j * kP);
+                    if (nv == kP) {
+                        std::memcpy(d, src + j * kP, kRowBytes);
+                    } else {
+                        std::memcpy(d, src + j * kP, static_cast<size_t>(nv) * 4);
+                        std::memset(d + nv, 0, static_cast<size_t>(kP - nv) * 4);
+                    }
+                }
+            }
+            for (int64_t j = 0; j < cw; ++j)
+                for (int64_t kb = 0; kb < ksn; kb += kc) {
+                    const int64_t kn = std::min(kc, ksn - kb), k0 = k0s + kb;
+                    for (size_t t = mb.first; t < mb.last; ++t) {
+                        const Tile& tl = tiles_[t];
+                        MicroArgs ma{Ap + tl.m0 * K + k0 * tl.mr, buf + (j * ksb + kb) * kP, kRowBytes, 0,
+                                     tiles + (j * m_rows + tl.m0 - m_first) * kP, kn, k0 > 0};
+                        micro_[static_cast<size_t>(tl.mr) * 3]->fn(&ma);
+                    }
+                }
+        }
+        for (int64_t j = 0; j < cw; ++j) {
+            const int64_t n0 = (p0 + j) * kP;
+            epilogue(call, tiles + j * m_rows * kP, m_first, m_rows, n0, std::min<int64_t>(kP, s.N - n0));
+        }
+    }
+
     // One item: row block mb x panel p, K block by K block, then the epilogue.
     void run_item(const GemmCall& call, const float* Ap, const MBlock& mb, int64_t p, int64_t kc, int64_t pf,
                   Scratch& sc) const {
@@ -625,29 +916,26 @@ private:
 
         const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) + p * K * kP : nullptr;
         const float* B = static_cast<const float*>(call.args.B);
-        const bool direct = !packed && s.trans_b == Trans::N && nv == kP;  // the user's rows read in place
         const size_t ntiles = mb.last - mb.first;
         const int64_t ks_rows = cur_ks(), pf_t = cur_pf_t();
         for (int64_t k0 = 0; k0 < K; k0 += kc) {
             const int64_t kn = std::min(kc, K - k0);
             // Software prefetch. One row tile: the tile's pass is the only reader of the weight
-            // stream, prefetched `pf` bytes ahead (0 by default: on Zen 3 the hardware prefetchers
-            // alone stream faster). Several row tiles: the first pass pulls the K block from DRAM
-            // and the later passes re-read it from L1, so the second pass prefetches the next K
-            // block: DRAM keeps streaming while the later passes compute.
+            // stream; a sparse prefetch (one line per KiB, `pf` bytes ahead) keeps the hardware
+            // prefetchers streaming across pages. Several row tiles: the first pass pulls the K
+            // block from DRAM and the later passes re-read it from L1, so the second pass prefetches
+            // the whole next K block: DRAM keeps streaming while the later passes compute.
             const float* bsrc;
             int64_t bstride;
             int64_t pfo = 0;                  // prefetch offset from the row being read
             size_t pf_tile = ~size_t(0);      // the tile (index in the block) whose pass prefetches
+            int pf_mode = 0;
             if (packed) {
                 bsrc = packed + k0 * kP, bstride = kRowBytes;
                 if (ntiles > 1)
-                    pfo = kc * kRowBytes, pf_tile = 1;  // the next block (or the next panel's first)
+                    pfo = kc * kRowBytes, pf_tile = 1, pf_mode = 1;  // the next block (or the next panel's first)
                 else if (pf > 0)
-                    pfo = pf, pf_tile = 0;
-            } else if (direct) {
-                bsrc = B + k0 * s.ldb + n0, bstride = s.ldb * 4;
-                if (k0 + kc < K) pfo = kc * s.ldb * 4, pf_tile = ntiles > 1 ? 1 : 0;  // next block
+                    pfo = pf, pf_tile = 0, pf_mode = 2;
             } else {
                 // Packed on the fly, a super-block of ks rows (a multiple of kc) at a time, so that
                 // the transposer streams each group of 8 rows of B^T over ks contiguous floats.
@@ -661,7 +949,7 @@ private:
                 const bool use_pf = t - mb.first == pf_tile;
                 MicroArgs ma{Ap + tl.m0 * K + k0 * tl.mr, bsrc, bstride, pfo, tile + (tl.m0 - m_first) * kP, kn,
                              k0 > 0};
-                micro_[static_cast<size_t>(tl.mr) * 2 + (use_pf ? 1 : 0)]->fn(&ma);
+                micro_[static_cast<size_t>(tl.mr) * 3 + (use_pf ? pf_mode : 0)]->fn(&ma);
             }
         }
         epilogue(call, tile, m_first, m_rows, n0, nv);
@@ -713,6 +1001,11 @@ private:
     // definition, applied on the L1-hot tile (M x 32 outputs per K x 32 weights streamed).
     void epilogue(const GemmCall& call, const float* tile, int64_t m_first, int64_t m_rows, int64_t n0,
                   int64_t nv) const {
+        epilogue(call, tile, kP, m_first, m_rows, n0, nv);
+    }
+    // The same with the tile's rows `ts` floats apart.
+    void epilogue(const GemmCall& call, const float* tile, int64_t ts, int64_t m_first, int64_t m_rows, int64_t n0,
+                  int64_t nv) const {
         const GemmSpec& s = spec_;
         const GemmArgs& a = call.args;
         const float alpha = call.alpha, beta = call.beta;
@@ -721,7 +1014,7 @@ private:
         const Activation act = s.epilogue.act;
         for (int64_t r = 0; r < m_rows; ++r) {
             const int64_t m = m_first + r;
-            const float* t = tile + r * kP;
+            const float* t = tile + r * ts;
             float* c = static_cast<float*>(a.C) + m * s.ldc + n0;
             float x[kP];
             for (int64_t j = 0; j < nv; ++j) x[j] = alpha * t[j];
@@ -749,11 +1042,13 @@ private:
     std::string layout_;
     std::vector<Tile> tiles_;
     std::vector<MBlock> mblocks_;
-    std::vector<std::shared_ptr<const Micro>> micro_;  // [mr * 2 + prefetch]
+    std::vector<std::shared_ptr<const Micro>> micro_;  // [mr * 3 + prefetch mode]
     std::shared_ptr<const Transposer> transposer_;
     std::vector<Tile> dtiles_;                     // row tiles of the dot path (empty: not used)
     int64_t dot_gw_ = 4;                           // rows of W per dot call
     std::vector<std::shared_ptr<const Dot>> dot_;  // [mr]
+    std::vector<Tile> rtiles_;                     // row tiles of the row sweeps (empty: not used)
+    std::vector<std::shared_ptr<const Rows>> rows_;  // [mr]
 };
 
 bool f32_types(const GemmSpec& s) {
@@ -761,6 +1056,28 @@ bool f32_types(const GemmSpec& s) {
 }
 
 }  // namespace
+
+std::vector<std::string> gemv_generate_all(Isa isa) {
+    std::vector<std::string> out;
+    auto note = [&](const std::string& what, size_t bytes) { out.push_back(what + ":" + std::to_string(bytes)); };
+    for (int mr = 1; mr <= gemv_max_mr(isa); ++mr)
+        for (int pf = 0; pf < 3; ++pf)
+            for (int hint = 0; hint < 3; ++hint) {
+                JitMicro g(isa, mr, pf, hint);
+                note("micro mr" + std::to_string(mr) + " pf" + std::to_string(pf) + " h" + std::to_string(hint), g.getSize());
+            }
+    for (int mr = 1; mr <= dot_max_mr(isa); ++mr) {
+        JitDot g(isa, mr, dot_nj(mr));
+        note("dot mr" + std::to_string(mr), g.getSize());
+    }
+    for (int mr = 1; mr <= rows_max_mr(isa); ++mr) {
+        JitRows g(isa, mr);
+        note("rows mr" + std::to_string(mr), g.getSize());
+    }
+    JitTranspose t;
+    note("transpose", t.getSize());
+    return out;
+}
 
 std::string gemm_f32_panel_layout(int64_t K, int64_t N) {
     return "f32:panel32:K" + std::to_string(K) + ":N" + std::to_string(N);
@@ -777,9 +1094,11 @@ void gemv_set_tuning(const GemvTuning& t) {
     g_hint.store(t.pf_hint, std::memory_order_relaxed);
     g_ks.store(t.ks, std::memory_order_relaxed);
     g_pf_t.store(t.pf_transpose, std::memory_order_relaxed);
+    g_ks_n.store(t.ks_n, std::memory_order_relaxed);
+    g_chunk_n.store(t.chunk_n, std::memory_order_relaxed);
 }
 
-GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed), cur_ks(), cur_pf_t()}; }
+GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed), cur_ks(), cur_pf_t(), cur_ks_n(), cur_chunk_n()}; }
 
 std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s) {
     return std::make_shared<GemvKernel>(s, Isa::avx2);

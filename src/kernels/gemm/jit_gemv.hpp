@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/gemm/gemm.hpp"
 
@@ -55,6 +56,8 @@ struct GemvTuning {
     int pf_hint = 0;          // 0 prefetcht0, 1 prefetcht1, 2 prefetchnta (applies to kernels created later)
     int64_t ks = 0;           // rows of an unpacked B^T transposed at once (0 = default; rounded to kc)
     int64_t pf_transpose = -1;  // transposer prefetch distance in bytes (-1 = default, 0 = off)
+    int64_t ks_n = 0;         // rows of an unpacked [K x N] B copied at once (0 = default; rounded to kc)
+    int64_t chunk_n = 0;      // panels of an unpacked [K x N] B copied together (0 = default)
 };
 // Process-wide override (tests / benchmark only; not thread-safe against running kernels).
 void gemv_set_tuning(const GemvTuning& t);
@@ -62,5 +65,10 @@ GemvTuning gemv_tuning();
 
 // Largest row tile of the micro-kernel for an ISA.
 int gemv_max_mr(Isa isa);
+
+// Emits (without running) every generator variant for `isa` (avx2 or avx512), whether or not
+// this machine has it: "what:code bytes" per variant. Throws if xbyak rejects an instruction, so
+// the tests check the encoding of the AVX-512 kernels on machines without AVX-512.
+std::vector<std::string> gemv_generate_all(Isa isa);
 
 }  // namespace xk::detail
