@@ -22,48 +22,35 @@ constexpr int64_t kP = kGemvPanel;           // floats per panel row
 constexpr int64_t kRowBytes = kP * 4;        // bytes per panel row
 constexpr int64_t kDefaultKc = 128;          // K block: 128 rows x 128 B = 16 KiB of B (L1-resident)
 constexpr int64_t kDefaultPf = 8192;         // sparse prefetch distance in a one-tile packed stream (bytes)
-constexpr int64_t kDefaultKs = 2048;         // rows of B^T transposed per on-the-fly pack
+constexpr int64_t kDefaultKs = 2048;         // M > 16: rows of an unpacked B^T transposed at once
 constexpr int64_t kDefaultPfT = 0;           // transposer prefetch distance along the rows of B^T
-constexpr int64_t kDefaultKsN = 128;         // rows of an unpacked [K x N] B copied at once
-constexpr int64_t kDefaultChunkN = 16;       // panels of an unpacked [K x N] B copied together (2 KiB per row)
+constexpr int64_t kDefaultKsN = 128;         // M > 16: rows of an unpacked [K x N] B copied at once
+constexpr int64_t kDefaultChunkN = 16;       // M > 16: panels of an unpacked [K x N] B copied together
 constexpr int64_t kRowsCols = 4096;          // columns per row sweep, one row tile (<= 4 x 16 KiB of accumulators)
 constexpr int64_t kRowsColsTiled = 256;      // columns per row sweep, several row tiles (16 x 1 KiB)
 constexpr int64_t kRowsKb = 16;              // rows per K block, several row tiles (16 x 1 KiB of B)
 constexpr int64_t kDotKc = 1024;             // dot path K block (4 rows of W x 4 KiB) when M has several tiles
 constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M is large (fallback path)
 
-std::atomic<int64_t> g_kc{0};
-std::atomic<int64_t> g_pf{-1};
+// Overrides of the defaults (GemvTuning; tests and benchmarks only): a size <= 0 / a distance < 0
+// means "the default".
+std::atomic<int64_t> g_kc{0}, g_pf{-1}, g_ks{0}, g_pf_t{-1}, g_ks_n{0}, g_chunk_n{0};
 std::atomic<int> g_hint{0};
 
-int64_t cur_kc() {
-    const int64_t v = g_kc.load(std::memory_order_relaxed);
-    return v > 0 ? v : kDefaultKc;
+int64_t size_knob(const std::atomic<int64_t>& v, int64_t def) {
+    const int64_t x = v.load(std::memory_order_relaxed);
+    return x > 0 ? x : def;
 }
-std::atomic<int64_t> g_ks_n{0};
-std::atomic<int64_t> g_chunk_n{0};
-int64_t cur_ks_n() {
-    const int64_t v = g_ks_n.load(std::memory_order_relaxed);
-    return v > 0 ? v : kDefaultKsN;
+int64_t dist_knob(const std::atomic<int64_t>& v, int64_t def) {
+    const int64_t x = v.load(std::memory_order_relaxed);
+    return x >= 0 ? x : def;
 }
-int64_t cur_chunk_n() {
-    const int64_t v = g_chunk_n.load(std::memory_order_relaxed);
-    return v > 0 ? v : kDefaultChunkN;
-}
-std::atomic<int64_t> g_ks{0};
-std::atomic<int64_t> g_pf_t{-1};
-int64_t cur_ks() {
-    const int64_t v = g_ks.load(std::memory_order_relaxed);
-    return v > 0 ? v : kDefaultKs;
-}
-int64_t cur_pf_t() {
-    const int64_t v = g_pf_t.load(std::memory_order_relaxed);
-    return v >= 0 ? v : kDefaultPfT;
-}
-int64_t cur_pf() {
-    const int64_t v = g_pf.load(std::memory_order_relaxed);
-    return v >= 0 ? v : kDefaultPf;
-}
+int64_t cur_kc() { return size_knob(g_kc, kDefaultKc); }
+int64_t cur_pf() { return dist_knob(g_pf, kDefaultPf); }
+int64_t cur_ks() { return size_knob(g_ks, kDefaultKs); }
+int64_t cur_pf_t() { return dist_knob(g_pf_t, kDefaultPfT); }
+int64_t cur_ks_n() { return size_knob(g_ks_n, kDefaultKsN); }
+int64_t cur_chunk_n() { return size_knob(g_chunk_n, kDefaultChunkN); }
 
 // ---- micro-kernel --------------------------------------------------------------------------------
 
@@ -722,17 +709,17 @@ public:
             return;
         }
 
+        if (!call.packed_b && !rtiles_.empty()) {
+            run_rows(call);
+            return;
+        }
+
         // op(A) packed per row tile, k-major (A itself when M == 1 and A is a plain row).
         const float* Ap = A;
         if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
             float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
             pack_a(A, tiles_, buf);
             Ap = buf;
-        }
-
-        if (!call.packed_b && !rtiles_.empty()) {
-            run_rows(call);
-            return;
         }
 
         const int64_t nmb = static_cast<int64_t>(mblocks_.size());

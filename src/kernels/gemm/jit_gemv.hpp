@@ -6,23 +6,28 @@
 // 128-byte row after the other (element (k, n) at [(n / 32) * K * 32 + k * 32 + n % 32]); the last
 // panel is zero-padded to 32 columns. A thread streams its range of panels linearly.
 //
-// Kernel structure (jit_gemv.cpp):
-//   * micro-kernel (xbyak, one per ISA x rows-per-tile `mr` x prefetch on/off, shared through the
-//     KernelCache by every shape): acc[mr x 32] (+)= Apack[mr x kc] * Bpanel[kc x 32], the panel
-//     rows read at a runtime byte stride (128 for packed panels, 4*ldb for an unpacked Trans::N
-//     B read in place), accumulators in registers (AVX2: mr <= 3 tiles of 4 ymm per row; AVX-512:
-//     mr <= 12 tiles of 2 zmm per row with embedded broadcasts); for mr = 1 / 2 several
-//     accumulator sets over alternating k hide the FMA latency; software prefetch of the weight
-//     stream `pf_off` bytes ahead of the row being read;
-//   * transposer (xbyak, 8x8 ymm transposes) that packs a block of an unpacked Trans::T B (PyTorch's
-//     W[N x K]) into panel rows on the fly;
-//   * driver: op(A) repacked k-major per row tile (M * K floats, ~1/N of the weight traffic); panels
-//     split over threads with parallel_for (contiguous ranges, so each thread streams one linear
-//     range of the packed weight); per panel, K is cut into blocks of kc rows (so that the block
-//     stays in L1 while the row tiles of M re-read it), then the epilogue runs on the 32-column
-//     tile while it is hot in L1, storing only the valid columns (masked N tail).
-// The packed and unpacked paths run the same micro-kernels over the same K blocks, so a packed B
-// gives bit-identical results.
+// Kernels (jit_gemv.cpp), xbyak generators per ISA (AVX2: ymm; AVX-512: zmm, the same generators
+// with the register count and the vector width as parameters), each variant created once through
+// the KernelCache and shared by every shape ("gemm_f32_gemv_<kind>|<isa>|mr<rows>|..."):
+//   * panel micro-kernel: acc[mr x 32] (+)= Apack[mr x kc] * B[kc x 32], B rows read at a runtime
+//     byte stride, accumulators in registers (AVX2: mr <= 3 rows x 4 ymm; AVX-512: mr <= 12 rows
+//     x 2 zmm with embedded broadcasts of A); mr = 1 / 2 keep 2-4 accumulator sets over
+//     alternating k to hide the FMA latency; prefetch variants (none; dense: every line of the
+//     next K block; sparse: one line per KiB of the stream, `pf_bytes` ahead);
+//   * dot micro-kernel (unpacked B^T = PyTorch's W[N x K], M <= 16): acc[mr x nj] over k along
+//     the rows of W with vectors (masked k tail), horizontal sums at the end; W streams from
+//     memory nj (8 for M = 1, else 4) rows at a time, no transposition;
+//   * row-sweep micro-kernel (unpacked [K x N] B, M <= 16): acc[mr x cw] (in L1) += x * B rows,
+//     four rows of B at a time over whole column ranges, i.e. B read in its memory order;
+//   * transposer (8x8 ymm transposes): packs B^T into panels (pack_b, and the on-the-fly path of
+//     an unpacked B^T when M > 16).
+// Driver: op(A) repacked k-major per row tile (M x K floats, ~M/N of the weight traffic); the
+// panels (column ranges) split over threads with parallel_for in contiguous ranges, so each thread
+// streams one linear range of the packed weight; per panel, K cut into blocks of kc rows that
+// stay in L1 while the row tiles of M re-read them; the epilogue on the L1-hot 32-column tile,
+// storing only the valid columns (the N tail).
+// Packed and unpacked B agree within the fp32 tolerance; for M > 16 (the panel path) they use
+// the same sums in the same order, hence the same bits.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -52,7 +57,7 @@ std::shared_ptr<const GemmKernel> create_gemv_avx512(const GemmSpec& s);
 // Tuning knobs, exposed for the tests and the benchmark (defaults in jit_gemv.cpp).
 struct GemvTuning {
     int64_t kc = 0;           // rows of a K block (0 = default)
-    int64_t pf_bytes = -1;    // software prefetch distance in the packed weight stream (-1 = default, 0 = off)
+    int64_t pf_bytes = -1;    // sparse prefetch distance in a one-tile packed stream (-1 = default, 0 = off)
     int pf_hint = 0;          // 0 prefetcht0, 1 prefetcht1, 2 prefetchnta (applies to kernels created later)
     int64_t ks = 0;           // rows of an unpacked B^T transposed at once (0 = default; rounded to kc)
     int64_t pf_transpose = -1;  // transposer prefetch distance in bytes (-1 = default, 0 = off)
