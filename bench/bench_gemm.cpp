@@ -23,7 +23,12 @@
 #include <cblas.h>
 #include <libxsmm.h>
 
+#include <immintrin.h>
+
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <cstring>
 #include <dnnl.hpp>
 #include <map>
@@ -38,6 +43,7 @@
 #include <omp.h>
 #endif
 
+#include "common/parallel.hpp"
 #include "xk/gemm.hpp"
 #include "xk/runtime.hpp"
 
@@ -371,5 +377,300 @@ bool register_all() {
 }
 
 [[maybe_unused]] const bool g_registered = register_all();
+
+// ---- decode (GEMV): M = 1 and 16, weights rotated over >= 1 GiB -----------------------------------
+//
+// y[M x N] = x[M x K] * W^T with the Linear weight W[N x K] (PyTorch's layout, op(B) = Trans::T),
+// as in LLM decode. Each provider owns ceil(1 GiB / weight bytes) copies of the weight (in its
+// own prepacked form where it has one) and every iteration uses the next copy, so the weights
+// come from DRAM, not from the 32 MiB L3. Names:
+//   gemm/f32/xk/<MxNxK>/decode:packed        GemmPlan::run(args, PackedB) (the production path)
+//   gemm/f32/xk/<MxNxK>/decode:BT            unpacked W[N x K] (trans_b = T)
+//   gemm/f32/xk/<MxNxK>/decode:BN            unpacked [K x N] (trans_b = N)
+//   gemm/f32/onednn/<MxNxK>/decode:packed    matmul with weights in its preferred format (any, reordered once)
+//   gemm/f32/onednn/<MxNxK>/decode:BT        matmul with plain W[N x K] weights (tag ba)
+//   gemm/f32/openblas/<MxNxK>/decode:BT      cblas_sgemm(NoTrans, Trans) (M = 1: cblas_sgemv too)
+//   gemm/f32/bandwidth/read[+prefetch]:1GiB  vectorised sum over 1 GiB: the read bandwidth
+// Counters: GFLOPS, GBPS = weight bytes / time, BW% = GBPS / the read bandwidth with the same
+// thread count (the best pass seen in this process: 5 passes of each sum before the first decode
+// benchmark of that thread count, raised by the bandwidth benchmarks).
+namespace decode {
+
+constexpr size_t kRotateBytes = size_t(1) << 30;
+
+const std::vector<Shape> kDecodeShapes = {{1, 4096, 4096}, {1, 11008, 4096}, {1, 4096, 11008},
+                                          {16, 4096, 4096}, {16, 11008, 4096}, {16, 4096, 11008}};
+
+size_t copies_for(const Shape& s) {
+    const size_t wbytes = size_t(s.N * s.K) * 4;
+    return (kRotateBytes + wbytes - 1) / wbytes;
+}
+
+// Rotated raw weights of the current shape (freed when another shape is asked for, so that at
+// most one set of a few GiB is alive).
+struct RawWeights {
+    std::string key;
+    std::vector<std::vector<float>> copies;  // each N*K floats
+    std::vector<float> x;                    // M x K
+};
+
+RawWeights& raw(const Shape& s, bool trans_n) {
+    static RawWeights r;
+    (void)trans_n;  // the same random values serve both layouts
+    const std::string key = s.name();
+    if (r.key == key) return r;
+    r.copies.clear();
+    r.copies.shrink_to_fit();
+    r.key = key;
+    std::mt19937_64 g(777);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(size_t(s.N * s.K));
+    for (float& v : w) v = u(g);
+    const size_t n = copies_for(s);
+    r.copies.assign(n, w);
+    r.x.resize(size_t(s.M * s.K));
+    for (float& v : r.x) v = u(g);
+    return r;
+}
+
+// Sum of n floats (4 independent vector accumulators); with `pf`, one prefetch per KiB 8 KiB
+// ahead (on Zen 3 this sparse hint keeps the hardware prefetchers streaming across pages and reads
+// faster than the hardware alone; a prefetch of every line reads slower).
+__attribute__((target("avx2,fma"))) double sum_range(const float* p, size_t n, bool pf) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {  // 1 KiB per step
+        if (pf) _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192, _MM_HINT_T0);
+        for (size_t j = i; j < i + 256; j += 32) {
+            a0 = _mm256_add_ps(a0, _mm256_load_ps(p + j));
+            a1 = _mm256_add_ps(a1, _mm256_load_ps(p + j + 8));
+            a2 = _mm256_add_ps(a2, _mm256_load_ps(p + j + 16));
+            a3 = _mm256_add_ps(a3, _mm256_load_ps(p + j + 24));
+        }
+    }
+    alignas(32) float t[8];
+    _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    double r = 0;
+    for (float v : t) r += v;
+    for (; i < n; ++i) r += p[i];
+    return r;
+}
+
+struct BwBuffer {
+    float* p = nullptr;
+    size_t n = 0;
+    BwBuffer() {
+        n = kRotateBytes / 4;
+        p = static_cast<float*>(std::aligned_alloc(64, kRotateBytes));
+        for (size_t i = 0; i < n; ++i) p[i] = 1.0f;
+    }
+    ~BwBuffer() { std::free(p); }
+};
+
+// One pass over 1 GiB split over `threads` threads (xk's parallel_for); returns GB/s.
+double read_pass(const BwBuffer& b, int threads, bool pf, double* sink) {
+    xk::set_num_threads(threads);
+    std::vector<double> part(size_t(threads), 0.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    xk::detail::parallel_for(threads, 1, [&](int64_t t0_, int64_t t1_) {
+        for (int64_t t = t0_; t < t1_; ++t) {
+            const size_t beg = b.n / size_t(threads) * size_t(t);
+            const size_t end = t + 1 == threads ? b.n : b.n / size_t(threads) * size_t(t + 1);
+            part[size_t(t)] = sum_range(b.p + beg, end - beg, pf);
+        }
+    });
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (double v : part) *sink += v;
+    return double(kRotateBytes) / sec * 1e-9;
+}
+
+// Read bandwidth per thread count, measured once: the best of 5 passes of each sum (with and
+// without prefetch). Also raised by the bandwidth benchmarks when they see more.
+std::map<int, double>& bw_table() {
+    static std::map<int, double> bw;
+    return bw;
+}
+double read_bandwidth(int threads) {
+    auto& bw = bw_table();
+    auto it = bw.find(threads);
+    if (it != bw.end()) return it->second;
+    BwBuffer b;
+    double sink = 0, best = 0;
+    for (int i = 0; i < 5; ++i)
+        for (bool pf : {false, true}) best = std::max(best, read_pass(b, threads, pf, &sink));
+    benchmark::DoNotOptimize(sink);
+    return bw[threads] = best;
+}
+
+void finish(benchmark::State& state, const Shape& s, int threads) {
+    const double wbytes = double(s.N) * double(s.K) * 4.0;
+    state.counters["GFLOPS"] = benchmark::Counter(s.flops() * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["GBPS"] = benchmark::Counter(wbytes * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+    (void)threads;
+}
+
+// BW% (a plain counter, as the rate is known only at the end): weight bytes over the real time
+// of the timed loop, against read_bandwidth(threads).
+struct Timer {
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    double sec() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+void add_bw_pct(benchmark::State& state, const Shape& s, int threads, double sec) {
+    if (sec <= 0 || state.iterations() == 0) return;
+    const double gbps = double(s.N) * double(s.K) * 4.0 * double(state.iterations()) / sec * 1e-9;
+    state.counters["BW%"] = 100.0 * gbps / read_bandwidth(threads);
+}
+
+void bench_bandwidth(benchmark::State& state, int threads, bool pf) {
+    BwBuffer b;
+    double sink = 0, best = 0;
+    for (auto _ : state) best = std::max(best, read_pass(b, threads, pf, &sink));
+    benchmark::DoNotOptimize(sink);
+    double& known = bw_table()[threads];
+    known = std::max(known, best);
+    state.counters["GBPS"] = benchmark::Counter(double(kRotateBytes) * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+enum class XkMode { packed, bt, bn };
+
+void bench_xk_decode(benchmark::State& state, Shape s, int threads, XkMode mode) {
+    (void)read_bandwidth(threads);  // measured before the weights are allocated
+    RawWeights& r = raw(s, mode == XkMode::bn);
+    set_threads(threads);
+    xk::GemmDesc d;
+    d.M = s.M, d.N = s.N, d.K = s.K;
+    d.trans_b = mode == XkMode::bn ? xk::Trans::N : xk::Trans::T;
+    const xk::GemmPlan plan(d);
+    std::vector<xk::PackedB> packed;
+    if (mode == XkMode::packed)
+        for (const auto& w : r.copies) packed.push_back(plan.pack_b(w.data()));
+    std::vector<float> C(size_t(s.M * s.N));
+    xk::GemmArgs a;
+    a.A = r.x.data(), a.C = C.data();
+    const size_t n = r.copies.size();
+    size_t i = 0;
+    Timer t;
+    for (auto _ : state) {
+        if (mode == XkMode::packed) {
+            plan.run(a, packed[i]);
+        } else {
+            a.B = r.copies[i].data();
+            plan.run(a);
+        }
+        benchmark::ClobberMemory();
+        i = i + 1 == n ? 0 : i + 1;
+    }
+    const double sec = t.sec();
+    state.SetLabel(std::string(plan.impl_name()) + " x" + std::to_string(n));
+    finish(state, s, threads);
+    add_bw_pct(state, s, threads, sec);
+}
+
+void bench_onednn_decode(benchmark::State& state, Shape s, int threads, bool packed) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    (void)read_bandwidth(threads);
+    RawWeights& r = raw(s, false);
+    set_threads(threads);
+    std::vector<float> C(size_t(s.M * s.N));
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream strm(eng);
+        const dnnl::memory::desc a_md({s.M, s.K}, dt::f32, tag::ab), c_md({s.M, s.N}, dt::f32, tag::ab);
+        const dnnl::memory::desc w_plain({s.K, s.N}, dt::f32, tag::ba);  // W[N x K] viewed as K x N
+        const dnnl::memory::desc w_md = packed ? dnnl::memory::desc({s.K, s.N}, dt::f32, tag::any) : w_plain;
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), eng);
+        const dnnl::matmul prim(pd);
+        std::vector<dnnl::memory> ws;
+        for (auto& w : r.copies) {
+            dnnl::memory plain(w_plain, eng, w.data());
+            if (packed && pd.weights_desc() != w_plain) {
+                dnnl::memory m(pd.weights_desc(), eng);
+                dnnl::reorder(plain, m).execute(strm, plain, m);
+                strm.wait();
+                ws.push_back(m);
+            } else {
+                ws.push_back(plain);
+            }
+        }
+        dnnl::memory am(a_md, eng, r.x.data()), cm(c_md, eng, C.data());
+        const size_t n = ws.size();
+        size_t i = 0;
+        Timer t;
+        for (auto _ : state) {
+            prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, ws[i]}, {DNNL_ARG_DST, cm}});
+            strm.wait();
+            i = i + 1 == n ? 0 : i + 1;
+        }
+        const double sec = t.sec();
+        state.SetLabel(std::string(pd.impl_info_str()) + " x" + std::to_string(n));
+        finish(state, s, threads);
+        add_bw_pct(state, s, threads, sec);
+    } catch (const dnnl::error& e) {
+        state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
+    }
+}
+
+void bench_openblas_decode(benchmark::State& state, Shape s, int threads, bool gemv) {
+    (void)read_bandwidth(threads);
+    RawWeights& r = raw(s, false);
+    set_threads(threads);
+    std::vector<float> C(size_t(s.M * s.N));
+    const auto M = blasint(s.M), N = blasint(s.N), K = blasint(s.K);
+    const size_t n = r.copies.size();
+    size_t i = 0;
+    Timer t;
+    for (auto _ : state) {
+        const float* W = r.copies[i].data();
+        if (gemv)  // y[N] = W[N x K] x[K]
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W, K, r.x.data(), 1, 0.0f, C.data(), 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, r.x.data(), K, W, K, 0.0f, C.data(), N);
+        benchmark::ClobberMemory();
+        i = i + 1 == n ? 0 : i + 1;
+    }
+    const double sec = t.sec();
+    state.SetLabel((gemv ? "sgemv x" : "sgemm x") + std::to_string(n));
+    finish(state, s, threads);
+    add_bw_pct(state, s, threads, sec);
+}
+
+void add_decode(const std::string& provider, const Shape& s, const std::string& variant, int threads,
+                std::function<void(benchmark::State&)> fn) {
+    const std::string name = "gemm/f32/" + provider + "/" + s.name() + "/decode:" + variant + "/threads:" +
+                             std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(), std::move(fn))->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+bool register_decode() {
+    for (int threads : {1, 2})
+        for (bool pf : {false, true}) {
+            const std::string bn = std::string("gemm/f32/bandwidth/read") + (pf ? "+prefetch" : "") +
+                                   ":1GiB/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(bn.c_str(), [threads, pf](benchmark::State& st) { bench_bandwidth(st, threads, pf); })
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+        }
+    // Grouped by shape and weight layout: the rotated copies are generated once per group.
+    for (const Shape& s : kDecodeShapes) {
+        for (int threads : {1, 2}) {
+            add_decode("xk", s, "packed", threads, [=](benchmark::State& st) { bench_xk_decode(st, s, threads, XkMode::packed); });
+            add_decode("xk", s, "BT", threads, [=](benchmark::State& st) { bench_xk_decode(st, s, threads, XkMode::bt); });
+            add_decode("onednn", s, "packed", threads, [=](benchmark::State& st) { bench_onednn_decode(st, s, threads, true); });
+            add_decode("onednn", s, "BT", threads, [=](benchmark::State& st) { bench_onednn_decode(st, s, threads, false); });
+            add_decode("openblas", s, "BT", threads, [=](benchmark::State& st) { bench_openblas_decode(st, s, threads, false); });
+            if (s.M == 1)
+                add_decode("openblas", s, "BT-sgemv", threads, [=](benchmark::State& st) { bench_openblas_decode(st, s, threads, true); });
+        }
+        for (int threads : {1, 2})
+            add_decode("xk", s, "BN", threads, [=](benchmark::State& st) { bench_xk_decode(st, s, threads, XkMode::bn); });
+    }
+    return true;
+}
+
+[[maybe_unused]] const bool g_decode_registered = register_decode();
+
+}  // namespace decode
 
 }  // namespace

@@ -1,5 +1,6 @@
 // GEMM family: validation, registry, plan, packed B and the one-shot entry points.
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/jit_gemv.hpp"
 
 #include <sstream>
 
@@ -246,8 +247,10 @@ __attribute__((always_inline)) inline bool gemm_args_ok(const GemmPlanState& st,
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
-    // small N or short K (no A packing), then the blocked kernel; the reference takes everything
-    // else (bf16, int8, empty shapes).
+    // small N or short K (no A packing), the decode / GEMV kernel (M <= 16, weights streamed),
+    // then the blocked kernel. The panel kernel (the GEMV kernel for any M) is reached only by a
+    // PackedB in its layout (GemmPlan::run with a PackedB of another plan). The reference takes
+    // everything else (bf16, int8, empty shapes).
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {
@@ -255,12 +258,16 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
             {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx512); }},
+            {"jit:avx512:gemv", Isa::avx512, gemv_supports, create_gemv_avx512},
             {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
             {"jit:avx2:small", Isa::avx2, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx2); }},
             {"jit:avx2:direct", Isa::avx2, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx2); },
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx2); }},
+            {"jit:avx2:gemv", Isa::avx2, gemv_supports, create_gemv_avx2},
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
+            {"jit:avx512:panel", Isa::avx512, gemm_panel_supports, create_gemv_avx512},
+            {"jit:avx2:panel", Isa::avx2, gemm_panel_supports, create_gemv_avx2},
             {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
         });
     return r;
@@ -286,6 +293,22 @@ void gemm_one_shot(const char* fn, const GemmDesc& desc, const GemmArgs& args) {
 }
 
 }  // namespace
+}  // namespace detail
+
+namespace detail {
+
+std::shared_ptr<const GemmKernel> gemm_kernel_for_layout(const GemmSpec& s, const std::string& layout) {
+    const auto& reg = gemm_registry();
+    const Isa cap = max_isa();
+    for (const auto& impl : reg.impls()) {
+        if (impl.isa > cap || !isa_supported(impl.isa)) continue;
+        if (impl.supports && !impl.supports(s)) continue;
+        auto sel = reg.get(s, impl);  // created once, through the kernel cache
+        if (sel.kernel->packed_layout() == layout) return sel.kernel;
+    }
+    return nullptr;
+}
+
 }  // namespace detail
 
 // ---- PackedB -----------------------------------------------------------------------------------
@@ -325,14 +348,23 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
     if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
     if (packed_b.empty())
         detail::fail_arg(fn, "packed_b", "empty", "holds no data (make it with GemmPlan::pack_b)");
-    if (packed_b.data_->layout != pack_layout_)
-        detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
-                         "was packed for another plan: this plan (" + std::string(impl_name_) + ") needs layout '" +
-                             pack_layout_ + "' (pack B with this plan's pack_b)");
     const detail::GemmPlanState& st = *state_;
+    const detail::GemmKernel* kernel = kernel_.get();
+    std::shared_ptr<const detail::GemmKernel> other;
+    if (packed_b.data_->layout != pack_layout_) {
+        // Packed by a plan of another batch size (or shape class): run with the best kernel that
+        // reads that layout, so one packed weight serves every M (as ipex.optimize's does).
+        other = detail::gemm_kernel_for_layout(st.spec, packed_b.data_->layout);
+        if (!other)
+            detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
+                             "was packed for another plan: this plan (" + std::string(impl_name_) +
+                                 ") reads layout '" + pack_layout_ +
+                                 "' and no kernel allowed under the ISA cap reads that one (pack B with this plan's pack_b)");
+        kernel = other.get();
+    }
     if (!detail::gemm_args_ok(st, args, true)) detail::check_args_inline(fn, st.spec, st.extents, args, true);
     if (st.extents.c == 0) return;  // M or N is 0
-    kernel_->run(detail::make_call(desc_, args, packed_b.data_.get()));
+    kernel->run(detail::make_call(desc_, args, packed_b.data_.get()));
 }
 
 PackedB GemmPlan::pack_b(const void* B) const {

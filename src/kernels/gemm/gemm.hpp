@@ -76,6 +76,10 @@ struct GemmKernel {
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry();
 
+// The best kernel allowed under the cap for `s` whose packed B has this layout, or null: lets a
+// PackedB made by a plan of another M run (GemmPlan::run(args, packed)).
+std::shared_ptr<const GemmKernel> gemm_kernel_for_layout(const GemmSpec& s, const std::string& layout);
+
 // Validation shared by the entry points; `fn` names the entry point in messages.
 GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc);
 // Bytes each operand spans (0 where nothing is read / written), from a validated spec.

@@ -1,0 +1,1097 @@
+// fp32 GEMM decode / GEMV path (see jit_gemv.hpp for the layout and the structure): xbyak
+// micro-kernel and transposer generators, and the driver (A packing, K blocking, the split of
+// panels over threads, the epilogue).
+#include "kernels/gemm/jit_gemv.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "common/activation.hpp"
+#include "common/parallel.hpp"
+#include "dispatch/jit_generator.hpp"
+#include "dispatch/kernel_cache.hpp"
+
+namespace xk::detail {
+namespace {
+
+constexpr int64_t kP = kGemvPanel;           // floats per panel row
+constexpr int64_t kRowBytes = kP * 4;        // bytes per panel row
+constexpr int64_t kDefaultKc = 128;          // K block: 128 rows x 128 B = 16 KiB of B (L1-resident)
+constexpr int64_t kDefaultPf = 8192;         // sparse prefetch distance in a one-tile packed stream (bytes)
+constexpr int64_t kDefaultKs = 2048;         // M > 16: rows of an unpacked B^T transposed at once
+constexpr int64_t kDefaultPfT = 0;           // transposer prefetch distance along the rows of B^T
+constexpr int64_t kDefaultKsN = 128;         // M > 16: rows of an unpacked [K x N] B copied at once
+constexpr int64_t kDefaultChunkN = 16;       // M > 16: panels of an unpacked [K x N] B copied together
+constexpr int64_t kRowsCols = 4096;          // columns per row sweep, one row tile (<= 4 x 16 KiB of accumulators)
+constexpr int64_t kRowsColsTiled = 256;      // columns per row sweep, several row tiles (16 x 1 KiB)
+constexpr int64_t kRowsKb = 16;              // rows per K block, several row tiles (16 x 1 KiB of B)
+constexpr int64_t kDotKc = 1024;             // dot path K block (4 rows of W x 4 KiB) when M has several tiles
+constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M is large (fallback path)
+
+// Overrides of the defaults (GemvTuning; tests and benchmarks only): a size <= 0 / a distance < 0
+// means "the default".
+std::atomic<int64_t> g_kc{0}, g_pf{-1}, g_ks{0}, g_pf_t{-1}, g_ks_n{0}, g_chunk_n{0};
+std::atomic<int> g_hint{0};
+
+int64_t size_knob(const std::atomic<int64_t>& v, int64_t def) {
+    const int64_t x = v.load(std::memory_order_relaxed);
+    return x > 0 ? x : def;
+}
+int64_t dist_knob(const std::atomic<int64_t>& v, int64_t def) {
+    const int64_t x = v.load(std::memory_order_relaxed);
+    return x >= 0 ? x : def;
+}
+int64_t cur_kc() { return size_knob(g_kc, kDefaultKc); }
+int64_t cur_pf() { return dist_knob(g_pf, kDefaultPf); }
+int64_t cur_ks() { return size_knob(g_ks, kDefaultKs); }
+int64_t cur_pf_t() { return dist_knob(g_pf_t, kDefaultPfT); }
+int64_t cur_ks_n() { return size_knob(g_ks_n, kDefaultKsN); }
+int64_t cur_chunk_n() { return size_knob(g_chunk_n, kDefaultChunkN); }
+
+// ---- micro-kernel --------------------------------------------------------------------------------
+
+// One call: acc[mr x 32] (row stride 128 B) = (load_acc ? acc : 0) + Apack[k x mr] * B[k x 32],
+// B row r at b + r * b_stride (bytes), A packed k-major: a[r * mr + i] = op(A)[m0 + i, k0 + r].
+struct MicroArgs {
+    const float* a;    // +0
+    const float* b;    // +8
+    int64_t b_stride;  // +16 bytes between rows of B
+    int64_t pf_off;    // +24 prefetch address = row address + pf_off (prefetch variants only)
+    float* acc;        // +32
+    int64_t k;         // +40 rows (>= 1)
+    int64_t load_acc;  // +48 nonzero: accumulate onto acc
+};
+using MicroFn = void (*)(const MicroArgs*);
+
+// Accumulator sets over alternating k (FMA latency hiding when the tile is small).
+int acc_sets(Isa isa, int mr) {
+    if (isa >= Isa::avx512) return mr == 1 ? 4 : mr == 2 ? 2 : 1;
+    return mr == 1 ? 2 : 1;
+}
+
+class JitMicro : public JitGenerator {
+public:
+    // pf_mode: 0 none; 1 dense (both lines of every row: a block re-read from L1 by later passes
+    // has to be fetched whole); 2 sparse (one line per 8 rows = 1 KiB of a packed stream: a hint
+    // that keeps the hardware prefetchers going across 4 KiB pages, measured best on Zen 3).
+    JitMicro(Isa isa, int mr, int pf_mode, int hint) : JitGenerator(isa) {
+        const bool prefetch = pf_mode != 0;
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vbytes = z ? 64 : 32;
+        const int V = static_cast<int>(kRowBytes) / vbytes;  // vectors per panel row
+        const int S = acc_sets(isa, mr);
+        constexpr int U = 4;                                 // rows per unrolled step (multiple of S)
+        const Reg64 args = abi_param1, a = rsi, b = rdx, bs = rcx, pfb = r8, acc = r9, k = r10, bs3 = r11;
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto accr = [&](int s, int m, int v) { return vr((s * mr + m) * V + v); };
+        const int nacc = S * mr * V;
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+
+        preamble();
+        mov(a, ptr[args]);
+        mov(b, ptr[args + 8]);
+        mov(bs, ptr[args + 16]);
+        if (prefetch) {
+            mov(pfb, ptr[args + 24]);
+            add(pfb, b);
+        }
+        mov(acc, ptr[args + 32]);
+        mov(k, ptr[args + 40]);
+        lea(bs3, ptr[bs + bs * 2]);
+
+        Label l_zero, l_init, l_loop, l_tail, l_tail_loop, l_done;
+        cmp(qword[args + 48], 0);
+        je(l_zero);
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < V; ++v) vmovups(accr(0, m, v), vptr(acc + m * kRowBytes + v * vbytes));
+        jmp(l_init);
+        L(l_zero);
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < V; ++v) vxorps(accr(0, m, v), accr(0, m, v), accr(0, m, v));
+        L(l_init);
+        for (int s = 1; s < S; ++s)
+            for (int m = 0; m < mr; ++m)
+                for (int v = 0; v < V; ++v) vxorps(accr(s, m, v), accr(s, m, v), accr(s, m, v));
+
+        // One row of B: row address `row`, A values at a + (u*mr + i)*4, accumulator set s.
+        auto body_row = [&](const RegExp& row, int u, int s) {
+            const int aoff = u * mr * 4;
+            if (mr == 1) {
+                // B used once per row: FMAs straight from memory.
+                const Xmm bc = vr(nacc);
+                vbroadcastss(bc, ptr[a + aoff]);
+                for (int v = 0; v < V; ++v) vfmadd231ps(accr(s, 0, v), bc, vptr(row + v * vbytes));
+            } else if (z) {
+                // B rows in registers, A through embedded broadcasts.
+                for (int v = 0; v < V; ++v) vmovups(vr(nacc + v), vptr(row + v * vbytes));
+                for (int m = 0; m < mr; ++m)
+                    for (int v = 0; v < V; ++v)
+                        vfmadd231ps(Zmm(accr(s, m, v).getIdx()), Zmm(nacc + v), ptr_b[a + aoff + m * 4]);
+            } else {
+                for (int m = 0; m < mr; ++m) vbroadcastss(vr(nacc + m), ptr[a + aoff + m * 4]);
+                const Xmm bv = vr(nacc + mr);
+                for (int v = 0; v < V; ++v) {
+                    vmovups(bv, vptr(row + v * vbytes));
+                    for (int m = 0; m < mr; ++m) vfmadd231ps(accr(s, m, v), vr(nacc + m), bv);
+                }
+            }
+        };
+        auto pf_line = [&](const RegExp& row, std::initializer_list<int> offs) {
+            for (int off : offs) {
+                if (hint == 1)
+                    prefetcht1(ptr[row + off]);
+                else if (hint == 2)
+                    prefetchnta(ptr[row + off]);
+                else
+                    prefetcht0(ptr[row + off]);
+            }
+        };
+
+        L(l_loop);
+        cmp(k, U);
+        jl(l_tail, T_NEAR);
+        {
+            const RegExp rows[U] = {RegExp(b), b + bs, b + bs * 2, b + bs3};
+            const RegExp prow[U] = {RegExp(pfb), pfb + bs, pfb + bs * 2, pfb + bs3};
+            if (pf_mode == 2) {
+                Label l_skip;
+                test(k, 4);  // every other group of 4 rows
+                jz(l_skip);
+                pf_line(RegExp(pfb), {0});
+                L(l_skip);
+            }
+            for (int u = 0; u < U; ++u) {
+                if (pf_mode == 1) pf_line(prow[u], {0, 64});
+                body_row(rows[u], u, u % S);
+            }
+        }
+        lea(b, ptr[b + bs * 4]);
+        if (prefetch) lea(pfb, ptr[pfb + bs * 4]);
+        add(a, U * mr * 4);
+        sub(k, U);
+        jmp(l_loop);
+
+        L(l_tail);
+        L(l_tail_loop);
+        test(k, k);
+        jz(l_done, T_NEAR);
+        if (pf_mode == 1) pf_line(RegExp(pfb), {0, 64});
+        body_row(RegExp(b), 0, 0);
+        add(b, bs);
+        if (prefetch) add(pfb, bs);
+        add(a, mr * 4);
+        dec(k);
+        jmp(l_tail_loop);
+
+        L(l_done);
+        // Sum the sets into set 0 (pairwise), store the tile.
+        for (int step = 1; step < S; step *= 2)
+            for (int s = 0; s + step < S; s += 2 * step)
+                for (int m = 0; m < mr; ++m)
+                    for (int v = 0; v < V; ++v) vaddps(accr(s, m, v), accr(s, m, v), accr(s + step, m, v));
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < V; ++v) vmovups(vptr(acc + m * kRowBytes + v * vbytes), accr(0, m, v));
+        postamble();
+    }
+};
+
+struct Micro {
+    Micro(Isa isa, int mr, int pf_mode, int hint) : gen(isa, mr, pf_mode, hint), fn(gen.finalize<MicroFn>()) {}
+    JitMicro gen;
+    MicroFn fn;
+};
+
+// ---- transposer (unpacked Trans::T B) ------------------------------------------------------------
+
+// dst row r (r = 0 .. 8*kblocks-1, 128 B apart) columns 0..7 = src rows 0..7 (ld_bytes apart),
+// column r. Prefetches src rows pf_bytes ahead.
+struct TransArgs {
+    const float* src;  // +0
+    int64_t ld_bytes;  // +8
+    float* dst;        // +16
+    int64_t kblocks;   // +24 (>= 1)
+    int64_t pf_bytes;  // +32
+};
+using TransFn = void (*)(const TransArgs*);
+
+class JitTranspose : public JitGenerator {
+public:
+    JitTranspose() : JitGenerator(Isa::avx2) {
+        using namespace Xbyak;
+        const Reg64 args = abi_param1, s0 = rsi, s4 = rdx, ld = rcx, dst = r8, n = r9, ld3 = r10, p0 = r11, p4 = rax;
+        preamble();
+        mov(s0, ptr[args]);
+        mov(ld, ptr[args + 8]);
+        mov(dst, ptr[args + 16]);
+        mov(n, ptr[args + 24]);
+        mov(p0, ptr[args + 32]);
+        lea(ld3, ptr[ld + ld * 2]);
+        lea(s4, ptr[s0 + ld * 4]);
+        add(p0, s0);               // prefetch pointers: the source rows, pf_bytes ahead
+        lea(p4, ptr[p0 + ld * 4]);
+        const RegExp rows[8] = {RegExp(s0), s0 + ld, s0 + ld * 2, s0 + ld3, RegExp(s4), s4 + ld, s4 + ld * 2, s4 + ld3};
+        const RegExp prows[8] = {RegExp(p0), p0 + ld, p0 + ld * 2, p0 + ld3, RegExp(p4), p4 + ld, p4 + ld * 2, p4 + ld3};
+        Label l_loop;
+        L(l_loop);
+        for (int i = 0; i < 8; ++i) prefetcht0(ptr[prows[i]]);
+        for (int i = 0; i < 8; ++i) vmovups(Ymm(i), yword[rows[i]]);
+        for (int i = 0; i < 4; ++i) {
+            vunpcklps(Ymm(8 + 2 * i), Ymm(2 * i), Ymm(2 * i + 1));
+            vunpckhps(Ymm(9 + 2 * i), Ymm(2 * i), Ymm(2 * i + 1));
+        }
+        // s0..s3 from t0..t3 (rows 0-3), s4..s7 from t4..t7 (rows 4-7), into ymm0..7.
+        for (int h = 0; h < 2; ++h) {
+            const int t = 8 + 4 * h, s = 4 * h;
+            vshufps(Ymm(s + 0), Ymm(t + 0), Ymm(t + 2), 0x44);
+            vshufps(Ymm(s + 1), Ymm(t + 0), Ymm(t + 2), 0xEE);
+            vshufps(Ymm(s + 2), Ymm(t + 1), Ymm(t + 3), 0x44);
+            vshufps(Ymm(s + 3), Ymm(t + 1), Ymm(t + 3), 0xEE);
+        }
+        for (int i = 0; i < 4; ++i) {
+            vperm2f128(Ymm(8 + i), Ymm(i), Ymm(4 + i), 0x20);
+            vperm2f128(Ymm(12 + i), Ymm(i), Ymm(4 + i), 0x31);
+        }
+        for (int i = 0; i < 8; ++i) vmovups(yword[dst + i * kRowBytes], Ymm(8 + i));
+        add(s0, 32);
+        add(s4, 32);
+        add(p0, 32);
+        add(p4, 32);
+        add(dst, 8 * kRowBytes);
+        dec(n);
+        jnz(l_loop, T_NEAR);
+        postamble();
+    }
+};
+
+struct Transposer {
+    Transposer() : fn(gen.finalize<TransFn>()) {}
+    JitTranspose gen;
+    TransFn fn;
+};
+
+// ---- dot micro-kernel (unpacked Trans::T B, M <= 16) ----------------------------------------------
+
+// out[i * 32 + j] (+)= sum_{k < kn} A_i[k] * W_j[k] for i < mr, j < nj: rows of A at a + i*a_stride,
+// rows of W (= B^T, PyTorch's weight layout) at w + j*w_stride (bytes), both read along k with
+// vectors (masked tail), reduced horizontally at the end. W streams row by row from memory: nj
+// (8 for mr = 1, else 4) sequential streams, no transposition.
+struct DotArgs {
+    const float* a;    // +0
+    int64_t a_stride;  // +8 bytes
+    const float* w;    // +16
+    int64_t w_stride;  // +24 bytes
+    float* out;        // +32 row stride 128 B
+    int64_t k;         // +40 (>= 1)
+    int64_t load;      // +48 nonzero: add onto out
+};
+using DotFn = void (*)(const DotArgs*);
+
+alignas(64) constexpr int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+int dot_nj(int mr) { return mr == 1 ? 8 : 4; }
+// AVX-512: mr x nj <= 16 accumulators, so that they stay in zmm0..15 (the horizontal sums use
+// vhaddps / vextractf128, which have no EVEX form for registers 16..31).
+int dot_max_mr(Isa isa) { return isa >= Isa::avx512 ? 4 : 3; }
+
+class JitDot : public JitGenerator {
+public:
+    JitDot(Isa isa, int mr, int nj) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vlen = z ? 16 : 8, vbytes = vlen * 4;
+        const Reg64 args = abi_param1, a = rsi, as = rdx, w0 = rcx, ws = r8, ws3 = r9, w4 = r10, k = r11, t = rax,
+                    as3 = rbx, a4 = r12;
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+        auto acc = [&](int i, int j) { return vr(i * nj + j); };
+        const int xbase = mr * nj, wreg = mr * nj + mr;
+        const RegExp arow[8] = {RegExp(a), a + as, a + as * 2, a + as3, RegExp(a4), a4 + as, a4 + as * 2, a4 + as3};
+        const RegExp wrow[8] = {RegExp(w0), w0 + ws, w0 + ws * 2, w0 + ws3, RegExp(w4), w4 + ws, w4 + ws * 2, w4 + ws3};
+
+        preamble({rbx, r12});
+        mov(a, ptr[args]);
+        mov(as, ptr[args + 8]);
+        mov(w0, ptr[args + 16]);
+        mov(ws, ptr[args + 24]);
+        mov(k, ptr[args + 40]);
+        lea(ws3, ptr[ws + ws * 2]);
+        lea(as3, ptr[as + as * 2]);
+        lea(w4, ptr[w0 + ws * 4]);
+        lea(a4, ptr[a + as * 4]);
+        for (int i = 0; i < mr * nj; ++i) vxorps(vr(i), vr(i), vr(i));
+
+        Label l_loop, l_tail, l_reduce;
+        L(l_loop);
+        cmp(k, vlen);
+        jl(l_tail, T_NEAR);
+        for (int i = 0; i < mr; ++i) vmovups(vr(xbase + i), vptr(arow[i]));
+        for (int j = 0; j < nj; ++j) {
+            if (mr == 1) {
+                vfmadd231ps(acc(0, j), vr(xbase), vptr(wrow[j]));
+            } else {
+                vmovups(vr(wreg), vptr(wrow[j]));
+                for (int i = 0; i < mr; ++i) vfmadd231ps(acc(i, j), vr(xbase + i), vr(wreg));
+            }
+        }
+        add(a, vbytes);
+        add(a4, vbytes);
+        add(w0, vbytes);
+        add(w4, vbytes);
+        sub(k, vlen);
+        jmp(l_loop);
+
+        // 0 < k < vlen left: masked loads (nothing past the rows is read).
+        L(l_tail);
+        test(k, k);
+        jz(l_reduce, T_NEAR);
+        if (z) {
+            mov(t, 1);
+            shlx(t, t, k);
+            sub(t, 1);
+            kmovw(k1, t.cvt32());
+            for (int i = 0; i < mr; ++i) vmovups(Zmm(xbase + i) | k1 | T_z, zword[arow[i]]);
+            for (int j = 0; j < nj; ++j) {
+                vmovups(Zmm(wreg) | k1 | T_z, zword[wrow[j]]);
+                for (int i = 0; i < mr; ++i) vfmadd231ps(Zmm(acc(i, j).getIdx()), Zmm(xbase + i), Zmm(wreg));
+            }
+        } else {
+            // ymm registers are all taken by the accumulators when mr = 3: one A row at a time,
+            // the mask in the first free register, x and w after it.
+            const Ymm mask = Ymm(xbase), x = Ymm(xbase + 1), wv = Ymm(xbase + 2);
+            mov(t, reinterpret_cast<uintptr_t>(kLaneIndex));
+            vmovq(Xmm(mask.getIdx()), k);
+            vpbroadcastd(mask, Xmm(mask.getIdx()));
+            vpcmpgtd(mask, mask, yword[t]);  // lane l: k > l
+            for (int i = 0; i < mr; ++i) {
+                vmaskmovps(x, mask, yword[arow[i]]);
+                for (int j = 0; j < nj; ++j) {
+                    vmaskmovps(wv, mask, yword[wrow[j]]);
+                    vfmadd231ps(Ymm(acc(i, j).getIdx()), x, wv);
+                }
+            }
+        }
+
+        // Horizontal sums, 4 outputs of a row at a time: [a b c d] -> out[i*32 + j .. j+3].
+        L(l_reduce);
+        mov(t, ptr[args + 32]);
+        for (int i = 0; i < mr; ++i) {
+            for (int j0 = 0; j0 < nj; j0 += 4) {
+                int r[4];
+                for (int q = 0; q < 4; ++q) r[q] = acc(i, j0 + q).getIdx();
+                if (z)
+                    for (int q = 0; q < 4; ++q) {
+                        vextractf32x8(Ymm(wreg), Zmm(r[q]), 1);
+                        vaddps(Ymm(r[q]), Ymm(r[q]), Ymm(wreg));
+                    }
+                vhaddps(Ymm(r[0]), Ymm(r[0]), Ymm(r[1]));
+                vhaddps(Ymm(r[2]), Ymm(r[2]), Ymm(r[3]));
+                vhaddps(Ymm(r[0]), Ymm(r[0]), Ymm(r[2]));
+                vextractf128(Xmm(r[1]), Ymm(r[0]), 1);
+                vaddps(Xmm(r[0]), Xmm(r[0]), Xmm(r[1]));
+            }
+        }
+        // Add onto out when asked, then store.
+        Label l_plain;
+        cmp(qword[args + 48], 0);
+        je(l_plain, T_NEAR);
+        for (int i = 0; i < mr; ++i)
+            for (int j0 = 0; j0 < nj; j0 += 4) {
+                const Xmm r0 = Xmm(acc(i, j0).getIdx());
+                vaddps(r0, r0, xword[t + i * kRowBytes + j0 * 4]);
+            }
+        L(l_plain);
+        for (int i = 0; i < mr; ++i)
+            for (int j0 = 0; j0 < nj; j0 += 4) vmovups(xword[t + i * kRowBytes + j0 * 4], Xmm(acc(i, j0).getIdx()));
+        postamble();
+    }
+};
+
+struct Dot {
+    Dot(Isa isa, int mr, int nj) : gen(isa, mr, nj), fn(gen.finalize<DotFn>()) {}
+    JitDot gen;
+    DotFn fn;
+};
+
+// ---- row-sweep micro-kernel (unpacked Trans::N B, M <= 2 / 4) ------------------------------------
+
+// acc[i][0..cw) += sum_{r < k} a[r * mr + i] * B_r[0..cw) for i < mr: rows of B (the user's
+// [K x N] rows, ldb bytes apart) swept left to right four at a time, the mr x cw accumulators in
+// memory (L1): B is read exactly in its memory order (a DRAM stream per row range), which the
+// 32-column panels of the other kernels cannot do without copying. Column tail masked.
+struct RowsArgs {
+    const float* a;      // +0 op(A) k-major: a[r * mr + i]
+    const float* b;      // +8 row 0, column 0
+    int64_t ldb;         // +16 bytes
+    float* acc;          // +24 row i at acc + i * acc_stride
+    int64_t acc_stride;  // +32 bytes
+    int64_t cw;          // +40 columns (>= 1)
+    int64_t k;           // +48 rows (>= 1)
+};
+using RowsFn = void (*)(const RowsArgs*);
+
+int rows_max_mr(Isa isa) { return isa >= Isa::avx512 ? 4 : 2; }
+
+class JitRows : public JitGenerator {
+public:
+    JitRows(Isa isa, int mr) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vlen = z ? 16 : 8, vbytes = vlen * 4;
+        const Reg64 args = abi_param1, a = rsi, bp = rdx, ldb = rcx, ldb3 = r8, k = r9, cp = r10, ap = r11, n = rax,
+                    as = rbx, as3 = r12, ctail = r13;
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+        constexpr int U = 4;
+        // x[u][i] in 0 .. U*mr-1, B rows after, the accumulator, the AVX2 tail mask last.
+        auto xr = [&](int u, int i) { return vr(u * mr + i); };
+        const int bbase = U * mr, areg = bbase + U, mreg = areg + 1;
+        const RegExp brow[U] = {RegExp(cp), cp + ldb, cp + ldb * 2, cp + ldb3};
+        const RegExp arow[4] = {RegExp(ap), ap + as, ap + as * 2, ap + as3};
+
+        preamble({rbx, r12, r13});
+        mov(a, ptr[args]);
+        mov(bp, ptr[args + 8]);
+        mov(ldb, ptr[args + 16]);
+        mov(as, ptr[args + 32]);
+        mov(k, ptr[args + 48]);
+        lea(ldb3, ptr[ldb + ldb * 2]);
+        lea(as3, ptr[as + as * 2]);
+        // Tail columns (cw % vlen) and their mask.
+        mov(ctail, ptr[args + 40]);
+        and_(ctail, vlen - 1);
+        if (z) {
+            mov(n, 1);
+            shlx(n, n, ctail);
+            sub(n, 1);
+            kmovw(k1, n.cvt32());
+        } else {
+            mov(n, reinterpret_cast<uintptr_t>(kLaneIndex));
+            vmovq(Xmm(mreg), ctail);
+            vpbroadcastd(Ymm(mreg), Xmm(mreg));
+            vpcmpgtd(Ymm(mreg), Ymm(mreg), yword[n]);
+        }
+
+        // A group of `rows` rows of B over all the columns.
+        auto group = [&](int rows, Label& l_next) {
+            for (int u = 0; u < rows; ++u)
+                for (int i = 0; i < mr; ++i) vbroadcastss(xr(u, i), ptr[a + (u * mr + i) * 4]);
+            mov(cp, bp);
+            mov(ap, ptr[args + 24]);
+            mov(n, ptr[args + 40]);
+            shr(n, z ? 4 : 3);  // full vectors
+            auto column = [&](bool masked) {
+                for (int u = 0; u < rows; ++u) {
+                    if (!masked)
+                        vmovups(vr(bbase + u), vptr(brow[u]));
+                    else if (z)
+                        vmovups(Zmm(bbase + u) | k1 | T_z, zword[brow[u]]);
+                    else
+                        vmaskmovps(Ymm(bbase + u), Ymm(mreg), yword[brow[u]]);
+                }
+                for (int i = 0; i < mr; ++i) {
+                    if (!masked)
+                        vmovups(vr(areg), vptr(arow[i]));
+                    else if (z)
+                        vmovups(Zmm(areg) | k1 | T_z, zword[arow[i]]);
+                    else
+                        vmaskmovps(Ymm(areg), Ymm(mreg), yword[arow[i]]);
+                    for (int u = 0; u < rows; ++u) vfmadd231ps(vr(areg), xr(u, i), vr(bbase + u));
+                    if (!masked)
+                        vmovups(vptr(arow[i]), vr(areg));
+                    else if (z)
+                        vmovups(zword[arow[i]] | k1, Zmm(areg));
+                    else
+                        vmaskmovps(yword[arow[i]], Ymm(mreg), Ymm(areg));
+                }
+            };
+            Label l_col, l_tail;
+            L(l_col);
+            test(n, n);
+            jz(l_tail, T_NEAR);
+            column(false);
+            add(cp, vbytes);
+            add(ap, vbytes);
+            dec(n);
+            jmp(l_col);
+            L(l_tail);
+            test(ctail, ctail);
+            jz(l_next, T_NEAR);
+            column(true);
+        };
+
+        Label l_g4, l_g4_next, l_g1, l_g1_next, l_done;
+        L(l_g4);
+        cmp(k, U);
+        jl(l_g1, T_NEAR);
+        group(U, l_g4_next);
+        L(l_g4_next);
+        lea(bp, ptr[bp + ldb * 4]);
+        add(a, U * mr * 4);
+        sub(k, U);
+        jmp(l_g4);
+        L(l_g1);
+        test(k, k);
+        jz(l_done, T_NEAR);
+        group(1, l_g1_next);
+        L(l_g1_next);
+        add(bp, ldb);
+        add(a, mr * 4);
+        dec(k);
+        jmp(l_g1);
+        L(l_done);
+        postamble();
+    }
+};
+
+struct Rows {
+    Rows(Isa isa, int mr) : gen(isa, mr), fn(gen.finalize<RowsFn>()) {}
+    JitRows gen;
+    RowsFn fn;
+};
+
+// ---- per-thread scratch --------------------------------------------------------------------------
+
+struct AlignedFloats {
+    float* p = nullptr;
+    size_t n = 0;
+    ~AlignedFloats() { std::free(p); }
+    float* get(size_t need) {
+        if (need > n) {
+            std::free(p);
+            const size_t bytes = ((need * 4 + 63) / 64) * 64;
+            p = static_cast<float*>(std::aligned_alloc(64, bytes));
+            if (!p) {
+                n = 0;
+                throw std::bad_alloc();
+            }
+            n = bytes / 4;
+        }
+        return p;
+    }
+};
+
+struct Scratch {
+    AlignedFloats tile, pack, apack;
+};
+Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+struct Tile {
+    int64_t m0;
+    int mr;
+};
+
+// M rows in ceil(M / mr_max) tiles of balanced sizes.
+std::vector<Tile> split_rows(int64_t M, int mr_max) {
+    std::vector<Tile> tiles;
+    const int64_t nt = std::max<int64_t>(1, (M + mr_max - 1) / mr_max), base = M / nt, rem = M % nt;
+    int64_t m0 = 0;
+    for (int64_t t = 0; t < nt && m0 < M; ++t) {
+        const int mr = static_cast<int>(base + (t < rem ? 1 : 0));
+        tiles.push_back({m0, mr});
+        m0 += mr;
+    }
+    return tiles;
+}
+
+class GemvKernel final : public GemmKernel {
+public:
+    GemvKernel(const GemmSpec& s, Isa isa) : spec_(s), isa_(isa), layout_(gemm_f32_panel_layout(s.K, s.N)) {
+        require_isa(isa, "gemm decode kernel");
+        const int mr_max = gemv_max_mr(isa);
+        // Row tiles, then groups of tiles (M blocks).
+        tiles_ = split_rows(s.M, mr_max);
+        size_t first = 0;
+        int64_t rows = 0;
+        for (size_t t = 0; t < tiles_.size(); ++t) {
+            if (rows > 0 && rows + tiles_[t].mr > std::max<int64_t>(kMBlockRows, kGemvMaxM)) {
+                mblocks_.push_back({first, t});
+                first = t, rows = 0;
+            }
+            rows += tiles_[t].mr;
+        }
+        if (!tiles_.empty()) mblocks_.push_back({first, tiles_.size()});
+        // Micro-kernels, shared by every shape through the cache.
+        micro_.assign(static_cast<size_t>(mr_max + 1) * 3, nullptr);
+        const int hint = g_hint.load(std::memory_order_relaxed);
+        for (const Tile& t : tiles_)
+            for (int pf = 0; pf < 3; ++pf) {  // prefetch modes: none, dense, sparse
+                auto& slot = micro_[static_cast<size_t>(t.mr) * 3 + pf];
+                if (slot) continue;
+                const std::string key = std::string("gemm_f32_gemv_micro|") + isa_name(isa) + "|mr" +
+                                        std::to_string(t.mr) + "|pf" + std::to_string(pf) + "|h" +
+                                        std::to_string(pf ? hint : 0);
+                slot = KernelCache::instance().get_or_create<Micro>(
+                    key, [&] { return std::make_shared<const Micro>(isa, t.mr, pf, hint); });
+            }
+        // Unpacked B^T with M <= 16: the dot kernels read the rows of W = B^T in place.
+        if (s.trans_b == Trans::T && s.M <= kGemvMaxM && s.M > 0) {
+            const int dmax = dot_max_mr(isa);
+            dtiles_ = split_rows(s.M, dmax);
+            dot_gw_ = s.M == 1 ? 8 : 4;
+            dot_.assign(static_cast<size_t>(dmax + 1), nullptr);
+            for (const Tile& t : dtiles_) {
+                auto& slot = dot_[static_cast<size_t>(t.mr)];
+                if (slot) continue;
+                const int nj = dot_nj(t.mr);
+                const std::string key = std::string("gemm_f32_gemv_dot|") + isa_name(isa) + "|mr" +
+                                        std::to_string(t.mr) + "|nj" + std::to_string(nj);
+                slot = KernelCache::instance().get_or_create<Dot>(
+                    key, [&] { return std::make_shared<const Dot>(isa, t.mr, nj); });
+            }
+        }
+        // Unpacked [K x N] B with M <= 16: the row-sweep kernels read B in memory order.
+        if (s.trans_b == Trans::N && s.M <= kGemvMaxM && s.M > 0) {
+            rtiles_ = split_rows(s.M, rows_max_mr(isa));
+            rows_.assign(static_cast<size_t>(rows_max_mr(isa) + 1), nullptr);
+            for (const Tile& t : rtiles_) {
+                auto& slot = rows_[static_cast<size_t>(t.mr)];
+                if (slot) continue;
+                const std::string key =
+                    std::string("gemm_f32_gemv_rows|") + isa_name(isa) + "|mr" + std::to_string(t.mr);
+                slot = KernelCache::instance().get_or_create<Rows>(
+                    key, [&] { return std::make_shared<const Rows>(isa, t.mr); });
+            }
+        }
+        transposer_ = KernelCache::instance().get_or_create<Transposer>(
+            "gemm_f32_gemv_transpose|avx2", [] { return std::make_shared<const Transposer>(); });
+    }
+
+    std::string packed_layout() const override { return layout_; }
+
+    std::shared_ptr<const GemmPacked> pack_b(const void* Bv) const override {
+        const GemmSpec& s = spec_;
+        const int64_t np = (s.N + kP - 1) / kP;
+        auto p = std::make_shared<GemmPacked>(layout_, static_cast<size_t>(np * s.K * kP) * 4);
+        if (s.K == 0 || s.N == 0) return p;
+        const float* B = static_cast<const float*>(Bv);
+        float* dst = static_cast<float*>(p->data);
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / (s.K * kP));
+        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            for (int64_t pp = p0; pp < p1; ++pp)
+                for (int64_t k0 = 0; k0 < s.K; k0 += 256)
+                    pack_block(B, pp, k0, std::min<int64_t>(256, s.K - k0), dst + (pp * s.K + k0) * kP, 0);
+        });
+        return p;
+    }
+
+    void run(const GemmCall& call) const override {
+        const GemmSpec& s = spec_;
+        if (s.M == 0 || s.N == 0) return;
+        const int64_t np = (s.N + kP - 1) / kP;
+        const int64_t kc = cur_kc(), pf = cur_pf();
+
+        const float* A = static_cast<const float*>(call.args.A);
+        if (!call.packed_b && !dtiles_.empty()) {
+            // Dot path: rows of op(A) with k contiguous (A itself unless it is transposed).
+            const float* Ar = A;
+            int64_t ars = s.lda;
+            if (s.trans_a == Trans::T && s.K > 0) {
+                float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
+                for (int64_t k = 0; k < s.K; ++k)
+                    for (int64_t m = 0; m < s.M; ++m) buf[m * s.K + k] = A[k * s.lda + m];
+                Ar = buf, ars = s.K;
+            }
+            const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
+            parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+                Scratch& sc = scratch();
+                for (int64_t p = p0; p < p1; ++p) run_dot_item(call, Ar, ars, p, sc);
+            });
+            return;
+        }
+
+        if (!call.packed_b && !rtiles_.empty()) {
+            run_rows(call);
+            return;
+        }
+
+        // op(A) packed per row tile, k-major (A itself when M == 1 and A is a plain row).
+        const float* Ap = A;
+        if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
+            float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
+            pack_a(A, tiles_, buf);
+            Ap = buf;
+        }
+
+        const int64_t nmb = static_cast<int64_t>(mblocks_.size());
+        const int64_t items = nmb * np;
+        // Enough work per thread to pay for waking it: ~2^20 "units" of weight bytes + MACs.
+        const int64_t per_item = std::max<int64_t>(1, s.K) * kP * (s.M / nmb + 8);
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / per_item);
+        const bool rows_n = !call.packed_b && s.trans_b == Trans::N;
+        const int64_t chunk = cur_chunk_n();
+        parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
+            Scratch& sc = scratch();
+            for (int64_t it = i0; it < i1;) {
+                const int64_t mb = it / np, p = it % np;
+                if (rows_n) {  // runs of panels of one row block
+                    const int64_t pe = std::min({np, p + chunk, p + (i1 - it)});
+                    run_chunk_n(call, Ap, mblocks_[static_cast<size_t>(mb)], p, pe, kc, sc);
+                    it += pe - p;
+                } else {
+                    run_item(call, Ap, mblocks_[static_cast<size_t>(mb)], p, kc, pf, sc);
+                    ++it;
+                }
+            }
+        });
+    }
+
+private:
+    struct MBlock {
+        size_t first, last;  // tiles [first, last)
+    };
+
+    // Packs rows k0..k0+kn of panel p of the user's B (trans_b, ldb of the spec) into dst
+    // (kn rows of 32 floats), zero-padding columns past N. pf_bytes: transposer prefetch distance.
+    void pack_block(const float* B, int64_t p, int64_t k0, int64_t kn, float* dst, int64_t pf_bytes) const {
+        const GemmSpec& s = spec_;
+        const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
+        if (s.trans_b == Trans::N) {
+            for (int64_t k = 0; k < kn; ++k) {
+                const float* src = B + (k0 + k) * s.ldb + n0;
+                float* d = dst + k * kP;
+                if (nv == kP) {
+                    std::memcpy(d, src, kRowBytes);
+                } else {
+                    std::memcpy(d, src, static_cast<size_t>(nv) * 4);
+                    std::memset(d + nv, 0, static_cast<size_t>(kP - nv) * 4);
+                }
+            }
+            return;
+        }
+        // Trans::T: B[n * ldb + k]; groups of 8 columns through the 8x8 transposer.
+        const int64_t kfull = kn / 8 * 8;
+        for (int64_t g = 0; g < kP; g += 8) {
+            if (g + 8 <= nv && kfull > 0) {
+                TransArgs ta{B + (n0 + g) * s.ldb + k0, s.ldb * 4, dst + g, kfull / 8, pf_bytes};
+                transposer_->fn(&ta);
+                for (int64_t k = kfull; k < kn; ++k)
+                    for (int64_t j = 0; j < 8; ++j) dst[k * kP + g + j] = B[(n0 + g + j) * s.ldb + k0 + k];
+            } else {
+                for (int64_t k = 0; k < kn; ++k)
+                    for (int64_t j = 0; j < 8; ++j)
+                        dst[k * kP + g + j] = g + j < nv ? B[(n0 + g + j) * s.ldb + k0 + k] : 0.0f;
+            }
+        }
+    }
+
+    // Unpacked [K x N] B, M <= 16: row sweeps. Each thread takes a range of whole panels (its
+    // columns) and sweeps every row of B over chunks of them, in memory order. One row tile: the
+    // whole K in one sweep per chunk of kRowsCols columns. Several row tiles: chunks of
+    // kRowsColsTiled columns, K blocks of kRowsKb rows re-read from L1 by each tile.
+    void run_rows(const GemmCall& call) const {
+        const GemmSpec& s = spec_;
+        const int64_t np = (s.N + kP - 1) / kP;
+        // op(A) k-major per row tile (A itself for one plain row).
+        const float* A = static_cast<const float*>(call.args.A);
+        const float* Ap = A;
+        if (s.K > 0 && !(s.M == 1 && s.trans_a == Trans::N)) {
+            float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
+            pack_a(A, rtiles_, buf);
+            Ap = buf;
+        }
+        const bool one = rtiles_.size() == 1;
+        const int64_t cols = one ? kRowsCols : kRowsColsTiled, kb = one ? std::max<int64_t>(1, s.K) : kRowsKb;
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
+        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            Scratch& sc = scratch();
+            for (int64_t q0 = p0; q0 < p1; q0 += cols / kP) {
+                const int64_t q1 = std::min(p1, q0 + cols / kP);
+                const int64_t c0 = q0 * kP, cw = std::min(s.N, q1 * kP) - c0;
+                float* acc = sc.tile.get(static_cast<size_t>(s.M * cw));
+                std::memset(acc, 0, static_cast<size_t>(s.M * cw) * 4);
+                const float* B = static_cast<const float*>(call.args.B) + c0;
+                for (int64_t k0 = 0; k0 < s.K; k0 += kb) {
+                    const int64_t kn = std::min(kb, s.K - k0);
+                    for (const Tile& t : rtiles_) {
+                        RowsArgs ra{Ap + t.m0 * s.K + k0 * t.mr, B + k0 * s.ldb, s.ldb * 4, acc + t.m0 * cw, cw * 4, cw,
+                                    kn};
+                        rows_[static_cast<size_t>(t.mr)]->fn(&ra);
+                    }
+                }
+                for (int64_t n0 = c0; n0 < c0 + cw; n0 += kP)
+                    epilogue(call, acc + (n0 - c0), cw, 0, s.M, n0, std::min<int64_t>(kP, s.N - n0));
+            }
+        });
+    }
+
+    // op(A) rows of each tile, k-major: dst[t.m0 * K + k * t.mr + i] = op(A)[t.m0 + i, k].
+    void pack_a(const float* A, const std::vector<Tile>& tiles, float* dst) const {
+        const GemmSpec& s = spec_;
+        for (const Tile& t : tiles) {
+            float* d = dst + t.m0 * s.K;
+            for (int i = 0; i < t.mr; ++i) {
+                const int64_t m = t.m0 + i;
+                if (s.trans_a == Trans::N) {
+                    const float* src = A + m * s.lda;
+                    for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = src[k];
+                } else {
+                    for (int64_t k = 0; k < s.K; ++k) d[k * t.mr + i] = A[k * s.lda + m];
+                }
+            }
+        }
+    }
+
+    // Unpacked Trans::N B ([K x N] rows): panels [p0, p1) of row block mb together. Each super-block
+    // of ks rows (a multiple of kc) is copied into panel rows first, reading every row of B over
+    // (p1 - p0) * 128 contiguous bytes (a DRAM-friendly pattern, unlike 128 bytes per row and
+    // panel), then computed panel by panel exactly as a packed B (same K blocks: same bits).
+    void run_chunk_n(const GemmCall& call, const float* Ap, const MBlock& mb, int64_t p0, int64_t p1, int64_t kc,
+                     Scratch& sc) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K, cw = p1 - p0;
+        const int64_t m_first = tiles_[mb.first].m0;
+        const int64_t m_rows = tiles_[mb.last - 1].m0 + tiles_[mb.last - 1].mr - m_first;
+        float* tiles = sc.tile.get(static_cast<size_t>(cw * m_rows * kP));
+        if (K == 0) std::memset(tiles, 0, static_cast<size_t>(cw * m_rows * kRowBytes));
+        const int64_t ks = std::max<int64_t>(1, cur_ks_n() / kc) * kc;
+        float* buf = sc.pack.get(static_cast<size_t>(cw * std::min(ks, K) * kP));
+        const int64_t ksb = std::min(ks, K);  // rows per panel in buf
+        const float* B = static_cast<const float*>(call.args.B);
+        const int64_t n_first = p0 * kP, n_valid = std::min(s.N, p1 * kP) - n_first;
+        for (int64_t k0s = 0; k0s < K; k0s += ks) {
+            const int64_t ksn = std::min(ks, K - k0s);
+            for (int64_t k = 0; k < ksn; ++k) {
+                const float* src = B + (k0s + k) * s.ldb + n_first;
+                for (int64_t j = 0; j < cw; ++j) {
+                    float* d = buf + (j * ksb + k) * kP;
+                    const int64_t nv = std::min<int64_t>(kP, n_valid - j * kP);
+                    if (nv == kP) {
+                        std::memcpy(d, src + j * kP, kRowBytes);
+                    } else {
+                        std::memcpy(d, src + j * kP, static_cast<size_t>(nv) * 4);
+                        std::memset(d + nv, 0, static_cast<size_t>(kP - nv) * 4);
+                    }
+                }
+            }
+            for (int64_t j = 0; j < cw; ++j)
+                for (int64_t kb = 0; kb < ksn; kb += kc) {
+                    const int64_t kn = std::min(kc, ksn - kb), k0 = k0s + kb;
+                    for (size_t t = mb.first; t < mb.last; ++t) {
+                        const Tile& tl = tiles_[t];
+                        MicroArgs ma{Ap + tl.m0 * K + k0 * tl.mr, buf + (j * ksb + kb) * kP, kRowBytes, 0,
+                                     tiles + (j * m_rows + tl.m0 - m_first) * kP, kn, k0 > 0};
+                        micro_[static_cast<size_t>(tl.mr) * 3]->fn(&ma);
+                    }
+                }
+        }
+        for (int64_t j = 0; j < cw; ++j) {
+            const int64_t n0 = (p0 + j) * kP;
+            epilogue(call, tiles + j * m_rows * kP, m_first, m_rows, n0, std::min<int64_t>(kP, s.N - n0));
+        }
+    }
+
+    // One item: row block mb x panel p, K block by K block, then the epilogue.
+    void run_item(const GemmCall& call, const float* Ap, const MBlock& mb, int64_t p, int64_t kc, int64_t pf,
+                  Scratch& sc) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K;
+        const int64_t m_first = tiles_[mb.first].m0;
+        const int64_t m_rows = tiles_[mb.last - 1].m0 + tiles_[mb.last - 1].mr - m_first;
+        float* tile = sc.tile.get(static_cast<size_t>(m_rows * kP));
+        const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
+        if (K == 0) std::memset(tile, 0, static_cast<size_t>(m_rows * kRowBytes));
+
+        const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) + p * K * kP : nullptr;
+        const float* B = static_cast<const float*>(call.args.B);
+        const size_t ntiles = mb.last - mb.first;
+        const int64_t ks_rows = cur_ks(), pf_t = cur_pf_t();
+        for (int64_t k0 = 0; k0 < K; k0 += kc) {
+            const int64_t kn = std::min(kc, K - k0);
+            // Software prefetch. One row tile: the tile's pass is the only reader of the weight
+            // stream; a sparse prefetch (one line per KiB, `pf` bytes ahead) keeps the hardware
+            // prefetchers streaming across pages. Several row tiles: the first pass pulls the K
+            // block from DRAM and the later passes re-read it from L1, so the second pass prefetches
+            // the whole next K block: DRAM keeps streaming while the later passes compute.
+            const float* bsrc;
+            int64_t bstride;
+            int64_t pfo = 0;                  // prefetch offset from the row being read
+            size_t pf_tile = ~size_t(0);      // the tile (index in the block) whose pass prefetches
+            int pf_mode = 0;
+            if (packed) {
+                bsrc = packed + k0 * kP, bstride = kRowBytes;
+                if (ntiles > 1)
+                    pfo = kc * kRowBytes, pf_tile = 1, pf_mode = 1;  // the next block (or the next panel's first)
+                else if (pf > 0)
+                    pfo = pf, pf_tile = 0, pf_mode = 2;
+            } else {
+                // Packed on the fly, a super-block of ks rows (a multiple of kc) at a time, so that
+                // the transposer streams each group of 8 rows of B^T over ks contiguous floats.
+                const int64_t ks = std::max<int64_t>(1, ks_rows / kc) * kc;
+                float* buf = sc.pack.get(static_cast<size_t>(std::min(ks, K) * kP));
+                if (k0 % ks == 0) pack_block(B, p, k0, std::min(ks, K - k0), buf, pf_t);
+                bsrc = buf + (k0 % ks) * kP, bstride = kRowBytes;
+            }
+            for (size_t t = mb.first; t < mb.last; ++t) {
+                const Tile& tl = tiles_[t];
+                const bool use_pf = t - mb.first == pf_tile;
+                MicroArgs ma{Ap + tl.m0 * K + k0 * tl.mr, bsrc, bstride, pfo, tile + (tl.m0 - m_first) * kP, kn,
+                             k0 > 0};
+                micro_[static_cast<size_t>(tl.mr) * 3 + (use_pf ? pf_mode : 0)]->fn(&ma);
+            }
+        }
+        epilogue(call, tile, m_first, m_rows, n0, nv);
+    }
+
+    // Panel p with the dot kernels: groups of dot_gw_ rows of W = B^T, each streamed once per row
+    // tile (K blocks of kDotKc when there are several row tiles, so that the group stays in L1).
+    void run_dot_item(const GemmCall& call, const float* Ar, int64_t ars, int64_t p, Scratch& sc) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K;
+        const int64_t n0 = p * kP, nv = std::min<int64_t>(kP, s.N - n0);
+        float* tile = sc.tile.get(static_cast<size_t>(s.M * kP));
+        if (K == 0) {
+            std::memset(tile, 0, static_cast<size_t>(s.M * kRowBytes));
+            epilogue(call, tile, 0, s.M, n0, nv);
+            return;
+        }
+        const float* B = static_cast<const float*>(call.args.B);
+        const int64_t gw = dot_gw_;
+        const int64_t kd = dtiles_.size() == 1 ? K : kDotKc;
+        for (int64_t g = 0; g < nv; g += gw) {
+            const int64_t valid = std::min<int64_t>(gw, nv - g);
+            const float* w = B + (n0 + g) * s.ldb;
+            int64_t wst = s.ldb * 4;
+            if (valid < gw) {  // the last rows of W: copy them, zero rows after (nothing past N is read)
+                float* buf = sc.pack.get(static_cast<size_t>(gw * K));
+                for (int64_t j = 0; j < gw; ++j) {
+                    if (j < valid)
+                        std::memcpy(buf + j * K, w + j * s.ldb, static_cast<size_t>(K) * 4);
+                    else
+                        std::memset(buf + j * K, 0, static_cast<size_t>(K) * 4);
+                }
+                w = buf, wst = K * 4;
+            }
+            for (int64_t k0 = 0; k0 < K; k0 += kd) {
+                const int64_t kn = std::min(kd, K - k0);
+                for (const Tile& t : dtiles_) {
+                    DotArgs da{Ar + t.m0 * ars + k0, ars * 4, w + k0, wst, tile + t.m0 * kP + g, kn, k0 > 0};
+                    dot_[static_cast<size_t>(t.mr)]->fn(&da);
+                }
+            }
+        }
+        epilogue(call, tile, 0, s.M, n0, nv);
+    }
+
+    // C[m, n0 .. n0+nv) from the tile: the reference's epilogue, element by element.
+    // TODO(gemmjit): switch to the shared vectorised activation injector
+    // (src/kernels/common/jit_activation.hpp) once it lands; for now the activation is the scalar
+    // definition, applied on the L1-hot tile (M x 32 outputs per K x 32 weights streamed).
+    void epilogue(const GemmCall& call, const float* tile, int64_t m_first, int64_t m_rows, int64_t n0,
+                  int64_t nv) const {
+        epilogue(call, tile, kP, m_first, m_rows, n0, nv);
+    }
+    // The same with the tile's rows `ts` floats apart.
+    void epilogue(const GemmCall& call, const float* tile, int64_t ts, int64_t m_first, int64_t m_rows, int64_t n0,
+                  int64_t nv) const {
+        const GemmSpec& s = spec_;
+        const GemmArgs& a = call.args;
+        const float alpha = call.alpha, beta = call.beta;
+        const bool read_c = s.beta != BetaKind::zero;
+        const float* bias = s.epilogue.bias ? a.bias + n0 : nullptr;
+        const Activation act = s.epilogue.act;
+        for (int64_t r = 0; r < m_rows; ++r) {
+            const int64_t m = m_first + r;
+            const float* t = tile + r * ts;
+            float* c = static_cast<float*>(a.C) + m * s.ldc + n0;
+            float x[kP];
+            for (int64_t j = 0; j < nv; ++j) x[j] = alpha * t[j];
+            if (read_c)
+                for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + beta * c[j];
+            if (bias)
+                for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + bias[j];
+            if (act != Activation::none)
+                for (int64_t j = 0; j < nv; ++j) x[j] = apply_activation(act, x[j]);
+            if (s.epilogue.residual) {
+                if (s.residual_type == DType::bf16) {
+                    const bf16* rp = static_cast<const bf16*>(a.residual) + m * s.ld_residual + n0;
+                    for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + rp[j].to_float();
+                } else {
+                    const float* rp = static_cast<const float*>(a.residual) + m * s.ld_residual + n0;
+                    for (int64_t j = 0; j < nv; ++j) x[j] = x[j] + rp[j];
+                }
+            }
+            std::memcpy(c, x, static_cast<size_t>(nv) * 4);
+        }
+    }
+
+    GemmSpec spec_;
+    Isa isa_;
+    std::string layout_;
+    std::vector<Tile> tiles_;
+    std::vector<MBlock> mblocks_;
+    std::vector<std::shared_ptr<const Micro>> micro_;  // [mr * 3 + prefetch mode]
+    std::shared_ptr<const Transposer> transposer_;
+    std::vector<Tile> dtiles_;                     // row tiles of the dot path (empty: not used)
+    int64_t dot_gw_ = 4;                           // rows of W per dot call
+    std::vector<std::shared_ptr<const Dot>> dot_;  // [mr]
+    std::vector<Tile> rtiles_;                     // row tiles of the row sweeps (empty: not used)
+    std::vector<std::shared_ptr<const Rows>> rows_;  // [mr]
+};
+
+bool f32_types(const GemmSpec& s) {
+    return s.a_type == DType::f32 && s.b_type == DType::f32 && s.c_type == DType::f32;
+}
+
+}  // namespace
+
+std::vector<std::string> gemv_generate_all(Isa isa) {
+    std::vector<std::string> out;
+    auto note = [&](const std::string& what, size_t bytes) { out.push_back(what + ":" + std::to_string(bytes)); };
+    for (int mr = 1; mr <= gemv_max_mr(isa); ++mr)
+        for (int pf = 0; pf < 3; ++pf)
+            for (int hint = 0; hint < 3; ++hint) {
+                JitMicro g(isa, mr, pf, hint);
+                note("micro mr" + std::to_string(mr) + " pf" + std::to_string(pf) + " h" + std::to_string(hint), g.getSize());
+            }
+    for (int mr = 1; mr <= dot_max_mr(isa); ++mr) {
+        JitDot g(isa, mr, dot_nj(mr));
+        note("dot mr" + std::to_string(mr), g.getSize());
+    }
+    for (int mr = 1; mr <= rows_max_mr(isa); ++mr) {
+        JitRows g(isa, mr);
+        note("rows mr" + std::to_string(mr), g.getSize());
+    }
+    JitTranspose t;
+    note("transpose", t.getSize());
+    return out;
+}
+
+std::string gemm_f32_panel_layout(int64_t K, int64_t N) {
+    return "f32:panel32:K" + std::to_string(K) + ":N" + std::to_string(N);
+}
+
+bool gemv_supports(const GemmSpec& s) { return f32_types(s) && s.M <= kGemvMaxM; }
+bool gemm_panel_supports(const GemmSpec& s) { return f32_types(s); }
+
+int gemv_max_mr(Isa isa) { return isa >= Isa::avx512 ? 12 : 3; }
+
+void gemv_set_tuning(const GemvTuning& t) {
+    g_kc.store(t.kc, std::memory_order_relaxed);
+    g_pf.store(t.pf_bytes, std::memory_order_relaxed);
+    g_hint.store(t.pf_hint, std::memory_order_relaxed);
+    g_ks.store(t.ks, std::memory_order_relaxed);
+    g_pf_t.store(t.pf_transpose, std::memory_order_relaxed);
+    g_ks_n.store(t.ks_n, std::memory_order_relaxed);
+    g_chunk_n.store(t.chunk_n, std::memory_order_relaxed);
+}
+
+GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed), cur_ks(), cur_pf_t(), cur_ks_n(), cur_chunk_n()}; }
+
+std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s) {
+    return std::make_shared<GemvKernel>(s, Isa::avx2);
+}
+std::shared_ptr<const GemmKernel> create_gemv_avx512(const GemmSpec& s) {
+    return std::make_shared<GemvKernel>(s, Isa::avx512);
+}
+
+}  // namespace xk::detail
