@@ -502,14 +502,17 @@ TEST(GemmDecode, ShapesShareGeneratedCode) {
     // Other N, K, transposes, leading dimensions and epilogues with the same row tiles reuse the
     // micro-kernels and the transposer: each new plan creates only its own (shape) kernel.
     GemmDesc e = d;
-    e.N = 4097, e.K = 33, e.trans_b = Trans::N, e.ldb = 5000, e.epilogue.bias = true, e.beta = 1.0f;
+    // (B too large for the direct kernel on any L2, so the decode kernel takes every one.)
+    e.N = 4097, e.K = 300, e.trans_b = Trans::N, e.ldb = 5000, e.epilogue.bias = true, e.beta = 1.0f;
     const GemmPlan second(e);
     EXPECT_EQ(kernel_cache_stats().creations, after_first + 1);
     GemmDesc f = d;
-    f.N = 7, f.K = 1023, f.epilogue.act = Activation::gelu_tanh, f.alpha = 2.0f;
+    f.N = 700, f.K = 1023, f.epilogue.act = Activation::gelu_tanh, f.alpha = 2.0f;
     const GemmPlan third(f);
     EXPECT_EQ(kernel_cache_stats().creations, after_first + 2);
     EXPECT_STREQ(first.impl_name(), second.impl_name());
+    EXPECT_STREQ(first.impl_name(), third.impl_name());
+    EXPECT_NE(std::string(first.impl_name()).find(":gemv"), std::string::npos) << first.impl_name();
 }
 
 TEST(GemmDecode, OnePackedWeightServesEveryBatchSize) {

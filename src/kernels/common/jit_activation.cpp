@@ -42,6 +42,7 @@ enum Const : int {
     kGeluTanhA, kGeluTanhB,
     // gelu_erf: erf(z) = z A(z^2) / B(z^2) on z clamped to [-4, 4] (Eigen's coefficients)
     kErfRatHi, kErfRatLo,
+    kGeluErfZero,  // -4 sqrt2: gelu_erf is 0 (times x) at and below it
     kErfA13, kErfA11, kErfA9, kErfA7, kErfA5, kErfA3, kErfA1,
     kErfB8, kErfB6, kErfB4, kErfB2, kErfB0,
     // tanh rational
@@ -109,6 +110,7 @@ const Table& the_table() {
         setf(kErfSplit, 0.75f);
         setf(kErfRatHi, 4.0f);
         setf(kErfRatLo, -4.0f);
+        setf(kGeluErfZero, -5.65685424949238f);
         setf(kErfA13, -2.72614225801306e-10f);
         setf(kErfA11, 2.77068142495902e-08f);
         setf(kErfA9, -2.10102402082508e-06f);
@@ -380,6 +382,21 @@ void JitActivation::record(JitActRecorder& g, JitFn f, const Xmm& x, const std::
             g.vfmadd231ps(s[1], s[1], s[0]);      // r = r + r e
             g.vmulps(s[2], s[2], s[1]);           // erf(z)
             g.vaddps(s[2], s[2], c(kOne));
+            // 1 + erf is exactly 0 for x <= -4 sqrt2, whatever the reciprocal estimate gave
+            // (vrcpps / vrcp14ps differ between vendors): gelu = -0 there, NaN for -inf, as
+            // the scalar definition.
+            if (zmm_) {
+                const Opmask k = k_;
+                const Address lo = c(kGeluErfZero);
+                const Xmm s2 = s[2];
+                g.group([=](CodeGenerator& cg) {
+                    cg.vcmpps(k, x, lo, 0x1e /* GT_OQ */);
+                    cg.vmovaps(s2 | k | Xbyak::util::T_z, s2);
+                });
+            } else {
+                g.vcmpps(s[0], x, c(kGeluErfZero), 0x1e /* GT_OQ */);
+                g.vandps(s[2], s[2], s[0]);
+            }
             g.vmulps(x, x, c(kHalf));  // (x / 2) (1 + erf): no overflow near FLT_MAX
             g.vmulps(x, x, s[2]);
             break;
