@@ -378,7 +378,7 @@ TEST(GemmDecode, ZeroKAndNaNBeta) {
         // K == 0: C = act(beta C + bias) + residual.
         for (float beta : {0.0f, 0.5f}) {
             Case c;
-            c.d.M = 3, c.d.N = 40, c.d.K = 0, c.d.beta = beta;
+            c.d.M = beta == 0.0f ? 1 : 3, c.d.N = 200, c.d.K = 0, c.d.beta = beta;
             c.d.epilogue.bias = true, c.d.epilogue.act = Activation::silu, c.d.epilogue.residual = true;
             SCOPED_TRACE(describe(c));
             Problem p(c);
@@ -447,9 +447,10 @@ TEST(GemmDecode, KBlocksAndPrefetchVariants) {
     // tuning is set, so the kernel cache is cleared around each configuration.
     ThreadsGuard tg;
     TuningGuard guard;
-    // {kc, pf_bytes, pf_hint, ks (transposed super-block), pf_transpose}
-    const detail::GemvTuning configs[] = {
-        {8, 0, 0, 16, 64}, {13, 256, 0, 0, -1}, {24, 4096, 1, 100, 0}, {40, 64, 2, 40, 256}, {128, 1024, 0, 0, -1}};
+    // {kc, pf_bytes, pf_hint, ks (B^T super-block), pf_transpose, ks_n, chunk_n, streams}
+    const detail::GemvTuning configs[] = {{8, 0, 0, 16, 64, 8, 1, 1},       {13, 256, 0, 0, -1, 0, 3, 2},
+                                          {24, 4096, 1, 100, 0, 50, 0, 3}, {40, 64, 2, 40, 256, 0, 2, 4},
+                                          {128, 1024, 0, 0, -1, 0, 0, 0}};
     int idx = 0;
     for (const auto& t : configs) {
         detail::gemv_set_tuning(t);
@@ -461,13 +462,13 @@ TEST(GemmDecode, KBlocksAndPrefetchVariants) {
                     for (Trans tb : {Trans::T, Trans::N}) {
                         ++idx;
                         Case c;
-                        c.d.M = M, c.d.N = idx % 2 ? 100 : 64, c.d.K = 127 + idx % 5;
+                        c.d.M = M, c.d.N = idx % 2 ? 300 : 64, c.d.K = 127 + idx % 5;
                         c.d.trans_b = tb;
                         c.d.beta = idx % 3 == 0 ? 1.0f : 0.0f;
                         c.misalign = static_cast<size_t>(idx % 5);
                         c.seed = 3000 + static_cast<uint64_t>(idx);
                         SCOPED_TRACE("kc=" + std::to_string(t.kc) + " pf=" + std::to_string(t.pf_bytes) +
-                                     " hint=" + std::to_string(t.pf_hint));
+                                     " hint=" + std::to_string(t.pf_hint) + " streams=" + std::to_string(t.streams));
                         run_both(c, isa >= Isa::avx2 && M <= detail::kGemvMaxM);
                         if (HasFatalFailure()) return;
                     }
@@ -542,6 +543,37 @@ TEST(GemmDecode, OnePackedWeightServesEveryBatchSize) {
             plan.run(a, packed);
             EXPECT_TRUE(p.check()) << "M=" << M << " impl=" << plan.impl_name();
         }
+    });
+}
+
+TEST(GemmDecode, ResultsDoNotDependOnTheThreadCount) {
+    // Threads split the columns; every output is computed by the same code whatever the split
+    // (for M = 1 with a packed B, a panel gives the same sums alone or streamed with others).
+    ThreadsGuard tg;
+    for_each_isa([&](Isa) {
+        int idx = 0;
+        for (int64_t M : {1, 5, 16})
+            for (Trans tb : {Trans::T, Trans::N})
+                for (bool use_packed : {false, true}) {
+                    Case c;
+                    c.d.M = M, c.d.N = 611, c.d.K = 77 + 10 * idx++, c.d.trans_b = tb;
+                    c.d.epilogue.bias = true;
+                    SCOPED_TRACE(describe(c) + (use_packed ? " packed" : " unpacked"));
+                    std::vector<uint32_t> bits[2];
+                    for (int threads : {1, 2}) {
+                        set_num_threads(threads);
+                        Problem p(c);
+                        const GemmPlan plan(c.d);
+                        GemmArgs a = p.args();
+                        if (use_packed)
+                            plan.run(a, plan.pack_b(p.B.data()));
+                        else
+                            plan.run(a);
+                        ASSERT_TRUE(p.check());
+                        bits[threads - 1] = p.c_bits();
+                    }
+                    EXPECT_EQ(bits[0], bits[1]);
+                }
     });
 }
 

@@ -34,7 +34,7 @@ constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M i
 
 // Overrides of the defaults (GemvTuning; tests and benchmarks only): a size <= 0 / a distance < 0
 // means "the default".
-std::atomic<int64_t> g_kc{0}, g_pf{-1}, g_ks{0}, g_pf_t{-1}, g_ks_n{0}, g_chunk_n{0};
+std::atomic<int64_t> g_kc{0}, g_pf{-1}, g_ks{0}, g_pf_t{-1}, g_ks_n{0}, g_chunk_n{0}, g_streams{0};
 std::atomic<int> g_hint{0};
 
 int64_t size_knob(const std::atomic<int64_t>& v, int64_t def) {
@@ -51,6 +51,17 @@ int64_t cur_ks() { return size_knob(g_ks, kDefaultKs); }
 int64_t cur_pf_t() { return dist_knob(g_pf_t, kDefaultPfT); }
 int64_t cur_ks_n() { return size_knob(g_ks_n, kDefaultKsN); }
 int64_t cur_chunk_n() { return size_knob(g_chunk_n, kDefaultChunkN); }
+int stream_count(Isa isa);
+int64_t cur_streams(Isa isa) { return std::min<int64_t>(stream_count(isa), size_knob(g_streams, stream_count(isa))); }
+
+// Every generator checks that its vector registers exist on its ISA: with AVX2 an index >= 16
+// would be EVEX-encoded by xbyak, which only faults at run time on a machine without AVX-512.
+void check_vector_regs(Isa isa, int used, const char* what) {
+    const int have = isa >= Isa::avx512 ? 32 : 16;
+    if (used > have)
+        throw Error(Status::unsupported, std::string("gemm decode: ") + what + " needs " + std::to_string(used) +
+                                             " vector registers, " + isa_name(isa) + " has " + std::to_string(have));
+}
 
 // ---- micro-kernel --------------------------------------------------------------------------------
 
@@ -67,11 +78,11 @@ struct MicroArgs {
 };
 using MicroFn = void (*)(const MicroArgs*);
 
-// Accumulator sets over alternating k (FMA latency hiding when the tile is small).
-int acc_sets(Isa isa, int mr) {
-    if (isa >= Isa::avx512) return mr == 1 ? 4 : mr == 2 ? 2 : 1;
-    return mr == 1 ? 2 : 1;
-}
+// Accumulator sets over alternating k (FMA latency hiding when the tile is small). One row (M = 1)
+// keeps one set: there the independent accumulators come from several panels at once (the stream
+// kernel below), and a panel's sums must not depend on whether it was computed alone or in a
+// group (else the result would depend on the thread count).
+int acc_sets(Isa isa, int mr) { return isa >= Isa::avx512 && mr == 2 ? 2 : 1; }
 
 class JitMicro : public JitGenerator {
 public:
@@ -91,6 +102,7 @@ public:
         auto accr = [&](int s, int m, int v) { return vr((s * mr + m) * V + v); };
         const int nacc = S * mr * V;
         auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+        check_vector_regs(isa, nacc + (mr == 1 ? 1 : z ? V : mr + 1), "micro-kernel");
 
         preamble();
         mov(a, ptr[args]);
@@ -206,6 +218,108 @@ struct Micro {
     MicroFn fn;
 };
 
+// ---- stream micro-kernel (packed B, M = 1) --------------------------------------------------------
+
+// acc[s*32 .. s*32+32) (+)= sum_{r < k} a[r] * P_s[r][0..32) for s < ns: ns panels read in
+// lockstep, one 128-byte row of each per step (P_s at b + s * stream_bytes). Each thread thus
+// keeps ns DRAM streams in flight, which the hardware prefetchers serve faster than one, and the
+// FMAs have ns x 4 (ymm) / ns x 2 (zmm) independent accumulators. Per panel the sums are those of
+// the one-panel micro-kernel (one set, k in order). Sparse prefetch (one line per KiB of each
+// stream, pf_off ahead) when pf_off > 0.
+struct StreamArgs {
+    const float* a;        // +0 k values of the row of op(A)
+    const float* b;        // +8 row 0 of stream 0
+    int64_t stream_bytes;  // +16 between streams
+    float* acc;            // +24 ns x 32 floats
+    int64_t k;             // +32 rows (>= 1)
+    int64_t load_acc;      // +40
+    int64_t pf_off;        // +48 bytes, 0 = no prefetch
+};
+using StreamFn = void (*)(const StreamArgs*);
+
+// Streams per thread (also the most the generator takes: ns x V accumulators + 1 must fit in the
+// 16 ymm of AVX2, and p[] has 4 pointers).
+int stream_count(Isa isa) { return isa >= Isa::avx512 ? 4 : 3; }
+
+class JitStream : public JitGenerator {
+public:
+    JitStream(Isa isa, int ns) : JitGenerator(isa) {
+        using namespace Xbyak;
+        const bool z = isa >= Isa::avx512;
+        const int vbytes = z ? 64 : 32, V = static_cast<int>(kRowBytes) / vbytes;
+        const Reg64 args = abi_param1, a = rsi, k = r10, acc = r11, pf = rax, t = rcx;
+        const Reg64 p[4] = {rdx, r8, r9, rbx};
+        auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
+        auto accr = [&](int st, int v) { return vr(st * V + v); };
+        const Xmm bc = vr(ns * V);
+        constexpr int U = 4;
+        check_vector_regs(isa, ns * V + 1, "stream kernel");
+        if (ns < 1 || ns > 4) throw Error(Status::unsupported, "gemm decode: stream kernel takes 1..4 streams");
+
+        preamble({rbx});
+        mov(a, ptr[args]);
+        mov(p[0], ptr[args + 8]);
+        mov(t, ptr[args + 16]);
+        for (int st = 1; st < ns; ++st) lea(p[st], ptr[p[st - 1] + t]);
+        mov(acc, ptr[args + 24]);
+        mov(k, ptr[args + 32]);
+        mov(pf, ptr[args + 48]);
+
+        Label l_zero, l_init, l_loop, l_tail, l_done, l_nopf;
+        cmp(qword[args + 40], 0);
+        je(l_zero);
+        for (int st = 0; st < ns; ++st)
+            for (int v = 0; v < V; ++v) vmovups(accr(st, v), vptr(acc + st * kRowBytes + v * vbytes));
+        jmp(l_init);
+        L(l_zero);
+        for (int st = 0; st < ns; ++st)
+            for (int v = 0; v < V; ++v) vxorps(accr(st, v), accr(st, v), accr(st, v));
+        L(l_init);
+
+        auto row = [&](int u) {
+            vbroadcastss(bc, ptr[a + u * 4]);
+            for (int st = 0; st < ns; ++st)
+                for (int v = 0; v < V; ++v) vfmadd231ps(accr(st, v), bc, vptr(p[st] + u * kRowBytes + v * vbytes));
+        };
+        L(l_loop);
+        cmp(k, U);
+        jl(l_tail, T_NEAR);
+        {
+            Label l_skip;
+            test(pf, pf);
+            jz(l_skip);
+            test(k, 4);  // every other group of 4 rows: one line per KiB of each stream
+            jz(l_skip);
+            for (int st = 0; st < ns; ++st) prefetcht0(ptr[p[st] + pf]);
+            L(l_skip);
+        }
+        for (int u = 0; u < U; ++u) row(u);
+        for (int st = 0; st < ns; ++st) add(p[st], U * kRowBytes);
+        add(a, U * 4);
+        sub(k, U);
+        jmp(l_loop);
+        L(l_tail);
+        test(k, k);
+        jz(l_done, T_NEAR);
+        row(0);
+        for (int st = 0; st < ns; ++st) add(p[st], kRowBytes);
+        add(a, 4);
+        dec(k);
+        jmp(l_tail);
+        L(l_done);
+        for (int st = 0; st < ns; ++st)
+            for (int v = 0; v < V; ++v) vmovups(vptr(acc + st * kRowBytes + v * vbytes), accr(st, v));
+        postamble();
+    }
+};
+
+struct Stream {
+    Stream(Isa isa, int ns) : gen(isa, ns), fn(gen.finalize<StreamFn>()) {}
+    JitStream gen;
+    StreamFn fn;
+};
+
 // ---- transposer (unpacked Trans::T B) ------------------------------------------------------------
 
 // dst row r (r = 0 .. 8*kblocks-1, 128 B apart) columns 0..7 = src rows 0..7 (ld_bytes apart),
@@ -310,6 +424,8 @@ public:
         auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
         auto acc = [&](int i, int j) { return vr(i * nj + j); };
         const int xbase = mr * nj, wreg = mr * nj + mr;
+        check_vector_regs(isa, wreg + 1, "dot kernel");
+        if (z && mr * nj > 16) throw Error(Status::unsupported, "gemm decode: dot kernel accumulators past zmm15");
         const RegExp arow[8] = {RegExp(a), a + as, a + as * 2, a + as3, RegExp(a4), a4 + as, a4 + as * 2, a4 + as3};
         const RegExp wrow[8] = {RegExp(w0), w0 + ws, w0 + ws * 2, w0 + ws3, RegExp(w4), w4 + ws, w4 + ws * 2, w4 + ws3};
 
@@ -450,6 +566,7 @@ public:
         // x[u][i] in 0 .. U*mr-1, B rows after, the accumulator, the AVX2 tail mask last.
         auto xr = [&](int u, int i) { return vr(u * mr + i); };
         const int bbase = U * mr, areg = bbase + U, mreg = areg + 1;
+        check_vector_regs(isa, z ? areg + 1 : mreg + 1, "row-sweep kernel");
         const RegExp brow[U] = {RegExp(cp), cp + ldb, cp + ldb * 2, cp + ldb3};
         const RegExp arow[4] = {RegExp(ap), ap + as, ap + as * 2, ap + as3};
 
@@ -662,6 +779,14 @@ public:
                     key, [&] { return std::make_shared<const Rows>(isa, t.mr); });
             }
         }
+        // M = 1 with a packed B: several panels streamed in lockstep.
+        const int ns = static_cast<int>(cur_streams(isa));
+        if (s.M == 1 && ns > 1) {
+            const std::string key = std::string("gemm_f32_gemv_stream|") + isa_name(isa) + "|ns" + std::to_string(ns);
+            stream_ = KernelCache::instance().get_or_create<Stream>(
+                key, [&] { return std::make_shared<const Stream>(isa, ns); });
+            ns_ = ns;
+        }
         transposer_ = KernelCache::instance().get_or_create<Transposer>(
             "gemm_f32_gemv_transpose|avx2", [] { return std::make_shared<const Transposer>(); });
     }
@@ -720,6 +845,11 @@ public:
             float* buf = scratch().apack.get(static_cast<size_t>(s.M * s.K));
             pack_a(A, tiles_, buf);
             Ap = buf;
+        }
+
+        if (call.packed_b && stream_) {
+            run_streams(call, Ap, kc, pf);
+            return;
         }
 
         const int64_t nmb = static_cast<int64_t>(mblocks_.size());
@@ -782,6 +912,33 @@ private:
                         dst[k * kP + g + j] = g + j < nv ? B[(n0 + g + j) * s.ldb + k0 + k] : 0.0f;
             }
         }
+    }
+
+    // Packed B, M = 1: each thread's range of panels cut into ns_ equal runs, walked in lockstep
+    // by the stream kernel (the leftover panels one at a time: the same sums either way).
+    void run_streams(const GemmCall& call, const float* Ap, int64_t kc, int64_t pf) const {
+        const GemmSpec& s = spec_;
+        const int64_t K = s.K, np = (s.N + kP - 1) / kP;
+        const float* packed = static_cast<const float*>(call.packed_b->data);
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, K) * kP * 9));
+        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            Scratch& sc = scratch();
+            const int64_t len = (p1 - p0) / ns_;
+            for (int64_t j = 0; j < len; ++j) {
+                float* tile = sc.tile.get(static_cast<size_t>(ns_ * kP));
+                if (K == 0) std::memset(tile, 0, static_cast<size_t>(ns_ * kRowBytes));
+                const float* base = packed + (p0 + j) * K * kP;
+                for (int64_t k0 = 0; k0 < K; k0 += kc) {
+                    StreamArgs sa{Ap + k0, base + k0 * kP, len * K * kRowBytes, tile, std::min(kc, K - k0), k0 > 0, pf};
+                    stream_->fn(&sa);
+                }
+                for (int st = 0; st < ns_; ++st) {
+                    const int64_t n0 = (p0 + st * len + j) * kP;
+                    epilogue(call, tile + st * kP, 0, 1, n0, std::min<int64_t>(kP, s.N - n0));
+                }
+            }
+            for (int64_t p = p0 + ns_ * len; p < p1; ++p) run_item(call, Ap, mblocks_[0], p, kc, pf, sc);
+        });
     }
 
     // Unpacked [K x N] B, M <= 16: row sweeps. Each thread takes a range of whole panels (its
@@ -1034,6 +1191,8 @@ private:
     std::vector<Tile> dtiles_;                     // row tiles of the dot path (empty: not used)
     int64_t dot_gw_ = 4;                           // rows of W per dot call
     std::vector<std::shared_ptr<const Dot>> dot_;  // [mr]
+    std::shared_ptr<const Stream> stream_;         // M = 1, packed B: ns_ panels in lockstep (null: not used)
+    int ns_ = 1;
     std::vector<Tile> rtiles_;                     // row tiles of the row sweeps (empty: not used)
     std::vector<std::shared_ptr<const Rows>> rows_;  // [mr]
 };
@@ -1061,6 +1220,10 @@ std::vector<std::string> gemv_generate_all(Isa isa) {
         JitRows g(isa, mr);
         note("rows mr" + std::to_string(mr), g.getSize());
     }
+    for (int ns = 2; ns <= stream_count(isa); ++ns) {
+        JitStream g(isa, ns);
+        note("stream ns" + std::to_string(ns), g.getSize());
+    }
     JitTranspose t;
     note("transpose", t.getSize());
     return out;
@@ -1083,9 +1246,10 @@ void gemv_set_tuning(const GemvTuning& t) {
     g_pf_t.store(t.pf_transpose, std::memory_order_relaxed);
     g_ks_n.store(t.ks_n, std::memory_order_relaxed);
     g_chunk_n.store(t.chunk_n, std::memory_order_relaxed);
+    g_streams.store(t.streams, std::memory_order_relaxed);
 }
 
-GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed), cur_ks(), cur_pf_t(), cur_ks_n(), cur_chunk_n()}; }
+GemvTuning gemv_tuning() { return {cur_kc(), cur_pf(), g_hint.load(std::memory_order_relaxed), cur_ks(), cur_pf_t(), cur_ks_n(), cur_chunk_n(), g_streams.load(std::memory_order_relaxed)}; }
 
 std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s) {
     return std::make_shared<GemvKernel>(s, Isa::avx2);

@@ -63,6 +63,8 @@ struct GemvTuning {
     int64_t pf_transpose = -1;  // transposer prefetch distance in bytes (-1 = default, 0 = off)
     int64_t ks_n = 0;         // rows of an unpacked [K x N] B copied at once (0 = default; rounded to kc)
     int64_t chunk_n = 0;      // panels of an unpacked [K x N] B copied together (0 = default)
+    int64_t streams = 0;      // M = 1, packed B: panels streamed in lockstep (0 = default, 1 = one; at most
+                              // 3 with AVX2, 4 with AVX-512; applies to kernels created later)
 };
 // Process-wide override (tests / benchmark only; not thread-safe against running kernels).
 void gemv_set_tuning(const GemvTuning& t);
