@@ -57,9 +57,13 @@ const RopeConsts& rope_consts() {
     return c;
 }
 
+// The rotation of a head is straight-line code, emitted twice (q and k): rotary_dim is capped by
+// rope_jit_supports() so that it fits this buffer.
+constexpr size_t kRopeCodeBytes = 256 * 1024;
+
 class JitRope : public JitGenerator {
 public:
-    JitRope(const RopeKernelDesc& kd, Isa isa) : JitGenerator(isa) {
+    JitRope(const RopeKernelDesc& kd, Isa isa) : JitGenerator(isa, kRopeCodeBytes) {
         const Reg64 a = abi_param1, cs = rsi, sn = rdx, head = rcx, pos = r8, ntok = r9, cache = r10, tbl = r11,
                     nheads = r12, qbase = r13, kbase = r14, tmp = r15, consts = rbx;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
