@@ -193,8 +193,12 @@ def cases(torch, F, threads):
 
 
 def run(args):
-    import torch
-    import torch.nn.functional as F
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        sys.exit("torch_peer.py: PyTorch is not installed here; see the top of this file "
+                 "(python3 -m venv /opt/torchpeer && /opt/torchpeer/bin/pip install torch numpy)")
 
     threads = [int(x) for x in args.threads.split(",")] if args.threads else env_threads()
     rx = re.compile(args.filter) if args.filter else None

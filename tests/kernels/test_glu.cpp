@@ -152,6 +152,58 @@ TEST(Glu, EveryRegistryEntry) {
     }
 }
 
+TEST(Glu, Bf16RoundingAndSpecialValuesAreExact) {
+    // With act = none, y = gate * up is one fp32 multiply: every implementation's bf16 output must
+    // equal the reference's bit for bit (round to nearest even, ties, overflow to inf, NaN kept a
+    // NaN, +-inf), wherever the special values sit among the vectors (the emulated paired store
+    // takes a fast path for pairs without NaN / inf).
+    const int64_t inner = 96, rows = 3;
+    TypedMatrix x(DType::f32, rows, 2 * inner);
+    x.fill_uniform(-3, 3, 5);
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float tie = 1.0f + 1.0f / 256;  // exactly halfway between two bf16 values: rounds to even (1)
+    const float specials[] = {nan, inf, -inf, 3.4e38f, -3.39e38f, tie, -tie, 1.0f + 3.0f / 256, 0.0f, -0.0f};
+    int k = 0;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = r; i < inner; i += 11) x.set(r, i, specials[k++ % 10]);  // gates
+    // NaNs with every payload bit set (a naive u + 0x7fff would carry them into the sign: -0 / +0).
+    const uint32_t nan_bits[] = {0x7fffffffu, 0xffffffffu, 0x7fc0ffffu};
+    for (int64_t r = 0; r < rows; ++r)
+        for (int j = 0; j < 3; ++j)
+            std::memcpy(static_cast<float*>(x.data()) + r * 2 * inner + 5 + 29 * j + r, &nan_bits[j], 4);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < inner; ++i) x.set(r, inner + i, (i % 7 == 3) ? 2.0 : 1.0);  // up: exact factors
+    GluDesc d;
+    d.activation = Activation::none;
+    d.rows = rows;
+    d.inner = inner;
+    d.x_dtype = DType::f32;
+    d.y_dtype = DType::bf16;
+    const GluDesc rd = detail::glu_resolve("test", d);
+    TypedMatrix want(DType::bf16, rows, inner);
+    detail::glu_reference(rd, GluArgs{x.data(), want.data()}, 0, rows);
+    const auto& reg = detail::glu_registry();
+    for (const auto& impl : reg.impls()) {
+        if (!isa_supported(impl.isa)) continue;
+        const auto kd = detail::glu_kernel_desc(rd);
+        if (impl.supports && !impl.supports(kd)) continue;
+        TypedMatrix got(DType::bf16, rows, inner);
+        reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), got.data()}, 0, rows);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < inner; ++i) {
+                const double g = got.get(r, i), w = want.get(r, i);
+                if (std::isnan(w)) {
+                    EXPECT_TRUE(std::isnan(g)) << impl.name << " [" << r << "][" << i << "]";
+                } else {
+                    uint16_t gb, wb;
+                    std::memcpy(&gb, static_cast<const uint16_t*>(got.data()) + r * inner + i, 2);
+                    std::memcpy(&wb, static_cast<const uint16_t*>(want.data()) + r * inner + i, 2);
+                    EXPECT_EQ(gb, wb) << impl.name << " [" << r << "][" << i << "] gate " << x.get(r, i);
+                }
+            }
+    }
+}
+
 TEST(Glu, InPlaceOverTheGateHalf) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16})

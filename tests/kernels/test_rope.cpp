@@ -378,6 +378,32 @@ TEST(Rope, EveryRegistryEntry) {
     }
 }
 
+TEST(Rope, LargestUnrolledHeadAndBeyond) {
+    // The JIT kernels unroll one head (rotary_dim <= 1024): the largest one is generated for every
+    // entry (its code must fit) and runs where the ISA exists; beyond it the plan falls back to
+    // the reference.
+    for (const auto& impl : detail::rope_registry().impls()) {
+        for (DType dt : {DType::f32, DType::bf16})
+            for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
+                detail::RopeKernelDesc kd;
+                kd.style = st;
+                kd.head_dim = kd.rotary_dim = detail::kRopeJitMaxRotaryDim;
+                kd.dtype = dt;
+                if (impl.supports && !impl.supports(kd)) continue;
+                ASSERT_TRUE(detail::rope_registry().get(kd, impl).kernel) << impl.name;
+            }
+    }
+    for_each_isa([&](Isa) {
+        for (int64_t hd : {detail::kRopeJitMaxRotaryDim, 2 * detail::kRopeJitMaxRotaryDim}) {
+            Problem p = make_problem(RopeStyle::gptj, DType::bf16, 3, 2, 1, hd, 0, Layout::packed, RopeCosSin::cache,
+                                     DType::f32, RopePositionType::s64, 0, 77);
+            const RopePlan plan(p.d);
+            if (hd > detail::kRopeJitMaxRotaryDim) EXPECT_STREQ(plan.impl_name(), "ref:scalar");
+            ASSERT_TRUE(run_and_check(p, [&] { plan.run(p.args()); })) << p.describe();
+        }
+    });
+}
+
 TEST(Rope, ExactProperties) {
     for_each_isa([&](Isa) {
         // Position 0 is the identity (cos 1, sin 0), bitwise.

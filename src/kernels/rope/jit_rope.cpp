@@ -57,9 +57,13 @@ const RopeConsts& rope_consts() {
     return c;
 }
 
+// The rotation of a head is straight-line code, emitted twice (q and k): rotary_dim is capped by
+// rope_jit_supports() so that it fits this buffer.
+constexpr size_t kRopeCodeBytes = 256 * 1024;
+
 class JitRope : public JitGenerator {
 public:
-    JitRope(const RopeKernelDesc& kd, Isa isa) : JitGenerator(isa) {
+    JitRope(const RopeKernelDesc& kd, Isa isa) : JitGenerator(isa, kRopeCodeBytes) {
         const Reg64 a = abi_param1, cs = rsi, sn = rdx, head = rcx, pos = r8, ntok = r9, cache = r10, tbl = r11,
                     nheads = r12, qbase = r13, kbase = r14, tmp = r15, consts = rbx;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
@@ -83,47 +87,57 @@ public:
             vmovups(alt, ptr[consts + offsetof(RopeConsts, alt_sign)]);
         }
 
-        // One head at [head]: straight-line code over [0, rotary_dim).
+        // One head at [head]: straight-line code over [0, rotary_dim), two vector chunks at a
+        // time (register sets 0 and 1) whose outputs are stored as pairs (one bf16 pair store).
         auto rotate_head = [&]() {
-            int set = 0;
             if (neox) {
-                for (int64_t off = 0; off < half; off += vl, set ^= 1) {
-                    const int n = static_cast<int>(std::min<int64_t>(vl, half - off));
-                    const int b = set * 6;
-                    const Xmm x1 = V(b), x2 = V(b + 1), c = V(b + 2), s = V(b + 3), o1 = V(b + 4), o2 = V(b + 5);
-                    io.load(x1, head + off * es, dt, n);
-                    io.load(x2, head + (half + off) * es, dt, n);
-                    if (ct == DType::f32 && n == vl) {
-                        vmulps(o1, x1, ptr[cs + off * csz]);
-                        vmulps(o2, x2, ptr[cs + off * csz]);
-                        vfnmadd231ps(o1, x2, ptr[sn + off * csz]);  // x1 c - x2 s
-                        vfmadd231ps(o2, x1, ptr[sn + off * csz]);   // x2 c + x1 s
-                    } else {
-                        io.load(c, cs + off * csz, ct, n);
-                        io.load(s, sn + off * csz, ct, n);
-                        vmulps(o1, x1, c);
-                        vfnmadd231ps(o1, x2, s);
-                        vmulps(o2, x2, c);
-                        vfmadd231ps(o2, x1, s);
+                for (int64_t off = 0; off < half; off += 2 * vl) {
+                    int cnt[2] = {0, 0};
+                    for (int set = 0; set < 2; ++set) {
+                        const int64_t o = off + set * vl;
+                        if (o >= half) break;
+                        const int n = cnt[set] = static_cast<int>(std::min<int64_t>(vl, half - o));
+                        const int b = set * 6;
+                        const Xmm x1 = V(b), x2 = V(b + 1), c = V(b + 2), s = V(b + 3), o1 = V(b + 4), o2 = V(b + 5);
+                        io.load(x1, head + o * es, dt, n);
+                        io.load(x2, head + (half + o) * es, dt, n);
+                        if (ct == DType::f32 && n == vl) {
+                            vmulps(o1, x1, ptr[cs + o * csz]);
+                            vmulps(o2, x2, ptr[cs + o * csz]);
+                            vfnmadd231ps(o1, x2, ptr[sn + o * csz]);  // x1 c - x2 s
+                            vfmadd231ps(o2, x1, ptr[sn + o * csz]);   // x2 c + x1 s
+                        } else {
+                            io.load(c, cs + o * csz, ct, n);
+                            io.load(s, sn + o * csz, ct, n);
+                            vmulps(o1, x1, c);
+                            vfnmadd231ps(o1, x2, s);
+                            vmulps(o2, x2, c);
+                            vfmadd231ps(o2, x1, s);
+                        }
                     }
-                    io.store(head + off * es, o1, dt, n);
-                    io.store(head + (half + off) * es, o2, dt, n);
+                    io.store2(head + off * es, V(4), V(10), dt, cnt[0] + cnt[1]);
+                    io.store2(head + (half + off) * es, V(5), V(11), dt, cnt[0] + cnt[1]);
                 }
             } else {
-                for (int64_t off = 0; off < rot; off += vl, set ^= 1) {
-                    const int n = static_cast<int>(std::min<int64_t>(vl, rot - off));  // even
-                    const int b = set * 6;
-                    const Xmm v = V(b), sw = V(b + 1), c = V(b + 2), s = V(b + 3), o = V(b + 4);
-                    io.load(v, head + off * es, dt, n);
-                    io.load(c, cs + off / 2 * csz, ct, n / 2);
-                    io.load(s, sn + off / 2 * csz, ct, n / 2);
-                    vpermps(Y(b + 2), Y(dup.getIdx()), Y(b + 2));  // (c0 c0 c1 c1 ...)
-                    vpermps(Y(b + 3), Y(dup.getIdx()), Y(b + 3));
-                    vxorps(s, s, alt);                               // (-s0 s0 -s1 s1 ...)
-                    vpermilps(sw, v, 0xb1);                          // (x1 x0 x3 x2 ...)
-                    vmulps(o, v, c);
-                    vfmadd231ps(o, sw, s);
-                    io.store(head + off * es, o, dt, n);
+                for (int64_t off = 0; off < rot; off += 2 * vl) {
+                    int cnt[2] = {0, 0};
+                    for (int set = 0; set < 2; ++set) {
+                        const int64_t o = off + set * vl;
+                        if (o >= rot) break;
+                        const int n = cnt[set] = static_cast<int>(std::min<int64_t>(vl, rot - o));  // even
+                        const int b = set * 6;
+                        const Xmm v = V(b), sw = V(b + 1), c = V(b + 2), s = V(b + 3), out = V(b + 4);
+                        io.load(v, head + o * es, dt, n);
+                        io.load(c, cs + o / 2 * csz, ct, n / 2);
+                        io.load(s, sn + o / 2 * csz, ct, n / 2);
+                        vpermps(Y(b + 2), Y(dup.getIdx()), Y(b + 2));  // (c0 c0 c1 c1 ...)
+                        vpermps(Y(b + 3), Y(dup.getIdx()), Y(b + 3));
+                        vxorps(s, s, alt);                               // (-s0 s0 -s1 s1 ...)
+                        vpermilps(sw, v, 0xb1);                          // (x1 x0 x3 x2 ...)
+                        vmulps(out, v, c);
+                        vfmadd231ps(out, sw, s);
+                    }
+                    io.store2(head + off * es, V(4), V(10), dt, cnt[0] + cnt[1]);
                 }
             }
         };

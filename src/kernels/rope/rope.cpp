@@ -186,10 +186,12 @@ const Registry<RopeKernelDesc, RopeKernel>& rope_registry() {
     static const Registry<RopeKernelDesc, RopeKernel> r(
         "rope", {
                     {"jit:avx512_bf16", Isa::avx512_bf16,
-                     [](const RopeKernelDesc& kd) { return kd.dtype == DType::bf16; },
+                     [](const RopeKernelDesc& kd) { return kd.dtype == DType::bf16 && rope_jit_supports(kd); },
                      [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx512_bf16); }},
-                    {"jit:avx512", Isa::avx512, nullptr, [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx512); }},
-                    {"jit:avx2", Isa::avx2, nullptr, [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx2); }},
+                    {"jit:avx512", Isa::avx512, rope_jit_supports,
+                     [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx512); }},
+                    {"jit:avx2", Isa::avx2, rope_jit_supports,
+                     [](const RopeKernelDesc& kd) { return create_jit_rope(kd, Isa::avx2); }},
                     {"ref:scalar", Isa::scalar, nullptr,
                      [](const RopeKernelDesc&) -> std::shared_ptr<const RopeKernel> { return std::make_shared<RefRope>(); }},
                 });

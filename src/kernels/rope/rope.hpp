@@ -41,6 +41,9 @@ void rope_reference(const RopeDesc& d, const RopeArgs& a, int64_t token_begin, i
 
 // JIT generator entry (jit_rope.cpp): isa is avx2, avx512 or avx512_bf16 (native bf16 stores).
 std::shared_ptr<const RopeKernel> create_jit_rope(const RopeKernelDesc& kd, Isa isa);
+// The JIT kernels unroll one head's rotation: rotary_dim up to 1024 (larger: the reference).
+constexpr int64_t kRopeJitMaxRotaryDim = 1024;
+inline bool rope_jit_supports(const RopeKernelDesc& kd) { return kd.rotary_dim <= kRopeJitMaxRotaryDim; }
 
 // Tokens per parallel chunk: at least ~16K rotated elements per chunk.
 inline int64_t rope_token_grain(int64_t heads, int64_t rotary_dim) {
