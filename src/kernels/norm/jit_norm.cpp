@@ -25,7 +25,6 @@
 #include <immintrin.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <vector>
