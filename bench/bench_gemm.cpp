@@ -502,11 +502,10 @@ double read_bandwidth(int threads) {
     return bw[threads] = best;
 }
 
-void finish(benchmark::State& state, const Shape& s, int threads) {
+void finish_decode(benchmark::State& state, const Shape& s) {
     const double wbytes = double(s.N) * double(s.K) * 4.0;
     state.counters["GFLOPS"] = benchmark::Counter(s.flops() * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
     state.counters["GBPS"] = benchmark::Counter(wbytes * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
-    (void)threads;
 }
 
 // BW% (a plain counter, as the rate is known only at the end): weight bytes over the real time
@@ -563,7 +562,7 @@ void bench_xk_decode(benchmark::State& state, Shape s, int threads, XkMode mode)
     }
     const double sec = t.sec();
     state.SetLabel(std::string(plan.impl_name()) + " x" + std::to_string(n));
-    finish(state, s, threads);
+    finish_decode(state, s);
     add_bw_pct(state, s, threads, sec);
 }
 
@@ -605,7 +604,7 @@ void bench_onednn_decode(benchmark::State& state, Shape s, int threads, bool pac
         }
         const double sec = t.sec();
         state.SetLabel(std::string(pd.impl_info_str()) + " x" + std::to_string(n));
-        finish(state, s, threads);
+        finish_decode(state, s);
         add_bw_pct(state, s, threads, sec);
     } catch (const dnnl::error& e) {
         state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
@@ -632,7 +631,7 @@ void bench_openblas_decode(benchmark::State& state, Shape s, int threads, bool g
     }
     const double sec = t.sec();
     state.SetLabel((gemv ? "sgemv x" : "sgemm x") + std::to_string(n));
-    finish(state, s, threads);
+    finish_decode(state, s);
     add_bw_pct(state, s, threads, sec);
 }
 

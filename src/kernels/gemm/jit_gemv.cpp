@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <vector>
 
@@ -707,6 +708,23 @@ struct Tile {
     int mr;
 };
 
+// [0, n) over the threads parallel_for would use, in chunks of about n / (4 threads) taken from a
+// shared counter: when a CPU is shared with other work, the other threads take over its chunks,
+// where a static split would wait for it. Every item is computed by the same code whichever thread
+// takes it (results do not depend on the split).
+void dynamic_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
+    const int nt = parallel_threads(n, grain);
+    if (nt <= 1) {
+        f(0, n);
+        return;
+    }
+    const int64_t chunk = std::max<int64_t>(grain, (n + 4 * nt - 1) / (4 * nt));
+    std::atomic<int64_t> next{0};
+    parallel_for(nt, 1, [&](int64_t, int64_t) {
+        for (int64_t b = next.fetch_add(chunk); b < n; b = next.fetch_add(chunk)) f(b, std::min(n, b + chunk));
+    });
+}
+
 // M rows in ceil(M / mr_max) tiles of balanced sizes.
 std::vector<Tile> split_rows(int64_t M, int mr_max) {
     std::vector<Tile> tiles;
@@ -827,7 +845,7 @@ public:
                 Ar = buf, ars = s.K;
             }
             const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
-            parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            dynamic_for(np, grain, [&](int64_t p0, int64_t p1) {
                 Scratch& sc = scratch();
                 for (int64_t p = p0; p < p1; ++p) run_dot_item(call, Ar, ars, p, sc);
             });
@@ -859,7 +877,7 @@ public:
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / per_item);
         const bool rows_n = !call.packed_b && s.trans_b == Trans::N;
         const int64_t chunk = cur_chunk_n();
-        parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
+        dynamic_for(items, grain, [&](int64_t i0, int64_t i1) {
             Scratch& sc = scratch();
             for (int64_t it = i0; it < i1;) {
                 const int64_t mb = it / np, p = it % np;
@@ -921,7 +939,7 @@ private:
         const int64_t K = s.K, np = (s.N + kP - 1) / kP;
         const float* packed = static_cast<const float*>(call.packed_b->data);
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, K) * kP * 9));
-        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+        dynamic_for(np, grain, [&](int64_t p0, int64_t p1) {
             Scratch& sc = scratch();
             const int64_t len = (p1 - p0) / ns_;
             for (int64_t j = 0; j < len; ++j) {
@@ -959,6 +977,7 @@ private:
         const bool one = rtiles_.size() == 1;
         const int64_t cols = one ? kRowsCols : kRowsColsTiled, kb = one ? std::max<int64_t>(1, s.K) : kRowsKb;
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
+        // A static split: a sweep wants the widest column range (the row segments it reads).
         parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
             Scratch& sc = scratch();
             for (int64_t q0 = p0; q0 < p1; q0 += cols / kP) {

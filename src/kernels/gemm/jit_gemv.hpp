@@ -11,9 +11,13 @@
 // the KernelCache and shared by every shape ("gemm_f32_gemv_<kind>|<isa>|mr<rows>|..."):
 //   * panel micro-kernel: acc[mr x 32] (+)= Apack[mr x kc] * B[kc x 32], B rows read at a runtime
 //     byte stride, accumulators in registers (AVX2: mr <= 3 rows x 4 ymm; AVX-512: mr <= 12 rows
-//     x 2 zmm with embedded broadcasts of A); mr = 1 / 2 keep 2-4 accumulator sets over
-//     alternating k to hide the FMA latency; prefetch variants (none; dense: every line of the
-//     next K block; sparse: one line per KiB of the stream, `pf_bytes` ahead);
+//     x 2 zmm with embedded broadcasts of A; mr = 2 keeps 2 accumulator sets over alternating k);
+//     prefetch variants (none; dense: every line of the next K block; sparse: one line per KiB of
+//     the stream, `pf_bytes` ahead);
+//   * stream micro-kernel (packed B, M = 1): 3 (AVX2) / 4 (AVX-512) panels of a thread's range
+//     read in lockstep: that many DRAM streams in flight (faster than one on Zen 3) and 12 / 8
+//     independent accumulators; a panel's sums are those of the panel micro-kernel, so results do
+//     not depend on the thread count;
 //   * dot micro-kernel (unpacked B^T = PyTorch's W[N x K], M <= 16): acc[mr x nj] over k along
 //     the rows of W with vectors (masked k tail), horizontal sums at the end; W streams from
 //     memory nj (8 for M = 1, else 4) rows at a time, no transposition;
@@ -22,8 +26,8 @@
 //   * transposer (8x8 ymm transposes): packs B^T into panels (pack_b, and the on-the-fly path of
 //     an unpacked B^T when M > 16).
 // Driver: op(A) repacked k-major per row tile (M x K floats, ~M/N of the weight traffic); the
-// panels (column ranges) split over threads with parallel_for in contiguous ranges, so each thread
-// streams one linear range of the packed weight; per panel, K cut into blocks of kc rows that
+// panels (column ranges) handed to the threads of parallel_for in contiguous chunks from a shared
+// counter (a CPU busy with other work does not hold the others back); per panel, K cut into blocks of kc rows that
 // stay in L1 while the row tiles of M re-read them; the epilogue on the L1-hot 32-column tile,
 // storing only the valid columns (the N tail).
 // Packed and unpacked B agree within the fp32 tolerance; for M > 16 (the panel path) they use
