@@ -7,6 +7,7 @@
 #include <string>
 
 #include "xk/error.hpp"
+#include "xk/types.hpp"
 
 namespace xk::detail {
 
@@ -71,6 +72,23 @@ inline int64_t checked_add(const char* fn, const char* what, int64_t a, int64_t 
         throw Error(Status::invalid_argument, std::string(fn) + ": " + what + " = " + std::to_string(a) + "+" +
                                                   std::to_string(b) + " overflows");
     return r;
+}
+
+// A float as operator<< prints it, for error messages.
+inline std::string float_str(float v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+}
+
+// Element types of the float-I/O ops (norm, rope, glu, softmax): f32 or bf16.
+inline void check_io_dtype(const char* fn, const char* arg, DType t) {
+    switch (t) {
+        case DType::f32: case DType::bf16: return;
+        case DType::s8: case DType::u8: case DType::s32:
+            fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) + " is not supported (f32 or bf16)");
+    }
+    fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid DType");
 }
 
 }  // namespace xk::detail

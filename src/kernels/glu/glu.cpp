@@ -18,15 +18,6 @@ struct RefGlu final : GluKernel {
     }
 };
 
-void check_io_dtype(const char* fn, const char* arg, DType t) {
-    switch (t) {
-        case DType::f32: case DType::bf16: return;
-        case DType::s8: case DType::u8: case DType::s32:
-            fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) + " is not supported (f32 or bf16)");
-    }
-    fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid DType");
-}
-
 void check_args(const char* fn, const GluDesc& d, const GluArgs& a) {
     if (d.rows == 0) return;  // nothing is read or written
     check_not_null(fn, "x", a.x);

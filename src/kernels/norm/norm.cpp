@@ -18,21 +18,6 @@ struct RefNorm final : NormKernel {
     }
 };
 
-std::string float_str(float v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-}
-
-void check_io_dtype(const char* fn, const char* arg, DType t) {
-    switch (t) {
-        case DType::f32: case DType::bf16: return;
-        case DType::s8: case DType::u8: case DType::s32:
-            fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) + " is not supported (f32 or bf16)");
-    }
-    fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid DType");
-}
-
 // ld == 0 -> hidden; otherwise ld >= hidden.
 int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t hidden) {
     if (ld == 0) return hidden;

@@ -18,12 +18,6 @@ struct RefQuant final : QuantKernel {
     }
 };
 
-std::string float_str(float v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-}
-
 bool is_float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 bool is_int8_type(DType t) { return t == DType::u8 || t == DType::s8; }
 bool valid_dtype(DType t) {

@@ -18,21 +18,6 @@ struct RefRope final : RopeKernel {
     }
 };
 
-std::string float_str(float v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-}
-
-void check_io_dtype(const char* fn, const char* arg, DType t) {
-    switch (t) {
-        case DType::f32: case DType::bf16: return;
-        case DType::s8: case DType::u8: case DType::s32:
-            fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) + " is not supported (f32 or bf16)");
-    }
-    fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid DType");
-}
-
 // Resolves and checks the strides of one [tokens x heads x head_dim] tensor (name = "q" or "k").
 void resolve_layout(const char* fn, const std::string& name, int64_t tokens, int64_t heads, int64_t head_dim,
                     int64_t& token_stride, int64_t& head_stride) {
