@@ -389,6 +389,7 @@ bool register_all() {
 //   gemm/f32/xk/<MxNxK>/decode:BN            unpacked [K x N] (trans_b = N)
 //   gemm/f32/onednn/<MxNxK>/decode:packed    matmul with weights in its preferred format (any, reordered once)
 //   gemm/f32/onednn/<MxNxK>/decode:BT        matmul with plain W[N x K] weights (tag ba)
+//   gemm/f32/onednn/<MxNxK>/decode:BN        matmul with a plain [K x N] B (tag ab)
 //   gemm/f32/openblas/<MxNxK>/decode:BT      cblas_sgemm(NoTrans, Trans) (M = 1: cblas_sgemv too)
 //   gemm/f32/bandwidth/read[+prefetch]:1GiB  vectorised sum over 1 GiB: the read bandwidth
 // Counters: GFLOPS, GBPS = weight bytes / time, BW% = GBPS / the read bandwidth with the same
@@ -566,7 +567,7 @@ void bench_xk_decode(benchmark::State& state, Shape s, int threads, XkMode mode)
     add_bw_pct(state, s, threads, sec);
 }
 
-void bench_onednn_decode(benchmark::State& state, Shape s, int threads, bool packed) {
+void bench_onednn_decode(benchmark::State& state, Shape s, int threads, bool packed, bool bn = false) {
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     (void)read_bandwidth(threads);
@@ -577,7 +578,8 @@ void bench_onednn_decode(benchmark::State& state, Shape s, int threads, bool pac
         dnnl::engine eng(dnnl::engine::kind::cpu, 0);
         dnnl::stream strm(eng);
         const dnnl::memory::desc a_md({s.M, s.K}, dt::f32, tag::ab), c_md({s.M, s.N}, dt::f32, tag::ab);
-        const dnnl::memory::desc w_plain({s.K, s.N}, dt::f32, tag::ba);  // W[N x K] viewed as K x N
+        // W[N x K] viewed as K x N (tag ba), or a plain [K x N] B (tag ab: decode:BN)
+        const dnnl::memory::desc w_plain({s.K, s.N}, dt::f32, bn ? tag::ab : tag::ba);
         const dnnl::memory::desc w_md = packed ? dnnl::memory::desc({s.K, s.N}, dt::f32, tag::any) : w_plain;
         const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), eng);
         const dnnl::matmul prim(pd);
@@ -662,8 +664,11 @@ bool register_decode() {
             if (s.M == 1)
                 add_decode("openblas", s, "BT-sgemv", threads, [=](benchmark::State& st) { bench_openblas_decode(st, s, threads, true); });
         }
-        for (int threads : {1, 2})
+        for (int threads : {1, 2}) {
             add_decode("xk", s, "BN", threads, [=](benchmark::State& st) { bench_xk_decode(st, s, threads, XkMode::bn); });
+            add_decode("onednn", s, "BN", threads,
+                       [=](benchmark::State& st) { bench_onednn_decode(st, s, threads, false, true); });
+        }
     }
     return true;
 }

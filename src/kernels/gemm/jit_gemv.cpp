@@ -30,6 +30,9 @@ constexpr int64_t kDefaultChunkN = 16;       // M > 16: panels of an unpacked [K
 constexpr int64_t kRowsCols = 4096;          // columns per row sweep, one row tile (<= 4 x 16 KiB of accumulators)
 constexpr int64_t kRowsColsTiled = 256;      // columns per row sweep, several row tiles (16 x 1 KiB)
 constexpr int64_t kRowsKb = 16;              // rows per K block, several row tiles (16 x 1 KiB of B)
+constexpr int64_t kRowsAccBytes = 128 * 1024;  // accumulators of a one-tile row sweep (in L2)
+constexpr int64_t kRowsSliceRows = 1024;     // one-tile row sweep: K slices of at least this many rows
+constexpr int64_t kRowsMaxSlices = 4;        //   and at most this many
 constexpr int64_t kDotKc = 1024;             // dot path K block (4 rows of W x 4 KiB) when M has several tiles
 constexpr int64_t kMBlockRows = 48;          // rows of M per work item when M is large (fallback path)
 
@@ -975,6 +978,10 @@ private:
             Ap = buf;
         }
         const bool one = rtiles_.size() == 1;
+        if (one && s.K > 0) {
+            run_rows_sliced(call, Ap);
+            return;
+        }
         const int64_t cols = one ? kRowsCols : kRowsColsTiled, kb = one ? std::max<int64_t>(1, s.K) : kRowsKb;
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / (std::max<int64_t>(1, s.K) * kP * (s.M + 8)));
         // A static split: a sweep wants the widest column range (the row segments it reads).
@@ -998,6 +1005,57 @@ private:
                     epilogue(call, acc + (n0 - c0), cw, 0, s.M, n0, std::min<int64_t>(kP, s.N - n0));
             }
         });
+    }
+
+    // One row tile (M <= 2 / 4): B streamed in its memory order. Work items are (column chunk,
+    // K slice): a chunk is as wide as the accumulators allow (whole rows when M x N floats fit in
+    // kRowsAccBytes, which L2 holds: a sweep then reads B as one linear stream), narrowed only
+    // so that every thread gets items; K is cut into slices whose count depends on K alone
+    // (never on the thread count, so the bits do not either), each summed into its own
+    // accumulators and added in slice order at the end. With two threads each thread thus reads
+    // whole contiguous slices of B instead of half of every row.
+    void run_rows_sliced(const GemmCall& call, const float* Ap) const {
+        const GemmSpec& s = spec_;
+        const Tile& t = rtiles_[0];
+        const int64_t M = s.M, N = s.N, K = s.K;
+        const int64_t nks = std::clamp<int64_t>(K / kRowsSliceRows, 1, kRowsMaxSlices);
+        const int64_t ks = (K + nks - 1) / nks;
+        // Column chunks: multiples of 32 columns.
+        const int64_t np = (N + kP - 1) / kP;
+        int64_t ncc = std::max<int64_t>(1, (M * N * 4 + kRowsAccBytes - 1) / kRowsAccBytes);
+        const int64_t work = K * N * (M + 8);  // bytes-and-MACs units, as the grains elsewhere
+        const int nt = work >= (int64_t(1) << 22) ? get_num_threads() : 1;
+        if (ncc * nks < nt) ncc = std::min<int64_t>(np, (nt + nks - 1) / nks);
+        const int64_t ppc = (np + ncc - 1) / ncc;  // panels per chunk
+        ncc = (np + ppc - 1) / ppc;
+        const int64_t items = ncc * nks;
+        // Accumulators of every slice: slice j's rows at acc + j * M * N (row stride N).
+        float* acc = scratch().pack.get(static_cast<size_t>(nks * M * N));
+        const float* B = static_cast<const float*>(call.args.B);
+        auto item = [&](int64_t it) {
+            const int64_t c = it / nks, j = it % nks;
+            const int64_t c0 = c * ppc * kP, cw = std::min(N, (c + 1) * ppc * kP) - c0;
+            const int64_t k0 = j * ks, kn = std::min(ks, K - k0);
+            float* a = acc + j * M * N + c0;
+            for (int64_t m = 0; m < M; ++m) std::memset(a + m * N, 0, static_cast<size_t>(cw) * 4);
+            if (kn <= 0) return;
+            RowsArgs ra{Ap + k0 * t.mr, B + k0 * s.ldb + c0, s.ldb * 4, a, N * 4, cw, kn};
+            rows_[static_cast<size_t>(t.mr)]->fn(&ra);
+        };
+        if (nt <= 1 || items == 1) {
+            for (int64_t it = 0; it < items; ++it) item(it);
+        } else {
+            std::atomic<int64_t> next{0};
+            parallel_for(std::min<int64_t>(nt, items), 1, [&](int64_t, int64_t) {
+                for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) item(it);
+            });
+        }
+        // Slices added in order (into slice 0), then the epilogue, 32 columns at a time.
+        for (int64_t j = 1; j < nks; ++j) {
+            const float* src = acc + j * M * N;
+            for (int64_t i = 0; i < M * N; ++i) acc[i] += src[i];
+        }
+        for (int64_t n0 = 0; n0 < N; n0 += kP) epilogue(call, acc + n0, N, 0, M, n0, std::min<int64_t>(kP, N - n0));
     }
 
     // op(A) rows of each tile, k-major: dst[t.m0 * K + k * t.mr + i] = op(A)[t.m0 + i, k].
