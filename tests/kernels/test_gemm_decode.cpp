@@ -577,6 +577,40 @@ TEST(GemmDecode, ResultsDoNotDependOnTheThreadCount) {
     });
 }
 
+TEST(GemmDecode, RowSweepSlicesDoNotDependOnTheThreadCount) {
+    // An unpacked [K x N] B with one row tile (M <= 2): K cut into slices (their count depends on
+    // K only), the slices' sums added in order; threads take whole slices. Long K (several
+    // slices, a remainder of rows below the 8-row group), leading dimensions, both thread counts:
+    // the oracle, and the same bits.
+    ThreadsGuard tg;
+    for_each_isa([&](Isa isa) {
+        int idx = 0;
+        for (int64_t M : {1, 2})
+            for (int64_t K : {int64_t(2048 + 77), int64_t(4500)}) {
+                Case c;
+                c.d.M = M, c.d.N = 611 - 40 * idx, c.d.K = K, c.d.trans_b = Trans::N;
+                c.d.ldb = idx % 2 ? c.d.N + 9 : 0;
+                c.d.beta = idx % 2 ? 0.5f : 0.0f;
+                c.d.epilogue.bias = true;
+                c.misalign = static_cast<size_t>(idx % 3);
+                c.seed = 900 + static_cast<uint64_t>(idx++);
+                SCOPED_TRACE(describe(c));
+                std::vector<uint32_t> bits[2];
+                for (int threads : {1, 2}) {
+                    set_num_threads(threads);
+                    Problem p(c);
+                    const GemmPlan plan(c.d);
+                    if (isa >= Isa::avx2)
+                        EXPECT_NE(std::string(plan.impl_name()).find(":gemv"), std::string::npos) << plan.impl_name();
+                    plan.run(p.args());
+                    ASSERT_TRUE(p.check()) << "threads=" << threads;
+                    bits[threads - 1] = p.c_bits();
+                }
+                EXPECT_EQ(bits[0], bits[1]);
+            }
+    });
+}
+
 TEST(GemmDecode, ConcurrentRunsOfOnePlan) {
     ThreadsGuard tg;
     set_num_threads(2);

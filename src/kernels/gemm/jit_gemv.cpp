@@ -30,6 +30,7 @@ constexpr int64_t kDefaultChunkN = 16;       // M > 16: panels of an unpacked [K
 constexpr int64_t kRowsCols = 4096;          // columns per row sweep, one row tile (<= 4 x 16 KiB of accumulators)
 constexpr int64_t kRowsColsTiled = 256;      // columns per row sweep, several row tiles (16 x 1 KiB)
 constexpr int64_t kRowsKb = 16;              // rows per K block, several row tiles (16 x 1 KiB of B)
+constexpr int kRowsPf = 4096;                // one-row sweep: sparse prefetch distance (bytes, 0 = off)
 constexpr int64_t kRowsAccBytes = 128 * 1024;  // accumulators of a one-tile row sweep (in L2)
 constexpr int64_t kRowsSliceRows = 1024;     // one-tile row sweep: K slices of at least this many rows
 constexpr int64_t kRowsMaxSlices = 4;        //   and at most this many
@@ -563,18 +564,23 @@ public:
         const bool z = isa >= Isa::avx512;
         const int vlen = z ? 16 : 8, vbytes = vlen * 4;
         const Reg64 args = abi_param1, a = rsi, bp = rdx, ldb = rcx, ldb3 = r8, k = r9, cp = r10, ap = r11, n = rax,
-                    as = rbx, as3 = r12, ctail = r13;
+                    as = rbx, as3 = r12, ctail = r13, cp4 = r14;
         auto vr = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
         auto vptr = [&](const RegExp& e) { return z ? zword[e] : yword[e]; };
-        constexpr int U = 4;
-        // x[u][i] in 0 .. U*mr-1, B rows after, the accumulator, the AVX2 tail mask last.
+        // One row (M = 1): 8 rows of B per group (8 DRAM streams), each FMA reading B from memory;
+        // else 4 rows per group, loaded into registers once for the mr rows of A.
+        const bool mem_b = mr == 1;
+        const int U = mem_b ? 8 : 4;
+        // x[u][i] in 0 .. U*mr-1, B rows after (one temporary for the masked tail when mem_b), the
+        // accumulator, the AVX2 tail mask last.
         auto xr = [&](int u, int i) { return vr(u * mr + i); };
-        const int bbase = U * mr, areg = bbase + U, mreg = areg + 1;
+        const int bbase = U * mr, areg = bbase + (mem_b ? 1 : U), mreg = areg + 1;
         check_vector_regs(isa, z ? areg + 1 : mreg + 1, "row-sweep kernel");
-        const RegExp brow[U] = {RegExp(cp), cp + ldb, cp + ldb * 2, cp + ldb3};
+        const RegExp brow[8] = {RegExp(cp), cp + ldb, cp + ldb * 2, cp + ldb3,
+                                RegExp(cp4), cp4 + ldb, cp4 + ldb * 2, cp4 + ldb3};
         const RegExp arow[4] = {RegExp(ap), ap + as, ap + as * 2, ap + as3};
 
-        preamble({rbx, r12, r13});
+        preamble({rbx, r12, r13, r14});
         mov(a, ptr[args]);
         mov(bp, ptr[args + 8]);
         mov(ldb, ptr[args + 16]);
@@ -602,18 +608,24 @@ public:
             for (int u = 0; u < rows; ++u)
                 for (int i = 0; i < mr; ++i) vbroadcastss(xr(u, i), ptr[a + (u * mr + i) * 4]);
             mov(cp, bp);
+            if (rows > 4) lea(cp4, ptr[bp + ldb * 4]);
             mov(ap, ptr[args + 24]);
             mov(n, ptr[args + 40]);
             shr(n, z ? 4 : 3);  // full vectors
+            auto load_b = [&](const Xmm& dst, int u) {
+                if (z)
+                    vmovups(Zmm(dst.getIdx()) | k1 | T_z, zword[brow[u]]);
+                else
+                    vmaskmovps(Ymm(dst.getIdx()), Ymm(mreg), yword[brow[u]]);
+            };
             auto column = [&](bool masked) {
-                for (int u = 0; u < rows; ++u) {
-                    if (!masked)
-                        vmovups(vr(bbase + u), vptr(brow[u]));
-                    else if (z)
-                        vmovups(Zmm(bbase + u) | k1 | T_z, zword[brow[u]]);
-                    else
-                        vmaskmovps(Ymm(bbase + u), Ymm(mreg), yword[brow[u]]);
-                }
+                if (!mem_b)
+                    for (int u = 0; u < rows; ++u) {
+                        if (!masked)
+                            vmovups(vr(bbase + u), vptr(brow[u]));
+                        else
+                            load_b(vr(bbase + u), u);
+                    }
                 for (int i = 0; i < mr; ++i) {
                     if (!masked)
                         vmovups(vr(areg), vptr(arow[i]));
@@ -621,7 +633,16 @@ public:
                         vmovups(Zmm(areg) | k1 | T_z, zword[arow[i]]);
                     else
                         vmaskmovps(Ymm(areg), Ymm(mreg), yword[arow[i]]);
-                    for (int u = 0; u < rows; ++u) vfmadd231ps(vr(areg), xr(u, i), vr(bbase + u));
+                    for (int u = 0; u < rows; ++u) {
+                        if (!mem_b) {
+                            vfmadd231ps(vr(areg), xr(u, i), vr(bbase + u));
+                        } else if (!masked) {
+                            vfmadd231ps(vr(areg), xr(u, i), vptr(brow[u]));
+                        } else {
+                            load_b(vr(bbase), u);
+                            vfmadd231ps(vr(areg), xr(u, i), vr(bbase));
+                        }
+                    }
                     if (!masked)
                         vmovups(vptr(arow[i]), vr(areg));
                     else if (z)
@@ -634,8 +655,18 @@ public:
             L(l_col);
             test(n, n);
             jz(l_tail, T_NEAR);
+            if (kRowsPf > 0 && mem_b) {
+                // One line per KiB of each row stream, kRowsPf bytes ahead (sparse: keeps the
+                // hardware prefetchers going across pages, as in the stream kernel).
+                Label l_nopf;
+                test(n, 1024 / vbytes - 1);
+                jnz(l_nopf);
+                for (int u = 0; u < rows; ++u) prefetcht0(ptr[brow[u] + kRowsPf]);
+                L(l_nopf);
+            }
             column(false);
             add(cp, vbytes);
+            if (rows > 4) add(cp4, vbytes);
             add(ap, vbytes);
             dec(n);
             jmp(l_col);
@@ -645,16 +676,20 @@ public:
             column(true);
         };
 
-        Label l_g4, l_g4_next, l_g1, l_g1_next, l_done;
-        L(l_g4);
+        Label l_gu, l_gu_next, l_g1, l_g1_next, l_done;
+        L(l_gu);
         cmp(k, U);
         jl(l_g1, T_NEAR);
-        group(U, l_g4_next);
-        L(l_g4_next);
-        lea(bp, ptr[bp + ldb * 4]);
+        group(U, l_gu_next);
+        L(l_gu_next);
+        if (U == 8) {
+            lea(bp, ptr[bp + ldb * 8]);
+        } else {
+            lea(bp, ptr[bp + ldb * 4]);
+        }
         add(a, U * mr * 4);
         sub(k, U);
-        jmp(l_g4);
+        jmp(l_gu);
         L(l_g1);
         test(k, k);
         jz(l_done, T_NEAR);
