@@ -21,11 +21,13 @@
 //   * dot micro-kernel (unpacked B^T = PyTorch's W[N x K], M <= 16): acc[mr x nj] over k along
 //     the rows of W with vectors (masked k tail), horizontal sums at the end; W streams from
 //     memory nj (8 for M = 1, else 4) rows at a time, no transposition;
-//   * row-sweep micro-kernel (unpacked [K x N] B, M <= 16): acc[mr x cw] (in L1) += x * B rows,
+//   * row-sweep micro-kernel (unpacked [K x N] B, one row tile: M <= 2 / 4): acc[mr x cw] += x * B rows,
 //     four rows of B at a time (eight for M = 1, FMAs reading B from memory, a sparse prefetch
 //     per KiB of each row) over whole column ranges, i.e. B read in its memory order; with one
 //     row tile the accumulators span whole rows (up to 128 KiB, in L2) and K is cut into slices
 //     (a count that depends on K alone) that the threads take whole, their sums added in order;
+//     with more rows, an unpacked [K x N] B is copied into panels, runs of up to 128 panels
+//     (16 KiB of each row read from DRAM at a time) x 64 rows, for the panel micro-kernel;
 //   * transposer (8x8 ymm transposes): packs B^T into panels (pack_b, and the on-the-fly path of
 //     an unpacked B^T when M > 16).
 // Driver: op(A) repacked k-major per row tile (M x K floats, ~M/N of the weight traffic); the
