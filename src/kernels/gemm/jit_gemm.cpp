@@ -147,9 +147,10 @@ public:
         // A thread running several parts keeps what it packed for one part's rows (all of K) and
         // reuses it for the next part of the same rows, so the extra cuts above repack nothing
         // (parts are numbered row-major: a thread's consecutive parts mostly share their rows);
-        // likewise B for parts of the same columns. Only where the operand's range fits a
-        // share of L3 (beyond that the repacking is a small fraction of the part's work).
-        const int64_t keep_floats = caches().l3 / 2 / 4;
+        // likewise B for parts of the same columns. Reading a kept panel back (even from DRAM)
+        // costs less than packing it again; the cap bounds the memory a thread keeps (a range
+        // that large has so many columns / rows per part that its repacking costs < 1%).
+        const int64_t keep_floats = std::max<int64_t>(caches().l3 / 2, int64_t(16) << 20) / 4;
         const bool keep_a = parts > nthr && pn > 1 && round_up(ceil_div(mt, pm) * MR, MR) * K <= keep_floats;
         const bool keep_b =
             parts > nthr && pm > 1 && !prepacked && round_up(ceil_div(nt, pn) * NR, NR) * K <= keep_floats;
