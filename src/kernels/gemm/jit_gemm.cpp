@@ -13,6 +13,14 @@
 // the epilogue (bias, activation, residual) — a single block does everything in one pass.
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
+// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer); a
+// thread keeps the A rows (or B columns) it packed for one part, all of K, and its next part of
+// the same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm
+// path, 512^3 with 2 threads repacked all of A in each of 6 parts).
+//
+// Tuning overrides for experiments (not an API; read when a plan is created): XK_GEMM_KC (the
+// largest K block; also changes the packed-B layout), XK_GEMM_MC, XK_GEMM_NC (rounded up to MR /
+// NR), XK_GEMM_EXTRA (parts per thread, default 3).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
