@@ -338,7 +338,10 @@ TEST(GemmJit, EveryEpilogue) {
 // the split), a PackedB serves plans of other M, and each ISA's selection is exercised.
 TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
     ThreadsGuard tg;
-    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65}, {255, 33, 300}, {40, 64, 64}, {1000, 40, 64}, {301, 60, 200}};
+    // (300x255x127: extra cuts along M, each thread keeps its packed B columns between parts;
+    // 130x400x96: cuts along both, packed A rows kept too.)
+    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65},   {255, 33, 300}, {40, 64, 64},
+                                 {1000, 40, 64},  {301, 60, 200}, {130, 400, 96}};
     int idx = 0;
     xk::test::for_each_isa([&](Isa) {
         for (const auto& s : shapes) {

@@ -13,6 +13,14 @@
 // the epilogue (bias, activation, residual) — a single block does everything in one pass.
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
+// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer); a
+// thread keeps the A rows (or B columns) it packed for one part, all of K, and its next part of
+// the same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm
+// path, 512^3 with 2 threads repacked all of A in each of 6 parts).
+//
+// Tuning overrides for experiments (not an API; read when a plan is created): XK_GEMM_KC (the
+// largest K block; also changes the packed-B layout), XK_GEMM_MC, XK_GEMM_NC (rounded up to MR /
+// NR), XK_GEMM_EXTRA (parts per thread, default 3).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -28,6 +36,12 @@ namespace {
 
 // Below this many multiply-adds per thread, adding a thread costs more than it gains.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
+
+// Tuning override for experiments (XK_GEMM_KC / _MC / _NC / _EXTRA): 0 = not set.
+int64_t env_tune(const char* name) {
+    const char* e = std::getenv(name);
+    return e ? std::atoll(e) : 0;
+}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -48,7 +62,8 @@ Caches caches() {
 }
 
 int64_t kc_for(const GemmGeometry& g, int64_t K) {
-    const int64_t kc_max = std::clamp<int64_t>(caches().l1 * 3 / 4 / (g.nr * 4) / 8 * 8, 64, 512);
+    int64_t kc_max = std::clamp<int64_t>(caches().l1 * 3 / 4 / (g.nr * 4) / 8 * 8, 64, 512);
+    if (env_tune("XK_GEMM_KC") > 0) kc_max = env_tune("XK_GEMM_KC");
     const int64_t nkb = ceil_div(K, kc_max);
     return std::min(kc_max, round_up(ceil_div(K, nkb), 8));
 }
@@ -68,6 +83,9 @@ public:
         if (s.K <= 64)
             mc_ = std::clamp<int64_t>(c.l2 / (std::min<int64_t>(s.N, 8192) * 4) / g_.mr * g_.mr, 8 * g_.mr, mc_);
         nc_ = std::clamp<int64_t>(c.l3 / 2 / (kc_ * 4) / g_.nr * g_.nr, g_.nr, 8192);
+        if (env_tune("XK_GEMM_MC") > 0) mc_ = round_up(env_tune("XK_GEMM_MC"), g_.mr);
+        if (env_tune("XK_GEMM_NC") > 0) nc_ = round_up(env_tune("XK_GEMM_NC"), g_.nr);
+        extra_ = env_tune("XK_GEMM_EXTRA") > 0 ? static_cast<int>(env_tune("XK_GEMM_EXTRA")) : 3;
 
         const GemmEpi full = gemm_epi(s);
         GemmEpi epi[4];
@@ -124,7 +142,7 @@ public:
         // extra cuts go where re-packing is cheaper: across N when A (M x K) is the smaller
         // operand to pack again (or B is prepacked and cutting M is free), else across M.
         if (nthr > 1) {
-            constexpr int kExtra = 3;
+            const int kExtra = extra_;
             const bool cut_n = !prepacked && M <= N;
             if (cut_n && nt >= 2 * kExtra * pn)
                 pn *= kExtra;
@@ -134,18 +152,32 @@ public:
                 pn *= kExtra;
         }
         const int parts = pm * pn;
-        auto part = [&](int64_t t) {
+        // A thread running several parts keeps what it packed for one part's rows (all of K) and
+        // reuses it for the next part of the same rows, so the extra cuts above repack nothing
+        // (parts are numbered row-major: a thread's consecutive parts mostly share their rows);
+        // likewise B for parts of the same columns. Reading a kept panel back (even from DRAM)
+        // costs less than packing it again; the cap bounds the memory a thread keeps (a range
+        // that large has so many columns / rows per part that its repacking costs < 1%).
+        const int64_t keep_floats = std::max<int64_t>(caches().l3 / 2, int64_t(16) << 20) / 4;
+        const bool keep_a = parts > nthr && pn > 1 && round_up(ceil_div(mt, pm) * MR, MR) * K <= keep_floats;
+        const bool keep_b =
+            parts > nthr && pm > 1 && !prepacked && round_up(ceil_div(nt, pn) * NR, NR) * K <= keep_floats;
+        auto part = [&](int64_t t, PartCache& pcache) {
             const int64_t i = t / pn, j = t % pn;
             const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
             const int64_t n0 = std::min(N, j * nt / pn * NR), n1 = std::min(N, (j + 1) * nt / pn * NR);
-            if (m0 < m1 && n0 < n1) run_part(call, sc, m0, m1, n0, n1);
+            if (m0 < m1 && n0 < n1) run_part(call, sc, m0, m1, n0, n1, pcache);
         };
         if (nthr <= 1 || parts == 1) {
-            for (int t = 0; t < parts; ++t) part(t);
+            PartCache pcache;
+            pcache.keep_a = keep_a, pcache.keep_b = keep_b;
+            for (int t = 0; t < parts; ++t) part(t, pcache);
         } else {
             std::atomic<int64_t> next{0};
             parallel_for(nthr, 1, [&](int64_t, int64_t) {
-                for (int64_t t = next.fetch_add(1); t < parts; t = next.fetch_add(1)) part(t);
+                PartCache pcache;
+                pcache.keep_a = keep_a, pcache.keep_b = keep_b;
+                for (int64_t t = next.fetch_add(1); t < parts; t = next.fetch_add(1)) part(t, pcache);
             });
         }
     }
@@ -154,7 +186,16 @@ public:
     std::string packed_layout() const override { return layout_.name; }
 
 private:
-    void run_part(const GemmCall& call, const GemmScalars& sc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+    // What one thread keeps packed between its parts: op(A) rows [a_m0, a_m1) x all of K (K
+    // blocks of kc, block pc at pc * round_up(rows, MR), its panels as gemm_pack_a writes them),
+    // op(B) columns [b_n0, b_n1) x all of K in the GemmBLayout arrangement over those columns.
+    struct PartCache {
+        bool keep_a = false, keep_b = false;
+        int64_t a_m0 = -1, a_m1 = -1, b_n0 = -1, b_n1 = -1;
+    };
+
+    void run_part(const GemmCall& call, const GemmScalars& sc, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                  PartCache& pcache) const {
         const GemmSpec& s = s_;
         const int64_t N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
         const bool at = s.trans_a == Trans::T, bt = s.trans_b == Trans::T;
@@ -169,9 +210,16 @@ private:
         // Balanced A blocks over this part's rows.
         const int64_t mparts = ceil_div(m1 - m0, mc_);
         const int64_t mc = std::min(mc_, round_up(ceil_div(m1 - m0, mparts), MR));
-        float* bufA = gemm_thread_buffer(0, static_cast<size_t>(mc * kc_ + kPackSlack));
-        float* bufB = packed ? nullptr
-                             : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
+        // Kept operands (PartCache): packed once per range, reused by the thread's later parts.
+        const int64_t mpad = round_up(m1 - m0, MR), npad = round_up(n1 - n0, NR);
+        const bool keep_a = pcache.keep_a, keep_b = pcache.keep_b && !packed;
+        const bool have_a = keep_a && pcache.a_m0 == m0 && pcache.a_m1 == m1;
+        const bool have_b = keep_b && pcache.b_n0 == n0 && pcache.b_n1 == n1;
+        pcache.a_m0 = pcache.a_m1 = pcache.b_n0 = pcache.b_n1 = -1;  // (valid again once this part is done)
+        float* bufA = gemm_thread_buffer(0, static_cast<size_t>((keep_a ? mpad * K : mc * kc_) + kPackSlack));
+        float* bufB = packed   ? nullptr
+                      : keep_b ? gemm_thread_buffer(1, static_cast<size_t>(npad * K))
+                               : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
 
         GemmUkArgs ua;
         ua.ldc = s.ldc * 4;
@@ -186,15 +234,20 @@ private:
                 if (packed) {
                     Bp = packed + layout_.offset(pc, jc / NR, kcb);
                 } else {
-                    gemm_pack_b(bt ? B + jc * s.ldb + pc : B + pc * s.ldb + jc, s.ldb, bt, kcb, ncb, static_cast<int>(NR),
-                                bufB);
-                    Bp = bufB;
+                    float* dst = keep_b ? bufB + pc * npad + (jc - n0) * kcb : bufB;
+                    if (!have_b)
+                        gemm_pack_b(bt ? B + jc * s.ldb + pc : B + pc * s.ldb + jc, s.ldb, bt, kcb, ncb,
+                                    static_cast<int>(NR), dst);
+                    Bp = dst;
                 }
                 ua.kc = kcb;
                 for (int64_t ic = m0; ic < m1; ic += mc) {
                     const int64_t mcb = std::min(mc, m1 - ic);
-                    gemm_pack_a(at ? A + pc * s.lda + ic : A + ic * s.lda + pc, s.lda, at, mcb, kcb, static_cast<int>(MR),
-                                bufA);
+                    float* Ap = keep_a ? bufA + pc * mpad + (ic - m0) * kcb : bufA;
+                    // (kept: the first column block packs A, the later ones reuse it)
+                    if (!have_a && !(keep_a && jc > n0))
+                        gemm_pack_a(at ? A + pc * s.lda + ic : A + ic * s.lda + pc, s.lda, at, mcb, kcb,
+                                    static_cast<int>(MR), Ap);
                     const int64_t full = mcb / MR, mrest = mcb % MR;
                     for (int64_t jr = 0; jr < ncb; jr += NR) {
                         const int64_t n = jc + jr;
@@ -202,7 +255,7 @@ private:
                         ua.b = Bp + (jr / NR) * kcb * NR;
                         ua.bias = call.args.bias ? call.args.bias + n : nullptr;
                         if (full) {
-                            ua.a = bufA;
+                            ua.a = Ap;
                             ua.c = C + ic * s.ldc + n;
                             ua.res = res ? res + (ic * s.ld_residual + n) * res_es : nullptr;
                             ua.m_panels = full;
@@ -210,7 +263,7 @@ private:
                         }
                         if (mrest) {
                             const int64_t r = ic + full * MR;
-                            ua.a = bufA + full * kcb * MR;
+                            ua.a = Ap + full * kcb * MR;
                             ua.c = C + r * s.ldc + n;
                             ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;
                             ua.m_panels = 1;
@@ -220,12 +273,15 @@ private:
                 }
             }
         }
+        if (keep_a) pcache.a_m0 = m0, pcache.a_m1 = m1;
+        if (keep_b) pcache.b_n0 = n0, pcache.b_n1 = n1;
     }
 
     GemmSpec s_;
     GemmGeometry g_;
     GemmBLayout layout_;
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0, nc_ = 0;
+    int extra_ = 3;
     std::shared_ptr<const GemmUkernel> uk_[4][2][2];  // [phase][m tail][n tail]
 };
 
