@@ -32,7 +32,8 @@ using GluFn = void (*)(const Args*);
 constexpr int kUnroll = 2;
 
 // SwiGLU's own silu (the hot path of an LLM MLP): silu(g) = g * r, r = 1 / (1 + e^-g), with
-//   e^-g = 2^n p(t), n = round(-g log2 e), t = -g - n ln2 (two-part ln2), p(t) = 1 + t q(t):
+//   e^-g = 2^n p(t), n = round(-g log2 e), t = -g - n ln2 (f32 output: two-part ln2; bf16: one
+//        part, t off by up to 2.4e-7 for |g| ~ 86), p(t) = 1 + t q(t):
 //        q of degree 5 (f32 output; Chebyshev interpolant, |p/e^t - 1| <= 0.2u on |t| <= ln2/2)
 //        or degree 4 (bf16 output; 3.5u, far below the 2^-9 of the bf16 rounding),
 //   r from the reciprocal estimate (VRCPPS 2^-11.4 / VRCP14PS 2^-14) and one Newton step
@@ -43,7 +44,7 @@ constexpr int kUnroll = 2;
 // NaN stays NaN. u = 2^-24; asserted against double by test_glu (SiluAccuracy): f32 output within
 // 6u of silu(g) (3.0u measured on AVX2), bf16 within half a bf16 ulp + 8u.
 enum SiluConst : int {
-    kSSign, kSHi, kSLo, kSMagic, kSLog2e, kSLn2Hi, kSLn2Lo, kSOne, kSGLo,
+    kSSign, kSHi, kSLo, kSMagic, kSLog2e, kSLn2Hi, kSLn2Lo, kSLn2, kSOne, kSGLo,
     kSQ6,  // f32: q5 .. q1 (5 entries, highest first); q0 = 1 is kSOne
     kSQ5 = kSQ6 + 5,  // bf16: q4 .. q1 (4 entries)
     kSCount = kSQ5 + 4
@@ -71,6 +72,7 @@ const SiluTable& silu_table() {
         setf(kSLog2e, 1.44269504088896341f);
         setf(kSLn2Hi, 0.693359375f);
         setf(kSLn2Lo, -2.12194440e-4f);
+        setf(kSLn2, 0.693147182f);
         setf(kSOne, 1.0f);
         setf(kSGLo, -88.0f);
         const float q6[5] = {1.3933731243e-03f, 8.3692204207e-03f, 4.1666463017e-02f, 1.6666504741e-01f, 5.0e-01f};
@@ -174,6 +176,7 @@ private:
         const DType xt = kd.x_dtype, yt = kd.y_dtype;
         const int xs = dtype_size(xt), ys = dtype_size(yt);
         const bool deg5 = yt == DType::f32;
+        eo_ = !zmm && xt == DType::bf16 && yt == DType::bf16;
         const Xmm glo = V(12);
         auto X = [&](int k) { return V(base + 3 * k); };
         auto S0 = [&](int k) { return V(base + 3 * k + 1); };
@@ -184,15 +187,28 @@ private:
         // nv vectors from element idx, counts[k] elements each (full but the last).
         auto block = [&](int nv, const int* counts) {
             auto gate = [&](int k) { return x + idx * xs + k * vl * xs; };
-            for (int k = 0; k < nv; ++k) io.load(X(k), gate(k), xt, counts[k]);
+            // bf16 in and out on AVX2: full pairs of vectors split even / odd (JitIo::load2_eo).
+            auto eo = [&](int k) {
+                const int k0 = k & ~1;
+                return eo_ && k0 + 1 < nv && counts[k0] == vl && counts[k0 + 1] == vl;
+            };
+            auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
+                if (!eo(k)) io.load(v, addr, xt, counts[k]);
+                else if (k % 2 == 0) io.load2_eo(v, v_next, addr);  // k + 1's vector too
+            };
+            for (int k = 0; k < nv; ++k) load(k, X(k), X(k + 1 < 4 ? k + 1 : k), gate(k));
             for (int k = 0; k < nv; ++k) vxorps(X(k), X(k), cst(kSSign));  // -g
             for (int k = 0; k < nv; ++k) vminps(X(k), X(k), cst(kSHi));
             for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), cst(kSLo));
             for (int k = 0; k < nv; ++k) vmovups(S0(k), cst(kSMagic));
             for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), X(k), cst(kSLog2e));  // magic + n
             for (int k = 0; k < nv; ++k) vsubps(S1(k), S0(k), cst(kSMagic));      // n
-            for (int k = 0; k < nv; ++k) vfnmadd231ps(X(k), S1(k), cst(kSLn2Hi));  // t
-            for (int k = 0; k < nv; ++k) vfnmadd231ps(X(k), S1(k), cst(kSLn2Lo));
+            if (deg5) {
+                for (int k = 0; k < nv; ++k) vfnmadd231ps(X(k), S1(k), cst(kSLn2Hi));  // t
+                for (int k = 0; k < nv; ++k) vfnmadd231ps(X(k), S1(k), cst(kSLn2Lo));
+            } else {  // bf16 output: one-part ln2 (t off by |n| 1.9e-9 <= 2.4e-7)
+                for (int k = 0; k < nv; ++k) vfnmadd231ps(X(k), S1(k), cst(kSLn2));
+            }
             for (int k = 0; k < nv; ++k) vpslld(S0(k), S0(k), 23);  // 2^n
             const int q0 = deg5 ? kSQ6 : kSQ5, nq = deg5 ? 5 : 4;
             for (int k = 0; k < nv; ++k) vmovups(S1(k), cst(q0));
@@ -211,8 +227,11 @@ private:
                 if (xt == DType::f32 && counts[k] == vl) {
                     vmaxps(X(k), glo, ptr[gate(k)]);
                 } else {
-                    io.load(X(k), gate(k), xt, counts[k]);
-                    vmaxps(X(k), glo, X(k));
+                    load(k, X(k), X(k + 1 < 4 ? k + 1 : k), gate(k));
+                    if (!eo(k) || k % 2 == 1) {
+                        if (eo(k)) vmaxps(X(k - 1), glo, X(k - 1));
+                        vmaxps(X(k), glo, X(k));
+                    }
                 }
             }
             for (int k = 0; k < nv; ++k) vmulps(X(k), X(k), S0(k));  // silu(g)
@@ -221,13 +240,17 @@ private:
                 if (xt == DType::f32 && counts[k] == vl) {
                     vmulps(X(k), X(k), ptr[u]);
                 } else {
-                    io.load(S1(k), u, xt, counts[k]);
-                    vmulps(X(k), X(k), S1(k));
+                    load(k, S1(k), S1(k + 1 < 4 ? k + 1 : k), u);
+                    if (!eo(k) || k % 2 == 1) {
+                        if (eo(k)) vmulps(X(k - 1), X(k - 1), S1(k - 1));
+                        vmulps(X(k), X(k), S1(k));
+                    }
                 }
             }
             for (int k = 0; k < nv; k += 2) {
                 const RegExp o = y + idx * ys + k * vl * ys;
-                if (k + 1 < nv) io.store2(o, X(k), X(k + 1), yt, vl + counts[k + 1], nt_);
+                if (eo(k)) io.store2_eo(o, X(k), X(k + 1), nt_);
+                else if (k + 1 < nv) io.store2(o, X(k), X(k + 1), yt, vl + counts[k + 1], nt_);
                 else io.store(o, X(k), yt, counts[k], nt_ && counts[k] == vl);
             }
         };
@@ -260,7 +283,7 @@ private:
         jnz(row_loop);
     }
 
-    bool nt_ = false;
+    bool nt_ = false, eo_ = false;
 };
 
 class JitGluKernel final : public GluKernel {
