@@ -312,7 +312,7 @@ private:
 
 class JitNormKernel final : public NormKernel {
 public:
-    static constexpr int64_t kWidenRows = 8;
+    static constexpr int64_t kWidenRows = 32;
 
     JitNormKernel(const NormKernelDesc& kd, Isa isa)
         : vlen_(isa >= Isa::avx512 ? 16 : 8),
