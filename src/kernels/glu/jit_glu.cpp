@@ -294,7 +294,9 @@ public:
     void run(const GluDesc& d, const GluArgs& a, int64_t row_begin, int64_t row_end) const override {
         if (row_end <= row_begin) return;
         const int xs = dtype_size(d.x_dtype), ys = dtype_size(d.y_dtype);
-        const int64_t align = static_cast<int64_t>(vlen_) * ys;
+        // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
+        // register of 32 / 64 bytes), so the rows must start on the register width.
+        const int64_t align = static_cast<int64_t>(vlen_) * 4;
         // Streaming stores: a large output, every row aligned, and not in place (y is x's memory).
         const bool nt = use_nt_stores(d.rows * d.inner * ys) && a.y != a.x &&
                         reinterpret_cast<uintptr_t>(a.y) % align == 0 && (d.ld_y * ys) % align == 0 && d.inner >= vlen_;

@@ -334,7 +334,9 @@ public:
         const int64_t n = d.hidden;
         // Streaming stores for y: a large output whose rows all start on the stored width.
         const int ys = dtype_size(d.y_dtype);
-        const int64_t align = static_cast<int64_t>(vlen_) * ys;
+        // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
+        // register of 32 / 64 bytes), so the rows must start on the register width.
+        const int64_t align = static_cast<int64_t>(vlen_) * 4;
         const bool nt = use_nt_stores(d.rows * n * ys) && reinterpret_cast<uintptr_t>(a.y) % align == 0 &&
                         (d.ld_y * ys) % align == 0 && n >= vlen_;
 
