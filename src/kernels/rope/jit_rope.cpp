@@ -8,8 +8,9 @@
 //   neox  pairs (x[i], x[i + r/2]): vectors of x1 = x[i..], x2 = x[r/2 + i..] with cos_i, sin_i
 //         o1 = x1 cos - x2 sin,  o2 = x2 cos + x1 sin
 //   gptj  pairs (x[2i], x[2i+1]): a vector v of vlen/2 pairs, cos / sin widened to
-//         (c0 c0 c1 c1 ...) by VPERMPS and sin signed (-s0 s0 -s1 s1 ...); with v' = v with the
-//         two elements of each pair swapped (VPERMILPS):  o = v cos + v' sin
+//         (c0 c0 c1 c1 ...) by VPERMPS and sin signed (-s0 s0 -s1 s1 ...) once per token into a
+//         scratch row (Args::eo_row); with v' = v with the two elements of each pair swapped
+//         (VPERMILPS):  o = v cos + v' sin
 //         (bf16 on AVX2: whole blocks of vlen pairs are split into the pairs' first and second
 //         elements instead, JitIo::load2_eo / store2_eo, and rotated as neox: no permutes)
 //   bf16 neox on AVX2: whole blocks of 2 vlen elements of x1 and x2 are split into even and odd
@@ -42,7 +43,7 @@ struct Args {
     const void* positions = nullptr;  // 64  of the range's first token
     int64_t tokens = 0;         // 72  >= 1
     const void* cache = nullptr;  // 80  rows of rotary_dim elements: cos, then sin
-    float* eo_row = nullptr;      // 88  neox even / odd split: rotary_dim floats of scratch
+    float* eo_row = nullptr;      // 88  2 * rotary_dim floats of scratch: the token's cos / sin prepared
 };
 using RopeFn = void (*)(const Args*);
 
@@ -80,7 +81,8 @@ public:
         const bool neox = kd.style == RopeStyle::neox;
         const bool eo = !io.zmm() && dt == DType::bf16;  // the even / odd split (JitIo::load2_eo)
         const int64_t eo_half = neox && eo ? half / (2 * vl) * (2 * vl) : 0;  // neox: split blocks in [0, eo_half)
-        const Reg64 eb = rbx;  // neox: the token's cos / sin split (Args::eo_row); gptj uses rbx for consts
+        const Reg64 eb = rbx;  // the token's cos / sin prepared (Args::eo_row); gptj loads consts through it first
+        const int64_t gj_begin = eo ? rot / (2 * vl) * (2 * vl) : 0;  // gptj: vectors not split even / odd
 
         preamble({rbx, r12, r13, r14, r15});
         mov(pos, ptr[a + offsetof(Args, positions)]);
@@ -175,15 +177,19 @@ public:
                         const int n = cnt[set] = static_cast<int>(std::min<int64_t>(vl, rot - o));  // even
                         const int b = set * 6;
                         const Xmm v = V(b), sw = V(b + 1), c = V(b + 2), s = V(b + 3), out = V(b + 4);
+                        // cos / sin widened and signed once per token (eb: (c0 c0 c1 c1 ...),
+                        // then (-s0 s0 -s1 s1 ...) at rotary_dim)
                         io.load(v, head + o * es, dt, n);
-                        io.load(c, cs + o / 2 * csz, ct, n / 2);
-                        io.load(s, sn + o / 2 * csz, ct, n / 2);
-                        vpermps(Y(b + 2), Y(dup.getIdx()), Y(b + 2));  // (c0 c0 c1 c1 ...)
-                        vpermps(Y(b + 3), Y(dup.getIdx()), Y(b + 3));
-                        vxorps(s, s, alt);                               // (-s0 s0 -s1 s1 ...)
-                        vpermilps(sw, v, 0xb1);                          // (x1 x0 x3 x2 ...)
-                        vmulps(out, v, c);
-                        vfmadd231ps(out, sw, s);
+                        vpermilps(sw, v, 0xb1);  // (x1 x0 x3 x2 ...)
+                        if (n == vl) {
+                            vmulps(out, v, ptr[eb + o * 4]);
+                            vfmadd231ps(out, sw, ptr[eb + (rot + o) * 4]);
+                        } else {
+                            io.load(c, eb + o * 4, DType::f32, n);
+                            io.load(s, eb + (rot + o) * 4, DType::f32, n);
+                            vmulps(out, v, c);
+                            vfmadd231ps(out, sw, s);
+                        }
                     }
                     io.store2(head + off * es, V(4), V(10), dt, cnt[0] + cnt[1]);
                 }
@@ -212,6 +218,20 @@ public:
         imul(tmp, tmp, static_cast<int>(rot * csz));
         lea(cs, ptr[cache + tmp]);
         lea(sn, ptr[cs + half * csz]);
+        if (!neox && gj_begin < rot) {
+            // GPT-J: cos / sin of this token widened to pairs and sin signed, once for all heads.
+            mov(eb, ptr[a + offsetof(Args, eo_row)]);
+            for (int64_t off = gj_begin; off < rot; off += vl) {
+                const int n = static_cast<int>(std::min<int64_t>(vl, rot - off));  // even
+                io.load(V(0), cs + off / 2 * csz, ct, n / 2);
+                vpermps(Y(0), Y(dup.getIdx()), Y(0));  // (c0 c0 c1 c1 ...)
+                io.store(eb + off * 4, V(0), DType::f32, n);
+                io.load(V(1), sn + off / 2 * csz, ct, n / 2);
+                vpermps(Y(1), Y(dup.getIdx()), Y(1));
+                vxorps(V(1), V(1), alt);  // (-s0 s0 -s1 s1 ...)
+                io.store(eb + (rot + off) * 4, V(1), DType::f32, n);
+            }
+        }
         if (eo_half > 0) {
             // This token's cos and sin, blocks of 2 vl split into even and odd elements (the
             // order load2_eo gives x), once for all its heads.
@@ -261,7 +281,7 @@ public:
         const int pos_size = d.position_type == RopePositionType::s32 ? 4 : 8;
         Args args;
         thread_local std::vector<float> eo_row;
-        eo_row.resize(static_cast<size_t>(d.rotary_dim));
+        eo_row.resize(static_cast<size_t>(2 * d.rotary_dim));
         args.eo_row = eo_row.data();
         args.q_heads = d.q_heads;
         args.q_ts = d.q_token_stride * es;
