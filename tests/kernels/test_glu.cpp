@@ -135,7 +135,7 @@ TEST(Glu, EveryRegistryEntry) {
         int variant = 0;
         for (Activation act : kActs)
             for (const DTypes& dt : kDTypes)
-                for (int64_t inner : {1, 5, 8, 16, 17, 40, 129, 300}) {
+                for (int64_t inner : {1, 5, 8, 16, 17, 24, 40, 63, 129, 300}) {
                     ++variant;
                     Problem p = make(act, dt.x, dt.y, 2, inner, variant % 2 ? 1 : 0, 0, variant % 3, 500 + variant);
                     const GluDesc d = detail::glu_resolve("test", p.d);
@@ -225,6 +225,58 @@ TEST(Glu, InPlaceOverTheGateHalf) {
     });
 }
 
+TEST(Glu, SiluAccuracy) {
+    // SwiGLU's silu (its own generator, jit_glu.cpp) against silu(g) * u in double over a dense
+    // sweep of g in [-100, 100] plus the specials, u = 1: f32 output within 6u relative plus a
+    // 4e-36 floor (below g = -86 the kernel's result stays under that instead of g e^g); bf16
+    // output within half a bf16 ulp (<= 2^-8 relative) + 8u. The bounds jit_glu.cpp states.
+    const int64_t inner = 8192, rows = 3;
+    for (DType yt : {DType::f32, DType::bf16}) {
+        TypedMatrix x(DType::f32, rows, 2 * inner);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < inner; ++i) {
+                const double t = static_cast<double>(r * inner + i) / (rows * inner - 1);
+                x.set(r, i, r < 2 ? -100 + 200 * t : -8 + 16 * (t * 3 - 2));  // row 2: [-8, 8] densely
+                x.set(r, inner + i, 1.0);
+            }
+        const float inf = std::numeric_limits<float>::infinity();
+        x.set(0, 3, std::numeric_limits<float>::quiet_NaN());
+        x.set(0, 4, inf);
+        x.set(0, 5, -inf);
+        x.set(0, 6, 0.0);
+        GluDesc d;
+        d.rows = rows;
+        d.inner = inner;
+        d.y_dtype = yt;
+        const GluDesc rd = detail::glu_resolve("test", d);
+        const auto& reg = detail::glu_registry();
+        for (const auto& impl : reg.impls()) {
+            if (!isa_supported(impl.isa)) continue;
+            const auto kd = detail::glu_kernel_desc(rd);
+            if (impl.supports && !impl.supports(kd)) continue;
+            TypedMatrix y(yt, rows, inner);
+            reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
+            EXPECT_TRUE(std::isnan(y.get(0, 3))) << impl.name;
+            EXPECT_EQ(y.get(0, 4), inf) << impl.name;
+            EXPECT_EQ(y.get(0, 6), 0.0) << impl.name;
+            if (std::string(impl.name) != "ref:scalar")  // the limit 0 (the scalar formula: NaN)
+                EXPECT_LE(std::fabs(y.get(0, 5)), 4e-36) << impl.name;
+            double worst = 0;
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = 0; i < inner; ++i) {
+                    const double g = x.get(r, i);
+                    if (!std::isfinite(g)) continue;
+                    const double w = exact_act(Activation::silu, g), got = y.get(r, i);
+                    const double err = std::fabs(got - w), bound = yt == DType::f32 ? 6 * kU * std::fabs(w) + 4e-36
+                                                                                   : (0x1p-8 + 8 * kU) * std::fabs(w) + 4e-36;
+                    if (yt == DType::f32 && std::fabs(w) > 0x1p-100) worst = std::max(worst, err / std::fabs(w) / kU);
+                    ASSERT_LE(err, bound) << impl.name << " g=" << g << " got " << got << " want " << w;
+                }
+            if (yt == DType::f32) std::printf("[ silu ] %s: max error %.2f u\n", impl.name, worst);
+        }
+    }
+}
+
 TEST(Glu, StreamingStores) {
     // Force the non-temporal path (threshold 0) on aligned rows: same results; unaligned rows fall
     // back to regular stores.
@@ -233,9 +285,13 @@ TEST(Glu, StreamingStores) {
         set_num_threads(threads);
         for_each_isa([&](Isa) {
             for (const DTypes& dt : kDTypes)
-                for (int64_t inner : {64, 96, 1000}) {
+                for (int64_t inner : {64, 96, 1000})
+                  for (Activation act : {Activation::gelu_tanh, Activation::silu}) {  // silu: its own generator
                     for (size_t mis : {0, 1}) {
-                        Problem p = make(Activation::gelu_tanh, dt.x, dt.y, 33, inner, 0, 0, mis, 9 + inner);
+                        Problem p = make(act, dt.x, dt.y, 33, inner, 0, 0, mis, 9 + inner);
+                        // y 64-byte aligned (rows of 1000 bf16: every other row only 16-byte
+                        // aligned), or one element past (make's default): regular stores
+                        if (!mis) p.y = TypedMatrix(dt.y, 33, inner, 0, 0);
                         const TypedMatrix x0 = p.x.clone();
                         glu(p.d, args_of(p));
                         ASSERT_TRUE(check(p, x0)) << describe(p.d) << " misaligned " << mis;

@@ -193,6 +193,39 @@ TEST(Norm, EveryIsaMatchesOracle) {
     set_num_threads(0);
 }
 
+TEST(Norm, RowCountsAroundTheFusedPath) {
+    // Calls of few rows whose weights would need an f32 (or, with bf16 x and y on AVX2, a
+    // permuted) copy run unfused with the weights as given; from JitNormKernel::kWidenRows rows
+    // on, the copy and the fused passes: both sides of that switch, every dtype combination,
+    // hidden sizes with whole 16-element blocks and tails.
+    for_each_isa([&](Isa) {
+        int variant = 0;
+        for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+            for (const DTypes& dt : kDTypeCombos)
+                for (int64_t hidden : {16, 17, 48, 300})
+                    for (int64_t rows : {2, 7, 31, 32, 40}) {
+                        ++variant;
+                        NormDesc d;
+                        d.kind = kind;
+                        d.rows = rows;
+                        d.hidden = hidden;
+                        d.x_dtype = dt.x;
+                        d.y_dtype = dt.y;
+                        d.residual_dtype = dt.r;
+                        d.weight_dtype = dt.w;
+                        d.has_weight = true;
+                        d.has_bias = variant % 2 == 0;
+                        d.fused_residual = variant % 3 == 0;
+                        d.eps = 1e-5f;
+                        Tensors t = make_tensors(d, variant % 4, 3000 + variant);
+                        const NormPlan plan(d);
+                        plan.run(args_of(d, t));
+                        const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
+                        ASSERT_TRUE(matches(d, t, e)) << describe(d);
+                    }
+    });
+}
+
 TEST(Norm, EveryRegistryEntry) {
     // Each implementation forced, whatever the cap: run against the oracle where this machine has
     // its ISA, generated only elsewhere (a machine with AVX-512 / AVX512-BF16 runs them all).
@@ -280,7 +313,7 @@ TEST(Norm, StreamingStores) {
         for_each_isa([&](Isa) {
             for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
                 for (const DTypes& dt : kDTypeCombos)
-                    for (int64_t hidden : {64, 100, 1024})
+                    for (int64_t hidden : {64, 72, 100, 1024})  // 72 bf16: odd rows 16-byte aligned only
                         for (size_t mis : {0, 1}) {
                             NormDesc d;
                             d.kind = kind;

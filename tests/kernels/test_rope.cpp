@@ -249,7 +249,7 @@ template <class Run>
 struct HeadShape {
     int64_t head_dim, rotary_dim;  // rotary_dim 0 = head_dim
 };
-const HeadShape kHeadShapes[] = {{2, 0}, {6, 4}, {7, 6}, {16, 0}, {17, 16}, {64, 0}, {80, 32}, {128, 64}, {256, 0}};
+const HeadShape kHeadShapes[] = {{2, 0}, {6, 4}, {7, 6}, {16, 0}, {17, 16}, {40, 0}, {64, 0}, {80, 32}, {96, 48}, {128, 64}, {256, 0}};
 struct Heads {
     int64_t q, k;
 };

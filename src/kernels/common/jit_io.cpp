@@ -15,7 +15,8 @@ enum Entry : int {
     kOne = 2,       // 1
     k7fff = 3,      // 0x7fff
     kQuiet = 4,     // 0x00400000: the quiet bit of a float NaN
-    kCount = 5
+    kHiWords = 5,   // 0xffff0000
+    kCount = 6
 };
 
 struct alignas(64) Table {
@@ -31,6 +32,7 @@ const Table& the_table() {
             t.v[kOne][i] = 1;
             t.v[k7fff][i] = 0x7fff;
             t.v[kQuiet][i] = 0x00400000u;
+            t.v[kHiWords][i] = 0xffff0000u;
         }
         return t;
     }();
@@ -240,6 +242,43 @@ void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int 
     g.vpermq(Ymm(w), Ymm(w), 0xd8);  // a0-7 b0-7
     if (nt) g.vmovntdq(g.ptr[addr], Ymm(w));
     else g.vmovdqu(g.ptr[addr], Ymm(w));
+}
+
+void JitIo::load2_eo(const Xmm& even, const Xmm& odd, const RegExp& addr) const {
+    if (zmm_) throw Error(Status::runtime_error, "JitIo::load2_eo: AVX2 only");
+    g_.vmovdqu(even, g_.ptr[addr]);
+    g_.vpand(odd, even, c(kHiWords));
+    g_.vpslld(even, even, 16);
+}
+
+void JitIo::store2_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
+    if (zmm_) throw Error(Status::runtime_error, "JitIo::store2_eo: AVX2 only");
+    auto& g = g_;
+    const Xmm& a = even;
+    const Xmm& b = odd;
+    // As store2: the 4-instruction rounding (the odd vector's result stays in the upper words)
+    // unless the pair may hold a NaN.
+    Label careful, packed;
+    g.vaddps(s_.v1, a, b);
+    g.vcmpps(s_.v1, s_.v1, s_.v1, 3 /* UNORD_Q */);
+    g.vptest(s_.v1, s_.v1);
+    g.jnz(careful, g.T_NEAR);
+    for (const Xmm* v : {&a, &b}) {
+        g.vpsrld(s_.v0, *v, 16);
+        g.vpand(s_.v0, s_.v0, c(kOne));
+        g.vpaddd(*v, *v, s_.v0);
+        g.vpaddd(*v, *v, c(k7fff));
+    }
+    g.vpsrld(a, a, 16);
+    g.jmp(packed, g.T_NEAR);
+    g.L(careful);
+    round_dwords(a);
+    round_dwords(b);
+    g.vpslld(b, b, 16);
+    g.L(packed);
+    g.vpblendw(s_.v0, a, b, 0xaa);  // even elements in the low words, odd in the high
+    if (nt) g.vmovntdq(g.ptr[addr], s_.v0);
+    else g.vmovdqu(g.ptr[addr], s_.v0);
 }
 
 void JitIo::store(const RegExp& addr, const Xmm& v, DType t, int n, bool nt) const {

@@ -61,6 +61,13 @@ public:
     // (VPACKUSDW + VPERMQ, one 32-byte store), AVX512-BF16 converts both with VCVTNE2PS2BF16 (one
     // 64-byte store). Clobbers a and b (bf16). nt as for store(), for a full pair.
     void store2(const Xbyak::RegExp& addr, const Xbyak::Xmm& a, const Xbyak::Xmm& b, DType t, int n, bool nt = false) const;
+    // Even / odd split of 2*vlen bf16 (AVX2 only): one 32-byte load gives the even-indexed elements
+    // in `even` and the odd-indexed ones in `odd` (2 instructions for 16 values, against 4 for two
+    // widening loads), and store2_eo writes such a pair back in element order, rounded as store2
+    // (no pack and lane permute: one word blend). For elementwise code whose operands are all
+    // split the same way. nt: addr 32-byte aligned. store2_eo clobbers even and odd.
+    void load2_eo(const Xbyak::Xmm& even, const Xbyak::Xmm& odd, const Xbyak::RegExp& addr) const;
+    void store2_eo(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt = false) const;
     // Runtime counts: cnt holds 1..vlen (preserved).
     void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
     void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;

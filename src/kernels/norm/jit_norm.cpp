@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -56,6 +57,26 @@ static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "R
 
 using RowFn = void (*)(const RowArgs*);
 
+// The even / odd bf16 split (see JitNorm): AVX2, bf16 x, no fused residual; y bf16 as well for
+// the normalising passes.
+bool norm_eo_stats(const NormKernelDesc& kd, Isa isa) {
+    return isa < Isa::avx512 && kd.x_dtype == DType::bf16 && !kd.fused_residual;
+}
+bool norm_eo_apply(const NormKernelDesc& kd, Isa isa) { return norm_eo_stats(kd, isa) && kd.y_dtype == DType::bf16; }
+
+// f32 weights in the order the even / odd passes read them: within every full 16-element block,
+// the 8 even-indexed elements first, then the 8 odd ones (the rest in order).
+void norm_eo_permute(float* v, int64_t n) {
+    float tmp[16];
+    for (int64_t b = 0; b + 16 <= n; b += 16) {
+        for (int j = 0; j < 8; ++j) {
+            tmp[j] = v[b + 2 * j];
+            tmp[8 + j] = v[b + 2 * j + 1];
+        }
+        std::memcpy(v + b, tmp, sizeof tmp);
+    }
+}
+
 // What one generated function does with a row (RowArgs): the statistics pass of x/r/ro, the
 // variance pass of h (layer_norm), the normalising pass of h into y, or stats and apply at once
 // on two different rows (fused: the statistics of the next row while this one is normalised —
@@ -67,7 +88,11 @@ class JitNorm : public JitGenerator {
 public:
     // wt: the dtype of the weight / bias pointers the call passes (f32 copies of bf16 weights are
     // passed whenever the call covers two rows or more, so fused passes always get f32).
-    JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt) : JitGenerator(isa) {
+    // eo (AVX2, bf16 x, no fused residual): full 16-element blocks of bf16 are read split into
+    // even / odd elements (JitIo::load2_eo: the statistics do not depend on the order) and, when y
+    // is bf16 too, normalised and written back in that split (JitIo::store2_eo): f32 weights must
+    // then be passed permuted the same way (norm_eo_permute), bf16 weights are split as loaded.
+    JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt, bool eo = false) : JitGenerator(isa) {
         using namespace Xbyak;
         const Reg64 p = abi_param1, x = rsi, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10, hp = r11, y = rbx,
                     w = rbp, b = r12;
@@ -127,6 +152,42 @@ public:
         }
         xor_(idx, idx);
 
+        const bool eo_stats = eo && norm_eo_stats(kd, isa) && (do_stats || do_var);
+        const bool eo_apply = eo && norm_eo_apply(kd, isa) && do_apply;
+        // Both vectors of a pair (k even, k + 1) through the even / odd split.
+        auto stats_pair = [&](int k, int64_t off) {
+            io.load2_eo(h, t, (do_var ? hp : x) + idx * xs + off * xs);
+            for (int j = 0; j < 2; ++j) {
+                const Xmm v = j ? t : h;
+                if (ln) {
+                    vsubps(d, v, mean);
+                    vaddps(acc(k + j), acc(k + j), d);
+                    vfmadd231ps(acc2(k + j), d, d);
+                } else {
+                    vfmadd231ps(acc(k + j), v, v);
+                }
+            }
+        };
+        auto apply_pair = [&](int k, int64_t off) {
+            io.load2_eo(res(k), res(k + 1), hp + idx * hs + off * hs);
+            if (kd.has_weight && wt == DType::bf16) io.load2_eo(tw(k), tw(k + 1), w + idx * ws + off * ws);
+            if (kd.has_bias && wt == DType::bf16) io.load2_eo(tb(k), tb(k + 1), b + idx * ws + off * ws);
+            for (int j = 0; j < 2; ++j) {
+                const Xmm v = res(k + j);
+                const int64_t o = off + j * vl;
+                if (ln) vsubps(v, v, mean);
+                vmulps(v, v, rstd);
+                if (kd.has_weight) {
+                    if (wt == DType::f32) vmulps(v, v, ptr[w + idx * ws + o * ws]);
+                    else vmulps(v, v, tw(k + j));
+                }
+                if (kd.has_bias) {
+                    if (wt == DType::f32) vaddps(v, v, ptr[b + idx * ws + o * ws]);
+                    else vaddps(v, v, tb(k + j));
+                }
+            }
+        };
+        if (eo_apply && pass == Pass::fused && wt != DType::f32) throw Error(Status::runtime_error, "JitNorm: eo weights");
         auto stats_body = [&](int k, int64_t off, int count) {
             io.load(h, x + idx * xs + off * xs, xt, count);
             if (fused) {
@@ -176,16 +237,32 @@ public:
         };
         // nv vectors from element idx + off (the last one `last` elements long); results stored in pairs.
         auto block = [&](int nv, int64_t off, int last) {
+            // A full pair: vectors k & ~1 and its successor, both whole.
+            auto full_pair = [&](int k) {
+                const int k0 = k & ~1;
+                return k0 + 1 < nv && (k0 + 1 < nv - 1 || last == vl);
+            };
             for (int k = 0; k < nv; ++k) {
                 const int c = k == nv - 1 ? last : vl;
-                if (do_stats) stats_body(k, off + k * vl, c);
-                if (do_var) var_body(k, off + k * vl, c);
-                if (do_apply) apply_body(k, off + k * vl, c);
+                const bool pair = full_pair(k);
+                if (do_stats) {
+                    if (!(eo_stats && pair)) stats_body(k, off + k * vl, c);
+                    else if (k % 2 == 0) stats_pair(k, off + k * vl);
+                }
+                if (do_var) {
+                    if (!(eo_stats && pair)) var_body(k, off + k * vl, c);
+                    else if (k % 2 == 0) stats_pair(k, off + k * vl);
+                }
+                if (do_apply) {
+                    if (!(eo_apply && pair)) apply_body(k, off + k * vl, c);
+                    else if (k % 2 == 0) apply_pair(k, off + k * vl);
+                }
             }
             if (!do_apply) return;
             for (int k = 0; k < nv; k += 2) {
                 const int64_t o = off + k * vl;
-                if (k + 1 < nv) io.store2(y + idx * ys + o * ys, res(k), res(k + 1), yt, vl + (k + 1 == nv - 1 ? last : vl), nt);
+                if (eo_apply && full_pair(k)) io.store2_eo(y + idx * ys + o * ys, res(k), res(k + 1), nt);
+                else if (k + 1 < nv) io.store2(y + idx * ys + o * ys, res(k), res(k + 1), yt, vl + (k + 1 == nv - 1 ? last : vl), nt);
                 else io.store(y + idx * ys + o * ys, res(k), yt, last, nt && last == vl);
             }
         };
@@ -235,15 +312,21 @@ private:
 
 class JitNormKernel final : public NormKernel {
 public:
+    static constexpr int64_t kWidenRows = 32;
+
     JitNormKernel(const NormKernelDesc& kd, Isa isa)
         : vlen_(isa >= Isa::avx512 ? 16 : 8),
-          stats_(kd, isa, Pass::stats, false, DType::f32),
-          var_(kd, isa, Pass::var, false, DType::f32),
-          apply_{JitNorm(kd, isa, Pass::apply, false, kd.weight_dtype), JitNorm(kd, isa, Pass::apply, true, kd.weight_dtype)},
-          fused_{JitNorm(kd, isa, Pass::fused, false, DType::f32), JitNorm(kd, isa, Pass::fused, true, DType::f32)} {
-        if ((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16) {
-            apply_f32w_[0] = std::make_unique<JitNorm>(kd, isa, Pass::apply, false, DType::f32);
-            apply_f32w_[1] = std::make_unique<JitNorm>(kd, isa, Pass::apply, true, DType::f32);
+          eo_w_(norm_eo_apply(kd, isa) && (kd.has_weight || kd.has_bias)),
+          stats_(kd, isa, Pass::stats, false, DType::f32, true),
+          var_(kd, isa, Pass::var, false, DType::f32, true),
+          // calls of one row read the weights as given: split as loaded when bf16; f32 weights
+          // would need the permuted copy, so that apply keeps the element order
+          apply_{JitNorm(kd, isa, Pass::apply, false, kd.weight_dtype, !eo_w_ || kd.weight_dtype == DType::bf16),
+                 JitNorm(kd, isa, Pass::apply, true, kd.weight_dtype, !eo_w_ || kd.weight_dtype == DType::bf16)},
+          fused_{JitNorm(kd, isa, Pass::fused, false, DType::f32, true), JitNorm(kd, isa, Pass::fused, true, DType::f32, true)} {
+        if (((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16) || eo_w_) {
+            apply_f32w_[0] = std::make_unique<JitNorm>(kd, isa, Pass::apply, false, DType::f32, true);
+            apply_f32w_[1] = std::make_unique<JitNorm>(kd, isa, Pass::apply, true, DType::f32, true);
         }
     }
 
@@ -251,7 +334,9 @@ public:
         const int64_t n = d.hidden;
         // Streaming stores for y: a large output whose rows all start on the stored width.
         const int ys = dtype_size(d.y_dtype);
-        const int64_t align = static_cast<int64_t>(vlen_) * ys;
+        // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
+        // register of 32 / 64 bytes), so the rows must start on the register width.
+        const int64_t align = static_cast<int64_t>(vlen_) * 4;
         const bool nt = use_nt_stores(d.rows * n * ys) && reinterpret_cast<uintptr_t>(a.y) % align == 0 &&
                         (d.ld_y * ys) % align == 0 && n >= vlen_;
 
@@ -260,18 +345,24 @@ public:
         ra.partial = &part[0][0];
         ra.w = a.weight;
         ra.b = a.bias;
-        const bool many = row_end - row_begin >= 2;
-        // bf16 weights are widened once per call when there are rows enough to repay it (the
-        // fused passes take f32 weights).
-        if (many && (d.has_weight || d.has_bias) && d.weight_dtype == DType::bf16) {
+        // The fused passes take f32 weights: bf16 weights are widened once per call (and with the
+        // even / odd split, weights of either dtype are copied permuted) when there are rows
+        // enough to repay the copy (kWidenRows); calls of fewer rows then run stats and apply
+        // per row with the weights as given (decode: the rows are in the cache anyway).
+        const bool has_w = d.has_weight || d.has_bias;
+        const bool needs_copy = has_w && (d.weight_dtype == DType::bf16 || eo_w_);
+        const bool many = row_end - row_begin >= (needs_copy ? kWidenRows : 2);
+        if (many && needs_copy) {
             thread_local std::vector<float> wb;
             wb.resize(static_cast<size_t>(2 * n));
             if (d.has_weight) {
-                load_f32(a.weight, DType::bf16, n, wb.data());
+                load_f32(a.weight, d.weight_dtype, n, wb.data());
+                if (eo_w_) norm_eo_permute(wb.data(), n);
                 ra.w = wb.data();
             }
             if (d.has_bias) {
-                load_f32(a.bias, DType::bf16, n, wb.data() + n);
+                load_f32(a.bias, d.weight_dtype, n, wb.data() + n);
+                if (eo_w_) norm_eo_permute(wb.data() + n, n);
                 ra.b = wb.data() + n;
             }
         }
@@ -322,7 +413,14 @@ public:
         for (int64_t row = row_begin; row < row_end; ++row) {
             ra.h = h_row(row);
             ra.y = elem_ptr(a.y, d.y_dtype, row * d.ld_y);
-            if (row + 1 < row_end) {
+            if (!many) {  // a few rows with weights that would need the copy: unfused
+                apply_[nt ? 1 : 0].fn(&ra);
+                if (row + 1 < row_end) {
+                    set_stats_row(row + 1);
+                    stats_.fn(&ra);
+                    finish(row + 1);
+                }
+            } else if (row + 1 < row_end) {
                 set_stats_row(row + 1);
                 fused_[nt ? 1 : 0].fn(&ra);  // normalises this row, sums the next one
                 finish(row + 1);
@@ -337,6 +435,7 @@ public:
 
 private:
     int vlen_;
+    bool eo_w_;  // weights / bias permuted for the even / odd split (norm_eo_permute)
     JitNorm stats_, var_;
     JitNorm apply_[2];  // [nt], weights in the descriptor's dtype (calls of one row)
     JitNorm fused_[2];  // [nt], f32 weights

@@ -8,8 +8,14 @@
 //   neox  pairs (x[i], x[i + r/2]): vectors of x1 = x[i..], x2 = x[r/2 + i..] with cos_i, sin_i
 //         o1 = x1 cos - x2 sin,  o2 = x2 cos + x1 sin
 //   gptj  pairs (x[2i], x[2i+1]): a vector v of vlen/2 pairs, cos / sin widened to
-//         (c0 c0 c1 c1 ...) by VPERMPS and sin signed (-s0 s0 -s1 s1 ...); with v' = v with the
-//         two elements of each pair swapped (VPERMILPS):  o = v cos + v' sin
+//         (c0 c0 c1 c1 ...) by VPERMPS and sin signed (-s0 s0 -s1 s1 ...) once per token into a
+//         scratch row (Args::eo_row); with v' = v with the two elements of each pair swapped
+//         (VPERMILPS):  o = v cos + v' sin
+//         (bf16 on AVX2: whole blocks of vlen pairs are split into the pairs' first and second
+//         elements instead, JitIo::load2_eo / store2_eo, and rotated as neox: no permutes)
+//   bf16 neox on AVX2: whole blocks of 2 vlen elements of x1 and x2 are split into even and odd
+//         elements the same way; the token's cos / sin row is split once into a scratch row
+//         (Args::eo_row) for all its heads.
 // The compute mode (cos / sin from base and scaling) evaluates cos / sin per token in double
 // exactly as the reference does, into a one-row f32 table, and calls the same code for that
 // token.
@@ -37,6 +43,7 @@ struct Args {
     const void* positions = nullptr;  // 64  of the range's first token
     int64_t tokens = 0;         // 72  >= 1
     const void* cache = nullptr;  // 80  rows of rotary_dim elements: cos, then sin
+    float* eo_row = nullptr;      // 88  2 * rotary_dim floats of scratch: the token's cos / sin prepared
 };
 using RopeFn = void (*)(const Args*);
 
@@ -72,6 +79,10 @@ public:
         const DType dt = kd.dtype, ct = kd.cache_dtype;
         const int es = dtype_size(dt), csz = dtype_size(ct);
         const bool neox = kd.style == RopeStyle::neox;
+        const bool eo = !io.zmm() && dt == DType::bf16;  // the even / odd split (JitIo::load2_eo)
+        const int64_t eo_half = neox && eo ? half / (2 * vl) * (2 * vl) : 0;  // neox: split blocks in [0, eo_half)
+        const Reg64 eb = rbx;  // the token's cos / sin prepared (Args::eo_row); gptj loads consts through it first
+        const int64_t gj_begin = eo ? rot / (2 * vl) * (2 * vl) : 0;  // gptj: vectors not split even / odd
 
         preamble({rbx, r12, r13, r14, r15});
         mov(pos, ptr[a + offsetof(Args, positions)]);
@@ -91,7 +102,24 @@ public:
         // time (register sets 0 and 1) whose outputs are stored as pairs (one bf16 pair store).
         auto rotate_head = [&]() {
             if (neox) {
-                for (int64_t off = 0; off < half; off += 2 * vl) {
+                for (int64_t off = 0; off < eo_half; off += 2 * vl) {
+                    // bf16 on AVX2, a whole block of x1 (and x2): split into even and odd
+                    // elements, cos / sin read from the token's split copy (eb).
+                    const Xmm x1e = V(0), x1o = V(1), x2e = V(2), x2o = V(3);
+                    io.load2_eo(x1e, x1o, head + off * es);
+                    io.load2_eo(x2e, x2o, head + (half + off) * es);
+                    for (int j = 0; j < 2; ++j) {
+                        const Xmm x1 = j ? x1o : x1e, x2 = j ? x2o : x2e, o1 = V(4 + j), o2 = V(6 + j);
+                        const int64_t co = (off + j * vl) * 4, so = (half + off + j * vl) * 4;
+                        vmulps(o1, x1, ptr[eb + co]);
+                        vmulps(o2, x2, ptr[eb + co]);
+                        vfnmadd231ps(o1, x2, ptr[eb + so]);  // x1 c - x2 s
+                        vfmadd231ps(o2, x1, ptr[eb + so]);   // x2 c + x1 s
+                    }
+                    io.store2_eo(head + off * es, V(4), V(5));
+                    io.store2_eo(head + (half + off) * es, V(6), V(7));
+                }
+                for (int64_t off = eo_half; off < half; off += 2 * vl) {
                     int cnt[2] = {0, 0};
                     for (int set = 0; set < 2; ++set) {
                         const int64_t o = off + set * vl;
@@ -120,6 +148,28 @@ public:
                 }
             } else {
                 for (int64_t off = 0; off < rot; off += 2 * vl) {
+                    if (eo && off + 2 * vl <= rot) {
+                        // bf16 on AVX2, a whole block of vlen pairs: split into the first (x[2i])
+                        // and second (x[2i+1]) elements of the pairs, lane j = pair off/2 + j, so
+                        // cos / sin are read as they are and no pair swap is needed.
+                        const Xmm xe = V(0), xo = V(1), c = V(2), s = V(3), oe = V(4), oo = V(5);
+                        io.load2_eo(xe, xo, head + off * es);
+                        if (ct == DType::f32) {
+                            vmulps(oe, xe, ptr[cs + off / 2 * csz]);
+                            vmulps(oo, xo, ptr[cs + off / 2 * csz]);
+                            vfnmadd231ps(oe, xo, ptr[sn + off / 2 * csz]);  // x0 c - x1 s
+                            vfmadd231ps(oo, xe, ptr[sn + off / 2 * csz]);   // x1 c + x0 s
+                        } else {
+                            io.load(c, cs + off / 2 * csz, ct, vl);
+                            io.load(s, sn + off / 2 * csz, ct, vl);
+                            vmulps(oe, xe, c);
+                            vmulps(oo, xo, c);
+                            vfnmadd231ps(oe, xo, s);
+                            vfmadd231ps(oo, xe, s);
+                        }
+                        io.store2_eo(head + off * es, oe, oo);
+                        continue;
+                    }
                     int cnt[2] = {0, 0};
                     for (int set = 0; set < 2; ++set) {
                         const int64_t o = off + set * vl;
@@ -127,15 +177,19 @@ public:
                         const int n = cnt[set] = static_cast<int>(std::min<int64_t>(vl, rot - o));  // even
                         const int b = set * 6;
                         const Xmm v = V(b), sw = V(b + 1), c = V(b + 2), s = V(b + 3), out = V(b + 4);
+                        // cos / sin widened and signed once per token (eb: (c0 c0 c1 c1 ...),
+                        // then (-s0 s0 -s1 s1 ...) at rotary_dim)
                         io.load(v, head + o * es, dt, n);
-                        io.load(c, cs + o / 2 * csz, ct, n / 2);
-                        io.load(s, sn + o / 2 * csz, ct, n / 2);
-                        vpermps(Y(b + 2), Y(dup.getIdx()), Y(b + 2));  // (c0 c0 c1 c1 ...)
-                        vpermps(Y(b + 3), Y(dup.getIdx()), Y(b + 3));
-                        vxorps(s, s, alt);                               // (-s0 s0 -s1 s1 ...)
-                        vpermilps(sw, v, 0xb1);                          // (x1 x0 x3 x2 ...)
-                        vmulps(out, v, c);
-                        vfmadd231ps(out, sw, s);
+                        vpermilps(sw, v, 0xb1);  // (x1 x0 x3 x2 ...)
+                        if (n == vl) {
+                            vmulps(out, v, ptr[eb + o * 4]);
+                            vfmadd231ps(out, sw, ptr[eb + (rot + o) * 4]);
+                        } else {
+                            io.load(c, eb + o * 4, DType::f32, n);
+                            io.load(s, eb + (rot + o) * 4, DType::f32, n);
+                            vmulps(out, v, c);
+                            vfmadd231ps(out, sw, s);
+                        }
                     }
                     io.store2(head + off * es, V(4), V(10), dt, cnt[0] + cnt[1]);
                 }
@@ -164,6 +218,43 @@ public:
         imul(tmp, tmp, static_cast<int>(rot * csz));
         lea(cs, ptr[cache + tmp]);
         lea(sn, ptr[cs + half * csz]);
+        if (!neox && gj_begin < rot) {
+            // GPT-J: cos / sin of this token widened to pairs and sin signed, once for all heads.
+            mov(eb, ptr[a + offsetof(Args, eo_row)]);
+            for (int64_t off = gj_begin; off < rot; off += vl) {
+                const int n = static_cast<int>(std::min<int64_t>(vl, rot - off));  // even
+                io.load(V(0), cs + off / 2 * csz, ct, n / 2);
+                vpermps(Y(0), Y(dup.getIdx()), Y(0));  // (c0 c0 c1 c1 ...)
+                io.store(eb + off * 4, V(0), DType::f32, n);
+                io.load(V(1), sn + off / 2 * csz, ct, n / 2);
+                vpermps(Y(1), Y(dup.getIdx()), Y(1));
+                vxorps(V(1), V(1), alt);  // (-s0 s0 -s1 s1 ...)
+                io.store(eb + (rot + off) * 4, V(1), DType::f32, n);
+            }
+        }
+        if (eo_half > 0) {
+            // This token's cos and sin, blocks of 2 vl split into even and odd elements (the
+            // order load2_eo gives x), once for all its heads.
+            mov(eb, ptr[a + offsetof(Args, eo_row)]);
+            for (int part = 0; part < 2; ++part) {
+                const Reg64& src = part ? sn : cs;
+                for (int64_t off = 0; off < eo_half; off += 2 * vl) {
+                    const Xmm e = V(0), o = V(1);
+                    const int64_t dst = (part * half + off) * 4;
+                    if (ct == DType::bf16) {
+                        io.load2_eo(e, o, src + off * csz);
+                    } else {
+                        vmovups(V(2), ptr[src + off * 4]);
+                        vshufps(e, V(2), ptr[src + off * 4 + 32], 0x88);  // (0 2 8 10 | 4 6 12 14)
+                        vshufps(o, V(2), ptr[src + off * 4 + 32], 0xdd);  // (1 3 9 11 | 5 7 13 15)
+                        vpermpd(Ymm(e.getIdx()), Ymm(e.getIdx()), 0xd8);
+                        vpermpd(Ymm(o.getIdx()), Ymm(o.getIdx()), 0xd8);
+                    }
+                    vmovups(ptr[eb + dst], e);
+                    vmovups(ptr[eb + dst + vl * 4], o);
+                }
+            }
+        }
         heads(qbase, offsetof(Args, q_heads), offsetof(Args, q_hs));
         heads(kbase, offsetof(Args, k_heads), offsetof(Args, k_hs));
         add(qbase, ptr[a + offsetof(Args, q_ts)]);
@@ -189,6 +280,9 @@ public:
         const int es = dtype_size(d.dtype);
         const int pos_size = d.position_type == RopePositionType::s32 ? 4 : 8;
         Args args;
+        thread_local std::vector<float> eo_row;
+        eo_row.resize(static_cast<size_t>(2 * d.rotary_dim));
+        args.eo_row = eo_row.data();
         args.q_heads = d.q_heads;
         args.q_ts = d.q_token_stride * es;
         args.q_hs = d.q_head_stride * es;

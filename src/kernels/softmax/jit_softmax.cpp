@@ -206,7 +206,9 @@ public:
 
     void run(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t row_begin, int64_t row_end) const override {
         const int xs = dtype_size(d.x_dtype), ys = dtype_size(d.y_dtype);
-        const int64_t align = static_cast<int64_t>(vlen_) * ys;
+        // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
+        // register of 32 / 64 bytes), so the rows must start on the register width.
+        const int64_t align = static_cast<int64_t>(vlen_) * 4;
         const bool nt = use_nt_stores(d.rows * d.cols * ys) && reinterpret_cast<uintptr_t>(a.y) % align == 0 &&
                         (d.ld_y * ys) % align == 0;
         thread_local std::vector<float> buffer;
