@@ -1194,8 +1194,8 @@ private:
     // 3..6 tiles of <= 3 rows): 16 rows (2 KiB of B per pass). Measured on Zen 3, packed B from
     // DRAM, 1 / 2 threads: 16 x 4096 x 4096 at 62 / 96 GFLOP/s (mean of 8 interleaved runs) with
     // 16-row blocks against 50 / 82 with 64, 47 with 128; 16 x 11008 x 4096 and 16 x 4096 x 11008
-    // 68 / 65 against 53 / 52; M = 9, 12: 50 / 64 against 39 / 47 (12 and 24 rows within noise of
-    // 16, 8 worse). AVX-512 (2 tiles of <= 12 rows) and M > 16 keep 64 rows (not measured smaller).
+    // 68 / 65 against 53 / 52; M = 6..15: +15..45% (M = 4: +4%); 12 and 24 rows within noise of
+    // 16, 8 worse. AVX-512 (2 tiles of <= 12 rows) and M > 16 keep 64 rows (not measured smaller).
     int64_t block_kc(const MBlock& mb, int64_t kc) const {
         if (mb.last - mb.first <= 1 || g_kc.load(std::memory_order_relaxed) > 0) return kc;
         return std::min(kc, isa_ < Isa::avx512 && spec_.M <= kGemvMaxM ? kDecodeKc : kMultiKc);
