@@ -33,7 +33,7 @@
 // Driver: op(A) repacked k-major per row tile (M x K floats, ~M/N of the weight traffic); the
 // panels (column ranges) handed to the threads of parallel_for in contiguous chunks from a shared
 // counter (a CPU busy with other work does not hold the others back); per panel, K cut into blocks of kc rows that
-// stay in L1 while the row tiles of M re-read them; the epilogue on the L1-hot 32-column tile,
+// stay in L1 while the row tiles of M re-read them (several tiles: 64 rows; AVX2 with M <= 16: 16 rows); the epilogue on the L1-hot 32-column tile,
 // storing only the valid columns (the N tail).
 // Packed and unpacked B agree within the fp32 tolerance; for M > 16 (the panel path) they use
 // the same sums in the same order, hence the same bits.
