@@ -13,10 +13,15 @@
 // the epilogue (bias, activation, residual) — a single block does everything in one pass.
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
-// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer); a
-// thread keeps the A rows (or B columns) it packed for one part, all of K, and its next part of
-// the same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm
-// path, 512^3 with 2 threads repacked all of A in each of 6 parts).
+// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer).
+// An operand that several parts read (all of A when the parts cut N, all of B when they cut M;
+// up to 16 MiB or half the L3 share) is packed once, cooperatively, at the start of the parallel
+// region: each thread packs its share of every K block's panels into one shared buffer (A in
+// GemmBLayout's arrangement, B in it exactly), then all parts read from it, packing nothing of
+// it (before, both threads packed all of A at 256^3, ~8% of their time). Otherwise a thread
+// keeps the A rows (or B columns) it packed for one part, all of K, and its next part of the
+// same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm path,
+// 512^3 with 2 threads repacked all of A in each of 6 parts).
 //
 // Tuning overrides for experiments (not an API; read when a plan is created): XK_GEMM_KC (the
 // largest K block; also changes the packed-B layout), XK_GEMM_MC, XK_GEMM_NC (rounded up to MR /
@@ -196,15 +201,25 @@ public:
             // threads the region really gets (the parts then read the shared operands: the
             // release / acquire on `packed` orders the packing before them).
             const int64_t shares = sh.a || sh.b ? nthr : 0;
+            // (A share that throws still counts as done, so that no thread waits forever; the
+            // others then skip the parts and parallel_for rethrows the exception.)
             std::atomic<int64_t> next{0}, claim{0}, packed{0};
+            std::atomic<bool> failed{false};
             parallel_for(nthr, 1, [&](int64_t, int64_t) {
                 if (shares) {
                     for (int64_t t = claim.fetch_add(1); t < shares; t = claim.fetch_add(1)) {
-                        pack_shared(call, sh, t, shares);
+                        try {
+                            pack_shared(call, sh, t, shares);
+                        } catch (...) {
+                            failed.store(true);
+                            packed.fetch_add(1, std::memory_order_release);
+                            throw;
+                        }
                         packed.fetch_add(1, std::memory_order_release);
                     }
                     for (int spin = 0; packed.load(std::memory_order_acquire) < shares; ++spin)
                         if (spin >= 64) std::this_thread::yield();
+                    if (failed.load()) return;
                 }
                 PartCache pcache;
                 pcache.keep_a = keep_a, pcache.keep_b = keep_b;
