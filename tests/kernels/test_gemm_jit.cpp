@@ -339,15 +339,18 @@ TEST(GemmJit, EveryEpilogue) {
 TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
     ThreadsGuard tg;
     // (300x255x127: extra cuts along M, each thread keeps its packed B columns between parts;
-    // 130x400x96: cuts along both, packed A rows kept too.)
-    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65},   {255, 33, 300}, {40, 64, 64},
-                                 {1000, 40, 64},  {301, 60, 200}, {130, 400, 96}};
+    // 130x400x96: cuts along both, packed A rows kept too. With 2 threads the shared operands
+    // are packed once, cooperatively: 300x255x127 B, 130x400x96 A and B, 97x301x800 A in 3 K
+    // blocks with odd row shares, transposed on every other ISA.)
+    const int64_t shapes[][3] = {{300, 255, 127}, {64, 300, 65},  {255, 33, 300}, {40, 64, 64},
+                                 {1000, 40, 64},  {301, 60, 200}, {130, 400, 96}, {97, 301, 800}};
     int idx = 0;
     xk::test::for_each_isa([&](Isa) {
         for (const auto& s : shapes) {
             Case c;
             c.M = s[0], c.N = s[1], c.K = s[2];
             c.tb = idx % 2 ? Trans::T : Trans::N;
+            c.ta = idx % 4 >= 2 ? Trans::T : Trans::N;
             c.bias = true, c.act = kActs[idx % 5], c.res = idx % 3, c.beta = idx % 2 ? 0.5f : 0.0f;
             c.misalign = static_cast<size_t>(idx % 3);
             c.seed = 400 + static_cast<uint64_t>(idx++);

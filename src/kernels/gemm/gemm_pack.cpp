@@ -228,8 +228,8 @@ void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n,
 }
 
 float* gemm_thread_buffer(int slot, size_t floats) {
-    thread_local std::unique_ptr<float, BufferFree> buf[2];
-    thread_local size_t cap[2] = {0, 0};
+    thread_local std::unique_ptr<float, BufferFree> buf[4];
+    thread_local size_t cap[4] = {0, 0, 0, 0};
     if (cap[slot] < floats) {
         const size_t n = (floats + 1023) / 1024 * 1024;  // a multiple of 64 bytes
         float* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));

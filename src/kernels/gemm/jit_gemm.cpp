@@ -13,18 +13,24 @@
 // the epilogue (bias, activation, residual) — a single block does everything in one pass.
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
-// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer); a
-// thread keeps the A rows (or B columns) it packed for one part, all of K, and its next part of
-// the same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm
-// path, 512^3 with 2 threads repacked all of A in each of 6 parts).
+// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer).
+// An operand that several parts read (all of A when the parts cut N, all of B when they cut M;
+// up to 16 MiB or half the L3 share) is packed once, cooperatively, at the start of the parallel
+// region: each thread packs its share of every K block's panels into one shared buffer (A in
+// GemmBLayout's arrangement, B in it exactly), then all parts read from it, packing nothing of
+// it (before, both threads packed all of A at 256^3, ~8% of their time). Otherwise a thread
+// keeps the A rows (or B columns) it packed for one part, all of K, and its next part of the
+// same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm path,
+// 512^3 with 2 threads repacked all of A in each of 6 parts).
 //
 // Tuning overrides for experiments (not an API; read when a plan is created): XK_GEMM_KC (the
 // largest K block; also changes the packed-B layout), XK_GEMM_MC, XK_GEMM_NC (rounded up to MR /
-// NR), XK_GEMM_EXTRA (parts per thread, default 3).
+// NR), XK_GEMM_EXTRA (parts per thread, default 3), XK_GEMM_COOP=0 (no cooperative packing).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "common/parallel.hpp"
 #include "kernels/gemm/jit_gemm_common.hpp"
@@ -86,6 +92,7 @@ public:
         if (env_tune("XK_GEMM_MC") > 0) mc_ = round_up(env_tune("XK_GEMM_MC"), g_.mr);
         if (env_tune("XK_GEMM_NC") > 0) nc_ = round_up(env_tune("XK_GEMM_NC"), g_.nr);
         extra_ = env_tune("XK_GEMM_EXTRA") > 0 ? static_cast<int>(env_tune("XK_GEMM_EXTRA")) : 3;
+        coop_ = !(std::getenv("XK_GEMM_COOP") && env_tune("XK_GEMM_COOP") == 0);
 
         const GemmEpi full = gemm_epi(s);
         GemmEpi epi[4];
@@ -159,22 +166,61 @@ public:
         // costs less than packing it again; the cap bounds the memory a thread keeps (a range
         // that large has so many columns / rows per part that its repacking costs < 1%).
         const int64_t keep_floats = std::max<int64_t>(caches().l3 / 2, int64_t(16) << 20) / 4;
-        const bool keep_a = parts > nthr && pn > 1 && round_up(ceil_div(mt, pm) * MR, MR) * K <= keep_floats;
-        const bool keep_b =
-            parts > nthr && pm > 1 && !prepacked && round_up(ceil_div(nt, pn) * NR, NR) * K <= keep_floats;
+        // With several threads, an operand that several parts read (all of A when the parts cut
+        // N, all of B when they cut M) is packed once, cooperatively, before any part runs: each
+        // thread packs its share of the panels into one buffer, then every part reads from it
+        // (kept operands still cost each thread a packing of every row range it ran, e.g. both
+        // threads packed all of A at 256^3, ~8% of their time). Same panels, same K blocks, same
+        // microkernel calls: results are bit-identical to the single-thread path.
+        const bool coop = coop_ && nthr > 1 && parts > 1;
+        const bool coop_a = coop && pn > 1 && mt * MR * K <= keep_floats;
+        const bool coop_b = coop && pm > 1 && !prepacked && nt * NR * K <= keep_floats;
+        const bool keep_a =
+            !coop_a && parts > nthr && pn > 1 && round_up(ceil_div(mt, pm) * MR, MR) * K <= keep_floats;
+        const bool keep_b = !coop_b && parts > nthr && pm > 1 && !prepacked &&
+                            round_up(ceil_div(nt, pn) * NR, NR) * K <= keep_floats;
+        // Shared packed operands (the calling thread's slots 2 and 3; workers use 0 and 1): A as
+        // K blocks of kc (block pc at pc * mt * MR) of mt panels, like GemmBLayout; B in layout_.
+        Shared sh;
+        if (coop_a) sh.a = gemm_thread_buffer(2, static_cast<size_t>(mt * MR * K + kPackSlack));
+        if (coop_b) sh.b = gemm_thread_buffer(3, layout_.floats());
         auto part = [&](int64_t t, PartCache& pcache) {
             const int64_t i = t / pn, j = t % pn;
             const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
             const int64_t n0 = std::min(N, j * nt / pn * NR), n1 = std::min(N, (j + 1) * nt / pn * NR);
-            if (m0 < m1 && n0 < n1) run_part(call, sc, m0, m1, n0, n1, pcache);
+            if (m0 < m1 && n0 < n1) run_part(call, sc, m0, m1, n0, n1, pcache, sh);
         };
         if (nthr <= 1 || parts == 1) {
             PartCache pcache;
             pcache.keep_a = keep_a, pcache.keep_b = keep_b;
             for (int t = 0; t < parts; ++t) part(t, pcache);
         } else {
-            std::atomic<int64_t> next{0};
+            // One parallel region: the packing shares are claimed like the parts, and a thread
+            // that finds none left waits until the claimed ones are done. It only waits on
+            // shares another running thread has claimed, so this never deadlocks, however many
+            // threads the region really gets (the parts then read the shared operands: the
+            // release / acquire on `packed` orders the packing before them).
+            const int64_t shares = sh.a || sh.b ? nthr : 0;
+            // (A share that throws still counts as done, so that no thread waits forever; the
+            // others then skip the parts and parallel_for rethrows the exception.)
+            std::atomic<int64_t> next{0}, claim{0}, packed{0};
+            std::atomic<bool> failed{false};
             parallel_for(nthr, 1, [&](int64_t, int64_t) {
+                if (shares) {
+                    for (int64_t t = claim.fetch_add(1); t < shares; t = claim.fetch_add(1)) {
+                        try {
+                            pack_shared(call, sh, t, shares);
+                        } catch (...) {
+                            failed.store(true);
+                            packed.fetch_add(1, std::memory_order_release);
+                            throw;
+                        }
+                        packed.fetch_add(1, std::memory_order_release);
+                    }
+                    for (int spin = 0; packed.load(std::memory_order_acquire) < shares; ++spin)
+                        if (spin >= 64) std::this_thread::yield();
+                    if (failed.load()) return;
+                }
                 PartCache pcache;
                 pcache.keep_a = keep_a, pcache.keep_b = keep_b;
                 for (int64_t t = next.fetch_add(1); t < parts; t = next.fetch_add(1)) part(t, pcache);
@@ -186,6 +232,46 @@ public:
     std::string packed_layout() const override { return layout_.name; }
 
 private:
+    // Operands packed once for every part (nullptr: each part packs its own).
+    struct Shared {
+        float* a = nullptr;
+        float* b = nullptr;
+    };
+
+    // Share t of nthr of the cooperative packing: panels [t * n / nthr, (t + 1) * n / nthr) of
+    // every K block of the shared A (n = its panels) and B. The A packing's vector stores run up
+    // to kPackSlack floats past its last panel, into the next share's: that panel is packed into
+    // this thread's own buffer and copied exactly. (B packing stays within its panels.)
+    void pack_shared(const GemmCall& call, const Shared& sh, int64_t t, int64_t nthr) const {
+        const GemmSpec& s = s_;
+        const int64_t M = s.M, N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
+        const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
+        const bool at = s.trans_a == Trans::T, bt = s.trans_b == Trans::T;
+        const auto* A = static_cast<const float*>(call.args.A);
+        const auto* B = static_cast<const float*>(call.args.B);
+        const int64_t pa0 = t * mt / nthr, pa1 = (t + 1) * mt / nthr;
+        const int64_t pb0 = t * nt / nthr, pb1 = (t + 1) * nt / nthr;
+        float* last = sh.a && pa0 < pa1 ? gemm_thread_buffer(0, static_cast<size_t>(kc_ * MR + kPackSlack)) : nullptr;
+        for (int64_t kb = 0; kb < nkb_; ++kb) {
+            const int64_t pc = kb * kc_, kcb = std::min(kc_, K - pc);
+            if (last) {
+                float* dst = sh.a + pc * mt * MR;
+                auto src = [&](int64_t r) { return at ? A + pc * s.lda + r : A + r * s.lda + pc; };
+                if (pa1 - 1 > pa0)
+                    gemm_pack_a(src(pa0 * MR), s.lda, at, (pa1 - 1 - pa0) * MR, kcb, static_cast<int>(MR),
+                                dst + pa0 * kcb * MR);
+                const int64_t r = (pa1 - 1) * MR;
+                gemm_pack_a(src(r), s.lda, at, std::min(MR, M - r), kcb, static_cast<int>(MR), last);
+                std::memcpy(dst + (pa1 - 1) * kcb * MR, last, static_cast<size_t>(kcb * MR) * sizeof(float));
+            }
+            if (sh.b && pb0 < pb1) {
+                const int64_t c0 = pb0 * NR, c1 = std::min(N, pb1 * NR);
+                gemm_pack_b(bt ? B + c0 * s.ldb + pc : B + pc * s.ldb + c0, s.ldb, bt, kcb, c1 - c0,
+                            static_cast<int>(NR), sh.b + layout_.offset(pc, pb0, kcb));
+            }
+        }
+    }
+
     // What one thread keeps packed between its parts: op(A) rows [a_m0, a_m1) x all of K (K
     // blocks of kc, block pc at pc * round_up(rows, MR), its panels as gemm_pack_a writes them),
     // op(B) columns [b_n0, b_n1) x all of K in the GemmBLayout arrangement over those columns.
@@ -195,14 +281,15 @@ private:
     };
 
     void run_part(const GemmCall& call, const GemmScalars& sc, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
-                  PartCache& pcache) const {
+                  PartCache& pcache, const Shared& sh) const {
         const GemmSpec& s = s_;
         const int64_t N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
         const bool at = s.trans_a == Trans::T, bt = s.trans_b == Trans::T;
         const auto* A = static_cast<const float*>(call.args.A);
         const auto* B = static_cast<const float*>(call.args.B);
         auto* C = static_cast<float*>(call.args.C);
-        const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) : nullptr;
+        const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) : sh.b;
+        const int64_t mpad_all = ceil_div(s.M, MR) * MR;  // (shared A: rows per K block)
         const auto* res = static_cast<const unsigned char*>(call.args.residual);
         const int64_t res_es = dtype_size(s.residual_type);
         const int64_t ldr_bytes = s.ld_residual * res_es;
@@ -216,7 +303,8 @@ private:
         const bool have_a = keep_a && pcache.a_m0 == m0 && pcache.a_m1 == m1;
         const bool have_b = keep_b && pcache.b_n0 == n0 && pcache.b_n1 == n1;
         pcache.a_m0 = pcache.a_m1 = pcache.b_n0 = pcache.b_n1 = -1;  // (valid again once this part is done)
-        float* bufA = gemm_thread_buffer(0, static_cast<size_t>((keep_a ? mpad * K : mc * kc_) + kPackSlack));
+        float* bufA = sh.a ? nullptr
+                           : gemm_thread_buffer(0, static_cast<size_t>((keep_a ? mpad * K : mc * kc_) + kPackSlack));
         float* bufB = packed   ? nullptr
                       : keep_b ? gemm_thread_buffer(1, static_cast<size_t>(npad * K))
                                : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
@@ -243,11 +331,17 @@ private:
                 ua.kc = kcb;
                 for (int64_t ic = m0; ic < m1; ic += mc) {
                     const int64_t mcb = std::min(mc, m1 - ic);
-                    float* Ap = keep_a ? bufA + pc * mpad + (ic - m0) * kcb : bufA;
-                    // (kept: the first column block packs A, the later ones reuse it)
-                    if (!have_a && !(keep_a && jc > n0))
-                        gemm_pack_a(at ? A + pc * s.lda + ic : A + ic * s.lda + pc, s.lda, at, mcb, kcb,
-                                    static_cast<int>(MR), Ap);
+                    const float* Ap;
+                    if (sh.a) {
+                        Ap = sh.a + pc * mpad_all + ic * kcb;  // (ic is a multiple of MR)
+                    } else {
+                        float* dst = keep_a ? bufA + pc * mpad + (ic - m0) * kcb : bufA;
+                        // (kept: the first column block packs A, the later ones reuse it)
+                        if (!have_a && !(keep_a && jc > n0))
+                            gemm_pack_a(at ? A + pc * s.lda + ic : A + ic * s.lda + pc, s.lda, at, mcb, kcb,
+                                        static_cast<int>(MR), dst);
+                        Ap = dst;
+                    }
                     const int64_t full = mcb / MR, mrest = mcb % MR;
                     for (int64_t jr = 0; jr < ncb; jr += NR) {
                         const int64_t n = jc + jr;
@@ -282,6 +376,7 @@ private:
     GemmBLayout layout_;
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0, nc_ = 0;
     int extra_ = 3;
+    bool coop_ = true;  // cooperative packing of shared operands (XK_GEMM_COOP=0: off)
     std::shared_ptr<const GemmUkernel> uk_[4][2][2];  // [phase][m tail][n tail]
 };
 

@@ -117,8 +117,9 @@ struct GemmBLayout {
 GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N);
 std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* B);
 
-// A 64-byte aligned per-thread scratch buffer (slot 0 or 1) of at least `floats` floats, reused
-// across calls.
+// A 64-byte aligned per-thread scratch buffer (slot 0..3) of at least `floats` floats, reused
+// across calls. Slots 0 and 1 are a worker's own packing buffers; 2 and 3 hold the operands the
+// blocked kernel's calling thread shares with its workers for one call (jit_gemm.cpp).
 float* gemm_thread_buffer(int slot, size_t floats);
 
 }  // namespace xk::detail
