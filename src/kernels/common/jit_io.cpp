@@ -203,6 +203,30 @@ void JitIo::to_bf16_words(const Xmm& v) const {
     }
 }
 
+void JitIo::round_pair(const Xmm& a, const Xmm& b, bool b_high) const {
+    auto& g = g_;
+    // Without NaNs the rounding is 4-5 instructions a vector; one test of a + b (NaN if either
+    // holds one, or if +inf meets -inf) sends the rare pair that might to the full sequence.
+    Label careful, done;
+    g.vaddps(s_.v1, a, b);
+    g.vcmpps(s_.v1, s_.v1, s_.v1, 3 /* UNORD_Q */);
+    g.vptest(s_.v1, s_.v1);
+    g.jnz(careful, g.T_NEAR);
+    for (const Xmm* v : {&a, &b}) {
+        g.vpsrld(s_.v0, *v, 16);
+        g.vpand(s_.v0, s_.v0, c(kOne));
+        g.vpaddd(*v, *v, s_.v0);
+        g.vpaddd(*v, *v, c(k7fff));
+        if (!(b_high && v == &b)) g.vpsrld(*v, *v, 16);  // (b_high: b's result is already in its upper words)
+    }
+    g.jmp(done, g.T_NEAR);
+    g.L(careful);
+    round_dwords(a);
+    round_dwords(b);
+    if (b_high) g.vpslld(b, b, 16);
+    g.L(done);
+}
+
 void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int n, bool nt) const {
     const int vl = vlen();
     if (n < 1 || n > 2 * vl) throw Error(Status::runtime_error, "JitIo::store2: bad count");
@@ -219,25 +243,7 @@ void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int 
         else g.vmovups(g.ptr[addr], Zmm(w));
         return;
     }
-    // Without NaNs the rounding is 5 instructions a vector; one test of a + b (NaN if either
-    // holds one, or if +inf meets -inf) sends the rare pair that might to the full sequence.
-    Label careful, packed;
-    g.vaddps(s_.v1, a, b);
-    g.vcmpps(s_.v1, s_.v1, s_.v1, 3 /* UNORD_Q */);
-    g.vptest(s_.v1, s_.v1);
-    g.jnz(careful, g.T_NEAR);
-    for (const Xmm* v : {&a, &b}) {
-        g.vpsrld(s_.v0, *v, 16);
-        g.vpand(s_.v0, s_.v0, c(kOne));
-        g.vpaddd(*v, *v, s_.v0);
-        g.vpaddd(*v, *v, c(k7fff));
-        g.vpsrld(*v, *v, 16);
-    }
-    g.jmp(packed, g.T_NEAR);
-    g.L(careful);
-    round_dwords(a);
-    round_dwords(b);
-    g.L(packed);
+    round_pair(a, b, false);
     g.vpackusdw(Ymm(w), a, b);       // per 128-bit lane: a0-3 b0-3 | a4-7 b4-7
     g.vpermq(Ymm(w), Ymm(w), 0xd8);  // a0-7 b0-7
     if (nt) g.vmovntdq(g.ptr[addr], Ymm(w));
@@ -254,29 +260,8 @@ void JitIo::load2_eo(const Xmm& even, const Xmm& odd, const RegExp& addr) const 
 void JitIo::store2_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
     if (zmm_) throw Error(Status::runtime_error, "JitIo::store2_eo: AVX2 only");
     auto& g = g_;
-    const Xmm& a = even;
-    const Xmm& b = odd;
-    // As store2: the 4-instruction rounding (the odd vector's result stays in the upper words)
-    // unless the pair may hold a NaN.
-    Label careful, packed;
-    g.vaddps(s_.v1, a, b);
-    g.vcmpps(s_.v1, s_.v1, s_.v1, 3 /* UNORD_Q */);
-    g.vptest(s_.v1, s_.v1);
-    g.jnz(careful, g.T_NEAR);
-    for (const Xmm* v : {&a, &b}) {
-        g.vpsrld(s_.v0, *v, 16);
-        g.vpand(s_.v0, s_.v0, c(kOne));
-        g.vpaddd(*v, *v, s_.v0);
-        g.vpaddd(*v, *v, c(k7fff));
-    }
-    g.vpsrld(a, a, 16);
-    g.jmp(packed, g.T_NEAR);
-    g.L(careful);
-    round_dwords(a);
-    round_dwords(b);
-    g.vpslld(b, b, 16);
-    g.L(packed);
-    g.vpblendw(s_.v0, a, b, 0xaa);  // even elements in the low words, odd in the high
+    round_pair(even, odd, true);
+    g.vpblendw(s_.v0, even, odd, 0xaa);  // even elements in the low words, odd in the high
     if (nt) g.vmovntdq(g.ptr[addr], s_.v0);
     else g.vmovdqu(g.ptr[addr], s_.v0);
 }

@@ -87,6 +87,9 @@ public:
 private:
     Xbyak::Address c(int entry, int offset_bytes = 0) const;
     void to_bf16_words(const Xbyak::Xmm& v) const;  // v0 = words (xmm / ymm half), clobbers v, v1
+    // bf16 rounding of a pair (AVX2 emulation, as store2): a's bf16 in the low word of each dword;
+    // b's likewise, or in the high word when b_high. Clobbers a, b, s_.v0, s_.v1.
+    void round_pair(const Xbyak::Xmm& a, const Xbyak::Xmm& b, bool b_high) const;
     void round_dwords(const Xbyak::Xmm& v) const;   // v = the bf16 of v in the low half of each dword (emulation)
     void load_bytes(const Xbyak::Xmm& x, const Xbyak::RegExp& addr, int nbytes) const;
     void store_bytes(const Xbyak::RegExp& addr, const Xbyak::Xmm& x, int nbytes) const;

@@ -686,11 +686,7 @@ public:
         jl(l_g1, T_NEAR);
         group(U, l_gu_next);
         L(l_gu_next);
-        if (U == 8) {
-            lea(bp, ptr[bp + ldb * 8]);
-        } else {
-            lea(bp, ptr[bp + ldb * 4]);
-        }
+        lea(bp, ptr[bp + ldb * U]);
         add(a, U * mr * 4);
         sub(k, U);
         jmp(l_gu);
