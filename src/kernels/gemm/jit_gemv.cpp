@@ -1194,7 +1194,14 @@ private:
     // 16, 8 worse. AVX-512 (2 tiles of <= 12 rows) and M > 16 keep 64 rows (not measured smaller).
     int64_t block_kc(const MBlock& mb, int64_t kc) const {
         if (mb.last - mb.first <= 1 || g_kc.load(std::memory_order_relaxed) > 0) return kc;
-        return std::min(kc, isa_ < Isa::avx512 && spec_.M <= kGemvMaxM ? kDecodeKc : kMultiKc);
+        if (spec_.M > kGemvMaxM) return std::min(kc, kMultiKc);
+        // XK_GEMV_DECODE_KC (an experiment override, not an API; read once) sets the decode block
+        // for both ISAs, so that the AVX-512 choice can be measured without a rebuild.
+        static const int64_t env_kc = [] {
+            const char* e = std::getenv("XK_GEMV_DECODE_KC");
+            return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(0);
+        }();
+        return std::min(kc, env_kc > 0 ? env_kc : isa_ < Isa::avx512 ? kDecodeKc : kMultiKc);
     }
 
     // One item: row block mb x panel p, K block by K block, then the epilogue.
