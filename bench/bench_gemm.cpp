@@ -391,9 +391,10 @@ bool register_all() {
 //   gemm/f32/onednn/<MxNxK>/decode:BT        matmul with plain W[N x K] weights (tag ba)
 //   gemm/f32/onednn/<MxNxK>/decode:BN        matmul with a plain [K x N] B (tag ab)
 //   gemm/f32/openblas/<MxNxK>/decode:BT      cblas_sgemm(NoTrans, Trans) (M = 1: cblas_sgemv too)
-//   gemm/f32/bandwidth/read[+prefetch]:1GiB  vectorised sum over 1 GiB: the read bandwidth
+//   gemm/f32/bandwidth/read[+prefetch][x4]:1GiB  vectorised sum over 1 GiB (x4: four streams per
+//                                            thread in lockstep): the read bandwidth
 // Counters: GFLOPS, GBPS = weight bytes / time, BW% = GBPS / the read bandwidth with the same
-// thread count (the best pass seen in this process: 5 passes of each sum before the first decode
+// thread count (the best pass seen in this process: 3 passes of each sum before the first decode
 // benchmark of that thread count, raised by the bandwidth benchmarks).
 namespace decode {
 
@@ -434,26 +435,30 @@ RawWeights& raw(const Shape& s, bool trans_n) {
     return r;
 }
 
-// Sum of n floats (4 independent vector accumulators); with `pf`, one prefetch per KiB 8 KiB
-// ahead (on Zen 3 this sparse hint keeps the hardware prefetchers streaming across pages and reads
-// faster than the hardware alone; a prefetch of every line reads slower).
-__attribute__((target("avx2,fma"))) double sum_range(const float* p, size_t n, bool pf) {
+// Sum of n floats (4 independent vector accumulators) read as `streams` equal parts in lockstep,
+// 1 KiB of each per step (the decode kernels read several panels at once: one stream alone
+// under-reads a Zen 3 core); with `pf`, one prefetch per KiB and stream 8 KiB ahead (on Zen 3 this
+// sparse hint keeps the hardware prefetchers streaming across pages and reads faster than the
+// hardware alone; a prefetch of every line reads slower).
+__attribute__((target("avx2,fma"))) double sum_range(const float* p, size_t n, bool pf, int streams) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256) {  // 1 KiB per step
-        if (pf) _mm_prefetch(reinterpret_cast<const char*>(p + i) + 8192, _MM_HINT_T0);
-        for (size_t j = i; j < i + 256; j += 32) {
-            a0 = _mm256_add_ps(a0, _mm256_load_ps(p + j));
-            a1 = _mm256_add_ps(a1, _mm256_load_ps(p + j + 8));
-            a2 = _mm256_add_ps(a2, _mm256_load_ps(p + j + 16));
-            a3 = _mm256_add_ps(a3, _mm256_load_ps(p + j + 24));
+    const size_t part = n / size_t(streams) / 256 * 256;  // floats per stream, whole KiBs
+    for (size_t i = 0; i < part; i += 256)
+        for (int st = 0; st < streams; ++st) {
+            const float* q = p + size_t(st) * part + i;
+            if (pf) _mm_prefetch(reinterpret_cast<const char*>(q) + 8192, _MM_HINT_T0);
+            for (size_t j = 0; j < 256; j += 32) {
+                a0 = _mm256_add_ps(a0, _mm256_load_ps(q + j));
+                a1 = _mm256_add_ps(a1, _mm256_load_ps(q + j + 8));
+                a2 = _mm256_add_ps(a2, _mm256_load_ps(q + j + 16));
+                a3 = _mm256_add_ps(a3, _mm256_load_ps(q + j + 24));
+            }
         }
-    }
     alignas(32) float t[8];
     _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     double r = 0;
     for (float v : t) r += v;
-    for (; i < n; ++i) r += p[i];
+    for (size_t i = part * size_t(streams); i < n; ++i) r += p[i];
     return r;
 }
 
@@ -469,7 +474,7 @@ struct BwBuffer {
 };
 
 // One pass over 1 GiB split over `threads` threads (xk's parallel_for); returns GB/s.
-double read_pass(const BwBuffer& b, int threads, bool pf, double* sink) {
+double read_pass(const BwBuffer& b, int threads, bool pf, int streams, double* sink) {
     xk::set_num_threads(threads);
     std::vector<double> part(size_t(threads), 0.0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -477,7 +482,7 @@ double read_pass(const BwBuffer& b, int threads, bool pf, double* sink) {
         for (int64_t t = t0_; t < t1_; ++t) {
             const size_t beg = b.n / size_t(threads) * size_t(t);
             const size_t end = t + 1 == threads ? b.n : b.n / size_t(threads) * size_t(t + 1);
-            part[size_t(t)] = sum_range(b.p + beg, end - beg, pf);
+            part[size_t(t)] = sum_range(b.p + beg, end - beg, pf, streams);
         }
     });
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -485,7 +490,7 @@ double read_pass(const BwBuffer& b, int threads, bool pf, double* sink) {
     return double(kRotateBytes) / sec * 1e-9;
 }
 
-// Read bandwidth per thread count, measured once: the best of 5 passes of each sum (with and
+// Read bandwidth per thread count, measured once: the best of 3 passes of each sum (1 and 4 streams, with and
 // without prefetch). Also raised by the bandwidth benchmarks when they see more.
 std::map<int, double>& bw_table() {
     static std::map<int, double> bw;
@@ -497,8 +502,9 @@ double read_bandwidth(int threads) {
     if (it != bw.end()) return it->second;
     BwBuffer b;
     double sink = 0, best = 0;
-    for (int i = 0; i < 5; ++i)
-        for (bool pf : {false, true}) best = std::max(best, read_pass(b, threads, pf, &sink));
+    for (int i = 0; i < 3; ++i)
+        for (int streams : {1, 4})
+            for (bool pf : {false, true}) best = std::max(best, read_pass(b, threads, pf, streams, &sink));
     benchmark::DoNotOptimize(sink);
     return bw[threads] = best;
 }
@@ -522,10 +528,10 @@ void add_bw_pct(benchmark::State& state, const Shape& s, int threads, double sec
     state.counters["BW%"] = 100.0 * gbps / read_bandwidth(threads);
 }
 
-void bench_bandwidth(benchmark::State& state, int threads, bool pf) {
+void bench_bandwidth(benchmark::State& state, int threads, bool pf, int streams) {
     BwBuffer b;
     double sink = 0, best = 0;
-    for (auto _ : state) best = std::max(best, read_pass(b, threads, pf, &sink));
+    for (auto _ : state) best = std::max(best, read_pass(b, threads, pf, streams, &sink));
     benchmark::DoNotOptimize(sink);
     double& known = bw_table()[threads];
     known = std::max(known, best);
@@ -646,10 +652,14 @@ void add_decode(const std::string& provider, const Shape& s, const std::string& 
 
 bool register_decode() {
     for (int threads : {1, 2})
+        for (int streams : {1, 4})
         for (bool pf : {false, true}) {
             const std::string bn = std::string("gemm/f32/bandwidth/read") + (pf ? "+prefetch" : "") +
+                                   (streams > 1 ? "x" + std::to_string(streams) : std::string()) +
                                    ":1GiB/threads:" + std::to_string(threads);
-            benchmark::RegisterBenchmark(bn.c_str(), [threads, pf](benchmark::State& st) { bench_bandwidth(st, threads, pf); })
+            benchmark::RegisterBenchmark(bn.c_str(), [threads, pf, streams](benchmark::State& st) {
+                bench_bandwidth(st, threads, pf, streams);
+            })
                 ->UseRealTime()
                 ->Unit(benchmark::kMillisecond);
         }
