@@ -24,6 +24,7 @@ constexpr int64_t kRowBytes = kP * 4;        // bytes per panel row
 constexpr int64_t kDefaultKc = 128;          // K block: 128 rows x 128 B = 16 KiB of B (L1-resident)
 constexpr int64_t kMultiKc = 64;             // K block of a row block of several tiles (see block_kc)
 constexpr int64_t kDecodeKc = 16;            // the same with AVX2 and M <= 16 (see block_kc)
+constexpr int64_t kDecodeKc512 = 32;         // the same with AVX-512 and M <= 16 (see block_kc)
 constexpr int64_t kMultiPf = 32768;          // their dense prefetch distance (bytes, into L2)
 constexpr int64_t kDefaultPf = 8192;         // sparse prefetch distance in a one-tile packed stream (bytes)
 constexpr int64_t kDefaultKs = 2048;         // M > 16: rows of an unpacked B^T transposed at once
@@ -1191,7 +1192,11 @@ private:
     // DRAM, 1 / 2 threads: 16 x 4096 x 4096 at 62 / 96 GFLOP/s (mean of 8 interleaved runs) with
     // 16-row blocks against 50 / 82 with 64, 47 with 128; 16 x 11008 x 4096 and 16 x 4096 x 11008
     // 68 / 65 against 53 / 52; M = 6..15: +15..45% (M = 4: +4%); 12 and 24 rows within noise of
-    // 16, 8 worse. AVX-512 (2 tiles of <= 12 rows) and M > 16 keep 64 rows (not measured smaller).
+    // 16, 8 worse. AVX-512 (2 tiles of <= 12 rows: M = 13..16): 32 rows, measured on a Xeon
+    // (Sapphire Rapids class), packed B from DRAM, one process per block size, 1 / 2 threads
+    // GFLOP/s for 16 x {4096x4096, 11008x4096, 4096x11008}: 64 rows 71 / 118, 60 / 110, 68 / 116;
+    // 16 rows 67 / 147, 61 / 131, 59 / 143; 32 rows 79 / 135, 77 / 148, 78 / 132 (oneDNN 50-61 /
+    // 92-117 in the same runs). M > 16 keeps 64 rows.
     int64_t block_kc(const MBlock& mb, int64_t kc) const {
         if (mb.last - mb.first <= 1 || g_kc.load(std::memory_order_relaxed) > 0) return kc;
         if (spec_.M > kGemvMaxM) return std::min(kc, kMultiKc);
@@ -1201,7 +1206,7 @@ private:
             const char* e = std::getenv("XK_GEMV_DECODE_KC");
             return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(0);
         }();
-        return std::min(kc, env_kc > 0 ? env_kc : isa_ < Isa::avx512 ? kDecodeKc : kMultiKc);
+        return std::min(kc, env_kc > 0 ? env_kc : isa_ < Isa::avx512 ? kDecodeKc : kDecodeKc512);
     }
 
     // One item: row block mb x panel p, K block by K block, then the epilogue.
