@@ -583,3 +583,18 @@ TEST(GemmTune, BadInputUnchangedAndCApi) {
     EXPECT_EQ(xk_set_gemm_autotune(1), XK_SUCCESS);
     EXPECT_EQ(xk_get_gemm_autotune(), 1);
 }
+
+// Under each ISA cap: a decision is per cap (a recorded one applies to its cap only), and below
+// the oneDNN entry's ISA (avx2) nothing routes there.
+TEST(GemmTune, DecisionsFollowTheIsaCap) {
+    TuneGuard tune;
+    GemmDesc d;
+    d.M = 256, d.N = 256, d.K = 256;
+    const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
+    xk::test::for_each_isa([&](Isa isa) {
+        detail::gemm_tune_record(spec, "onednn");
+        const bool routable = onednn_impl().isa <= isa && isa_supported(onednn_impl().isa);
+        EXPECT_EQ(std::string(GemmPlan(d).impl_name()) == "onednn", routable);
+    });
+    EXPECT_EQ(detail::gemm_tune_stats().tunings, 0u);
+}
