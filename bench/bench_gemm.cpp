@@ -5,7 +5,9 @@
 // Names: gemm/<dtype>/<provider>/<MxNxK>[_bias_gelu]/threads:<t>   (_bias_gelu: the fused
 //        bias + gelu_erf epilogue; oneDNN with a bias and an eltwise post-op)
 //   dtype     f32 (f32 x f32 -> f32), bf16 (bf16 x bf16 -> f32), u8s8s32 (u8 x s8 -> s32)
-//   provider  xk, onednn, openblas, libxsmm
+//   provider  xk, onednn, openblas, libxsmm, xk_tuned (f32, 256^3 and larger but 4096^3: a plan
+//             made with xk::set_gemm_autotune on, which times xk's kernel against oneDNN once and
+//             runs the faster; the label says which and how long the timing plan took to build)
 //   threads   1 or 2: xk::set_num_threads, omp_set_num_threads (oneDNN's OpenMP runtime, set
 //             before its primitive is created) and openblas_set_num_threads; libxsmm's
 //             small-matrix kernels are single-threaded, so they run with threads:1 only.
@@ -193,6 +195,36 @@ void bench_xk(benchmark::State& state, Kind k, Shape s, int threads) {
     finish(state, s);
 }
 
+double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// xk with measured routing (xk::set_gemm_autotune): the plan times its kernel against oneDNN's
+// matmul once per shape and thread count (the first construction in the process; later ones read
+// the decision) and runs the faster. Label: the implementation it runs, and what tuning cost.
+void bench_xk_tuned(benchmark::State& state, Kind k, Shape s, int threads) {
+    set_threads(threads);
+    Data& d = data(k, s);
+    xk::set_gemm_autotune(true);
+    const double t0 = now_ms();
+    const xk::GemmPlan plan(xk_desc(k, s));
+    const double ms = now_ms() - t0;
+    xk::set_gemm_autotune(false);
+    static std::map<std::string, double> first_ms;  // the construction that timed (benchmarks run one at a time)
+    const double tune_ms = first_ms.emplace(s.name() + "/" + std::to_string(threads), ms).first->second;
+    std::vector<float> C(size_t(s.M * s.N));
+    const xk::GemmArgs args = xk_args(k, d, C.data());
+    for (auto _ : state) {
+        plan.run(args);
+        benchmark::ClobberMemory();
+    }
+    check_result(state, k, d, C);
+    char label[96];
+    std::snprintf(label, sizeof label, "%s (tuned; plan took %.1f ms)", plan.impl_name(), tune_ms);
+    state.SetLabel(label);
+    finish(state, s);
+}
+
 void bench_onednn(benchmark::State& state, Kind k, Shape s, int threads) {
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
@@ -364,6 +396,8 @@ bool register_all() {
                 add(k, "xk", bench_xk, s, threads);
                 add(k, "onednn", bench_onednn, s, threads);
                 if (k == Kind::f32) add(k, "openblas", bench_openblas, s, threads);
+                if (k == Kind::f32 && s.M >= 256 && s.K < 4096)
+                    add(k, "xk_tuned", bench_xk_tuned, s, threads);
                 if (k == Kind::f32 && threads == 1 && s.M <= 64 && s.N <= 64 && s.K <= 64)
                     add(k, "libxsmm", bench_libxsmm, s, threads);
             }

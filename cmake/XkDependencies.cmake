@@ -7,6 +7,6 @@ pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)   # libhwloc-dev
 if(XK_WITH_OPENCL)
   find_package(OpenCL REQUIRED)                  # opencl-headers + ocl-icd-opencl-dev
 endif()
-if(XK_THREADING STREQUAL "omp")
-  find_package(OpenMP REQUIRED)
-endif()
+# Both backends: XK_THREADING=omp threads with it; std links only its runtime (oneDNN is an
+# OpenMP build, and the oneDNN GEMM sets its thread count through omp_set_num_threads).
+find_package(OpenMP REQUIRED)

@@ -25,6 +25,14 @@ int get_num_threads();
 void set_verbose(int level);
 int get_verbose();
 
+// Measured GEMM routing (XK_GEMM_TUNE=1 from the environment; off by default). When on, a
+// GemmPlan for an fp32 problem of at least 2^25 flops (2 M N K) times the registry's kernel and
+// oneDNN's matmul on scratch buffers once per (problem, ISA cap, thread count) and process, and
+// keeps the faster (XK_VERBOSE=1 logs both times and the pick); one-shot xk::gemm / xk::sgemm use
+// a decision already made but never time. Off: the registry's choice, deterministic. See docs/gemm.md.
+void set_gemm_autotune(bool on);
+bool get_gemm_autotune();
+
 // The kernel cache holds generated / created kernels keyed by (op, implementation, descriptor).
 // It is bounded (XK_CACHE_CAPACITY, default 1024 entries, least recently used evicted first);
 // kernels held by a plan stay alive after eviction.

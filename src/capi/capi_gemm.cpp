@@ -1,6 +1,7 @@
 // C API: gemm family.
 #include "capi/capi_common.hpp"
 #include "xk/gemm.hpp"
+#include "xk/runtime.hpp"
 
 struct xk_gemm_plan {
     xk::GemmPlan plan;
@@ -210,5 +211,8 @@ xk_status xk_gemm_plan_run_packed(const xk_gemm_plan* plan, const xk_gemm_args* 
 }
 
 void xk_gemm_packed_b_destroy(xk_gemm_packed_b* packed) { delete packed; }
+
+xk_status xk_set_gemm_autotune(int on) { return capi_call([&] { xk::set_gemm_autotune(on != 0); }); }
+int xk_get_gemm_autotune(void) { return xk::get_gemm_autotune() ? 1 : 0; }
 
 }  // extern "C"

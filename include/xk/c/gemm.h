@@ -110,6 +110,12 @@ xk_status xk_gemm_plan_run_packed(const xk_gemm_plan* plan, const xk_gemm_args* 
                                   const xk_gemm_packed_b* packed);
 void xk_gemm_packed_b_destroy(xk_gemm_packed_b* packed);  /* NULL is a no-op */
 
+/* ---- measured routing (xk::set_gemm_autotune, XK_GEMM_TUNE=1; off by default) ----
+ * On: a plan of an fp32 problem with 2*M*N*K >= 2^25 times xk's kernel and oneDNN's matmul once
+ * per (problem, ISA cap, thread count) and process and keeps the faster; see docs/gemm.md. */
+xk_status xk_set_gemm_autotune(int on);
+int xk_get_gemm_autotune(void);
+
 #ifdef __cplusplus
 }
 #endif

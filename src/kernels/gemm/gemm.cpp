@@ -2,6 +2,7 @@
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
 
+#include <cstring>
 #include <sstream>
 
 #include "common/activation.hpp"
@@ -248,7 +249,7 @@ __attribute__((always_inline)) inline bool gemm_args_ok(const GemmPlanState& st,
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
     // small N or short K (no A packing), the decode / GEMV kernel (M <= 16, weights streamed),
-    // then the blocked kernel. The panel kernel (the GEMV kernel for any M) is reached only by a
+    // then the blocked kernel, then oneDNN (only when measured faster, see gemm_tune.cpp). The panel kernel (the GEMV kernel for any M) is reached only by a
     // PackedB in its layout (GemmPlan::run with a PackedB of another plan). The reference takes
     // everything else (bf16, int8, empty shapes).
     static const Registry<GemmSpec, GemmKernel> r(
@@ -268,6 +269,9 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
             {"jit:avx512:panel", Isa::avx512, gemm_panel_supports, create_gemv_avx512},
             {"jit:avx2:panel", Isa::avx2, gemm_panel_supports, create_gemv_avx2},
+            // oneDNN's matmul: never selected by itself (supports() is false); the autotuner
+            // (gemm_select) and gemm_kernel_for_layout route here after onednn_gemm_supports.
+            {"onednn", Isa::avx2, [](const GemmSpec&) { return false; }, create_gemm_onednn},
             {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
         });
     return r;
@@ -288,7 +292,7 @@ void gemm_one_shot(const char* fn, const GemmDesc& desc, const GemmArgs& args) {
     const GemmSpec s = gemm_check_desc(fn, desc);
     gemm_check_args(fn, s, args, false);
     if (s.M == 0 || s.N == 0) return;
-    const auto sel = gemm_registry().get(s);
+    const auto sel = gemm_select(s, false);  // a cached tuning decision, never a new one
     sel.kernel->run(make_call(desc, args, nullptr));
 }
 
@@ -302,7 +306,10 @@ std::shared_ptr<const GemmKernel> gemm_kernel_for_layout(const GemmSpec& s, cons
     const Isa cap = max_isa();
     for (const auto& impl : reg.impls()) {
         if (impl.isa > cap || !isa_supported(impl.isa)) continue;
-        if (impl.supports && !impl.supports(s)) continue;
+        // (The oneDNN entry, never selected by itself, reads the plain layout of ref:scalar far
+        // faster: it is asked through its own predicate.)
+        const bool dnn = std::strcmp(impl.name, "onednn") == 0;
+        if (dnn ? !onednn_gemm_supports(s) : impl.supports && !impl.supports(s)) continue;
         auto sel = reg.get(s, impl);  // created once, through the kernel cache
         if (sel.kernel->packed_layout() == layout) return sel.kernel;
     }
@@ -320,7 +327,7 @@ std::string PackedB::layout() const { return data_ ? data_->layout : std::string
 
 GemmPlan::GemmPlan(const GemmDesc& desc) {
     const detail::GemmSpec s = detail::gemm_check_desc("xk::GemmPlan", desc);
-    const auto sel = detail::gemm_registry().get(s);
+    const auto sel = detail::gemm_select(s, true);  // the registry's pick, or a measured choice
     desc_ = detail::resolve_lds(desc);
     kernel_ = sel.kernel;
     impl_name_ = sel.impl->name;

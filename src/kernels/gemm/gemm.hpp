@@ -72,6 +72,8 @@ struct GemmKernel {
     virtual std::shared_ptr<const GemmPacked> pack_b(const void* B) const = 0;
     // Packs are interchangeable between kernels that return equal strings here.
     virtual std::string packed_layout() const = 0;
+    // What runs underneath when that is another library ("onednn:gemm:jit"); "" for xk's own.
+    virtual std::string backend_info() const { return {}; }
 };
 
 const Registry<GemmSpec, GemmKernel>& gemm_registry();
@@ -120,5 +122,37 @@ std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa);
 //   L2, one K block): tall-skinny and medium shapes, threaded over M
 bool gemm_direct_supports(const GemmSpec& s, Isa isa);
 std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa);
+
+//   oneDNN (onednn_gemm.cpp): the matmul primitive with the epilogue as post-ops, B packed in the
+//   reference layout. Its registry entry ("onednn") never supports anything by itself: only the
+//   autotuner (below) and gemm_kernel_for_layout (a PackedB in the plain layout) route there,
+//   after onednn_gemm_supports.
+bool onednn_gemm_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_onednn(const GemmSpec& s);
+
+// ---- routing and autotuning (gemm_tune.cpp) ---------------------------------------------------
+// Specs with at least this many flops (2 M N K) are timed when autotuning is on: 2^25, a 256^3
+// product, about 0.15-0.3 ms on this class of machine — long enough for a steady timing, and the
+// tuning (two warm-ups and up to three timed runs of each candidate on scratch buffers) then costs
+// a few milliseconds once per spec per process.
+constexpr double kGemmTuneMinFlops = 33554432.0;
+
+// The implementation a plan (may_tune) or a one-shot call (never tunes, uses a cached decision)
+// runs for s: the registry's pick, unless autotuning is on and the decision for s (measured now
+// or earlier in the process) is oneDNN.
+Registry<GemmSpec, GemmKernel>::Selected gemm_select(const GemmSpec& s, bool may_tune);
+// Whether s is worth timing: f32, both candidates apply, 2 M N K >= kGemmTuneMinFlops.
+bool gemm_tune_eligible(const GemmSpec& s);
+
+// Test hooks: counters of the decision cache, clearing it, and recording a decision as if
+// measured (impl: a registry entry name).
+struct GemmTuneStats {
+    uint64_t tunings = 0;  // decisions measured
+    uint64_t hits = 0;     // selections answered from the cache
+    size_t size = 0;       // decisions held
+};
+GemmTuneStats gemm_tune_stats();
+void gemm_tune_clear();
+void gemm_tune_record(const GemmSpec& s, const char* impl);
 
 }  // namespace xk::detail
