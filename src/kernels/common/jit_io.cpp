@@ -205,11 +205,10 @@ void JitIo::to_bf16_words(const Xmm& v) const {
 
 void JitIo::round_pair(const Xmm& a, const Xmm& b, bool b_high) const {
     auto& g = g_;
-    // Without NaNs the rounding is 4-5 instructions a vector; one test of a + b (NaN if either
-    // holds one, or if +inf meets -inf) sends the rare pair that might to the full sequence.
+    // Without NaNs the rounding is 4-5 instructions a vector; one unordered compare of a with b
+    // (true in a lane where either is NaN) sends the rare pair that holds one to the full sequence.
     Label careful, done;
-    g.vaddps(s_.v1, a, b);
-    g.vcmpps(s_.v1, s_.v1, s_.v1, 3 /* UNORD_Q */);
+    g.vcmpps(s_.v1, a, b, 3 /* UNORD_Q */);
     g.vptest(s_.v1, s_.v1);
     g.jnz(careful, g.T_NEAR);
     for (const Xmm* v : {&a, &b}) {

@@ -57,6 +57,8 @@ static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "R
 
 using RowFn = void (*)(const RowArgs*);
 
+constexpr int kPrefetchBytes = 2048;  // software prefetch distance of bf16 x (see the row loop)
+
 // The even / odd bf16 split (see JitNorm): AVX2, bf16 x, no fused residual; y bf16 as well for
 // the normalising passes.
 bool norm_eo_stats(const NormKernelDesc& kd, Isa isa) {
@@ -176,6 +178,15 @@ public:
                 const Xmm v = res(k + j);
                 const int64_t o = off + j * vl;
                 if (ln) vsubps(v, v, mean);
+                if (kd.has_bias) {  // (h - mean) w rstd + b: the last two in one FMA
+                    if (kd.has_weight) {
+                        if (wt == DType::f32) vmulps(v, v, ptr[w + idx * ws + o * ws]);
+                        else vmulps(v, v, tw(k + j));
+                    }
+                    if (wt == DType::f32) vfmadd213ps(v, rstd, ptr[b + idx * ws + o * ws]);
+                    else vfmadd213ps(v, rstd, tb(k + j));
+                    continue;
+                }
                 vmulps(v, v, rstd);
                 if (kd.has_weight) {
                     if (wt == DType::f32) vmulps(v, v, ptr[w + idx * ws + o * ws]);
@@ -217,7 +228,8 @@ public:
             const Xmm v = res(k);
             io.load(v, hp + idx * hs + off * hs, ht, count);
             if (ln) vsubps(v, v, mean);
-            vmulps(v, v, rstd);
+            const bool fma_bias = kd.has_bias;  // (h - mean) w rstd + b: the last two in one FMA
+            if (!fma_bias) vmulps(v, v, rstd);
             if (kd.has_weight) {
                 if (wt == DType::f32 && count == vl) {
                     vmulps(v, v, ptr[w + idx * ws + off * ws]);
@@ -228,10 +240,12 @@ public:
             }
             if (kd.has_bias) {
                 if (wt == DType::f32 && count == vl) {
-                    vaddps(v, v, ptr[b + idx * ws + off * ws]);
+                    if (fma_bias) vfmadd213ps(v, rstd, ptr[b + idx * ws + off * ws]);
+                    else vaddps(v, v, ptr[b + idx * ws + off * ws]);
                 } else {
                     io.load(tb(k), b + idx * ws + off * ws, wt, count);
-                    vaddps(v, v, tb(k));
+                    if (fma_bias) vfmadd213ps(v, rstd, tb(k));
+                    else vaddps(v, v, tb(k));
                 }
             }
         };
@@ -272,6 +286,12 @@ public:
             Label loop;
             mov(cnt, nblk);
             L(loop);
+            // bf16 x from DRAM: software prefetch 2 KiB ahead of the statistics' read stream.
+            // Measured on Zen 3 (DRAM rows, one thread): +20-35% for bf16 RMSNorm / LayerNorm,
+            // whose conversions leave fewer lines in flight per instruction window than a copy;
+            // none for f32 (not emitted there). Past the row's end it touches the next row.
+            if (do_stats && xt == DType::bf16 && !fused)
+                for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kPrefetchBytes + o]);
             block(unroll, 0, vl);
             add(idx, unroll * vl);
             dec(cnt);
