@@ -54,6 +54,16 @@ int rows_for(Isa isa, int nv) {
     return std::min(free / nv, z ? 28 : 12);
 }
 
+// AVX2 small form with B read in place (16 ymm): the rows of a column of nv vectors in the two
+// step orders. B outer: nv B vectors loaded, then each row's broadcast (nv + 1 registers beside
+// the accumulators); A outer: the rows' broadcasts, then one B vector at a time (rows + 1). A
+// masked last vector also holds its mask. A outer where it fits more rows: nv = 4 (3 rows against
+// 2); nv <= 3 stay B outer (nv = 3: 4 rows against 3).
+int b_outer_rows(int nv, bool masked) { return std::min((16 - nv - 1 - (masked ? 1 : 0)) / nv, 12); }
+int a_outer_rows(int nv, bool masked) { return std::min((16 - 1 - (masked ? 1 : 0)) / (nv + 1), 12); }
+bool wide_a_outer(int nv, bool masked) { return a_outer_rows(nv, masked) > b_outer_rows(nv, masked); }
+int wide_rows(int nv, bool masked) { return std::max(a_outer_rows(nv, masked), b_outer_rows(nv, masked)); }
+
 // Balanced tile heights over M: n_hi tiles of lo + 1 rows, then n_lo tiles of lo rows.
 struct Rows {
     int lo = 0;
@@ -91,21 +101,28 @@ private:
         const int64_t a_row = at ? 4 : s.lda * 4;  // bytes between rows of op(A)
         const int64_t a_k = at ? s.lda * 4 : 4;    // bytes between k of op(A)
         const int64_t b_k = panel_b ? NR * 4 : s.ldb * 4;
-        const int64_t b_col = panel_b ? K * NR * 4 : NR * 4;  // bytes between column tiles of B
+          // bytes between column tiles of B
         const int64_t res_es = dtype_size(s.residual_type);
         const int64_t ldc_b = s.ldc * 4, ldr_b = s.ld_residual * res_es;
         const GemmEpi epi = gemm_epi(s);
         const bool res = epi.has_residual();
         const int U = 8;
         const int64_t kUnrollAll = 16;
-
-        // The tiling: columns of NR (+ one narrower).
-        const int64_t nfull = N / NR;
-        const int ntail = static_cast<int>(N % NR);
+        // AVX2, B read in place, small form: columns of up to 4 vectors (libxsmm's width: a 3 x 4
+        // tile reads 7 operands per 12 FMAs where 6 x 2 reads 8, and its B rows are read whole
+        // for N = 32 / 64), each column with the order that fits more rows (below). Elsewhere
+        // (AVX-512, packed B, the direct form): the blocked kernel's panel width NR.
+        const bool wide = !panel_b && !direct && !z_;
+        const int CV = wide ? 4 : g.nv();
+        const int CW = CV * vl;
+        // The tiling: columns of CW (+ one narrower).
+        const int64_t nfull = N / CW;
+        const int ntail = static_cast<int>(N % CW);
         const int nv_tail = (ntail + vl - 1) / vl;
         const bool tail_masked = !panel_b && ntail % vl != 0;
-        const Rows rows_full = rows_of(M, rows_for(isa(), g.nv()));
-        const Rows rows_tail = rows_of(M, rows_for(isa(), std::max(nv_tail, 1)));
+        const Rows rows_full = rows_of(M, wide ? wide_rows(CV, false) : rows_for(isa(), CV));
+        const Rows rows_tail =
+            rows_of(M, wide ? wide_rows(std::max(nv_tail, 1), tail_masked) : rows_for(isa(), std::max(nv_tail, 1)));
         const Rows rows_direct = direct_rows(s, isa());
 
         // Registers. Arguments: A rdi, B rsi, C rdx, args rcx (read first; rcx then counts K and
@@ -163,22 +180,46 @@ private:
             const int b_base = mr * nv, bc = b_base + nv, mask = nvregs_ - 1;
             // Two broadcast registers, alternating, where the mask leaves room for them.
             const int nbc = z_ ? 0 : std::min(2, (mask_b ? mask : nvregs_) - bc);
-            if (bc > nvregs_ || (!z_ && nbc < 1))
+            const bool a_outer = wide && wide_a_outer(nv, mask_b);
+            if (a_outer ? mr * nv + mr + 1 > (mask_b ? mask : nvregs_) : (bc > nvregs_ || (!z_ && nbc < 1)))
                 throw Error(Status::invalid_argument, "gemm small kernel: tile of " + std::to_string(mr) + " x " +
                                                           std::to_string(nv) + " vectors does not fit the registers");
-            for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vxorps(V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)));
+
             if (mask_b && !z_) load_avx2_mask(V(mask), w_last, rTmp);
             // Direct form: C's next tile to the right (rows are swept left to right) is touched
             // in advance; a short K leaves the stores too little time otherwise.
             if (direct)
                 for (int i = 0; i < mr; ++i) prefetcht0(ptr[rCrow + static_cast<int32_t>(i * ldc_b + NR * 4)]);
-            // K <= 16: fully unrolled, every address a displacement; else a loop of U steps and
-            // the remainder unrolled.
-            const int64_t iters = K <= kUnrollAll ? 0 : K / U, rem = K <= kUnrollAll ? K : K % U;
+            // No zeroing: k = 0 multiplies (acc = a b: what 0 + a b rounds to, but for the sign of
+            // a zero product; 32 x 64 x 16: +10%). K <= 16: fully unrolled, every address a
+            // displacement; else k = 0, a loop of U steps over k = 1.., the remainder unrolled.
+            const int64_t Kr = K - 1;
+            const int64_t iters = K <= kUnrollAll ? 0 : Kr / U, rem = K <= kUnrollAll ? Kr : Kr % U;
+            bool first = true;
+            auto fma = [&](const Xmm& acc, const Xmm& b, const Operand& a) {
+                if (first)
+                    vmulps(acc, b, a);
+                else
+                    vfmadd231ps(acc, b, a);
+            };
             const Reg64 rb = iters > 0 ? rBk : rBcol;
             if (iters > 0) mov(rBk, rBcol);
+            // A outer: the mr rows of A broadcast first, then one B vector at a time.
+            auto step_a = [&](int u) {
+                const int bc0 = mr * nv, nbr = std::min(2, (mask_b ? mask : nvregs_) - bc0 - mr);
+                for (int i = 0; i < mr; ++i) vbroadcastss(V(bc0 + i), ptr[rAk + i * a_row + u * a_k]);
+                for (int j = 0; j < nv; ++j) {
+                    const Xmm bj = V(bc0 + mr + j % nbr);
+                    const Address b = ptr[rb + u * b_k + j * vl * 4];
+                    if (mask_b && j == nv - 1 && w_last < vl)
+                        load_partial(bj, b, w_last, V(mask));
+                    else
+                        vmovups(bj, b);
+                    for (int i = 0; i < mr; ++i) fma(V(acc_idx(i, j, nv)), bj, V(bc0 + i));
+                }
+            };
             auto step = [&](int u) {
+                if (a_outer) return step_a(u);
                 for (int j = 0; j < nv; ++j) {
                     const Address b = ptr[rb + u * b_k + j * vl * 4];
                     if (mask_b && j == nv - 1 && w_last < vl)
@@ -189,25 +230,27 @@ private:
                 for (int i = 0; i < mr; ++i) {
                     const RegExp a = rAk + i * a_row + u * a_k;
                     if (z_) {
-                        for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), ptr_b[a]);
+                        for (int j = 0; j < nv; ++j) fma(V(acc_idx(i, j, nv)), V(b_base + j), ptr_b[a]);
                     } else {
                         const Xmm b = V(bc + i % nbc);
                         vbroadcastss(b, ptr[a]);
-                        for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), b);
+                        for (int j = 0; j < nv; ++j) fma(V(acc_idx(i, j, nv)), V(b_base + j), b);
                     }
                 }
             };
+            step(0);
+            first = false;
             if (iters > 0) {
                 Label l_k;
                 mov(rK, iters);
                 L(l_k);
-                for (int u = 0; u < U; ++u) step(u);
+                for (int u = 0; u < U; ++u) step(1 + u);
                 add(rAk, U * a_k);
                 add(rBk, U * b_k);
                 dec(rK);
                 jnz(l_k);
             }
-            for (int u = 0; u < rem; ++u) step(u);
+            for (int u = 0; u < rem; ++u) step(1 + u);
             // rAk: back to this tile's first k, then down mr rows.
             const int64_t a_adv = mr * a_row - (iters * U) * a_k;
             if (a_adv) add(rAk, static_cast<int32_t>(a_adv));
@@ -226,6 +269,7 @@ private:
                 f();
             }
         };
+        const int64_t b_col = panel_b ? K * NR * 4 : CW * 4;  // bytes between column tiles of B
         auto next_column = [&](int64_t cols) {
             add(rCcol, static_cast<int32_t>(cols * 4));
             add(rBcol, static_cast<int32_t>(b_col));
@@ -249,13 +293,13 @@ private:
                 Label l_n;
                 mov(qword[rsp + o_ncnt], static_cast<uint32_t>(nfull));
                 L(l_n);
-                column(g.nv(), NR, false, rows_full);
-                next_column(NR);
+                column(CV, CW, false, rows_full);
+                next_column(CW);
                 dec(qword[rsp + o_ncnt]);
                 jnz(l_n);
             } else if (nfull == 1) {
-                column(g.nv(), NR, false, rows_full);
-                if (ntail) next_column(NR);
+                column(CV, CW, false, rows_full);
+                if (ntail) next_column(CW);
             }
             if (ntail) column(nv_tail, ntail, tail_masked, rows_tail);
         } else {
