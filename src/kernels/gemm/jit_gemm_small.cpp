@@ -43,7 +43,11 @@ struct SmallArgs {
     int64_t tiles_hi, tiles_lo;  // direct: the call's tiles of each height (rows hi = lo + 1)
 };
 
+// The direct form: A, B and C at the call's first tile row, the rest in SmallArgs.
 using SmallFn = void (*)(const float* A, const float* B, float* C, const SmallArgs* p);
+// The small form (GemmFastPath::fn): A, B (args->B or a packed B), C, the GemmArgs (bias and
+// residual read from it) and {alpha, beta}.
+using SmallPlanFn = GemmSmallFn;
 
 // Rows of a tile with nv vectors: the accumulators + nv B registers + a broadcast register (AVX2)
 // + the AVX2 tail mask (counted always, so that the height does not depend on B's form).
@@ -125,9 +129,10 @@ private:
             rows_of(M, wide ? wide_rows(std::max(nv_tail, 1), tail_masked) : rows_for(isa(), std::max(nv_tail, 1)));
         const Rows rows_direct = direct_rows(s, isa());
 
-        // Registers. Arguments: A rdi, B rsi, C rdx, args rcx (read first; rcx then counts K and
-        // holds the activation table during the store). Small: columns outer, so the column
-        // cursors are the arguments' registers; direct: tiles outer, columns inner, with bases.
+        // Registers. Arguments: A rdi, B rsi, C rdx, SmallArgs (direct form) or GemmArgs (small
+        // form) rcx, read first (rcx then counts K and holds the activation table during the
+        // store); small form: {alpha, beta} r8. Small: columns outer, so the column cursors are
+        // the arguments' registers; direct: tiles outer, columns inner, with bases.
         const Reg64 rA = rdi, rP = rcx, rAk = r8, rBk = r9, rCrow = r10, rK = rcx, rTmp = rax, rTbl = rcx;
         Reg64 rBcol = rsi, rCcol = rdx, rBias = r11, rResrow = r13, rRescol = r12;
         Reg64 rB = rsi, rCt = rdx, rBiasBase = r11, rRest = r14;  // direct: bases / tile cursors
@@ -151,14 +156,22 @@ private:
 
         preamble(saved);
         if (frame) sub(rsp, frame_bytes);
-        mov(rBias, ptr[rP + offsetof(SmallArgs, bias)]);
-        if (res) mov(direct ? rRest : rRescol, ptr[rP + offsetof(SmallArgs, res)]);
-        if (scal) {
-            // GemmScalars: alpha at 0, beta at 64 (AVX2 reads full vectors; AVX-512 broadcasts).
-            vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, alpha)]);
+        // GemmScalars: alpha at 0, beta at 64 (AVX2 reads full vectors; AVX-512 broadcasts).
+        auto scalars = [&](const Address& alpha, const Address& beta) {
+            vbroadcastss(V(0), alpha);
             vmovups(ptr[rsp], V(0));
-            vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, beta)]);
+            vbroadcastss(V(0), beta);
             vmovups(ptr[rsp + offsetof(GemmScalars, beta)], V(0));
+        };
+        if (direct) {
+            mov(rBias, ptr[rP + offsetof(SmallArgs, bias)]);
+            if (res) mov(rRest, ptr[rP + offsetof(SmallArgs, res)]);
+            if (scal) scalars(ptr[rP + offsetof(SmallArgs, alpha)], ptr[rP + offsetof(SmallArgs, beta)]);
+        } else {
+            const Reg64 rAB = r8;
+            if (scal) scalars(ptr[rAB], ptr[rAB + 4]);
+            if (epi.bias) mov(rBias, ptr[rP + offsetof(GemmArgs, bias)]);
+            if (res) mov(rRescol, ptr[rP + offsetof(GemmArgs, residual)]);
         }
         if (direct) {
             mov(rTmp, ptr[rP + offsetof(SmallArgs, tiles_hi)]);
@@ -273,7 +286,7 @@ private:
         auto next_column = [&](int64_t cols) {
             add(rCcol, static_cast<int32_t>(cols * 4));
             add(rBcol, static_cast<int32_t>(b_col));
-            add(rBias, static_cast<int32_t>(cols * 4));
+            if (epi.bias) add(rBias, static_cast<int32_t>(cols * 4));
             if (res) add(rRescol, static_cast<int32_t>(cols * res_es));
         };
 
@@ -366,34 +379,38 @@ public:
           rows_(direct_rows(s, isa_)),
           layout_(gemm_b_layout(isa_, s.K, s.N)),
           panel_gen_(s, isa_, true, direct) {
-        panel_ = panel_gen_.finalize<SmallFn>();
+        panel_ = panel_gen_.finalize<const void*>();
         // B read in place (trans_b N) unless its rows are a multiple of 256 bytes apart in the
         // direct form: then a tile's K rows of B fall into a few cache sets and evict each other
         // (1024 x 1024 x 32: 38 GFLOP/s in place, ~85 packed per call).
         const bool conflicts = direct && s.ldb % 64 == 0;
         if (s.trans_b == Trans::N && !conflicts) {
             plain_gen_ = std::make_unique<JitGemmSmall>(s, isa_, false, direct);
-            plain_ = plain_gen_->finalize<SmallFn>();
+            plain_ = plain_gen_->finalize<const void*>();
         }
     }
 
     void run(const GemmCall& call) const override {
-        SmallArgs a{call.args.bias, call.args.residual, call.alpha, call.beta, 0, 0};
-        const auto* A = static_cast<const float*>(call.args.A);
-        auto* C = static_cast<float*>(call.args.C);
-        const float* B = static_cast<const float*>(call.args.B);
-        SmallFn fn = plain_;
+        const void* B = call.args.B;
+        const void* code = plain_;
         if (call.packed_b) {
-            B = static_cast<const float*>(call.packed_b->data), fn = panel_;
+            B = call.packed_b->data, code = panel_;
         } else if (!plain_) {
             float* buf = gemm_thread_buffer(1, layout_.floats());
-            gemm_pack_b(B, s_.ldb, s_.trans_b == Trans::T, s_.K, s_.N, static_cast<int>(layout_.nr), buf);
-            B = buf, fn = panel_;
+            gemm_pack_b(static_cast<const float*>(B), s_.ldb, s_.trans_b == Trans::T, s_.K, s_.N,
+                        static_cast<int>(layout_.nr), buf);
+            B = buf, code = panel_;
         }
         if (!direct_) {
-            fn(A, B, C, &a);
+            const float ab[2] = {call.alpha, call.beta};
+            reinterpret_cast<SmallPlanFn>(const_cast<void*>(code))(call.args.A, B, call.args.C, &call.args, ab);
             return;
         }
+        const auto fn = reinterpret_cast<SmallFn>(const_cast<void*>(code));
+        const SmallArgs a{call.args.bias, call.args.residual, call.alpha, call.beta, 0, 0};
+        const auto* A = static_cast<const float*>(call.args.A);
+        const auto* Bf = static_cast<const float*>(B);
+        auto* C = static_cast<float*>(call.args.C);
         // Tiles [t0, t1) per call: A, C and the residual at the range's first row.
         const int64_t ntiles = rows_.tiles();
         const int64_t macs_per_tile = std::max<int64_t>(1, (rows_.lo + 1) * s_.N * s_.K);
@@ -407,7 +424,7 @@ public:
             r.tiles_lo = (t1 - t0) - r.tiles_hi;
             const int64_t row = rows_.row_of(t0);
             if (res) r.res = res + row * res_row;
-            fn(at ? A + row : A + row * s_.lda, B, C + row * s_.ldc, &r);
+            fn(at ? A + row : A + row * s_.lda, Bf, C + row * s_.ldc, &r);
         };
         const int nthr = parallel_threads(ntiles, grain);
         if (nthr <= 1) {
@@ -424,16 +441,11 @@ public:
         });
     }
 
-    // Small form with B read in place: the plan calls the generated function all but directly.
+    // Small form with B read in place: the plan calls the generated code directly.
     GemmFastPath fast_path() const override {
         if (direct_ || !plain_) return {};
         GemmFastPath f;
-        f.ctx = reinterpret_cast<const void*>(plain_);
-        f.fn = [](const void* ctx, const GemmArgs& a, float alpha, float beta) {
-            const SmallArgs sa{a.bias, a.residual, alpha, beta, 0, 0};
-            reinterpret_cast<SmallFn>(const_cast<void*>(ctx))(static_cast<const float*>(a.A),
-                                                              static_cast<const float*>(a.B), static_cast<float*>(a.C), &sa);
-        };
+        f.fn = reinterpret_cast<SmallPlanFn>(const_cast<void*>(plain_));
         return f;
     }
 
@@ -447,9 +459,9 @@ private:
     Rows rows_;
     GemmBLayout layout_;
     JitGemmSmall panel_gen_;
-    SmallFn panel_ = nullptr;
+    const void* panel_ = nullptr;  // SmallPlanFn (small form) or SmallFn (direct form)
     std::unique_ptr<JitGemmSmall> plain_gen_;
-    SmallFn plain_ = nullptr;
+    const void* plain_ = nullptr;
 };
 
 constexpr int64_t kMaxLd = int64_t(1) << 20;  // displacements stay 32-bit
