@@ -350,7 +350,8 @@ __attribute__((noinline)) void plan_run_general(const GemmKernel* kernel, const 
 }  // namespace detail
 
 // The fast path (a kernel with a direct entry, arguments that pass): the checks and a tail call
-// into the generated code, no frame (a 1x1x1 plan run: ~7.6 ns -> see docs/gemm.md).
+// into the generated code; everything else in plan_run_general, out of line, so that this
+// function needs almost no frame.
 void GemmPlan::run(const GemmArgs& args) const {
     const detail::GemmPlanState* st = state_.get();  // null in a moved-from plan
     if (__builtin_expect(st && st->fast.fn && detail::gemm_args_ok(*st, args, false), 1)) {

@@ -1,9 +1,9 @@
 // Direct fp32 GEMM, libxsmm-style: one function generated for the exact shape, leading
 // dimensions, transposes and epilogue; no packing of A, every stride and displacement folded into
 // the code. Two forms:
-//   small  (M, N, K <= 64): the whole problem in one call, no threading; a plan calls the
-//          generated function through GemmFastPath (no GemmCall, no virtual call), so a call
-//          costs about a nanosecond beyond the generated code.
+//   small  (M, N, K <= 64): the whole problem in one call, no threading; a plan's run() checks
+//          the pointers and jumps into the generated code (GemmFastPath::fn is the code itself:
+//          no GemmCall, no virtual call, no frame in between).
 //   direct (B of at most 40% of L2, K within one packed-B block): tall-skinny, medium cubes,
 //          few columns, where packing would not pay for itself; the M tiles are split over
 //          threads, each call running a range of them.
@@ -11,16 +11,20 @@
 // Tiles: columns of nr = 2 vectors (the blocked kernel's panel width; the last column may be
 // narrower, its last vector masked), rows as many as the register file holds beside them (AVX2
 // 6 for two vectors / 12 for one; AVX-512 15 / 28), heights balanced over M (e.g. M = 32:
-// 5, 5, 5, 5, 6, 6 — a short tile has too few accumulators to hide the FMA latency). Per tile:
-// accumulators zeroed, the K loop (fully unrolled for K <= 16, else by 8 with the remainder
-// unrolled) loads B vectors straight from B and broadcasts A straight from A (either transpose),
-// then the fused store of JitGemmBase. Small: columns outer, tiles inner (B's column block stays
-// in L1); direct: tiles outer, columns inner (A's rows stay in L1, B is small).
+// 5, 5, 5, 5, 6, 6 — a short tile has too few accumulators to hide the FMA latency). The AVX2
+// small form with B read in place uses columns of 4 vectors instead (3 x 4 tiles, A outer: 3
+// broadcasts and 4 B loads per 12 FMAs, libxsmm's AVX2 tile; narrower last columns B outer, see
+// wide_rows). Per tile: k = 0 multiplies into the accumulators (no zeroing), the rest of the K
+// loop (fully unrolled for K <= 16, else by 8 with the remainder unrolled) loads B vectors
+// straight from B and broadcasts A straight from A (either transpose), then the fused store of
+// JitGemmBase. Small: columns outer, tiles inner (B's column block stays in L1; rows outer as
+// libxsmm measured no faster here); direct: tiles outer, columns inner (A's rows stay in L1, B
+// is small).
 // B: op(B) read in place when trans_b = N (direct form: unless its rows are a multiple of 256
 // bytes apart, where they would thrash a few cache sets); otherwise (trans_b = T, or a PackedB)
 // from the JIT kernels' packed layout (gemm_b_layout: one K block of ceil(N/nr) panels) — run()
-// packs B into a per-thread buffer first. All forms give bit-identical results, and so do 1 and
-// 2 threads.
+// packs B into a per-thread buffer first. Every form sums each element of C in the same order
+// (k = 0, 1, ..), so all give bit-identical results, and so do 1 and 2 threads.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
