@@ -334,6 +334,38 @@ TEST(GemmJit, EveryEpilogue) {
     }
 }
 
+// The small kernel's tiling (M, N, K <= 64): AVX2 columns of 4 vectors (3 x 4 tiles, A outer) with
+// a last column of 1..4 vectors, masked or not (N = 18..64), the K loop with every remainder and
+// k = 0 peeled (K = 1, 2, 16 fully unrolled; 17, 24, 25, 40, 64 looped), tile heights balanced over
+// M, every epilogue on the widest tile; through every registry entry and through a plan (the
+// plan's direct entry into the generated code: A, B, C, bias, residual and the scalars).
+TEST(GemmJit, SmallKernelColumnsAndKLoop) {
+    const int64_t ns[] = {18, 24, 25, 31, 32, 33, 40, 47, 48, 56, 57, 63, 64};
+    const int64_t ks[] = {1, 2, 16, 17, 24, 25, 40, 64};
+    const int64_t ms[] = {1, 3, 4, 6, 7, 13, 32, 33, 64};
+    int idx = 0;
+    for (int64_t N : ns) {
+        for (int64_t K : ks) {
+            Case c;
+            c.M = ms[idx % 9], c.N = N, c.K = K;
+            c.ta = idx % 3 == 1 ? Trans::T : Trans::N, c.tb = idx % 5 == 2 ? Trans::T : Trans::N;
+            c.alpha = idx % 2 ? 1.0f : -0.7f;
+            c.beta = idx % 3 == 0 ? 0.0f : idx % 3 == 1 ? 1.0f : 0.4f;
+            if (idx % 4 == 3) c.bias = true, c.act = kActs[(idx / 4) % 5], c.res = 1 + (idx / 4) % 2;
+            c.pad_a = idx % 2, c.pad_b = (idx / 2) % 3, c.pad_c = idx % 4 == 1 ? 5 : 0, c.pad_r = idx % 3;
+            c.misalign = static_cast<size_t>(idx % 7);
+            c.seed = 500 + static_cast<uint64_t>(idx++);
+            ASSERT_GE(run_all(c), 2) << c.str();
+            if (HasFailure()) return;
+            Problem p(c);
+            const GemmPlan plan(c.desc());
+            if (isa_supported(Isa::avx2)) EXPECT_NE(std::string(plan.impl_name()).find(":small"), std::string::npos);
+            plan.run(p.args());
+            ASSERT_TRUE(p.check(std::string("plan ") + plan.impl_name()));
+        }
+    }
+}
+
 // Through plans: 1 and 2 threads give the same bits (the K accumulation order does not depend on
 // the split), a PackedB serves plans of other M, and each ISA's selection is exercised.
 TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {

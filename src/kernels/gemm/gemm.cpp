@@ -332,22 +332,40 @@ GemmPlan::GemmPlan(const GemmDesc& desc) {
     kernel_ = sel.kernel;
     impl_name_ = sel.impl->name;
     pack_layout_ = kernel_->packed_layout();
-    state_ = std::make_shared<const detail::GemmPlanState>(
-        detail::GemmPlanState{s, detail::gemm_extents("xk::GemmPlan", s), kernel_->fast_path()});
+    state_ = std::make_shared<const detail::GemmPlanState>(detail::GemmPlanState{
+        s, detail::gemm_extents("xk::GemmPlan", s), kernel_->fast_path(), {desc_.alpha, desc_.beta}});
 }
 
 GemmPlan::~GemmPlan() = default;
 
-void GemmPlan::run(const GemmArgs& args) const {
+namespace detail {
+namespace {
+// GemmPlan::run(args) beyond the fast path: a moved-from plan, arguments that fail the checks
+// (the full check throws with its message), empty C, kernels without a direct entry.
+__attribute__((noinline)) void plan_run_general(const GemmKernel* kernel, const GemmPlanState* st,
+                                                const GemmDesc& desc, const GemmArgs& args) {
     constexpr const char* fn = "xk::GemmPlan::run";
-    if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
-    const detail::GemmPlanState& st = *state_;
-    if (!detail::gemm_args_ok(st, args, false)) detail::check_args_inline(fn, st.spec, st.extents, args, false);
-    if (st.extents.c == 0) return;  // M or N is 0
-    if (st.fast.fn)
-        st.fast.fn(st.fast.ctx, args, desc_.alpha, desc_.beta);
+    if (!kernel) fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
+    if (!gemm_args_ok(*st, args, false)) check_args_inline(fn, st->spec, st->extents, args, false);
+    if (st->extents.c == 0) return;  // M or N is 0
+    if (st->fast.fn)
+        st->fast.fn(args.A, args.B, args.C, &args, st->alpha_beta);
     else
-        kernel_->run(detail::make_call(desc_, args, nullptr));
+        kernel->run(make_call(desc, args, nullptr));
+}
+}  // namespace
+}  // namespace detail
+
+// The fast path (a kernel with a direct entry, arguments that pass): the checks and a tail call
+// into the generated code; everything else in plan_run_general, out of line, so that this
+// function needs almost no frame.
+void GemmPlan::run(const GemmArgs& args) const {
+    const detail::GemmPlanState* st = state_.get();  // null in a moved-from plan
+    if (__builtin_expect(st && st->fast.fn && detail::gemm_args_ok(*st, args, false), 1)) {
+        st->fast.fn(args.A, args.B, args.C, &args, st->alpha_beta);
+        return;
+    }
+    detail::plan_run_general(kernel_.get(), st, desc_, args);
 }
 
 void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {

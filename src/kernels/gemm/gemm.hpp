@@ -54,12 +54,14 @@ struct GemmCall {
     const GemmPacked* packed_b = nullptr;  // non-null: use it instead of args.B
 };
 
-// A kernel's optional direct entry for plain runs (B unpacked): fn(ctx, args, alpha, beta) does
-// what run() would, without building a GemmCall or a virtual call — for kernels whose whole call
-// costs nanoseconds (the small JIT kernel). fn == nullptr: none.
+// A kernel's optional direct entry for plain runs (B unpacked): fn(A, B, C, &args, alpha_beta)
+// with the GemmArgs' pointers and alpha_beta = {alpha, beta} does what run() would — for kernels
+// whose whole call costs nanoseconds (the small JIT kernel: fn is its generated code, so a plan's
+// run() is the argument checks and a tail call). fn == nullptr: none. Valid as long as the
+// kernel lives.
+using GemmSmallFn = void (*)(const void* A, const void* B, void* C, const GemmArgs* args, const float* alpha_beta);
 struct GemmFastPath {
-    void (*fn)(const void* ctx, const GemmArgs& args, float alpha, float beta) = nullptr;
-    const void* ctx = nullptr;
+    GemmSmallFn fn = nullptr;
 };
 
 struct GemmKernel {
@@ -97,7 +99,8 @@ void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool 
 struct GemmPlanState {
     GemmSpec spec;
     GemmExtents extents;
-    GemmFastPath fast;  // the kernel's direct entry for plain runs, if any
+    GemmFastPath fast;              // the kernel's direct entry for plain runs, if any
+    float alpha_beta[2] = {1, 0};   // the plan's scalars, for fast.fn
 };
 // All of gemm_check_args' checks for a float (not int8) spec, branch-free: true when the
 // arguments pass. (A plan runs this per call and the full check, for its message, only if not.)

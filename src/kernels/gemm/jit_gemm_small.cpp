@@ -1,9 +1,9 @@
 // Direct fp32 GEMM, libxsmm-style: one function generated for the exact shape, leading
 // dimensions, transposes and epilogue; no packing of A, every stride and displacement folded into
 // the code. Two forms:
-//   small  (M, N, K <= 64): the whole problem in one call, no threading; a plan calls the
-//          generated function through GemmFastPath (no GemmCall, no virtual call), so a call
-//          costs about a nanosecond beyond the generated code.
+//   small  (M, N, K <= 64): the whole problem in one call, no threading; a plan's run() checks
+//          the pointers and jumps into the generated code (GemmFastPath::fn is the code itself:
+//          no GemmCall, no virtual call, no frame in between).
 //   direct (B of at most 40% of L2, K within one packed-B block): tall-skinny, medium cubes,
 //          few columns, where packing would not pay for itself; the M tiles are split over
 //          threads, each call running a range of them.
@@ -11,16 +11,20 @@
 // Tiles: columns of nr = 2 vectors (the blocked kernel's panel width; the last column may be
 // narrower, its last vector masked), rows as many as the register file holds beside them (AVX2
 // 6 for two vectors / 12 for one; AVX-512 15 / 28), heights balanced over M (e.g. M = 32:
-// 5, 5, 5, 5, 6, 6 — a short tile has too few accumulators to hide the FMA latency). Per tile:
-// accumulators zeroed, the K loop (fully unrolled for K <= 16, else by 8 with the remainder
-// unrolled) loads B vectors straight from B and broadcasts A straight from A (either transpose),
-// then the fused store of JitGemmBase. Small: columns outer, tiles inner (B's column block stays
-// in L1); direct: tiles outer, columns inner (A's rows stay in L1, B is small).
+// 5, 5, 5, 5, 6, 6 — a short tile has too few accumulators to hide the FMA latency). The AVX2
+// small form with B read in place uses columns of 4 vectors instead (3 x 4 tiles, A outer: 3
+// broadcasts and 4 B loads per 12 FMAs, libxsmm's AVX2 tile; narrower last columns B outer, see
+// wide_rows). Per tile: k = 0 multiplies into the accumulators (no zeroing), the rest of the K
+// loop (fully unrolled for K <= 16, else by 8 with the remainder unrolled) loads B vectors
+// straight from B and broadcasts A straight from A (either transpose), then the fused store of
+// JitGemmBase. Small: columns outer, tiles inner (B's column block stays in L1; rows outer as
+// libxsmm measured no faster here); direct: tiles outer, columns inner (A's rows stay in L1, B
+// is small).
 // B: op(B) read in place when trans_b = N (direct form: unless its rows are a multiple of 256
 // bytes apart, where they would thrash a few cache sets); otherwise (trans_b = T, or a PackedB)
 // from the JIT kernels' packed layout (gemm_b_layout: one K block of ceil(N/nr) panels) — run()
-// packs B into a per-thread buffer first. All forms give bit-identical results, and so do 1 and
-// 2 threads.
+// packs B into a per-thread buffer first. Every form sums each element of C in the same order
+// (k = 0, 1, ..), so all give bit-identical results, and so do 1 and 2 threads.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -43,7 +47,11 @@ struct SmallArgs {
     int64_t tiles_hi, tiles_lo;  // direct: the call's tiles of each height (rows hi = lo + 1)
 };
 
+// The direct form: A, B and C at the call's first tile row, the rest in SmallArgs.
 using SmallFn = void (*)(const float* A, const float* B, float* C, const SmallArgs* p);
+// The small form (GemmFastPath::fn): A, B (args->B or a packed B), C, the GemmArgs (bias and
+// residual read from it) and {alpha, beta}.
+using SmallPlanFn = GemmSmallFn;
 
 // Rows of a tile with nv vectors: the accumulators + nv B registers + a broadcast register (AVX2)
 // + the AVX2 tail mask (counted always, so that the height does not depend on B's form).
@@ -53,6 +61,16 @@ int rows_for(Isa isa, int nv) {
     const int free = nvregs - nv - (z ? 0 : 1) - (z ? 0 : 1);
     return std::min(free / nv, z ? 28 : 12);
 }
+
+// AVX2 small form with B read in place (16 ymm): the rows of a column of nv vectors in the two
+// step orders. B outer: nv B vectors loaded, then each row's broadcast (nv + 1 registers beside
+// the accumulators); A outer: the rows' broadcasts, then one B vector at a time (rows + 1). A
+// masked last vector also holds its mask. A outer where it fits more rows: nv = 4 (3 rows against
+// 2); nv <= 3 stay B outer (nv = 3: 4 rows against 3).
+int b_outer_rows(int nv, bool masked) { return std::min((16 - nv - 1 - (masked ? 1 : 0)) / nv, 12); }
+int a_outer_rows(int nv, bool masked) { return std::min((16 - 1 - (masked ? 1 : 0)) / (nv + 1), 12); }
+bool wide_a_outer(int nv, bool masked) { return a_outer_rows(nv, masked) > b_outer_rows(nv, masked); }
+int wide_rows(int nv, bool masked) { return std::max(a_outer_rows(nv, masked), b_outer_rows(nv, masked)); }
 
 // Balanced tile heights over M: n_hi tiles of lo + 1 rows, then n_lo tiles of lo rows.
 struct Rows {
@@ -91,26 +109,34 @@ private:
         const int64_t a_row = at ? 4 : s.lda * 4;  // bytes between rows of op(A)
         const int64_t a_k = at ? s.lda * 4 : 4;    // bytes between k of op(A)
         const int64_t b_k = panel_b ? NR * 4 : s.ldb * 4;
-        const int64_t b_col = panel_b ? K * NR * 4 : NR * 4;  // bytes between column tiles of B
+          // bytes between column tiles of B
         const int64_t res_es = dtype_size(s.residual_type);
         const int64_t ldc_b = s.ldc * 4, ldr_b = s.ld_residual * res_es;
         const GemmEpi epi = gemm_epi(s);
         const bool res = epi.has_residual();
         const int U = 8;
         const int64_t kUnrollAll = 16;
-
-        // The tiling: columns of NR (+ one narrower).
-        const int64_t nfull = N / NR;
-        const int ntail = static_cast<int>(N % NR);
+        // AVX2, B read in place, small form: columns of up to 4 vectors (libxsmm's width: a 3 x 4
+        // tile reads 7 operands per 12 FMAs where 6 x 2 reads 8, and its B rows are read whole
+        // for N = 32 / 64), each column with the order that fits more rows (below). Elsewhere
+        // (AVX-512, packed B, the direct form): the blocked kernel's panel width NR.
+        const bool wide = !panel_b && !direct && !z_;
+        const int CV = wide ? 4 : g.nv();
+        const int CW = CV * vl;
+        // The tiling: columns of CW (+ one narrower).
+        const int64_t nfull = N / CW;
+        const int ntail = static_cast<int>(N % CW);
         const int nv_tail = (ntail + vl - 1) / vl;
         const bool tail_masked = !panel_b && ntail % vl != 0;
-        const Rows rows_full = rows_of(M, rows_for(isa(), g.nv()));
-        const Rows rows_tail = rows_of(M, rows_for(isa(), std::max(nv_tail, 1)));
+        const Rows rows_full = rows_of(M, wide ? wide_rows(CV, false) : rows_for(isa(), CV));
+        const Rows rows_tail =
+            rows_of(M, wide ? wide_rows(std::max(nv_tail, 1), tail_masked) : rows_for(isa(), std::max(nv_tail, 1)));
         const Rows rows_direct = direct_rows(s, isa());
 
-        // Registers. Arguments: A rdi, B rsi, C rdx, args rcx (read first; rcx then counts K and
-        // holds the activation table during the store). Small: columns outer, so the column
-        // cursors are the arguments' registers; direct: tiles outer, columns inner, with bases.
+        // Registers. Arguments: A rdi, B rsi, C rdx, SmallArgs (direct form) or GemmArgs (small
+        // form) rcx, read first (rcx then counts K and holds the activation table during the
+        // store); small form: {alpha, beta} r8. Small: columns outer, so the column cursors are
+        // the arguments' registers; direct: tiles outer, columns inner, with bases.
         const Reg64 rA = rdi, rP = rcx, rAk = r8, rBk = r9, rCrow = r10, rK = rcx, rTmp = rax, rTbl = rcx;
         Reg64 rBcol = rsi, rCcol = rdx, rBias = r11, rResrow = r13, rRescol = r12;
         Reg64 rB = rsi, rCt = rdx, rBiasBase = r11, rRest = r14;  // direct: bases / tile cursors
@@ -134,14 +160,22 @@ private:
 
         preamble(saved);
         if (frame) sub(rsp, frame_bytes);
-        mov(rBias, ptr[rP + offsetof(SmallArgs, bias)]);
-        if (res) mov(direct ? rRest : rRescol, ptr[rP + offsetof(SmallArgs, res)]);
-        if (scal) {
-            // GemmScalars: alpha at 0, beta at 64 (AVX2 reads full vectors; AVX-512 broadcasts).
-            vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, alpha)]);
+        // GemmScalars: alpha at 0, beta at 64 (AVX2 reads full vectors; AVX-512 broadcasts).
+        auto scalars = [&](const Address& alpha, const Address& beta) {
+            vbroadcastss(V(0), alpha);
             vmovups(ptr[rsp], V(0));
-            vbroadcastss(V(0), ptr[rP + offsetof(SmallArgs, beta)]);
+            vbroadcastss(V(0), beta);
             vmovups(ptr[rsp + offsetof(GemmScalars, beta)], V(0));
+        };
+        if (direct) {
+            mov(rBias, ptr[rP + offsetof(SmallArgs, bias)]);
+            if (res) mov(rRest, ptr[rP + offsetof(SmallArgs, res)]);
+            if (scal) scalars(ptr[rP + offsetof(SmallArgs, alpha)], ptr[rP + offsetof(SmallArgs, beta)]);
+        } else {
+            const Reg64 rAB = r8;
+            if (scal) scalars(ptr[rAB], ptr[rAB + 4]);
+            if (epi.bias) mov(rBias, ptr[rP + offsetof(GemmArgs, bias)]);
+            if (res) mov(rRescol, ptr[rP + offsetof(GemmArgs, residual)]);
         }
         if (direct) {
             mov(rTmp, ptr[rP + offsetof(SmallArgs, tiles_hi)]);
@@ -163,22 +197,46 @@ private:
             const int b_base = mr * nv, bc = b_base + nv, mask = nvregs_ - 1;
             // Two broadcast registers, alternating, where the mask leaves room for them.
             const int nbc = z_ ? 0 : std::min(2, (mask_b ? mask : nvregs_) - bc);
-            if (bc > nvregs_ || (!z_ && nbc < 1))
+            const bool a_outer = wide && wide_a_outer(nv, mask_b);
+            if (a_outer ? mr * nv + mr + 1 > (mask_b ? mask : nvregs_) : (bc > nvregs_ || (!z_ && nbc < 1)))
                 throw Error(Status::invalid_argument, "gemm small kernel: tile of " + std::to_string(mr) + " x " +
                                                           std::to_string(nv) + " vectors does not fit the registers");
-            for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vxorps(V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)), V(acc_idx(i, j, nv)));
+
             if (mask_b && !z_) load_avx2_mask(V(mask), w_last, rTmp);
             // Direct form: C's next tile to the right (rows are swept left to right) is touched
             // in advance; a short K leaves the stores too little time otherwise.
             if (direct)
                 for (int i = 0; i < mr; ++i) prefetcht0(ptr[rCrow + static_cast<int32_t>(i * ldc_b + NR * 4)]);
-            // K <= 16: fully unrolled, every address a displacement; else a loop of U steps and
-            // the remainder unrolled.
-            const int64_t iters = K <= kUnrollAll ? 0 : K / U, rem = K <= kUnrollAll ? K : K % U;
+            // No zeroing: k = 0 multiplies (acc = a b: what 0 + a b rounds to, but for the sign of
+            // a zero product; 32 x 64 x 16: +10%). K <= 16: fully unrolled, every address a
+            // displacement; else k = 0, a loop of U steps over k = 1.., the remainder unrolled.
+            const int64_t Kr = K - 1;
+            const int64_t iters = K <= kUnrollAll ? 0 : Kr / U, rem = K <= kUnrollAll ? Kr : Kr % U;
+            bool first = true;
+            auto fma = [&](const Xmm& acc, const Xmm& b, const Operand& a) {
+                if (first)
+                    vmulps(acc, b, a);
+                else
+                    vfmadd231ps(acc, b, a);
+            };
             const Reg64 rb = iters > 0 ? rBk : rBcol;
             if (iters > 0) mov(rBk, rBcol);
+            // A outer: the mr rows of A broadcast first, then one B vector at a time.
+            auto step_a = [&](int u) {
+                const int bc0 = mr * nv, nbr = std::min(2, (mask_b ? mask : nvregs_) - bc0 - mr);
+                for (int i = 0; i < mr; ++i) vbroadcastss(V(bc0 + i), ptr[rAk + i * a_row + u * a_k]);
+                for (int j = 0; j < nv; ++j) {
+                    const Xmm bj = V(bc0 + mr + j % nbr);
+                    const Address b = ptr[rb + u * b_k + j * vl * 4];
+                    if (mask_b && j == nv - 1 && w_last < vl)
+                        load_partial(bj, b, w_last, V(mask));
+                    else
+                        vmovups(bj, b);
+                    for (int i = 0; i < mr; ++i) fma(V(acc_idx(i, j, nv)), bj, V(bc0 + i));
+                }
+            };
             auto step = [&](int u) {
+                if (a_outer) return step_a(u);
                 for (int j = 0; j < nv; ++j) {
                     const Address b = ptr[rb + u * b_k + j * vl * 4];
                     if (mask_b && j == nv - 1 && w_last < vl)
@@ -189,25 +247,27 @@ private:
                 for (int i = 0; i < mr; ++i) {
                     const RegExp a = rAk + i * a_row + u * a_k;
                     if (z_) {
-                        for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), ptr_b[a]);
+                        for (int j = 0; j < nv; ++j) fma(V(acc_idx(i, j, nv)), V(b_base + j), ptr_b[a]);
                     } else {
                         const Xmm b = V(bc + i % nbc);
                         vbroadcastss(b, ptr[a]);
-                        for (int j = 0; j < nv; ++j) vfmadd231ps(V(acc_idx(i, j, nv)), V(b_base + j), b);
+                        for (int j = 0; j < nv; ++j) fma(V(acc_idx(i, j, nv)), V(b_base + j), b);
                     }
                 }
             };
+            step(0);
+            first = false;
             if (iters > 0) {
                 Label l_k;
                 mov(rK, iters);
                 L(l_k);
-                for (int u = 0; u < U; ++u) step(u);
+                for (int u = 0; u < U; ++u) step(1 + u);
                 add(rAk, U * a_k);
                 add(rBk, U * b_k);
                 dec(rK);
                 jnz(l_k);
             }
-            for (int u = 0; u < rem; ++u) step(u);
+            for (int u = 0; u < rem; ++u) step(1 + u);
             // rAk: back to this tile's first k, then down mr rows.
             const int64_t a_adv = mr * a_row - (iters * U) * a_k;
             if (a_adv) add(rAk, static_cast<int32_t>(a_adv));
@@ -226,10 +286,11 @@ private:
                 f();
             }
         };
+        const int64_t b_col = panel_b ? K * NR * 4 : CW * 4;  // bytes between column tiles of B
         auto next_column = [&](int64_t cols) {
             add(rCcol, static_cast<int32_t>(cols * 4));
             add(rBcol, static_cast<int32_t>(b_col));
-            add(rBias, static_cast<int32_t>(cols * 4));
+            if (epi.bias) add(rBias, static_cast<int32_t>(cols * 4));
             if (res) add(rRescol, static_cast<int32_t>(cols * res_es));
         };
 
@@ -249,13 +310,13 @@ private:
                 Label l_n;
                 mov(qword[rsp + o_ncnt], static_cast<uint32_t>(nfull));
                 L(l_n);
-                column(g.nv(), NR, false, rows_full);
-                next_column(NR);
+                column(CV, CW, false, rows_full);
+                next_column(CW);
                 dec(qword[rsp + o_ncnt]);
                 jnz(l_n);
             } else if (nfull == 1) {
-                column(g.nv(), NR, false, rows_full);
-                if (ntail) next_column(NR);
+                column(CV, CW, false, rows_full);
+                if (ntail) next_column(CW);
             }
             if (ntail) column(nv_tail, ntail, tail_masked, rows_tail);
         } else {
@@ -322,34 +383,38 @@ public:
           rows_(direct_rows(s, isa_)),
           layout_(gemm_b_layout(isa_, s.K, s.N)),
           panel_gen_(s, isa_, true, direct) {
-        panel_ = panel_gen_.finalize<SmallFn>();
+        panel_ = panel_gen_.finalize<const void*>();
         // B read in place (trans_b N) unless its rows are a multiple of 256 bytes apart in the
         // direct form: then a tile's K rows of B fall into a few cache sets and evict each other
         // (1024 x 1024 x 32: 38 GFLOP/s in place, ~85 packed per call).
         const bool conflicts = direct && s.ldb % 64 == 0;
         if (s.trans_b == Trans::N && !conflicts) {
             plain_gen_ = std::make_unique<JitGemmSmall>(s, isa_, false, direct);
-            plain_ = plain_gen_->finalize<SmallFn>();
+            plain_ = plain_gen_->finalize<const void*>();
         }
     }
 
     void run(const GemmCall& call) const override {
-        SmallArgs a{call.args.bias, call.args.residual, call.alpha, call.beta, 0, 0};
-        const auto* A = static_cast<const float*>(call.args.A);
-        auto* C = static_cast<float*>(call.args.C);
-        const float* B = static_cast<const float*>(call.args.B);
-        SmallFn fn = plain_;
+        const void* B = call.args.B;
+        const void* code = plain_;
         if (call.packed_b) {
-            B = static_cast<const float*>(call.packed_b->data), fn = panel_;
+            B = call.packed_b->data, code = panel_;
         } else if (!plain_) {
             float* buf = gemm_thread_buffer(1, layout_.floats());
-            gemm_pack_b(B, s_.ldb, s_.trans_b == Trans::T, s_.K, s_.N, static_cast<int>(layout_.nr), buf);
-            B = buf, fn = panel_;
+            gemm_pack_b(static_cast<const float*>(B), s_.ldb, s_.trans_b == Trans::T, s_.K, s_.N,
+                        static_cast<int>(layout_.nr), buf);
+            B = buf, code = panel_;
         }
         if (!direct_) {
-            fn(A, B, C, &a);
+            const float ab[2] = {call.alpha, call.beta};
+            reinterpret_cast<SmallPlanFn>(const_cast<void*>(code))(call.args.A, B, call.args.C, &call.args, ab);
             return;
         }
+        const auto fn = reinterpret_cast<SmallFn>(const_cast<void*>(code));
+        const SmallArgs a{call.args.bias, call.args.residual, call.alpha, call.beta, 0, 0};
+        const auto* A = static_cast<const float*>(call.args.A);
+        const auto* Bf = static_cast<const float*>(B);
+        auto* C = static_cast<float*>(call.args.C);
         // Tiles [t0, t1) per call: A, C and the residual at the range's first row.
         const int64_t ntiles = rows_.tiles();
         const int64_t macs_per_tile = std::max<int64_t>(1, (rows_.lo + 1) * s_.N * s_.K);
@@ -363,7 +428,7 @@ public:
             r.tiles_lo = (t1 - t0) - r.tiles_hi;
             const int64_t row = rows_.row_of(t0);
             if (res) r.res = res + row * res_row;
-            fn(at ? A + row : A + row * s_.lda, B, C + row * s_.ldc, &r);
+            fn(at ? A + row : A + row * s_.lda, Bf, C + row * s_.ldc, &r);
         };
         const int nthr = parallel_threads(ntiles, grain);
         if (nthr <= 1) {
@@ -380,16 +445,11 @@ public:
         });
     }
 
-    // Small form with B read in place: the plan calls the generated function all but directly.
+    // Small form with B read in place: the plan calls the generated code directly.
     GemmFastPath fast_path() const override {
         if (direct_ || !plain_) return {};
         GemmFastPath f;
-        f.ctx = reinterpret_cast<const void*>(plain_);
-        f.fn = [](const void* ctx, const GemmArgs& a, float alpha, float beta) {
-            const SmallArgs sa{a.bias, a.residual, alpha, beta, 0, 0};
-            reinterpret_cast<SmallFn>(const_cast<void*>(ctx))(static_cast<const float*>(a.A),
-                                                              static_cast<const float*>(a.B), static_cast<float*>(a.C), &sa);
-        };
+        f.fn = reinterpret_cast<SmallPlanFn>(const_cast<void*>(plain_));
         return f;
     }
 
@@ -403,9 +463,9 @@ private:
     Rows rows_;
     GemmBLayout layout_;
     JitGemmSmall panel_gen_;
-    SmallFn panel_ = nullptr;
+    const void* panel_ = nullptr;  // SmallPlanFn (small form) or SmallFn (direct form)
     std::unique_ptr<JitGemmSmall> plain_gen_;
-    SmallFn plain_ = nullptr;
+    const void* plain_ = nullptr;
 };
 
 constexpr int64_t kMaxLd = int64_t(1) << 20;  // displacements stay 32-bit
