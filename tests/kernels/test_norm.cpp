@@ -3,6 +3,7 @@
 // without aliasing, 1 and 2 threads, the kernel cache key, bad input for every entry point (C API
 // included).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -335,6 +336,34 @@ TEST(Norm, StreamingStores) {
     }
     set_num_threads(0);
     detail::set_nt_store_threshold(-1);
+}
+
+TEST(Norm, NaNWeightsStayNaNInBf16Output) {
+    // f32 weights / bias holding NaNs with every low payload bit set (a bf16 rounding by
+    // + 0x8000 on the bits would carry them into the sign): y is NaN in those columns, whatever
+    // path runs (calls of >= 32 rows take the even / odd apply with the weights copied).
+    for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+        for (int64_t rows : {1, 40}) {
+            NormDesc d;
+            d.kind = kind;
+            d.rows = rows;
+            d.hidden = 64;
+            d.x_dtype = d.y_dtype = DType::bf16;
+            d.has_bias = true;
+            for_each_isa([&](Isa isa) {
+                Tensors t = make_tensors(d, 0, 11);
+                const uint32_t bits[] = {0x7fffffffu, 0xffffffffu, 0x7fff8000u};
+                const int64_t cols[] = {5, 20, 33};
+                for (int j = 0; j < 3; ++j)
+                    std::memcpy(static_cast<float*>(j == 2 ? t.b.data() : t.w.data()) + cols[j], &bits[j], 4);
+                norm(d, args_of(d, t));
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t i = 0; i < d.hidden; ++i) {
+                        const bool nan_col = i == 5 || i == 20 || i == 33;
+                        ASSERT_EQ(std::isnan(t.y.get(r, i)), nan_col) << isa_name(isa) << " rows " << rows << " [" << r << "][" << i << "]";
+                    }
+            });
+        }
 }
 
 TEST(Norm, ReferenceAgreesWithPlanAndIsSplitAcrossThreads) {

@@ -16,7 +16,8 @@ enum Entry : int {
     k7fff = 3,      // 0x7fff
     kQuiet = 4,     // 0x00400000: the quiet bit of a float NaN
     kHiWords = 5,   // 0xffff0000
-    kCount = 6
+    k8000 = 6,      // 0x8000: bf16 rounding to nearest, ties away from zero
+    kCount = 7
 };
 
 struct alignas(64) Table {
@@ -33,6 +34,7 @@ const Table& the_table() {
             t.v[k7fff][i] = 0x7fff;
             t.v[kQuiet][i] = 0x00400000u;
             t.v[kHiWords][i] = 0xffff0000u;
+            t.v[k8000][i] = 0x8000u;
         }
         return t;
     }();
@@ -260,6 +262,17 @@ void JitIo::store2_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool 
     if (zmm_) throw Error(Status::runtime_error, "JitIo::store2_eo: AVX2 only");
     auto& g = g_;
     round_pair(even, odd, true);
+    g.vpblendw(s_.v0, even, odd, 0xaa);  // even elements in the low words, odd in the high
+    if (nt) g.vmovntdq(g.ptr[addr], s_.v0);
+    else g.vmovdqu(g.ptr[addr], s_.v0);
+}
+
+void JitIo::store2_eo_away(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
+    if (zmm_) throw Error(Status::runtime_error, "JitIo::store2_eo_away: AVX2 only");
+    auto& g = g_;
+    g.vpaddd(even, even, c(k8000));
+    g.vpaddd(odd, odd, c(k8000));
+    g.vpsrld(even, even, 16);
     g.vpblendw(s_.v0, even, odd, 0xaa);  // even elements in the low words, odd in the high
     if (nt) g.vmovntdq(g.ptr[addr], s_.v0);
     else g.vmovdqu(g.ptr[addr], s_.v0);

@@ -68,6 +68,12 @@ public:
     // split the same way. nt: addr 32-byte aligned. store2_eo clobbers even and odd.
     void load2_eo(const Xbyak::Xmm& even, const Xbyak::Xmm& odd, const Xbyak::RegExp& addr) const;
     void store2_eo(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt = false) const;
+    // As store2_eo, but rounded to nearest with ties away from zero (+ 0x8000 on the bits: 4
+    // instructions a pair instead of ~13, no NaN test). Precondition: every NaN among the values
+    // has zero low 16 bits (NaNs from bf16 data, or generated default NaNs): the + 0x8000 would
+    // carry a payload of 0x7fff8000-0x7fffffff into the sign. Finite values and +-inf round
+    // within half a bf16 ulp (an overflow goes to inf, as round to nearest even).
+    void store2_eo_away(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt = false) const;
     // Runtime counts: cnt holds 1..vlen (preserved).
     void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
     void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -67,8 +68,12 @@ bool norm_eo_stats(const NormKernelDesc& kd, Isa isa) {
 bool norm_eo_apply(const NormKernelDesc& kd, Isa isa) { return norm_eo_stats(kd, isa) && kd.y_dtype == DType::bf16; }
 
 // f32 weights in the order the even / odd passes read them: within every full 16-element block,
-// the 8 even-indexed elements first, then the 8 odd ones (the rest in order).
+// the 8 even-indexed elements first, then the 8 odd ones (the rest in order). NaNs become the
+// default quiet NaN: the even / odd apply rounds with JitIo::store2_eo_away, whose + 0x8000 needs
+// NaN payloads with zero low words (x is bf16 there, so only the weights could bring others).
 void norm_eo_permute(float* v, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+        if (v[i] != v[i]) v[i] = std::numeric_limits<float>::quiet_NaN();
     float tmp[16];
     for (int64_t b = 0; b + 16 <= n; b += 16) {
         for (int j = 0; j < 8; ++j) {
@@ -275,7 +280,7 @@ public:
             if (!do_apply) return;
             for (int k = 0; k < nv; k += 2) {
                 const int64_t o = off + k * vl;
-                if (eo_apply && full_pair(k)) io.store2_eo(y + idx * ys + o * ys, res(k), res(k + 1), nt);
+                if (eo_apply && full_pair(k)) io.store2_eo_away(y + idx * ys + o * ys, res(k), res(k + 1), nt);
                 else if (k + 1 < nv) io.store2(y + idx * ys + o * ys, res(k), res(k + 1), yt, vl + (k + 1 == nv - 1 ? last : vl), nt);
                 else io.store(y + idx * ys + o * ys, res(k), yt, last, nt && last == vl);
             }
