@@ -26,6 +26,10 @@ struct Impl {
     Isa isa;                                             // ISA level the implementation needs
     bool (*supports)(const Desc&);                       // nullptr = supports everything
     std::shared_ptr<const Kernel> (*create)(const Desc&);  // may JIT-generate; throws on failure
+    // false: select() never picks it. It is reached only by name or by iterating impls() (tests
+    // forcing each entry, a family's measured routing, a lookup by packed layout); its supports()
+    // still says what it can run.
+    bool selectable = true;
 };
 
 template <class Desc, class Kernel>
@@ -41,7 +45,7 @@ public:
     // First implementation allowed under `cap` (and by the machine) that supports `d`.
     const ImplT& select(const Desc& d, Isa cap) const {
         for (const ImplT& impl : impls_) {
-            if (impl.isa > cap || !isa_supported(impl.isa)) continue;
+            if (!impl.selectable || impl.isa > cap || !isa_supported(impl.isa)) continue;
             if (impl.supports && !impl.supports(d)) continue;
             return impl;
         }

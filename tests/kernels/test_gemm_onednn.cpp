@@ -269,7 +269,9 @@ TEST(GemmOnednn, NeverSelectedByItselfAndRejectsWhatItCannotRun) {
     GemmDesc d;
     d.M = d.N = d.K = 512;
     const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
-    EXPECT_FALSE(onednn_impl().supports(spec));
+    EXPECT_TRUE(onednn_impl().supports(spec));
+    EXPECT_FALSE(onednn_impl().selectable);
+    EXPECT_STRNE(detail::gemm_registry().select(spec, max_isa()).name, "onednn");
     TuneGuard off(false);
     EXPECT_STRNE(GemmPlan(d).impl_name(), "onednn");  // with autotuning off
     GemmDesc h = d;

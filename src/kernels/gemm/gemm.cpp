@@ -2,7 +2,6 @@
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
 
-#include <cstring>
 #include <sstream>
 
 #include "common/activation.hpp"
@@ -249,8 +248,8 @@ __attribute__((always_inline)) inline bool gemm_args_ok(const GemmPlanState& st,
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
     // small N or short K (no A packing), the decode / GEMV kernel (M <= 16, weights streamed),
-    // then the blocked kernel, then oneDNN (only when measured faster, see gemm_tune.cpp). The panel kernel (the GEMV kernel for any M) is reached only by a
-    // PackedB in its layout (GemmPlan::run with a PackedB of another plan). The reference takes
+    // then the blocked kernel. oneDNN runs only when measured faster (see gemm_tune.cpp). The
+    // panel kernel (the GEMV kernel for any M) is reached only by a PackedB in its layout (GemmPlan::run with a PackedB of another plan). The reference takes
     // everything else (bf16, int8, empty shapes).
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
@@ -269,9 +268,10 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
             {"jit:avx512:panel", Isa::avx512, gemm_panel_supports, create_gemv_avx512},
             {"jit:avx2:panel", Isa::avx2, gemm_panel_supports, create_gemv_avx2},
-            // oneDNN's matmul: never selected by itself (supports() is false); the autotuner
-            // (gemm_select) and gemm_kernel_for_layout route here after onednn_gemm_supports.
-            {"onednn", Isa::avx2, [](const GemmSpec&) { return false; }, create_gemm_onednn},
+            // oneDNN's matmul: not selectable; the autotuner (gemm_select) routes here when it
+            // measured it faster, and gemm_kernel_for_layout finds it for the plain layout (ahead
+            // of ref:scalar, which reads that layout far slower).
+            {"onednn", Isa::avx2, onednn_gemm_supports, create_gemm_onednn, /*selectable=*/false},
             {"ref:scalar", Isa::scalar, nullptr, create_gemm_reference},
         });
     return r;
@@ -306,10 +306,7 @@ std::shared_ptr<const GemmKernel> gemm_kernel_for_layout(const GemmSpec& s, cons
     const Isa cap = max_isa();
     for (const auto& impl : reg.impls()) {
         if (impl.isa > cap || !isa_supported(impl.isa)) continue;
-        // (The oneDNN entry, never selected by itself, reads the plain layout of ref:scalar far
-        // faster: it is asked through its own predicate.)
-        const bool dnn = std::strcmp(impl.name, "onednn") == 0;
-        if (dnn ? !onednn_gemm_supports(s) : impl.supports && !impl.supports(s)) continue;
+        if (impl.supports && !impl.supports(s)) continue;
         auto sel = reg.get(s, impl);  // created once, through the kernel cache
         if (sel.kernel->packed_layout() == layout) return sel.kernel;
     }

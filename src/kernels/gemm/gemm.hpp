@@ -127,9 +127,8 @@ bool gemm_direct_supports(const GemmSpec& s, Isa isa);
 std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa);
 
 //   oneDNN (onednn_gemm.cpp): the matmul primitive with the epilogue as post-ops, B packed in the
-//   reference layout. Its registry entry ("onednn") never supports anything by itself: only the
-//   autotuner (below) and gemm_kernel_for_layout (a PackedB in the plain layout) route there,
-//   after onednn_gemm_supports.
+//   reference layout. Its registry entry ("onednn") is not selectable: only the autotuner (below)
+//   and gemm_kernel_for_layout (a PackedB in the plain layout) route there.
 bool onednn_gemm_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_onednn(const GemmSpec& s);
 
