@@ -201,17 +201,24 @@ private:
         auto cst = [&](int e) { return ptr[ct + e * 64]; };
         vmovups(glo, cst(kSGLo));
 
+        // Shared by both blocks: the gate's k-th vector; whether vector k of a block of nv vectors
+        // (counts[k] elements each) is in a full pair split even / odd (bf16 in and out on AVX2,
+        // JitIo::load2_eo); its load (the even vector of such a pair loads both, the odd none).
+        auto gate = [&](int k) { return x + idx * xs + k * vl * xs; };
+        auto eo_pair = [&](int nv, const int* counts, int k) {
+            const int k0 = k & ~1;
+            return eo_ && k0 + 1 < nv && counts[k0] == vl && counts[k0 + 1] == vl;
+        };
+        auto load_v = [&](int nv, const int* counts, int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
+            if (!eo_pair(nv, counts, k)) io.load(v, addr, xt, counts[k]);
+            else if (k % 2 == 0) io.load2_eo(v, v_next, addr);  // k + 1's vector too
+        };
+
         // nv vectors from element idx, counts[k] elements each (full but the last).
         auto block = [&](int nv, const int* counts) {
-            auto gate = [&](int k) { return x + idx * xs + k * vl * xs; };
-            // bf16 in and out on AVX2: full pairs of vectors split even / odd (JitIo::load2_eo).
-            auto eo = [&](int k) {
-                const int k0 = k & ~1;
-                return eo_ && k0 + 1 < nv && counts[k0] == vl && counts[k0 + 1] == vl;
-            };
+            auto eo = [&](int k) { return eo_pair(nv, counts, k); };
             auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
-                if (!eo(k)) io.load(v, addr, xt, counts[k]);
-                else if (k % 2 == 0) io.load2_eo(v, v_next, addr);  // k + 1's vector too
+                load_v(nv, counts, k, v, v_next, addr);
             };
             for (int k = 0; k < nv; ++k) load(k, X(k), X(k + 1 < 4 ? k + 1 : k), gate(k));
             // x = -t = max(g, -86) clamped to <= 86.9, then g + n ln2 (the polynomials are in -t).
@@ -283,14 +290,9 @@ private:
             else f(cst(e));
         };
         auto block_bf16 = [&](int nv, const int* counts, bool cr) {
-            auto gate = [&](int k) { return x + idx * xs + k * vl * xs; };
-            auto eo = [&](int k) {
-                const int k0 = k & ~1;
-                return eo_ && k0 + 1 < nv && counts[k0] == vl && counts[k0 + 1] == vl;
-            };
+            auto eo = [&](int k) { return eo_pair(nv, counts, k); };
             auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
-                if (!eo(k)) io.load(v, addr, xt, counts[k]);
-                else if (k % 2 == 0) io.load2_eo(v, v_next, addr);
+                load_v(nv, counts, k, v, v_next, addr);
             };
             auto nx = [&](int k) { return k + 1 < 4 ? k + 1 : k; };
             for (int k = 0; k < nv; ++k) load(k, X(k), X(nx(k)), gate(k));
