@@ -109,7 +109,6 @@ private:
         const int64_t a_row = at ? 4 : s.lda * 4;  // bytes between rows of op(A)
         const int64_t a_k = at ? s.lda * 4 : 4;    // bytes between k of op(A)
         const int64_t b_k = panel_b ? NR * 4 : s.ldb * 4;
-          // bytes between column tiles of B
         const int64_t res_es = dtype_size(s.residual_type);
         const int64_t ldc_b = s.ldc * 4, ldr_b = s.ld_residual * res_es;
         const GemmEpi epi = gemm_epi(s);
