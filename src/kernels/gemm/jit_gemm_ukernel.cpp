@@ -1,9 +1,9 @@
 // xbyak generator of the blocked GEMM's microkernel (see jit_gemm_ukernel.hpp).
 //
-// Per packed A panel: zero the mr x nv accumulators, prefetch the C tile, run the K loop
-// (unrolled, remainder one step at a time) — each step loads nv B vectors and, per row, broadcasts
-// one A value (AVX2: vbroadcastss into a register, two alternating; AVX-512: embedded {1to16}
-// broadcast operands) into nv FMAs — then the fused store (JitGemmBase::emit_epilogue) and on to
+// Per packed A panel: zero the mr x nv accumulators, prefetch C tiles, run the K loop (unrolled,
+// remainder one step at a time) — each step loads nv B vectors and, per row, broadcasts one A value
+// (AVX2: vbroadcastss into a register, two alternating; AVX-512: embedded {1to16} broadcast
+// operands) into nv FMAs — then the fused store (JitGemmBase::emit_epilogue) and on to
 // the next panel (A and C advance; B is reused from L1).
 #include "kernels/gemm/jit_gemm_ukernel.hpp"
 
@@ -96,13 +96,29 @@ private:
                 imul(rBn, rK, NR * 4);
                 add(rBn, rB);
             }
-            // C of this tile and of the next panel's (a short K leaves this one too little time).
-            // Prefetches never fault: the rows past the last panel cost nothing.
-            mov(rTmp, rC);
-            for (int i = 0; i < 2 * mr; ++i) {
-                prefetcht0(ptr[rTmp]);
-                if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
-                if (i + 1 < 2 * mr) add(rTmp, rLdc);
+            // AVX-512: C of this tile and of the next panel's into L1 (a short K leaves this one
+            // too little time). AVX2: only the next panel's tile, into L2 (prefetcht1), one panel
+            // ahead; the store loads this tile from there. With ldc a multiple of 4 KiB (N = 1024,
+            // 3072, ...) every row of a tile maps to one L1 set: 12 C lines prefetched into L1 at
+            // the panel's start evicted the B panel's lines of that set (and each other) during
+            // the K loop. Measured on Zen 3 (docs/gemm.md): +0.5-2% on large shapes at 1 and 2
+            // threads, +2-3% with K = 64..128. Prefetches never fault: rows past the last panel
+            // cost nothing.
+            if (z_) {
+                mov(rTmp, rC);
+                for (int i = 0; i < 2 * mr; ++i) {
+                    prefetcht0(ptr[rTmp]);
+                    if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
+                    if (i + 1 < 2 * mr) add(rTmp, rLdc);
+                }
+            } else {
+                imul(rTmp, rLdc, mr);
+                add(rTmp, rC);
+                for (int i = 0; i < mr; ++i) {
+                    prefetcht1(ptr[rTmp]);
+                    if (s.ncols * 4 > 4) prefetcht1(ptr[rTmp + s.ncols * 4 - 4]);
+                    if (i + 1 < mr) add(rTmp, rLdc);
+                }
             }
             cmp(rK, U);
             jl(l_krem);
