@@ -8,7 +8,10 @@
 //     padding of the inputs holds NaN so that reading it shows),
 //   - packed and unpacked B (bit-identical), 1 and 2 threads (bit-identical),
 // and the generation of the AVX-512 code even where it cannot run (encodings checked here, the
-// numbers on an AVX-512 machine, where the same sweeps force the avx512 entries).
+// numbers on an AVX-512 machine, where the same sweeps force the avx512 entries). The small
+// kernel's AVX-512 tilings (XK_GEMM_SMALL_ZMM = 0..kGemmSmallZmmVariants-1) are each run through
+// the small-shape sweeps where AVX-512 is there (the variable set, the kernel cache emptied, before
+// the kernels are created), and generated for every shape everywhere.
 //
 // Tolerance per element of C (u = 2^-24), as in test_gemm.cpp:
 //   e0 = 2 (K + 5) u |alpha| sum_k |a_mk b_kn| + 2u (|beta C| + |bias|)
@@ -16,6 +19,7 @@
 // with x the value entering the activation and L = 1.2 its slope bound (gelu, silu; 1 otherwise).
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "dispatch/kernel_cache.hpp"
 #include "kernels/gemm_f32_problem.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
@@ -52,17 +57,69 @@ std::vector<const Impl*> runnable_impls() {
     return v;
 }
 
-// Runs one case through every runnable implementation that supports it: unpacked, then packed
-// (bit-identical). Returns how many implementations ran.
-int run_all(const Case& c) {
+// The AVX-512 small kernel's tiling under test (XK_GEMM_SMALL_ZMM) and the cases each ran.
+int& current_zmm_variant() {
+    static int v = 0;
+    return v;
+}
+std::map<int, int>& runs_per_zmm_variant() {
+    static std::map<int, int> m;
+    return m;
+}
+
+// Sets XK_GEMM_SMALL_ZMM for its lifetime (and empties the kernel cache on the way in and out, so
+// that the kernels are generated under it); the previous value is restored.
+class ZmmVariant {
+public:
+    explicit ZmmVariant(int v) {
+        if (const char* e = std::getenv(kVar)) had_ = true, old_ = e;
+        set(std::to_string(v).c_str());
+        current_zmm_variant() = v;
+    }
+    ~ZmmVariant() {
+        if (had_)
+            set(old_.c_str());
+        else
+            set(nullptr);
+        current_zmm_variant() = 0;
+    }
+    static void set(const char* value) {
+        if (value)
+            setenv(kVar, value, 1);
+        else
+            unsetenv(kVar);
+        detail::KernelCache::instance().clear();
+    }
+
+private:
+    static constexpr const char* kVar = "XK_GEMM_SMALL_ZMM";
+    bool had_ = false;
+    std::string old_;
+};
+
+// The tilings the small-shape sweeps run: all of them where the AVX-512 kernels run, else the
+// default only (the override changes nothing else).
+std::vector<int> zmm_variants_to_run() {
+    std::vector<int> v{0};
+    if (isa_supported(Isa::avx512))
+        for (int i = 1; i < detail::kGemmSmallZmmVariants; ++i) v.push_back(i);
+    return v;
+}
+constexpr const char* kZmmSmall = "jit:avx512:small";
+
+// Runs one case through every runnable implementation that supports it (or only the one named
+// `only`): unpacked, then packed (bit-identical). Returns how many implementations ran.
+int run_all(const Case& c, const char* only = nullptr) {
     Problem p(c);
     const GemmDesc d = c.desc();
     const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
     int ran = 0;
     for (const Impl* impl : runnable_impls()) {
         if (impl->supports && !impl->supports(spec)) continue;
+        if (only && std::string(impl->name) != only) continue;
         ++ran;
         ++runs_per_impl()[impl->name];
+        if (std::string(impl->name) == kZmmSmall) ++runs_per_zmm_variant()[current_zmm_variant()];
         xk::test::exercised_isas().insert(impl->isa);
         const auto k = detail::gemm_registry().get(spec, *impl).kernel;
         detail::GemmCall call;
@@ -186,12 +243,8 @@ TEST(GemmJit, EveryEpilogue) {
     }
 }
 
-// The small kernel's tiling (M, N, K <= 64): AVX2 columns of 4 vectors (3 x 4 tiles, A outer) with
-// a last column of 1..4 vectors, masked or not (N = 18..64), the K loop with every remainder and
-// k = 0 peeled (K = 1, 2, 16 fully unrolled; 17, 24, 25, 40, 64 looped), tile heights balanced over
-// M, every epilogue on the widest tile; through every registry entry and through a plan (the
-// plan's direct entry into the generated code: A, B, C, bias, residual and the scalars).
-TEST(GemmJit, SmallKernelColumnsAndKLoop) {
+namespace {
+void small_columns_and_k_loop(const char* only) {
     const int64_t ns[] = {18, 24, 25, 31, 32, 33, 40, 47, 48, 56, 57, 63, 64};
     const int64_t ks[] = {1, 2, 16, 17, 24, 25, 40, 64};
     const int64_t ms[] = {1, 3, 4, 6, 7, 13, 32, 33, 64};
@@ -207,8 +260,8 @@ TEST(GemmJit, SmallKernelColumnsAndKLoop) {
             c.pad_a = idx % 2, c.pad_b = (idx / 2) % 3, c.pad_c = idx % 4 == 1 ? 5 : 0, c.pad_r = idx % 3;
             c.misalign = static_cast<size_t>(idx % 7);
             c.seed = 500 + static_cast<uint64_t>(idx++);
-            ASSERT_GE(run_all(c), 2) << c.str();
-            if (HasFailure()) return;
+            ASSERT_GE(run_all(c, only), only ? 1 : 2) << c.str();
+            if (::testing::Test::HasFailure()) return;
             Problem p(c);
             const GemmPlan plan(c.desc());
             if (isa_supported(Isa::avx2)) EXPECT_NE(std::string(plan.impl_name()).find(":small"), std::string::npos);
@@ -217,6 +270,85 @@ TEST(GemmJit, SmallKernelColumnsAndKLoop) {
         }
     }
 }
+}  // namespace
+
+// The small kernel's tiling (M, N, K <= 64): AVX2 columns of 4 vectors (3 x 4 tiles, A outer) with
+// a last column of 1..4 vectors, masked or not (N = 18..64), the K loop with every remainder and
+// k = 0 peeled (K = 1, 2, 16 fully unrolled; 17, 24, 25, 40, 64 looped), tile heights balanced over
+// M, every epilogue on the widest tile; through every registry entry and through a plan (the
+// plan's direct entry into the generated code: A, B, C, bias, residual and the scalars). With
+// AVX-512, again for each of its small-form tilings (the AVX-512 small entry and the plan only).
+TEST(GemmJit, SmallKernelColumnsAndKLoop) {
+    for (int v : zmm_variants_to_run()) {
+        const ZmmVariant zv(v);
+        SCOPED_TRACE("XK_GEMM_SMALL_ZMM=" + std::to_string(v));
+        small_columns_and_k_loop(v == 0 ? nullptr : kZmmSmall);
+        if (HasFailure()) return;
+    }
+}
+
+// The small-shape sweep of each tiling: every size class of N (1, 7, 8: one narrow vector; 16,
+// 17, 23, 31, 32, 33: one or two zmm, masked or not; 63, 64: four), M and K from the same sizes
+// (tile heights, K loop remainders), transposes, leading dimensions, misalignment, the epilogue
+// classes rotating; then every epilogue on the narrow (N = 8 and 7), the two-vector (23) and the
+// widest (64) column.
+TEST(GemmJit, SmallShapesEveryTiling) {
+    const int64_t sizes[] = {1, 7, 8, 16, 17, 23, 31, 32, 33, 63, 64};
+    const float alphas[] = {1.0f, -0.7f};
+    const float betas[] = {0.0f, 1.0f, 0.4f};
+    for (int v : zmm_variants_to_run()) {
+        const ZmmVariant zv(v);
+        SCOPED_TRACE("XK_GEMM_SMALL_ZMM=" + std::to_string(v));
+        const char* only = v == 0 ? nullptr : kZmmSmall;
+        int idx = 0;
+        for (int64_t N : sizes) {
+            for (int64_t M : sizes) {
+                Case c;
+                c.M = M, c.N = N, c.K = sizes[(idx * 7 + 3) % 11];
+                c.ta = idx % 3 == 1 ? Trans::T : Trans::N, c.tb = idx % 4 == 2 ? Trans::T : Trans::N;
+                c.alpha = alphas[idx % 2], c.beta = betas[(idx / 2) % 3];
+                if (idx % 3 == 2) c.bias = true, c.act = kActs[(idx / 3) % 5], c.res = (idx / 3) % 3;
+                c.pad_a = idx % 2 * 3, c.pad_b = (idx / 2) % 3, c.pad_c = idx % 5 == 1 ? 4 : 0, c.pad_r = idx % 3;
+                c.misalign = static_cast<size_t>(idx % 6);
+                c.seed = 900 + static_cast<uint64_t>(idx++);
+                run_all(c, only);
+                if (HasFailure()) return;
+            }
+        }
+        const int64_t every[][3] = {{8, 8, 8}, {13, 7, 19}, {23, 23, 23}, {64, 64, 64}};
+        for (const auto& sh : every) {
+            for (Activation act : kActs) {
+                for (bool bias : {false, true}) {
+                    for (int res : {0, 1, 2}) {
+                        for (float beta : {0.0f, 1.0f, 0.3f}) {
+                            Case c;
+                            c.M = sh[0], c.N = sh[1], c.K = sh[2];
+                            c.act = act, c.bias = bias, c.res = res, c.beta = beta;
+                            c.alpha = idx % 2 ? 1.0f : 0.8f;
+                            c.ta = idx % 3 == 1 ? Trans::T : Trans::N;
+                            c.pad_b = idx % 2 * 9, c.pad_c = idx % 3, c.pad_r = idx % 2 ? 0 : 5;
+                            c.misalign = static_cast<size_t>(idx % 3);
+                            c.seed = 1900 + static_cast<uint64_t>(idx++);
+                            run_all(c, only);
+                            if (HasFailure()) return;
+                        }
+                    }
+                }
+            }
+        }
+        // Through a plan too (the fast path into the generated code), one shape per column class.
+        for (int64_t N : {7, 8, 23, 32, 64}) {
+            Case c;
+            c.M = 29, c.N = N, c.K = 33, c.bias = true, c.act = Activation::silu, c.res = 1, c.beta = 0.5f;
+            c.seed = 2900 + static_cast<uint64_t>(N);
+            Problem p(c);
+            const GemmPlan plan(c.desc());
+            plan.run(p.args());
+            ASSERT_TRUE(p.check(std::string("plan ") + plan.impl_name()));
+        }
+    }
+}
+
 
 // Through plans: 1 and 2 threads give the same bits (the K accumulation order does not depend on
 // the split), a PackedB serves plans of other M, and each ISA's selection is exercised.
@@ -304,7 +436,8 @@ TEST(GemmJit, GeneratesEveryIsaVariant) {
     for (Isa isa : {Isa::avx2, Isa::avx512}) {
         for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {23, 23, 23}, {64, 64, 64}, {7, 33, 5},
                                                                {30, 17, 64}, {100, 70, 600}, {15, 47, 9},
-                                                               {500, 64, 100}, {77, 30, 131}}) {
+                                                               {500, 64, 100}, {77, 30, 131}, {8, 8, 8},
+                                                               {64, 7, 40}, {37, 56, 17}, {64, 49, 64}}) {
             for (Activation act : kActs) {
                 Case c;
                 c.M = s[0], c.N = s[1], c.K = s[2];
@@ -315,7 +448,11 @@ TEST(GemmJit, GeneratesEveryIsaVariant) {
                 const detail::GemmSpec spec = detail::gemm_check_desc("test", c.desc());
                 EXPECT_NO_THROW(detail::create_gemm_jit(spec, isa)) << isa_name(isa) << " " << c.str();
                 if (detail::gemm_small_supports(spec))
-                    EXPECT_NO_THROW(detail::create_gemm_small(spec, isa)) << isa_name(isa) << " " << c.str();
+                    for (int v = 0; v < (isa == Isa::avx512 ? detail::kGemmSmallZmmVariants : 1); ++v) {
+                        const ZmmVariant zv(v);
+                        EXPECT_NO_THROW(detail::create_gemm_small(spec, isa))
+                            << isa_name(isa) << " XK_GEMM_SMALL_ZMM=" << v << " " << c.str();
+                    }
                 if (detail::gemm_direct_supports(spec, isa))
                     EXPECT_NO_THROW(detail::create_gemm_direct(spec, isa)) << isa_name(isa) << " " << c.str();
             }
@@ -323,11 +460,37 @@ TEST(GemmJit, GeneratesEveryIsaVariant) {
     }
 }
 
-// Last: what the forced sweeps covered (a machine without AVX-512 shows no avx512 entries).
+// The tiling override: an unknown value is an error naming the variable and the value (the
+// AVX-512 kernel is generated, not run, so this holds on any machine); other ISAs ignore it.
+TEST(GemmJit, SmallZmmVariantBadValue) {
+    GemmDesc d;
+    d.M = d.N = d.K = 16;
+    const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
+    for (const char* bad : {"-1", "6", "99", "x", "1x"}) {
+        const ZmmVariant restore(0);
+        ZmmVariant::set(bad);
+        XK_EXPECT_INVALID(detail::create_gemm_small(spec, Isa::avx512),
+                          std::string("XK_GEMM_SMALL_ZMM: unknown variant '") + bad + "'");
+        EXPECT_NO_THROW(detail::create_gemm_small(spec, Isa::avx2)) << bad;
+    }
+}
+
+// Last: what the forced sweeps covered (a machine without AVX-512 shows no avx512 entries, and the
+// AVX-512 small tilings only generated).
 TEST(GemmJit, ZZCoverage) {
     for (const auto& [name, n] : runs_per_impl()) std::printf("[coverage] %-18s %d cases\n", name.c_str(), n);
     for (const Impl* impl : runnable_impls())
         EXPECT_GT(runs_per_impl()[impl->name], 100) << impl->name;
+    if (isa_supported(Isa::avx512)) {
+        std::printf("[coverage] %s XK_GEMM_SMALL_ZMM variants run:", kZmmSmall);
+        for (const auto& [v, n] : runs_per_zmm_variant()) std::printf(" %d (%d cases)", v, n);
+        std::printf("\n");
+        for (int v = 0; v < detail::kGemmSmallZmmVariants; ++v)
+            EXPECT_GT(runs_per_zmm_variant()[v], 100) << "XK_GEMM_SMALL_ZMM=" << v;
+    } else {
+        std::printf("[coverage] no AVX-512 here: the %s tilings XK_GEMM_SMALL_ZMM=0..%d generated, not run\n",
+                    kZmmSmall, detail::kGemmSmallZmmVariants - 1);
+    }
 }
 
 // One packed weight serves every batch size: a PackedB made by a decode plan (M = 1) runs in a

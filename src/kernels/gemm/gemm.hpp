@@ -121,6 +121,9 @@ std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
 //   small (jit_gemm_small.cpp): M, N, K <= 64, generated for the exact shape, no packing
 bool gemm_small_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa);
+//   its AVX-512 tiling with B read in place, an experiment override read by create_gemm_small:
+//   XK_GEMM_SMALL_ZMM = 0 (default) .. kGemmSmallZmmVariants - 1 (jit_gemm_small.cpp says what each is)
+constexpr int kGemmSmallZmmVariants = 6;
 //   direct (jit_gemm_small.cpp): the same code for any M where B is small (K x N within 40% of
 //   L2, one K block): tall-skinny and medium shapes, threaded over M
 bool gemm_direct_supports(const GemmSpec& s, Isa isa);

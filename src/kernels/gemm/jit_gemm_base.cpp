@@ -52,7 +52,7 @@ JitGemmBase::JitGemmBase(Isa isa, size_t code_bytes) : JitGenerator(isa, code_by
     nvregs_ = z_ ? 32 : 16;
 }
 
-Xmm JitGemmBase::V(int i) const { return z_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+Xmm JitGemmBase::V(int i) const { return z_ && !ymm_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
 
 void JitGemmBase::set_tail_mask(int w) {
     if (!z_ || w >= vlen_) return;
@@ -105,8 +105,9 @@ void JitGemmBase::load_bf16(const Xmm& dst, const RegExp& src, int w) {
     if (w == vlen_) {
         vpmovzxwd(dst, ptr[src]);
     } else if (z_) {
-        vmovdqu16(Ymm(dst.getIdx()) | k1 | T_z, ptr[src]);
-        vpmovzxwd(dst, Ymm(dst.getIdx()));
+        const Xmm half = ymm_ ? Xmm(dst.getIdx()) : Xmm(Ymm(dst.getIdx()));  // the w bf16 values
+        vmovdqu16(half | k1 | T_z, ptr[src]);
+        vpmovzxwd(dst, half);
     } else {
         const Xmm x(dst.getIdx());
         vpxor(x, x, x);

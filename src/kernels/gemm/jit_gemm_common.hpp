@@ -57,7 +57,7 @@ class JitGemmBase : public JitGenerator {
 protected:
     JitGemmBase(Isa isa, size_t code_bytes);
 
-    Xbyak::Xmm V(int i) const;                       // ymm(i) or zmm(i)
+    Xbyak::Xmm V(int i) const;                       // ymm(i) or zmm(i) (ymm(i) in ymm mode)
     static int acc_idx(int i, int j, int nv) { return i * nv + j; }
 
     // Where the epilogue finds what it needs. c_row points at the tile's row 0; on return it
@@ -88,7 +88,15 @@ protected:
     // ymm mask of w lanes (AVX2), from a static table.
     void load_avx2_mask(const Xbyak::Xmm& dst, int w, const Xbyak::Reg64& gtmp);
 
+    // AVX-512 code on ymm registers (V(), vlen_ = 8; AVX-512VL encodings, k1 masks, embedded
+    // broadcasts), for a tile of at most 8 columns; off again before the next full-width tile.
+    void set_ymm(bool on) {
+        ymm_ = z_ && on;
+        vlen_ = z_ && !on ? 16 : 8;
+    }
+
     bool z_ = false;
+    bool ymm_ = false;
     int vlen_ = 8, nvregs_ = 16;
 };
 

@@ -14,7 +14,10 @@
 // 5, 5, 5, 5, 6, 6 — a short tile has too few accumulators to hide the FMA latency). The AVX2
 // small form with B read in place uses columns of 4 vectors instead (3 x 4 tiles, A outer: 3
 // broadcasts and 4 B loads per 12 FMAs, libxsmm's AVX2 tile; narrower last columns B outer, see
-// wide_rows). Per tile: k = 0 multiplies into the accumulators (no zeroing), the rest of the K
+// wide_rows). The AVX-512 small form with B in place has alternative tilings behind an experiment
+// override (XK_GEMM_SMALL_ZMM, small_zmm_tiling: register broadcasts, columns of 4 zmm in either
+// step order, ymm for columns of <= 8 floats); the default is the panel width above.
+// Per tile: k = 0 multiplies into the accumulators (no zeroing), the rest of the K
 // loop (fully unrolled for K <= 16, else by 8 with the remainder unrolled) loads B vectors
 // straight from B and broadcasts A straight from A (either transpose), then the fused store of
 // JitGemmBase. Small: columns outer, tiles inner (B's column block stays in L1; rows outer as
@@ -28,7 +31,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <utility>
 
 #include "common/parallel.hpp"
@@ -72,6 +77,58 @@ int a_outer_rows(int nv, bool masked) { return std::min((16 - 1 - (masked ? 1 : 
 bool wide_a_outer(int nv, bool masked) { return a_outer_rows(nv, masked) > b_outer_rows(nv, masked); }
 int wide_rows(int nv, bool masked) { return std::max(a_outer_rows(nv, masked), b_outer_rows(nv, masked)); }
 
+// AVX-512 small form with B read in place: the tiling, an experiment override
+// (XK_GEMM_SMALL_ZMM=<variant>, read when the kernel is generated; default 0). Every variant sums
+// each element of C in the same k order (bit-identical results); they differ in the column width,
+// the step order and how A is broadcast:
+//   0: columns of 2 zmm, B outer, A broadcast from memory inside each FMA ({1to16}): nv B
+//      registers + the accumulators (rows_for: 15 rows x 2, 28 x 1);
+//   1: as 0, A broadcast into 2 alternating registers (vbroadcastss, then the row's FMAs): 14 x 2,
+//      28 x 1;
+//   2: columns of 4 zmm, A outer: the rows' broadcasts held in registers, then one B vector at a
+//      time (2 alternating B registers) against every row: 6 x 4, 7 x 3, 10 x 2, 15 x 1;
+//   3: columns of 4 zmm, B outer, embedded broadcasts (as 0): 7 x 4, 9 x 3, 15 x 2, 28 x 1;
+//   4: as 0, but a tile of a column of at most 8 floats (N <= 8, narrow last columns) runs on ymm
+//      registers, K loop and store (JitGemmBase::set_ymm; AVX-512VL encodings, {1to8} broadcasts,
+//      plain 8-float loads / stores where the column is 8 wide, k1-masked below) instead of
+//      half-masked zmm;
+//   5: columns of 4 zmm, B outer, A broadcast into 2 alternating registers: 6 x 4, 9 x 3, 14 x 2,
+//      28 x 1.
+struct ZTiling {
+    int cv = 2;              // vectors per full column
+    bool a_outer = false;    // A outer (else B outer)
+    bool reg_bcast = false;  // B outer: A broadcast into registers (else embedded broadcasts)
+    bool ymm_narrow = false; // columns of <= 8 floats on ymm
+};
+ZTiling small_zmm_tiling(int v) {
+    ZTiling t;
+    if (v == 1) t.reg_bcast = true;
+    if (v == 2) t.cv = 4, t.a_outer = true;
+    if (v == 3) t.cv = 4;
+    if (v == 4) t.ymm_narrow = true;
+    if (v == 5) t.cv = 4, t.reg_bcast = true;
+    return t;
+}
+// Whether a column of nv vectors, ncols floats, takes the ymm K loop.
+bool ztile_ymm(const ZTiling& t, int nv, int ncols) { return t.ymm_narrow && nv == 1 && ncols <= 8; }
+// Rows of a tile of nv zmm vectors under the tiling (at most 28, as rows_for).
+int ztile_rows(const ZTiling& t, int nv, int ncols) {
+    if (ztile_ymm(t, nv, ncols)) return 28;
+    if (t.a_outer) return std::min((32 - 2) / (nv + 1), 28);  // + rows broadcasts + 2 B registers
+    if (t.reg_bcast) return std::min((32 - nv - 2) / nv, 28);  // + nv B + 2 broadcast registers
+    return std::min((32 - nv) / nv, 28);                       // + nv B registers
+}
+int small_zmm_variant() {
+    const char* e = std::getenv("XK_GEMM_SMALL_ZMM");
+    if (!e || !*e) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end != '\0' || v < 0 || v >= kGemmSmallZmmVariants)
+        throw Error(Status::invalid_argument, std::string("XK_GEMM_SMALL_ZMM: unknown variant '") + e + "' (0.." +
+                                                  std::to_string(kGemmSmallZmmVariants - 1) + ")");
+    return static_cast<int>(v);
+}
+
 // Balanced tile heights over M: n_hi tiles of lo + 1 rows, then n_lo tiles of lo rows.
 struct Rows {
     int lo = 0;
@@ -95,13 +152,14 @@ Rows direct_rows(const GemmSpec& s, Isa isa) {
 
 class JitGemmSmall : public JitGemmBase {
 public:
-    JitGemmSmall(const GemmSpec& s, Isa isa, bool panel_b, bool direct)
+    // zvariant: the AVX-512 small form's tiling with B in place (small_zmm_tiling; ignored elsewhere).
+    JitGemmSmall(const GemmSpec& s, Isa isa, bool panel_b, bool direct, int zvariant = 0)
         : JitGemmBase(gemm_code_isa(isa), 256 * 1024) {
-        generate(s, panel_b, direct);
+        generate(s, panel_b, direct, zvariant);
     }
 
 private:
-    void generate(const GemmSpec& s, bool panel_b, bool direct) {
+    void generate(const GemmSpec& s, bool panel_b, bool direct, int zvariant) {
         const GemmGeometry g = gemm_geometry(isa());
         const int vl = g.vlen, NR = g.nr;
         const int64_t M = s.M, N = s.N, K = s.K;
@@ -120,16 +178,21 @@ private:
         // for N = 32 / 64), each column with the order that fits more rows (below). Elsewhere
         // (AVX-512, packed B, the direct form): the blocked kernel's panel width NR.
         const bool wide = !panel_b && !direct && !z_;
-        const int CV = wide ? 4 : g.nv();
+        // AVX-512, B read in place, small form: the variant's tiling (default: as the others).
+        const bool zp = !panel_b && !direct && z_;
+        const ZTiling zt = small_zmm_tiling(zp ? zvariant : 0);
+        const int CV = wide ? 4 : zp ? zt.cv : g.nv();
         const int CW = CV * vl;
         // The tiling: columns of CW (+ one narrower).
         const int64_t nfull = N / CW;
         const int ntail = static_cast<int>(N % CW);
         const int nv_tail = (ntail + vl - 1) / vl;
         const bool tail_masked = !panel_b && ntail % vl != 0;
-        const Rows rows_full = rows_of(M, wide ? wide_rows(CV, false) : rows_for(isa(), CV));
-        const Rows rows_tail =
-            rows_of(M, wide ? wide_rows(std::max(nv_tail, 1), tail_masked) : rows_for(isa(), std::max(nv_tail, 1)));
+        auto max_rows = [&](int nv, int ncols, bool masked) {
+            return wide ? wide_rows(nv, masked) : zp ? ztile_rows(zt, nv, ncols) : rows_for(isa(), nv);
+        };
+        const Rows rows_full = rows_of(M, max_rows(CV, CW, false));
+        const Rows rows_tail = rows_of(M, max_rows(std::max(nv_tail, 1), ntail, tail_masked));
         const Rows rows_direct = direct_rows(s, isa());
 
         // Registers. Arguments: A rdi, B rsi, C rdx, SmallArgs (direct form) or GemmArgs (small
@@ -194,12 +257,19 @@ private:
         auto tile = [&](int mr, int nv, int ncols, bool mask_b) {
             const int w_last = ncols - (nv - 1) * vl;
             const int b_base = mr * nv, bc = b_base + nv, mask = nvregs_ - 1;
+            // The vector registers the tile may use (AVX2: the last one holds a B mask).
+            const int limit = mask_b && !z_ ? mask : nvregs_;
+            // AVX-512 small form: the variant's step order and broadcasts; a narrow column on ymm.
+            const bool ymm = zp && ztile_ymm(zt, nv, ncols);
+            const bool reg_bcast = !z_ || (zp && zt.reg_bcast && !ymm);
             // Two broadcast registers, alternating, where the mask leaves room for them.
-            const int nbc = z_ ? 0 : std::min(2, (mask_b ? mask : nvregs_) - bc);
-            const bool a_outer = wide && wide_a_outer(nv, mask_b);
-            if (a_outer ? mr * nv + mr + 1 > (mask_b ? mask : nvregs_) : (bc > nvregs_ || (!z_ && nbc < 1)))
+            const int nbc = reg_bcast ? std::min(2, limit - bc) : 0;
+            const bool a_outer = wide ? wide_a_outer(nv, mask_b) : zp && zt.a_outer && !ymm;
+            if (a_outer ? mr * nv + mr + 1 > limit : (bc > nvregs_ || (reg_bcast && nbc < 1)))
                 throw Error(Status::invalid_argument, "gemm small kernel: tile of " + std::to_string(mr) + " x " +
                                                           std::to_string(nv) + " vectors does not fit the registers");
+            // A narrow column: the whole tile (K loop and store) on ymm registers.
+            set_ymm(ymm);
 
             if (mask_b && !z_) load_avx2_mask(V(mask), w_last, rTmp);
             // Direct form: C's next tile to the right (rows are swept left to right) is touched
@@ -222,7 +292,7 @@ private:
             if (iters > 0) mov(rBk, rBcol);
             // A outer: the mr rows of A broadcast first, then one B vector at a time.
             auto step_a = [&](int u) {
-                const int bc0 = mr * nv, nbr = std::min(2, (mask_b ? mask : nvregs_) - bc0 - mr);
+                const int bc0 = mr * nv, nbr = std::min(2, limit - bc0 - mr);
                 for (int i = 0; i < mr; ++i) vbroadcastss(V(bc0 + i), ptr[rAk + i * a_row + u * a_k]);
                 for (int j = 0; j < nv; ++j) {
                     const Xmm bj = V(bc0 + mr + j % nbr);
@@ -238,14 +308,18 @@ private:
                 if (a_outer) return step_a(u);
                 for (int j = 0; j < nv; ++j) {
                     const Address b = ptr[rb + u * b_k + j * vl * 4];
-                    if (mask_b && j == nv - 1 && w_last < vl)
+                    if (ymm && w_last < 8)
+                        vmovups(V(b_base + j) | k1 | T_z, b);  // k1: the column's w_last lanes
+                    else if (ymm)
+                        vmovups(V(b_base + j), b);
+                    else if (mask_b && j == nv - 1 && w_last < vl)
                         load_partial(V(b_base + j), b, w_last, V(mask));
                     else
                         vmovups(V(b_base + j), b);
                 }
                 for (int i = 0; i < mr; ++i) {
                     const RegExp a = rAk + i * a_row + u * a_k;
-                    if (z_) {
+                    if (!reg_bcast) {
                         for (int j = 0; j < nv; ++j) fma(V(acc_idx(i, j, nv)), V(b_base + j), ptr_b[a]);
                     } else {
                         const Xmm b = V(bc + i % nbc);
@@ -271,6 +345,7 @@ private:
             const int64_t a_adv = mr * a_row - (iters * U) * a_k;
             if (a_adv) add(rAk, static_cast<int32_t>(a_adv));
             emit_epilogue(epi, mr, nv, ncols, er, o_spill);
+            set_ymm(false);
         };
         // The same tile for every count tiles (runtime loop over a stack counter when count > 1).
         auto repeat = [&](int64_t count, int o_cnt, const std::function<void()>& f) {
@@ -375,7 +450,7 @@ private:
 
 class SmallGemm final : public GemmKernel {
 public:
-    SmallGemm(const GemmSpec& s, Isa isa, bool direct)
+    SmallGemm(const GemmSpec& s, Isa isa, bool direct, int zvariant = 0)
         : s_(s),
           isa_(gemm_code_isa(isa)),
           direct_(direct),
@@ -388,7 +463,7 @@ public:
         // (1024 x 1024 x 32: 38 GFLOP/s in place, ~85 packed per call).
         const bool conflicts = direct && s.ldb % 64 == 0;
         if (s.trans_b == Trans::N && !conflicts) {
-            plain_gen_ = std::make_unique<JitGemmSmall>(s, isa_, false, direct);
+            plain_gen_ = std::make_unique<JitGemmSmall>(s, isa_, false, direct, zvariant);
             plain_ = plain_gen_->finalize<const void*>();
         }
     }
@@ -479,7 +554,9 @@ bool f32_direct(const GemmSpec& s) {
 bool gemm_small_supports(const GemmSpec& s) { return f32_direct(s) && s.M <= 64 && s.N <= 64 && s.K <= 64; }
 
 std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa) {
-    return std::make_shared<SmallGemm>(s, isa, false);
+    // The AVX-512 tiling override is read here, when the kernel is generated (the kernel cache
+    // then keeps it for the process).
+    return std::make_shared<SmallGemm>(s, isa, false, gemm_code_isa(isa) == Isa::avx512 ? small_zmm_variant() : 0);
 }
 
 // Where packing does not pay for itself: B (K x N) small enough to stay in L2 beside the rest
