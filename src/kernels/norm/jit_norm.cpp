@@ -379,12 +379,11 @@ public:
           // would need the permuted copy, so that apply keeps the element order
           apply_{JitNorm(kd, isa, Pass::apply, false, kd.weight_dtype, !eo_w_ || kd.weight_dtype == DType::bf16),
                  JitNorm(kd, isa, Pass::apply, true, kd.weight_dtype, !eo_w_ || kd.weight_dtype == DType::bf16)},
-          fused_{JitNorm(kd, isa, Pass::fused, false, DType::f32, true), JitNorm(kd, isa, Pass::fused, true, DType::f32, true)} {
-        if (bf16w_eo_) {
-            fused_bw_[0] = std::make_unique<JitNorm>(kd, isa, Pass::fused, false, DType::bf16, true);
-            fused_bw_[1] = std::make_unique<JitNorm>(kd, isa, Pass::fused, true, DType::bf16, true);
-        }
-        if (((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16) || eo_w_) {
+          // the fused passes: f32 weights (copies where the call's are bf16), or bf16 weights
+          // split as loaded (bf16w_eo_: no copy)
+          fused_{JitNorm(kd, isa, Pass::fused, false, bf16w_eo_ ? DType::bf16 : DType::f32, true),
+                 JitNorm(kd, isa, Pass::fused, true, bf16w_eo_ ? DType::bf16 : DType::f32, true)} {
+        if ((((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16) || eo_w_) && !bf16w_eo_) {
             apply_f32w_[0] = std::make_unique<JitNorm>(kd, isa, Pass::apply, false, DType::f32, true);
             apply_f32w_[1] = std::make_unique<JitNorm>(kd, isa, Pass::apply, true, DType::f32, true);
         }
@@ -410,7 +409,7 @@ public:
         // the copy (kWidenRows); calls of fewer rows then run stats and apply per row with the
         // weights as given (decode: the rows are in the cache anyway). bf16 weights with the
         // even / odd split need no copy: the fused pass splits them as it loads them
-        // (fused_bw_).
+        // (fused_).
         const bool has_w = d.has_weight || d.has_bias;
         const bool needs_copy = has_w && (d.weight_dtype == DType::bf16 || eo_w_) && !bf16w_eo_;
         const bool many = row_end - row_begin >= (needs_copy ? kWidenRows : 2);
@@ -484,7 +483,7 @@ public:
                 }
             } else if (row + 1 < row_end) {
                 set_stats_row(row + 1);
-                (bf16w_eo_ ? *fused_bw_[nt ? 1 : 0] : fused_[nt ? 1 : 0]).fn(&ra);  // normalises this row, sums the next one
+                fused_[nt ? 1 : 0].fn(&ra);  // normalises this row, sums the next one
                 finish(row + 1);
             } else if (needs_copy) {
                 apply_f32w_[nt ? 1 : 0]->fn(&ra);  // the last row, with the widened weights
@@ -501,9 +500,8 @@ private:
     bool bf16w_eo_;  // ... unless they are bf16: split as loaded, also by the fused pass
     JitNorm stats_, var_;
     JitNorm apply_[2];  // [nt], weights in the descriptor's dtype (calls of one row)
-    JitNorm fused_[2];  // [nt], f32 weights
-    std::unique_ptr<JitNorm> apply_f32w_[2];  // [nt], f32 copies of bf16 weights (last row of a call)
-    std::unique_ptr<JitNorm> fused_bw_[2];    // [nt], bf16 weights split as loaded (bf16w_eo_)
+    JitNorm fused_[2];  // [nt], f32 weights, or bf16 ones split as loaded (bf16w_eo_)
+    std::unique_ptr<JitNorm> apply_f32w_[2];  // [nt], f32 copies of bf16 weights (last row of a call; not with bf16w_eo_)
 };
 
 }  // namespace
