@@ -154,6 +154,22 @@ struct ThreadsGuard {
     ~ThreadsGuard() { set_num_threads(0); }
 };
 
+// Every epilogue of one shape: activation x bias x residual (none / f32 / bf16) x beta (0, 1,
+// other); `more` sets the rest of the case (alpha, transposes, padding, seed) and runs it.
+template <class F>
+void for_each_epilogue(const int64_t (&shape)[3], F&& more) {
+    for (Activation act : kActs)
+        for (bool bias : {false, true})
+            for (int res : {0, 1, 2})
+                for (float beta : {0.0f, 1.0f, 0.3f}) {
+                    Case c;
+                    c.M = shape[0], c.N = shape[1], c.K = shape[2];
+                    c.act = act, c.bias = bias, c.res = res, c.beta = beta;
+                    more(c);
+                    if (::testing::Test::HasFailure()) return;
+                }
+}
+
 }  // namespace
 
 TEST(GemmJit, EveryMAndNTail) {
@@ -222,24 +238,15 @@ TEST(GemmJit, EveryEpilogue) {
     const int64_t shapes[][3] = {{17, 33, 41}, {29, 45, 700}, {71, 38, 96}};
     int idx = 0;
     for (const auto& s : shapes) {
-        for (Activation act : kActs) {
-            for (bool bias : {false, true}) {
-                for (int res : {0, 1, 2}) {
-                    for (float beta : {0.0f, 1.0f, 0.3f}) {
-                        Case c;
-                        c.M = s[0], c.N = s[1], c.K = s[2];
-                        c.act = act, c.bias = bias, c.res = res, c.beta = beta;
-                        c.alpha = idx % 2 ? 1.0f : 0.8f;
-                        c.ta = idx % 3 == 1 ? Trans::T : Trans::N, c.tb = idx % 4 == 2 ? Trans::T : Trans::N;
-                        c.pad_r = idx % 2 ? 0 : 5;
-                        c.misalign = static_cast<size_t>(idx % 3);
-                        c.seed = 300 + static_cast<uint64_t>(idx++);
-                        run_all(c);
-                        if (HasFailure()) return;
-                    }
-                }
-            }
-        }
+        for_each_epilogue(s, [&](Case& c) {
+            c.alpha = idx % 2 ? 1.0f : 0.8f;
+            c.ta = idx % 3 == 1 ? Trans::T : Trans::N, c.tb = idx % 4 == 2 ? Trans::T : Trans::N;
+            c.pad_r = idx % 2 ? 0 : 5;
+            c.misalign = static_cast<size_t>(idx % 3);
+            c.seed = 300 + static_cast<uint64_t>(idx++);
+            run_all(c);
+        });
+        if (HasFailure()) return;
     }
 }
 
@@ -317,24 +324,15 @@ TEST(GemmJit, SmallShapesEveryTiling) {
         }
         const int64_t every[][3] = {{8, 8, 8}, {13, 7, 19}, {23, 23, 23}, {64, 64, 64}};
         for (const auto& sh : every) {
-            for (Activation act : kActs) {
-                for (bool bias : {false, true}) {
-                    for (int res : {0, 1, 2}) {
-                        for (float beta : {0.0f, 1.0f, 0.3f}) {
-                            Case c;
-                            c.M = sh[0], c.N = sh[1], c.K = sh[2];
-                            c.act = act, c.bias = bias, c.res = res, c.beta = beta;
-                            c.alpha = idx % 2 ? 1.0f : 0.8f;
-                            c.ta = idx % 3 == 1 ? Trans::T : Trans::N;
-                            c.pad_b = idx % 2 * 9, c.pad_c = idx % 3, c.pad_r = idx % 2 ? 0 : 5;
-                            c.misalign = static_cast<size_t>(idx % 3);
-                            c.seed = 1900 + static_cast<uint64_t>(idx++);
-                            run_all(c, only);
-                            if (HasFailure()) return;
-                        }
-                    }
-                }
-            }
+            for_each_epilogue(sh, [&](Case& c) {
+                c.alpha = idx % 2 ? 1.0f : 0.8f;
+                c.ta = idx % 3 == 1 ? Trans::T : Trans::N;
+                c.pad_b = idx % 2 * 9, c.pad_c = idx % 3, c.pad_r = idx % 2 ? 0 : 5;
+                c.misalign = static_cast<size_t>(idx % 3);
+                c.seed = 1900 + static_cast<uint64_t>(idx++);
+                run_all(c, only);
+            });
+            if (HasFailure()) return;
         }
         // Through a plan too (the fast path into the generated code), one shape per column class.
         for (int64_t N : {7, 8, 23, 32, 64}) {
