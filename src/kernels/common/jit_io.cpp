@@ -252,30 +252,56 @@ void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int 
 }
 
 void JitIo::load2_eo(const Xmm& even, const Xmm& odd, const RegExp& addr) const {
-    if (zmm_) throw Error(Status::runtime_error, "JitIo::load2_eo: AVX2 only");
-    g_.vmovdqu(even, g_.ptr[addr]);
-    g_.vpand(odd, even, c(kHiWords));
-    g_.vpslld(even, even, 16);
+    auto& g = g_;
+    if (zmm_) {  // EVEX: VPAND has no zmm form
+        g.vmovdqu32(even, g.ptr[addr]);
+        g.vpandd(odd, even, c(kHiWords));
+    } else {
+        g.vmovdqu(even, g.ptr[addr]);
+        g.vpand(odd, even, c(kHiWords));
+    }
+    g.vpslld(even, even, 16);
+}
+
+// even holds its bf16 words in the low half of each dword (high half zero), odd its words in
+// the high half (low half anything): one bit select, odd's high words over even's low words, into
+// the register stored (AVX2: s_.v0, by VPBLENDW; AVX-512, which has no VPBLENDW on zmm: even itself,
+// by VPTERNLOGD with the 0xffff0000 table entry as the selector, (C ? B : A) = 0xd8). Then the
+// store of that register (vbytes).
+void JitIo::merge_store_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
+    auto& g = g_;
+    Xmm out = s_.v0;
+    if (zmm_) {
+        g.vpternlogd(even, odd, c(kHiWords), 0xd8);  // even = hi-word mask ? odd : even
+        out = even;
+    } else {
+        g.vpblendw(out, even, odd, 0xaa);  // even elements in the low words, odd in the high
+    }
+    if (nt) g.vmovntdq(g.ptr[addr], out);
+    else if (zmm_) g.vmovdqu32(g.ptr[addr], out);
+    else g.vmovdqu(g.ptr[addr], out);
 }
 
 void JitIo::store2_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
-    if (zmm_) throw Error(Status::runtime_error, "JitIo::store2_eo: AVX2 only");
     auto& g = g_;
-    round_pair(even, odd, true);
-    g.vpblendw(s_.v0, even, odd, 0xaa);  // even elements in the low words, odd in the high
-    if (nt) g.vmovntdq(g.ptr[addr], s_.v0);
-    else g.vmovdqu(g.ptr[addr], s_.v0);
+    if (zmm_) {
+        // The full emulated rounding of each vector (round_dwords: exact round to nearest even,
+        // NaN quiet, also at avx512_bf16), odd's bf16 shifted into the high words.
+        round_dwords(even);
+        round_dwords(odd);
+        g.vpslld(odd, odd, 16);
+    } else {
+        round_pair(even, odd, true);
+    }
+    merge_store_eo(addr, even, odd, nt);
 }
 
 void JitIo::store2_eo_away(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
-    if (zmm_) throw Error(Status::runtime_error, "JitIo::store2_eo_away: AVX2 only");
     auto& g = g_;
     g.vpaddd(even, even, c(k8000));
     g.vpaddd(odd, odd, c(k8000));
     g.vpsrld(even, even, 16);
-    g.vpblendw(s_.v0, even, odd, 0xaa);  // even elements in the low words, odd in the high
-    if (nt) g.vmovntdq(g.ptr[addr], s_.v0);
-    else g.vmovdqu(g.ptr[addr], s_.v0);
+    merge_store_eo(addr, even, odd, nt);
 }
 
 void JitIo::store(const RegExp& addr, const Xmm& v, DType t, int n, bool nt) const {

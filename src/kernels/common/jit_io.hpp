@@ -61,11 +61,14 @@ public:
     // (VPACKUSDW + VPERMQ, one 32-byte store), AVX512-BF16 converts both with VCVTNE2PS2BF16 (one
     // 64-byte store). Clobbers a and b (bf16). nt as for store(), for a full pair.
     void store2(const Xbyak::RegExp& addr, const Xbyak::Xmm& a, const Xbyak::Xmm& b, DType t, int n, bool nt = false) const;
-    // Even / odd split of 2*vlen bf16 (AVX2 only): one 32-byte load gives the even-indexed elements
-    // in `even` and the odd-indexed ones in `odd` (2 instructions for 16 values, against 4 for two
-    // widening loads), and store2_eo writes such a pair back in element order, rounded as store2
-    // (no pack and lane permute: one word blend). For elementwise code whose operands are all
-    // split the same way. nt: addr 32-byte aligned. store2_eo clobbers even and odd.
+    // Even / odd split of 2*vlen bf16: one full-width load (32 bytes AVX2, 64 AVX-512) gives the
+    // even-indexed elements in `even` and the odd-indexed ones in `odd` (a shift and an AND for
+    // 2*vlen values, against two widening loads, whose VPMOVZXWD is a lane-crossing shuffle), and
+    // store2_eo writes such a pair back in element order, rounded as store2 (no pack and lane
+    // permute: one word merge, VPBLENDW on AVX2, VPTERNLOGD bit select on AVX-512). For
+    // elementwise code whose operands are all split the same way. On AVX-512, store2_eo rounds
+    // by the integer emulation (bit-exact with xk::bf16, denormals kept) at avx512_bf16 too.
+    // nt: addr aligned to vbytes. Both stores clobber even and odd.
     void load2_eo(const Xbyak::Xmm& even, const Xbyak::Xmm& odd, const Xbyak::RegExp& addr) const;
     void store2_eo(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt = false) const;
     // As store2_eo, but rounded to nearest with ties away from zero (+ 0x8000 on the bits: 4
@@ -97,6 +100,8 @@ private:
     // b's likewise, or in the high word when b_high. Clobbers a, b, s_.v0, s_.v1.
     void round_pair(const Xbyak::Xmm& a, const Xbyak::Xmm& b, bool b_high) const;
     void round_dwords(const Xbyak::Xmm& v) const;   // v = the bf16 of v in the low half of each dword (emulation)
+    // The word merge and full-width store of store2_eo / store2_eo_away. Clobbers even (AVX-512).
+    void merge_store_eo(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt) const;
     void load_bytes(const Xbyak::Xmm& x, const Xbyak::RegExp& addr, int nbytes) const;
     void store_bytes(const Xbyak::RegExp& addr, const Xbyak::Xmm& x, int nbytes) const;
 

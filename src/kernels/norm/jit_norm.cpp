@@ -60,27 +60,30 @@ using RowFn = void (*)(const RowArgs*);
 
 constexpr int kPrefetchBytes = 2048;  // software prefetch distance of bf16 x, and f32 x with a bias (see the row loop)
 
-// The even / odd bf16 split (see JitNorm): AVX2, bf16 x, no fused residual; y bf16 as well for
-// the normalising passes.
+// The even / odd bf16 split (see JitNorm): bf16 x, no fused residual (AVX2 and AVX-512: blocks
+// of 2 * vlen = 16 / 32 elements); y bf16 as well for the normalising passes.
 bool norm_eo_stats(const NormKernelDesc& kd, Isa isa) {
-    return isa < Isa::avx512 && kd.x_dtype == DType::bf16 && !kd.fused_residual;
+    return isa >= Isa::avx2 && kd.x_dtype == DType::bf16 && !kd.fused_residual;
 }
 bool norm_eo_apply(const NormKernelDesc& kd, Isa isa) { return norm_eo_stats(kd, isa) && kd.y_dtype == DType::bf16; }
 
-// f32 weights in the order the even / odd passes read them: within every full 16-element block,
-// the 8 even-indexed elements first, then the 8 odd ones (the rest in order). NaNs become the
-// default quiet NaN: the even / odd apply rounds with JitIo::store2_eo_away, whose + 0x8000 needs
-// NaN payloads with zero low words (x is bf16 there, so only the weights could bring others).
-void norm_eo_permute(float* v, int64_t n) {
+// f32 weights in the order the even / odd passes read them: within every full block of
+// `block` = 2 * vlen elements (16 AVX2, 32 AVX-512: one load2_eo), the block / 2 even-indexed
+// elements first, then the odd ones (the rest, a tail shorter than a block, in order). NaNs become
+// the default quiet NaN: the even / odd apply rounds with JitIo::store2_eo_away, whose + 0x8000
+// needs NaN payloads with zero low words (x is bf16 there, so only the weights could bring others).
+void norm_eo_permute(float* v, int64_t n, int block) {
+    if (block < 2 || block > 32 || block % 2) throw Error(Status::runtime_error, "norm_eo_permute: block");
     for (int64_t i = 0; i < n; ++i)
         if (v[i] != v[i]) v[i] = std::numeric_limits<float>::quiet_NaN();
-    float tmp[16];
-    for (int64_t b = 0; b + 16 <= n; b += 16) {
-        for (int j = 0; j < 8; ++j) {
+    float tmp[32];
+    const int half = block / 2;
+    for (int64_t b = 0; b + block <= n; b += block) {
+        for (int j = 0; j < half; ++j) {
             tmp[j] = v[b + 2 * j];
-            tmp[8 + j] = v[b + 2 * j + 1];
+            tmp[half + j] = v[b + 2 * j + 1];
         }
-        std::memcpy(v + b, tmp, sizeof tmp);
+        std::memcpy(v + b, tmp, sizeof(float) * block);
     }
 }
 
@@ -95,10 +98,12 @@ class JitNorm : public JitGenerator {
 public:
     // wt: the dtype of the weight / bias pointers the call passes (f32 copies of bf16 weights are
     // passed whenever the call covers two rows or more, so fused passes always get f32).
-    // eo (AVX2, bf16 x, no fused residual): full 16-element blocks of bf16 are read split into
-    // even / odd elements (JitIo::load2_eo: the statistics do not depend on the order) and, when y
-    // is bf16 too, normalised and written back in that split (JitIo::store2_eo): f32 weights must
-    // then be passed permuted the same way (norm_eo_permute), bf16 weights are split as loaded.
+    // eo (bf16 x, no fused residual): full blocks of 2 * vlen bf16 (16 AVX2, 32 AVX-512: a pair
+    // of vectors, k even and k + 1) are read split into even / odd elements (JitIo::load2_eo: the
+    // statistics do not depend on the order) and, when y is bf16 too, normalised and written back
+    // in that split (JitIo::store2_eo_away): f32 weights must then be passed permuted the same way
+    // (norm_eo_permute with block 2 * vlen), bf16 weights are split as loaded. Pairs start at
+    // multiples of 2 * vlen elements (every unroll is even), so the blocks are those of the permute.
     JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt, bool eo = false) : JitGenerator(isa) {
         using namespace Xbyak;
         const Reg64 p = abi_param1, x = rsi, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10, hp = r11, y = rbx,
@@ -418,12 +423,12 @@ public:
             wb.resize(static_cast<size_t>(2 * n));
             if (d.has_weight) {
                 load_f32(a.weight, d.weight_dtype, n, wb.data());
-                if (eo_w_) norm_eo_permute(wb.data(), n);
+                if (eo_w_) norm_eo_permute(wb.data(), n, 2 * vlen_);
                 ra.w = wb.data();
             }
             if (d.has_bias) {
                 load_f32(a.bias, d.weight_dtype, n, wb.data() + n);
-                if (eo_w_) norm_eo_permute(wb.data() + n, n);
+                if (eo_w_) norm_eo_permute(wb.data() + n, n, 2 * vlen_);
                 ra.b = wb.data() + n;
             }
         }
