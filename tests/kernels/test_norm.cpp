@@ -27,13 +27,15 @@ using xk::test::TypedMatrix;
 //                are O(1): normalized values times weights near 1).
 //   bf16 output: one rounding of the fp32 result to bf16 = half an ulp <= 2^-8 relative, plus the
 //                fp32 error -> rtol 2^-8 + 1e-5, atol 1e-5.
+//                (The even / odd path rounds to nearest with ties away from zero: the same half ulp.)
 //   residual_out: exact (the fp32 sum x + residual, rounded once to the residual dtype).
 constexpr double kF32Atol = 1e-5, kF32Rtol = 1e-5;
 constexpr double kBf16Atol = 1e-5, kBf16Rtol = 1.0 / 256 + 1e-5;
 
 namespace {
 
-const std::vector<int64_t> kHiddenSizes = {1, 2, 7, 15, 16, 17, 31, 64, 127, 255, 300, 4095};
+// Around the even / odd blocks of bf16 x (16 elements AVX2, 32 AVX-512): every tail of each.
+const std::vector<int64_t> kHiddenSizes = {1, 2, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 255, 300, 4095, 4096};
 
 double atol_of(DType t) { return t == DType::bf16 ? kBf16Atol : kF32Atol; }
 double rtol_of(DType t) { return t == DType::bf16 ? kBf16Rtol : kF32Rtol; }
@@ -195,16 +197,17 @@ TEST(Norm, EveryIsaMatchesOracle) {
 }
 
 TEST(Norm, RowCountsAroundTheFusedPath) {
-    // Calls of few rows whose weights would need an f32 (or, with bf16 x and y on AVX2 and f32
-    // weights, a permuted) copy run unfused with the weights as given; from
-    // JitNormKernel::kWidenRows rows on, the copy and the fused passes (bf16 weights on that
-    // AVX2 path need no copy: fused from 2 rows on, split as loaded): both sides of that switch,
-    // every dtype combination, hidden sizes with whole 16-element blocks and tails.
+    // Calls of few rows whose weights would need an f32 (or, with bf16 x and y and f32 weights,
+    // a permuted: the even / odd split) copy run unfused with the weights as given; from
+    // JitNormKernel::kWidenRows rows on, the copy and the fused passes (bf16 weights on the
+    // even / odd path need no copy: fused from 2 rows on, split as loaded): both sides of that
+    // switch, every dtype combination, hidden sizes with whole even / odd blocks (16 elements
+    // AVX2, 32 AVX-512) and tails.
     for_each_isa([&](Isa) {
         int variant = 0;
         for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
             for (const DTypes& dt : kDTypeCombos)
-                for (int64_t hidden : {16, 17, 48, 300})
+                for (int64_t hidden : {16, 17, 32, 33, 48, 65, 300})
                     for (int64_t rows : {2, 7, 31, 32, 40}) {
                         ++variant;
                         NormDesc d;
@@ -228,6 +231,44 @@ TEST(Norm, RowCountsAroundTheFusedPath) {
     });
 }
 
+TEST(Norm, EvenOddBlocksEveryTail) {
+    // bf16 x and y without a fused residual: the even / odd path (blocks of 16 elements on AVX2,
+    // 32 on AVX-512; the rest through the tail code). Hidden sizes at every block boundary of
+    // both widths, decode-like calls (1, 4, 16 rows: bf16 weights fused from 2 rows, split as
+    // loaded; f32 weights unfused, row by row) and a call of 40 rows (>= kWidenRows: the fused
+    // passes, f32 weights through the permuted copy), bf16 and f32 weights, every weight / bias
+    // combination, packed and padded rows, misaligned pointers. One thread, so that the 40 rows
+    // stay one call of the kernel.
+    set_num_threads(1);
+    for_each_isa([&](Isa isa) {
+        int variant = 0;
+        for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+            for (DType wt : {DType::bf16, DType::f32})
+                for (int64_t hidden : {31, 32, 33, 63, 64, 65, 95, 96, 97, 4095, 4096})
+                    for (int64_t rows : {1, 4, 16, 40})
+                        for (int wb = 0; wb < 4; ++wb) {  // weight + bias, weight, bias, neither
+                            ++variant;
+                            NormDesc d;
+                            d.kind = kind;
+                            d.rows = rows;
+                            d.hidden = hidden;
+                            d.x_dtype = d.y_dtype = DType::bf16;
+                            d.weight_dtype = wt;
+                            d.has_weight = wb < 2;
+                            d.has_bias = wb == 0 || wb == 2;
+                            d.eps = 1e-5f;
+                            if (variant % 2) {
+                                d.ld_x = hidden + 5;
+                                d.ld_y = hidden + 3;
+                            }
+                            Tensors t = make_tensors(d, variant % 3, 4000 + variant);
+                            norm(d, args_of(d, t));
+                            ASSERT_TRUE(matches(d, t, oracle(d, t.x, nullptr, &t.w, &t.b))) << describe(d) << " " << isa_name(isa);
+                        }
+    });
+    set_num_threads(0);
+}
+
 TEST(Norm, EveryRegistryEntry) {
     // Each implementation forced, whatever the cap: run against the oracle where this machine has
     // its ISA, generated only elsewhere (a machine with AVX-512 / AVX512-BF16 runs them all).
@@ -238,7 +279,7 @@ TEST(Norm, EveryRegistryEntry) {
         int variant = 0;
         for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
             for (const DTypes& dt : kDTypeCombos)
-                for (int64_t hidden : {1, 5, 8, 16, 17, 40, 64, 129, 300, 4095})
+                for (int64_t hidden : {1, 5, 8, 16, 17, 31, 32, 33, 40, 63, 64, 65, 129, 300, 4095, 4096})
                     for (bool fused : {false, true}) {
                         ++variant;
                         NormDesc d;
@@ -315,7 +356,9 @@ TEST(Norm, StreamingStores) {
         for_each_isa([&](Isa) {
             for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
                 for (const DTypes& dt : kDTypeCombos)
-                    for (int64_t hidden : {64, 72, 100, 1024})  // 72 bf16: odd rows 16-byte aligned only
+                    // bf16 rows of 72: odd rows 16-byte aligned only; of 80: 32-byte (AVX2
+                    // streams, AVX-512 not); of 96: 64-byte (3 even / odd blocks on AVX-512)
+                    for (int64_t hidden : {64, 72, 80, 96, 100, 1024})
                         for (size_t mis : {0, 1}) {
                             NormDesc d;
                             d.kind = kind;
@@ -370,7 +413,7 @@ TEST(Norm, NaNWeightsStayNaNInBf16Output) {
 TEST(Norm, ReferenceAgreesWithPlanAndIsSplitAcrossThreads) {
     // 64 rows of 300: two chunks of rows, so 2 threads really split the work; the result must be
     // bitwise identical to the single-threaded run and to the reference called directly. Without
-    // the fused residual (bf16 x, y and weights: on AVX2 the even / odd path, whose fused pass
+    // the fused residual (bf16 x, y and weights: the even / odd path, whose fused pass
     // reads the bf16 weights as given) the chunks' last rows run the apply pass alone.
     for (bool fused : {true, false}) {
     NormDesc d;
