@@ -250,7 +250,11 @@ template <class Run>
 struct HeadShape {
     int64_t head_dim, rotary_dim;  // rotary_dim 0 = head_dim
 };
-const HeadShape kHeadShapes[] = {{2, 0}, {6, 4}, {7, 6}, {16, 0}, {17, 16}, {40, 0}, {64, 0}, {80, 32}, {96, 48}, {128, 64}, {256, 0}};
+// 62..160: the bf16 even / odd blocks (2 vlen elements of x1 / x2 for neox, of pairs for gptj:
+// 16 on AVX2, 32 on AVX-512) with and without tails, full and partial rotary dims.
+const HeadShape kHeadShapes[] = {{2, 0},   {6, 4},    {7, 6},    {16, 0},   {17, 16},   {40, 0},
+                                 {62, 0},  {64, 0},   {72, 66},  {80, 32},  {96, 0},    {96, 48},
+                                 {128, 0}, {128, 64}, {128, 96}, {160, 112}, {256, 0}};
 struct Heads {
     int64_t q, k;
 };
@@ -378,6 +382,47 @@ TEST(Rope, EveryRegistryEntry) {
                         ASSERT_TRUE(run_and_check(p, [&] { sel.kernel->run(resolved.desc(), p.args(), 0, p.d.tokens); }))
                             << p.describe();
                     }
+        if (!runs) std::printf("[ generated only ] %s (needs %s)\n", impl.name, isa_name(impl.isa));
+    }
+}
+
+TEST(Rope, EvenOddBlocksEveryTail) {
+    // bf16: whole blocks of 2 vlen elements (16 on AVX2, 32 on AVX-512) of x1 / x2 (neox) or of
+    // pairs (gptj) take the even / odd split, the rest the tail code. Every even rotary_dim up to
+    // 132 (every tail after zero, one and two blocks of either width, for both styles) and 192 /
+    // 256, full or partial, cos / sin from an f32 or bf16 cache or computed, decode-like (1 token)
+    // and 16-token calls; every registry entry forced: run where this machine has its ISA,
+    // generated only elsewhere.
+    const auto& reg = detail::rope_registry();
+    std::vector<int64_t> rots;
+    for (int64_t r = 2; r <= 132; r += 2) rots.push_back(r);
+    rots.push_back(192);
+    rots.push_back(256);
+    for (const auto& impl : reg.impls()) {
+        SCOPED_TRACE(impl.name);
+        const bool runs = isa_supported(impl.isa);
+        uint64_t variant = 0;
+        for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+            for (int cs = 0; cs < 3; ++cs)  // cache f32, cache bf16, compute
+                for (int64_t rot : rots) {
+                    ++variant;
+                    const int64_t hd = variant % 2 ? rot : rot + 6;
+                    for (int64_t tokens : {1, 16}) {
+                        Problem p = make_problem(style, DType::bf16, tokens, 3, 1, hd, rot, Layout::packed,
+                                                 cs == 2 ? RopeCosSin::compute : RopeCosSin::cache,
+                                                 cs == 1 ? DType::bf16 : DType::f32,
+                                                 variant % 3 ? RopePositionType::s64 : RopePositionType::s32, variant % 3,
+                                                 7000 + variant);
+                        const RopePlan resolved(p.d);
+                        const auto kd = detail::rope_kernel_desc(resolved.desc());
+                        if (impl.supports && !impl.supports(kd)) continue;
+                        const auto sel = reg.get(kd, impl);
+                        ASSERT_TRUE(sel.kernel);
+                        if (!runs) break;
+                        ASSERT_TRUE(run_and_check(p, [&] { sel.kernel->run(resolved.desc(), p.args(), 0, p.d.tokens); }))
+                            << p.describe();
+                    }
+                }
         if (!runs) std::printf("[ generated only ] %s (needs %s)\n", impl.name, isa_name(impl.isa));
     }
 }

@@ -11,11 +11,17 @@
 //         (c0 c0 c1 c1 ...) by VPERMPS and sin signed (-s0 s0 -s1 s1 ...) once per token into a
 //         scratch row (Args::eo_row); with v' = v with the two elements of each pair swapped
 //         (VPERMILPS):  o = v cos + v' sin
-//         (bf16 on AVX2: whole blocks of vlen pairs are split into the pairs' first and second
-//         elements instead, JitIo::load2_eo / store2_eo, and rotated as neox: no permutes)
-//   bf16 neox on AVX2: whole blocks of 2 vlen elements of x1 and x2 are split into even and odd
+//         (bf16: whole blocks of vlen pairs, 2 vlen elements, are split into the pairs' first
+//         and second elements instead, JitIo::load2_eo / store2_eo, and rotated as neox: no
+//         permutes)
+//   bf16 neox: whole blocks of 2 vlen elements of x1 and x2 are split into even and odd
 //         elements the same way; the token's cos / sin row is split once into a scratch row
-//         (Args::eo_row) for all its heads.
+//         (Args::eo_row) for all its heads, in blocks of 2 vlen (16 floats AVX2, 32 AVX-512).
+// The even / odd split (AVX2 and AVX-512 alike: lane j of the even vector is element 2j of the
+// block, of the odd one element 2j + 1) trades the loads' widening shuffles and the stores' pack
+// and lane permute for a shift / AND and a word merge; its stores round to nearest even by the
+// integer emulation, bit-exact with xk::bf16 (denormals kept) also at avx512_bf16, where the
+// rest of the head (tails) is converted by VCVTNE2PS2BF16.
 // The compute mode (cos / sin from base and scaling) evaluates cos / sin per token in double
 // exactly as the reference does, into a one-row f32 table, and calls the same code for that
 // token.
@@ -49,10 +55,13 @@ struct Args {
 };
 using RopeFn = void (*)(const Args*);
 
-// Constants of the GPT-J path: the pair-widening permutation and the alternating sign.
+// Constants of the GPT-J path: the pair-widening permutation and the alternating sign; of the
+// NeoX even / odd split of an f32 cos / sin row on AVX-512: VPERMT2PS indices of the even and
+// the odd elements of 32 (two zmm).
 struct alignas(64) RopeConsts {
     int32_t dup[16];
     uint32_t alt_sign[16];
+    int32_t even[16], odd[16];
 };
 const RopeConsts& rope_consts() {
     static const RopeConsts c = [] {
@@ -60,6 +69,8 @@ const RopeConsts& rope_consts() {
         for (int i = 0; i < 16; ++i) {
             c.dup[i] = i / 2;
             c.alt_sign[i] = i % 2 == 0 ? 0x80000000u : 0u;
+            c.even[i] = 2 * i;
+            c.odd[i] = 2 * i + 1;
         }
         return c;
     }();
@@ -83,7 +94,7 @@ public:
         const DType dt = kd.dtype, ct = kd.cache_dtype;
         const int es = dtype_size(dt), csz = dtype_size(ct);
         const bool neox = kd.style == RopeStyle::neox;
-        const bool eo = !io.zmm() && dt == DType::bf16;  // the even / odd split (JitIo::load2_eo)
+        const bool eo = dt == DType::bf16;  // the even / odd split (JitIo::load2_eo), blocks of 2 vl
         const int64_t eo_half = neox && eo ? half / (2 * vl) * (2 * vl) : 0;  // neox: split blocks in [0, eo_half)
         const Reg64 eb = rbx;  // the token's cos / sin prepared (Args::eo_row); gptj loads consts through it first
         const int64_t gj_begin = eo ? rot / (2 * vl) * (2 * vl) : 0;  // gptj: vectors not split even / odd
@@ -95,11 +106,17 @@ public:
         mov(qbase, ptr[a + offsetof(Args, q)]);
         mov(kbase, ptr[a + offsetof(Args, k)]);
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
-        const Xmm dup = V(12), alt = V(13);
+        const Xmm dup = V(12), alt = V(13);  // gptj
+        const Xmm eidx = V(12), oidx = V(13);  // neox even / odd split of an f32 row on AVX-512
+        const bool eo_perm = eo_half > 0 && io.zmm() && ct == DType::f32;
         if (!neox) {
             mov(consts, reinterpret_cast<uintptr_t>(&rope_consts()));
             vmovups(dup, ptr[consts + offsetof(RopeConsts, dup)]);
             vmovups(alt, ptr[consts + offsetof(RopeConsts, alt_sign)]);
+        } else if (eo_perm) {
+            mov(consts, reinterpret_cast<uintptr_t>(&rope_consts()));
+            vmovups(eidx, ptr[consts + offsetof(RopeConsts, even)]);
+            vmovups(oidx, ptr[consts + offsetof(RopeConsts, odd)]);
         }
 
         // One head at [head]: straight-line code over [0, rotary_dim), two vector chunks at a
@@ -107,7 +124,7 @@ public:
         auto rotate_head = [&]() {
             if (neox) {
                 for (int64_t off = 0; off < eo_half; off += 2 * vl) {
-                    // bf16 on AVX2, a whole block of x1 (and x2): split into even and odd
+                    // bf16, a whole block of x1 (and x2): split into even and odd
                     // elements, cos / sin read from the token's split copy (eb).
                     const Xmm x1e = V(0), x1o = V(1), x2e = V(2), x2o = V(3);
                     io.load2_eo(x1e, x1o, head + off * es);
@@ -153,7 +170,7 @@ public:
             } else {
                 for (int64_t off = 0; off < rot; off += 2 * vl) {
                     if (eo && off + 2 * vl <= rot) {
-                        // bf16 on AVX2, a whole block of vlen pairs: split into the first (x[2i])
+                        // bf16, a whole block of vlen pairs: split into the first (x[2i])
                         // and second (x[2i+1]) elements of the pairs, lane j = pair off/2 + j, so
                         // cos / sin are read as they are and no pair swap is needed.
                         const Xmm xe = V(0), xo = V(1), c = V(2), s = V(3), oe = V(4), oo = V(5);
@@ -255,6 +272,11 @@ public:
                     const int64_t dst = (part * half + off) * 4;
                     if (ct == DType::bf16) {
                         io.load2_eo(e, o, src + off * csz);
+                    } else if (io.zmm()) {  // 32 floats: the even ones, the odd ones
+                        vmovups(e, ptr[src + off * 4]);
+                        vmovaps(o, e);
+                        vpermt2ps(e, eidx, ptr[src + off * 4 + 64]);
+                        vpermt2ps(o, oidx, ptr[src + off * 4 + 64]);
                     } else {
                         vmovups(V(2), ptr[src + off * 4]);
                         vshufps(e, V(2), ptr[src + off * 4 + 32], 0x88);  // (0 2 8 10 | 4 6 12 14)
