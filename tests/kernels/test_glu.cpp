@@ -1,5 +1,5 @@
 // GLU (SwiGLU / GeGLU / ReGLU / bilinear): every ISA's selection and every registry entry against
-// a naive double-precision oracle; inner sizes 1..300 (sampled) and 4095; strides, misaligned
+// a naive double-precision oracle; inner sizes 1..300 (sampled) and 4095 / 4096; strides, misaligned
 // pointers, f32 / bf16 (and mixed) dtypes, in place, streaming stores, 1 and 2 threads, the
 // kernel cache key, bad input for every entry point (C API included).
 #include <cmath>
@@ -35,7 +35,9 @@ constexpr double kF32Rtol = 4e-6, kBf16Rtol = 0x1p-8 + 0x1p-10, kAbsU = 8;
 
 namespace {
 
-const std::vector<int64_t> kInner = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 47, 64, 100, 129, 255, 300, 4095};
+// 31..65, 4095 / 4096: around the bf16 even / odd pairs (2 vlen elements: 16 on AVX2, 32 on
+// AVX-512) and SwiGLU's main-loop blocks of 4 vectors (32 / 64 elements).
+const std::vector<int64_t> kInner = {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 129, 255, 300, 4095, 4096};
 const Activation kActs[] = {Activation::silu, Activation::gelu_erf, Activation::gelu_tanh, Activation::relu,
                             Activation::none};
 
@@ -137,7 +139,7 @@ TEST(Glu, EveryRegistryEntry) {
         int variant = 0;
         for (Activation act : kActs)
             for (const DTypes& dt : kDTypes)
-                for (int64_t inner : {1, 5, 8, 16, 17, 24, 40, 63, 129, 300}) {
+                for (int64_t inner : {1, 5, 8, 16, 17, 24, 31, 32, 33, 40, 63, 64, 65, 96, 129, 300, 4095, 4096}) {
                     ++variant;
                     Problem p = make(act, dt.x, dt.y, 2, inner, variant % 2 ? 1 : 0, 0, variant % 3, 500 + variant);
                     const GluDesc d = detail::glu_resolve("test", p.d);
