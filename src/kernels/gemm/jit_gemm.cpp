@@ -13,7 +13,8 @@
 // the epilogue (bias, activation, residual) — a single block does everything in one pass.
 // Threads: the (M, N) grid of tiles is cut into pm x pn rectangles, one per thread, choosing the
 // split with the least (compute + packing) per thread; fewer threads when the work is small.
-// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer).
+// Then three parts per thread, handed out dynamically (a thread on a busy core takes fewer),
+// where the extra cuts repack nothing (see run()).
 // An operand that several parts read (all of A when the parts cut N, all of B when they cut M;
 // up to 16 MiB or half the L3 share) is packed once, cooperatively, at the start of the parallel
 // region: each thread packs its share of every K block's panels into one shared buffer (A in
