@@ -354,6 +354,22 @@ TEST(Rope, ComputedCosSinAgreesWithCache) {
     });
 }
 
+// p through the registry entry impl, forced whatever the cap: its kernel is created (generated)
+// and, where this machine runs its ISA, checked against the oracle; an entry that does not
+// support p's descriptor passes.
+template <class Impl>
+::testing::AssertionResult run_forced(const Impl& impl, Problem& p, bool runs) {
+    const RopePlan resolved(p.d);  // resolves strides and rotary_dim
+    const auto kd = detail::rope_kernel_desc(resolved.desc());
+    if (impl.supports && !impl.supports(kd)) return ::testing::AssertionSuccess();
+    const auto sel = detail::rope_registry().get(kd, impl);
+    if (!sel.kernel) return ::testing::AssertionFailure() << "no kernel from " << impl.name;
+    if (!runs) return ::testing::AssertionSuccess();
+    auto r = run_and_check(p, [&] { sel.kernel->run(resolved.desc(), p.args(), 0, p.d.tokens); });
+    if (!r) r << "\n" << p.describe();
+    return r;
+}
+
 TEST(Rope, EveryRegistryEntry) {
     // Each implementation forced, whatever the cap: run against the oracle where this machine has
     // its ISA, generated only elsewhere (a machine with AVX-512 / AVX512-BF16 runs them all).
@@ -373,14 +389,7 @@ TEST(Rope, EveryRegistryEntry) {
                                                  cs == 1 ? DType::bf16 : DType::f32,
                                                  variant % 3 ? RopePositionType::s64 : RopePositionType::s32, variant % 3,
                                                  2000 + variant);
-                        const RopePlan resolved(p.d);  // resolves strides and rotary_dim
-                        const auto kd = detail::rope_kernel_desc(resolved.desc());
-                        if (impl.supports && !impl.supports(kd)) continue;
-                        const auto sel = reg.get(kd, impl);
-                        ASSERT_TRUE(sel.kernel);
-                        if (!runs) continue;
-                        ASSERT_TRUE(run_and_check(p, [&] { sel.kernel->run(resolved.desc(), p.args(), 0, p.d.tokens); }))
-                            << p.describe();
+                        ASSERT_TRUE(run_forced(impl, p, runs));
                     }
         if (!runs) std::printf("[ generated only ] %s (needs %s)\n", impl.name, isa_name(impl.isa));
     }
@@ -413,14 +422,7 @@ TEST(Rope, EvenOddBlocksEveryTail) {
                                                  cs == 1 ? DType::bf16 : DType::f32,
                                                  variant % 3 ? RopePositionType::s64 : RopePositionType::s32, variant % 3,
                                                  7000 + variant);
-                        const RopePlan resolved(p.d);
-                        const auto kd = detail::rope_kernel_desc(resolved.desc());
-                        if (impl.supports && !impl.supports(kd)) continue;
-                        const auto sel = reg.get(kd, impl);
-                        ASSERT_TRUE(sel.kernel);
-                        if (!runs) break;
-                        ASSERT_TRUE(run_and_check(p, [&] { sel.kernel->run(resolved.desc(), p.args(), 0, p.d.tokens); }))
-                            << p.describe();
+                        ASSERT_TRUE(run_forced(impl, p, runs));
                     }
                 }
         if (!runs) std::printf("[ generated only ] %s (needs %s)\n", impl.name, isa_name(impl.isa));
