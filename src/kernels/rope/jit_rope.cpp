@@ -17,11 +17,11 @@
 //   bf16 neox: whole blocks of 2 vlen elements of x1 and x2 are split into even and odd
 //         elements the same way; the token's cos / sin row is split once into a scratch row
 //         (Args::eo_row) for all its heads, in blocks of 2 vlen (16 floats AVX2, 32 AVX-512).
-// The even / odd split (AVX2 and AVX-512 alike: lane j of the even vector is element 2j of the
-// block, of the odd one element 2j + 1) trades the loads' widening shuffles and the stores' pack
-// and lane permute for a shift / AND and a word merge; its stores round to nearest even by the
-// integer emulation, bit-exact with xk::bf16 (denormals kept) also at avx512_bf16, where the
-// rest of the head (tails) is converted by VCVTNE2PS2BF16.
+// The even / odd split (AVX2 and AVX-512 without AVX512-BF16 alike: lane j of the even vector is
+// element 2j of the block, of the odd one element 2j + 1) trades the loads' widening shuffles and
+// the stores' pack and lane permute for a shift / AND and a word merge; its stores round to
+// nearest even by the integer emulation, bit-exact with xk::bf16 (denormals kept). At
+// avx512_bf16 the split is not used: VCVTNE2PS2BF16 converts natively (measured faster there).
 // The compute mode (cos / sin from base and scaling) evaluates cos / sin per token in double
 // exactly as the reference does, into a one-row f32 table, and calls the same code for that
 // token.
