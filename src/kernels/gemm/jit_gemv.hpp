@@ -22,8 +22,8 @@
 //     the rows of W with vectors (masked k tail), horizontal sums at the end; W streams from
 //     memory nj (8 for M = 1, else 4) rows at a time, no transposition;
 //   * row-sweep micro-kernel (unpacked [K x N] B, one row tile: M <= 2 / 4): acc[mr x cw] += x * B rows,
-//     four rows of B at a time (eight for M = 1, FMAs reading B from memory, a sparse prefetch
-//     per KiB of each row) over whole column ranges, i.e. B read in its memory order; with one
+//     four rows of B at a time (eight for M = 1, FMAs reading B from memory, 128 bytes of each
+//     row per step, no software prefetch) over whole column ranges, i.e. B read in its memory order; with one
 //     row tile the accumulators span whole rows (up to 128 KiB, in L2) and K is cut into slices
 //     (a count that depends on K alone) that the threads take whole, their sums added in order;
 //     with more rows, an unpacked [K x N] B is copied into panels, runs of up to 128 panels
