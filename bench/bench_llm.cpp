@@ -10,7 +10,7 @@
 //   swiglu/<f32|bf16>/xk/4096x11008/nt:<N>              y [4096 x 11008] = silu(gate) * up
 //   geglu/f32/xk/4096x11008/nt:<N>                      gelu_erf
 //   softmax/<f32|bf16>/xk/16384x4096[/causal]/nt:<N>
-//   <op>/bf16/xk/decode/t:<1|4|16>/h:4096/nt:1          one call through a Plan, cache-resident
+//   <op>/<bf16|f32>/xk/decode/t:<1|4|16>/h:4096/nt:1    one call through a Plan, cache-resident (swiglu: /i:11008)
 //   layer_norm/<f32|bf16>/onednn/decode/...              the primitive's execute() per call
 //
 // GBPS: bytes read + written per call: x and y (norm), q and k twice plus the cache rows read
@@ -327,9 +327,11 @@ const bool registered = [] {
         const RopeCase rc{xk::RopeStyle::neox, DType::bf16, t, 32, 128, false};
         reg(xb::join_name({"rope", "bf16", "xk", "neox", "decode/t:" + std::to_string(t) + "/h:32x128", "nt:1"}),
             [rc](benchmark::State& s) { BM_rope_xk(s, rc, 1); });
-        const GluCase gc{xk::Activation::silu, DType::bf16, t, 11008, false};
-        reg(xb::join_name({"swiglu", "bf16", "xk", "decode/t:" + std::to_string(t) + "/i:11008", "nt:1"}),
-            [gc](benchmark::State& s) { BM_glu_xk(s, gc, 1); });
+        for (DType dt : {DType::bf16, DType::f32}) {
+            const GluCase gc{xk::Activation::silu, dt, t, 11008, false};
+            reg(xb::join_name({"swiglu", dname(dt), "xk", "decode/t:" + std::to_string(t) + "/i:11008", "nt:1"}),
+                [gc](benchmark::State& s) { BM_glu_xk(s, gc, 1); });
+        }
     }
     return true;
 }();

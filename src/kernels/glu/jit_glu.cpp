@@ -37,13 +37,18 @@ constexpr int kBf16SiluPrefetchBytes = 4096;  // the same for bf16 x with bf16 y
 //   e^-g = 2^n p(t), n = round(-g log2 e), t = -g - n ln2, evaluated in x = -t = g + n ln2 (no
 //        negation of g; the polynomials take the signs of the odd powers).
 // f32 output (fp32 accuracy): two-part ln2, p of degree 6 (Chebyshev interpolant, |p/e^t - 1| <=
-//        0.2u on |t| <= ln2/2), r from the reciprocal estimate (VRCPPS 2^-11.4 / VRCP14PS 2^-14)
-//        and one Newton step (no divider: its throughput bounds the loop on AVX2); within 6u of
-//        silu(g) (3.0u measured on AVX2).
+//        0.2u on |t| <= ln2/2), d = 1 + 2^n p; AVX2: y = (g u) / d (VDIVPS, 2.2u measured);
+//        AVX-512: r from VRCP14PS (2^-14) and one Newton step, y = (g r) u; within 6u of silu(g) u.
+//        Speed (Zen 3, one core, cache-resident rows): the loop is bound by its loads and FMAs,
+//        and Zen 3 loads at most two ymm a cycle, each constant operand being one: the three
+//        constants used most stay in registers (0.426 -> 0.37 ns / element), and the divide
+//        replaces the reciprocal, its Newton step and a multiply (-> 0.34 ns; the earlier note
+//        that the divider bounds the loop held for a longer chain). 4 x 11008 rows in DRAM:
+//        22.9 -> 27.7 GB/s.
 // bf16 output (bf16 accuracy: the result keeps 8 significant bits, so the activation needs
 //        ~2^-12, not 2^-24): one-part ln2 (t off by <= 2.4e-7), p = 1 + x q(x) with q of degree 2
 //        (minimax relative, 1.02e-4 = 2^-13.3), d = 1 + 2^n p, r = the bare reciprocal estimate
-//        (no Newton step: 1.5 * 2^-12 on AVX2, 2^-14 on AVX-512), y = (max(g, -88) u) r: within
+//        (no Newton step: 1.5 * 2^-12 on AVX2, 2^-14 on AVX-512), y = (max(g, -86) u) r: within
 //        2^-10 of silu(g) u relative before the rounding (the rounding adds <= 2^-8), so every
 //        bf16 result is within (2^-8 + 2^-10) relative of the exact value and at most one bf16
 //        ulp from it correctly rounded (bf16 -> bf16, AVX2 and AVX-512, rounds the even / odd
@@ -52,12 +57,12 @@ constexpr int kBf16SiluPrefetchBytes = 4096;  // the same for bf16 x with bf16 y
 //        other paths round to nearest even). About 20 instructions a vector instead of ~27, and a chain ~15 cycles
 //        shorter: 0.31 ns / element in L1 on Zen 3 instead of 0.53.
 // g is clamped to [-86, 86.9] in the exponential (2^n stays normal, 1 + e^-g <= 3e37 so r is
-// normal) and to >= -88 in the final product: for g < -86 the result is below 4e-36 in magnitude
-// instead of g e^g (silu(-inf) gives -4e-36, the limit 0, where the scalar formula's -inf / inf
-// is NaN); NaN stays NaN. u = 2^-24; both contracts asserted against double by test_glu
+// normal) and to >= -86 in the final product (one register holds -86 for both): for g < -86 the
+// result is below 4e-36 in magnitude instead of g e^g (silu(-inf) gives -3.8e-36, the limit 0,
+// where the scalar formula's -inf / inf is NaN); NaN stays NaN. u = 2^-24; both contracts asserted against double by test_glu
 // (SiluAccuracy).
 enum SiluConst : int {
-    kSGClampLo, kSGClampHi, kSMagic, kSNegLog2e, kSLn2Hi, kSLn2Lo, kSLn2, kSOne, kSGLo,
+    kSGClampHi, kSMagic, kSNegLog2e, kSLn2Hi, kSLn2Lo, kSLn2, kSOne, kSGLo,
     kSP6,             // f32: p of degree 6 in x = -t, highest first: a6, -a5, a4, -a3, a2, -1 (then + 1)
     kSQ3 = kSP6 + 6,  // bf16 output: q of degree 2 in x, p = 1 + x q: q2, q1, q0
     kSRound = kSQ3 + 3,  // 0x8000: bf16 rounding (half away from zero on the magnitude)
@@ -76,7 +81,6 @@ const SiluTable& silu_table() {
             std::memcpy(&b, &f, 4);
             for (auto& e : t.v[i]) e = b;
         };
-        setf(kSGClampLo, -86.0f);
         setf(kSGClampHi, 86.9f);
         setf(kSMagic, 12582912.0f + 127.0f);  // 1.5 * 2^23 + 127: holds n + 127 in the low bits
         setf(kSNegLog2e, -1.44269504088896341f);
@@ -84,7 +88,7 @@ const SiluTable& silu_table() {
         setf(kSLn2Lo, -2.12194440e-4f);
         setf(kSLn2, 0.693147182f);
         setf(kSOne, 1.0f);
-        setf(kSGLo, -88.0f);
+        setf(kSGLo, -86.0f);
         // f32: e^t ~ 1 + t + a2 t^2 + .. + a6 t^6 (Chebyshev interpolant, 0.2u on |t| <= ln2/2),
         // evaluated in x = -t: the odd powers change sign.
         const float a6[5] = {1.3933731243e-03f, 8.3692204207e-03f, 4.1666463017e-02f, 1.6666504741e-01f, 5.0e-01f};
@@ -215,35 +219,53 @@ private:
         };
 
         // nv vectors from element idx, counts[k] elements each (full but the last).
-        auto block = [&](int nv, const int* counts) {
+        // f32 output, main loop (cr): the three constants used most (magic, -log2 e, 1) in
+        // ymm13-15 / zmm28-30, the rest memory operands (see the note on loads below).
+        auto reg32 = [&](int e) -> int {
+            if (e == kSMagic) return zmm ? 28 : 13;
+            if (e == kSNegLog2e) return zmm ? 29 : 14;
+            if (e == kSOne) return zmm ? 30 : 15;
+            return -1;
+        };
+        auto w32 = [&](bool cr, int e, auto&& f) {
+            if (cr && reg32(e) >= 0) f(V(reg32(e)));
+            else f(cst(e));
+        };
+        // AVX2: y = (g u) / d with VDIVPS instead of the reciprocal estimate and a Newton step
+        // (one divide a vector; Zen 3's divider keeps up with the rest of the chain). AVX-512
+        // keeps VRCP14PS + Newton: a zmm divide takes ~10+ cycles a vector on Intel cores.
+        const bool div = !zmm;
+        auto block = [&](int nv, const int* counts, bool cr) {
             auto eo = [&](int k) { return eo_pair(nv, counts, k); };
             auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
                 load_v(nv, counts, k, v, v_next, addr);
             };
             for (int k = 0; k < nv; ++k) load(k, X(k), X(k + 1 < 4 ? k + 1 : k), gate(k));
             // x = -t = max(g, -86) clamped to <= 86.9, then g + n ln2 (the polynomials are in -t).
-            for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), cst(kSGClampLo));
-            for (int k = 0; k < nv; ++k) vminps(X(k), X(k), cst(kSGClampHi));
-            for (int k = 0; k < nv; ++k) vmovups(S0(k), cst(kSMagic));
-            for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), X(k), cst(kSNegLog2e));  // magic + n
-            for (int k = 0; k < nv; ++k) vsubps(S1(k), S0(k), cst(kSMagic));        // n
-            for (int k = 0; k < nv; ++k) vfmadd231ps(X(k), S1(k), cst(kSLn2Hi));  // x = -t
-            for (int k = 0; k < nv; ++k) vfmadd231ps(X(k), S1(k), cst(kSLn2Lo));
+            for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), glo);
+            for (int k = 0; k < nv; ++k) w32(cr, kSGClampHi, [&](const auto& o) { vminps(X(k), X(k), o); });
+            for (int k = 0; k < nv; ++k) { if (cr) vmovaps(S0(k), V(zmm ? 28 : 13)); else vmovups(S0(k), cst(kSMagic)); }
+            for (int k = 0; k < nv; ++k) w32(cr, kSNegLog2e, [&](const auto& o) { vfmadd231ps(S0(k), X(k), o); });  // magic + n
+            for (int k = 0; k < nv; ++k) w32(cr, kSMagic, [&](const auto& o) { vsubps(S1(k), S0(k), o); });        // n
+            for (int k = 0; k < nv; ++k) w32(cr, kSLn2Hi, [&](const auto& o) { vfmadd231ps(X(k), S1(k), o); });  // x = -t
+            for (int k = 0; k < nv; ++k) w32(cr, kSLn2Lo, [&](const auto& o) { vfmadd231ps(X(k), S1(k), o); });
             for (int k = 0; k < nv; ++k) vpslld(S0(k), S0(k), 23);  // 2^n
             // p(t) by Horner in x: S1 = the highest coefficient, then one FMA per lower one.
             const int c0 = kSP6, nc = 6;
             for (int k = 0; k < nv; ++k) vmovups(S1(k), cst(c0));
             for (int i = 1; i < nc; ++i)
                 for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), X(k), cst(c0 + i));
-            for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), X(k), cst(kSOne));  // p = 1 + ...
-            for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), S0(k), cst(kSOne));  // d = 1 + 2^n p
-            for (int k = 0; k < nv; ++k) {
-                if (zmm) vrcp14ps(S0(k), S1(k));
-                else vrcpps(S0(k), S1(k));
+            for (int k = 0; k < nv; ++k) w32(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), X(k), o); });  // p = 1 + ...
+            for (int k = 0; k < nv; ++k) w32(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), S0(k), o); });  // d = 1 + 2^n p
+            if (!div) {
+                for (int k = 0; k < nv; ++k) {
+                    if (zmm) vrcp14ps(S0(k), S1(k));
+                    else vrcpps(S0(k), S1(k));
+                }
+                for (int k = 0; k < nv; ++k) w32(cr, kSOne, [&](const auto& o) { vfnmadd213ps(S1(k), S0(k), o); });  // e = 1 - d r
+                for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), S0(k), S1(k));  // r (1 + e)
             }
-            for (int k = 0; k < nv; ++k) vfnmadd213ps(S1(k), S0(k), cst(kSOne));  // e = 1 - d r
-            for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), S0(k), S1(k));        // r (1 + e)
-            for (int k = 0; k < nv; ++k) {  // X = max(g, -88): NaN kept (the second operand)
+            for (int k = 0; k < nv; ++k) {  // X = max(g, -86): NaN kept (the second operand)
                 if (xt == DType::f32 && counts[k] == vl) {
                     vmaxps(X(k), glo, ptr[gate(k)]);
                 } else {
@@ -254,11 +276,17 @@ private:
                     }
                 }
             }
-            for (int k = 0; k < nv; ++k) vmulps(X(k), X(k), S0(k));  // silu(g)
+            if (!div) for (int k = 0; k < nv; ++k) vmulps(X(k), X(k), S0(k));  // silu(g) = g r
             for (int k = 0; k < nv; ++k) {
                 const RegExp u = up + idx * xs + k * vl * xs;
                 if (xt == DType::f32 && counts[k] == vl) {
                     vmulps(X(k), X(k), ptr[u]);
+                } else if (div) {  // (d is in S1)
+                    load(k, S0(k), S0(k + 1 < 4 ? k + 1 : k), u);
+                    if (!eo(k) || k % 2 == 1) {
+                        if (eo(k)) vmulps(X(k - 1), X(k - 1), S0(k - 1));
+                        vmulps(X(k), X(k), S0(k));
+                    }
                 } else {
                     load(k, S1(k), S1(k + 1 < 4 ? k + 1 : k), u);
                     if (!eo(k) || k % 2 == 1) {
@@ -267,6 +295,7 @@ private:
                     }
                 }
             }
+            if (div) for (int k = 0; k < nv; ++k) vdivps(X(k), X(k), S1(k));  // g u / d
             for (int k = 0; k < nv; k += 2) {
                 const RegExp o = y + idx * ys + k * vl * ys;
                 if (eo(k)) io.store2_eo(o, X(k), X(k + 1), nt_);
@@ -278,7 +307,7 @@ private:
         // bf16 output: the activation only needs ~2^-12 relative accuracy (the result is rounded
         // to 8 bits). One-part ln2, p = 1 + x q(x) with q of degree 2, d = (1 + 2^n) + (2^n x) q
         // (two short chains instead of a Horner tail), r = the reciprocal estimate without a
-        // Newton step, y = (max(g, -88) u) r; the even / odd pairs round with + 0x8000 (ties away
+        // Newton step, y = (max(g, -86) u) r; the even / odd pairs round with + 0x8000 (ties away
         // from zero: every NaN here has zero low words, see the contract above).
         // cr: some constants live in registers in the even / odd main loop: ymm13-15 on AVX2
         // (where JitIo's scratch registers are unused: the pairs are stored in place), zmm28-30
@@ -298,7 +327,7 @@ private:
             };
             auto nx = [&](int k) { return k + 1 < 4 ? k + 1 : k; };
             for (int k = 0; k < nv; ++k) load(k, X(k), X(nx(k)), gate(k));
-            for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), cst(kSGClampLo));
+            for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), glo);
             for (int k = 0; k < nv; ++k) vminps(X(k), X(k), cst(kSGClampHi));
             for (int k = 0; k < nv; ++k) with(cr, kSMagic, [&](const auto& o) { vmovups(S0(k), o); });
             for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), X(k), cst(kSNegLog2e));  // magic + n
@@ -314,7 +343,7 @@ private:
                 if (zmm) vrcp14ps(S1(k), S0(k));
                 else vrcpps(S1(k), S0(k));
             }
-            for (int k = 0; k < nv; ++k) {  // X = max(g, -88): NaN kept (the second operand)
+            for (int k = 0; k < nv; ++k) {  // X = max(g, -86): NaN kept (the second operand)
                 if (xt == DType::f32 && counts[k] == vl) {
                     vmaxps(X(k), glo, ptr[gate(k)]);
                 } else {
@@ -366,6 +395,8 @@ private:
         xor_(idx, idx);
         const int64_t nblk = nvec / U;
         if (nblk > 0) {
+            if (!fast)
+                for (int e : {kSMagic, kSNegLog2e, kSOne}) vmovups(V(reg32(e)), cst(e));
             if (fast && cr) {  // (reloaded per row: on AVX2 the tail's stores use ymm14-15)
                 vmovups(creg(kSMagic), cst(kSMagic));
                 vmovups(creg(kSQ3), cst(kSQ3));
@@ -388,7 +419,7 @@ private:
                     prefetcht0(ptr[up + idx * xs + kSiluPrefetchBytes + o]);
                 }
             if (fast) block_bf16(U, full, cr);
-            else block(U, full);
+            else block(U, full, true);
             add(idx, U * vl);
             dec(cnt);
             jnz(loop);
@@ -398,7 +429,7 @@ private:
             int counts[4] = {vl, vl, vl, vl};
             if (tail) counts[rem] = tail;
             if (fast) block_bf16(rem + (tail ? 1 : 0), counts, false);
-            else block(rem + (tail ? 1 : 0), counts);
+            else block(rem + (tail ? 1 : 0), counts, false);
         }
         add(x, ptr[a + offsetof(Args, ld_x)]);
         add(y, ptr[a + offsetof(Args, ld_y)]);
