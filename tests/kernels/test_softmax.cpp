@@ -165,6 +165,35 @@ TEST(Softmax, ExtremeInputs) {
     });
 }
 
+TEST(Softmax, MaskedLogitsGiveExactZeros) {
+    // -inf logits (an additive attention mask) give exactly 0, and logits so far below the max
+    // that exp underflows (x - max < ln FLT_MIN) give less than FLT_MIN (the kernels flush them to
+    // 0, the scalar reference may return a denormal), in the unrolled loop, the single-vector loop
+    // and the tail alike (row lengths with every remainder).
+    for_each_isa([&](Isa) {
+        for (DType t : {DType::f32, DType::bf16})
+            for (int64_t cols : {1, 7, 8, 17, 24, 31, 37, 100, 4095}) {
+                Problem p = make(t, DType::f32, 3, cols, 0, 0, 0, 11);
+                const double ninf = -std::numeric_limits<double>::infinity();
+                for (int64_t j = 0; j < cols; ++j) {
+                    p.x.set(0, j, j % 3 == 1 ? ninf : 0.25 * (j % 5));
+                    p.x.set(1, j, j % 2 ? -90.0 : (j % 4 ? -86.5 : 0.0));  // -90: exp underflows
+                    p.x.set(2, j, j == cols - 1 ? 1.0 : ninf);             // one visible logit
+                }
+                const TypedMatrix x0 = p.x.clone();
+                softmax(p.d, args_of(p));
+                ASSERT_TRUE(check(p, x0)) << describe(p.d);
+                for (int64_t j = 0; j < cols; ++j) {
+                    if (j % 3 == 1) ASSERT_EQ(p.y.get(0, j), 0.0) << "masked column " << j << " " << describe(p.d);
+                    if (j % 2)
+                        ASSERT_LT(std::fabs(p.y.get(1, j)), std::numeric_limits<float>::min()) << "column " << j << " "
+                                                                                             << describe(p.d);
+                    ASSERT_EQ(p.y.get(2, j), j == cols - 1 ? 1.0 : 0.0) << "column " << j << " " << describe(p.d);
+                }
+            }
+    });
+}
+
 TEST(Softmax, InPlace) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16})

@@ -6,7 +6,12 @@
 //   max    m_x = max x over the visible columns (from memory; 4 accumulators)
 //          m = scale * m_x (= max of the fp32 scale * x: a positive scale is monotonic)
 //   exp    e = exp(scale * x - m) into a per-thread fp32 row buffer (x now from L1/L2),
-//          per-lane sums (the vectorised exp of kernels/common/jit_activation.hpp)
+//          per-lane sums: full vectors through the pass's own exp (ExpConst below: three
+//          vectors interleaved, four constants in registers, no upper clamp or flush compare),
+//          the tail through the shared exp of kernels/common/jit_activation.hpp. Zen 3, one core,
+//          16384 x 4096 from DRAM: this pass was ~2/3 of the time with the shared exp on two
+//          vectors (its constants are all memory operands: Zen 3 loads two ymm a cycle); with
+//          its own, f32 9.1 -> 12.1 GB/s and bf16 5.1 -> 7.2 GB/s.
 //   C++    sum of the lanes in double, inv = 1 / sum
 //   scale  y = e * inv from the buffer, the masked columns zeroed
 // x is read from memory once and y written once (non-temporal stores for outputs larger than
@@ -47,13 +52,24 @@ using PassFn = void (*)(Args*);
 
 enum class Pass { max, exp, scale };
 
+// The exp pass's own exp (its argument x' = scale x - m is <= 0 up to rounding): the exp of
+// kernels/common/jit_activation.hpp (Cody-Waite two-part ln 2, Cephes polynomial, 2^(n-1) * 2)
+// without its upper clamp (x' <= 0) and without its flush-to-zero compare: the lower clamp sits
+// at -87.6, where n = round(x' log2 e) = -126 makes the scale field n + 126 zero, so every x' <
+// -86.98 (results under ~FLT_MIN) gives exactly 0 by construction (-inf: 0, as the masked logits
+// of attention need); NaN stays NaN (the clamp takes the constant first).
+enum ExpConst : int { kXLo, kXMagic, kXLog2e, kXLn2Hi, kXLn2Lo, kXP5, kXP4, kXP3, kXP2, kXP1, kXP0, kXOne, kXNegInf, kXCount };
 struct alignas(64) Consts {
-    float neg_inf[16];
+    float v[kXCount][16];
 };
 const Consts& consts() {
     static const Consts c = [] {
         Consts c{};
-        for (float& v : c.neg_inf) v = -INFINITY;
+        const float vals[kXCount] = {-87.6f, 12582912.0f + 126.0f, 1.44269504088896341f, 0.693359375f, -2.12194440e-4f,
+                                     1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                                     1.6666665459e-1f, 5.0000001201e-1f, 1.0f, -INFINITY};
+        for (int i = 0; i < kXCount; ++i)
+            for (float& v : c.v[i]) v = vals[i];
         return c;
     }();
     return c;
@@ -68,7 +84,7 @@ public:
         const int vl = io.vlen(), shift = vl == 16 ? 4 : 3;
         const DType xt = kd.x_dtype, yt = kd.y_dtype;
         const int xs = dtype_size(xt), ys = dtype_size(yt);
-        const int unroll = pass == Pass::exp ? 2 : 4;
+        const int unroll = pass == Pass::exp ? 3 : 4;
 
         preamble();
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
@@ -87,7 +103,7 @@ public:
             case Pass::max:
                 mov(src, ptr[a + offsetof(Args, x)]);
                 mov(rax, reinterpret_cast<uintptr_t>(&consts()));
-                vmovups(c0, ptr[rax]);  // -inf
+                vmovups(c0, ptr[rax + kXNegInf * 64]);  // -inf
                 for (int k = 0; k < unroll; ++k) vmovaps(acc(k), c0);
                 break;
             case Pass::exp:
@@ -96,7 +112,12 @@ public:
                 mov(act_tbl, reinterpret_cast<uintptr_t>(JitActivation::table()));
                 vbroadcastss(c0, ptr[a + offsetof(Args, scale)]);
                 vbroadcastss(c1, ptr[a + offsetof(Args, neg_m)]);
-                for (int k = 0; k < unroll; ++k) vxorps(acc(k), acc(k), acc(k));
+                mov(rax, reinterpret_cast<uintptr_t>(&consts()));
+                vxorps(V(9), V(9), V(9));
+                vmovups(V(10), ptr[rax + kXMagic * 64]);
+                vmovups(V(11), ptr[rax + kXLog2e * 64]);
+                vmovups(V(14), ptr[rax + kXLo * 64]);
+                vmovups(V(15), ptr[rax + kXOne * 64]);
                 break;
             case Pass::scale:
                 mov(act_tbl, ptr[a + offsetof(Args, next_x)]);  // (no activation in this pass)
@@ -128,12 +149,44 @@ public:
                     }
                     break;
                 case Pass::exp: {
-                    if (tail) io.load_rt(v, src + idx * xs + off * xs, xt, rem);
-                    else io.load(v, src + idx * xs + off * xs, xt, vl);
-                    vmulps(v, v, c0);
-                    vaddps(v, v, c1);
+                    if (!tail) {
+                        // Full vectors: the lean exp (see ExpConst) on the loop's vectors,
+                        // instruction by instruction interleaved; x' = V(3q), scratch V(3q+1),
+                        // V(3q+2); the sum in V(9); constants in V(10), V(11), V(14), V(15) (and
+                        // scale, -m in V(12), V(13)), the rest memory operands (rax).
+                        if (k != 0) break;
+                        const int nq = unroll_now;
+                        auto X = [&](int q) { return V(3 * q); };
+                        auto S0 = [&](int q) { return V(3 * q + 1); };
+                        auto S1 = [&](int q) { return V(3 * q + 2); };
+                        auto cx = [&](int e) { return ptr[rax + e * 64]; };
+                        for (int q = 0; q < nq; ++q) io.load(X(q), src + idx * xs + q * vl * xs, xt, vl);
+                        for (int q = 0; q < nq; ++q) vfmadd213ps(X(q), c0, c1);       // x' = scale x - m
+                        for (int q = 0; q < nq; ++q) vmaxps(X(q), V(14), X(q));       // >= -87.6, NaN kept
+                        for (int q = 0; q < nq; ++q) vmovaps(S0(q), V(10));
+                        for (int q = 0; q < nq; ++q) vfmadd231ps(S0(q), X(q), V(11));  // magic + n
+                        for (int q = 0; q < nq; ++q) vsubps(S1(q), S0(q), V(10));      // n
+                        for (int q = 0; q < nq; ++q) vfnmadd231ps(X(q), S1(q), cx(kXLn2Hi));
+                        for (int q = 0; q < nq; ++q) vfnmadd231ps(X(q), S1(q), cx(kXLn2Lo));  // r
+                        for (int q = 0; q < nq; ++q) vpslld(S0(q), S0(q), 23);           // 2^(n-1)
+                        for (int q = 0; q < nq; ++q) vmovups(S1(q), cx(kXP5));
+                        for (int e = kXP4; e <= kXP0; ++e)
+                            for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), cx(e));
+                        for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), V(15));
+                        for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), V(15));   // e^r
+                        for (int q = 0; q < nq; ++q) vmulps(X(q), S1(q), S0(q));
+                        for (int q = 0; q < nq; ++q) vaddps(X(q), X(q), X(q));
+                        for (int q = 0; q < nq; ++q) {
+                            vmovups(ptr[dst + idx * 4 + q * vl * 4], X(q));
+                            vaddps(V(9), V(9), X(q));
+                        }
+                        break;
+                    }
+                    // The tail (runtime lane count; the io scratch is V(14), V(15)): the shared exp.
+                    io.load_rt(v, src + idx * xs + off * xs, xt, rem);
+                    vfmadd213ps(v, c0, c1);
                     act.apply(JitFn::exp, v, {V(4 * k + 1), V(4 * k + 2), V(4 * k + 3)}, act_tbl);
-                    if (tail) {  // lanes >= rem: 0 (the buffer is padded: store the full vector)
+                    {  // lanes >= rem: 0 (the buffer is padded: store the full vector)
                         io.lane_mask_rt(V(4 * k + 1), rem);
                         if (io.zmm()) vmovaps(v | k1 | T_z, v);
                         else vandps(v, v, V(4 * k + 1));
@@ -173,6 +226,7 @@ public:
         dec(cnt);
         jmp(l_single);
         L(l_tail);
+        if (pass == Pass::exp) vmovaps(acc(0), V(9));  // (the tail's io scratch is V(14), V(15))
         test(rem, rem);
         jz(l_done);
         body(0, 0, true);
@@ -183,7 +237,6 @@ public:
             io.hmax(acc(0));
             vmovss(ptr[a + offsetof(Args, out)], Xmm(acc(0).getIdx()));
         } else if (pass == Pass::exp) {
-            for (int k = 1; k < unroll; ++k) vaddps(acc(0), acc(0), acc(k));
             vmovups(ptr[a + offsetof(Args, out)], acc(0));
         }
         postamble();
