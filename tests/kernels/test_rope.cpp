@@ -3,6 +3,7 @@
 // cos / sin from an f32 or bf16 cache or computed (and the two agreeing); int64 / int32
 // positions; misaligned pointers; 1 and 2 threads; bad input for every entry point (C API too).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -494,6 +495,33 @@ TEST(Rope, ExactProperties) {
         for (int64_t t = 0; t < T; ++t)
             for (int64_t i = 0; i < hd; ++i)
                 ASSERT_EQ(j.qbuf.get_at(t * hd + i), n.qbuf.get_at(t * hd + perm(i))) << "t=" << t << " i=" << i;
+    });
+}
+
+TEST(Rope, NaNPayloadsOfAnF32CacheStayNaN) {
+    // bf16 q / k round with + 0x8000 in the even / odd paths, which would turn a NaN whose bits are
+    // 0x7fff8000..0x7fffffff (or the negative ones) into -0 / +0: an f32 cache's NaNs are made the
+    // default NaN first. Poisoned cos / sin entries must give NaN outputs on every path.
+    for_each_isa([&](Isa) {
+        for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
+            const int64_t hd = 64, half = hd / 2;
+            Problem p = make_problem(st, DType::bf16, 2, 3, 1, hd, 0, Layout::packed, RopeCosSin::cache, DType::f32,
+                                     RopePositionType::s64, 0, 21);
+            p.pos64 = {5, 6};
+            float* row = static_cast<float*>(p.cache.data()) + 5 * p.cache.ld();  // position 5: token 0
+            const uint32_t bad[2] = {0x7fffffffu, 0xffffffffu};
+            std::memcpy(row + 3, &bad[0], 4);          // cos of pair 3
+            std::memcpy(row + half + 9, &bad[1], 4);   // sin of pair 9
+            rope(p.d, p.args());
+            for (int64_t h = 0; h < 3; ++h)
+                for (int64_t pair : {3, 9}) {
+                    const int64_t i0 = st == RopeStyle::neox ? pair : 2 * pair, i1 = st == RopeStyle::neox ? pair + half : 2 * pair + 1;
+                    EXPECT_TRUE(std::isnan(p.qbuf.get_at(h * hd + i0)) && std::isnan(p.qbuf.get_at(h * hd + i1)))
+                        << p.describe() << " head " << h << " pair " << pair;
+                }
+            // Token 1 (position 6, a clean row) is finite.
+            for (int64_t i = 0; i < 3 * hd; ++i) ASSERT_TRUE(std::isfinite(p.qbuf.get_at(3 * hd + i))) << i;
+        }
     });
 }
 
