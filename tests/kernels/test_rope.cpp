@@ -500,8 +500,9 @@ TEST(Rope, ExactProperties) {
 
 TEST(Rope, NaNPayloadsOfAnF32CacheStayNaN) {
     // bf16 q / k round with + 0x8000 in the even / odd paths, which would turn a NaN whose bits are
-    // 0x7fff8000..0x7fffffff (or the negative ones) into -0 / +0: an f32 cache's NaNs are made the
-    // default NaN first. Poisoned cos / sin entries must give NaN outputs on every path.
+    // 0x7fff8000..0x7fffffff (or the negative ones) into -0 / +0: an f32 cache's NaNs are made
+    // quiet NaNs with zero low words first. Poisoned cos / sin entries must give NaN outputs on
+    // every path.
     for_each_isa([&](Isa) {
         for (RopeStyle st : {RopeStyle::neox, RopeStyle::gptj}) {
             const int64_t hd = 64, half = hd / 2;

@@ -304,6 +304,20 @@ void JitIo::store2_eo_away(const RegExp& addr, const Xmm& even, const Xmm& odd, 
     merge_store_eo(addr, even, odd, nt);
 }
 
+void JitIo::quiet_nan_hi_words(const Xmm& v) const {
+    auto& g = g_;
+    if (zmm_) {
+        g.vcmpps(s_.k, v, v, 3 /* UNORD_Q */);
+        g.vpord(v | s_.k, v, c(kQuiet));
+        g.vpandd(v | s_.k, v, c(kHiWords));
+    } else {
+        g.vcmpps(s_.v1, v, v, 3 /* UNORD_Q */);
+        g.vpor(s_.v0, v, c(kQuiet));
+        g.vpand(s_.v0, s_.v0, c(kHiWords));
+        g.vblendvps(v, v, s_.v0, s_.v1);
+    }
+}
+
 void JitIo::store(const RegExp& addr, const Xmm& v, DType t, int n, bool nt) const {
     const int vl = vlen();
     if (n < 1 || n > vl || (nt && n != vl)) throw Error(Status::runtime_error, "JitIo::store: bad count");

@@ -77,6 +77,10 @@ public:
     // carry a payload of 0x7fff8000-0x7fffffff into the sign. Finite values and +-inf round
     // within half a bf16 ulp (an overflow goes to inf, as round to nearest even).
     void store2_eo_away(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt = false) const;
+    // Makes f32 data meet store2_eo_away's precondition: in every NaN lane of v, sets the quiet
+    // bit and clears the low 16 bits (the NaN a bf16 conversion keeps); other lanes unchanged.
+    // For operands from f32 memory that feed such stores. Clobbers s.v0, s.v1 (AVX2) / s.k.
+    void quiet_nan_hi_words(const Xbyak::Xmm& v) const;
     // Runtime counts: cnt holds 1..vlen (preserved).
     void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
     void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;

@@ -43,8 +43,8 @@ constexpr int kBf16SiluPrefetchBytes = 4096;  // the same for bf16 x with bf16 y
 //        and Zen 3 loads at most two ymm a cycle, each constant operand being one: the three
 //        constants used most stay in registers (0.426 -> 0.37 ns / element), and the divide
 //        replaces the reciprocal, its Newton step and a multiply (-> 0.34 ns; the earlier note
-//        that the divider bounds the loop held for a longer chain). 4 x 11008 rows in DRAM:
-//        22.9 -> 27.7 GB/s.
+//        that the divider bounds the loop held for a longer chain). 4096 x 11008 from DRAM:
+//        22.8 -> 26.6 GB/s.
 // bf16 output (bf16 accuracy: the result keeps 8 significant bits, so the activation needs
 //        ~2^-12, not 2^-24): one-part ln2 (t off by <= 2.4e-7), p = 1 + x q(x) with q of degree 2
 //        (minimax relative, 1.02e-4 = 2^-13.3), d = 1 + 2^n p, r = the bare reciprocal estimate
@@ -54,13 +54,13 @@ constexpr int kBf16SiluPrefetchBytes = 4096;  // the same for bf16 x with bf16 y
 //        ulp from it correctly rounded (bf16 -> bf16, AVX2 and AVX-512, rounds the even / odd
 //        pairs to nearest with ties away from zero, + 0x8000: NaNs there carry a bf16 input's
 //        payload, whose low words are zero, or the default NaN, so no carry reaches the sign;
-//        other paths round to nearest even). About 20 instructions a vector instead of ~27, and a chain ~15 cycles
-//        shorter: 0.31 ns / element in L1 on Zen 3 instead of 0.53.
+//        other paths round to nearest even). About 20 instructions a vector instead of ~27, and
+//        a chain ~15 cycles shorter: 0.31 ns / element in L1 on Zen 3 instead of 0.53.
 // g is clamped to [-86, 86.9] in the exponential (2^n stays normal, 1 + e^-g <= 3e37 so r is
 // normal) and to >= -86 in the final product (one register holds -86 for both): for g < -86 the
 // result is below 4e-36 in magnitude instead of g e^g (silu(-inf) gives -3.8e-36, the limit 0,
-// where the scalar formula's -inf / inf is NaN); NaN stays NaN. u = 2^-24; both contracts asserted against double by test_glu
-// (SiluAccuracy).
+// where the scalar formula's -inf / inf is NaN); NaN stays NaN. u = 2^-24; both contracts
+// asserted against double by test_glu (SiluAccuracy).
 enum SiluConst : int {
     kSGClampHi, kSMagic, kSNegLog2e, kSLn2Hi, kSLn2Lo, kSLn2, kSOne, kSGLo,
     kSP6,             // f32: p of degree 6 in x = -t, highest first: a6, -a5, a4, -a3, a2, -1 (then + 1)
@@ -218,23 +218,24 @@ private:
             else if (k % 2 == 0) io.load2_eo(v, v_next, addr);  // k + 1's vector too
         };
 
-        // nv vectors from element idx, counts[k] elements each (full but the last).
-        // f32 output, main loop (cr): the three constants used most (magic, -log2 e, 1) in
-        // ymm13-15 / zmm28-30, the rest memory operands (see the note on loads below).
-        auto reg32 = [&](int e) -> int {
-            if (e == kSMagic) return zmm ? 28 : 13;
-            if (e == kSNegLog2e) return zmm ? 29 : 14;
-            if (e == kSOne) return zmm ? 30 : 15;
-            return -1;
-        };
-        auto w32 = [&](bool cr, int e, auto&& f) {
-            if (cr && reg32(e) >= 0) f(V(reg32(e)));
+        // cr: in the main loop the three constants used most live in registers — magic, 1 and
+        // -log2 e (f32 output) or q's leading coefficient (bf16 output) — ymm13-15 on AVX2 (where
+        // JitIo's scratch registers are unused: f32 pairs need none, bf16 pairs are stored in
+        // place), zmm28-30 on AVX-512 (free; bf16 pairs are stored by JitIo::store2_eo_away); the
+        // rest are memory operands. Zen 3 loads at most two ymm a cycle, and each constant
+        // operand is a load per vector. Reloaded per row: on AVX2 the tail's stores use ymm14-15.
+        const int creg0 = zmm ? 28 : 13, cmid = f32_out ? kSNegLog2e : kSQ3;
+        auto in_reg = [&](bool cr, int e) { return cr && (e == kSMagic || e == cmid || e == kSOne); };
+        auto creg = [&](int e) { return V(creg0 + (e == kSMagic ? 0 : e == cmid ? 1 : 2)); };
+        auto with = [&](bool cr, int e, auto&& f) {
+            if (in_reg(cr, e)) f(creg(e));
             else f(cst(e));
         };
         // AVX2: y = (g u) / d with VDIVPS instead of the reciprocal estimate and a Newton step
         // (one divide a vector; Zen 3's divider keeps up with the rest of the chain). AVX-512
         // keeps VRCP14PS + Newton: a zmm divide takes ~10+ cycles a vector on Intel cores.
         const bool div = !zmm;
+        // nv vectors from element idx, counts[k] elements each (full but the last).
         auto block = [&](int nv, const int* counts, bool cr) {
             auto eo = [&](int k) { return eo_pair(nv, counts, k); };
             auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
@@ -243,26 +244,26 @@ private:
             for (int k = 0; k < nv; ++k) load(k, X(k), X(k + 1 < 4 ? k + 1 : k), gate(k));
             // x = -t = max(g, -86) clamped to <= 86.9, then g + n ln2 (the polynomials are in -t).
             for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), glo);
-            for (int k = 0; k < nv; ++k) w32(cr, kSGClampHi, [&](const auto& o) { vminps(X(k), X(k), o); });
-            for (int k = 0; k < nv; ++k) { if (cr) vmovaps(S0(k), V(zmm ? 28 : 13)); else vmovups(S0(k), cst(kSMagic)); }
-            for (int k = 0; k < nv; ++k) w32(cr, kSNegLog2e, [&](const auto& o) { vfmadd231ps(S0(k), X(k), o); });  // magic + n
-            for (int k = 0; k < nv; ++k) w32(cr, kSMagic, [&](const auto& o) { vsubps(S1(k), S0(k), o); });        // n
-            for (int k = 0; k < nv; ++k) w32(cr, kSLn2Hi, [&](const auto& o) { vfmadd231ps(X(k), S1(k), o); });  // x = -t
-            for (int k = 0; k < nv; ++k) w32(cr, kSLn2Lo, [&](const auto& o) { vfmadd231ps(X(k), S1(k), o); });
+            for (int k = 0; k < nv; ++k) with(cr, kSGClampHi, [&](const auto& o) { vminps(X(k), X(k), o); });
+            for (int k = 0; k < nv; ++k) with(cr, kSMagic, [&](const auto& o) { vmovups(S0(k), o); });
+            for (int k = 0; k < nv; ++k) with(cr, kSNegLog2e, [&](const auto& o) { vfmadd231ps(S0(k), X(k), o); });  // magic + n
+            for (int k = 0; k < nv; ++k) with(cr, kSMagic, [&](const auto& o) { vsubps(S1(k), S0(k), o); });        // n
+            for (int k = 0; k < nv; ++k) with(cr, kSLn2Hi, [&](const auto& o) { vfmadd231ps(X(k), S1(k), o); });  // x = -t
+            for (int k = 0; k < nv; ++k) with(cr, kSLn2Lo, [&](const auto& o) { vfmadd231ps(X(k), S1(k), o); });
             for (int k = 0; k < nv; ++k) vpslld(S0(k), S0(k), 23);  // 2^n
             // p(t) by Horner in x: S1 = the highest coefficient, then one FMA per lower one.
             const int c0 = kSP6, nc = 6;
             for (int k = 0; k < nv; ++k) vmovups(S1(k), cst(c0));
             for (int i = 1; i < nc; ++i)
                 for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), X(k), cst(c0 + i));
-            for (int k = 0; k < nv; ++k) w32(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), X(k), o); });  // p = 1 + ...
-            for (int k = 0; k < nv; ++k) w32(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), S0(k), o); });  // d = 1 + 2^n p
+            for (int k = 0; k < nv; ++k) with(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), X(k), o); });  // p = 1 + ...
+            for (int k = 0; k < nv; ++k) with(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), S0(k), o); });  // d = 1 + 2^n p
             if (!div) {
                 for (int k = 0; k < nv; ++k) {
                     if (zmm) vrcp14ps(S0(k), S1(k));
                     else vrcpps(S0(k), S1(k));
                 }
-                for (int k = 0; k < nv; ++k) w32(cr, kSOne, [&](const auto& o) { vfnmadd213ps(S1(k), S0(k), o); });  // e = 1 - d r
+                for (int k = 0; k < nv; ++k) with(cr, kSOne, [&](const auto& o) { vfnmadd213ps(S1(k), S0(k), o); });  // e = 1 - d r
                 for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), S0(k), S1(k));  // r (1 + e)
             }
             for (int k = 0; k < nv; ++k) {  // X = max(g, -86): NaN kept (the second operand)
@@ -279,19 +280,15 @@ private:
             if (!div) for (int k = 0; k < nv; ++k) vmulps(X(k), X(k), S0(k));  // silu(g) = g r
             for (int k = 0; k < nv; ++k) {
                 const RegExp u = up + idx * xs + k * vl * xs;
+                // u's register: a free scratch one (with the divide, d is in S1 and r not used)
+                auto T = [&](int j) { return div ? S0(j) : S1(j); };
                 if (xt == DType::f32 && counts[k] == vl) {
                     vmulps(X(k), X(k), ptr[u]);
-                } else if (div) {  // (d is in S1)
-                    load(k, S0(k), S0(k + 1 < 4 ? k + 1 : k), u);
-                    if (!eo(k) || k % 2 == 1) {
-                        if (eo(k)) vmulps(X(k - 1), X(k - 1), S0(k - 1));
-                        vmulps(X(k), X(k), S0(k));
-                    }
                 } else {
-                    load(k, S1(k), S1(k + 1 < 4 ? k + 1 : k), u);
+                    load(k, T(k), T(k + 1 < 4 ? k + 1 : k), u);
                     if (!eo(k) || k % 2 == 1) {
-                        if (eo(k)) vmulps(X(k - 1), X(k - 1), S1(k - 1));
-                        vmulps(X(k), X(k), S1(k));
+                        if (eo(k)) vmulps(X(k - 1), X(k - 1), T(k - 1));
+                        vmulps(X(k), X(k), T(k));
                     }
                 }
             }
@@ -309,17 +306,7 @@ private:
         // (two short chains instead of a Horner tail), r = the reciprocal estimate without a
         // Newton step, y = (max(g, -86) u) r; the even / odd pairs round with + 0x8000 (ties away
         // from zero: every NaN here has zero low words, see the contract above).
-        // cr: some constants live in registers in the even / odd main loop: ymm13-15 on AVX2
-        // (where JitIo's scratch registers are unused: the pairs are stored in place), zmm28-30
-        // on AVX-512 (free; the pairs are stored by JitIo::store2_eo_away): Zen 3 loads at most
-        // two ymm a cycle, and each constant operand is a load per vector.
-        const int creg0 = zmm ? 28 : 13;
-        auto in_reg = [&](bool cr, int e) { return cr && (e == kSMagic || e == kSQ3 || e == kSOne); };
-        auto creg = [&](int e) { return V(creg0 + (e == kSMagic ? 0 : e == kSQ3 ? 1 : 2)); };
-        auto with = [&](bool cr, int e, auto&& f) {
-            if (in_reg(cr, e)) f(creg(e));
-            else f(cst(e));
-        };
+        // cr: the constants in registers (above), in the even / odd main loop.
         auto block_bf16 = [&](int nv, const int* counts, bool cr) {
             auto eo = [&](int k) { return eo_pair(nv, counts, k); };
             auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
@@ -385,7 +372,8 @@ private:
                 }
             }
         };
-        const bool fast = !f32_out, cr = eo_;  // fast: the bf16-output silu
+        const bool fast = !f32_out;  // fast: the bf16-output silu
+        const bool main_cr = f32_out || eo_;  // constants in registers in the main loop
 
         int full[4] = {vl, vl, vl, vl};
         Label row_loop;
@@ -395,13 +383,8 @@ private:
         xor_(idx, idx);
         const int64_t nblk = nvec / U;
         if (nblk > 0) {
-            if (!fast)
-                for (int e : {kSMagic, kSNegLog2e, kSOne}) vmovups(V(reg32(e)), cst(e));
-            if (fast && cr) {  // (reloaded per row: on AVX2 the tail's stores use ymm14-15)
-                vmovups(creg(kSMagic), cst(kSMagic));
-                vmovups(creg(kSQ3), cst(kSQ3));
-                vmovups(creg(kSOne), cst(kSOne));
-            }
+            if (main_cr)
+                for (int e : {int(kSMagic), cmid, int(kSOne)}) vmovups(creg(e), cst(e));
             Label loop;
             mov(cnt, nblk);
             L(loop);
@@ -418,8 +401,8 @@ private:
                     prefetcht0(ptr[x + idx * xs + kSiluPrefetchBytes + o]);
                     prefetcht0(ptr[up + idx * xs + kSiluPrefetchBytes + o]);
                 }
-            if (fast) block_bf16(U, full, cr);
-            else block(U, full, true);
+            if (fast) block_bf16(U, full, main_cr);
+            else block(U, full, main_cr);
             add(idx, U * vl);
             dec(cnt);
             jnz(loop);

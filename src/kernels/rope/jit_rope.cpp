@@ -23,11 +23,11 @@
 // nearest with ties away from zero (JitIo::store2_eo_away, + 0x8000: 3 instructions a pair
 // instead of ~12 for the emulated round to nearest even; within the same half ulp, denormals
 // kept). That needs NaN payloads with zero low words: bf16 q / k and a bf16 cache have them, the
-// arithmetic's own NaNs too, and an f32 cache's NaNs are replaced by the default NaN when the
-// token's cos / sin are prepared (GPT-J: its split blocks' cos / sin are copied to eo_row for
-// that). Zen 3, one core: bf16 NeoX decode 16 tokens 28.9 -> 34.0 GB/s, 2048x32x128 NeoX 23.5 ->
-// 26.6, GPT-J 26.2 -> 31.0. At
-// avx512_bf16 the split is not used: VCVTNE2PS2BF16 converts natively (measured faster there).
+// arithmetic's own NaNs too, and an f32 cache's NaNs get them (quiet bit set, low word cleared,
+// as a bf16 conversion would) when the token's cos / sin are prepared (GPT-J: its split blocks'
+// cos / sin are copied to eo_row for that). Zen 3, one core: bf16 NeoX decode 16 tokens 28.9 ->
+// 34.0 GB/s, 2048x32x128 NeoX 23.5 -> 26.6, GPT-J 26.2 -> 31.0. At avx512_bf16 the split is not
+// used: VCVTNE2PS2BF16 converts natively (measured faster there).
 // The compute mode (cos / sin from base and scaling) evaluates cos / sin per token in double
 // exactly as the reference does, into a one-row f32 table, and calls the same code for that
 // token.
@@ -68,7 +68,6 @@ struct alignas(64) RopeConsts {
     int32_t dup[16];
     uint32_t alt_sign[16];
     int32_t even[16], odd[16];
-    uint32_t qnan[16];  // the default quiet NaN
 };
 const RopeConsts& rope_consts() {
     static const RopeConsts c = [] {
@@ -78,7 +77,6 @@ const RopeConsts& rope_consts() {
             c.alt_sign[i] = i % 2 == 0 ? 0x80000000u : 0u;
             c.even[i] = 2 * i;
             c.odd[i] = 2 * i + 1;
-            c.qnan[i] = 0x7fc00000u;
         }
         return c;
     }();
@@ -261,30 +259,17 @@ public:
         lea(sn, ptr[cs + half * csz]);
         // The even / odd stores round with + 0x8000 (JitIo::store2_eo_away), which needs NaN
         // payloads with zero low words: bf16 q / k and a bf16 cache have them, and so do the NaNs
-        // the arithmetic creates; an f32 cache's NaNs are made the default quiet NaN when the
-        // token's cos / sin are prepared (sanitize: V(2) scratch, the NaN in V(3)).
-        auto sanitize = [&](const Xmm& v) {
-            if (io.zmm()) {
-                vcmpps(k3, v, v, 3 /* UNORD_Q */);
-                vmovaps(v | k3, V(3));
-            } else {
-                vcmpps(V(2), v, v, 3 /* UNORD_Q */);
-                vblendvps(v, v, V(3), V(2));
-            }
-        };
-        if (eo && ct == DType::f32 && ((!neox && gj_begin > 0) || eo_half > 0)) {
-            mov(tmp, reinterpret_cast<uintptr_t>(&rope_consts().qnan));
-            vmovups(V(3), ptr[tmp]);
-        }
+        // the arithmetic creates; an f32 cache's NaNs get them (JitIo::quiet_nan_hi_words) when
+        // the token's cos / sin are prepared.
         if (!neox && eo && ct == DType::f32 && gj_begin > 0) {
             // GPT-J, f32 cache: the pairs' cos / sin of the split blocks copied to eo_row [0, ..)
-            // and [rot, ..), sanitized.
+            // and [rot, ..) (NaN lanes made safe for the + 0x8000).
             mov(eb, ptr[a + offsetof(Args, eo_row)]);
             for (int64_t off = 0; off < gj_begin / 2; off += vl) {
                 vmovups(V(0), ptr[cs + off * 4]);
                 vmovups(V(1), ptr[sn + off * 4]);
-                sanitize(V(0));
-                sanitize(V(1));
+                io.quiet_nan_hi_words(V(0));
+                io.quiet_nan_hi_words(V(1));
                 vmovups(ptr[eb + off * 4], V(0));
                 vmovups(ptr[eb + (rot + off) * 4], V(1));
             }
@@ -327,8 +312,8 @@ public:
                         vpermpd(Ymm(o.getIdx()), Ymm(o.getIdx()), 0xd8);
                     }
                     if (ct == DType::f32) {
-                        sanitize(e);
-                        sanitize(o);
+                        io.quiet_nan_hi_words(e);
+                        io.quiet_nan_hi_words(o);
                     }
                     vmovups(ptr[eb + dst], e);
                     vmovups(ptr[eb + dst + vl * 4], o);

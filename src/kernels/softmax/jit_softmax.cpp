@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "common/streaming.hpp"
@@ -104,9 +105,9 @@ public:
         shr(cnt, shift);
         xor_(idx, idx);
 
-        // Register use: the value of unrolled vector k in V(k) (exp pass: V(4k), with its exp
-        // scratch in V(4k+1..4k+3)); accumulators V(8..11), constants V(12), V(13), the io
-        // scratch V(14), V(15).
+        // Register use: the value of unrolled vector k in V(k), accumulators V(8..11) (max pass);
+        // constants V(12), V(13); the io scratch V(14), V(15). The exp pass: see lean_exp (its
+        // tail: the value in V(0), exp scratch V(1..3), the sum in V(8)); the fused pass: there.
         auto acc = [&](int k) { return V(8 + k); };
         const Xmm c0 = V(12), c1 = V(13);
         // The lean exp (see ExpConst) of x' = scale x - m on nq vectors at src + idx + q vectors,
@@ -310,9 +311,12 @@ public:
           max_(kd, isa, Pass::max, false),
           exp_(kd, isa, Pass::exp, false),
           scale_(kd, isa, Pass::scale, false),
-          scale_nt_(kd, isa, Pass::scale, true),
-          fused_(kd, isa, Pass::fused, false),
-          fused_nt_(kd, isa, Pass::fused, true) {}
+          scale_nt_(kd, isa, Pass::scale, true) {
+        if (fuse_) {
+            fused_ = std::make_unique<const JitSoftmaxPass>(kd, isa, Pass::fused, false);
+            fused_nt_ = std::make_unique<const JitSoftmaxPass>(kd, isa, Pass::fused, true);
+        }
+    }
 
     void run(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t row_begin, int64_t row_end) const override {
         const int xs = dtype_size(d.x_dtype), ys = dtype_size(d.y_dtype);
@@ -380,7 +384,7 @@ public:
                 args.inv_sum = inv;
                 args.next_x = next_x;
                 std::memset(args.out, 0, sizeof(args.out));
-                (nt ? fused_nt_ : fused_).fn(&args);
+                (nt ? fused_nt_ : fused_)->fn(&args);
                 std::memcpy(sums, args.out, sizeof(sums));
             }
             float inv_next = 0;
@@ -393,7 +397,7 @@ public:
                 args.next_x = next_x + common * xs;
                 (nt ? scale_nt_ : scale_).fn(&args);
             }
-            if (v < d.cols) std::memset(yrow(r) + std::max<int64_t>(v, 0) * ys, 0, static_cast<size_t>(d.cols - std::max<int64_t>(v, 0)) * ys);
+            if (v < d.cols) std::memset(yrow(r) + v * ys, 0, static_cast<size_t>(d.cols - v) * ys);
             v = vn;
             inv = inv_next;
         }
@@ -402,8 +406,9 @@ public:
 
 private:
     int vlen_;
-    bool fuse_;  // f32 y: the fused pass (bf16 y: its rounding makes the fused loop slower, below)
-    JitSoftmaxPass max_, exp_, scale_, scale_nt_, fused_, fused_nt_;
+    bool fuse_;  // f32 y: the fused pass (bf16 y: its rounding made the fused loop slower)
+    JitSoftmaxPass max_, exp_, scale_, scale_nt_;
+    std::unique_ptr<const JitSoftmaxPass> fused_, fused_nt_;  // generated when fuse_
 };
 
 }  // namespace
