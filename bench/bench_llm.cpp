@@ -13,6 +13,10 @@
 //   <op>/<bf16|f32>/xk/decode/t:<1|4|16>/h:4096/nt:1    one call through a Plan, cache-resident (swiglu: /i:11008)
 //   layer_norm/<f32|bf16>/onednn/decode/...              the primitive's execute() per call
 //
+// Copy% (DRAM rows): the row's GB/s over that of a copy with non-temporal stores on the same
+// threads, the copy run between the row's calls (timer paused; xk::bench::CopyYardstick) so both
+// are measured in the same stretch of the host's drifting speed; CopyGBPS: that copy's GB/s. RoPE
+// (in place, regular stores) is measured against an in-place copy x[i] = x[i] (see CopyYardstick).
 // GBPS: bytes read + written per call: x and y (norm), q and k twice plus the cache rows read
 // (rope), x and y (glu: 2I in, I out), x and y (softmax); weights and biases are counted too
 // (one row). oneDNN's layer norm takes f32 scale / shift (its API in 2.6); xk's uses weights in
@@ -88,6 +92,7 @@ void BM_norm_xk(benchmark::State& state, NormCase c, int nt) {
     d.has_bias = c.affine && c.kind == xk::NormKind::layer_norm;
     d.eps = 1e-5f;
     const xk::NormPlan plan(d);
+    xb::CopyYardstick copy(state, c.dram, static_cast<double>(norm_bytes(c)));
     for (auto _ : state) {
         const size_t s = bufs.next();
         xk::NormArgs a;
@@ -95,9 +100,12 @@ void BM_norm_xk(benchmark::State& state, NormCase c, int nt) {
         a.y = bufs.get<char>(s, 1);
         if (d.has_weight) a.weight = bufs.get<char>(s, 2);
         if (d.has_bias) a.bias = bufs.get<char>(s, 3);
+        copy.begin();
         plan.run(a);
+        copy.end();
         benchmark::ClobberMemory();
     }
+    copy.finish();
     xb::set_gbps(state, static_cast<double>(norm_bytes(c)));
     state.SetLabel(std::string(plan.impl_name()) + (c.dram ? ", " + std::to_string(bufs.sets()) + " sets" : ""));
 }
@@ -127,13 +135,18 @@ void BM_layer_norm_onednn(benchmark::State& state, NormCase c, int nt) {
                 args[s].insert({DNNL_ARG_SHIFT, dnnl::memory(smd, eng, bufs.get<char>(s, 5))});
             }
         }
-        for (auto _ : state) {
-            prim.execute(strm, args[bufs.next()]);
-            strm.wait();
-            benchmark::ClobberMemory();
-        }
         size_t bytes = norm_bytes(c);
         if (c.affine) bytes += 2 * c.hidden * (4 - esize(c.dt));  // f32 scale / shift
+        xb::CopyYardstick copy(state, c.dram, static_cast<double>(bytes));
+        for (auto _ : state) {
+            auto& arg = args[bufs.next()];
+            copy.begin();
+            prim.execute(strm, arg);
+            strm.wait();
+            copy.end();
+            benchmark::ClobberMemory();
+        }
+        copy.finish();
         xb::set_gbps(state, static_cast<double>(bytes));
         state.SetLabel(pd.impl_info_str());
     } catch (const dnnl::error& e) {
@@ -187,6 +200,8 @@ void BM_rope_xk(benchmark::State& state, RopeCase c, int nt) {
     d.dtype = c.dt;
     d.max_position = kMaxPosition;
     const xk::RopePlan plan(d);
+    const double bytes = static_cast<double>(4 * n * es + c.tokens * (8 + c.head_dim * 4));
+    xb::CopyYardstick copy(state, c.dram, bytes, /*in_place=*/true);  // q and k rotated in place
     for (auto _ : state) {
         const size_t s = bufs.next();
         xk::RopeArgs a;
@@ -194,10 +209,13 @@ void BM_rope_xk(benchmark::State& state, RopeCase c, int nt) {
         a.k = bufs.get<char>(s, 1);
         a.positions = bufs.get<int64_t>(s, 2);
         a.cos_sin_cache = bufs.get<float>(s, 3);
+        copy.begin();
         plan.run(a);
+        copy.end();
         benchmark::ClobberMemory();
     }
-    xb::set_gbps(state, static_cast<double>(4 * n * es + c.tokens * (8 + c.head_dim * 4)));
+    copy.finish();
+    xb::set_gbps(state, bytes);
     state.SetLabel(std::string(plan.impl_name()) + (c.dram ? ", " + std::to_string(bufs.sets()) + " sets" : ""));
 }
 
@@ -225,11 +243,15 @@ void BM_glu_xk(benchmark::State& state, GluCase c, int nt) {
     d.inner = c.inner;
     d.x_dtype = d.y_dtype = c.dt;
     const xk::GluPlan plan(d);
+    xb::CopyYardstick copy(state, c.dram, static_cast<double>(3 * n * es));
     for (auto _ : state) {
         const size_t s = bufs.next();
+        copy.begin();
         plan.run(xk::GluArgs{bufs.get<char>(s, 0), bufs.get<char>(s, 1)});
+        copy.end();
         benchmark::ClobberMemory();
     }
+    copy.finish();
     xb::set_gbps(state, static_cast<double>(3 * n * es));
     state.SetLabel(std::string(plan.impl_name()) + (c.dram ? ", " + std::to_string(bufs.sets()) + " sets" : ""));
 }
@@ -252,17 +274,21 @@ void BM_softmax_xk(benchmark::State& state, DType dt, int64_t rows, int64_t cols
     d.causal = causal;
     d.causal_offset = cols - rows;
     const xk::SoftmaxPlan plan(d);
-    for (auto _ : state) {
-        const size_t s = bufs.next();
-        plan.run(xk::SoftmaxArgs{bufs.get<char>(s, 0), bufs.get<char>(s, 1)});
-        benchmark::ClobberMemory();
-    }
     // Causal: the masked part of x is not read (y is still written in full).
     double read = static_cast<double>(n);
     if (causal) {
         read = 0;
         for (int64_t r = 0; r < rows; ++r) read += static_cast<double>(std::min<int64_t>(cols, std::max<int64_t>(0, r + d.causal_offset + 1)));
     }
+    xb::CopyYardstick copy(state, true, (read + static_cast<double>(n)) * static_cast<double>(es));
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        copy.begin();
+        plan.run(xk::SoftmaxArgs{bufs.get<char>(s, 0), bufs.get<char>(s, 1)});
+        copy.end();
+        benchmark::ClobberMemory();
+    }
+    copy.finish();
     xb::set_gbps(state, (read + static_cast<double>(n)) * static_cast<double>(es));
     state.SetLabel(std::string(plan.impl_name()) + ", " + std::to_string(bufs.sets()) + " sets");
 }

@@ -21,8 +21,10 @@
 //   peak/f32/xk/copy_nt   c[i] = a[i]              8 B/elem, non-temporal stores
 //   peak/f32/xk/triad     c[i] = a[i] + s*b[i]    12 B/elem
 //   peak/f32/xk/sum       s += a[i], then b[i]     4 B/elem (read only)
+//   peak/f32/xk/mul_nt    c[i] = a[i] * b[i]      12 B/elem, non-temporal stores (two read
+//                                                  streams and one written: the GLU ops' pattern)
 // Arrays of XK_BENCH_ROTATE_MB/2 each (default 512 MiB): copy and sum stream 1 GiB per
-// iteration, triad 1.5 GiB, far beyond the last-level cache.
+// iteration, triad and mul_nt 1.5 GiB, far beyond the last-level cache.
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -238,7 +240,7 @@ void BM_compute(benchmark::State& state, ComputeOp op) {
 }
 
 // ---- bandwidth ----------------------------------------------------------------------------------
-enum class StreamOp { copy, copy_nt, triad, sum };
+enum class StreamOp { copy, copy_nt, triad, sum, mul_nt };
 
 // void fn(const float* a, const float* b, float* c, int64_t n, const float* s); n a positive
 // multiple of 32; 32-byte aligned arrays (copy_nt). sum: c[0..7] = partial sums of a.
@@ -275,13 +277,20 @@ public:
             case StreamOp::sum:
                 for (int i = 0; i < U; ++i) vaddps(Ymm(i), Ymm(i), ptr[a + 32 * i]);
                 break;
+            case StreamOp::mul_nt:
+                for (int i = 0; i < U; ++i) {
+                    vmovups(Ymm(i), ptr[a + 32 * i]);
+                    vmulps(Ymm(i), Ymm(i), ptr[b + 32 * i]);
+                    vmovntps(ptr[c + 32 * i], Ymm(i));
+                }
+                break;
         }
         add(a, 32 * U);
-        if (op == StreamOp::triad) add(b, 32 * U);
+        if (op == StreamOp::triad || op == StreamOp::mul_nt) add(b, 32 * U);
         if (op != StreamOp::sum) add(c, 32 * U);
         sub(n, 8 * U);
         jnz(loop);
-        if (op == StreamOp::copy_nt) sfence();
+        if (op == StreamOp::copy_nt || op == StreamOp::mul_nt) sfence();
         if (op == StreamOp::sum) {
             vaddps(ymm0, ymm0, ymm1);
             vaddps(ymm2, ymm2, ymm3);
@@ -294,8 +303,8 @@ public:
 
 StreamFn stream_kernel(StreamOp op) {
     static std::mutex mu;
-    static std::unique_ptr<JitStream> gens[4];
-    static StreamFn fns[4] = {};
+    static std::unique_ptr<JitStream> gens[5];
+    static StreamFn fns[5] = {};
     std::lock_guard<std::mutex> lock(mu);
     const int i = static_cast<int>(op);
     if (!fns[i]) {
@@ -358,7 +367,7 @@ void BM_stream(benchmark::State& state, StreamOp op, int nt) {
         benchmark::DoNotOptimize(partial);
         benchmark::ClobberMemory();
     }
-    const double per_elem = op == StreamOp::triad ? 12 : 8;  // sum: 4 B from a and 4 B from b
+    const double per_elem = op == StreamOp::triad || op == StreamOp::mul_nt ? 12 : 8;  // sum: 4 B from a and 4 B from b
     xk::bench::set_gbps(state, per_elem * static_cast<double>(n));
     state.SetLabel(std::to_string((static_cast<int64_t>(per_elem) * n) >> 20) + " MiB/iter");
 }
@@ -372,7 +381,8 @@ const bool registered = [] {
         b->UseRealTime();
     }
     const std::pair<StreamOp, const char*> streams[] = {
-        {StreamOp::copy, "copy"}, {StreamOp::copy_nt, "copy_nt"}, {StreamOp::triad, "triad"}, {StreamOp::sum, "sum"}};
+        {StreamOp::copy, "copy"}, {StreamOp::copy_nt, "copy_nt"}, {StreamOp::triad, "triad"}, {StreamOp::sum, "sum"},
+        {StreamOp::mul_nt, "mul_nt"}};
     for (const auto& s : streams)
         for (int t : threads)
             benchmark::RegisterBenchmark(

@@ -10,9 +10,11 @@
 // GB/s (10^9 per second) directly.
 #pragma once
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -193,6 +195,139 @@ void fill_value(T* p, size_t n, T v) {
         std::fill(p + b, p + e, v);
     });
 }
+
+// ---- the copy yardstick of memory-bound rows --------------------------------------------------
+// A copy y = x with non-temporal stores (the STREAM-style copy that memory-bound targets are stated
+// against; bench_peak's copy_nt measures the same) over two arrays of rotate_bytes() / 4 each
+// (256 MiB by default), run on xk's current thread count.
+namespace detail {
+__attribute__((target("avx"))) inline void copy_nt_avx(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 32) {  // n a multiple of 32, both 32-byte aligned
+        const __m256 a = _mm256_load_ps(x + i), b = _mm256_load_ps(x + i + 8), c = _mm256_load_ps(x + i + 16),
+                     d = _mm256_load_ps(x + i + 24);
+        _mm256_stream_ps(y + i, a);
+        _mm256_stream_ps(y + i + 8, b);
+        _mm256_stream_ps(y + i + 16, c);
+        _mm256_stream_ps(y + i + 24, d);
+    }
+}
+// x[i] = x[i] with regular stores: one read stream, its lines written back dirty.
+// (The empty asm keeps the compiler from dropping the store of the value just loaded.)
+__attribute__((target("avx"))) inline void rewrite_avx(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 32) {
+        __m256 a = _mm256_load_ps(x + i), b = _mm256_load_ps(x + i + 8), c = _mm256_load_ps(x + i + 16),
+               d = _mm256_load_ps(x + i + 24);
+        asm volatile("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d));
+        _mm256_store_ps(x + i, a);
+        _mm256_store_ps(x + i + 8, b);
+        _mm256_store_ps(x + i + 16, c);
+        _mm256_store_ps(x + i + 24, d);
+    }
+}
+inline void rewrite_sse(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 4) {
+        __m128 a = _mm_load_ps(x + i);
+        asm volatile("" : "+x"(a));
+        _mm_store_ps(x + i, a);
+    }
+}
+inline void copy_nt_sse(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m128 a = _mm_load_ps(x + i), b = _mm_load_ps(x + i + 4);
+        _mm_stream_ps(y + i, a);
+        _mm_stream_ps(y + i + 4, b);
+    }
+}
+
+struct CopyPool {
+    static constexpr int64_t kChunk = 16384;  // floats per work item (64 KiB)
+    int64_t n = 0;                            // floats per array, a multiple of kChunk
+    int64_t cursor = 0;                       // where the next copy starts (a multiple of kChunk)
+    AlignedArray<float> x, y;
+    CopyPool() {
+        n = std::max<int64_t>(kChunk, static_cast<int64_t>(rotate_bytes() / 4 / sizeof(float)) / kChunk * kChunk);
+        x = alloc_aligned<float>(static_cast<size_t>(n));
+        y = alloc_aligned<float>(static_cast<size_t>(n) + 64);  // y staggered by 256 bytes from x
+        fill_value(x.get(), static_cast<size_t>(n), 1.0f);
+        fill_value(y.get(), static_cast<size_t>(n) + 64, 0.0f);
+    }
+    // Copies `floats` (rounded up to whole chunks) from the cursor on, wrapping around; returns
+    // the floats copied. in_place: x[i] = x[i] with regular stores instead.
+    int64_t copy(int64_t floats, bool in_place) {
+        const bool avx = __builtin_cpu_supports("avx");
+        const int64_t chunks = std::max<int64_t>(1, (floats + kChunk - 1) / kChunk), per = n / kChunk;
+        float* dst = y.get() + 64;
+        xk::detail::parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+            for (int64_t c = b; c < e; ++c) {
+                const int64_t off = ((cursor / kChunk + c) % per) * kChunk;
+                if (in_place) {
+                    if (avx) rewrite_avx(x.get() + off, kChunk);
+                    else rewrite_sse(x.get() + off, kChunk);
+                } else if (avx) copy_nt_avx(x.get() + off, dst + off, kChunk);
+                else copy_nt_sse(x.get() + off, dst + off, kChunk);
+            }
+            _mm_sfence();
+        });
+        cursor = ((cursor / kChunk + chunks) % per) * kChunk;
+        return chunks * kChunk;
+    }
+};
+inline CopyPool& copy_pool() {
+    static CopyPool pool;  // only when a DRAM row runs
+    return pool;
+}
+}  // namespace detail
+
+// The host's speed drifts (5-25% between phases on the shared machines here, within seconds), so a
+// copy measured at another time is a poor yardstick for one row. DRAM rows interleave it with
+// their iterations instead: after every call of the op, with the benchmark's timer paused, the
+// same number of bytes is copied (half read, half written) and timed apart; the plain counter
+// Copy% = 100 * the op's bytes / its own time, over the copies' bytes / their time — both
+// measured in the same stretch of the run. CopyYardstick(state, false, ..) does nothing
+// (cache-resident rows). Rows whose stores are regular ones, in place (RoPE), leave up to the
+// last-level cache's size of dirty lines for whatever runs next to write back: against a copy
+// with streaming stores that would charge their write-backs to the copy (Copy% up to ~25% high
+// at 128 MiB a call). For them pass in_place: the yardstick is then x[i] = x[i] over the same
+// bytes with regular stores, which leaves as many dirty lines for the row's next call as the
+// row leaves for it. Use:
+//   xb::CopyYardstick copy(state, dram, bytes_per_iter);
+//   for (auto _ : state) { copy.begin(); run(); copy.end(); }
+//   copy.finish();
+class CopyYardstick {
+public:
+    CopyYardstick(benchmark::State& state, bool on, double bytes_per_iter, bool in_place = false)
+        : state_(state), on_(on), in_place_(in_place), bytes_(bytes_per_iter),
+          floats_(static_cast<int64_t>(bytes_per_iter / 2 / sizeof(float))) {
+        if (on_) (void)detail::copy_pool();
+    }
+    void begin() {
+        if (on_) t0_ = std::chrono::steady_clock::now();
+    }
+    void end() {
+        if (!on_) return;
+        const auto t1 = std::chrono::steady_clock::now();
+        op_sec_ += std::chrono::duration<double>(t1 - t0_).count();
+        state_.PauseTiming();
+        const int64_t copied = detail::copy_pool().copy(floats_, in_place_);
+        copy_sec_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        copy_bytes_ += 2.0 * static_cast<double>(copied) * sizeof(float);
+        op_bytes_ += bytes_;
+        state_.ResumeTiming();
+    }
+    void finish() {
+        if (!on_ || op_sec_ <= 0 || copy_sec_ <= 0 || copy_bytes_ <= 0) return;
+        state_.counters["Copy%"] = 100.0 * (op_bytes_ / op_sec_) / (copy_bytes_ / copy_sec_);
+        state_.counters["CopyGBPS"] = copy_bytes_ / copy_sec_ * 1e-9;
+    }
+
+private:
+    benchmark::State& state_;
+    bool on_, in_place_;
+    double bytes_;
+    int64_t floats_;
+    std::chrono::steady_clock::time_point t0_;
+    double op_sec_ = 0, copy_sec_ = 0, op_bytes_ = 0, copy_bytes_ = 0;
+};
 
 // ---- rotating buffers (DRAM-resident operands) ------------------------------------------------
 // N copies ("sets") of a benchmark's operands, N chosen so that N * set bytes >= min_total_bytes

@@ -58,7 +58,8 @@ static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "R
 
 using RowFn = void (*)(const RowArgs*);
 
-constexpr int kPrefetchBytes = 2048;  // software prefetch distance of bf16 x, and f32 x with a bias (see the row loop)
+constexpr int kPrefetchBytes = 2048;       // software prefetch distance of bf16 x, f32 x with a bias (see the row loop)
+constexpr int kLnF32PrefetchBytes = 1024;  // ... and of f32 x in LayerNorm's fused pass without one
 
 // The even / odd bf16 split (see JitNorm): bf16 x, no fused residual (AVX2 and AVX-512: blocks
 // of 2 * vlen = 16 / 32 elements); y bf16 as well for the normalising passes.
@@ -319,19 +320,23 @@ public:
             L(loop);
             // bf16 x from DRAM: software prefetch 2 KiB ahead of the statistics' read stream.
             // Measured on Zen 3 (DRAM rows, one thread): +20-35% for bf16 RMSNorm / LayerNorm,
-            // whose conversions leave fewer lines in flight per instruction window than a copy;
-            // none for f32 without a bias (below). Past the row's end it touches the next row.
+            // whose conversions leave fewer lines in flight per instruction window than a copy.
+            // Rechecked against a copy run between the calls (3 rounds): none 53-68%, 1 KiB
+            // 60-82%, 2 KiB 62-89%. Past the row's end it touches the next row.
             if (do_stats && xt == DType::bf16 && !fused)
                 for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kPrefetchBytes + o]);
-            // f32 LayerNorm with a bias (the fused pass): software prefetch of x 2 KiB ahead.
-            // Here the apply pass reads three L2-resident streams (h, w, b: with the next row,
-            // more than L1 holds) beside the DRAM stream of x, and the hardware prefetcher keeps
-            // fewer lines of x in flight. Measured on Zen 3 (DRAM rows, one thread; alternated,
-            // three passes): +6-18% for scale_shift (4096x4096 and 16384x8192; 1 KiB and 4-8
-            // KiB gave less), while without a bias (RMSNorm, plain LayerNorm) it lost 5-15%, so
-            // it is emitted only with one.
-            if (pass == Pass::fused && xt == DType::f32 && !fused && kd.has_bias)
-                for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kPrefetchBytes + o]);
+            // f32 LayerNorm (the fused pass): software prefetch of x, 2 KiB ahead with a bias, 1
+            // KiB without. The apply half reads h (and w, b) from L1 / L2 beside the DRAM stream
+            // of x, and the hardware prefetcher keeps fewer lines of x in flight. Measured on Zen 3
+            // (DRAM rows, one thread, % of a copy run between the calls, 3 rounds, 4096x4096 /
+            // 16384x8192): scale_shift none 71-73 / 74-75, 1 KiB 78-79 / 79-81, 2 KiB 79-80 /
+            // 78-81 (in a faster phase 2 KiB 85-89 / 85-87 against 1 KiB 82-87 / 84-86); plain
+            // none 81.5-82.6 / 82-83.5, 1 KiB 86.5-89.4 / 84.6-88.5, 2 KiB 72-73 / 73.5-76.
+            // RMSNorm (which reads w in the apply half too) lost 3-8% at 0.5-2 KiB: none.
+            if (pass == Pass::fused && xt == DType::f32 && !fused && ln) {
+                const int dist = kd.has_bias ? kPrefetchBytes : kLnF32PrefetchBytes;
+                for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + dist + o]);
+            }
             block(unroll, 0, vl);
             add(idx, unroll * vl);
             dec(cnt);
