@@ -86,7 +86,7 @@ const RopeConsts& rope_consts() {
 // The rotation of a head is straight-line code, emitted twice (q and k): rotary_dim is capped by
 // rope_jit_supports() so that it fits this buffer.
 constexpr size_t kRopeCodeBytes = 256 * 1024;
-constexpr int kRopePrefetchBytes = 8192;  // software prefetch distance of bf16 q / k (see `heads`)
+constexpr int kRopePrefetchBytes = 8192;  // software prefetch distance of q / k (see `heads`)
 
 class JitRope : public JitGenerator {
 public:
@@ -235,12 +235,14 @@ public:
             jz(done);
             mov(head, base);
             L(loop);
-            // bf16: software prefetch 8 KiB ahead of the head being rotated (one per line of its
-            // rotary part). Measured on Zen 3 (2048 tokens x 32 heads x 128, DRAM, bench_llm
-            // A/B): +20-25% at one thread, +15-30% at two; 4 KiB gave about half of that, 16 KiB
-            // no more; decode calls (cache-resident) ran 15-20% slower with it, so it is used only
-            // when the tensors exceed nt_store_threshold(). Past the tensor's end it touches
-            // whatever follows (no fault).
+            // Software prefetch 8 KiB ahead of the head being rotated (one per line of its rotary
+            // part). Measured on Zen 3 (2048 tokens x 32 heads x 128, DRAM, bench_llm A/B): bf16
+            // +20-25% at one thread, +15-30% at two; 4 KiB gave about half of that, 16 KiB no
+            // more. f32, % of an in-place copy run between the calls (2 rounds), one thread: NeoX
+            // 81 -> 85-86, GPT-J 76-79 -> 82-84; two threads unchanged (88-95). Decode calls
+            // (cache-resident) ran 15-20% slower with it, so it is used only when the tensors
+            // exceed nt_store_threshold(). Past the tensor's end it touches whatever follows (no
+            // fault).
             if (pf)
                 for (int64_t o = 0; o < rot * es; o += 64) prefetcht0(ptr[head + kRopePrefetchBytes + o]);
             rotate_head();
@@ -341,14 +343,14 @@ class JitRopeKernel final : public RopeKernel {
 public:
     JitRopeKernel(const RopeKernelDesc& kd, Isa isa)
         : kd_(kd), gen_(kd, isa, false),
-          gen_pf_(kd.dtype == DType::bf16 ? std::make_unique<JitRope>(kd, isa, true) : nullptr) {}
+          gen_pf_(std::make_unique<JitRope>(kd, isa, true)) {}
 
     void run(const RopeDesc& d, const RopeArgs& a, int64_t token_begin, int64_t token_end) const override {
         const int es = dtype_size(d.dtype);
         const int pos_size = d.position_type == RopePositionType::s32 ? 4 : 8;
-        // bf16 tensors that cannot stay in the cache: the prefetching variant.
+        // Tensors that cannot stay in the cache: the prefetching variant.
         const JitRope& gen =
-            gen_pf_ && use_nt_stores(d.tokens * (d.q_heads + d.k_heads) * d.head_dim * es) ? *gen_pf_ : gen_;
+            use_nt_stores(d.tokens * (d.q_heads + d.k_heads) * d.head_dim * es) ? *gen_pf_ : gen_;
         Args args;
         thread_local std::vector<float> eo_row;
         eo_row.resize(static_cast<size_t>(2 * d.rotary_dim));
@@ -400,7 +402,7 @@ public:
 private:
     RopeKernelDesc kd_;
     JitRope gen_;
-    std::unique_ptr<JitRope> gen_pf_;  // bf16: with the software prefetch
+    std::unique_ptr<JitRope> gen_pf_;  // with the software prefetch (tensors beyond the cache)
 };
 
 }  // namespace
