@@ -45,6 +45,7 @@
 #include <omp.h>
 #endif
 
+#include "bench_util.hpp"
 #include "common/parallel.hpp"
 #include "xk/gemm.hpp"
 #include "xk/runtime.hpp"
@@ -174,6 +175,10 @@ void check_result(benchmark::State& state, Kind k, Data& d, const std::vector<T>
         state.SkipWithError(("result differs from xk's: max |diff| = " + std::to_string(max_err)).c_str());
 }
 
+// Rows that carry Peak% (xk::bench::PeakYardstick: an FMA loop run between the calls): f32 and
+// large enough (>= 10^8 flops a call) that the paused timer's cost is nothing beside a call.
+bool peak_row(Kind k, const Shape& s) { return k == Kind::f32 && s.flops() >= 1e8; }
+
 void finish(benchmark::State& state, const Shape& s) {
     state.counters["GFLOPS"] = benchmark::Counter(s.flops() * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
@@ -187,10 +192,14 @@ void bench_xk(benchmark::State& state, Kind k, Shape s, int threads) {
     std::vector<float> Cf(k == Kind::u8s8s32 ? 0 : size_t(s.M * s.N));
     std::vector<int32_t> Ci(k == Kind::u8s8s32 ? size_t(s.M * s.N) : 0);
     const xk::GemmArgs args = xk_args(k, d, k == Kind::u8s8s32 ? static_cast<void*>(Ci.data()) : Cf.data());
+    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
     for (auto _ : state) {
+        peak.begin();
         plan.run(args);
+        peak.end();
         benchmark::ClobberMemory();
     }
+    peak.finish();
     state.SetLabel(plan.impl_name());
     finish(state, s);
 }
@@ -255,10 +264,14 @@ void bench_onednn(benchmark::State& state, Kind k, Shape s, int threads) {
         dnnl::memory am(a_md, eng, const_cast<void*>(a.A)), bm(b_md, eng, const_cast<void*>(a.B));
         dnnl::memory cm(c_md, eng, k == Kind::u8s8s32 ? static_cast<void*>(Ci.data()) : Cf.data());
         const std::unordered_map<int, dnnl::memory> margs = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+        xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
         for (auto _ : state) {
+            peak.begin();
             prim.execute(strm, margs);
             strm.wait();
+            peak.end();
         }
+        peak.finish();
         state.SetLabel(pd.impl_info_str());
     } catch (const dnnl::error& e) {
         state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
@@ -276,11 +289,15 @@ void bench_openblas(benchmark::State& state, Kind k, Shape s, int threads) {
     Data& d = data(k, s);
     std::vector<float> C(size_t(s.M * s.N));
     const auto M = blasint(s.M), N = blasint(s.N), K = blasint(s.K);
+    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
     for (auto _ : state) {
+        peak.begin();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, d.A.data(), K, d.B.data(), N, 0.0f,
                     C.data(), N);
+        peak.end();
         benchmark::ClobberMemory();
     }
+    peak.finish();
     finish(state, s);
     check_result(state, k, d, C);
 }
@@ -335,10 +352,14 @@ void bench_xk_fused(benchmark::State& state, Kind k, Shape s, int threads) {
     std::vector<float> C(size_t(s.M * s.N));
     xk::GemmArgs args = xk_args(k, d, C.data());
     args.bias = fused_bias(s.N).data();
+    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
     for (auto _ : state) {
+        peak.begin();
         plan.run(args);
+        peak.end();
         benchmark::ClobberMemory();
     }
+    peak.finish();
     state.SetLabel(plan.impl_name());
     finish(state, s);
 }
@@ -364,10 +385,14 @@ void bench_onednn_fused(benchmark::State& state, Kind k, Shape s, int threads) {
             cm(c_md, eng, C.data());
         const std::unordered_map<int, dnnl::memory> margs = {
             {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}};
+        xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
         for (auto _ : state) {
+            peak.begin();
             prim.execute(strm, margs);
             strm.wait();
+            peak.end();
         }
+        peak.finish();
         state.SetLabel(pd.impl_info_str());
     } catch (const dnnl::error& e) {
         state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());

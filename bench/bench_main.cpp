@@ -63,6 +63,17 @@ struct Entry {
     int threads = 0;                             // nt:N / threads:N; 0 = not stated
     std::vector<double> values;  // one per repetition
     double median_aggregate = -1, mean_aggregate = -1;  // when only aggregates are reported
+    // In-phase share of the yardstick run between the row's calls (Copy% or Peak%, see
+    // bench_util.hpp's CopyYardstick / PeakYardstick), one per repetition; kind "copy" / "fma".
+    std::vector<double> inphase;
+    std::string inphase_kind;
+    double inphase_value() const {
+        if (inphase.empty()) return -1;
+        std::vector<double> v = inphase;
+        std::sort(v.begin(), v.end());
+        const size_t n = v.size();
+        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    }
     double value() const {
         if (values.empty()) return median_aggregate >= 0 ? median_aggregate : mean_aggregate;
         std::vector<double> v = values;
@@ -116,8 +127,15 @@ private:
             it = entries_.emplace(key, e).first;
             order_.push_back(key);
         }
-        if (!aggregate) it->second.values.push_back(v);
-        else if (r.aggregate_name == "median") it->second.median_aggregate = v;
+        if (!aggregate) {
+            it->second.values.push_back(v);
+            for (const char* c : {"Copy%", "Peak%"}) {
+                const auto f = r.counters.find(c);
+                if (f == r.counters.end()) continue;
+                it->second.inphase.push_back(double(f->second));
+                it->second.inphase_kind = c[0] == 'C' ? "copy" : "fma";
+            }
+        } else if (r.aggregate_name == "median") it->second.median_aggregate = v;
         else it->second.mean_aggregate = v;
     }
 
@@ -209,7 +227,7 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
     }
 
     struct Row {
-        std::string family, dtype, shape, unit, xk, peer, peer_value, ratio, pct;
+        std::string family, dtype, shape, unit, xk, peer, peer_value, ratio, pct, inphase;
     };
     std::vector<Row> rows;
     for (const std::string& g : group_order) {
@@ -238,17 +256,22 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
                 std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x / peak);
                 r.pct = buf;
             }
+            if (ours->inphase_value() >= 0) {
+                std::snprintf(buf, sizeof buf, "%.0f%% %s", ours->inphase_value(), ours->inphase_kind.c_str());
+                r.inphase = buf;
+            }
             rows.push_back(r);
         }
     }
 
     if (!rows.empty()) {
         std::vector<Row> all = rows;
-        all.insert(all.begin(), Row{"family", "dtype", "shape", "unit", "xk", "peer", "peer", "xk/peer", "xk %peak"});
-        size_t w[9] = {};
+        all.insert(all.begin(),
+                   Row{"family", "dtype", "shape", "unit", "xk", "peer", "peer", "xk/peer", "xk %peak", "xk in-phase"});
+        size_t w[10] = {};
         for (const Row& r : all) {
-            const std::string* f[9] = {&r.family, &r.dtype, &r.shape, &r.unit, &r.xk, &r.peer, &r.peer_value, &r.ratio, &r.pct};
-            for (int i = 0; i < 9; ++i) w[i] = std::max(w[i], f[i]->size());
+            const std::string* f[10] = {&r.family, &r.dtype, &r.shape, &r.unit, &r.xk, &r.peer, &r.peer_value, &r.ratio, &r.pct, &r.inphase};
+            for (int i = 0; i < 10; ++i) w[i] = std::max(w[i], f[i]->size());
         }
         size_t total = 0;
         for (size_t x : w) total += x + 2;
@@ -257,10 +280,10 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
         std::fprintf(out, "%s\n", std::string(total, '-').c_str());
         bool header = true;
         for (const Row& r : all) {
-            std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  %*s  %*s  %*s\n", int(w[0]), r.family.c_str(), int(w[1]),
+            std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  %*s  %*s  %*s  %*s\n", int(w[0]), r.family.c_str(), int(w[1]),
                          r.dtype.c_str(), int(w[2]), r.shape.c_str(), int(w[3]), r.unit.c_str(), int(w[4]), r.xk.c_str(),
                          int(w[5]), r.peer.c_str(), int(w[6]), r.peer_value.c_str(), int(w[7]), r.ratio.c_str(), int(w[8]),
-                         r.pct.c_str());
+                         r.pct.c_str(), int(w[9]), r.inphase.c_str());
             if (header) std::fprintf(out, "%s\n", std::string(total, '-').c_str());
             header = false;
         }
@@ -269,7 +292,9 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
                      "xk %%peak: GFLOP/s rows against the best peak/<dtype>/xk/* compute peak, GB/s rows against the best\n"
                      "STREAM-style DRAM bandwidth (cache-resident rows can exceed 100%%), at the row's thread count\n"
                      "(nt:N / threads:N; unstated = %d); measured in this process, else XK_BENCH_PEAK_GBPS /\n"
-                     "XK_BENCH_PEAK_GFLOPS_<DTYPE> (blank: no peak known).\n",
+                     "XK_BENCH_PEAK_GFLOPS_<DTYPE> (blank: no peak known). xk in-phase: the row against a yardstick run\n"
+                     "between its calls (copy: a streaming-store copy of the same bytes, Copy%%; fma: an FMA loop of half\n"
+                     "its flops, Peak%%), so a host whose speed drifts moves both alike.\n",
                      default_threads);
     }
 

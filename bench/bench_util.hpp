@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 #include "xk/types.hpp"
 
@@ -327,6 +328,78 @@ private:
     int64_t floats_;
     std::chrono::steady_clock::time_point t0_;
     double op_sec_ = 0, copy_sec_ = 0, op_bytes_ = 0, copy_bytes_ = 0;
+};
+
+// ---- the FMA-peak yardstick of compute-bound rows -----------------------------------------------
+// The same idea for GFLOP/s rows: PeakYardstick runs an FMA loop (12 independent accumulators,
+// ymm, or zmm where xk's effective ISA is avx512 or above: the width xk's GEMM uses) between the
+// row's calls, timer paused, for half the row's flops, on xk's current thread count; the plain
+// counter Peak% = 100 * the row's GFLOP/s over its own time / the loop's GFLOP/s (PeakGFLOPS).
+namespace detail {
+__attribute__((target("avx2,fma"))) inline float fma_loop_ymm(int64_t iters) {
+    __m256 a[12];
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(i));
+    for (int64_t it = 0; it < iters; ++it)
+        for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    __m256 s = a[0];
+    for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
+    return _mm256_cvtss_f32(s);
+}
+__attribute__((target("avx512f"))) inline float fma_loop_zmm(int64_t iters) {
+    __m512 a[12];
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(i));
+    for (int64_t it = 0; it < iters; ++it)
+        for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    __m512 s = a[0];
+    for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+// Runs about `flops` of FMAs over xk's threads; returns the flops run.
+inline double fma_peak_run(double flops) {
+    const bool zmm = xk::max_isa() >= xk::Isa::avx512;
+    const double per_iter = zmm ? 12.0 * 32 : 12.0 * 16;
+    const int threads = std::max(1, xk::get_num_threads());
+    const int64_t iters = std::max<int64_t>(1, static_cast<int64_t>(flops / per_iter / threads));
+    std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
+    xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) sink[static_cast<size_t>(t) * 16] = zmm ? fma_loop_zmm(iters) : fma_loop_ymm(iters);
+    });
+    benchmark::DoNotOptimize(sink.data());
+    return static_cast<double>(iters) * per_iter * threads;
+}
+}  // namespace detail
+
+class PeakYardstick {
+public:
+    PeakYardstick(benchmark::State& state, bool on, double flops_per_iter)
+        : state_(state), on_(on && xk::max_isa() >= xk::Isa::avx2), flops_(flops_per_iter) {}
+    void begin() {
+        if (on_) t0_ = std::chrono::steady_clock::now();
+    }
+    void end() {
+        if (!on_) return;
+        const auto t1 = std::chrono::steady_clock::now();
+        op_sec_ += std::chrono::duration<double>(t1 - t0_).count();
+        state_.PauseTiming();
+        peak_flops_ += detail::fma_peak_run(0.5 * flops_);
+        peak_sec_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        op_flops_ += flops_;
+        state_.ResumeTiming();
+    }
+    void finish() {
+        if (!on_ || op_sec_ <= 0 || peak_sec_ <= 0) return;
+        state_.counters["Peak%"] = 100.0 * (op_flops_ / op_sec_) / (peak_flops_ / peak_sec_);
+        state_.counters["PeakGFLOPS"] = peak_flops_ / peak_sec_ * 1e-9;
+    }
+
+private:
+    benchmark::State& state_;
+    bool on_;
+    double flops_;
+    std::chrono::steady_clock::time_point t0_;
+    double op_sec_ = 0, peak_sec_ = 0, op_flops_ = 0, peak_flops_ = 0;
 };
 
 // ---- rotating buffers (DRAM-resident operands) ------------------------------------------------
