@@ -67,8 +67,9 @@ struct Entry {
     // bench_util.hpp's CopyYardstick / PeakYardstick), one per repetition; kind "copy" / "fma".
     std::vector<double> inphase;
     std::string inphase_kind;
+    double inphase_median_aggregate = -1;
     double inphase_value() const {
-        if (inphase.empty()) return -1;
+        if (inphase.empty()) return inphase_median_aggregate;
         std::vector<double> v = inphase;
         std::sort(v.begin(), v.end());
         const size_t n = v.size();
@@ -127,15 +128,15 @@ private:
             it = entries_.emplace(key, e).first;
             order_.push_back(key);
         }
-        if (!aggregate) {
-            it->second.values.push_back(v);
-            for (const char* c : {"Copy%", "Peak%"}) {
-                const auto f = r.counters.find(c);
-                if (f == r.counters.end()) continue;
-                it->second.inphase.push_back(double(f->second));
-                it->second.inphase_kind = c[0] == 'C' ? "copy" : "fma";
-            }
-        } else if (r.aggregate_name == "median") it->second.median_aggregate = v;
+        for (const char* c : {"Copy%", "Peak%"}) {
+            const auto f = r.counters.find(c);
+            if (f == r.counters.end() || (aggregate && r.aggregate_name != "median")) continue;
+            if (aggregate) it->second.inphase_median_aggregate = double(f->second);
+            else it->second.inphase.push_back(double(f->second));
+            it->second.inphase_kind = c[0] == 'C' ? "copy" : "fma";
+        }
+        if (!aggregate) it->second.values.push_back(v);
+        else if (r.aggregate_name == "median") it->second.median_aggregate = v;
         else it->second.mean_aggregate = v;
     }
 
