@@ -10,7 +10,7 @@
 //   swiglu/<f32|bf16>/xk/4096x11008/nt:<N>              y [4096 x 11008] = silu(gate) * up
 //   geglu/f32/xk/4096x11008/nt:<N>                      gelu_erf
 //   softmax/<f32|bf16>/xk/16384x4096[/causal]/nt:<N>
-//   <op>/<bf16|f32>/xk/decode/t:<1|4|16>/h:4096/nt:1    one call through a Plan, cache-resident (swiglu: /i:11008)
+//   <op>/<bf16|f32>/xk/decode/t:<1|4|16>/h:4096/nt:<N>  one call through a Plan, cache-resident (swiglu: /i:11008)
 //   layer_norm/<f32|bf16>/onednn/decode/...              the primitive's execute() per call
 //
 // Copy% (DRAM rows): the row's GB/s over that of a copy with non-temporal stores on the same
@@ -339,26 +339,30 @@ const bool registered = [] {
                 reg(xb::join_name({"softmax", dname(dt), "xk", "16384x4096", causal ? "causal" : "", nt_s(nt)}),
                     [dt, causal, nt](benchmark::State& s) { BM_softmax_xk(s, dt, 16384, 4096, causal, nt); });
 
-    // Decode shapes: one call on cache-resident data, one thread (they run inline anyway).
-    for (int64_t t : {1, 4, 16}) {
-        const std::string shape = "decode/t:" + std::to_string(t) + "/h:4096";
-        for (DType dt : {DType::bf16, DType::f32}) {
-            const NormCase rms{xk::NormKind::rms_norm, dt, t, 4096, true, false};
-            reg(xb::join_name({"rms_norm", dname(dt), "xk", shape, "nt:1"}), [rms](benchmark::State& s) { BM_norm_xk(s, rms, 1); });
-            const NormCase ln{xk::NormKind::layer_norm, dt, t, 4096, true, false};
-            reg(xb::join_name({"layer_norm", dname(dt), "xk", shape, "nt:1"}), [ln](benchmark::State& s) { BM_norm_xk(s, ln, 1); });
-            reg(xb::join_name({"layer_norm", dname(dt), "onednn", shape, "nt:1"}),
-                [ln](benchmark::State& s) { BM_layer_norm_onednn(s, ln, 1); });
+    // Decode shapes: one call on cache-resident data, at every thread count of the sweep (one
+    // token stays on one thread: the row grains keep ~16K elements a chunk; 16 tokens split).
+    for (int64_t t : {1, 4, 16})
+        for (int nt : nts) {
+            const std::string shape = "decode/t:" + std::to_string(t) + "/h:4096";
+            for (DType dt : {DType::bf16, DType::f32}) {
+                const NormCase rms{xk::NormKind::rms_norm, dt, t, 4096, true, false};
+                reg(xb::join_name({"rms_norm", dname(dt), "xk", shape, nt_s(nt)}),
+                    [rms, nt](benchmark::State& s) { BM_norm_xk(s, rms, nt); });
+                const NormCase ln{xk::NormKind::layer_norm, dt, t, 4096, true, false};
+                reg(xb::join_name({"layer_norm", dname(dt), "xk", shape, nt_s(nt)}),
+                    [ln, nt](benchmark::State& s) { BM_norm_xk(s, ln, nt); });
+                reg(xb::join_name({"layer_norm", dname(dt), "onednn", shape, nt_s(nt)}),
+                    [ln, nt](benchmark::State& s) { BM_layer_norm_onednn(s, ln, nt); });
+            }
+            const RopeCase rc{xk::RopeStyle::neox, DType::bf16, t, 32, 128, false};
+            reg(xb::join_name({"rope", "bf16", "xk", "neox", "decode/t:" + std::to_string(t) + "/h:32x128", nt_s(nt)}),
+                [rc, nt](benchmark::State& s) { BM_rope_xk(s, rc, nt); });
+            for (DType dt : {DType::bf16, DType::f32}) {
+                const GluCase gc{xk::Activation::silu, dt, t, 11008, false};
+                reg(xb::join_name({"swiglu", dname(dt), "xk", "decode/t:" + std::to_string(t) + "/i:11008", nt_s(nt)}),
+                    [gc, nt](benchmark::State& s) { BM_glu_xk(s, gc, nt); });
+            }
         }
-        const RopeCase rc{xk::RopeStyle::neox, DType::bf16, t, 32, 128, false};
-        reg(xb::join_name({"rope", "bf16", "xk", "neox", "decode/t:" + std::to_string(t) + "/h:32x128", "nt:1"}),
-            [rc](benchmark::State& s) { BM_rope_xk(s, rc, 1); });
-        for (DType dt : {DType::bf16, DType::f32}) {
-            const GluCase gc{xk::Activation::silu, dt, t, 11008, false};
-            reg(xb::join_name({"swiglu", dname(dt), "xk", "decode/t:" + std::to_string(t) + "/i:11008", "nt:1"}),
-                [gc](benchmark::State& s) { BM_glu_xk(s, gc, 1); });
-        }
-    }
     return true;
 }();
 
