@@ -16,10 +16,14 @@
 //   apply  y = (h - mean) * rstd * weight + bias over the row again, now from L1/L2 (a row of
 //          up to ~8K fp32 elements stays in L1/L2 between the passes), h from x or, when fused,
 //          from residual_out (the rounded sum the norm is defined on).
-// Rows are software-pipelined: a call over rows [b, e) runs stats(b), then for each row the
-// *fused* pass — apply of this row and stats of the next in one loop — so the DRAM read stream
-// (the next row) and the write stream (this row's y) run together, like a copy, rather than in
-// alternating phases. x and residual are read from memory once, y and residual_out written once.
+// Rows are software-pipelined: a call over rows [b, e) runs stats(b), then the *fused* pass —
+// apply of a row and stats of the next in one loop — so the DRAM read stream (the next row) and
+// the write stream (this row's y) run together, like a copy, rather than in alternating phases.
+// The fused pass loops over the rows itself and finishes each summed row's mean and rstd in
+// registers (double, the C++ finish's operations in its order, lanes_sum's tree): calling it per
+// row and finishing in C++ cost ~100-170 TSC cycles a row outside the loop (Zen 3: 3.4% of a
+// 4096-float row, 13% of a 1024 one). It returns to C++ only for a LayerNorm row that needs the
+// variance pass. x and residual are read from memory once, y and residual_out written once.
 // When the call's output exceeds nt_store_threshold() (it cannot stay in the cache anyway) and
 // y's rows are aligned, y is written with non-temporal stores (no read-for-ownership).
 #include <immintrin.h>
@@ -53,13 +57,42 @@ struct RowArgs {
     const void* w = nullptr;        // 48
     const void* b = nullptr;        // 56
     float mean = 0, rstd = 0;       // 64, 68  (stats of layer_norm: mean = the shift c)
+    // The fused pass runs `rows` rows (see Pass::fused): row strides in bytes, n and eps for the
+    // statistics it finishes itself, and what it did.
+    int64_t ld_x = 0, ld_r = 0, ld_ro = 0, ld_y = 0;  // 72 .. 96
+    int64_t rows = 0;                                 // 104 >= 1
+    int64_t done = 0;                                 // 112 out: rows applied (and next rows summed)
+    int64_t need_finish = 0;                          // 120 out: 1 if the last summed row's mean / rstd
+                                                      //     are left to the caller (finish(), from
+                                                      //     partial and the shift in mean)
+    double nn = 0, eps = 0;                           // 128, 136
 };
 static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "RowArgs layout");
 
-using RowFn = void (*)(const RowArgs*);
+using RowFn = void (*)(RowArgs*);
 
-constexpr int kPrefetchBytes = 2048;       // software prefetch distance of bf16 x, f32 x with a bias (see the row loop)
-constexpr int kLnF32PrefetchBytes = 1024;  // ... and of f32 x in LayerNorm's fused pass without one
+// The lanes of a statistics sum (vlen floats) added in double as a tree: 16 lanes first fold to 8
+// (v[j] + v[j + 8]), then 8 to 4 (v[j] + v[j + 4]), 4 to 2 (v[j] + v[j + 2]), 2 to 1. The fused
+// pass's generated code adds them in exactly this order (so a row's mean and rstd are the same bits
+// whichever side finishes it, and whatever the split of the rows between calls and threads).
+double lanes_sum(const float* v, int vlen) {
+    double t[16] = {};
+    for (int j = 0; j < vlen && j < 16; ++j) t[j] = static_cast<double>(v[j]);
+    for (int w = vlen / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) t[j] = t[j] + t[j + w];
+    return t[0];
+}
+
+struct alignas(16) FinishConsts {
+    double one = 1.0, half = 0.5;
+};
+const FinishConsts& finish_consts() {
+    static const FinishConsts c;
+    return c;
+}
+
+constexpr int kPrefetchBytes = 2048;       // software prefetch distance of bf16 x (see the row loop)
+constexpr int kLnF32PrefetchBytes = 1024;  // ... and of f32 x in LayerNorm's fused pass
 
 // The even / odd bf16 split (see JitNorm): bf16 x, no fused residual (AVX2 and AVX-512: blocks
 // of 2 * vlen = 16 / 32 elements); y bf16 as well for the normalising passes.
@@ -92,7 +125,9 @@ void norm_eo_permute(float* v, int64_t n, int block) {
 // variance pass of h (layer_norm), the normalising pass of h into y, or stats and apply at once
 // on two different rows (fused: the statistics of the next row while this one is normalised —
 // one DRAM read stream and one write stream in a single loop, like a copy, instead of
-// alternating read and write phases).
+// alternating read and write phases), which repeats over RowArgs::rows rows: after each it
+// finishes the summed row's mean / rstd and moves every pointer one row on (done / need_finish
+// say where it stopped).
 enum class Pass { stats, var, apply, fused };
 
 class JitNorm : public JitGenerator {
@@ -138,7 +173,9 @@ public:
         const Xmm mean = V(12), rstd = V(13);
         if (pass == Pass::fused && ab + 4 > 12) throw Error(Status::runtime_error, "JitNorm: registers");
 
+        const Reg64 rows_left = r13;  // the fused pass: rows still to run
         std::vector<Reg64> saved = {rbx, rbp, r12};
+        if (pass == Pass::fused) saved.push_back(r13);
         preamble(saved);
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
         if (do_stats) {
@@ -148,11 +185,6 @@ public:
                 mov(ro, ptr[p + offsetof(RowArgs, ro)]);
             }
         }
-        if (do_stats || do_var)
-            for (int k = 0; k < chains; ++k) {
-                vxorps(acc(k), acc(k), acc(k));
-                if (two_sums) vxorps(acc2(k), acc2(k), acc2(k));
-            }
         if (do_var || (ln && do_stats)) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);  // var: mean; stats: c
         if (do_var) mov(hp, ptr[p + offsetof(RowArgs, h)]);
         if (do_apply) {
@@ -163,6 +195,18 @@ public:
             if (ln && !do_stats) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);
             vbroadcastss(rstd, ptr[p + offsetof(RowArgs, rstd)]);
         }
+        // The fused pass loops over rows (see Pass::fused): each trip applies one row and sums
+        // the next, then finishes that next row's mean and rstd here in registers.
+        Label row_loop, leave;
+        if (pass == Pass::fused) {
+            mov(rows_left, ptr[p + offsetof(RowArgs, rows)]);
+            L(row_loop);
+        }
+        if (do_stats || do_var)
+            for (int k = 0; k < chains; ++k) {
+                vxorps(acc(k), acc(k), acc(k));
+                if (two_sums) vxorps(acc2(k), acc2(k), acc2(k));
+            }
         xor_(idx, idx);
 
         const bool eo_stats = eo && norm_eo_stats(kd, isa) && (do_stats || do_var);
@@ -317,6 +361,10 @@ public:
         if (nblk > 0) {
             Label loop;
             mov(cnt, nblk);
+            // The loop starts on a cache line: where it fell with the row loop around the fused
+            // pass, LayerNorm f32 scale_shift lost 9% (Zen 3, one thread: 70-72% of copy at offsets
+            // 0 / 16, 77-82% at 32 / 64).
+            align(64);
             L(loop);
             // bf16 x from DRAM: software prefetch 2 KiB ahead of the statistics' read stream.
             // Measured on Zen 3 (DRAM rows, one thread): +20-35% for bf16 RMSNorm / LayerNorm,
@@ -325,18 +373,16 @@ public:
             // 60-82%, 2 KiB 62-89%. Past the row's end it touches the next row.
             if (do_stats && xt == DType::bf16 && !fused)
                 for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kPrefetchBytes + o]);
-            // f32 LayerNorm (the fused pass): software prefetch of x, 2 KiB ahead with a bias, 1
-            // KiB without. The apply half reads h (and w, b) from L1 / L2 beside the DRAM stream
-            // of x, and the hardware prefetcher keeps fewer lines of x in flight. Measured on Zen 3
-            // (DRAM rows, one thread, % of a copy run between the calls, 3 rounds, 4096x4096 /
-            // 16384x8192): scale_shift none 71-73 / 74-75, 1 KiB 78-79 / 79-81, 2 KiB 79-80 /
-            // 78-81 (in a faster phase 2 KiB 85-89 / 85-87 against 1 KiB 82-87 / 84-86); plain
-            // none 81.5-82.6 / 82-83.5, 1 KiB 86.5-89.4 / 84.6-88.5, 2 KiB 72-73 / 73.5-76.
-            // RMSNorm (which reads w in the apply half too) lost 3-8% at 0.5-2 KiB: none.
-            if (pass == Pass::fused && xt == DType::f32 && !fused && ln) {
-                const int dist = kd.has_bias ? kPrefetchBytes : kLnF32PrefetchBytes;
-                for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + dist + o]);
-            }
+            // f32 LayerNorm (the fused pass): software prefetch of x 1 KiB ahead. The apply half
+            // reads h (and w, b) from L1 / L2 beside the DRAM stream of x, and the hardware
+            // prefetcher keeps fewer lines of x in flight. Measured on Zen 3 (DRAM rows, one
+            // thread, % of a copy run between the calls, 2 rounds, 4096x4096 / 16384x8192, rows
+            // run inside the pass): scale_shift none 71-72 / 73-74, 0.5 KiB 70-72 / 72, 1 KiB
+            // 75-76 / 73, 2 KiB 67-70 / 66-72, 4 KiB 66-68 / 66; plain none 78-80 / 82, 0.5 KiB 85
+            // / 86-87, 1 KiB 90 / 89-93, 2 KiB 92-95 / 88-95, 4 KiB 85-87 / 84. RMSNorm (which
+            // reads w in the apply half too) lost 3-8% at 0.5-2 KiB: none.
+            if (pass == Pass::fused && xt == DType::f32 && !fused && ln)
+                for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kLnF32PrefetchBytes + o]);
             block(unroll, 0, vl);
             add(idx, unroll * vl);
             dec(cnt);
@@ -353,11 +399,7 @@ public:
             if (ends_with_tail) break;
         }
 
-        if (do_stats || do_var) {
-            for (int k = 1; k < chains; ++k) {
-                vaddps(acc(0), acc(0), acc(k));
-                if (two_sums) vaddps(acc2(0), acc2(0), acc2(k));
-            }
+        auto store_partial = [&] {
             mov(cnt, ptr[p + offsetof(RowArgs, partial)]);
             if (two_sums) {
                 vmovups(ptr[cnt], acc(0));
@@ -365,6 +407,93 @@ public:
             } else {
                 vmovups(ptr[cnt + 64], acc(0));  // S2
             }
+        };
+        if (do_stats || do_var) {
+            for (int k = 1; k < chains; ++k) {
+                vaddps(acc(0), acc(0), acc(k));
+                if (two_sums) vaddps(acc2(0), acc2(0), acc2(k));
+            }
+            if (pass != Pass::fused) store_partial();
+        }
+        if (pass == Pass::fused) {
+            // The summed row's mean and rstd, in double, as finish() computes them (lanes_sum's
+            // tree, then the same operations in the same order): scratch V(8..11) (the apply's
+            // registers, free here), the results into mean / rstd for the next trip.
+            const Xmm s1 = Xmm(8), s2 = Xmm(9), t0 = Xmm(10), t1 = Xmm(11);
+            mov(cnt, reinterpret_cast<uintptr_t>(&finish_consts()));
+            auto lane_tree = [&](const Xmm& out, const Xmm& v) {  // out (scalar double) = lanes_sum(v)
+                if (io.zmm()) {
+                    vextractf64x4(Ymm(t0.getIdx()), Zmm(v.getIdx()), 1);       // lanes 8..15
+                    vcvtps2pd(Zmm(t1.getIdx()), Ymm(t0.getIdx()));
+                    vcvtps2pd(Zmm(out.getIdx()), Ymm(v.getIdx()));             // lanes 0..7
+                    vaddpd(Zmm(out.getIdx()), Zmm(out.getIdx()), Zmm(t1.getIdx()));
+                    vextractf64x4(Ymm(t0.getIdx()), Zmm(out.getIdx()), 1);
+                    vaddpd(Ymm(out.getIdx()), Ymm(out.getIdx()), Ymm(t0.getIdx()));
+                } else {
+                    vextractf128(t0, Ymm(v.getIdx()), 1);                      // lanes 4..7
+                    vcvtps2pd(Ymm(t1.getIdx()), t0);
+                    vcvtps2pd(Ymm(out.getIdx()), Xmm(v.getIdx()));             // lanes 0..3
+                    vaddpd(Ymm(out.getIdx()), Ymm(out.getIdx()), Ymm(t1.getIdx()));
+                }
+                vextractf128(t0, Ymm(out.getIdx()), 1);
+                vaddpd(out, out, t0);
+                vunpckhpd(t0, out, out);
+                vaddsd(out, out, t0);
+            };
+            if (ln) {
+                lane_tree(s1, acc(0));
+                lane_tree(s2, acc2(0));
+                // mean = c + s1 / n; m2 = s2 - s1 * s1 / n; var = m2 / n unless !(m2 > 0.5 s2)
+                vcvtss2sd(t0, Xmm(mean.getIdx()), Xmm(mean.getIdx()));
+                vdivsd(t1, s1, ptr[p + offsetof(RowArgs, nn)]);
+                vaddsd(t0, t0, t1);                                       // mean (double)
+                vmulsd(t1, s1, s1);
+                vdivsd(t1, t1, ptr[p + offsetof(RowArgs, nn)]);
+                vsubsd(t1, s2, t1);                                       // m2
+                vmulsd(s1, s2, ptr[cnt + offsetof(FinishConsts, half)]);  // 0.5 s2
+                vucomisd(t1, s1);
+                Label ok;
+                ja(ok, T_NEAR);
+                // The shift was far from the row's mean: finish() runs the variance pass. It
+                // needs the partial sums and the shift c (still in mean).
+                store_partial();
+                vmovss(ptr[p + offsetof(RowArgs, mean)], Xmm(mean.getIdx()));
+                mov(qword[p + offsetof(RowArgs, need_finish)], 1);
+                mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
+                sub(cnt, rows_left);
+                inc(cnt);
+                mov(ptr[p + offsetof(RowArgs, done)], cnt);
+                jmp(leave, T_NEAR);
+                L(ok);
+                vdivsd(s2, t1, ptr[p + offsetof(RowArgs, nn)]);           // var
+                vcvtsd2ss(Xmm(mean.getIdx()), Xmm(mean.getIdx()), t0);
+                vbroadcastss(mean, Xmm(mean.getIdx()));
+            } else {
+                lane_tree(s2, acc(0));
+                vdivsd(s2, s2, ptr[p + offsetof(RowArgs, nn)]);           // var
+            }
+            vaddsd(s2, s2, ptr[p + offsetof(RowArgs, eps)]);
+            vsqrtsd(s2, s2, s2);
+            vmovsd(t0, ptr[cnt + offsetof(FinishConsts, one)]);
+            vdivsd(t0, t0, s2);
+            vcvtsd2ss(Xmm(rstd.getIdx()), Xmm(rstd.getIdx()), t0);
+            vbroadcastss(rstd, Xmm(rstd.getIdx()));
+            // The summed row is applied next: h from it, then every pointer one row on.
+            mov(hp, fused ? ro : x);
+            add(x, ptr[p + offsetof(RowArgs, ld_x)]);
+            if (fused) {
+                add(r, ptr[p + offsetof(RowArgs, ld_r)]);
+                add(ro, ptr[p + offsetof(RowArgs, ld_ro)]);
+            }
+            add(y, ptr[p + offsetof(RowArgs, ld_y)]);
+            dec(rows_left);
+            jnz(row_loop, T_NEAR);
+            vmovss(ptr[p + offsetof(RowArgs, mean)], Xmm(mean.getIdx()));
+            vmovss(ptr[p + offsetof(RowArgs, rstd)], Xmm(rstd.getIdx()));
+            mov(qword[p + offsetof(RowArgs, need_finish)], 0);
+            mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
+            mov(ptr[p + offsetof(RowArgs, done)], cnt);
+            L(leave);
         }
         postamble();
         fn = finalize<RowFn>();
@@ -448,11 +577,7 @@ public:
             return d.fused_residual ? elem_ptr(a.residual_out, d.residual_dtype, row * d.ld_residual_out)
                                     : elem_ptr(a.x, d.x_dtype, row * d.ld_x);
         };
-        auto lanes = [&](const float* v) {
-            double s = 0.0;
-            for (int j = 0; j < vlen_; ++j) s += v[j];
-            return s;
-        };
+        auto lanes = [&](const float* v) { return lanes_sum(v, vlen_); };
         // mean and rstd of `row` into ra, from the stats pass just run on it (plus, for
         // layer_norm, the variance pass around the mean), in double.
         auto finish = [&](int64_t row) {
@@ -481,25 +606,44 @@ public:
         ra.mean = 0.0f;  // layer_norm: the first row's shift
         stats_.fn(&ra);
         finish(row_begin);
-        for (int64_t row = row_begin; row < row_end; ++row) {
-            ra.h = h_row(row);
-            ra.y = elem_ptr(a.y, d.y_dtype, row * d.ld_y);
-            if (!many) {  // a few rows with weights that would need the copy: unfused
+        auto y_row = [&](int64_t row) { return elem_ptr(a.y, d.y_dtype, row * d.ld_y); };
+        if (!many) {  // a few rows with weights that would need the copy: unfused
+            for (int64_t row = row_begin; row < row_end; ++row) {
+                ra.h = h_row(row);
+                ra.y = y_row(row);
                 apply_[nt ? 1 : 0].fn(&ra);
                 if (row + 1 < row_end) {
                     set_stats_row(row + 1);
                     stats_.fn(&ra);
                     finish(row + 1);
                 }
-            } else if (row + 1 < row_end) {
-                set_stats_row(row + 1);
-                fused_[nt ? 1 : 0].fn(&ra);  // normalises this row, sums the next one
-                finish(row + 1);
-            } else if (needs_copy) {
-                apply_f32w_[nt ? 1 : 0]->fn(&ra);  // the last row, with the widened weights
-            } else {
-                apply_[nt ? 1 : 0].fn(&ra);
             }
+        } else {
+            // The fused pass runs the rows itself: it normalises row, row + 1, ... and sums the
+            // row after each, finishing its mean and rstd in registers (no return between rows),
+            // until the last row is summed, or a LayerNorm row needs the variance pass (then
+            // finish() here, and on).
+            const int xs = dtype_size(d.x_dtype), rs = dtype_size(d.residual_dtype);
+            ra.ld_x = d.ld_x * xs;
+            ra.ld_r = d.fused_residual ? d.ld_residual * rs : 0;
+            ra.ld_ro = d.fused_residual ? d.ld_residual_out * rs : 0;
+            ra.ld_y = d.ld_y * ys;
+            ra.nn = static_cast<double>(n);
+            ra.eps = static_cast<double>(d.eps);
+            int64_t row = row_begin;
+            while (row + 1 < row_end) {
+                ra.h = h_row(row);
+                ra.y = y_row(row);
+                set_stats_row(row + 1);
+                ra.rows = row_end - 1 - row;
+                fused_[nt ? 1 : 0].fn(&ra);
+                row += ra.done;
+                if (ra.need_finish) finish(row);
+            }
+            ra.h = h_row(row);  // the last row
+            ra.y = y_row(row);
+            if (needs_copy) apply_f32w_[nt ? 1 : 0]->fn(&ra);  // with the widened weights
+            else apply_[nt ? 1 : 0].fn(&ra);
         }
         if (nt) _mm_sfence();  // order the streaming stores before the caller's synchronisation
     }
