@@ -449,6 +449,79 @@ TEST(Norm, ReferenceAgreesWithPlanAndIsSplitAcrossThreads) {
     EXPECT_EQ(detail::parallel_threads(1, detail::norm_row_grain(4096)), 1);
 }
 
+TEST(Norm, RowsOfOneCallMatchRowsNormedAlone) {
+    // The JIT kernels finish a row's mean and rstd in C++ (the first row of a call, a row normed
+    // alone, a LayerNorm row that needs the variance pass) or inside the fused pass, which loops
+    // over the rows and returns to C++ only for such a variance-pass row. 40 rows (past the
+    // weight-widening threshold) in one call against 40 calls of one row, every 7th row shifted by
+    // +500 (LayerNorm then falls back to the variance pass for it and for its successor, in the
+    // middle of the call): both against the oracle, with the fp32 rounding of h - mean relative to
+    // the std on top of the dtype's tolerance (as LayerNormLargeMeanAndOutliers). The two are not
+    // bitwise equal in general: the statistics pass alone and the fused pass add a row's vectors
+    // over different accumulator chains. residual_out is exact either way.
+    set_num_threads(1);
+    for_each_isa([&](Isa) {
+        for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+            for (const DTypes& dt : kDTypeCombos)
+                for (bool fused : {false, true})
+                    for (int64_t hidden : {300, 4096}) {
+                        NormDesc d;
+                        d.kind = kind;
+                        d.rows = 40;
+                        d.hidden = hidden;
+                        d.x_dtype = dt.x;
+                        d.y_dtype = dt.y;
+                        d.residual_dtype = dt.r;
+                        d.weight_dtype = dt.w;
+                        d.has_weight = true;
+                        d.has_bias = kind == NormKind::layer_norm;
+                        d.fused_residual = fused;
+                        Tensors all = make_tensors(d, 0, 31 + hidden);
+                        for (int64_t r = 0; r < d.rows; r += 7)
+                            for (int64_t i = 0; i < hidden; ++i) all.x.set(r, i, all.x.get(r, i) + 500.0);
+                        Tensors one = make_tensors(d, 0, 31 + hidden);
+                        for (int64_t r = 0; r < d.rows; ++r)
+                            for (int64_t i = 0; i < hidden; ++i) one.x.set(r, i, all.x.get(r, i));
+                        norm(d, args_of(d, all));
+                        NormDesc d1 = d;
+                        d1.rows = 1;
+                        for (int64_t r = 0; r < d.rows; ++r) {
+                            NormArgs a = args_of(d, one);
+                            a.x = static_cast<const char*>(a.x) + r * hidden * dtype_size(d.x_dtype);
+                            a.y = static_cast<char*>(a.y) + r * hidden * dtype_size(d.y_dtype);
+                            if (fused) {
+                                a.residual = static_cast<const char*>(a.residual) + r * hidden * dtype_size(d.residual_dtype);
+                                a.residual_out = static_cast<char*>(a.residual_out) + r * hidden * dtype_size(d.residual_dtype);
+                            }
+                            norm(d1, a);
+                        }
+                        SCOPED_TRACE(std::string(norm_kind_name(kind)) + " x=" + dtype_name(dt.x) + " y=" + dtype_name(dt.y) +
+                                     " r=" + dtype_name(dt.r) + " w=" + dtype_name(dt.w) + (fused ? " fused" : "") +
+                                     " hidden " + std::to_string(hidden));
+                        const Expected e = oracle(d, all.x, fused ? &all.r : nullptr, &all.w, &all.b);
+                        for (int64_t r = 0; r < d.rows; ++r) {
+                            double mean = 0, var = 0;
+                            for (int64_t i = 0; i < hidden; ++i) mean += e.h[r * hidden + i] / hidden;
+                            for (int64_t i = 0; i < hidden; ++i)
+                                var += (e.h[r * hidden + i] - mean) * (e.h[r * hidden + i] - mean) / hidden;
+                            const double cancel = 4.0 * std::ldexp(1.0, -24) * std::fabs(mean) / std::sqrt(var + d.eps) * 1.5;
+                            for (int64_t i = 0; i < hidden; ++i) {
+                                const double want = e.y[r * hidden + i];
+                                const double tol = atol_of(d.y_dtype) + rtol_of(d.y_dtype) * std::fabs(want) + cancel;
+                                ASSERT_NEAR(all.y.get(r, i), want, tol) << "one call: row " << r << " i " << i;
+                                ASSERT_NEAR(one.y.get(r, i), want, tol) << "rows alone: row " << r << " i " << i;
+                            }
+                        }
+                        if (fused) {
+                            ASSERT_EQ(std::memcmp(all.ro.data(), one.ro.data(), all.ro.elems() * dtype_size(d.residual_dtype)), 0);
+                            for (int64_t r = 0; r < d.rows; ++r)
+                                for (int64_t i = 0; i < hidden; ++i) ASSERT_EQ(all.ro.get(r, i), e.h[r * hidden + i]);
+                        }
+                    }
+    });
+    set_num_threads(0);
+}
+
 TEST(Norm, InPlaceAliasing) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16}) {

@@ -20,7 +20,7 @@
 // apply of a row and stats of the next in one loop — so the DRAM read stream (the next row) and
 // the write stream (this row's y) run together, like a copy, rather than in alternating phases.
 // The fused pass loops over the rows itself and finishes each summed row's mean and rstd in
-// registers (double, the C++ finish's operations in its order, lanes_sum's tree): calling it per
+// registers (double, the C++ finish's operations in their order, lanes_sum's tree): calling it per
 // row and finishing in C++ cost ~100-170 TSC cycles a row outside the loop (Zen 3: 3.4% of a
 // 4096-float row, 13% of a 1024 one). It returns to C++ only for a LayerNorm row that needs the
 // variance pass. x and residual are read from memory once, y and residual_out written once.
@@ -73,8 +73,10 @@ using RowFn = void (*)(RowArgs*);
 
 // The lanes of a statistics sum (vlen floats) added in double as a tree: 16 lanes first fold to 8
 // (v[j] + v[j + 8]), then 8 to 4 (v[j] + v[j + 4]), 4 to 2 (v[j] + v[j + 2]), 2 to 1. The fused
-// pass's generated code adds them in exactly this order (so a row's mean and rstd are the same bits
-// whichever side finishes it, and whatever the split of the rows between calls and threads).
+// pass's generated code adds them in exactly this order, so from the same lane sums both sides
+// give the same mean and rstd. (The lane sums themselves differ in rounding between the
+// statistics pass alone and the fused pass, whose accumulator chains differ: a row's f32 result
+// may differ in its last bits between the first row of a call and a row inside one.)
 double lanes_sum(const float* v, int vlen) {
     double t[16] = {};
     for (int j = 0; j < vlen && j < 16; ++j) t[j] = static_cast<double>(v[j]);
@@ -416,8 +418,8 @@ public:
             if (pass != Pass::fused) store_partial();
         }
         if (pass == Pass::fused) {
-            // The summed row's mean and rstd, in double, as finish() computes them (lanes_sum's
-            // tree, then the same operations in the same order): scratch V(8..11) (the apply's
+            // The summed row's mean and rstd, in double, as finish() computes them from the same
+            // lane sums (lanes_sum's tree, then the same operations in the same order): scratch V(8..11) (the apply's
             // registers, free here), the results into mean / rstd for the next trip.
             const Xmm s1 = Xmm(8), s2 = Xmm(9), t0 = Xmm(10), t1 = Xmm(11);
             mov(cnt, reinterpret_cast<uintptr_t>(&finish_consts()));
