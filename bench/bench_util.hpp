@@ -294,13 +294,15 @@ inline CopyPool& copy_pool() {
 //   xb::CopyYardstick copy(state, dram, bytes_per_iter);
 //   for (auto _ : state) { copy.begin(); run(); copy.end(); }
 //   copy.finish();
-class CopyYardstick {
+// The interleaving shared by both yardsticks: begin() / end() around each call of the row; end()
+// pauses the timer, runs `work` (which returns the units it did: bytes or flops) and times it
+// apart; finish() sets `pct` = 100 * the row's units per second / the yardstick's, and `rate` =
+// the yardstick's units per second * 1e-9.
+class Yardstick {
 public:
-    CopyYardstick(benchmark::State& state, bool on, double bytes_per_iter, bool in_place = false)
-        : state_(state), on_(on), in_place_(in_place), bytes_(bytes_per_iter),
-          floats_(static_cast<int64_t>(bytes_per_iter / 2 / sizeof(float))) {
-        if (on_) (void)detail::copy_pool();
-    }
+    Yardstick(benchmark::State& state, bool on, double units_per_iter, const char* pct, const char* rate,
+              std::function<double()> work)
+        : state_(state), on_(on), units_(units_per_iter), pct_(pct), rate_(rate), work_(std::move(work)) {}
     void begin() {
         if (on_) t0_ = std::chrono::steady_clock::now();
     }
@@ -309,25 +311,36 @@ public:
         const auto t1 = std::chrono::steady_clock::now();
         op_sec_ += std::chrono::duration<double>(t1 - t0_).count();
         state_.PauseTiming();
-        const int64_t copied = detail::copy_pool().copy(floats_, in_place_);
-        copy_sec_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-        copy_bytes_ += 2.0 * static_cast<double>(copied) * sizeof(float);
-        op_bytes_ += bytes_;
+        ref_units_ += work_();
+        ref_sec_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        op_units_ += units_;
         state_.ResumeTiming();
     }
     void finish() {
-        if (!on_ || op_sec_ <= 0 || copy_sec_ <= 0 || copy_bytes_ <= 0) return;
-        state_.counters["Copy%"] = 100.0 * (op_bytes_ / op_sec_) / (copy_bytes_ / copy_sec_);
-        state_.counters["CopyGBPS"] = copy_bytes_ / copy_sec_ * 1e-9;
+        if (!on_ || op_sec_ <= 0 || ref_sec_ <= 0 || ref_units_ <= 0) return;
+        state_.counters[pct_] = 100.0 * (op_units_ / op_sec_) / (ref_units_ / ref_sec_);
+        state_.counters[rate_] = ref_units_ / ref_sec_ * 1e-9;
     }
 
 private:
     benchmark::State& state_;
-    bool on_, in_place_;
-    double bytes_;
-    int64_t floats_;
+    bool on_;
+    double units_;
+    const char *pct_, *rate_;
+    std::function<double()> work_;
     std::chrono::steady_clock::time_point t0_;
-    double op_sec_ = 0, copy_sec_ = 0, op_bytes_ = 0, copy_bytes_ = 0;
+    double op_sec_ = 0, ref_sec_ = 0, op_units_ = 0, ref_units_ = 0;
+};
+
+class CopyYardstick : public Yardstick {
+public:
+    CopyYardstick(benchmark::State& state, bool on, double bytes_per_iter, bool in_place = false)
+        : Yardstick(state, on, bytes_per_iter, "Copy%", "CopyGBPS",
+                    [floats = static_cast<int64_t>(bytes_per_iter / 2 / sizeof(float)), in_place] {
+                        return 2.0 * static_cast<double>(detail::copy_pool().copy(floats, in_place)) * sizeof(float);
+                    }) {
+        if (on) (void)detail::copy_pool();  // allocated and filled before the first timed call
+    }
 };
 
 // ---- the FMA-peak yardstick of compute-bound rows -----------------------------------------------
@@ -371,35 +384,11 @@ inline double fma_peak_run(double flops) {
 }
 }  // namespace detail
 
-class PeakYardstick {
+class PeakYardstick : public Yardstick {
 public:
     PeakYardstick(benchmark::State& state, bool on, double flops_per_iter)
-        : state_(state), on_(on && xk::max_isa() >= xk::Isa::avx2), flops_(flops_per_iter) {}
-    void begin() {
-        if (on_) t0_ = std::chrono::steady_clock::now();
-    }
-    void end() {
-        if (!on_) return;
-        const auto t1 = std::chrono::steady_clock::now();
-        op_sec_ += std::chrono::duration<double>(t1 - t0_).count();
-        state_.PauseTiming();
-        peak_flops_ += detail::fma_peak_run(0.5 * flops_);
-        peak_sec_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-        op_flops_ += flops_;
-        state_.ResumeTiming();
-    }
-    void finish() {
-        if (!on_ || op_sec_ <= 0 || peak_sec_ <= 0) return;
-        state_.counters["Peak%"] = 100.0 * (op_flops_ / op_sec_) / (peak_flops_ / peak_sec_);
-        state_.counters["PeakGFLOPS"] = peak_flops_ / peak_sec_ * 1e-9;
-    }
-
-private:
-    benchmark::State& state_;
-    bool on_;
-    double flops_;
-    std::chrono::steady_clock::time_point t0_;
-    double op_sec_ = 0, peak_sec_ = 0, op_flops_ = 0, peak_flops_ = 0;
+        : Yardstick(state, on && xk::max_isa() >= xk::Isa::avx2, flops_per_iter, "Peak%", "PeakGFLOPS",
+                    [flops_per_iter] { return detail::fma_peak_run(0.5 * flops_per_iter); }) {}
 };
 
 // ---- rotating buffers (DRAM-resident operands) ------------------------------------------------

@@ -149,6 +149,22 @@ const DTypes kDTypeCombos[] = {
     {DType::f32, DType::bf16, DType::bf16, DType::bf16},
 };
 
+// A descriptor of `kind` over rows x hidden with the dtypes of dt (weight and, for layer_norm, a
+// bias; the callers set the rest).
+NormDesc desc_of(NormKind kind, const DTypes& dt, int64_t rows, int64_t hidden) {
+    NormDesc d;
+    d.kind = kind;
+    d.rows = rows;
+    d.hidden = hidden;
+    d.x_dtype = dt.x;
+    d.y_dtype = dt.y;
+    d.residual_dtype = dt.r;
+    d.weight_dtype = dt.w;
+    d.has_weight = true;
+    d.has_bias = kind == NormKind::layer_norm;
+    return d;
+}
+
 }  // namespace
 
 TEST(Norm, EveryIsaMatchesOracle) {
@@ -360,15 +376,7 @@ TEST(Norm, StreamingStores) {
                     // streams, AVX-512 not); of 96: 64-byte (3 even / odd blocks on AVX-512)
                     for (int64_t hidden : {64, 72, 80, 96, 100, 1024})
                         for (size_t mis : {0, 1}) {
-                            NormDesc d;
-                            d.kind = kind;
-                            d.rows = 24;
-                            d.hidden = hidden;
-                            d.x_dtype = dt.x;
-                            d.y_dtype = dt.y;
-                            d.residual_dtype = dt.r;
-                            d.weight_dtype = dt.w;
-                            d.has_bias = kind == NormKind::layer_norm;
+                            NormDesc d = desc_of(kind, dt, 24, hidden);
                             d.fused_residual = hidden == 100;
                             Tensors t = make_tensors(d, 0, 5 + hidden);
                             // y 64-byte aligned, or one element past (make_tensors' default)
@@ -465,16 +473,7 @@ TEST(Norm, RowsOfOneCallMatchRowsNormedAlone) {
             for (const DTypes& dt : kDTypeCombos)
                 for (bool fused : {false, true})
                     for (int64_t hidden : {300, 4096}) {
-                        NormDesc d;
-                        d.kind = kind;
-                        d.rows = 40;
-                        d.hidden = hidden;
-                        d.x_dtype = dt.x;
-                        d.y_dtype = dt.y;
-                        d.residual_dtype = dt.r;
-                        d.weight_dtype = dt.w;
-                        d.has_weight = true;
-                        d.has_bias = kind == NormKind::layer_norm;
+                        NormDesc d = desc_of(kind, dt, 40, hidden);
                         d.fused_residual = fused;
                         Tensors all = make_tensors(d, 0, 31 + hidden);
                         for (int64_t r = 0; r < d.rows; r += 7)

@@ -343,14 +343,14 @@ class JitRopeKernel final : public RopeKernel {
 public:
     JitRopeKernel(const RopeKernelDesc& kd, Isa isa)
         : kd_(kd), gen_(kd, isa, false),
-          gen_pf_(std::make_unique<JitRope>(kd, isa, true)) {}
+          gen_pf_(kd, isa, true) {}
 
     void run(const RopeDesc& d, const RopeArgs& a, int64_t token_begin, int64_t token_end) const override {
         const int es = dtype_size(d.dtype);
         const int pos_size = d.position_type == RopePositionType::s32 ? 4 : 8;
         // Tensors that cannot stay in the cache: the prefetching variant.
         const JitRope& gen =
-            use_nt_stores(d.tokens * (d.q_heads + d.k_heads) * d.head_dim * es) ? *gen_pf_ : gen_;
+            use_nt_stores(d.tokens * (d.q_heads + d.k_heads) * d.head_dim * es) ? gen_pf_ : gen_;
         Args args;
         thread_local std::vector<float> eo_row;
         eo_row.resize(static_cast<size_t>(2 * d.rotary_dim));
@@ -402,7 +402,7 @@ public:
 private:
     RopeKernelDesc kd_;
     JitRope gen_;
-    std::unique_ptr<JitRope> gen_pf_;  // with the software prefetch (tensors beyond the cache)
+    JitRope gen_pf_;  // with the software prefetch (tensors beyond the cache)
 };
 
 }  // namespace
