@@ -1,8 +1,12 @@
 // Base class of every xbyak generator: System V x86-64 ABI prologue/epilogue, vzeroupper on exit
 // from vector code, and write-xor-execute code pages (emitted into RW memory, then switched to RX
 // before the first call; never writable and executable at once).
+// XK_JIT_DUMP=1 writes every finished kernel's code to xk_jit_<pid>_<n>.bin in the working
+// directory (XK_JIT_DUMP=<dir>: in that directory), for `objdump -D -b binary -mi386:x86-64`
+// or llvm-mca; XK_VERBOSE=1 logs each file's name.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "dispatch/xbyak_config.hpp"
@@ -10,6 +14,10 @@
 #include "xk/isa.hpp"
 
 namespace xk::detail {
+
+// Writes size bytes of code to a file when XK_JIT_DUMP is set (jit_dump.cpp); returns the file's
+// path, or "" when not dumping or the write failed (reported on stderr).
+std::string jit_dump(const void* code, size_t size);
 
 class JitGenerator : public Xbyak::CodeGenerator {
 public:
@@ -24,6 +32,7 @@ public:
     template <class Fn>
     Fn finalize() {
         ready();               // resolves labels (fixed buffer: no-op for protection)
+        jit_dump(getCode(), getSize());
         setProtectModeRE();    // W^X: RW while emitting, RX from here on
         return getCode<Fn>();
     }

@@ -1,9 +1,12 @@
 // CPU features, ISA ranking and cap, kernel cache (exactly-once under contention, bounded),
 // registry selection, parallel-for, JIT write-xor-execute.
+#include <dirent.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -295,6 +298,45 @@ TEST(Jit, PagesAreWriteXorExecute) {
     auto fn = gen.finalize<int64_t (*)()>();
     EXPECT_EQ(protection_of(reinterpret_cast<const void*>(fn)).substr(0, 3), "r-x");
     EXPECT_EQ(fn(), 42);
+}
+
+TEST(Jit, DumpWritesEachKernelsCode) {
+    struct Ret42 : detail::JitGenerator {
+        Ret42() : JitGenerator(Isa::scalar, 4096) {
+            mov(rax, 42);
+            ret();
+        }
+    };
+    char tmpl[] = "/tmp/xk_jit_dump_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    setenv("XK_JIT_DUMP", dir.c_str(), 1);
+    Ret42 gen;
+    auto fn = gen.finalize<int64_t (*)()>();
+    unsetenv("XK_JIT_DUMP");
+    EXPECT_EQ(fn(), 42);
+    // One file, xk_jit_<pid>_<n>.bin, holding exactly the finished code.
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (const dirent* e = readdir(d))
+            if (e->d_name[0] != '.') files.push_back(e->d_name);
+        closedir(d);
+    }
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(files[0].rfind("xk_jit_" + std::to_string(getpid()) + "_", 0), 0u) << files[0];
+    std::ifstream in(dir + "/" + files[0], std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(bytes.size(), gen.getSize());
+    EXPECT_EQ(std::memcmp(bytes.data(), reinterpret_cast<const void*>(fn), bytes.size()), 0);
+    std::remove((dir + "/" + files[0]).c_str());
+    // A directory that cannot be written: reported on stderr, the kernel still finalizes and runs.
+    setenv("XK_JIT_DUMP", (dir + "/missing").c_str(), 1);
+    Ret42 gen2;
+    auto fn2 = gen2.finalize<int64_t (*)()>();
+    unsetenv("XK_JIT_DUMP");
+    EXPECT_EQ(fn2(), 42);
+    EXPECT_EQ(detail::jit_dump(reinterpret_cast<const void*>(fn2), gen2.getSize()), "");  // not dumping: unset
+    rmdir(dir.c_str());
 }
 
 // ---- parallel-for ------------------------------------------------------------------------------
