@@ -226,15 +226,7 @@ TEST(Norm, RowCountsAroundTheFusedPath) {
                 for (int64_t hidden : {16, 17, 32, 33, 48, 65, 300})
                     for (int64_t rows : {2, 7, 31, 32, 40}) {
                         ++variant;
-                        NormDesc d;
-                        d.kind = kind;
-                        d.rows = rows;
-                        d.hidden = hidden;
-                        d.x_dtype = dt.x;
-                        d.y_dtype = dt.y;
-                        d.residual_dtype = dt.r;
-                        d.weight_dtype = dt.w;
-                        d.has_weight = true;
+                        NormDesc d = desc_of(kind, dt, rows, hidden);
                         d.has_bias = variant % 2 == 0;
                         d.fused_residual = variant % 3 == 0;
                         d.eps = 1e-5f;
