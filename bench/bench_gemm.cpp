@@ -2,8 +2,9 @@
 // same data and thread count. (Debian's OpenBLAS is built without BUILD_BFLOAT16, so it has no
 // cblas_sbgemm: the bf16 peer is oneDNN alone; int8 likewise.)
 //
-// Names: gemm/<dtype>/<provider>/<MxNxK>[_bias_gelu]/threads:<t>   (_bias_gelu: the fused
-//        bias + gelu_erf epilogue; oneDNN with a bias and an eltwise post-op)
+// Names: gemm/<dtype>/<provider>/<MxNxK>[_bias_gelu|_prepacked]/threads:<t>   (_bias_gelu: the
+//        fused bias + gelu_erf epilogue; oneDNN with a bias and an eltwise post-op; _prepacked:
+//        B packed once outside the loop, xk's PackedB beside oneDNN's reordered weights)
 //   dtype     f32 (f32 x f32 -> f32), bf16 (bf16 x bf16 -> f32), u8s8s32 (u8 x s8 -> s32)
 //   provider  xk, onednn, openblas, libxsmm, xk_tuned (f32, 256^3 and larger but 4096^3: a plan
 //             made with xk::set_gemm_autotune on, which times xk's kernel against oneDNN once and
@@ -65,6 +66,8 @@ const std::vector<Shape> kShapes = {{8, 8, 8}, {16, 16, 16},  {32, 32, 32},    {
 const std::vector<Shape> kF32Extra = {{512, 512, 512}, {2048, 2048, 2048}, {4096, 4096, 4096}, {384, 768, 768}};
 // The fused bias + gelu_erf epilogue (the BERT FFN up-projection), beside the plain GEMM above.
 const Shape kFused = {384, 3072, 768};
+// Weights packed once (a Linear layer's production path): BERT-base's two Linear shapes and 1024^3.
+const std::vector<Shape> kPrepacked = {{1024, 1024, 1024}, {384, 768, 768}, {384, 3072, 768}};
 const Shape kExtraLowPrecision = {128, 128, 128};
 
 enum class Kind { f32, bf16, u8s8s32 };
@@ -328,6 +331,69 @@ void bench_libxsmm(benchmark::State& state, Kind, Shape s, int threads) {
     check_result(state, Kind::f32, d, C);
 }
 
+// Prepacked weights (`_prepacked`): B packed once outside the timed loop, as a Linear layer's
+// weight is (ipex.optimize / oneDNN's reordered weights): xk runs GemmPlan::run(args, PackedB),
+// oneDNN its matmul with weights in the format it prefers (tag any, reordered once). The same A,
+// B, and the result is checked against xk's unpacked C (shapes up to 256^3, as above).
+void bench_xk_prepacked(benchmark::State& state, Kind k, Shape s, int threads) {
+    set_threads(threads);
+    Data& d = data(k, s);
+    const xk::GemmPlan plan(xk_desc(k, s));
+    const xk::PackedB w = plan.pack_b(d.B.data());
+    std::vector<float> C(size_t(s.M * s.N));
+    xk::GemmArgs args = xk_args(k, d, C.data());
+    args.B = nullptr;
+    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
+    for (auto _ : state) {
+        peak.begin();
+        plan.run(args, w);
+        peak.end();
+        benchmark::ClobberMemory();
+    }
+    peak.finish();
+    state.SetLabel(plan.impl_name());
+    finish(state, s);
+    check_result(state, k, d, C);
+}
+
+void bench_onednn_prepacked(benchmark::State& state, Kind k, Shape s, int threads) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    set_threads(threads);
+    Data& d = data(k, s);
+    std::vector<float> C(size_t(s.M * s.N));
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream strm(eng);
+        const dnnl::memory::desc a_md({s.M, s.K}, dt::f32, tag::ab), b_plain({s.K, s.N}, dt::f32, tag::ab),
+            b_any({s.K, s.N}, dt::f32, tag::any), c_md({s.M, s.N}, dt::f32, tag::ab);
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+        const dnnl::matmul prim(pd);
+        dnnl::memory am(a_md, eng, d.A.data()), plain(b_plain, eng, d.B.data()), cm(c_md, eng, C.data());
+        dnnl::memory bm = plain;
+        if (pd.weights_desc() != b_plain) {
+            bm = dnnl::memory(pd.weights_desc(), eng);
+            dnnl::reorder(plain, bm).execute(strm, plain, bm);
+            strm.wait();
+        }
+        const std::unordered_map<int, dnnl::memory> margs = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+        xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
+        for (auto _ : state) {
+            peak.begin();
+            prim.execute(strm, margs);
+            strm.wait();
+            peak.end();
+        }
+        peak.finish();
+        state.SetLabel(pd.impl_info_str());
+    } catch (const dnnl::error& e) {
+        state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
+        return;
+    }
+    finish(state, s);
+    check_result(state, k, d, C);
+}
+
 // Bias + gelu_erf fused into the GEMM: xk's epilogue, oneDNN's matmul with a bias and an
 // eltwise_gelu_erf post-op. (OpenBLAS has no epilogue: it would need a second pass.)
 std::vector<float>& fused_bias(int64_t n) {
@@ -428,6 +494,11 @@ bool register_all() {
             }
         }
     }
+    for (const Shape& s : kPrepacked)
+        for (int threads : {1, 2}) {
+            add(Kind::f32, "xk", bench_xk_prepacked, s, threads, "_prepacked");
+            add(Kind::f32, "onednn", bench_onednn_prepacked, s, threads, "_prepacked");
+        }
     for (int threads : {1, 2}) {
         add(Kind::f32, "xk", bench_xk_fused, kFused, threads, "_bias_gelu");
         add(Kind::f32, "onednn", bench_onednn_fused, kFused, threads, "_bias_gelu");
