@@ -296,6 +296,71 @@ TEST(Glu, SiluAccuracy) {
     }
 }
 
+TEST(Glu, SiluBf16EveryGate) {
+    // bf16 gate and up -> bf16: every one of the 65536 bf16 bit patterns as a gate (plus 13
+    // zeros: a tail after the main loop), against silu(g) u in double: within (2^-8 + 2^-10)
+    // relative (plus a 4e-36 |u| floor below g = -86) and at most one bf16 ulp from the correctly
+    // rounded value; NaN gates give NaN, +inf gives +-inf, -inf gives at most 4e-36 |u| (the
+    // scalar reference: NaN). Row 0: u = 1; row 1: u = pseudo-random bf16 in [-4, 4]; row 2:
+    // u = -0.75. Results within 2^-8 of FLT_MAX are not checked (jit_glu.cpp: may become inf).
+    const int64_t inner = 65536 + 13, rows = 3;
+    TypedMatrix x(DType::bf16, rows, 2 * inner);
+    uint32_t lcg = 12345;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < inner; ++i) {
+            const uint16_t gb = i < 65536 ? static_cast<uint16_t>(i) : 0;
+            std::memcpy(static_cast<uint16_t*>(x.data()) + r * 2 * inner + i, &gb, 2);
+            lcg = lcg * 1664525u + 1013904223u;
+            const double u = r == 0 ? 1.0 : r == 1 ? -4.0 + 8.0 * (lcg >> 8) / 16777216.0 : -0.75;
+            x.set(r, inner + i, u);
+        }
+    GluDesc d;
+    d.rows = rows;
+    d.inner = inner;
+    d.x_dtype = d.y_dtype = DType::bf16;
+    const GluDesc rd = detail::glu_resolve("test", d);
+    const auto& reg = detail::glu_registry();
+    const auto ord = [](double v) {
+        const uint16_t b = bf16(static_cast<float>(v)).bits;
+        return b & 0x8000 ? -static_cast<int>(b & 0x7fff) : static_cast<int>(b);
+    };
+    int tested = 0;
+    for (const auto& impl : reg.impls()) {
+        if (!isa_supported(impl.isa)) continue;
+        const auto kd = detail::glu_kernel_desc(rd);
+        if (impl.supports && !impl.supports(kd)) continue;
+        const bool ref = std::string(impl.name) == "ref:scalar";
+        TypedMatrix y(DType::bf16, rows, inner);
+        reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
+        double worst = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < inner; ++i) {
+                const double g = x.get(r, i), u = x.get(r, inner + i), got = y.get(r, i);
+                if (std::isnan(g)) {
+                    ASSERT_TRUE(std::isnan(got)) << impl.name << " g=NaN";
+                    continue;
+                }
+                if (std::isinf(g)) {
+                    if (g > 0) ASSERT_EQ(got, g * u) << impl.name << " g=inf u=" << u;
+                    else if (!ref) ASSERT_LE(std::fabs(got), 4e-36 * std::fabs(u)) << impl.name << " g=-inf u=" << u;
+                    continue;
+                }
+                const double w = exact_act(Activation::silu, g) * u;
+                if (std::fabs(w) > 0x1p128 * (1 - 0x1p-8)) continue;
+                const double err = std::fabs(got - w);
+                ASSERT_LE(err, (0x1p-8 + 0x1p-10) * std::fabs(w) + 4e-36 * std::fabs(u))
+                    << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
+                if (std::fabs(w) > 0x1p-100) {
+                    worst = std::max(worst, err / std::fabs(w) / 0x1p-8);
+                    ASSERT_LE(std::abs(ord(got) - ord(w)), 1) << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
+                }
+            }
+        ++tested;
+        std::printf("[ silu ] %s every bf16 gate: max error %.3f x 2^-8 relative\n", impl.name, worst);
+    }
+    EXPECT_GE(tested, 2);
+}
+
 TEST(Glu, StreamingStores) {
     // Force the non-temporal path (threshold 0) on aligned rows: same results; unaligned rows fall
     // back to regular stores.
