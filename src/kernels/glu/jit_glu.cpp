@@ -56,9 +56,10 @@ constexpr int kBf16SiluPrefetchBytes = 4096;  // the same for bf16 x with bf16 y
 //        pairs to nearest with ties away from zero, + 0x8000: NaNs there carry a bf16 input's
 //        payload, whose low words are zero, or the default NaN, so no carry reaches the sign;
 //        other paths round to nearest even). About 20 instructions a vector instead of ~27, and
-//        a chain ~15 cycles shorter: 0.31 ns / element in L1 on Zen 3 instead of 0.53. The AVX2
-//        bf16 -> bf16 main loop computes the same bound another way (silu_rows, fast_pair: an
-//        8-entry table for 2^(m/8), a degree-1 polynomial, y scaled by 1 + 2^-8 and truncated).
+//        a chain ~15 cycles shorter: 0.31 ns / element in L1 on Zen 3 instead of 0.53. The
+//        bf16 -> bf16 main loop meets the same bound another way (silu_rows, fast_pair: an 8-entry
+//        (AVX2) / 16-entry (AVX-512) table for 2^(m/8) / 2^(m/16), a degree-1 polynomial, y
+//        scaled by 1 + 2^-8 and truncated).
 // g is clamped to [-86, 86.9] in the exponential (2^n stays normal, 1 + e^-g <= 3e37 so r is
 // normal) and to >= -86 in the final product (one register holds -86 for both): for g < -86 the
 // result is below 4e-36 in magnitude instead of g e^g (silu(-inf) gives -3.8e-36, the limit 0,
@@ -77,6 +78,9 @@ enum SiluConst : int {
     kSExp8,       // 8 entries (twice), as integers: bits(2^(i/8) c0 c1 256/257) - (127 << 23) - (i << 20)
     kSUp,         // 256 / 257: d scaled by it, so y comes out (1 + 2^-8) too large, then truncated
     kSInvC1,      // 1 / c1
+    // AVX-512 (zmm) the same with 16 entries: e^-g = 2^(m/16) c0 (1 + c1 x), |x| <= ln2/32
+    kSGClampHi16, kSMagic16, kSNeg16Log2e, kSLn2d16, kSExp16, kSInvC1z,
+    kSHiWords,    // 0xffff0000
     kSCount
 };
 
@@ -126,6 +130,20 @@ const SiluTable& silu_table() {
         setf(kSInvC1, static_cast<float>(1.0 / c1));
         setf(kSGClampHi8, 86.0f);
         setf(kSUp, static_cast<float>(256.0 / 257.0));
+        // zmm: 16 entries, e^-x ~ c0 (1 + c1 x) on |x| <= ln2/32 (minimax relative, 1.17e-4).
+        const double z0 = 1.0001173997495778, z1 = -0.999843465823349;
+        setf(kSGClampHi16, 86.0f);
+        setf(kSMagic16, 12582912.0f + 2032.0f);  // 1.5 * 2^23 + 16 * 127
+        setf(kSNeg16Log2e, static_cast<float>(-16.0 * 1.44269504088896341));
+        setf(kSLn2d16, static_cast<float>(0.69314718055994531 / 16));
+        for (int i = 0; i < 16; ++i) {
+            const float f = static_cast<float>(std::exp2(i / 16.0) * z0 * z1 * 256.0 / 257.0);
+            uint32_t b;
+            std::memcpy(&b, &f, 4);
+            t.v[kSExp16][i] = b - (127u << 23) - (static_cast<uint32_t>(i) << 19);
+        }
+        setf(kSInvC1z, static_cast<float>(1.0 / z1));
+        for (auto& e : t.v[kSHiWords]) e = 0xffff0000u;
         return t;
     }();
     return t;
@@ -398,7 +416,7 @@ private:
                 }
             }
         };
-        // AVX2, bf16 gate / up -> bf16 y, the main loop: one even / odd pair (16 elements) at a
+        // bf16 gate / up -> bf16 y, the main loop (AVX2 below; AVX-512 after): one even / odd pair (16 elements) at a
         // time, 4 registers a chain (ymm0-7) and every constant in a register (ymm8-15; ymm12 =
         // glo as elsewhere), so the gate is read once and no constant is a load:
         //   gm = max(-86, g) (NaN kept), G = gm u, xin = min(gm, 86) (NaN -> 86),
@@ -415,34 +433,50 @@ private:
         // instructions instead of ~97 (no second read of the gate, no constant loads, the table
         // instead of the polynomial's two top terms, truncation instead of + 0x8000): 0.28 ->
         // 0.25 ns / element in L1 on Zen 3.
-        const bool avx2_eo_fast = !zmm && eo_ && !f32_out;
+        // AVX-512 (zmm): the same with 16 table entries (2^(m/16), |x| <= ln2/32, the degree-1
+        // polynomial within 1.17e-4, VRCP14PS within 2^-14), chains in zmm0-7, constants in
+        // zmm16-23 and the high-word mask in zmm24 (VPBLENDW has no zmm form: VPTERNLOGD).
+        const bool eo_fast = eo_ && !f32_out;
+        const int cb = zmm ? 16 : 8;  // the constants' first register
+        auto R = [&](int i) { return zmm ? Ymm(Zmm(i)) : Ymm(i); };
         auto fast_consts = [&] {
-            const int e[8] = {kSGClampHi8, kSMagic8, kSNeg8Log2e, kSLn2d8, kSGLo, kSExp8, kSUp, kSInvC1};
-            for (int i = 0; i < 8; ++i) vmovups(Ymm(8 + i), cst(e[i]));
+            const int e[8] = {zmm ? kSGClampHi16 : kSGClampHi8, zmm ? kSMagic16 : kSMagic8, zmm ? kSNeg16Log2e : kSNeg8Log2e,
+                              zmm ? kSLn2d16 : kSLn2d8, kSGLo, zmm ? kSExp16 : kSExp8, kSUp, zmm ? kSInvC1z : kSInvC1};
+            for (int i = 0; i < 8; ++i) {
+                if (zmm) vmovups(Zmm(cb + i), cst(e[i]));
+                else vmovups(Ymm(cb + i), cst(e[i]));
+            }
+            if (zmm) vmovups(Zmm(24), cst(kSHiWords));
         };
         auto fast_pair = [&](int off) {  // off: elements from idx
-            const Ymm hi(8), magic8(9), nl2e8(10), ln2d8(11), lo(12), tbl(13), up_c(14), inv_c1(15);
-            const Ymm G[2] = {Ymm(0), Ymm(4)}, A[2] = {Ymm(1), Ymm(5)}, B[2] = {Ymm(2), Ymm(6)}, C[2] = {Ymm(3), Ymm(7)};
+            const Ymm hi = R(cb), magic = R(cb + 1), nl2e = R(cb + 2), ln2d = R(cb + 3), lo = R(cb + 4), tbl = R(cb + 5),
+                      up_c = R(cb + 6), inv_c1 = R(cb + 7);
+            const Ymm G[2] = {R(0), R(4)}, A[2] = {R(1), R(5)}, B[2] = {R(2), R(6)}, C[2] = {R(3), R(7)};
             io.load2_eo(A[0], A[1], x + idx * 2 + off * 2);
             io.load2_eo(G[0], G[1], up + idx * 2 + off * 2);
             for (int c = 0; c < 2; ++c) vmaxps(A[c], lo, A[c]);  // gm: NaN kept (the second operand)
             for (int c = 0; c < 2; ++c) vmulps(G[c], G[c], A[c]);
-            for (int c = 0; c < 2; ++c) vminps(A[c], A[c], hi);  // NaN -> 86.9
-            for (int c = 0; c < 2; ++c) vmovaps(B[c], magic8);
-            for (int c = 0; c < 2; ++c) vfmadd231ps(B[c], A[c], nl2e8);  // magic8 + m
-            for (int c = 0; c < 2; ++c) vsubps(C[c], B[c], magic8);      // m
-            for (int c = 0; c < 2; ++c) vfmadd231ps(A[c], C[c], ln2d8);  // x
+            for (int c = 0; c < 2; ++c) vminps(A[c], A[c], hi);  // NaN -> 86
+            for (int c = 0; c < 2; ++c) vmovaps(B[c], magic);
+            for (int c = 0; c < 2; ++c) vfmadd231ps(B[c], A[c], nl2e);  // magic + m
+            for (int c = 0; c < 2; ++c) vsubps(C[c], B[c], magic);      // m
+            for (int c = 0; c < 2; ++c) vfmadd231ps(A[c], C[c], ln2d);  // x
             for (int c = 0; c < 2; ++c) vpermps(C[c], B[c], tbl);
-            for (int c = 0; c < 2; ++c) vpslld(B[c], B[c], 20);
+            for (int c = 0; c < 2; ++c) vpslld(B[c], B[c], zmm ? 19 : 20);
             for (int c = 0; c < 2; ++c) vpaddd(B[c], B[c], C[c]);  // s
             for (int c = 0; c < 2; ++c) vaddps(C[c], A[c], inv_c1);      // x + 1 / c1
             for (int c = 0; c < 2; ++c) vfmadd213ps(B[c], C[c], up_c);   // d'
-            for (int c = 0; c < 2; ++c) vrcpps(A[c], B[c]);
+            for (int c = 0; c < 2; ++c) {
+                if (zmm) vrcp14ps(A[c], B[c]);
+                else vrcpps(A[c], B[c]);
+            }
             for (int c = 0; c < 2; ++c) vmulps(G[c], G[c], A[c]);
             vpsrld(G[0], G[0], 16);
-            vpblendw(G[0], G[0], G[1], 0xaa);  // even words from the even vector, odd from the odd
+            if (zmm) vpternlogd(G[0], G[1], Zmm(24), 0xd8);  // high words from the odd vector
+            else vpblendw(G[0], G[0], G[1], 0xaa);          // even words from the even vector, odd from the odd
             const RegExp o = y + idx * 2 + off * 2;
             if (nt_) vmovntdq(ptr[o], G[0]);
+            else if (zmm) vmovdqu32(ptr[o], Zmm(0));
             else vmovdqu(ptr[o], G[0]);
         };
 
@@ -457,7 +491,7 @@ private:
         xor_(idx, idx);
         const int64_t nblk = nvec / U;
         const int P = 2;  // pairs an iteration (4 measured the same)
-        if (avx2_eo_fast && nblk > 0) {
+        if (eo_fast && nblk > 0) {
             fast_consts();
             const int64_t niter = nvec / (2 * P);
             if (niter > 0) {
