@@ -3,6 +3,7 @@
 // pointers, f32 / bf16 (and mixed) dtypes, in place, streaming stores, 1 and 2 threads, the
 // kernel cache key, bad input for every entry point (C API included).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -357,6 +358,62 @@ TEST(Glu, SiluBf16EveryGate) {
             }
         ++tested;
         std::printf("[ silu ] %s every bf16 gate: max error %.3f x 2^-8 relative\n", impl.name, worst);
+    }
+    EXPECT_GE(tested, 2);
+}
+
+TEST(Glu, SiluF32EveryExponent) {
+    // f32 gate and up -> f32: 65536 gates, one for every bf16 bit pattern with pseudo-random low
+    // 16 bits (every exponent and sign, NaN and inf included; plus 13 zeros: a tail), against
+    // silu(g) u in double: within 6u relative plus a 4e-36 |u| floor (jit_glu.cpp's contract).
+    // Row 0: u = 1; row 1: u = pseudo-random in [-4, 4].
+    const int64_t inner = 65536 + 13, rows = 2;
+    TypedMatrix x(DType::f32, rows, 2 * inner);
+    uint32_t lcg = 777;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < inner; ++i) {
+            lcg = lcg * 1664525u + 1013904223u;
+            const uint32_t gb = i < 65536 ? (static_cast<uint32_t>(i) << 16) | (lcg >> 16) : 0u;
+            float g;
+            std::memcpy(&g, &gb, 4);
+            x.set(r, i, g);
+            x.set(r, inner + i, r == 0 ? 1.0 : -4.0 + 8.0 * (lcg & 0xffff) / 65536.0);
+        }
+    GluDesc d;
+    d.rows = rows;
+    d.inner = inner;
+    const GluDesc rd = detail::glu_resolve("test", d);
+    const auto& reg = detail::glu_registry();
+    int tested = 0;
+    for (const auto& impl : reg.impls()) {
+        if (!isa_supported(impl.isa)) continue;
+        const auto kd = detail::glu_kernel_desc(rd);
+        if (impl.supports && !impl.supports(kd)) continue;
+        const bool ref = std::string(impl.name) == "ref:scalar";
+        TypedMatrix y(DType::f32, rows, inner);
+        reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
+        double worst = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < inner; ++i) {
+                const double g = x.get(r, i), u = x.get(r, inner + i), got = y.get(r, i);
+                if (std::isnan(g)) {
+                    ASSERT_TRUE(std::isnan(got)) << impl.name << " g=NaN";
+                    continue;
+                }
+                if (std::isinf(g)) {
+                    if (g > 0) ASSERT_EQ(got, g * u) << impl.name << " g=inf u=" << u;
+                    else if (!ref) ASSERT_LE(std::fabs(got), 4e-36 * std::fabs(u)) << impl.name << " g=-inf u=" << u;
+                    continue;
+                }
+                const double w = exact_act(Activation::silu, g) * u;
+                if (std::fabs(w) > 0x1p127) continue;  // f32 overflow of g u
+                const double err = std::fabs(got - w);
+                ASSERT_LE(err, 6 * kU * std::fabs(w) + 4e-36 * std::fabs(u) + 0x1p-149)
+                    << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
+                if (std::fabs(w) > 0x1p-100) worst = std::max(worst, err / std::fabs(w) / kU);
+            }
+        ++tested;
+        std::printf("[ silu ] %s f32, every exponent: max error %.3f u\n", impl.name, worst);
     }
     EXPECT_GE(tested, 2);
 }
