@@ -182,6 +182,20 @@ void check_result(benchmark::State& state, Kind k, Data& d, const std::vector<T>
 // large enough (>= 10^8 flops a call) that the paused timer's cost is nothing beside a call.
 bool peak_row(Kind k, const Shape& s) { return k == Kind::f32 && s.flops() >= 1e8; }
 
+// The timed loop of a row: call() once an iteration; on Peak% rows the FMA yardstick runs between
+// the calls with the timer paused.
+template <class F>
+void timed_calls(benchmark::State& state, Kind k, const Shape& s, F&& call) {
+    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
+    for (auto _ : state) {
+        peak.begin();
+        call();
+        peak.end();
+        benchmark::ClobberMemory();
+    }
+    peak.finish();
+}
+
 void finish(benchmark::State& state, const Shape& s) {
     state.counters["GFLOPS"] = benchmark::Counter(s.flops() * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
@@ -195,14 +209,7 @@ void bench_xk(benchmark::State& state, Kind k, Shape s, int threads) {
     std::vector<float> Cf(k == Kind::u8s8s32 ? 0 : size_t(s.M * s.N));
     std::vector<int32_t> Ci(k == Kind::u8s8s32 ? size_t(s.M * s.N) : 0);
     const xk::GemmArgs args = xk_args(k, d, k == Kind::u8s8s32 ? static_cast<void*>(Ci.data()) : Cf.data());
-    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-    for (auto _ : state) {
-        peak.begin();
-        plan.run(args);
-        peak.end();
-        benchmark::ClobberMemory();
-    }
-    peak.finish();
+    timed_calls(state, k, s, [&] { plan.run(args); });
     state.SetLabel(plan.impl_name());
     finish(state, s);
 }
@@ -267,14 +274,10 @@ void bench_onednn(benchmark::State& state, Kind k, Shape s, int threads) {
         dnnl::memory am(a_md, eng, const_cast<void*>(a.A)), bm(b_md, eng, const_cast<void*>(a.B));
         dnnl::memory cm(c_md, eng, k == Kind::u8s8s32 ? static_cast<void*>(Ci.data()) : Cf.data());
         const std::unordered_map<int, dnnl::memory> margs = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-        xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-        for (auto _ : state) {
-            peak.begin();
+        timed_calls(state, k, s, [&] {
             prim.execute(strm, margs);
             strm.wait();
-            peak.end();
-        }
-        peak.finish();
+        });
         state.SetLabel(pd.impl_info_str());
     } catch (const dnnl::error& e) {
         state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
@@ -292,15 +295,10 @@ void bench_openblas(benchmark::State& state, Kind k, Shape s, int threads) {
     Data& d = data(k, s);
     std::vector<float> C(size_t(s.M * s.N));
     const auto M = blasint(s.M), N = blasint(s.N), K = blasint(s.K);
-    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-    for (auto _ : state) {
-        peak.begin();
+    timed_calls(state, k, s, [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, d.A.data(), K, d.B.data(), N, 0.0f,
                     C.data(), N);
-        peak.end();
-        benchmark::ClobberMemory();
-    }
-    peak.finish();
+    });
     finish(state, s);
     check_result(state, k, d, C);
 }
@@ -343,14 +341,7 @@ void bench_xk_prepacked(benchmark::State& state, Kind k, Shape s, int threads) {
     std::vector<float> C(size_t(s.M * s.N));
     xk::GemmArgs args = xk_args(k, d, C.data());
     args.B = nullptr;
-    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-    for (auto _ : state) {
-        peak.begin();
-        plan.run(args, w);
-        peak.end();
-        benchmark::ClobberMemory();
-    }
-    peak.finish();
+    timed_calls(state, k, s, [&] { plan.run(args, w); });
     state.SetLabel(plan.impl_name());
     finish(state, s);
     check_result(state, k, d, C);
@@ -377,14 +368,10 @@ void bench_onednn_prepacked(benchmark::State& state, Kind k, Shape s, int thread
             strm.wait();
         }
         const std::unordered_map<int, dnnl::memory> margs = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-        xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-        for (auto _ : state) {
-            peak.begin();
+        timed_calls(state, k, s, [&] {
             prim.execute(strm, margs);
             strm.wait();
-            peak.end();
-        }
-        peak.finish();
+        });
         state.SetLabel(pd.impl_info_str());
     } catch (const dnnl::error& e) {
         state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
@@ -418,14 +405,7 @@ void bench_xk_fused(benchmark::State& state, Kind k, Shape s, int threads) {
     std::vector<float> C(size_t(s.M * s.N));
     xk::GemmArgs args = xk_args(k, d, C.data());
     args.bias = fused_bias(s.N).data();
-    xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-    for (auto _ : state) {
-        peak.begin();
-        plan.run(args);
-        peak.end();
-        benchmark::ClobberMemory();
-    }
-    peak.finish();
+    timed_calls(state, k, s, [&] { plan.run(args); });
     state.SetLabel(plan.impl_name());
     finish(state, s);
 }
@@ -451,14 +431,10 @@ void bench_onednn_fused(benchmark::State& state, Kind k, Shape s, int threads) {
             cm(c_md, eng, C.data());
         const std::unordered_map<int, dnnl::memory> margs = {
             {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}};
-        xk::bench::PeakYardstick peak(state, peak_row(k, s), s.flops());
-        for (auto _ : state) {
-            peak.begin();
+        timed_calls(state, k, s, [&] {
             prim.execute(strm, margs);
             strm.wait();
-            peak.end();
-        }
-        peak.finish();
+        });
         state.SetLabel(pd.impl_info_str());
     } catch (const dnnl::error& e) {
         state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());

@@ -297,28 +297,18 @@ TEST(Glu, SiluAccuracy) {
     }
 }
 
-TEST(Glu, SiluBf16EveryGate) {
-    // bf16 gate and up -> bf16: every one of the 65536 bf16 bit patterns as a gate (plus 13
-    // zeros: a tail after the main loop), against silu(g) u in double: within (2^-8 + 2^-10)
-    // relative (plus a 4e-36 |u| floor below g = -86) and at most one bf16 ulp from the correctly
-    // rounded value; NaN gates give NaN, +inf gives +-inf, -inf gives at most 4e-36 |u| (the
-    // scalar reference: NaN). Row 0: u = 1; row 1: u = pseudo-random bf16 in [-4, 4]; row 2:
-    // u = -0.75. Results within 2^-8 of FLT_MAX are not checked (jit_glu.cpp: may become inf).
-    const int64_t inner = 65536 + 13, rows = 3;
-    TypedMatrix x(DType::bf16, rows, 2 * inner);
-    uint32_t lcg = 12345;
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < inner; ++i) {
-            const uint16_t gb = i < 65536 ? static_cast<uint16_t>(i) : 0;
-            std::memcpy(static_cast<uint16_t*>(x.data()) + r * 2 * inner + i, &gb, 2);
-            lcg = lcg * 1664525u + 1013904223u;
-            const double u = r == 0 ? 1.0 : r == 1 ? -4.0 + 8.0 * (lcg >> 8) / 16777216.0 : -0.75;
-            x.set(r, inner + i, u);
-        }
+// Runs every implementation on x (rows x [gate | up], x's dtype in and yt out) and checks silu(g) u
+// element by element against double: NaN gates give NaN, +inf gives +-inf, -inf at most
+// 4e-36 |u| (the scalar reference: NaN); finite gates within `rel` |w| + 4e-36 |u| + `abs_floor`
+// (results above `skip_above` in magnitude are not checked) and, for bf16 output, at most one bf16
+// ulp from w correctly rounded. Prints the worst relative error in units of `unit`.
+void check_silu_sweep(const TypedMatrix& x, DType yt, int64_t rows, int64_t inner, double rel, double abs_floor,
+                      double skip_above, double unit, const char* what) {
     GluDesc d;
     d.rows = rows;
     d.inner = inner;
-    d.x_dtype = d.y_dtype = DType::bf16;
+    d.x_dtype = x.dtype();
+    d.y_dtype = yt;
     const GluDesc rd = detail::glu_resolve("test", d);
     const auto& reg = detail::glu_registry();
     const auto ord = [](double v) {
@@ -331,7 +321,7 @@ TEST(Glu, SiluBf16EveryGate) {
         const auto kd = detail::glu_kernel_desc(rd);
         if (impl.supports && !impl.supports(kd)) continue;
         const bool ref = std::string(impl.name) == "ref:scalar";
-        TypedMatrix y(DType::bf16, rows, inner);
+        TypedMatrix y(yt, rows, inner);
         reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
         double worst = 0;
         for (int64_t r = 0; r < rows; ++r)
@@ -347,26 +337,48 @@ TEST(Glu, SiluBf16EveryGate) {
                     continue;
                 }
                 const double w = exact_act(Activation::silu, g) * u;
-                if (std::fabs(w) > 0x1p128 * (1 - 0x1p-8)) continue;
+                if (std::fabs(w) > skip_above) continue;
                 const double err = std::fabs(got - w);
-                ASSERT_LE(err, (0x1p-8 + 0x1p-10) * std::fabs(w) + 4e-36 * std::fabs(u))
+                ASSERT_LE(err, rel * std::fabs(w) + 4e-36 * std::fabs(u) + abs_floor)
                     << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
                 if (std::fabs(w) > 0x1p-100) {
-                    worst = std::max(worst, err / std::fabs(w) / 0x1p-8);
-                    ASSERT_LE(std::abs(ord(got) - ord(w)), 1) << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
+                    worst = std::max(worst, err / std::fabs(w) / unit);
+                    if (yt == DType::bf16)
+                        ASSERT_LE(std::abs(ord(got) - ord(w)), 1)
+                            << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
                 }
             }
         ++tested;
-        std::printf("[ silu ] %s every bf16 gate: max error %.3f x 2^-8 relative\n", impl.name, worst);
+        std::printf("[ silu ] %s %s: max error %.3f %s\n", impl.name, what, worst, yt == DType::bf16 ? "x 2^-8 relative" : "u");
     }
     EXPECT_GE(tested, 2);
 }
 
+TEST(Glu, SiluBf16EveryGate) {
+    // bf16 gate and up -> bf16: every one of the 65536 bf16 bit patterns as a gate (plus 13
+    // zeros: a tail after the main loop): within (2^-8 + 2^-10) relative and at most one bf16 ulp
+    // from the correctly rounded value (check_silu_sweep). Row 0: u = 1; row 1: u = pseudo-random
+    // bf16 in [-4, 4]; row 2: u = -0.75. Results within 2^-8 of FLT_MAX are not checked
+    // (jit_glu.cpp: may become inf).
+    const int64_t inner = 65536 + 13, rows = 3;
+    TypedMatrix x(DType::bf16, rows, 2 * inner);
+    uint32_t lcg = 12345;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < inner; ++i) {
+            const uint16_t gb = i < 65536 ? static_cast<uint16_t>(i) : 0;
+            std::memcpy(static_cast<uint16_t*>(x.data()) + r * 2 * inner + i, &gb, 2);
+            lcg = lcg * 1664525u + 1013904223u;
+            const double u = r == 0 ? 1.0 : r == 1 ? -4.0 + 8.0 * (lcg >> 8) / 16777216.0 : -0.75;
+            x.set(r, inner + i, u);
+        }
+    check_silu_sweep(x, DType::bf16, rows, inner, 0x1p-8 + 0x1p-10, 0, 0x1p128 * (1 - 0x1p-8), 0x1p-8, "every bf16 gate");
+}
+
 TEST(Glu, SiluF32EveryExponent) {
     // f32 gate and up -> f32: 65536 gates, one for every bf16 bit pattern with pseudo-random low
-    // 16 bits (every exponent and sign, NaN and inf included; plus 13 zeros: a tail), against
-    // silu(g) u in double: within 6u relative plus a 4e-36 |u| floor (jit_glu.cpp's contract).
-    // Row 0: u = 1; row 1: u = pseudo-random in [-4, 4].
+    // 16 bits (every exponent and sign, NaN and inf included; plus 13 zeros: a tail): within 6u
+    // relative (jit_glu.cpp's contract; check_silu_sweep). Row 0: u = 1; row 1: u = pseudo-random
+    // in [-4, 4].
     const int64_t inner = 65536 + 13, rows = 2;
     TypedMatrix x(DType::f32, rows, 2 * inner);
     uint32_t lcg = 777;
@@ -379,43 +391,8 @@ TEST(Glu, SiluF32EveryExponent) {
             x.set(r, i, g);
             x.set(r, inner + i, r == 0 ? 1.0 : -4.0 + 8.0 * (lcg & 0xffff) / 65536.0);
         }
-    GluDesc d;
-    d.rows = rows;
-    d.inner = inner;
-    const GluDesc rd = detail::glu_resolve("test", d);
-    const auto& reg = detail::glu_registry();
-    int tested = 0;
-    for (const auto& impl : reg.impls()) {
-        if (!isa_supported(impl.isa)) continue;
-        const auto kd = detail::glu_kernel_desc(rd);
-        if (impl.supports && !impl.supports(kd)) continue;
-        const bool ref = std::string(impl.name) == "ref:scalar";
-        TypedMatrix y(DType::f32, rows, inner);
-        reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
-        double worst = 0;
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t i = 0; i < inner; ++i) {
-                const double g = x.get(r, i), u = x.get(r, inner + i), got = y.get(r, i);
-                if (std::isnan(g)) {
-                    ASSERT_TRUE(std::isnan(got)) << impl.name << " g=NaN";
-                    continue;
-                }
-                if (std::isinf(g)) {
-                    if (g > 0) ASSERT_EQ(got, g * u) << impl.name << " g=inf u=" << u;
-                    else if (!ref) ASSERT_LE(std::fabs(got), 4e-36 * std::fabs(u)) << impl.name << " g=-inf u=" << u;
-                    continue;
-                }
-                const double w = exact_act(Activation::silu, g) * u;
-                if (std::fabs(w) > 0x1p127) continue;  // f32 overflow of g u
-                const double err = std::fabs(got - w);
-                ASSERT_LE(err, 6 * kU * std::fabs(w) + 4e-36 * std::fabs(u) + 0x1p-149)
-                    << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
-                if (std::fabs(w) > 0x1p-100) worst = std::max(worst, err / std::fabs(w) / kU);
-            }
-        ++tested;
-        std::printf("[ silu ] %s f32, every exponent: max error %.3f u\n", impl.name, worst);
-    }
-    EXPECT_GE(tested, 2);
+    // 0x1p127: g u overflows f32 beyond it; 2^-149: the denormal step
+    check_silu_sweep(x, DType::f32, rows, inner, 6 * kU, 0x1p-149, 0x1p127, kU, "f32, every exponent");
 }
 
 TEST(Glu, StreamingStores) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "common/streaming.hpp"
 #include "dispatch/jit_generator.hpp"
@@ -73,7 +74,7 @@ enum SiluConst : int {
     kSQ3 = kSP6 + 6,  // bf16 output: q of degree 2 in x, p = 1 + x q: q2, q1, q0
     kSRound = kSQ3 + 3,  // 0x8000: bf16 rounding (half away from zero on the magnitude)
     // AVX2 bf16 -> bf16 main loop (silu_rows, fast_pair): e^-g = 2^(m/8) c0 (1 + c1 x)
-    kSGClampHi8,  // 86: the exponential's upper clamp there (2^(m/8) c0 c1 stays normal)
+    kSGClampHi8,  // 86: the exponential's upper clamp there (2^(m/8) c0 c1 stays normal; zmm too)
     kSMagic8,     // 1.5 * 2^23 + 8 * 127: holds m + 1016 in the low bits
     kSNeg8Log2e,  // -8 log2 e
     kSLn2d8,      // ln2 / 8
@@ -81,13 +82,13 @@ enum SiluConst : int {
     kSUp,         // 256 / 257: d scaled by it, so y comes out (1 + 2^-8) too large, then truncated
     kSInvC1,      // 1 / c1
     // AVX-512 (zmm) the same with 16 entries: e^-g = 2^(m/16) c0 (1 + c1 x), |x| <= ln2/32
-    kSGClampHi16, kSMagic16, kSNeg16Log2e, kSLn2d16, kSExp16, kSInvC1z,
+    kSMagic16, kSNeg16Log2e, kSLn2d16, kSExp16, kSInvC1z,
     kSHiWords,    // 0xffff0000
     // AVX2 f32 -> f32 main loop (silu_rows, f32_two): two-part ln2/8, the table of 2^(i/8) c0,
     // e^-x / c0 ~ 1 + x (a1 + x (a2 + x a3)) on |x| <= ln2/16
-    kSLn2d8Hi, kSLn2d8Lo, kSExpF, kSF3,
-    kSF3end = kSF3 + 3,
-    kSCount
+    kSLn2d8Hi, kSLn2d8Lo, kSExpF,
+    kSF3,                  // a3, a2, a1
+    kSCount = kSF3 + 3
 };
 
 struct alignas(64) SiluTable {
@@ -138,7 +139,6 @@ const SiluTable& silu_table() {
         setf(kSUp, static_cast<float>(256.0 / 257.0));
         // zmm: 16 entries, e^-x ~ c0 (1 + c1 x) on |x| <= ln2/32 (minimax relative, 1.17e-4).
         const double z0 = 1.0001173997495778, z1 = -0.999843465823349;
-        setf(kSGClampHi16, 86.0f);
         setf(kSMagic16, 12582912.0f + 2032.0f);  // 1.5 * 2^23 + 16 * 127
         setf(kSNeg16Log2e, static_cast<float>(-16.0 * 1.44269504088896341));
         setf(kSLn2d16, static_cast<float>(0.69314718055994531 / 16));
@@ -280,13 +280,12 @@ private:
             else if (k % 2 == 0) io.load2_eo(v, v_next, addr);  // k + 1's vector too
         };
 
-        // cr: in the main loop the three constants used most live in registers — magic, 1 and
-        // -log2 e (f32 output) or q's leading coefficient (bf16 output) — ymm13-15 on AVX2 (where
-        // JitIo's scratch registers are unused: f32 pairs need none, bf16 pairs are stored in
-        // place), zmm28-30 on AVX-512 (free; bf16 pairs are stored by JitIo::store2_eo_away); the
-        // rest are memory operands. Zen 3 loads at most two ymm a cycle, and each constant
-        // operand is a load per vector. Reloaded per row: on AVX2 the tail's stores use ymm14-15.
-        const int creg0 = zmm ? 28 : 13, cmid = f32_out ? kSNegLog2e : kSQ3;
+        // cr: in block()'s main loop the three constants used most live in registers — magic, 1
+        // and -log2 e — ymm13-15 on AVX2 (JitIo's scratch registers, unused by f32 pairs),
+        // zmm28-30 on AVX-512; the rest are memory operands. Zen 3 loads at most two ymm a cycle,
+        // and each constant operand is a load per vector. Reloaded per row: on AVX2 the tail's
+        // stores use ymm14-15.
+        const int creg0 = zmm ? 28 : 13, cmid = kSNegLog2e;
         auto in_reg = [&](bool cr, int e) { return cr && (e == kSMagic || e == cmid || e == kSOne); };
         auto creg = [&](int e) { return V(creg0 + (e == kSMagic ? 0 : e == cmid ? 1 : 2)); };
         auto with = [&](bool cr, int e, auto&& f) {
@@ -368,8 +367,8 @@ private:
         // (two short chains instead of a Horner tail), r = the reciprocal estimate without a
         // Newton step, y = (max(g, -86) u) r; the even / odd pairs round with + 0x8000 (ties away
         // from zero: every NaN here has zero low words, see the contract above).
-        // cr: the constants in registers (above), in the even / odd main loop.
-        auto block_bf16 = [&](int nv, const int* counts, bool cr) {
+        // (Tails of the bf16 -> bf16 rows and the f32 gate -> bf16 y rows: constants from memory.)
+        auto block_bf16 = [&](int nv, const int* counts) {
             auto eo = [&](int k) { return eo_pair(nv, counts, k); };
             auto load = [&](int k, const Xmm& v, const Xmm& v_next, const RegExp& addr) {
                 load_v(nv, counts, k, v, v_next, addr);
@@ -378,16 +377,16 @@ private:
             for (int k = 0; k < nv; ++k) load(k, X(k), X(nx(k)), gate(k));
             for (int k = 0; k < nv; ++k) vmaxps(X(k), X(k), glo);
             for (int k = 0; k < nv; ++k) vminps(X(k), X(k), cst(kSGClampHi));
-            for (int k = 0; k < nv; ++k) with(cr, kSMagic, [&](const auto& o) { vmovups(S0(k), o); });
+            for (int k = 0; k < nv; ++k) vmovups(S0(k), cst(kSMagic));
             for (int k = 0; k < nv; ++k) vfmadd231ps(S0(k), X(k), cst(kSNegLog2e));  // magic + n
-            for (int k = 0; k < nv; ++k) with(cr, kSMagic, [&](const auto& o) { vsubps(S1(k), S0(k), o); });  // n
+            for (int k = 0; k < nv; ++k) vsubps(S1(k), S0(k), cst(kSMagic));  // n
             for (int k = 0; k < nv; ++k) vfmadd231ps(X(k), S1(k), cst(kSLn2));      // x = -t
             for (int k = 0; k < nv; ++k) vpslld(S0(k), S0(k), 23);                  // 2^n
-            for (int k = 0; k < nv; ++k) with(cr, kSQ3, [&](const auto& o) { vmovups(S1(k), o); });
+            for (int k = 0; k < nv; ++k) vmovups(S1(k), cst(kSQ3));
             for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), X(k), cst(kSQ3 + 1));
             for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), X(k), cst(kSQ3 + 2));  // q
-            for (int k = 0; k < nv; ++k) with(cr, kSOne, [&](const auto& o) { vfmadd213ps(S1(k), X(k), o); });  // p
-            for (int k = 0; k < nv; ++k) with(cr, kSOne, [&](const auto& o) { vfmadd213ps(S0(k), S1(k), o); });  // d
+            for (int k = 0; k < nv; ++k) vfmadd213ps(S1(k), X(k), cst(kSOne));  // p
+            for (int k = 0; k < nv; ++k) vfmadd213ps(S0(k), S1(k), cst(kSOne));  // d
             for (int k = 0; k < nv; ++k) {                                         // r ~ 1 / d
                 if (zmm) vrcp14ps(S1(k), S0(k));
                 else vrcpps(S1(k), S0(k));
@@ -457,14 +456,13 @@ private:
         const bool eo_fast = eo_ && !f32_out;
         const int cb = zmm ? 16 : 8;  // the constants' first register
         auto R = [&](int i) { return zmm ? Ymm(Zmm(i)) : Ymm(i); };
+        auto load_consts = [&](int first, std::initializer_list<int> entries) {  // into consecutive registers
+            for (int e : entries) vmovups(R(first++), cst(e));
+        };
         auto fast_consts = [&] {
-            const int e[8] = {zmm ? kSGClampHi16 : kSGClampHi8, zmm ? kSMagic16 : kSMagic8, zmm ? kSNeg16Log2e : kSNeg8Log2e,
-                              zmm ? kSLn2d16 : kSLn2d8, kSGLo, zmm ? kSExp16 : kSExp8, kSUp, zmm ? kSInvC1z : kSInvC1};
-            for (int i = 0; i < 8; ++i) {
-                if (zmm) vmovups(Zmm(cb + i), cst(e[i]));
-                else vmovups(Ymm(cb + i), cst(e[i]));
-            }
-            if (zmm) vmovups(Zmm(24), cst(kSHiWords));
+            load_consts(cb, {kSGClampHi8, zmm ? kSMagic16 : kSMagic8, zmm ? kSNeg16Log2e : kSNeg8Log2e, zmm ? kSLn2d16 : kSLn2d8,
+                             kSGLo, zmm ? kSExp16 : kSExp8, kSUp, zmm ? kSInvC1z : kSInvC1});
+            if (zmm) load_consts(24, {kSHiWords});
         };
         auto fast_pair = [&](int off) {  // off: elements from idx
             const Ymm hi = R(cb), magic = R(cb + 1), nl2e = R(cb + 2), ln2d = R(cb + 3), lo = R(cb + 4), tbl = R(cb + 5),
@@ -515,11 +513,7 @@ private:
         const bool f32_fast = xt == DType::f32 && f32_out;
         const int fb = zmm ? 16 : 6;  // the constants' first register
         auto f32_consts = [&] {
-            const int e[10] = {kSMagic8, kSNeg8Log2e, kSLn2d8Hi, kSLn2d8Lo, kSExpF, kSF3, kSGLo, kSF3 + 1, kSF3 + 2, kSOne};
-            for (int i = 0; i < 10; ++i) {
-                if (zmm) vmovups(Zmm(fb + i), cst(e[i]));
-                else vmovups(Ymm(fb + i), cst(e[i]));
-            }
+            load_consts(fb, {kSMagic8, kSNeg8Log2e, kSLn2d8Hi, kSLn2d8Lo, kSExpF, kSF3, kSGLo, kSF3 + 1, kSF3 + 2, kSOne});
         };
         auto f32_two = [&](int off) {  // vectors at off and off + vl (elements from idx)
             const Ymm magic = R(fb), nl2e = R(fb + 1), l2hi = R(fb + 2), l2lo = R(fb + 3), tbl = R(fb + 4), a3 = R(fb + 5),
@@ -561,7 +555,9 @@ private:
         };
 
         const bool fast = !f32_out;  // fast: the bf16-output silu
-        const bool main_cr = f32_out || eo_;  // constants in registers in the main loop
+        // constants in registers in block()'s main loop (bf16 gate -> f32 y: the other f32 / eo
+        // main loops hold their own; block_bf16 is left with the f32 gate -> bf16 y rows and tails)
+        const bool main_cr = f32_out;
 
         int full[4] = {vl, vl, vl, vl};
         Label row_loop;
@@ -570,63 +566,35 @@ private:
         add(up, x);
         xor_(idx, idx);
         const int64_t nblk = nvec / U;
-        const int P = 2;  // pairs an iteration (4 measured the same)
-        if (eo_fast && nblk > 0) {
-            fast_consts();
-            const int64_t niter = nvec / (2 * P);
-            if (niter > 0) {
-                Label loop;
-                mov(cnt, niter);
-                L(loop);
-                for (int o = 0; o < 2 * P * vl * xs; o += 64) {
-                    prefetcht0(ptr[x + idx * xs + kBf16SiluPrefetchBytes + o]);
-                    prefetcht0(ptr[up + idx * xs + kBf16SiluPrefetchBytes + o]);
-                }
-                for (int q = 0; q < P; ++q) fast_pair(2 * vl * q);
-                add(idx, 2 * P * vl);
-                dec(cnt);
-                jnz(loop);
-            }
-            for (int64_t q = 0; q < (nvec % (2 * P)) / 4; ++q) {  // the rest of the pairs of four vectors
-                fast_pair(0);
-                fast_pair(2 * vl);
-                add(idx, U * vl);
-            }
-        } else if (f32_fast && nblk > 0) {
-            f32_consts();
-            Label loop;
-            mov(cnt, nblk);
-            L(loop);
-            for (int o = 0; o < U * vl * xs; o += 64) {
-                prefetcht0(ptr[x + idx * xs + kSiluPrefetchBytes + o]);
-                prefetcht0(ptr[up + idx * xs + kSiluPrefetchBytes + o]);
-            }
-            f32_two(0);
-            f32_two(2 * vl);
-            add(idx, U * vl);
-            dec(cnt);
-            jnz(loop);
-        } else if (nblk > 0) {
-            if (main_cr)
+        if (nblk > 0) {
+            if (eo_fast) fast_consts();
+            else if (f32_fast) f32_consts();
+            else if (main_cr)
                 for (int e : {int(kSMagic), cmid, int(kSOne)}) vmovups(creg(e), cst(e));
             Label loop;
             mov(cnt, nblk);
             L(loop);
-            // f32 x: software prefetch of both read streams (gate and up) 8 KiB ahead, one per
-            // line. Measured on Zen 3 (DRAM rows, one thread): +7-14%; none for bf16 x (not
-            // emitted there). Past the row's end they touch the next row's halves.
-            if (xt == DType::bf16 && fast)
+            // Software prefetch of both read streams (gate and up), one per line, past the row's
+            // end into the next row's halves. Measured on Zen 3 (DRAM rows, one thread): f32 x 8 KiB
+            // ahead +7-14%; bf16 x with bf16 y 4 KiB ahead +4-8%; none for bf16 x with f32 y.
+            if (eo_fast || xt == DType::f32) {
+                const int dist = xt == DType::f32 ? kSiluPrefetchBytes : kBf16SiluPrefetchBytes;
                 for (int o = 0; o < U * vl * xs; o += 64) {
-                    prefetcht0(ptr[x + idx * xs + kBf16SiluPrefetchBytes + o]);
-                    prefetcht0(ptr[up + idx * xs + kBf16SiluPrefetchBytes + o]);
+                    prefetcht0(ptr[x + idx * xs + dist + o]);
+                    prefetcht0(ptr[up + idx * xs + dist + o]);
                 }
-            if (xt == DType::f32)
-                for (int o = 0; o < U * vl * xs; o += 64) {
-                    prefetcht0(ptr[x + idx * xs + kSiluPrefetchBytes + o]);
-                    prefetcht0(ptr[up + idx * xs + kSiluPrefetchBytes + o]);
-                }
-            if (fast) block_bf16(U, full, main_cr);
-            else block(U, full, main_cr);
+            }
+            if (eo_fast) {  // two pairs an iteration (four measured the same)
+                fast_pair(0);
+                fast_pair(2 * vl);
+            } else if (f32_fast) {
+                f32_two(0);
+                f32_two(2 * vl);
+            } else if (fast) {
+                block_bf16(U, full);
+            } else {
+                block(U, full, main_cr);
+            }
             add(idx, U * vl);
             dec(cnt);
             jnz(loop);
@@ -635,7 +603,7 @@ private:
         if (rem || tail) {
             int counts[4] = {vl, vl, vl, vl};
             if (tail) counts[rem] = tail;
-            if (fast) block_bf16(rem + (tail ? 1 : 0), counts, false);
+            if (fast) block_bf16(rem + (tail ? 1 : 0), counts);
             else block(rem + (tail ? 1 : 0), counts, false);
         }
         add(x, ptr[a + offsetof(Args, ld_x)]);
