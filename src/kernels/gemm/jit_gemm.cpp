@@ -1,9 +1,12 @@
 // Blocked fp32 GEMM (BLIS-style) around the generated microkernel (jit_gemm_ukernel.cpp).
 //
 // Blocking (derived from xk::cpu_info()'s cache sizes):
-//   kc  K block: a kc x NR packed B panel fills 3/4 of L1 (AVX2, 32 KiB L1: 384 — fewer passes
-//       over C than half of L1 gave, at the same microkernel speed); K is split into equal
-//       blocks of at most that (rounded to 8), so e.g. K = 768 runs as 2 x 384.
+//   kc  K block: AVX2, a kc x NR packed B panel fills 3/4 of L1 (32 KiB L1: 384 — fewer passes
+//       over C than half of L1 gave, at the same microkernel speed); AVX-512, 512 whatever the
+//       L1: a K step of the 14 x 32 tile loads 2 B vectors for 28 FMAs, which L2 feeds, and
+//       fewer K blocks mean fewer passes over C and fewer A packings (Xeon, 48 KiB L1: the L1
+//       rule's 256 ran at 63-79% of the FMA peak, 512 at 71-88%, 1 and 2 threads). K is split
+//       into equal blocks of at most that (rounded to 8), so e.g. K = 768 runs as 2 x 384.
 //   mc  A block: mc x kc packed A fills half of L2 (512 KiB: 168 rows = 28 panels of 6),
 //       balanced over the part of M a thread owns.
 //   nc  B block: kc x nc packed B fills half of this core's share of L3.
@@ -69,7 +72,7 @@ Caches caches() {
 }
 
 int64_t kc_for(const GemmGeometry& g, int64_t K) {
-    int64_t kc_max = std::clamp<int64_t>(caches().l1 * 3 / 4 / (g.nr * 4) / 8 * 8, 64, 512);
+    int64_t kc_max = g.vlen > 8 ? 512 : std::clamp<int64_t>(caches().l1 * 3 / 4 / (g.nr * 4) / 8 * 8, 64, 512);
     if (env_tune("XK_GEMM_KC") > 0) kc_max = env_tune("XK_GEMM_KC");
     const int64_t nkb = ceil_div(K, kc_max);
     return std::min(kc_max, round_up(ceil_div(K, nkb), 8));
