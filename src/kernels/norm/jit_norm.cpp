@@ -304,10 +304,19 @@ public:
         // y = (h - mean) * rstd * w + b into res(k) (stored by `block`).
         auto apply_body = [&](int k, int64_t off, int count) {
             const Xmm v = res(k);
-            io.load(v, hp + idx * hs + off * hs, ht, count);
-            if (ln) vsubps(v, v, mean);
             const bool fma_bias = kd.has_bias;  // (h - mean) w rstd + b: the last two in one FMA
-            if (!fma_bias) vmulps(v, v, rstd);
+            // RMSNorm, f32 h: the load folded into the multiply by rstd (one instruction a vector
+            // fewer, the same product). Zen 3, DRAM rows, one thread, % of copy, medians of 5
+            // rounds alternating: 4096x4096 78.9 -> 84.6, 16384x8192 81.6 -> 85.8 (two threads 84.8
+            // -> 89.3 and 89.6 -> 88.4). LayerNorm scale_shift the same way ((mean - h) w, then
+            // VFNMADD with rstd and b: the same result) measured no gain: not done.
+            if (!ln && !fma_bias && ht == DType::f32 && count == vl) {
+                vmulps(v, rstd, ptr[hp + idx * hs + off * hs]);
+            } else {
+                io.load(v, hp + idx * hs + off * hs, ht, count);
+                if (ln) vsubps(v, v, mean);
+                if (!fma_bias) vmulps(v, v, rstd);
+            }
             if (kd.has_weight) {
                 if (wt == DType::f32 && count == vl) {
                     vmulps(v, v, ptr[w + idx * ws + off * ws]);
