@@ -307,8 +307,8 @@ public:
             const bool fma_bias = kd.has_bias;  // (h - mean) w rstd + b: the last two in one FMA
             // RMSNorm, f32 h: the load folded into the multiply by rstd (one instruction a vector
             // fewer, the same product). Zen 3, DRAM rows, one thread, % of copy, medians of 5
-            // rounds alternating: 4096x4096 78.9 -> 84.6, 16384x8192 81.6 -> 85.8 (two threads 84.8
-            // -> 89.3 and 89.6 -> 88.4). LayerNorm scale_shift the same way ((mean - h) w, then
+            // rounds alternating: 4096x4096 78.9 -> 84.6, 16384x8192 81.6 -> 85.8 (two threads 89.6
+            // -> 88.4 and 84.8 -> 89.3). LayerNorm scale_shift the same way ((mean - h) w, then
             // VFNMADD with rstd and b: the same result) measured no gain: not done.
             if (!ln && !fma_bias && ht == DType::f32 && count == vl) {
                 vmulps(v, rstd, ptr[hp + idx * hs + off * hs]);
