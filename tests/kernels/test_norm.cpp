@@ -218,13 +218,16 @@ TEST(Norm, RowCountsAroundTheFusedPath) {
     // JitNormKernel::kWidenRows rows on, the copy and the fused passes (bf16 weights on the
     // even / odd path need no copy: fused from 2 rows on, split as loaded): both sides of that
     // switch, every dtype combination, hidden sizes with whole even / odd blocks (16 elements
-    // AVX2, 32 AVX-512) and tails.
+    // AVX2, 32 AVX-512) and tails. f32 x without a fused residual runs two rows a trip from 4
+    // rows on (two runs of rows side by side, the second as long as the first or one longer; rows
+    // in turns of 256 elements, then the rest): 3..7 rows and hidden sizes of whole turns, turns
+    // and a rest, and a rest alone.
     for_each_isa([&](Isa) {
         int variant = 0;
         for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
             for (const DTypes& dt : kDTypeCombos)
-                for (int64_t hidden : {16, 17, 32, 33, 48, 65, 300})
-                    for (int64_t rows : {2, 7, 31, 32, 40}) {
+                for (int64_t hidden : {16, 17, 32, 33, 48, 65, 256, 300, 527})
+                    for (int64_t rows : {2, 3, 4, 5, 6, 7, 31, 32, 40}) {
                         ++variant;
                         NormDesc d = desc_of(kind, dt, rows, hidden);
                         d.has_bias = variant % 2 == 0;
@@ -354,6 +357,50 @@ TEST(Norm, LayerNormLargeMeanAndOutliers) {
             }
         }
     });
+}
+
+TEST(Norm, TwoRowPassVariancePassAtEveryRow) {
+    // LayerNorm, f32 x (the two-row fused pass): one row of the call far from its predecessor's
+    // mean (the one-pass moments shifted by it cancel, so that row takes the variance pass), at
+    // every position of calls of 4..9 rows: in either run of rows, on either row of a trip, in
+    // the first trip, a middle one and the last. Rows shorter than 24 KiB (the runs are the
+    // call's two halves) and longer (neighbouring rows: 6150 floats, turns of 256 and a tail).
+    // Weights and bias, f32 and bf16 y, 1 and 2 threads.
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            for (DType yt : {DType::f32, DType::bf16})
+                for (int64_t hidden : {64, 300, 6150})
+                    for (int64_t rows = 4; rows <= 9; ++rows)
+                        for (int64_t far = 0; far < rows; ++far) {
+                            NormDesc d;
+                            d.kind = NormKind::layer_norm;
+                            d.rows = rows;
+                            d.hidden = hidden;
+                            d.y_dtype = yt;
+                            d.has_bias = true;
+                            Tensors t = make_tensors(d, 0, 500 + 16 * rows + far);
+                            for (int64_t i = 0; i < hidden; ++i) t.x.set(far, i, t.x.get(far, i) + 3000.0);
+                            norm(d, args_of(d, t));
+                            const Expected e = oracle(d, t.x, nullptr, &t.w, &t.b);
+                            for (int64_t r = 0; r < rows; ++r) {
+                                double mean = 0, var = 0;
+                                for (int64_t i = 0; i < hidden; ++i) mean += t.x.get(r, i) / hidden;
+                                for (int64_t i = 0; i < hidden; ++i)
+                                    var += (t.x.get(r, i) - mean) * (t.x.get(r, i) - mean) / hidden;
+                                // the fp32 rounding of h - mean relative to the std, on top (as above)
+                                const double cancel = 4.0 * std::ldexp(1.0, -24) * std::fabs(mean) / std::sqrt(var + d.eps) * 1.5;
+                                for (int64_t i = 0; i < hidden; ++i) {
+                                    const double want = e.y[r * hidden + i];
+                                    ASSERT_NEAR(t.y.get(r, i), want, atol_of(yt) + rtol_of(yt) * std::fabs(want) + cancel)
+                                        << isa_name(isa) << " threads " << threads << " rows " << rows << " far row " << far
+                                        << ": row " << r << " i " << i;
+                                }
+                            }
+                        }
+        });
+    }
+    set_num_threads(0);
 }
 
 TEST(Norm, StreamingStores) {

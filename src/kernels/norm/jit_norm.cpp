@@ -24,6 +24,12 @@
 // row and finishing in C++ cost ~100-170 TSC cycles a row outside the loop (Zen 3: 3.4% of a
 // 4096-float row, 13% of a 1024 one). It returns to C++ only for a LayerNorm row that needs the
 // variance pass. x and residual are read from memory once, y and residual_out written once.
+// f32 x without a fused residual takes the fused pass two rows a trip (Pass::fused2): the call's
+// rows split into two runs walked side by side, a trip applying a row of each and summing the
+// next row of each, in turns of kFused2Chunk elements. Each weight and bias line is then brought
+// to L1 once for two rows: one row a trip streams h, w, b and the next x (64 KiB at hidden 4096)
+// through a 32 KiB L1, and w and b alone are half of that. LayerNorm scale_shift 4096x4096, % of
+// copy, one thread: Zen 3 83 -> 89, Xeon (AVX-512) 70 -> 79.
 // When the call's output exceeds nt_store_threshold() (it cannot stay in the cache anyway) and
 // y's rows are aligned, y is written with non-temporal stores (no read-for-ownership).
 #include <immintrin.h>
@@ -66,8 +72,13 @@ struct RowArgs {
                                                       //     are left to the caller (finish(), from
                                                       //     partial and the shift in mean)
     double nn = 0, eps = 0;                           // 128, 136
+    float mean2 = 0, rstd2 = 0;                       // 144, 148  Pass::fused2: the second row's
+    const void* x2 = nullptr;                         // 152  Pass::fused2: the second row sequence
+    const void* h2 = nullptr;                         // 160
+    void* y2 = nullptr;                               // 168
 };
 static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "RowArgs layout");
+static_assert(offsetof(RowArgs, mean2) == 144 && offsetof(RowArgs, rstd2) == 148, "RowArgs layout");
 
 using RowFn = void (*)(RowArgs*);
 
@@ -95,6 +106,19 @@ const FinishConsts& finish_consts() {
 
 constexpr int kPrefetchBytes = 2048;       // software prefetch distance of bf16 x (see the row loop)
 constexpr int kLnF32PrefetchBytes = 1024;  // ... and of f32 x in LayerNorm's fused pass
+// Pass::fused2 runs its two rows in turns of this many elements. Two rows' non-temporal stores
+// interleaved finely lose most of the bandwidth: Zen 3, one thread, RMSNorm 4096x4096 at % of
+// copy, one row a trip 80-86; two rows alternating every 64 bytes 42-44 (with regular stores
+// instead 69, against 61 for one row), every 128 bytes 49; in turns of 64 elements 60, 128
+// elements 85-89, 256 elements 89-91, 512 elements 85-86, 1024 elements 81.
+constexpr int kFused2Chunk = 256;
+// Which rows Pass::fused2 pairs: rows of at least this many bytes in pairs of neighbours (row,
+// row + 1), shorter ones from the two halves of the call's rows. Zen 3, one thread, % of copy,
+// RMSNorm / LayerNorm scale_shift, halves against neighbours (3-4 rounds, medians): hidden 1024
+// 85 / 91 against 80 / 70, 2048 86 / 94 against 89 / 79, 4096 88-95 / 91-95 against 94 / 86-91,
+// 6144 90 / 91 against 95 / 93, 8192 79-89 / 82-86 against 96 / 97 (two threads at 8192: halves
+// 90 / 97, neighbours 87 / 90; one row a trip 84 / 87 at one thread, 88 / 92 at two).
+constexpr int64_t kFused2AdjacentBytes = 24 * 1024;
 
 // The even / odd bf16 split (see JitNorm): bf16 x, no fused residual (AVX2 and AVX-512: blocks
 // of 2 * vlen = 16 / 32 elements); y bf16 as well for the normalising passes.
@@ -130,7 +154,7 @@ void norm_eo_permute(float* v, int64_t n, int block) {
 // alternating read and write phases), which repeats over RowArgs::rows rows: after each it
 // finishes the summed row's mean / rstd and moves every pointer one row on (done / need_finish
 // say where it stopped).
-enum class Pass { stats, var, apply, fused };
+enum class Pass { stats, var, apply, fused, fused2 };
 
 class JitNorm : public JitGenerator {
 public:
@@ -144,40 +168,67 @@ public:
     // multiples of 2 * vlen elements (every unroll is even), so the blocks are those of the permute.
     JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt, bool eo = false) : JitGenerator(isa) {
         using namespace Xbyak;
-        const Reg64 p = abi_param1, x = rsi, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10, hp = r11, y = rbx,
-                    w = rbp, b = r12;
+        const Reg64 p = abi_param1, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10, w = rbp, b = r12;
+        // x, hp, y (and mean, rstd, the accumulators below): those of the row being run; Pass::fused2
+        // switches them between its two rows (half()).
+        Reg64 x = rsi, hp = r11, y = rbx;
+        const bool two = pass == Pass::fused2;
+        const bool fz = pass == Pass::fused || two;  // a fused pass (one or two rows a trip)
+        if (two && (kd.fused_residual || kd.x_dtype != DType::f32 || wt != DType::f32))
+            throw Error(Status::runtime_error, "JitNorm: fused2 takes f32 x and weights, no residual");
+        // fused2: the second row's x / h / y (r and ro are free without a fused residual)
+        const Reg64 x2 = rdx, hp2 = rcx, y2 = r14;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
         const int vl = io.vlen();
         const int64_t n = kd.hidden, nvec = n / vl;
         const int tail = static_cast<int>(n % vl);
         const bool ln = kd.kind == NormKind::layer_norm, fused = kd.fused_residual;
-        const bool do_stats = pass == Pass::stats || pass == Pass::fused, do_apply = pass == Pass::apply || pass == Pass::fused;
+        const bool do_stats = pass == Pass::stats || fz, do_apply = pass == Pass::apply || fz;
         const bool do_var = pass == Pass::var;
         const DType xt = kd.x_dtype, rt = kd.residual_dtype, ht = fused ? rt : xt, yt = kd.y_dtype;
         const int xs = dtype_size(xt), rs = dtype_size(rt), hs = dtype_size(ht), ys = dtype_size(yt), ws = dtype_size(wt);
 
         // Registers. Statistics / variance: accumulator chains (one sum: S1 or S2), temporaries.
         // Apply: the results of one unrolled block, weight / bias temporaries, mean and rstd.
-        // Fused: fewer chains, weights as memory operands (f32).
+        // Fused: fewer chains, weights as memory operands (f32). fused2: one row's chains in
+        // V(0..1), the other's in V(2..3) (acc_base), h and d in V(4..5), the second row's mean
+        // and rstd in V(6..7).
         // layer_norm statistics keep two sums (S1, S2) per chain.
         const bool two_sums = ln && (do_stats || do_var);
-        const int chains = pass == Pass::fused ? (two_sums ? 2 : 4) : (two_sums ? 4 : 8);
-        const int unroll = pass == Pass::fused ? 2 : pass == Pass::apply ? 4 : chains;
-        auto acc = [&](int k) { return V(k % chains); };                 // S1 (two sums) or the one sum
-        auto acc2 = [&](int k) { return V(chains + k % chains); };       // S2 (two sums)
-        const int sb = two_sums ? 2 * chains : chains;  // first register after the chains
-        const Xmm h = V(sb + 1), t = V(sb + 2), d = V(sb + 3);
+        const int chains = two ? (two_sums ? 1 : 2) : pass == Pass::fused ? (two_sums ? 2 : 4) : (two_sums ? 4 : 8);
+        const int unroll = fz ? 2 : pass == Pass::apply ? 4 : chains;
+        int acc_base = 0;
+        auto acc = [&](int k) { return V(acc_base + k % chains); };            // S1 (two sums) or the one sum
+        auto acc2 = [&](int k) { return V(acc_base + chains + k % chains); };  // S2 (two sums)
+        const int row_regs = two_sums ? 2 * chains : chains;                  // a row's accumulators
+        const int sb = two ? 2 * row_regs : row_regs;  // first register after the chains
+        const Xmm h = two ? V(4) : V(sb + 1), t = two ? V(5) : V(sb + 2), d = two ? V(5) : V(sb + 3);  // (fused2: t unused)
         // apply registers: results res(k), weight temps tw(k), tb(k), mean, rstd
-        const int ab = pass == Pass::fused ? sb + 4 : 0;  // fused: after the stats registers (<= 8)
+        const int ab = fz ? (two ? 8 : sb + 4) : 0;  // fused: after the stats registers (<= 8)
         auto res = [&](int k) { return V(ab + k); };
-        auto tw = [&](int k) { return pass == Pass::fused ? V(ab + 2) : V(4 + k); };
-        auto tb = [&](int k) { return pass == Pass::fused ? V(ab + 3) : V(8 + k); };
-        const Xmm mean = V(12), rstd = V(13);
-        if (pass == Pass::fused && ab + 4 > 12) throw Error(Status::runtime_error, "JitNorm: registers");
+        auto tw = [&](int k) { return fz ? V(ab + 2) : V(4 + k); };
+        auto tb = [&](int k) { return fz ? V(ab + 3) : V(8 + k); };
+        Xmm mean = V(12), rstd = V(13);
+        const Xmm mean_a = V(12), rstd_a = V(13), mean_b = V(6), rstd_b = V(7);  // fused2's two rows
+        if (fz && ab + 4 > 12) throw Error(Status::runtime_error, "JitNorm: registers");
+        if (two && sb > 4) throw Error(Status::runtime_error, "JitNorm: registers");
+        // fused2: run the first (0) or the second (1) row of the trip
+        auto half = [&](int row) {
+            x = row ? x2 : rsi;
+            hp = row ? hp2 : r11;
+            y = row ? y2 : rbx;
+            mean = row ? mean_b : mean_a;
+            rstd = row ? rstd_b : rstd_a;
+            acc_base = row ? row_regs : 0;
+        };
 
-        const Reg64 rows_left = r13;  // the fused pass: rows still to run
+        const Reg64 rows_left = r13;  // the fused pass: rows (fused2: trips) still to run
         std::vector<Reg64> saved = {rbx, rbp, r12};
-        if (pass == Pass::fused) saved.push_back(r13);
+        if (fz) saved.push_back(r13);
+        if (two) {
+            saved.push_back(r14);
+            saved.push_back(r15);
+        }
         preamble(saved);
         mov(tbl, reinterpret_cast<uintptr_t>(JitIo::table()));
         if (do_stats) {
@@ -197,18 +248,22 @@ public:
             if (ln && !do_stats) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);
             vbroadcastss(rstd, ptr[p + offsetof(RowArgs, rstd)]);
         }
+        if (two) {  // the second run's row
+            vbroadcastss(mean_b, ptr[p + offsetof(RowArgs, mean2)]);
+            vbroadcastss(rstd_b, ptr[p + offsetof(RowArgs, rstd2)]);
+            mov(x2, ptr[p + offsetof(RowArgs, x2)]);
+            mov(hp2, ptr[p + offsetof(RowArgs, h2)]);
+            mov(y2, ptr[p + offsetof(RowArgs, y2)]);
+        }
         // The fused pass loops over rows (see Pass::fused): each trip applies one row and sums
         // the next, then finishes that next row's mean and rstd here in registers.
         Label row_loop, leave;
-        if (pass == Pass::fused) {
+        if (fz) {
             mov(rows_left, ptr[p + offsetof(RowArgs, rows)]);
             L(row_loop);
         }
         if (do_stats || do_var)
-            for (int k = 0; k < chains; ++k) {
-                vxorps(acc(k), acc(k), acc(k));
-                if (two_sums) vxorps(acc2(k), acc2(k), acc2(k));
-            }
+            for (int k = 0; k < sb; ++k) vxorps(V(k), V(k), V(k));  // every row's chains
         xor_(idx, idx);
 
         const bool eo_stats = eo && norm_eo_stats(kd, isa) && (do_stats || do_var);
@@ -229,7 +284,7 @@ public:
         };
         auto apply_pair = [&](int k, int64_t off) {
             io.load2_eo(res(k), res(k + 1), hp + idx * hs + off * hs);
-            if (pass == Pass::fused && wt == DType::bf16) {
+            if (fz && wt == DType::bf16) {
                 // bf16 weights in the fused pass (as given: half the bytes of the f32 copies
                 // that the apply reads from L2 beside x's DRAM stream): one pair of temporaries
                 // takes the weight, then the bias; the same operations as below.
@@ -276,7 +331,7 @@ public:
                 }
             }
         };
-        if (pass == Pass::fused && wt != DType::f32 && !eo_apply) throw Error(Status::runtime_error, "JitNorm: fused weights");
+        if (fz && wt != DType::f32 && !eo_apply) throw Error(Status::runtime_error, "JitNorm: fused weights");
         auto stats_body = [&](int k, int64_t off, int count) {
             io.load(h, x + idx * xs + off * xs, xt, count);
             if (fused) {
@@ -367,8 +422,46 @@ public:
                 else io.store(y + idx * ys + o * ys, res(k), yt, last, nt && last == vl);
             }
         };
+        // fused2: a block of one row, then the same block of the other (the rest of a row past its
+        // chunks, below; w and b, read by the first, are in L1 for the second).
+        auto rows_block = [&](int nv, int64_t off, int last) {
+            if (!two) return block(nv, off, last);
+            half(0);
+            block(nv, off, last);
+            half(1);
+            block(nv, off, last);
+            half(0);
+        };
+        // fused2: chunks of kFused2Chunk elements, one row's then the other's, so that each row's
+        // stores stay one stream for a while (see kFused2Chunk).
+        const int64_t chunk = two ? kFused2Chunk : 0;
+        int64_t nblk = nvec / unroll;
+        if (chunk > 0 && n / chunk > 0) {
+            if (chunk % (unroll * vl)) throw Error(Status::runtime_error, "JitNorm: chunk");
+            const int64_t nch = n / chunk, per = chunk / (unroll * vl);
+            Label chunk_loop;
+            mov(r15, nch);
+            L(chunk_loop);
+            for (int h2 = 0; h2 < 2; ++h2) {
+                half(h2);
+                Label inner;
+                mov(cnt, per);
+                align(64);
+                L(inner);
+                if (xt == DType::f32 && ln)
+                    for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kLnF32PrefetchBytes + o]);
+                block(unroll, 0, vl);
+                add(idx, unroll * vl);
+                dec(cnt);
+                jnz(inner);
+                if (h2 == 0) sub(idx, chunk);
+            }
+            half(0);
+            dec(r15);
+            jnz(chunk_loop, T_NEAR);
+            nblk -= nch * per;
+        }
         // Apply blocks must fit the result registers: up to 4 (2 fused) vectors per block.
-        const int64_t nblk = nvec / unroll;
         if (nblk > 0) {
             Label loop;
             mov(cnt, nblk);
@@ -392,9 +485,11 @@ public:
             // 75-76 / 73, 2 KiB 67-70 / 66-72, 4 KiB 66-68 / 66; plain none 78-80 / 82, 0.5 KiB 85
             // / 86-87, 1 KiB 90 / 89-93, 2 KiB 92-95 / 88-95, 4 KiB 85-87 / 84. RMSNorm (which
             // reads w in the apply half too) lost 3-8% at 0.5-2 KiB: none.
-            if (pass == Pass::fused && xt == DType::f32 && !fused && ln)
-                for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kLnF32PrefetchBytes + o]);
-            block(unroll, 0, vl);
+            if (fz && xt == DType::f32 && !fused && ln)
+                for (int h2 = 0; h2 < (two ? 2 : 1); ++h2)
+                    for (int o = 0; o < unroll * vl * xs; o += 64)
+                        prefetcht0(ptr[(h2 ? x2 : x) + idx * xs + kLnF32PrefetchBytes + o]);
+            rows_block(unroll, 0, vl);
             add(idx, unroll * vl);
             dec(cnt);
             jnz(loop);
@@ -404,7 +499,7 @@ public:
         while (rem + (tail ? 1 : 0) > 0) {  // the rest, in blocks of at most `unroll` vectors
             const int nv = std::min(unroll, rem + (tail ? 1 : 0));
             const bool ends_with_tail = tail && nv == rem + 1;
-            block(nv, off, ends_with_tail ? tail : vl);
+            rows_block(nv, off, ends_with_tail ? tail : vl);
             off += static_cast<int64_t>(nv) * vl;
             rem -= ends_with_tail ? nv - 1 : nv;
             if (ends_with_tail) break;
@@ -420,13 +515,17 @@ public:
             }
         };
         if (do_stats || do_var) {
-            for (int k = 1; k < chains; ++k) {
-                vaddps(acc(0), acc(0), acc(k));
-                if (two_sums) vaddps(acc2(0), acc2(0), acc2(k));
+            for (int h2 = 0; h2 < (two ? 2 : 1); ++h2) {
+                half(h2);
+                for (int k = 1; k < chains; ++k) {
+                    vaddps(acc(0), acc(0), acc(k));
+                    if (two_sums) vaddps(acc2(0), acc2(0), acc2(k));
+                }
             }
-            if (pass != Pass::fused) store_partial();
+            half(0);
+            if (!fz) store_partial();
         }
-        if (pass == Pass::fused) {
+        if (fz) {
             // The summed row's mean and rstd, in double, as finish() computes them from the same
             // lane sums (lanes_sum's tree, then the same operations in the same order): scratch V(8..11) (the apply's
             // registers, free here), the results into mean / rstd for the next trip.
@@ -451,56 +550,77 @@ public:
                 vunpckhpd(t0, out, out);
                 vaddsd(out, out, t0);
             };
-            if (ln) {
-                lane_tree(s1, acc(0));
-                lane_tree(s2, acc2(0));
-                // mean = c + s1 / n; m2 = s2 - s1 * s1 / n; var = m2 / n unless !(m2 > 0.5 s2)
-                vcvtss2sd(t0, Xmm(mean.getIdx()), Xmm(mean.getIdx()));
-                vdivsd(t1, s1, ptr[p + offsetof(RowArgs, nn)]);
-                vaddsd(t0, t0, t1);                                       // mean (double)
-                vmulsd(t1, s1, s1);
-                vdivsd(t1, t1, ptr[p + offsetof(RowArgs, nn)]);
-                vsubsd(t1, s2, t1);                                       // m2
-                vmulsd(s1, s2, ptr[cnt + offsetof(FinishConsts, half)]);  // 0.5 s2
-                vucomisd(t1, s1);
-                Label ok;
-                ja(ok, T_NEAR);
-                // The shift was far from the row's mean: finish() runs the variance pass. It
-                // needs the partial sums and the shift c (still in mean).
-                store_partial();
-                vmovss(ptr[p + offsetof(RowArgs, mean)], Xmm(mean.getIdx()));
-                mov(qword[p + offsetof(RowArgs, need_finish)], 1);
-                mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
-                sub(cnt, rows_left);
-                inc(cnt);
-                mov(ptr[p + offsetof(RowArgs, done)], cnt);
-                jmp(leave, T_NEAR);
-                L(ok);
-                vdivsd(s2, t1, ptr[p + offsetof(RowArgs, nn)]);           // var
-                vcvtsd2ss(Xmm(mean.getIdx()), Xmm(mean.getIdx()), t0);
-                vbroadcastss(mean, Xmm(mean.getIdx()));
+            for (int h2 = 0; h2 < (two ? 2 : 1); ++h2) {  // fused2: each summed row
+                half(h2);
+                if (ln) {
+                    lane_tree(s1, acc(0));
+                    lane_tree(s2, acc2(0));
+                    // mean = c + s1 / n; m2 = s2 - s1 * s1 / n; var = m2 / n unless !(m2 > 0.5 s2)
+                    vcvtss2sd(t0, Xmm(mean.getIdx()), Xmm(mean.getIdx()));
+                    vdivsd(t1, s1, ptr[p + offsetof(RowArgs, nn)]);
+                    vaddsd(t0, t0, t1);                                       // mean (double)
+                    vmulsd(t1, s1, s1);
+                    vdivsd(t1, t1, ptr[p + offsetof(RowArgs, nn)]);
+                    vsubsd(t1, s2, t1);                                       // m2
+                    vmulsd(s1, s2, ptr[cnt + offsetof(FinishConsts, half)]);  // 0.5 s2
+                    vucomisd(t1, s1);
+                    Label ok;
+                    ja(ok, T_NEAR);
+                    // The shift was far from the row's mean: finish() runs the variance pass. It
+                    // needs the partial sums and the shift c (still in mean). fused2: the caller
+                    // sums both rows of the trip again.
+                    if (!two) {
+                        store_partial();
+                        vmovss(ptr[p + offsetof(RowArgs, mean)], Xmm(mean.getIdx()));
+                    }
+                    mov(qword[p + offsetof(RowArgs, need_finish)], 1);
+                    mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
+                    sub(cnt, rows_left);
+                    inc(cnt);
+                    mov(ptr[p + offsetof(RowArgs, done)], cnt);
+                    jmp(leave, T_NEAR);
+                    L(ok);
+                    vdivsd(s2, t1, ptr[p + offsetof(RowArgs, nn)]);           // var
+                    vcvtsd2ss(Xmm(mean.getIdx()), Xmm(mean.getIdx()), t0);
+                    vbroadcastss(mean, Xmm(mean.getIdx()));
+                } else {
+                    lane_tree(s2, acc(0));
+                    vdivsd(s2, s2, ptr[p + offsetof(RowArgs, nn)]);           // var
+                }
+                vaddsd(s2, s2, ptr[p + offsetof(RowArgs, eps)]);
+                vsqrtsd(s2, s2, s2);
+                vmovsd(t0, ptr[cnt + offsetof(FinishConsts, one)]);
+                vdivsd(t0, t0, s2);
+                vcvtsd2ss(Xmm(rstd.getIdx()), Xmm(rstd.getIdx()), t0);
+                vbroadcastss(rstd, Xmm(rstd.getIdx()));
+            }
+            half(0);
+            // The summed row is applied next: h from it, then every pointer one row on
+            // (fused2: both rows, every pointer two rows on).
+            if (two) {
+                mov(hp, x);
+                mov(hp2, x2);
+                add(x, ptr[p + offsetof(RowArgs, ld_x)]);
+                add(x2, ptr[p + offsetof(RowArgs, ld_x)]);
+                add(y, ptr[p + offsetof(RowArgs, ld_y)]);
+                add(y2, ptr[p + offsetof(RowArgs, ld_y)]);
             } else {
-                lane_tree(s2, acc(0));
-                vdivsd(s2, s2, ptr[p + offsetof(RowArgs, nn)]);           // var
+                mov(hp, fused ? ro : x);
+                add(x, ptr[p + offsetof(RowArgs, ld_x)]);
+                if (fused) {
+                    add(r, ptr[p + offsetof(RowArgs, ld_r)]);
+                    add(ro, ptr[p + offsetof(RowArgs, ld_ro)]);
+                }
+                add(y, ptr[p + offsetof(RowArgs, ld_y)]);
             }
-            vaddsd(s2, s2, ptr[p + offsetof(RowArgs, eps)]);
-            vsqrtsd(s2, s2, s2);
-            vmovsd(t0, ptr[cnt + offsetof(FinishConsts, one)]);
-            vdivsd(t0, t0, s2);
-            vcvtsd2ss(Xmm(rstd.getIdx()), Xmm(rstd.getIdx()), t0);
-            vbroadcastss(rstd, Xmm(rstd.getIdx()));
-            // The summed row is applied next: h from it, then every pointer one row on.
-            mov(hp, fused ? ro : x);
-            add(x, ptr[p + offsetof(RowArgs, ld_x)]);
-            if (fused) {
-                add(r, ptr[p + offsetof(RowArgs, ld_r)]);
-                add(ro, ptr[p + offsetof(RowArgs, ld_ro)]);
-            }
-            add(y, ptr[p + offsetof(RowArgs, ld_y)]);
             dec(rows_left);
             jnz(row_loop, T_NEAR);
             vmovss(ptr[p + offsetof(RowArgs, mean)], Xmm(mean.getIdx()));
             vmovss(ptr[p + offsetof(RowArgs, rstd)], Xmm(rstd.getIdx()));
+            if (two) {
+                vmovss(ptr[p + offsetof(RowArgs, mean2)], Xmm(mean_b.getIdx()));
+                vmovss(ptr[p + offsetof(RowArgs, rstd2)], Xmm(rstd_b.getIdx()));
+            }
             mov(qword[p + offsetof(RowArgs, need_finish)], 0);
             mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
             mov(ptr[p + offsetof(RowArgs, done)], cnt);
@@ -536,6 +656,10 @@ public:
         if ((((kd.has_weight || kd.has_bias) && kd.weight_dtype == DType::bf16) || eo_w_) && !bf16w_eo_) {
             apply_f32w_[0] = std::make_unique<JitNorm>(kd, isa, Pass::apply, false, DType::f32, true);
             apply_f32w_[1] = std::make_unique<JitNorm>(kd, isa, Pass::apply, true, DType::f32, true);
+        }
+        if (!kd.fused_residual && kd.x_dtype == DType::f32) {
+            fused2_[0] = std::make_unique<JitNorm>(kd, isa, Pass::fused2, false, DType::f32, true);
+            fused2_[1] = std::make_unique<JitNorm>(kd, isa, Pass::fused2, true, DType::f32, true);
         }
     }
 
@@ -642,6 +766,61 @@ public:
             ra.nn = static_cast<double>(n);
             ra.eps = static_cast<double>(d.eps);
             int64_t row = row_begin;
+            const JitNorm& apply_last = needs_copy ? *apply_f32w_[nt ? 1 : 0] : apply_[nt ? 1 : 0];
+            if (fused2_[0] && row_end - row >= 4) {
+                // Two rows a trip (fused2): the rows split into two runs walked side by side, a trip
+                // applying a row of each and summing the next row of each: rows of 24 KiB or more
+                // in neighbours (run a: row, row + 2, ...; run b: row + 1, row + 3, ...), shorter
+                // rows by halves (run a: [row, mid), run b: [mid, ...)); see kFused2AdjacentBytes.
+                // Both runs are len rows long; the call's last row, if their count is odd, and run
+                // b's last row go to the one-row pass below.
+                const bool adj = n * xs >= kFused2AdjacentBytes;
+                const int64_t len = (row_end - row) / 2, mid = adj ? row + 1 : row + len, st = adj ? 2 : 1;
+                auto ra_row = [&](int64_t i) { return row + st * i; };
+                auto rb_row = [&](int64_t i) { return mid + st * i; };
+                int64_t i = 0;  // the rows ra_row(i) and rb_row(i) are summed, mean / rstd in ra
+                auto sum_b = [&](int64_t ib) {  // rb_row(ib) into mean2 / rstd2 (shift: ra.mean)
+                    const float m = ra.mean, s = ra.rstd;
+                    set_stats_row(rb_row(ib));
+                    stats_.fn(&ra);
+                    finish(rb_row(ib));
+                    ra.mean2 = ra.mean;
+                    ra.rstd2 = ra.rstd;
+                    ra.mean = m;
+                    ra.rstd = s;
+                };
+                sum_b(0);  // ra_row(0) = row is summed (the call's first statistics)
+                ra.ld_x = st * d.ld_x * xs;
+                ra.ld_y = st * d.ld_y * ys;
+                while (i + 1 < len) {
+                    ra.h = h_row(ra_row(i));
+                    ra.y = y_row(ra_row(i));
+                    ra.h2 = h_row(rb_row(i));
+                    ra.y2 = y_row(rb_row(i));
+                    set_stats_row(rb_row(i + 1));
+                    ra.x2 = ra.x;
+                    set_stats_row(ra_row(i + 1));
+                    ra.rows = len - 1 - i;
+                    fused2_[nt ? 1 : 0]->fn(&ra);
+                    i += ra.done;
+                    if (ra.need_finish) {  // a LayerNorm row needs the variance pass: both again
+                        ra.mean = 0.0f;
+                        set_stats_row(ra_row(i));
+                        stats_.fn(&ra);
+                        finish(ra_row(i));
+                        sum_b(i);
+                    }
+                }
+                ra.ld_x = d.ld_x * xs;
+                ra.ld_y = d.ld_y * ys;
+                // ra_row(len - 1) alone, then rb_row(len - 1) and the call's last row, if any, below
+                ra.h = h_row(ra_row(i));
+                ra.y = y_row(ra_row(i));
+                apply_last.fn(&ra);
+                row = rb_row(i);
+                ra.mean = ra.mean2;
+                ra.rstd = ra.rstd2;
+            }
             while (row + 1 < row_end) {
                 ra.h = h_row(row);
                 ra.y = y_row(row);
@@ -653,8 +832,7 @@ public:
             }
             ra.h = h_row(row);  // the last row
             ra.y = y_row(row);
-            if (needs_copy) apply_f32w_[nt ? 1 : 0]->fn(&ra);  // with the widened weights
-            else apply_[nt ? 1 : 0].fn(&ra);
+            apply_last.fn(&ra);  // with the widened weights where they were copied
         }
         if (nt) _mm_sfence();  // order the streaming stores before the caller's synchronisation
     }
@@ -666,6 +844,7 @@ private:
     JitNorm stats_, var_;
     JitNorm apply_[2];  // [nt], weights in the descriptor's dtype (calls of one row)
     JitNorm fused_[2];  // [nt], f32 weights, or bf16 ones split as loaded (bf16w_eo_)
+    std::unique_ptr<JitNorm> fused2_[2];  // [nt], two rows a trip (f32 x and weights, no residual)
     std::unique_ptr<JitNorm> apply_f32w_[2];  // [nt], f32 copies of bf16 weights (last row of a call; not with bf16w_eo_)
 };
 
