@@ -167,6 +167,16 @@ NormDesc desc_of(NormKind kind, const DTypes& dt, int64_t rows, int64_t hidden) 
 
 }  // namespace
 
+// The fp32 rounding of h - mean relative to the std, for rows far from zero: 4 ulps of |mean| over
+// the row's std (h(i): the row's values, in double).
+template <typename H>
+double cancellation_tol(int64_t hidden, double eps, H h) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < hidden; ++i) mean += h(i) / hidden;
+    for (int64_t i = 0; i < hidden; ++i) var += (h(i) - mean) * (h(i) - mean) / hidden;
+    return 4.0 * std::ldexp(1.0, -24) * std::fabs(mean) / std::sqrt(var + eps);
+}
+
 TEST(Norm, EveryIsaMatchesOracle) {
     for (int threads : {1, 2}) {
         set_num_threads(threads);
@@ -347,10 +357,7 @@ TEST(Norm, LayerNormLargeMeanAndOutliers) {
             norm(d, args_of(d, t));
             const Expected e = oracle(d, t.x, nullptr, nullptr, nullptr);
             for (int64_t r = 0; r < d.rows; ++r) {
-                double mean = 0, var = 0;
-                for (int64_t i = 0; i < hidden; ++i) mean += t.x.get(r, i) / hidden;
-                for (int64_t i = 0; i < hidden; ++i) var += (t.x.get(r, i) - mean) * (t.x.get(r, i) - mean) / hidden;
-                const double tol = 1e-5 + 4.0 * std::ldexp(1.0, -24) * std::fabs(mean) / std::sqrt(var + d.eps);
+                const double tol = 1e-5 + cancellation_tol(hidden, d.eps, [&](int64_t i) { return t.x.get(r, i); });
                 for (int64_t i = 0; i < hidden; ++i)
                     ASSERT_NEAR(t.y.get(r, i), e.y[r * hidden + i], tol + 1e-5 * std::fabs(e.y[r * hidden + i]))
                         << "row " << r << " i " << i << " hidden " << hidden;
@@ -384,12 +391,9 @@ TEST(Norm, TwoRowPassVariancePassAtEveryRow) {
                             norm(d, args_of(d, t));
                             const Expected e = oracle(d, t.x, nullptr, &t.w, &t.b);
                             for (int64_t r = 0; r < rows; ++r) {
-                                double mean = 0, var = 0;
-                                for (int64_t i = 0; i < hidden; ++i) mean += t.x.get(r, i) / hidden;
-                                for (int64_t i = 0; i < hidden; ++i)
-                                    var += (t.x.get(r, i) - mean) * (t.x.get(r, i) - mean) / hidden;
                                 // the fp32 rounding of h - mean relative to the std, on top (as above)
-                                const double cancel = 4.0 * std::ldexp(1.0, -24) * std::fabs(mean) / std::sqrt(var + d.eps) * 1.5;
+                                const double cancel =
+                                    1.5 * cancellation_tol(hidden, d.eps, [&](int64_t i) { return t.x.get(r, i); });
                                 for (int64_t i = 0; i < hidden; ++i) {
                                     const double want = e.y[r * hidden + i];
                                     ASSERT_NEAR(t.y.get(r, i), want, atol_of(yt) + rtol_of(yt) * std::fabs(want) + cancel)
@@ -538,11 +542,8 @@ TEST(Norm, RowsOfOneCallMatchRowsNormedAlone) {
                                      " hidden " + std::to_string(hidden));
                         const Expected e = oracle(d, all.x, fused ? &all.r : nullptr, &all.w, &all.b);
                         for (int64_t r = 0; r < d.rows; ++r) {
-                            double mean = 0, var = 0;
-                            for (int64_t i = 0; i < hidden; ++i) mean += e.h[r * hidden + i] / hidden;
-                            for (int64_t i = 0; i < hidden; ++i)
-                                var += (e.h[r * hidden + i] - mean) * (e.h[r * hidden + i] - mean) / hidden;
-                            const double cancel = 4.0 * std::ldexp(1.0, -24) * std::fabs(mean) / std::sqrt(var + d.eps) * 1.5;
+                            const double cancel =
+                                1.5 * cancellation_tol(hidden, d.eps, [&](int64_t i) { return e.h[r * hidden + i]; });
                             for (int64_t i = 0; i < hidden; ++i) {
                                 const double want = e.y[r * hidden + i];
                                 const double tol = atol_of(d.y_dtype) + rtol_of(d.y_dtype) * std::fabs(want) + cancel;

@@ -432,11 +432,16 @@ public:
             block(nv, off, last);
             half(0);
         };
-        // fused2: chunks of kFused2Chunk elements, one row's then the other's, so that each row's
-        // stores stay one stream for a while (see kFused2Chunk).
-        const int64_t chunk = two ? kFused2Chunk : 0;
+        // f32 LayerNorm's software prefetch of x in the fused passes (the row loop below says why).
+        const bool ln_f32_prefetch = fz && xt == DType::f32 && !fused && ln;
+        auto prefetch_ln_f32 = [&](const Reg64& xr) {
+            for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[xr + idx * xs + kLnF32PrefetchBytes + o]);
+        };
+        // fused2: turns of kFused2Chunk elements, one row's then the other's, so that each row's
+        // stores stay one stream for a while (see kFused2Chunk); the rest of the row below.
         int64_t nblk = nvec / unroll;
-        if (chunk > 0 && n / chunk > 0) {
+        if (two && n >= kFused2Chunk) {
+            constexpr int64_t chunk = kFused2Chunk;
             if (chunk % (unroll * vl)) throw Error(Status::runtime_error, "JitNorm: chunk");
             const int64_t nch = n / chunk, per = chunk / (unroll * vl);
             Label chunk_loop;
@@ -448,8 +453,7 @@ public:
                 mov(cnt, per);
                 align(64);
                 L(inner);
-                if (xt == DType::f32 && ln)
-                    for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kLnF32PrefetchBytes + o]);
+                if (ln_f32_prefetch) prefetch_ln_f32(x);
                 block(unroll, 0, vl);
                 add(idx, unroll * vl);
                 dec(cnt);
@@ -485,10 +489,10 @@ public:
             // 75-76 / 73, 2 KiB 67-70 / 66-72, 4 KiB 66-68 / 66; plain none 78-80 / 82, 0.5 KiB 85
             // / 86-87, 1 KiB 90 / 89-93, 2 KiB 92-95 / 88-95, 4 KiB 85-87 / 84. RMSNorm (which
             // reads w in the apply half too) lost 3-8% at 0.5-2 KiB: none.
-            if (fz && xt == DType::f32 && !fused && ln)
-                for (int h2 = 0; h2 < (two ? 2 : 1); ++h2)
-                    for (int o = 0; o < unroll * vl * xs; o += 64)
-                        prefetcht0(ptr[(h2 ? x2 : x) + idx * xs + kLnF32PrefetchBytes + o]);
+            if (ln_f32_prefetch) {
+                prefetch_ln_f32(x);
+                if (two) prefetch_ln_f32(x2);
+            }
             rows_block(unroll, 0, vl);
             add(idx, unroll * vl);
             dec(cnt);
