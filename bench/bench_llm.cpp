@@ -6,6 +6,8 @@
 //   rms_norm/<f32|bf16>/xk/16384x8192/nt:<N>
 //   layer_norm/<f32|bf16>/<xk|onednn>/4096x4096/<scale_shift|plain>/nt:<N>
 //   layer_norm/<f32|bf16>/<xk|onednn>/16384x8192/<scale_shift|plain>/nt:<N>
+//   rms_norm/<f32|bf16>/xk/4096x4096/residual/nt:<N>   the pre-norm block, in place like vLLM's
+//   layer_norm/<f32|bf16>/xk/4096x4096/scale_shift/residual/nt:<N>   fused_add_rms_norm: r += x; x = norm(r)
 //   rope/<f32|bf16>/xk/<neox|gptj>/2048x32x128/nt:<N>   q and k [2048 tokens, 32 heads, 128], in place
 //   swiglu/<f32|bf16>/xk/4096x11008/nt:<N>              y [4096 x 11008] = silu(gate) * up
 //   geglu/f32/xk/4096x11008/nt:<N>                      gelu_erf
@@ -17,9 +19,9 @@
 // threads, the copy run between the row's calls (timer paused; xk::bench::CopyYardstick) so both
 // are measured in the same stretch of the host's drifting speed; CopyGBPS: that copy's GB/s. RoPE
 // (in place, regular stores) is measured against an in-place copy x[i] = x[i] (see CopyYardstick).
-// GBPS: bytes read + written per call: x and y (norm), q and k twice plus the cache rows read
-// (rope), x and y (glu: 2I in, I out), x and y (softmax); weights and biases are counted too
-// (one row). oneDNN's layer norm takes f32 scale / shift (its API in 2.6); xk's uses weights in
+// GBPS: bytes read + written per call: x and y (norm; residual rows: x and r read, r and y
+// written), q and k twice plus the cache rows read (rope), x and y (glu: 2I in, I out), x and y
+// (softmax); weights and biases are counted too (one row). oneDNN's layer norm takes f32 scale / shift (its API in 2.6); xk's uses weights in
 // the activation dtype. oneDNN's bf16 layer norm needs AVX-512 in 2.6: on an AVX2 machine the
 // benchmark reports the primitive creation error instead of a number.
 #include <cmath>
@@ -50,20 +52,24 @@ struct NormCase {
     int64_t rows, hidden;
     bool affine;  // layer_norm: weight + bias (scale_shift) or none (plain); rms_norm: weight
     bool dram;    // rotated DRAM-resident sets, else one cache-resident set (decode)
+    bool residual = false;  // the pre-norm block: h = x + r, r = h, y = norm(h), x and r in place
 };
 
 size_t norm_bytes(const NormCase& c) {
     const size_t es = esize(c.dt);
-    size_t b = 2 * static_cast<size_t>(c.rows * c.hidden) * es;
+    size_t b = (c.residual ? 4 : 2) * static_cast<size_t>(c.rows * c.hidden) * es;
     if (c.affine) b += (c.kind == xk::NormKind::layer_norm ? 2 : 1) * c.hidden * es;
     return b;
 }
 
 xb::RotatingBuffers& norm_buffers(const NormCase& c) {
     const size_t es = esize(c.dt), n = static_cast<size_t>(c.rows * c.hidden);
-    const std::string key = std::string("norm/") + dname(c.dt) + "/" + shape2(c.rows, c.hidden) + (c.dram ? "/dram" : "");
+    const std::string key = std::string("norm/") + dname(c.dt) + "/" + shape2(c.rows, c.hidden) + (c.dram ? "/dram" : "") +
+                            (c.residual ? "/residual" : "");
     const size_t h = static_cast<size_t>(c.hidden);
-    return xb::cached_rotating_buffers(key, {n * es, n * es, h * es, h * es, h * 4, h * 4},
+    std::vector<size_t> arrays = {n * es, n * es, h * es, h * es, h * 4, h * 4};
+    if (c.residual) arrays.push_back(n * es);  // 6: the residual stream (in and out)
+    return xb::cached_rotating_buffers(key, arrays,
                                        c.dram ? xb::rotate_bytes() : 0, [c](xb::RotatingBuffers& b) {
                                            if (c.dt == DType::bf16) {
                                                b.fill_uniform<xk::bf16>(0, -2, 2, 1);
@@ -77,6 +83,10 @@ xb::RotatingBuffers& norm_buffers(const NormCase& c) {
                                            b.fill_uniform<float>(1, 0, 0, 2);  // y: touched once
                                            b.fill_uniform<float>(4, 0.5, 1.5, 5);
                                            b.fill_uniform<float>(5, -0.5, 0.5, 6);
+                                           if (c.residual) {
+                                               if (c.dt == DType::bf16) b.fill_uniform<xk::bf16>(6, -2, 2, 7);
+                                               else b.fill_uniform<float>(6, -2, 2, 7);
+                                           }
                                        });
 }
 
@@ -91,13 +101,18 @@ void BM_norm_xk(benchmark::State& state, NormCase c, int nt) {
     d.has_weight = c.affine;
     d.has_bias = c.affine && c.kind == xk::NormKind::layer_norm;
     d.eps = 1e-5f;
+    if (c.residual) {
+        d.fused_residual = true;
+        d.residual_dtype = c.dt;
+    }
     const xk::NormPlan plan(d);
     xb::CopyYardstick copy(state, c.dram, static_cast<double>(norm_bytes(c)));
     for (auto _ : state) {
         const size_t s = bufs.next();
         xk::NormArgs a;
         a.x = bufs.get<char>(s, 0);
-        a.y = bufs.get<char>(s, 1);
+        a.y = bufs.get<char>(s, c.residual ? 0 : 1);  // residual: in place, like vLLM's fused_add_rms_norm
+        if (c.residual) a.residual = a.residual_out = bufs.get<char>(s, 6);
         if (d.has_weight) a.weight = bufs.get<char>(s, 2);
         if (d.has_bias) a.bias = bufs.get<char>(s, 3);
         copy.begin();
@@ -314,6 +329,18 @@ const bool registered = [] {
                         [ln, nt](benchmark::State& s) { BM_layer_norm_onednn(s, ln, nt); });
                 }
             }
+    // The pre-norm block on DRAM: the fused residual add, x and the residual stream updated in place.
+    for (DType dt : {DType::f32, DType::bf16})
+        for (int nt : nts) {
+            NormCase rms{xk::NormKind::rms_norm, dt, 4096, 4096, true, true};
+            rms.residual = true;
+            reg(xb::join_name({"rms_norm", dname(dt), "xk", "4096x4096", "residual", nt_s(nt)}),
+                [rms, nt](benchmark::State& s) { BM_norm_xk(s, rms, nt); });
+            NormCase ln{xk::NormKind::layer_norm, dt, 4096, 4096, true, true};
+            ln.residual = true;
+            reg(xb::join_name({"layer_norm", dname(dt), "xk", "4096x4096", "scale_shift", "residual", nt_s(nt)}),
+                [ln, nt](benchmark::State& s) { BM_norm_xk(s, ln, nt); });
+        }
     // RoPE on DRAM.
     for (DType dt : {DType::f32, DType::bf16})
         for (xk::RopeStyle st : {xk::RopeStyle::neox, xk::RopeStyle::gptj})

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """PyTorch 2.x eager peers of bench/bench_llm.cpp (provider `torch`), never part of CI.
 
-The chains of ops a user writes without a custom kernel: HF's LlamaRMSNorm, F.layer_norm, HF's
-rotate_half (NeoX) / rotate_every_two (GPT-J) RoPE, F.silu(gate) * up, F.gelu(gate) * up and
-torch.softmax (with a masked_fill for the causal mask), on the same shapes, dtypes, thread counts
-(`nt:N`, torch.set_num_threads) and DRAM rotation (XK_BENCH_ROTATE_MB, default 1024 MiB) as
-bench_llm, with the same benchmark names and the same GBPS byte counts (bytes read + written by
-the op, as bench_llm counts them; PyTorch's temporaries are not counted: they are its overhead).
+The chains of ops a user writes without a custom kernel: HF's LlamaRMSNorm, F.layer_norm (after x +
+residual in the pre-norm block rows), HF's rotate_half (NeoX) / rotate_every_two (GPT-J) RoPE,
+F.silu(gate) * up, F.gelu(gate) * up and torch.softmax (with a masked_fill for the causal mask), on
+the same shapes, dtypes, thread counts (`nt:N`, torch.set_num_threads) and DRAM rotation
+(XK_BENCH_ROTATE_MB, default 1024 MiB) as bench_llm, with the same benchmark names and the same
+GBPS byte counts (bytes read + written by the op, as bench_llm counts them; PyTorch's temporaries
+are not counted: they are its overhead).
 
     python3 -m venv /opt/torchpeer && /opt/torchpeer/bin/pip install torch numpy
     /opt/torchpeer/bin/python bench/torch_peer.py --repetitions 3 > torch.json
@@ -116,6 +117,21 @@ def cases(torch, F, threads):
                     out.append((f"layer_norm/{dname}/torch/{shape}/{tail}/nt:{nt}", nt,
                                 2 * n * es[dname] + (2 * hidden * es[dname] if affine else 0),
                                 sets_for(2 * n * es[dname], dram), mk_ln, lambda x, w, b: ops["layer_norm"](x, w, b)))
+    # The pre-norm block (HF Llama's decoder layer): h = x + residual; residual = h; y = norm(h).
+    rows, hidden = 4096, 4096
+    n = rows * hidden
+    for dname, dt in dts.items():
+        for nt in threads:
+            def mk_res(nsets, dt=dt):
+                w = torch.rand(hidden, dtype=dt) + 0.5
+                b = torch.rand(hidden, dtype=dt) - 0.5
+                return [(torch.rand(rows, hidden, dtype=dt) * 4 - 2, torch.rand(rows, hidden, dtype=dt) * 4 - 2, w, b)
+                        for _ in range(nsets)]
+            out.append((f"rms_norm/{dname}/torch/{rows}x{hidden}/residual/nt:{nt}", nt, 4 * n * es[dname] + hidden * es[dname],
+                        sets_for(2 * n * es[dname], True), mk_res, lambda x, r, w, b: ops["rms_norm"](x + r, w)))
+            out.append((f"layer_norm/{dname}/torch/{rows}x{hidden}/scale_shift/residual/nt:{nt}", nt,
+                        4 * n * es[dname] + 2 * hidden * es[dname],
+                        sets_for(2 * n * es[dname], True), mk_res, lambda x, r, w, b: ops["layer_norm"](x + r, w, b)))
     # RoPE: q, k [2048, 32, 128], cache of 4096 positions.
     T, H, D, MAXP = 2048, 32, 128, 4096
     for dname, dt in dts.items():

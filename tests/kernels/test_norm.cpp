@@ -461,6 +461,89 @@ TEST(Norm, NaNWeightsStayNaNInBf16Output) {
         }
 }
 
+TEST(Norm, Bf16ResidualSumSpecialValues) {
+    // bf16 x and residual: the even / odd path forms h = x + r and rounds it in registers by the
+    // bit arithmetic of round to nearest even without a NaN test (JitIo::round2_eo_keep). NaN and
+    // inf inputs, inf - inf, and sums that overflow on the rounding (max + max; max + half an ulp,
+    // a tie that rounds to the even inf) must give residual_out exactly as the reference does
+    // (NaN where it is NaN), and y NaN exactly where the oracle's is. Rows 1 and 40 (the fused
+    // passes), hidden with and without a tail, y and weights in both dtypes.
+    const double big = std::ldexp(255.0, 120), half_ulp = std::ldexp(1.0, 119);  // max bf16, its half ulp
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+        for (DType yt : {DType::bf16, DType::f32})
+            for (DType wt : {DType::bf16, DType::f32})
+                for (int64_t rows : {1, 40})
+                    for (int64_t hidden : {64, 71}) {
+                        NormDesc d = desc_of(kind, {DType::bf16, yt, DType::bf16, wt}, rows, hidden);
+                        d.fused_residual = true;
+                        for_each_isa([&](Isa isa) {
+                            Tensors t = make_tensors(d, 1, 17 + hidden);
+                            // row 0: NaN + finite, inf + -inf, inf + finite
+                            t.x.set(0, 3, nan);
+                            t.x.set(0, 18, inf);
+                            t.r.set(0, 18, -inf);
+                            t.x.set(0, 35, inf);
+                            t.r.set(0, 35, 1.0);
+                            if (rows > 1) {  // row 1: overflows and a tie at the top of the range
+                                t.x.set(1, 5, big);
+                                t.r.set(1, 5, big);
+                                t.x.set(1, 6, big);
+                                t.r.set(1, 6, half_ulp);
+                                t.x.set(1, 7, -big);
+                                t.r.set(1, 7, -half_ulp);
+                                t.x.set(1, hidden - 1, -inf);  // in the tail when hidden = 71
+                            }
+                            norm(d, args_of(d, t));
+                            const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
+                            const std::string what = std::string(isa_name(isa)) + " " + describe(d);
+                            if (rows > 1) {
+                                ASSERT_EQ(e.h[1 * hidden + 5], inf);
+                                ASSERT_EQ(e.h[1 * hidden + 6], inf);
+                                ASSERT_EQ(e.h[1 * hidden + 7], -inf);
+                            }
+                            for (int64_t r = 0; r < rows; ++r)
+                                for (int64_t i = 0; i < hidden; ++i) {
+                                    const double want = e.h[r * hidden + i], got = t.ro.get(r, i);
+                                    if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << what << " residual_out[" << r << "][" << i << "]";
+                                    else ASSERT_EQ(got, want) << what << " residual_out[" << r << "][" << i << "]";
+                                }
+                            std::vector<double> y(rows * hidden);
+                            for (int64_t r = 0; r < rows; ++r)
+                                for (int64_t i = 0; i < hidden; ++i) y[r * hidden + i] = t.y.get(r, i);
+                            ASSERT_TRUE(test::all_close(y.data(), e.y.data(), y.size(), atol_of(yt), rtol_of(yt))) << what;
+                        });
+                    }
+}
+
+TEST(Norm, NonFiniteRowLeavesTheOtherRowsAlone) {
+    // LayerNorm's statistics are shifted by the previous row's mean: after a row holding a NaN or
+    // an inf (whose y is NaN) that shift is not finite, and the next rows must still come out
+    // right. One such row at the start, inside or at the end of calls of 5 (the two-row pass for
+    // f32 x) and 40 rows (the fused passes), f32 and bf16 x, with and without a fused residual.
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+        for (DType xt : {DType::f32, DType::bf16})
+            for (bool fused : {false, true})
+                for (int64_t rows : {5, 40})
+                    for (int64_t bad : {int64_t{0}, int64_t{2}, rows - 1})
+                        for (double v : {nan, inf}) {
+                            NormDesc d = desc_of(kind, {xt, xt, xt, xt}, rows, 96);
+                            d.fused_residual = fused;
+                            for_each_isa([&](Isa isa) {
+                                Tensors t = make_tensors(d, 0, 23 + bad);
+                                t.x.set(bad, 40, v);
+                                norm(d, args_of(d, t));
+                                const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
+                                std::vector<double> y(rows * d.hidden);
+                                for (int64_t r = 0; r < rows; ++r)
+                                    for (int64_t i = 0; i < d.hidden; ++i) y[r * d.hidden + i] = t.y.get(r, i);
+                                ASSERT_TRUE(test::all_close(y.data(), e.y.data(), y.size(), atol_of(xt), rtol_of(xt)))
+                                    << isa_name(isa) << " " << describe(d) << " bad row " << bad << " value " << v;
+                            });
+                        }
+}
+
 TEST(Norm, ReferenceAgreesWithPlanAndIsSplitAcrossThreads) {
     // 64 rows of 300: two chunks of rows, so 2 threads really split the work; the result must be
     // bitwise identical to the single-threaded run and to the reference called directly. Without

@@ -304,6 +304,21 @@ void JitIo::store2_eo_away(const RegExp& addr, const Xmm& even, const Xmm& odd, 
     merge_store_eo(addr, even, odd, nt);
 }
 
+void JitIo::round2_eo_keep(const RegExp& addr, const Xmm& even, const Xmm& odd, const Xmm& tmp, bool nt) const {
+    auto& g = g_;
+    for (const Xmm* v : {&even, &odd}) {
+        g.vpsrld(tmp, *v, 16);
+        if (zmm_) g.vpandd(tmp, tmp, c(kOne));  // EVEX: VPAND has no zmm form
+        else g.vpand(tmp, tmp, c(kOne));
+        g.vpaddd(*v, *v, tmp);
+        g.vpaddd(*v, *v, c(k7fff));
+        if (zmm_) g.vpandd(*v, *v, c(kHiWords));
+        else g.vpand(*v, *v, c(kHiWords));
+    }
+    g.vpsrld(tmp, even, 16);
+    merge_store_eo(addr, tmp, odd, nt);
+}
+
 void JitIo::quiet_nan_hi_words(const Xmm& v) const {
     auto& g = g_;
     if (zmm_) {

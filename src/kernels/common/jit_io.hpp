@@ -77,6 +77,14 @@ public:
     // carry a payload of 0x7fff8000-0x7fffffff into the sign. Finite values and +-inf round
     // within half a bf16 ulp (an overflow goes to inf, as round to nearest even).
     void store2_eo_away(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt = false) const;
+    // For a sum the code goes on using once rounded (a fused residual: the norm is defined on the
+    // rounded h): every lane of even and odd becomes its value rounded to bf16 (to nearest even,
+    // as xk::bf16: the low 16 bits cleared), still f32, and the pair is stored in element order
+    // as store2_eo would (VPSRLD, then merge_store_eo). 11 instructions a pair and the store, no
+    // NaN test: precondition as store2_eo_away (NaN lanes have zero low 16 bits; then the + 0x7fff
+    // or 0x8000 on the bits cannot carry out of the low word). Clobbers tmp (and s.v0 on AVX2).
+    void round2_eo_keep(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd,
+                        const Xbyak::Xmm& tmp, bool nt = false) const;
     // Makes f32 data meet store2_eo_away's precondition: in every NaN lane of v, sets the quiet
     // bit and clears the low 16 bits (the NaN a bf16 conversion keeps); other lanes unchanged.
     // For operands from f32 memory that feed such stores. Clobbers s.v0, s.v1 (AVX2) / s.k.

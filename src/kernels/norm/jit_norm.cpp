@@ -120,10 +120,10 @@ constexpr int kFused2Chunk = 256;
 // 90 / 97, neighbours 87 / 90; one row a trip 84 / 87 at one thread, 88 / 92 at two).
 constexpr int64_t kFused2AdjacentBytes = 24 * 1024;
 
-// The even / odd bf16 split (see JitNorm): bf16 x, no fused residual (AVX2 and AVX-512: blocks
-// of 2 * vlen = 16 / 32 elements); y bf16 as well for the normalising passes.
+// The even / odd bf16 split (see JitNorm): bf16 x, and a bf16 residual when it is fused (AVX2
+// and AVX-512: blocks of 2 * vlen = 16 / 32 elements); y bf16 as well for the normalising passes.
 bool norm_eo_stats(const NormKernelDesc& kd, Isa isa) {
-    return isa >= Isa::avx2 && kd.x_dtype == DType::bf16 && !kd.fused_residual;
+    return isa >= Isa::avx2 && kd.x_dtype == DType::bf16 && (!kd.fused_residual || kd.residual_dtype == DType::bf16);
 }
 bool norm_eo_apply(const NormKernelDesc& kd, Isa isa) { return norm_eo_stats(kd, isa) && kd.y_dtype == DType::bf16; }
 
@@ -160,9 +160,13 @@ class JitNorm : public JitGenerator {
 public:
     // wt: the dtype of the weight / bias pointers the call passes (f32 copies of bf16 weights are
     // passed whenever the call covers two rows or more, so fused passes always get f32).
-    // eo (bf16 x, no fused residual): full blocks of 2 * vlen bf16 (16 AVX2, 32 AVX-512: a pair
-    // of vectors, k even and k + 1) are read split into even / odd elements (JitIo::load2_eo: the
-    // statistics do not depend on the order) and, when y is bf16 too, normalised and written back
+    // eo (bf16 x, and a bf16 residual if fused): full blocks of 2 * vlen bf16 (16 AVX2, 32
+    // AVX-512: a pair of vectors, k even and k + 1) are read split into even / odd elements
+    // (JitIo::load2_eo: the statistics do not depend on the order; a fused residual's sum is
+    // rounded in that split and stored back in element order, JitIo::round2_eo_keep; Zen 3, RMSNorm
+    // / LayerNorm scale_shift 4096x4096 bf16 in place, % of copy, 1 / 2 threads: 59 / 49 and 58
+    // / 49 per vector with a read-back of the rounded sum, 87 / 79 and 95 / 95 split, 100-107 /
+    // 93-95 and 103-108 / 96-104 with r prefetched too) and, when y is bf16 too, normalised and written back
     // in that split (JitIo::store2_eo_away): f32 weights must then be passed permuted the same way
     // (norm_eo_permute with block 2 * vlen), bf16 weights are split as loaded. Pairs start at
     // multiples of 2 * vlen elements (every unroll is even), so the blocks are those of the permute.
@@ -270,7 +274,23 @@ public:
         const bool eo_apply = eo && norm_eo_apply(kd, isa) && do_apply;
         // Both vectors of a pair (k even, k + 1) through the even / odd split.
         auto stats_pair = [&](int k, int64_t off) {
-            io.load2_eo(h, t, (do_var ? hp : x) + idx * xs + off * xs);
+            if (do_var) {
+                io.load2_eo(h, t, hp + idx * hs + off * hs);
+            } else {
+                io.load2_eo(h, t, x + idx * xs + off * xs);
+                if (fused) {
+                    // h = x + r, rounded to bf16 in registers and stored to residual_out as one
+                    // pair (the norm is defined on the rounded h, which the sums then take
+                    // without reading it back). x and r are bf16, so a NaN sum has zero low
+                    // words (round2_eo_keep's precondition). Temporaries: V(sb) and d, free
+                    // in every statistics pass until the sums.
+                    const Xmm re = V(sb), rod = d;
+                    io.load2_eo(re, rod, r + idx * rs + off * rs);
+                    vaddps(h, h, re);
+                    vaddps(t, t, rod);
+                    io.round2_eo_keep(ro + idx * rs + off * rs, h, t, re);
+                }
+            }
             for (int j = 0; j < 2; ++j) {
                 const Xmm v = j ? t : h;
                 if (ln) {
@@ -479,8 +499,15 @@ public:
             // whose conversions leave fewer lines in flight per instruction window than a copy.
             // Rechecked against a copy run between the calls (3 rounds): none 53-68%, 1 KiB
             // 60-82%, 2 KiB 62-89%. Past the row's end it touches the next row.
-            if (do_stats && xt == DType::bf16 && !fused)
+            // With a fused bf16 residual (the even / odd path), r is prefetched the same way:
+            // Zen 3, RMSNorm / LayerNorm scale_shift 4096x4096 in place (vLLM's pattern), % of
+            // copy, 1 / 2 threads, 2-3 rounds: none 87-94 / 76-82 and 95-101 / 93-95; x alone 2 KiB
+            // 94 / 82 and 102 / 95; x and r 1 KiB 107 / 86 and 101 / 91; 2 KiB 100-107 / 93-95 and
+            // 103-108 / 96-104; 4 KiB 105 / 89 and 101 / 92.
+            if (do_stats && xt == DType::bf16 && (!fused || eo_stats))
                 for (int o = 0; o < unroll * vl * xs; o += 64) prefetcht0(ptr[x + idx * xs + kPrefetchBytes + o]);
+            if (do_stats && fused && eo_stats)
+                for (int o = 0; o < unroll * vl * rs; o += 64) prefetcht0(ptr[r + idx * rs + kPrefetchBytes + o]);
             // f32 LayerNorm (the fused pass): software prefetch of x 1 KiB ahead. The apply half
             // reads h (and w, b) from L1 / L2 beside the DRAM stream of x, and the hardware
             // prefetcher keeps fewer lines of x in flight. Measured on Zen 3 (DRAM rows, one
@@ -730,6 +757,14 @@ public:
                     var = m2 / nn;
                 } else {  // c was far from the mean: the corrected two-pass moments, from the cache
                     ra.h = h_row(row);
+                    if (!std::isfinite(ra.mean)) {
+                        // The shift was not finite (c: the mean of a previous row holding an inf
+                        // or a NaN): a first variance pass around 0 for the mean, so that one bad
+                        // row does not turn every later row of the call into NaN.
+                        ra.mean = 0.0f;
+                        var_.fn(&ra);
+                        ra.mean = static_cast<float>(lanes(part[0]) / nn);
+                    }
                     var_.fn(&ra);
                     const double e1 = lanes(part[0]) / nn;
                     ra.mean = static_cast<float>(static_cast<double>(ra.mean) + e1);
