@@ -6,8 +6,10 @@
 //   rms_norm/<f32|bf16>/xk/16384x8192/nt:<N>
 //   layer_norm/<f32|bf16>/<xk|onednn>/4096x4096/<scale_shift|plain>/nt:<N>
 //   layer_norm/<f32|bf16>/<xk|onednn>/16384x8192/<scale_shift|plain>/nt:<N>
-//   rms_norm/<f32|bf16>/xk/4096x4096/residual/nt:<N>   the pre-norm block, in place like vLLM's
-//   layer_norm/<f32|bf16>/xk/4096x4096/scale_shift/residual/nt:<N>   fused_add_rms_norm: r += x; x = norm(r)
+//   rms_norm/<f32|bf16>/xk/4096x4096/residual[/apart]/nt:<N>   the pre-norm block: h = x + r, y = norm(h),
+//   layer_norm/<f32|bf16>/xk/4096x4096/scale_shift/residual[/apart]/nt:<N>   in place like vLLM's
+//                                                       fused_add_rms_norm (r = h, x = y), or apart
+//                                                       (residual_out and y of their own)
 //   rope/<f32|bf16>/xk/<neox|gptj>/2048x32x128/nt:<N>   q and k [2048 tokens, 32 heads, 128], in place
 //   swiglu/<f32|bf16>/xk/4096x11008/nt:<N>              y [4096 x 11008] = silu(gate) * up
 //   geglu/f32/xk/4096x11008/nt:<N>                      gelu_erf
@@ -52,12 +54,14 @@ struct NormCase {
     int64_t rows, hidden;
     bool affine;  // layer_norm: weight + bias (scale_shift) or none (plain); rms_norm: weight
     bool dram;    // rotated DRAM-resident sets, else one cache-resident set (decode)
-    bool residual = false;  // the pre-norm block: h = x + r, r = h, y = norm(h), x and r in place
+    // The pre-norm block, h = x + r, y = norm(h): none, in place (residual_out = r, y = x, like vLLM's
+    // fused_add_rms_norm) or apart (residual_out and y arrays of their own, as eager code makes them).
+    enum class Residual { none, in_place, apart } residual = Residual::none;
 };
 
 size_t norm_bytes(const NormCase& c) {
     const size_t es = esize(c.dt);
-    size_t b = (c.residual ? 4 : 2) * static_cast<size_t>(c.rows * c.hidden) * es;
+    size_t b = (c.residual != NormCase::Residual::none ? 4 : 2) * static_cast<size_t>(c.rows * c.hidden) * es;
     if (c.affine) b += (c.kind == xk::NormKind::layer_norm ? 2 : 1) * c.hidden * es;
     return b;
 }
@@ -65,10 +69,13 @@ size_t norm_bytes(const NormCase& c) {
 xb::RotatingBuffers& norm_buffers(const NormCase& c) {
     const size_t es = esize(c.dt), n = static_cast<size_t>(c.rows * c.hidden);
     const std::string key = std::string("norm/") + dname(c.dt) + "/" + shape2(c.rows, c.hidden) + (c.dram ? "/dram" : "") +
-                            (c.residual ? "/residual" : "");
+                            (c.residual != NormCase::Residual::none ? "/residual" : "");
     const size_t h = static_cast<size_t>(c.hidden);
     std::vector<size_t> arrays = {n * es, n * es, h * es, h * es, h * 4, h * 4};
-    if (c.residual) arrays.push_back(n * es);  // 6: the residual stream (in and out)
+    if (c.residual != NormCase::Residual::none) {
+        arrays.push_back(n * es);  // 6: the residual stream (in, and out in place)
+        arrays.push_back(n * es);  // 7: residual_out apart
+    }
     return xb::cached_rotating_buffers(key, arrays,
                                        c.dram ? xb::rotate_bytes() : 0, [c](xb::RotatingBuffers& b) {
                                            if (c.dt == DType::bf16) {
@@ -83,7 +90,7 @@ xb::RotatingBuffers& norm_buffers(const NormCase& c) {
                                            b.fill_uniform<float>(1, 0, 0, 2);  // y: touched once
                                            b.fill_uniform<float>(4, 0.5, 1.5, 5);
                                            b.fill_uniform<float>(5, -0.5, 0.5, 6);
-                                           if (c.residual) {
+                                           if (c.residual != NormCase::Residual::none) {
                                                if (c.dt == DType::bf16) b.fill_uniform<xk::bf16>(6, -2, 2, 7);
                                                else b.fill_uniform<float>(6, -2, 2, 7);
                                            }
@@ -101,7 +108,7 @@ void BM_norm_xk(benchmark::State& state, NormCase c, int nt) {
     d.has_weight = c.affine;
     d.has_bias = c.affine && c.kind == xk::NormKind::layer_norm;
     d.eps = 1e-5f;
-    if (c.residual) {
+    if (c.residual != NormCase::Residual::none) {
         d.fused_residual = true;
         d.residual_dtype = c.dt;
     }
@@ -111,8 +118,9 @@ void BM_norm_xk(benchmark::State& state, NormCase c, int nt) {
         const size_t s = bufs.next();
         xk::NormArgs a;
         a.x = bufs.get<char>(s, 0);
-        a.y = bufs.get<char>(s, c.residual ? 0 : 1);  // residual: in place, like vLLM's fused_add_rms_norm
-        if (c.residual) a.residual = a.residual_out = bufs.get<char>(s, 6);
+        a.y = bufs.get<char>(s, c.residual == NormCase::Residual::in_place ? 0 : 1);
+        if (c.residual != NormCase::Residual::none) a.residual = a.residual_out = bufs.get<char>(s, 6);
+        if (c.residual == NormCase::Residual::apart) a.residual_out = bufs.get<char>(s, 7);
         if (d.has_weight) a.weight = bufs.get<char>(s, 2);
         if (d.has_bias) a.bias = bufs.get<char>(s, 3);
         copy.begin();
@@ -329,18 +337,20 @@ const bool registered = [] {
                         [ln, nt](benchmark::State& s) { BM_layer_norm_onednn(s, ln, nt); });
                 }
             }
-    // The pre-norm block on DRAM: the fused residual add, x and the residual stream updated in place.
+    // The pre-norm block on DRAM: the fused residual add, in place and apart.
     for (DType dt : {DType::f32, DType::bf16})
-        for (int nt : nts) {
-            NormCase rms{xk::NormKind::rms_norm, dt, 4096, 4096, true, true};
-            rms.residual = true;
-            reg(xb::join_name({"rms_norm", dname(dt), "xk", "4096x4096", "residual", nt_s(nt)}),
-                [rms, nt](benchmark::State& s) { BM_norm_xk(s, rms, nt); });
-            NormCase ln{xk::NormKind::layer_norm, dt, 4096, 4096, true, true};
-            ln.residual = true;
-            reg(xb::join_name({"layer_norm", dname(dt), "xk", "4096x4096", "scale_shift", "residual", nt_s(nt)}),
-                [ln, nt](benchmark::State& s) { BM_norm_xk(s, ln, nt); });
-        }
+        for (auto res : {NormCase::Residual::in_place, NormCase::Residual::apart})
+            for (int nt : nts) {
+                const std::string where = res == NormCase::Residual::apart ? "apart" : "";
+                NormCase rms{xk::NormKind::rms_norm, dt, 4096, 4096, true, true};
+                rms.residual = res;
+                reg(xb::join_name({"rms_norm", dname(dt), "xk", "4096x4096", "residual", where, nt_s(nt)}),
+                    [rms, nt](benchmark::State& s) { BM_norm_xk(s, rms, nt); });
+                NormCase ln{xk::NormKind::layer_norm, dt, 4096, 4096, true, true};
+                ln.residual = res;
+                reg(xb::join_name({"layer_norm", dname(dt), "xk", "4096x4096", "scale_shift", "residual", where, nt_s(nt)}),
+                    [ln, nt](benchmark::State& s) { BM_norm_xk(s, ln, nt); });
+            }
     // RoPE on DRAM.
     for (DType dt : {DType::f32, DType::bf16})
         for (xk::RopeStyle st : {xk::RopeStyle::neox, xk::RopeStyle::gptj})

@@ -117,7 +117,8 @@ def cases(torch, F, threads):
                     out.append((f"layer_norm/{dname}/torch/{shape}/{tail}/nt:{nt}", nt,
                                 2 * n * es[dname] + (2 * hidden * es[dname] if affine else 0),
                                 sets_for(2 * n * es[dname], dram), mk_ln, lambda x, w, b: ops["layer_norm"](x, w, b)))
-    # The pre-norm block (HF Llama's decoder layer): h = x + residual; residual = h; y = norm(h).
+    # The pre-norm block (HF Llama's decoder layer): h = x + residual; residual = h; y = norm(h),
+    # new tensors for h and y (bench_llm's `apart` rows).
     rows, hidden = 4096, 4096
     n = rows * hidden
     for dname, dt in dts.items():
@@ -127,9 +128,9 @@ def cases(torch, F, threads):
                 b = torch.rand(hidden, dtype=dt) - 0.5
                 return [(torch.rand(rows, hidden, dtype=dt) * 4 - 2, torch.rand(rows, hidden, dtype=dt) * 4 - 2, w, b)
                         for _ in range(nsets)]
-            out.append((f"rms_norm/{dname}/torch/{rows}x{hidden}/residual/nt:{nt}", nt, 4 * n * es[dname] + hidden * es[dname],
+            out.append((f"rms_norm/{dname}/torch/{rows}x{hidden}/residual/apart/nt:{nt}", nt, 4 * n * es[dname] + hidden * es[dname],
                         sets_for(2 * n * es[dname], True), mk_res, lambda x, r, w, b: ops["rms_norm"](x + r, w)))
-            out.append((f"layer_norm/{dname}/torch/{rows}x{hidden}/scale_shift/residual/nt:{nt}", nt,
+            out.append((f"layer_norm/{dname}/torch/{rows}x{hidden}/scale_shift/residual/apart/nt:{nt}", nt,
                         4 * n * es[dname] + 2 * hidden * es[dname],
                         sets_for(2 * n * es[dname], True), mk_res, lambda x, r, w, b: ops["layer_norm"](x + r, w, b)))
     # RoPE: q, k [2048, 32, 128], cache of 4096 positions.

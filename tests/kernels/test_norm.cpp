@@ -433,6 +433,54 @@ TEST(Norm, StreamingStores) {
     detail::set_nt_store_threshold(-1);
 }
 
+TEST(Norm, ResidualOutApartStreamed) {
+    // A fused residual whose residual_out is an array of its own, rows aligned, streaming on
+    // (threshold 0): the fused pass writes residual_out with non-temporal stores and h to two
+    // scratch rows in turn, which the apply (and a LayerNorm row's variance pass) reads. Every 7th
+    // row shifted by +500 (the variance pass inside such calls), calls of 2 / 7 / 40 rows, f32 and
+    // bf16 (the even / odd path, with y and weights in either dtype), 1 and 2 threads.
+    detail::set_nt_store_threshold(0);
+    const DTypes combos[] = {{DType::f32, DType::f32, DType::f32, DType::f32},
+                             {DType::bf16, DType::bf16, DType::bf16, DType::bf16},
+                             {DType::bf16, DType::f32, DType::bf16, DType::bf16},
+                             {DType::bf16, DType::bf16, DType::bf16, DType::f32}};
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            for (NormKind kind : {NormKind::rms_norm, NormKind::layer_norm})
+                for (const DTypes& dt : combos)
+                    for (int64_t hidden : {64, 100, 300, 1024})
+                        for (int64_t rows : {2, 7, 40}) {
+                            NormDesc d = desc_of(kind, dt, rows, hidden);
+                            d.fused_residual = true;
+                            const int64_t ld = (hidden + 31) / 32 * 32;  // rows on 64 bytes
+                            d.ld_y = d.ld_residual_out = ld;
+                            Tensors t = make_tensors(d, 1, 61 + hidden + rows);
+                            t.y = TypedMatrix(d.y_dtype, rows, hidden, ld, 0);
+                            t.ro = TypedMatrix(d.residual_dtype, rows, hidden, ld, 0);
+                            for (int64_t r = 0; r < rows; r += 7)
+                                for (int64_t i = 0; i < hidden; ++i) t.x.set(r, i, t.x.get(r, i) + 500.0);
+                            norm(d, args_of(d, t));
+                            const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
+                            const std::string what = std::string(isa_name(isa)) + " " + describe(d) + " threads " + std::to_string(threads);
+                            for (int64_t r = 0; r < rows; ++r) {
+                                const double cancel = 1.5 * cancellation_tol(hidden, d.eps, [&](int64_t i) { return e.h[r * hidden + i]; });
+                                for (int64_t i = 0; i < hidden; ++i) {
+                                    ASSERT_EQ(t.ro.get(r, i), e.h[r * hidden + i]) << what << " residual_out[" << r << "][" << i << "]";
+                                    const double want = e.y[r * hidden + i];
+                                    ASSERT_NEAR(t.y.get(r, i), want, atol_of(d.y_dtype) + rtol_of(d.y_dtype) * std::fabs(want) + cancel)
+                                        << what << " y[" << r << "][" << i << "]";
+                                }
+                            }
+                            ASSERT_TRUE(t.ro.padding_intact()) << what;
+                            ASSERT_TRUE(t.y.padding_intact()) << what;
+                        }
+        });
+    }
+    set_num_threads(0);
+    detail::set_nt_store_threshold(-1);
+}
+
 TEST(Norm, NaNWeightsStayNaNInBf16Output) {
     // f32 weights / bias holding NaNs with every low payload bit set (a bf16 rounding by
     // + 0x8000 on the bits would carry them into the sign): y is NaN in those columns, whatever

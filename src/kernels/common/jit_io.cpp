@@ -268,7 +268,7 @@ void JitIo::load2_eo(const Xmm& even, const Xmm& odd, const RegExp& addr) const 
 // the register stored (AVX2: s_.v0, by VPBLENDW; AVX-512, which has no VPBLENDW on zmm: even itself,
 // by VPTERNLOGD with the 0xffff0000 table entry as the selector, (C ? B : A) = 0xd8). Then the
 // store of that register (vbytes).
-void JitIo::merge_store_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
+void JitIo::merge_store_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt, const RegExp* copy_to) const {
     auto& g = g_;
     Xmm out = s_.v0;
     if (zmm_) {
@@ -280,6 +280,10 @@ void JitIo::merge_store_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, 
     if (nt) g.vmovntdq(g.ptr[addr], out);
     else if (zmm_) g.vmovdqu32(g.ptr[addr], out);
     else g.vmovdqu(g.ptr[addr], out);
+    if (copy_to) {
+        if (zmm_) g.vmovdqu32(g.ptr[*copy_to], out);
+        else g.vmovdqu(g.ptr[*copy_to], out);
+    }
 }
 
 void JitIo::store2_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
@@ -304,7 +308,8 @@ void JitIo::store2_eo_away(const RegExp& addr, const Xmm& even, const Xmm& odd, 
     merge_store_eo(addr, even, odd, nt);
 }
 
-void JitIo::round2_eo_keep(const RegExp& addr, const Xmm& even, const Xmm& odd, const Xmm& tmp, bool nt) const {
+void JitIo::round2_eo_keep(const RegExp& addr, const Xmm& even, const Xmm& odd, const Xmm& tmp, bool nt,
+                           const RegExp* copy_to) const {
     auto& g = g_;
     for (const Xmm* v : {&even, &odd}) {
         g.vpsrld(tmp, *v, 16);
@@ -316,7 +321,7 @@ void JitIo::round2_eo_keep(const RegExp& addr, const Xmm& even, const Xmm& odd, 
         else g.vpand(*v, *v, c(kHiWords));
     }
     g.vpsrld(tmp, even, 16);
-    merge_store_eo(addr, tmp, odd, nt);
+    merge_store_eo(addr, tmp, odd, nt, copy_to);
 }
 
 void JitIo::quiet_nan_hi_words(const Xmm& v) const {

@@ -83,8 +83,9 @@ public:
     // as store2_eo would (VPSRLD, then merge_store_eo). 11 instructions a pair and the store, no
     // NaN test: precondition as store2_eo_away (NaN lanes have zero low 16 bits; then the + 0x7fff
     // or 0x8000 on the bits cannot carry out of the low word). Clobbers tmp (and s.v0 on AVX2).
+    // copy_to: the same pair stored there too (a regular store; the first one as nt says).
     void round2_eo_keep(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd,
-                        const Xbyak::Xmm& tmp, bool nt = false) const;
+                        const Xbyak::Xmm& tmp, bool nt = false, const Xbyak::RegExp* copy_to = nullptr) const;
     // Makes f32 data meet store2_eo_away's precondition: in every NaN lane of v, sets the quiet
     // bit and clears the low 16 bits (the NaN a bf16 conversion keeps); other lanes unchanged.
     // For operands from f32 memory that feed such stores. Clobbers s.v0, s.v1 (AVX2) / s.k.
@@ -113,7 +114,8 @@ private:
     void round_pair(const Xbyak::Xmm& a, const Xbyak::Xmm& b, bool b_high) const;
     void round_dwords(const Xbyak::Xmm& v) const;   // v = the bf16 of v in the low half of each dword (emulation)
     // The word merge and full-width store of store2_eo / store2_eo_away. Clobbers even (AVX-512).
-    void merge_store_eo(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt) const;
+    void merge_store_eo(const Xbyak::RegExp& addr, const Xbyak::Xmm& even, const Xbyak::Xmm& odd, bool nt,
+                        const Xbyak::RegExp* copy_to = nullptr) const;
     void load_bytes(const Xbyak::Xmm& x, const Xbyak::RegExp& addr, int nbytes) const;
     void store_bytes(const Xbyak::RegExp& addr, const Xbyak::Xmm& x, int nbytes) const;
 

@@ -31,7 +31,9 @@
 // through a 32 KiB L1, and w and b alone are half of that. LayerNorm scale_shift 4096x4096, % of
 // copy, one thread: Zen 3 83 -> 89, Xeon (AVX-512) 70 -> 79.
 // When the call's output exceeds nt_store_threshold() (it cannot stay in the cache anyway) and
-// y's rows are aligned, y is written with non-temporal stores (no read-for-ownership).
+// y's rows are aligned, y is written with non-temporal stores (no read-for-ownership); so is a
+// fused residual's residual_out of its own (not in place) with aligned rows, the fused pass
+// keeping h for its apply in two scratch rows in the cache (the scratch mode, see JitNorm).
 #include <immintrin.h>
 
 #include <cmath>
@@ -76,6 +78,11 @@ struct RowArgs {
     const void* x2 = nullptr;                         // 152  Pass::fused2: the second row sequence
     const void* h2 = nullptr;                         // 160
     void* y2 = nullptr;                               // 168
+    // The scratch mode of the fused pass (residual_out streamed, see JitNorm): where the next
+    // summed row's h goes; out: where the h of the row left to apply is. sc_xor: the two
+    // scratch rows' addresses XORed (each summed row takes the other one).
+    void* sc = nullptr;                               // 176
+    uint64_t sc_xor = 0;                              // 184
 };
 static_assert(offsetof(RowArgs, mean) == 64 && offsetof(RowArgs, rstd) == 68, "RowArgs layout");
 static_assert(offsetof(RowArgs, mean2) == 144 && offsetof(RowArgs, rstd2) == 148, "RowArgs layout");
@@ -170,13 +177,23 @@ public:
     // in that split (JitIo::store2_eo_away): f32 weights must then be passed permuted the same way
     // (norm_eo_permute with block 2 * vlen), bf16 weights are split as loaded. Pairs start at
     // multiples of 2 * vlen elements (every unroll is even), so the blocks are those of the permute.
-    JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt, bool eo = false) : JitGenerator(isa) {
+    // scm (scratch mode; Pass::fused with a fused residual, x and residual both f32 or both bf16
+    // on the even / odd path): residual_out is written with non-temporal stores when nt (whole
+    // vectors / pairs; rows aligned as y's), and h also to a scratch row in the cache
+    // (RowArgs::sc, two rows used in turn), which the apply reads instead of residual_out. For a
+    // residual_out apart from residual: regular stores to it read every line for ownership first
+    // (a fifth stream), which capped those rows near 80% of copy. Zen 3, 4096x4096 apart, % of
+    // copy, 1 / 2 threads, 3 rounds: RMSNorm f32 80 -> 92 / 81 -> 93, LayerNorm f32 scale_shift
+    // 75 -> 82 / 78 -> 92, RMSNorm bf16 80 -> 95 / 83 -> 105, LayerNorm bf16 76 -> 85 / 80 -> 94.
+    JitNorm(const NormKernelDesc& kd, Isa isa, Pass pass, bool nt, DType wt, bool eo = false, bool scm = false)
+        : JitGenerator(isa) {
         using namespace Xbyak;
         const Reg64 p = abi_param1, r = rdx, ro = rcx, idx = r8, cnt = r9, tbl = r10, w = rbp, b = r12;
         // x, hp, y (and mean, rstd, the accumulators below): those of the row being run; Pass::fused2
         // switches them between its two rows (half()).
         Reg64 x = rsi, hp = r11, y = rbx;
         const bool two = pass == Pass::fused2;
+        const Reg64 scr = r14;  // scm: the scratch row being written
         const bool fz = pass == Pass::fused || two;  // a fused pass (one or two rows a trip)
         if (two && (kd.fused_residual || kd.x_dtype != DType::f32 || wt != DType::f32))
             throw Error(Status::runtime_error, "JitNorm: fused2 takes f32 x and weights, no residual");
@@ -191,6 +208,9 @@ public:
         const bool do_var = pass == Pass::var;
         const DType xt = kd.x_dtype, rt = kd.residual_dtype, ht = fused ? rt : xt, yt = kd.y_dtype;
         const int xs = dtype_size(xt), rs = dtype_size(rt), hs = dtype_size(ht), ys = dtype_size(yt), ws = dtype_size(wt);
+        if (scm && !(pass == Pass::fused && fused &&
+                     ((xt == DType::f32 && rt == DType::f32) || (xt == DType::bf16 && rt == DType::bf16 && eo && norm_eo_stats(kd, isa)))))
+            throw Error(Status::runtime_error, "JitNorm: scratch mode needs the fused pass, a fused residual, x and residual f32 or bf16 (even / odd)");
 
         // Registers. Statistics / variance: accumulator chains (one sum: S1 or S2), temporaries.
         // Apply: the results of one unrolled block, weight / bias temporaries, mean and rstd.
@@ -243,6 +263,7 @@ public:
         const Reg64 rows_left = r13;  // the fused pass: rows (fused2: trips) still to run
         std::vector<Reg64> saved = {rbx, rbp, r12};
         if (fz) saved.push_back(r13);
+        if (scm) saved.push_back(r14);
         if (two) {
             saved.push_back(r14);
             saved.push_back(r15);
@@ -255,6 +276,7 @@ public:
                 mov(r, ptr[p + offsetof(RowArgs, r)]);
                 mov(ro, ptr[p + offsetof(RowArgs, ro)]);
             }
+            if (scm) mov(scr, ptr[p + offsetof(RowArgs, sc)]);
         }
         if (do_var || (ln && do_stats)) vbroadcastss(mean, ptr[p + offsetof(RowArgs, mean)]);  // var: mean; stats: c
         if (do_var) mov(hp, ptr[p + offsetof(RowArgs, h)]);
@@ -303,7 +325,8 @@ public:
                     io.load2_eo(re, rod, r + idx * rs + off * rs);
                     vaddps(h, h, re);
                     vaddps(t, t, rod);
-                    io.round2_eo_keep(ro + idx * rs + off * rs, h, t, re);
+                    const RegExp sc_at = scr + idx * rs + off * rs;
+                    io.round2_eo_keep(ro + idx * rs + off * rs, h, t, re, scm && nt, scm ? &sc_at : nullptr);
                 }
             }
             for (int j = 0; j < 2; ++j) {
@@ -384,8 +407,18 @@ public:
             if (fused) {
                 io.load(t, r + idx * rs + off * rs, rt, count);
                 vaddps(h, h, t);
-                io.store(ro + idx * rs + off * rs, h, rt, count);
-                if (rt == DType::bf16) io.load(h, ro + idx * rs + off * rs, rt, count);  // the rounded sum
+                if (scm && rt == DType::f32) {
+                    io.store(ro + idx * rs + off * rs, h, rt, count, nt && count == vl);
+                    io.store(scr + idx * rs + off * rs, h, rt, count);
+                } else if (scm) {  // bf16: the even / odd path's rest (a vector and a tail)
+                    io.store(scr + idx * rs + off * rs, h, rt, count);
+                    io.load(h, scr + idx * rs + off * rs, rt, count);  // the rounded sum
+                    vmovaps(t, h);
+                    io.store(ro + idx * rs + off * rs, t, rt, count);
+                } else {
+                    io.store(ro + idx * rs + off * rs, h, rt, count);
+                    if (rt == DType::bf16) io.load(h, ro + idx * rs + off * rs, rt, count);  // the rounded sum
+                }
             }
             if (ln) {
                 vsubps(d, h, mean);  // d = h - c
@@ -632,6 +665,7 @@ public:
                         vmovss(ptr[p + offsetof(RowArgs, mean)], Xmm(mean.getIdx()));
                     }
                     mov(qword[p + offsetof(RowArgs, need_finish)], 1);
+                    if (scm) mov(ptr[p + offsetof(RowArgs, sc)], scr);  // the summed row's h
                     mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
                     sub(cnt, rows_left);
                     inc(cnt);
@@ -664,7 +698,12 @@ public:
                 add(y, ptr[p + offsetof(RowArgs, ld_y)]);
                 add(y2, ptr[p + offsetof(RowArgs, ld_y)]);
             } else {
-                mov(hp, fused ? ro : x);
+                if (scm) {  // the scratch row just written; the next row takes the other
+                    mov(hp, scr);
+                    xor_(scr, ptr[p + offsetof(RowArgs, sc_xor)]);
+                } else {
+                    mov(hp, fused ? ro : x);
+                }
                 add(x, ptr[p + offsetof(RowArgs, ld_x)]);
                 if (fused) {
                     add(r, ptr[p + offsetof(RowArgs, ld_r)]);
@@ -681,6 +720,7 @@ public:
                 vmovss(ptr[p + offsetof(RowArgs, rstd2)], Xmm(rstd_b.getIdx()));
             }
             mov(qword[p + offsetof(RowArgs, need_finish)], 0);
+            if (scm) mov(ptr[p + offsetof(RowArgs, sc)], hp);  // the last summed row's h
             mov(cnt, ptr[p + offsetof(RowArgs, rows)]);
             mov(ptr[p + offsetof(RowArgs, done)], cnt);
             L(leave);
@@ -716,6 +756,10 @@ public:
             apply_f32w_[0] = std::make_unique<JitNorm>(kd, isa, Pass::apply, false, DType::f32, true);
             apply_f32w_[1] = std::make_unique<JitNorm>(kd, isa, Pass::apply, true, DType::f32, true);
         }
+        const bool sc_dtypes = (kd.x_dtype == DType::f32 && kd.residual_dtype == DType::f32) ||
+                               (kd.x_dtype == DType::bf16 && kd.residual_dtype == DType::bf16 && norm_eo_stats(kd, isa));
+        if (kd.fused_residual && sc_dtypes)
+            fused_sc_ = std::make_unique<JitNorm>(kd, isa, Pass::fused, true, bf16w_eo_ ? DType::bf16 : DType::f32, true, true);
         if (!kd.fused_residual && kd.x_dtype == DType::f32) {
             fused2_[0] = std::make_unique<JitNorm>(kd, isa, Pass::fused2, false, DType::f32, true);
             fused2_[1] = std::make_unique<JitNorm>(kd, isa, Pass::fused2, true, DType::f32, true);
@@ -774,7 +818,8 @@ public:
         auto lanes = [&](const float* v) { return lanes_sum(v, vlen_); };
         // mean and rstd of `row` into ra, from the stats pass just run on it (plus, for
         // layer_norm, the variance pass around the mean), in double.
-        auto finish = [&](int64_t row) {
+        // hp: where the row's h is when not at h_row(row) (a scratch row of the fused pass).
+        auto finish = [&](int64_t row, const void* hp = nullptr) {
             double var;
             if (d.kind == NormKind::layer_norm) {
                 const double nn = static_cast<double>(n), s1 = lanes(part[0]), s2 = lanes(part[1]);
@@ -784,7 +829,7 @@ public:
                 if (m2 > 0.5 * s2) {
                     var = m2 / nn;
                 } else {  // c was far from the mean: the corrected two-pass moments, from the cache
-                    ra.h = h_row(row);
+                    ra.h = hp ? hp : h_row(row);
                     if (!std::isfinite(ra.mean)) {
                         // The shift was not finite (c: the mean of a previous row holding an inf
                         // or a NaN): a first variance pass around 0 for the mean, so that one bad
@@ -888,16 +933,37 @@ public:
                 ra.mean = ra.mean2;
                 ra.rstd = ra.rstd2;
             }
+            // A residual_out of its own, streamed like y: the scratch mode (see JitNorm), its
+            // two scratch rows per thread; h_sc: where the h of `row` is then (after a pass).
+            const int rsz = dtype_size(d.residual_dtype);
+            const bool sc_mode = fused_sc_ && nt && a.residual_out != a.residual &&
+                                 reinterpret_cast<uintptr_t>(a.residual_out) % align == 0 && (d.ld_residual_out * rsz) % align == 0;
+            const void* h_sc = nullptr;
+            unsigned char* sc_buf[2] = {nullptr, nullptr};
+            if (sc_mode) {
+                thread_local std::vector<unsigned char> scb;
+                const size_t row_bytes = (static_cast<size_t>(n * rsz) + 63) / 64 * 64;
+                scb.resize(2 * row_bytes + 64);
+                sc_buf[0] = scb.data() + (64 - reinterpret_cast<uintptr_t>(scb.data()) % 64) % 64;
+                sc_buf[1] = sc_buf[0] + row_bytes;
+                ra.sc_xor = reinterpret_cast<uintptr_t>(sc_buf[0]) ^ reinterpret_cast<uintptr_t>(sc_buf[1]);
+            }
             while (row + 1 < row_end) {
-                ra.h = h_row(row);
+                ra.h = h_sc ? h_sc : h_row(row);
                 ra.y = y_row(row);
                 set_stats_row(row + 1);
                 ra.rows = row_end - 1 - row;
-                fused_[nt ? 1 : 0].fn(&ra);
+                if (sc_mode) {
+                    ra.sc = ra.h == sc_buf[0] ? sc_buf[1] : sc_buf[0];
+                    fused_sc_->fn(&ra);
+                    h_sc = ra.sc;
+                } else {
+                    fused_[nt ? 1 : 0].fn(&ra);
+                }
                 row += ra.done;
-                if (ra.need_finish) finish(row);
+                if (ra.need_finish) finish(row, h_sc);
             }
-            ra.h = h_row(row);  // the last row
+            ra.h = h_sc ? h_sc : h_row(row);  // the last row
             ra.y = y_row(row);
             apply_last.fn(&ra);  // with the widened weights where they were copied
         }
@@ -911,6 +977,7 @@ private:
     JitNorm stats_, var_;
     JitNorm apply_[2];  // [nt], weights in the descriptor's dtype (calls of one row)
     JitNorm fused_[2];  // [nt], f32 weights, or bf16 ones split as loaded (bf16w_eo_)
+    std::unique_ptr<JitNorm> fused_sc_;  // nt, the scratch mode (a fused residual streamed; see JitNorm)
     std::unique_ptr<JitNorm> fused2_[2];  // [nt], two rows a trip (f32 x and weights, no residual)
     std::unique_ptr<JitNorm> apply_f32w_[2];  // [nt], f32 copies of bf16 weights (last row of a call; not with bf16w_eo_)
 };
