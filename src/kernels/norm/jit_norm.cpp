@@ -167,16 +167,17 @@ class JitNorm : public JitGenerator {
 public:
     // wt: the dtype of the weight / bias pointers the call passes (f32 copies of bf16 weights are
     // passed whenever the call covers two rows or more, so fused passes always get f32).
-    // eo (bf16 x, and a bf16 residual if fused): full blocks of 2 * vlen bf16 (16 AVX2, 32
-    // AVX-512: a pair of vectors, k even and k + 1) are read split into even / odd elements
+    // eo (bf16 x, and a bf16 residual if fused): full blocks of 2 * vlen bf16 (16 AVX2, 32 AVX-512:
+    // a pair of vectors, k even and k + 1) are read split into even / odd elements
     // (JitIo::load2_eo: the statistics do not depend on the order; a fused residual's sum is
     // rounded in that split and stored back in element order, JitIo::round2_eo_keep; Zen 3, RMSNorm
-    // / LayerNorm scale_shift 4096x4096 bf16 in place, % of copy, 1 / 2 threads: 59 / 49 and 58
-    // / 49 per vector with a read-back of the rounded sum, 87 / 79 and 95 / 95 split, 100-107 /
-    // 93-95 and 103-108 / 96-104 with r prefetched too) and, when y is bf16 too, normalised and written back
-    // in that split (JitIo::store2_eo_away): f32 weights must then be passed permuted the same way
-    // (norm_eo_permute with block 2 * vlen), bf16 weights are split as loaded. Pairs start at
-    // multiples of 2 * vlen elements (every unroll is even), so the blocks are those of the permute.
+    // / LayerNorm scale_shift 4096x4096 bf16 in place, % of copy, 1 / 2 threads: 59 / 49 and 58 /
+    // 49 per vector with a read-back of the rounded sum, 87 / 79 and 95 / 95 split, 100-107 / 93-95
+    // and 103-108 / 96-104 with r prefetched too) and, when y is bf16 too, normalised and written
+    // back in that split (JitIo::store2_eo_away): f32 weights must then be passed permuted the same
+    // way (norm_eo_permute with block 2 * vlen), bf16 weights are split as loaded. Pairs start at
+    // multiples of 2 * vlen elements (every unroll is even), so the blocks are those of the
+    // permute.
     // scm (scratch mode; Pass::fused with a fused residual, x and residual both f32 or both bf16
     // on the even / odd path): residual_out is written with non-temporal stores when nt (whole
     // vectors / pairs; rows aligned as y's), and h also to a scratch row in the cache
@@ -236,15 +237,15 @@ public:
         const Xmm mean_a = V(12), rstd_a = V(13), mean_b = V(6), rstd_b = V(7);  // fused2's two rows
         if (fz && ab + 4 > 12) throw Error(Status::runtime_error, "JitNorm: registers");
         // LayerNorm's fused one-row pass on the even / odd apply, with bf16 weights split as loaded
-        // or none: y = (h rstd + nmr) w + b
-        // with nmr = -mean rstd (two FMAs a vector instead of a subtraction, a multiply and an
-        // FMA), nmr in V(sb) (free in that pass), the bias pair in the statistics' h / t (free
-        // while a pair is applied). The product mean rstd adds one rounding of |mean| rstd, within
-        // the fp32 cancellation of h - mean the tests allow (cancellation_tol). Zen 3, bf16
-        // scale_shift, % of copy, 1 / 2 threads, 4 rounds alternating (a noisy phase): 4096x4096
-        // 65 -> 78 / 82 -> 88, 16384x8192 71 -> 80 / 75 -> 83; decode t:16 16.2 -> 14.1 us.
-        // Without weight and bias (plain) one FMA a vector instead of two (4 rounds, 1 / 2 threads:
-        // 4096x4096 87.7 -> 87.2 / 90.3 -> 98.8, 16384x8192 84.3 -> 91.8 / 94.4 -> 98.4).
+        // or none: y = (h rstd + nmr) w + b with nmr = -mean rstd (two FMAs a vector instead of a
+        // subtraction, a multiply and an FMA), nmr in V(sb) (free in that pass), the bias pair in
+        // the statistics' h / t (free while a pair is applied). The product mean rstd adds one
+        // rounding of |mean| rstd, within the fp32 cancellation of h - mean the tests allow
+        // (cancellation_tol). Zen 3, bf16 scale_shift, % of copy, 1 / 2 threads, 4 rounds
+        // alternating (a noisy phase): 4096x4096 65 -> 78 / 82 -> 88, 16384x8192 71 -> 80 / 75 ->
+        // 83; decode t:16 16.2 -> 14.1 us. Without weight and bias (plain) one FMA a vector instead
+        // of two (4 rounds, 1 / 2 threads: 4096x4096 87.7 -> 87.2 / 90.3 -> 98.8, 16384x8192 84.3
+        // -> 91.8 / 94.4 -> 98.4).
         const bool nmr_apply = pass == Pass::fused && ln && (wt == DType::bf16 || (!kd.has_weight && !kd.has_bias)) && eo &&
                                norm_eo_apply(kd, isa);
         const Xmm nmr = V(sb);
