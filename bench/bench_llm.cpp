@@ -23,9 +23,10 @@
 // (in place, regular stores) is measured against an in-place copy x[i] = x[i] (see CopyYardstick).
 // GBPS: bytes read + written per call: x and y (norm; residual rows: x and r read, r and y
 // written), q and k twice plus the cache rows read (rope), x and y (glu: 2I in, I out), x and y
-// (softmax); weights and biases are counted too (one row). oneDNN's layer norm takes f32 scale / shift (its API in 2.6); xk's uses weights in
-// the activation dtype. oneDNN's bf16 layer norm needs AVX-512 in 2.6: on an AVX2 machine the
-// benchmark reports the primitive creation error instead of a number.
+// (softmax); weights and biases are counted too (one row). oneDNN's layer norm takes f32 scale /
+// shift (its API in 2.6); xk's uses weights in the activation dtype. oneDNN's bf16 layer norm
+// needs AVX-512 in 2.6: on an AVX2 machine the benchmark reports the primitive creation error
+// instead of a number.
 #include <cmath>
 #include <dnnl.hpp>
 
@@ -69,13 +70,13 @@ size_t norm_bytes(const NormCase& c) {
 xb::RotatingBuffers& norm_buffers(const NormCase& c) {
     const size_t es = esize(c.dt), n = static_cast<size_t>(c.rows * c.hidden);
     const std::string key = std::string("norm/") + dname(c.dt) + "/" + shape2(c.rows, c.hidden) + (c.dram ? "/dram" : "") +
-                            (c.residual != NormCase::Residual::none ? "/residual" : "");
+                            (c.residual == NormCase::Residual::in_place ? "/residual"
+                             : c.residual == NormCase::Residual::apart  ? "/residual/apart"
+                                                                        : "");
     const size_t h = static_cast<size_t>(c.hidden);
     std::vector<size_t> arrays = {n * es, n * es, h * es, h * es, h * 4, h * 4};
-    if (c.residual != NormCase::Residual::none) {
-        arrays.push_back(n * es);  // 6: the residual stream (in, and out in place)
-        arrays.push_back(n * es);  // 7: residual_out apart
-    }
+    if (c.residual != NormCase::Residual::none) arrays.push_back(n * es);  // 6: the residual stream (in, and out in place)
+    if (c.residual == NormCase::Residual::apart) arrays.push_back(n * es);  // 7: residual_out apart
     return xb::cached_rotating_buffers(key, arrays,
                                        c.dram ? xb::rotate_bytes() : 0, [c](xb::RotatingBuffers& b) {
                                            if (c.dt == DType::bf16) {

@@ -28,7 +28,8 @@ using xk::test::TypedMatrix;
 //   bf16 output: one rounding of the fp32 result to bf16 = half an ulp <= 2^-8 relative, plus the
 //                fp32 error -> rtol 2^-8 + 1e-5, atol 1e-5.
 //                (The even / odd path rounds to nearest with ties away from zero: the same half ulp.)
-//   residual_out: exact (the fp32 sum x + residual, rounded once to the residual dtype).
+//   residual_out: exact (the fp32 sum x + residual, rounded once to the residual dtype; NaN where
+//                 that sum is NaN).
 constexpr double kF32Atol = 1e-5, kF32Rtol = 1e-5;
 constexpr double kBf16Atol = 1e-5, kBf16Rtol = 1.0 / 256 + 1e-5;
 
@@ -125,10 +126,11 @@ Expected oracle(const NormDesc& d, const TypedMatrix& x, const TypedMatrix* r, c
     if (!t.y.padding_intact()) return t.y.padding_intact() << " (y)";
     if (d.fused_residual) {
         for (int64_t r = 0; r < d.rows; ++r)
-            for (int64_t i = 0; i < d.hidden; ++i)
-                if (t.ro.get(r, i) != e.h[r * d.hidden + i])
-                    return ::testing::AssertionFailure() << "residual_out[" << r << "][" << i << "]=" << t.ro.get(r, i)
-                                                         << " want " << e.h[r * d.hidden + i];
+            for (int64_t i = 0; i < d.hidden; ++i) {
+                const double got = t.ro.get(r, i), want = e.h[r * d.hidden + i];
+                if (got != want && !(std::isnan(got) && std::isnan(want)))
+                    return ::testing::AssertionFailure() << "residual_out[" << r << "][" << i << "]=" << got << " want " << want;
+            }
         if (!t.ro.padding_intact()) return t.ro.padding_intact() << " (residual_out)";
     }
     return ::testing::AssertionSuccess();
@@ -544,22 +546,12 @@ TEST(Norm, Bf16ResidualSumSpecialValues) {
                             }
                             norm(d, args_of(d, t));
                             const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
-                            const std::string what = std::string(isa_name(isa)) + " " + describe(d);
                             if (rows > 1) {
                                 ASSERT_EQ(e.h[1 * hidden + 5], inf);
                                 ASSERT_EQ(e.h[1 * hidden + 6], inf);
                                 ASSERT_EQ(e.h[1 * hidden + 7], -inf);
                             }
-                            for (int64_t r = 0; r < rows; ++r)
-                                for (int64_t i = 0; i < hidden; ++i) {
-                                    const double want = e.h[r * hidden + i], got = t.ro.get(r, i);
-                                    if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << what << " residual_out[" << r << "][" << i << "]";
-                                    else ASSERT_EQ(got, want) << what << " residual_out[" << r << "][" << i << "]";
-                                }
-                            std::vector<double> y(rows * hidden);
-                            for (int64_t r = 0; r < rows; ++r)
-                                for (int64_t i = 0; i < hidden; ++i) y[r * hidden + i] = t.y.get(r, i);
-                            ASSERT_TRUE(test::all_close(y.data(), e.y.data(), y.size(), atol_of(yt), rtol_of(yt))) << what;
+                            ASSERT_TRUE(matches(d, t, e)) << isa_name(isa) << " " << describe(d);
                         });
                     }
 }
@@ -582,11 +574,7 @@ TEST(Norm, NonFiniteRowLeavesTheOtherRowsAlone) {
                                 Tensors t = make_tensors(d, 0, 23 + bad);
                                 t.x.set(bad, 40, v);
                                 norm(d, args_of(d, t));
-                                const Expected e = oracle(d, t.x, &t.r, &t.w, &t.b);
-                                std::vector<double> y(rows * d.hidden);
-                                for (int64_t r = 0; r < rows; ++r)
-                                    for (int64_t i = 0; i < d.hidden; ++i) y[r * d.hidden + i] = t.y.get(r, i);
-                                ASSERT_TRUE(test::all_close(y.data(), e.y.data(), y.size(), atol_of(xt), rtol_of(xt)))
+                                ASSERT_TRUE(matches(d, t, oracle(d, t.x, &t.r, &t.w, &t.b)))
                                     << isa_name(isa) << " " << describe(d) << " bad row " << bad << " value " << v;
                             });
                         }
