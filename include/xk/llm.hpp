@@ -29,10 +29,13 @@
 // attending to a kv cache of kv_len; 0 for a square prefill block) and column j, the key at
 // position j, is visible iff j <= p. A row with no visible column (p < 0) is all zeros.
 // scale must be finite and > 0 (e.g. 1/sqrt(head_dim)).
-// Accuracy: exp is vectorised (relative error <= 2 ulp, src/kernels/common/jit_activation.hpp);
-// each y is within a few fp32 ulps of the exact softmax of the fp32 t (bf16: plus half a bf16
-// ulp). Arguments below ln(FLT_MIN) ~ -87.3 give exp = 0 exactly (the reference: the exact value,
-// below 1.2e-38 anyway).
+// Accuracy: exp(t - m) is computed as 2^(c x - c m_x), c = scale log2(e), through a table and a
+// degree-3 polynomial (within 0.31 ulp, src/kernels/softmax/jit_softmax.cpp): the rounding of
+// the argument adds ~|t - m| ulp, so each y is within ~6 fp32 ulps of the exact softmax near the
+// row's max and within ~(6 + |t - m|) ulps further down (bf16: plus half a bf16 ulp). Arguments
+// below -127 ln 2 ~ -88.0 give exp = 0 exactly (between there and ln(FLT_MIN) ~ -87.3: values
+// below FLT_MIN, not the exact ones). Logits with |scale x| above FLT_MAX / log2(e) ~ 2.36e38
+// are exact too (those rows take the scalar reference).
 // Aliasing: y may be exactly x (same pointer, stride and dtype: in place); any other overlap is
 // an xk::Error.
 #pragma once

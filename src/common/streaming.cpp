@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <emmintrin.h>
 
 #include "xk/isa.hpp"
 
@@ -26,6 +28,20 @@ int64_t default_threshold() {
 int64_t nt_store_threshold() {
     const int64_t o = g_override.load(std::memory_order_relaxed);
     return o >= 0 ? o : default_threshold();
+}
+
+void zero_fill(void* p, size_t bytes, bool nt) {
+    auto* c = static_cast<char*>(p);
+    if (!nt || bytes < 64) {
+        std::memset(c, 0, bytes);
+        return;
+    }
+    const size_t head = (16 - reinterpret_cast<uintptr_t>(c) % 16) % 16;
+    std::memset(c, 0, head);
+    const size_t body = (bytes - head) / 16 * 16;
+    const __m128i z = _mm_setzero_si128();
+    for (size_t i = 0; i < body; i += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(c + head + i), z);
+    std::memset(c + head + body, 0, bytes - head - body);
 }
 
 void set_nt_store_threshold(int64_t bytes) { g_override.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }

@@ -3,6 +3,7 @@
 // skip the read-for-ownership of every written line and leave the cache to the inputs). Smaller
 // outputs (decode shapes, anything the next op reads back from cache) use regular stores.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace xk::detail {
@@ -16,5 +17,9 @@ int64_t nt_store_threshold();
 void set_nt_store_threshold(int64_t bytes);
 
 inline bool use_nt_stores(int64_t output_bytes) { return output_bytes >= nt_store_threshold(); }
+
+// Zeroes bytes at p; nt: the 16-byte aligned middle with streaming stores (the caller issues the
+// SFENCE before the data is published to other threads), the unaligned ends with memset.
+void zero_fill(void* p, size_t bytes, bool nt);
 
 }  // namespace xk::detail

@@ -194,6 +194,45 @@ TEST(Softmax, MaskedLogitsGiveExactZeros) {
     });
 }
 
+TEST(Softmax, LogitsNearTheTopOfTheRange) {
+    // The kernels compute exp(scale x - m) as 2^(c x - c m_x) with c = scale log2(e): a row whose
+    // |scale m_x| exceeds FLT_MAX / log2(e) (~2.36e38) takes the reference, and every row does
+    // when c itself overflows. Such rows between ordinary ones (the pipeline keeps its place), in
+    // calls of several lengths, every row kind first and last, 1 and 2 threads.
+    const float big = 3.0e38f;
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            for (const DTypes& dt : kDTypes)
+                for (int64_t cols : {7, 16, 40, 300}) {
+                    const double top = dt.x == DType::bf16 ? 2.99e38 : big;  // (bf16 rounds 3e38 up to inf)
+                    Problem p = make(dt.x, dt.y, 9, cols, 0, 0, 0, 17 + cols);
+                    for (int64_t r = 0; r < 9; ++r) {
+                        if (r % 3 == 2) continue;  // ordinary rows (uniform in [-8, 8])
+                        for (int64_t j = 0; j < cols; ++j)  // two maxima, the rest far below or -top
+                            p.x.set(r, j, j == 1 || j == cols - 1 ? top : (j % 2 ? -top : top * 0.5));
+                    }
+                    for (bool causal : {false, true}) {
+                        p.d.causal = causal;
+                        p.d.causal_offset = cols - 4;
+                        const TypedMatrix x0 = p.x.clone();
+                        softmax(p.d, args_of(p));
+                        ASSERT_TRUE(check(p, x0)) << describe(p.d) << " threads " << threads;
+                    }
+                }
+            // c = scale log2(e) overflows: every row through the reference.
+            Problem q = make(DType::f32, DType::f32, 5, 33, 0, 0, 0, 3);
+            for (int64_t r = 0; r < 5; ++r)
+                for (int64_t j = 0; j < 33; ++j) q.x.set(r, j, (j % 7 - 3) * 1e-38);
+            q.d.scale = big;
+            const TypedMatrix x0 = q.x.clone();
+            softmax(q.d, args_of(q));
+            ASSERT_TRUE(check(q, x0)) << describe(q.d);
+        });
+    }
+    set_num_threads(0);
+}
+
 TEST(Softmax, InPlace) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16})
@@ -234,18 +273,21 @@ TEST(Softmax, StreamingStores) {
 }
 
 TEST(Softmax, SplitAcrossThreadsIsBitwiseIdentical) {
+    // f32 y takes the fused three-stage pipeline, bf16 y the separate passes.
     for_each_isa([&](Isa) {
-        Problem a = make(DType::f32, DType::bf16, 64, 1000, 0, 0, 0, 3);
-        Problem b = make(DType::f32, DType::bf16, 64, 1000, 0, 0, 0, 3);
-        a.d.causal = b.d.causal = true;
-        a.d.causal_offset = b.d.causal_offset = 900;
-        set_num_threads(1);
-        softmax(a.d, args_of(a));
-        set_num_threads(2);
-        EXPECT_EQ(detail::parallel_threads(a.d.rows, detail::softmax_row_grain(a.d.cols)), 2);
-        softmax(b.d, args_of(b));
-        set_num_threads(0);
-        ASSERT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.elems() * 2), 0);
+        for (DType yt : {DType::bf16, DType::f32}) {
+            Problem a = make(DType::f32, yt, 64, 1000, 0, 0, 0, 3);
+            Problem b = make(DType::f32, yt, 64, 1000, 0, 0, 0, 3);
+            a.d.causal = b.d.causal = true;
+            a.d.causal_offset = b.d.causal_offset = 900;
+            set_num_threads(1);
+            softmax(a.d, args_of(a));
+            set_num_threads(2);
+            EXPECT_EQ(detail::parallel_threads(a.d.rows, detail::softmax_row_grain(a.d.cols)), 2);
+            softmax(b.d, args_of(b));
+            set_num_threads(0);
+            ASSERT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.elems() * dtype_size(yt)), 0);
+        }
     });
     EXPECT_EQ(detail::parallel_threads(1, detail::softmax_row_grain(4096)), 1);
 }

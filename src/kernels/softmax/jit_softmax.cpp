@@ -3,27 +3,24 @@
 // rows differ in length), tails use runtime lane masks (kernels/common/jit_io.hpp).
 //
 // One row = three generated passes and a few lines of C++:
-//   max    m_x = max x over the visible columns (from memory; 4 accumulators)
-//          m = scale * m_x (= max of the fp32 scale * x: a positive scale is monotonic)
-//   exp    e = exp(scale * x - m) into a per-thread fp32 row buffer (x now from L1/L2),
-//          per-lane sums: full vectors through the pass's own exp (ExpConst below: three
-//          vectors interleaved, four constants in registers, no upper clamp or flush compare),
-//          the tail through the shared exp of kernels/common/jit_activation.hpp. Zen 3, one core,
-//          16384 x 4096 from DRAM: this pass was ~2/3 of the time with the shared exp on two
-//          vectors (its constants are all memory operands: Zen 3 loads two ymm a cycle); with
-//          its own, f32 9.1 -> 12.1 GB/s and bf16 5.1 -> 7.2 GB/s.
+//   max    m_x = max x over the visible columns (4 accumulators)
+//   exp    e = 2^(c x - c m_x) = exp(scale x - m) (c = scale log2 e; the exp of ExpConst below)
+//          into a per-thread fp32 row buffer (x now from L1/L2), per-lane sums; the tail
+//          (runtime lane count) through the same code, its lanes past the row zeroed
 //   C++    sum of the lanes in double, inv = 1 / sum
-//   scale  y = e * inv from the buffer, the masked columns zeroed
+//   scale  y = e * inv from the buffer, the masked columns zeroed (streamed where y is)
 // x is read from memory once and y written once (non-temporal stores for outputs larger than
 // nt_store_threshold() when every row of y is aligned: the buffer, not y, holds the exps).
-// f32 y, several rows in a call: the passes are pipelined over two row buffers — max(r + 1),
-// then one *fused* pass computes exp(r + 1) and scales row r into y over their common whole
-// pairs of vectors (the rest by the plain passes), so y's DRAM writes overlap the exp's FMAs
-// instead of following them (Zen 3, 16384 x 4096 f32: 12.1 -> 17.4 GB/s on one core, 20.7 ->
-// 34.1 on two). bf16 y keeps the separate passes: its rounding in the fused loop cost more
-// than the overlap gained (7.4 -> 6.5 GB/s). A row's exps and sum are the same bits either way
-// (every pass adds the exps to one per-lane sum in column order, continuing the fused pass's):
-// results do not depend on how rows are split across threads.
+// f32 y, several rows in a call: a three-stage pipeline over two row buffers. One *fused* pass
+// scales row r into y, computes row r + 1's exps and takes row r + 2's max (x from DRAM,
+// prefetched 2 KiB ahead) over their common whole pairs of vectors (the rest by the plain
+// passes): y's DRAM writes and x's reads overlap the exp's FMAs instead of following them.
+// Zen 3, one core, 16384 x 4096 from DRAM, % of the copy bandwidth: 49 (Cody-Waite exp, max
+// pass of its own) -> 61 (the table exp) -> 65 (the max in the fused pass). bf16 y keeps the
+// separate passes: its rounding in the fused loop cost more than the overlap gained (27 -> 19%).
+// A row's exps and sum are the same bits either way (every pass adds the exps to one per-lane
+// sum in column order, continuing the fused pass's): results do not depend on how rows are
+// split across threads.
 #include <immintrin.h>
 
 #include <cmath>
@@ -34,12 +31,12 @@
 
 #include "common/streaming.hpp"
 #include "dispatch/jit_generator.hpp"
-#include "kernels/common/jit_activation.hpp"
 #include "kernels/common/jit_io.hpp"
 #include "kernels/softmax/softmax.hpp"
 
 namespace xk::detail {
 namespace {
+
 
 using namespace Xbyak;
 using Xbyak::util::T_z;
@@ -54,44 +51,71 @@ struct Args {
     float inv_sum = 0;        // 40
     float pad = 0;            // 44
     alignas(16) float out[16] = {};  // 48  max pass: the max in out[0]; exp pass: per-lane sums
-    const void* next_x = nullptr;    // 112 scale / fused pass: prefetched (the next row, or this one)
+    const void* next_x = nullptr;    // 112 scale pass: prefetched (a later row's x, or this one's)
     const float* e_prev = nullptr;   // 120 fused pass: the previous row's exps (scaled into y)
+    const void* x_max = nullptr;     // 128 fused pass: the row after next, its max over n taken
+    float max_out = 0;               // 136 fused pass: that max
 };
 static_assert(offsetof(Args, out) == 48 && offsetof(Args, next_x) == 112, "Args layout");
 using PassFn = void (*)(Args*);
 
 enum class Pass { max, exp, scale, fused };
 
-// The exp pass's own exp (its argument x' = scale x - m is <= 0 up to rounding): the exp of
-// kernels/common/jit_activation.hpp (Cody-Waite two-part ln 2, Cephes polynomial, 2^(n-1) * 2)
-// without its upper clamp (x' <= 0) and without its flush-to-zero compare: the lower clamp sits
-// at -87.6, where n = round(x' log2 e) = -126 makes the scale field n + 126 zero, so every x' <
-// -86.98 (results under ~FLT_MIN) gives exactly 0 by construction (-inf: 0, as the masked logits
-// of attention need); NaN stays NaN (the clamp takes the constant first).
-enum ExpConst : int { kXLo, kXMagic, kXLog2e, kXLn2Hi, kXLn2Lo, kXP5, kXP4, kXP3, kXP2, kXP1, kXP0, kXOne, kXNegInf, kXCount };
+// The passes' exp (its argument is <= 0 up to rounding): exp(scale x - m) = 2^t with
+// t = x c - m c, c = scale log2(e) (one FMA: x c exact inside it, m c rounded once, so the
+// argument's error is ~2 |t| ulp, like t = scale x - m rounded; it grows with the distance from
+// the row's max, where the results are small). Then, for a table of 2^(j/K) (K = 8 entries on
+// AVX2, read by VPERMPS from a ymm; 16 on AVX-512):
+//   t = max(t, -127)                     (NaN kept: the clamp takes the constant first)
+//   s = t + 1.5 2^(23 - log2 K)          (rounds t to a multiple of 1/K: n = K t in s's low bits)
+//   f = t - (s - magic)                  (exact, |f| <= 1/(2K))
+//   p = 1 + f (a1 + f (a2 + f a3))       (minimax relative on |f| <= 1/(2K): 0.31u (K = 8),
+//                                         0.02u (K = 16), with 2^(j/K)'s factor a0 in the table)
+//   2^t = p * bits(T[n mod K] + (n << (23 - log2 K)))   (T[j] = bits(a0 2^(j/K)) - (j << ..):
+//                                         the shift adds floor(n / K) to the exponent)
+// Five operations on the FMA pipes a vector (against twelve for the Cody-Waite exp with its
+// degree-5 polynomial this replaced: Zen 3, exp pass in L1, 0.345 -> 0.20 ns an element).
+// t = -127 gives n = -127 K: the exponent field becomes 0 with j = 0, so the result is +0 exactly
+// (-inf and anything below 2^-127 relative to the row's max: 0, as masked logits need); t in
+// (-127, -126) gives values below FLT_MIN (not the exact ones; they are below the tolerance of
+// any use). The row's max m_x c must be finite: rows with |scale m_x| > FLT_MAX / log2(e) take
+// the reference (JitSoftmaxKernel::run).
+enum ExpConst : int { kXLo, kXMagic, kXA3, kXA2, kXA1, kXOne, kXNegInf, kXTab, kXCount };
 struct alignas(64) Consts {
     float v[kXCount][16];
 };
-const Consts& consts() {
-    static const Consts c = [] {
+const Consts& consts(bool zmm) {
+    auto make = [](int k) {
         Consts c{};
-        const float vals[kXCount] = {-87.6f, 12582912.0f + 126.0f, 1.44269504088896341f, 0.693359375f, -2.12194440e-4f,
-                                     1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
-                                     1.6666665459e-1f, 5.0000001201e-1f, 1.0f, -INFINITY};
-        for (int i = 0; i < kXCount; ++i)
+        // Relative minimax of 2^f on |f| <= 1/(2k), degree 3: a0 (folded into the table), a1..a3 / a0.
+        const double a0 = k == 8 ? 0.99999998166726922 : 0.99999999885362345;
+        const double a1 = k == 8 ? 0.69314722123947181 : 0.69314718310289591;
+        const double a2 = k == 8 ? 0.24026407730476043 : 0.24023589963416631;
+        const double a3 = k == 8 ? 0.055498901405350437 : 0.055502806681211866;
+        const int lg = k == 8 ? 3 : 4;
+        const float vals[kXTab] = {-127.0f, 1.5f * static_cast<float>(1 << (23 - lg)), static_cast<float>(a3),
+                                   static_cast<float>(a2), static_cast<float>(a1), 1.0f, -INFINITY};
+        for (int i = 0; i < kXTab; ++i)
             for (float& v : c.v[i]) v = vals[i];
+        for (int j = 0; j < 16; ++j) {
+            const float f = static_cast<float>(std::exp2(static_cast<double>(j % k) / k) * a0);
+            uint32_t b;
+            std::memcpy(&b, &f, 4);
+            b -= static_cast<uint32_t>(j % k) << (23 - lg);
+            std::memcpy(&c.v[kXTab][j], &b, 4);
+        }
         return c;
-    }();
-    return c;
+    };
+    static const Consts c8 = make(8), c16 = make(16);
+    return zmm ? c16 : c8;
 }
 
 class JitSoftmaxPass : public JitGenerator {
 public:
     JitSoftmaxPass(const SoftmaxKernelDesc& kd, Isa isa, Pass pass, bool nt) : JitGenerator(isa) {
-        const Reg64 a = abi_param1, src = rsi, dst = rdx, cnt = rcx, idx = r8, rem = r9, tbl = r10, act_tbl = r11,
+        const Reg64 a = abi_param1, src = rsi, dst = rdx, cnt = rcx, idx = r8, rem = r9, tbl = r10, pf = r11,
                     cx_reg = rbx, eprev = r12, yrow = r13;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
-        JitActivation act(*this, isa, k2);
         const int vl = io.vlen(), shift = vl == 16 ? 4 : 3;
         const DType xt = kd.x_dtype, yt = kd.y_dtype;
         const int xs = dtype_size(xt), ys = dtype_size(yt);
@@ -107,65 +131,85 @@ public:
 
         // Register use: the value of unrolled vector k in V(k), accumulators V(8..11) (max pass);
         // constants V(12), V(13); the io scratch V(14), V(15). The exp pass: see lean_exp (its
-        // tail: the value in V(0), exp scratch V(1..3), the sum in V(8)); the fused pass: there.
+        // tail: the value in V(0), exp scratch V(1), V(2), the sum in V(8)); the fused pass: there.
         auto acc = [&](int k) { return V(8 + k); };
         const Xmm c0 = V(12), c1 = V(13);
-        // The lean exp (see ExpConst) of x' = scale x - m on nq vectors at src + idx + q vectors,
-        // instruction by instruction interleaved: x' in V(3q), scratch V(3q+1), V(3q+2); magic and
-        // log2 e in V(10), V(11), scale and -m in c0, c1, the lower clamp and 1 in lo / one, the
-        // rest memory operands (cx_reg); each exp stored to dst + idx + q vectors and added to V(9)
-        // in q order (the order of every pass, so a row's sum does not depend on how it is cut).
-        auto lean_exp = [&](int nq, const Xmm& lo, const Xmm& one) {
+        const int tshift = vl == 16 ? 19 : 20;  // n << tshift adds floor(n / K) to the exponent
+        const Consts& cs = consts(vl == 16);
+        auto cx = [&](int e) { return ptr[cx_reg + e * 64]; };
+        // The exp (see ExpConst) of t = c x - m c, x in X(q) for q < nq, instruction by instruction
+        // interleaved; the result in X(q). Scratch S0(q) = V(3q+1), S1(q) = V(3q+2) (X(q) = V(3q)
+        // unless given); c and -m c in c0, c1, magic and the table in V(10), V(11), the lower
+        // clamp and 1 in lo / one, a1..a3 memory operands (cx_reg).
+        auto exp_block = [&](int nq, const Xmm& lo, const Operand& one) {
             auto X = [&](int q) { return V(3 * q); };
             auto S0 = [&](int q) { return V(3 * q + 1); };
             auto S1 = [&](int q) { return V(3 * q + 2); };
-            auto cx = [&](int e) { return ptr[cx_reg + e * 64]; };
-            for (int q = 0; q < nq; ++q) io.load(X(q), src + idx * xs + q * vl * xs, xt, vl);
-            for (int q = 0; q < nq; ++q) vfmadd213ps(X(q), c0, c1);  // x' = scale x - m
-            for (int q = 0; q < nq; ++q) vmaxps(X(q), lo, X(q));     // >= -87.6, NaN kept
-            for (int q = 0; q < nq; ++q) vmovaps(S0(q), V(10));
-            for (int q = 0; q < nq; ++q) vfmadd231ps(S0(q), X(q), V(11));  // magic + n
-            for (int q = 0; q < nq; ++q) vsubps(S1(q), S0(q), V(10));      // n
-            for (int q = 0; q < nq; ++q) vfnmadd231ps(X(q), S1(q), cx(kXLn2Hi));
-            for (int q = 0; q < nq; ++q) vfnmadd231ps(X(q), S1(q), cx(kXLn2Lo));  // r
-            for (int q = 0; q < nq; ++q) vpslld(S0(q), S0(q), 23);                // 2^(n-1)
-            for (int q = 0; q < nq; ++q) vmovups(S1(q), cx(kXP5));
-            for (int e = kXP4; e <= kXP0; ++e)
-                for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), cx(e));
-            for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), one);
-            for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), one);  // e^r
+            for (int q = 0; q < nq; ++q) vfmadd213ps(X(q), c0, c1);  // t = c x - m c
+            for (int q = 0; q < nq; ++q) vmaxps(X(q), lo, X(q));     // >= -127, NaN kept
+            for (int q = 0; q < nq; ++q) vaddps(S0(q), X(q), V(10));  // magic + n / K
+            for (int q = 0; q < nq; ++q) vsubps(S1(q), S0(q), V(10));
+            for (int q = 0; q < nq; ++q) vsubps(X(q), X(q), S1(q));   // f
+            for (int q = 0; q < nq; ++q) vmovups(S1(q), cx(kXA3));
+            for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), cx(kXA2));
+            for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), cx(kXA1));
+            for (int q = 0; q < nq; ++q) vfmadd213ps(S1(q), X(q), one);  // p
+            for (int q = 0; q < nq; ++q) vpslld(X(q), S0(q), tshift);
+            for (int q = 0; q < nq; ++q) {  // T[n mod K]
+                const int r = S0(q).getIdx();
+                if (vl == 16) vpermps(Zmm(r), Zmm(r), Zmm(11));
+                else vpermps(Ymm(r), Ymm(r), Ymm(11));
+            }
+            for (int q = 0; q < nq; ++q) vpaddd(S0(q), S0(q), X(q));     // 2^(n / K) a0
             for (int q = 0; q < nq; ++q) vmulps(X(q), S1(q), S0(q));
-            for (int q = 0; q < nq; ++q) vaddps(X(q), X(q), X(q));
+        };
+        // Loads nq vectors at src + idx + q vectors, their exps stored to dst + idx + q vectors and
+        // added to V(9) in q order (the order of every pass, so a row's sum does not depend on how
+        // it is cut).
+        auto lean_exp = [&](int nq, const Xmm& lo, const Operand& one) {
+            for (int q = 0; q < nq; ++q) io.load(V(3 * q), src + idx * xs + q * vl * xs, xt, vl);
+            exp_block(nq, lo, one);
             for (int q = 0; q < nq; ++q) {
-                vmovups(ptr[dst + idx * 4 + q * vl * 4], X(q));
-                vaddps(V(9), V(9), X(q));
+                vmovups(ptr[dst + idx * 4 + q * vl * 4], V(3 * q));
+                vaddps(V(9), V(9), V(3 * q));
             }
         };
         if (pass == Pass::fused) {
-            // exp of this row (x, e, -m; the sum out) and y = e_prev * inv_sum of the previous one,
-            // over n elements (a multiple of 2 vectors), two vectors an iteration; the DRAM write of
-            // y (and the prefetch of next_x) overlap the exp's FMAs instead of following them.
+            // exp of this row (x, e, -c m_x; the sum out), y = e_prev * inv_sum of the previous one
+            // and the max of the row after next (x_max; max_out), over n elements (a multiple of 2
+            // vectors), two vectors an iteration. Registers: chains V(0..5), the clamp V(6), the
+            // max V(7), inv_sum V(8), the sum V(9), the exp's V(10..13); io scratch V(14), V(15).
             mov(src, ptr[a + offsetof(Args, x)]);
             mov(dst, ptr[a + offsetof(Args, e)]);
             mov(eprev, ptr[a + offsetof(Args, e_prev)]);
             mov(yrow, ptr[a + offsetof(Args, y)]);
-            mov(act_tbl, ptr[a + offsetof(Args, next_x)]);
-            mov(cx_reg, reinterpret_cast<uintptr_t>(&consts()));
+            mov(pf, ptr[a + offsetof(Args, x_max)]);
+            mov(cx_reg, reinterpret_cast<uintptr_t>(&cs));
+            vmovups(V(7), cx(kXNegInf));  // the max
             vbroadcastss(c0, ptr[a + offsetof(Args, scale)]);
             vbroadcastss(c1, ptr[a + offsetof(Args, neg_m)]);
             vbroadcastss(V(8), ptr[a + offsetof(Args, inv_sum)]);
-            vmovups(V(6), ptr[cx_reg + kXLo * 64]);
-            vmovups(V(7), ptr[cx_reg + kXOne * 64]);
-            vmovups(V(10), ptr[cx_reg + kXMagic * 64]);
-            vmovups(V(11), ptr[cx_reg + kXLog2e * 64]);
+            vmovups(V(6), cx(kXLo));
+            vmovups(V(10), cx(kXMagic));
+            vmovups(V(11), cx(kXTab));
             vmovups(V(9), ptr[a + offsetof(Args, out)]);  // the sum so far (zero: a row's start)
             shr(cnt, 1);  // (cnt holds whole vectors)
             Label l_loop, l_end;
             test(cnt, cnt);
             jz(l_end, T_NEAR);
             L(l_loop);
-            for (int line = 0; line < 2 * vl * xs; line += 64) prefetcht0(ptr[act_tbl + idx * xs + line]);
-            lean_exp(2, V(6), V(7));
+            // The row after next: its max, with x from DRAM (its lines prefetched 2 KiB ahead of
+            // the loads: the hardware prefetcher stops at each 4 KiB page).
+            for (int line = 0; line < 2 * vl * xs; line += 64) prefetcht0(ptr[pf + idx * xs + line + 2048]);
+            for (int q = 0; q < 2; ++q) {  // the max of the row after next (x from DRAM)
+                if (xt == DType::f32) {
+                    vmaxps(V(7), V(7), ptr[pf + idx * xs + q * vl * xs]);
+                } else {
+                    io.load(V(3 * q), pf + idx * xs + q * vl * xs, xt, vl);
+                    vmaxps(V(7), V(7), V(3 * q));
+                }
+            }
+            lean_exp(2, V(6), cx(kXOne));
             for (int q = 0; q < 2; ++q) vmulps(V(3 * q), V(8), ptr[eprev + idx * 4 + q * vl * 4]);
             io.store2(yrow + idx * ys, V(0), V(3), yt, 2 * vl, nt);
             add(idx, 2 * vl);
@@ -173,6 +217,8 @@ public:
             jnz(l_loop, T_NEAR);
             L(l_end);
             vmovups(ptr[a + offsetof(Args, out)], V(9));
+            io.hmax(V(7));
+            vmovss(ptr[a + offsetof(Args, max_out)], Xmm(7));
             postamble();
             fn = finalize<PassFn>();
             return;
@@ -180,27 +226,26 @@ public:
         switch (pass) {
             case Pass::max:
                 mov(src, ptr[a + offsetof(Args, x)]);
-                mov(rax, reinterpret_cast<uintptr_t>(&consts()));
+                mov(rax, reinterpret_cast<uintptr_t>(&cs));
                 vmovups(c0, ptr[rax + kXNegInf * 64]);  // -inf
                 for (int k = 0; k < unroll; ++k) vmovaps(acc(k), c0);
                 break;
             case Pass::exp:
                 mov(src, ptr[a + offsetof(Args, x)]);
                 mov(dst, ptr[a + offsetof(Args, e)]);
-                mov(act_tbl, reinterpret_cast<uintptr_t>(JitActivation::table()));
                 vbroadcastss(c0, ptr[a + offsetof(Args, scale)]);
                 vbroadcastss(c1, ptr[a + offsetof(Args, neg_m)]);
-                mov(cx_reg, reinterpret_cast<uintptr_t>(&consts()));
+                mov(cx_reg, reinterpret_cast<uintptr_t>(&cs));
                 vmovups(V(9), ptr[a + offsetof(Args, out)]);  // the sum so far (see lean_exp)
-                vmovups(V(10), ptr[cx_reg + kXMagic * 64]);
-                vmovups(V(11), ptr[cx_reg + kXLog2e * 64]);
-                vmovups(V(14), ptr[cx_reg + kXLo * 64]);
-                vmovups(V(15), ptr[cx_reg + kXOne * 64]);
+                vmovups(V(10), cx(kXMagic));
+                vmovups(V(11), cx(kXTab));
+                vmovups(V(14), cx(kXLo));
+                vmovups(V(15), cx(kXOne));
                 break;
             case Pass::fused:  // (generated above)
                 break;
             case Pass::scale:
-                mov(act_tbl, ptr[a + offsetof(Args, next_x)]);  // (no activation in this pass)
+                mov(pf, ptr[a + offsetof(Args, next_x)]);
                 mov(src, ptr[a + offsetof(Args, e)]);
                 mov(dst, ptr[a + offsetof(Args, y)]);
                 vbroadcastss(c0, ptr[a + offsetof(Args, inv_sum)]);
@@ -212,7 +257,7 @@ public:
         // the current sequence.
         int unroll_now = 1;
         auto body = [&](int k, int off, bool tail) {
-            const Xmm v = pass == Pass::exp ? V(4 * k) : V(k);
+            const Xmm v = V(k);
             switch (pass) {
                 case Pass::max:
                     if (tail) {
@@ -235,17 +280,18 @@ public:
                         lean_exp(unroll_now, V(14), V(15));
                         break;
                     }
-                    // The tail (runtime lane count; the io scratch is V(14), V(15)): the shared exp.
-                    io.load_rt(v, src + idx * xs + off * xs, xt, rem);
-                    vfmadd213ps(v, c0, c1);
-                    act.apply(JitFn::exp, v, {V(4 * k + 1), V(4 * k + 2), V(4 * k + 3)}, act_tbl);
-                    {  // lanes >= rem: 0 (the buffer is padded: store the full vector)
-                        io.lane_mask_rt(V(4 * k + 1), rem);
-                        if (io.zmm()) vmovaps(v | k1 | T_z, v);
-                        else vandps(v, v, V(4 * k + 1));
-                    }
-                    vmovups(ptr[dst + idx * 4 + off * 4], v);
-                    vaddps(acc(k), acc(k), v);
+                    // The tail (runtime lane count; the io scratch is V(14), V(15), so the clamp and 1
+                    // are reloaded): the same exp, lanes >= rem zeroed (the buffer is padded: the full
+                    // vector is stored).
+                    io.load_rt(V(0), src + idx * xs + off * xs, xt, rem);
+                    vmovups(V(4), cx(kXLo));
+                    vmovups(V(5), cx(kXOne));
+                    exp_block(1, V(4), V(5));
+                    io.lane_mask_rt(V(3), rem);
+                    if (io.zmm()) vmovaps(V(0) | k1 | T_z, V(0));
+                    else vandps(V(0), V(0), V(3));
+                    vmovups(ptr[dst + idx * 4 + off * 4], V(0));
+                    vaddps(acc(k), acc(k), V(0));
                     break;
                 }
                 case Pass::fused:
@@ -254,7 +300,7 @@ public:
                     // The next row's x is fetched while this one is scaled from the cache.
                     if (!tail)
                         for (int line = (off * xs + 63) / 64 * 64; line < (off + vl) * xs; line += 64)
-                            prefetcht0(ptr[act_tbl + idx * xs + line]);
+                            prefetcht0(ptr[pf + idx * xs + line]);
                     vmulps(v, c0, ptr[src + idx * 4 + off * 4]);
                     if (tail) io.store_rt(dst + idx * ys + off * ys, v, yt, rem);
                     else if (k % 2 == 1) io.store2(dst + idx * ys + (off - vl) * ys, V(k - 1), v, yt, 2 * vl, nt);
@@ -333,15 +379,29 @@ public:
         auto xrow = [&](int64_t r) { return static_cast<const char*>(a.x) + r * d.ld_x * xs; };
         auto yrow = [&](int64_t r) { return static_cast<char*>(a.y) + r * d.ld_y * ys; };
         auto ebuf = [&](int64_t r) { return buffer.data() + static_cast<size_t>(r - row_begin) % 2 * stride; };
+        // exp(scale x - m) = 2^(c x - c m_x), c = scale log2(e) (see ExpConst). A row whose c m_x
+        // overflows (|scale m_x| > FLT_MAX / log2(e): logits near the top of the fp32 range) is
+        // "wide": the reference computes it; so does every row when c itself overflows.
+        const float c = d.scale * 1.44269504088896341f;
+        if (!std::isfinite(c)) {
+            softmax_reference(d, a, row_begin, row_end);
+            return;
+        }
         Args args;
-        args.scale = d.scale;
-        // The max of row r (from memory) and its -m in neg[r % 2].
+        args.scale = c;
+        // Row r's -c m_x in neg[r % 2]; set_max returns false for a wide row.
         float neg[2] = {0, 0};
-        auto max_of = [&](int64_t r) {
-            args.x = xrow(r);
-            args.n = softmax_visible(d, r);
+        auto set_max = [&](int64_t r, float m) {
+            const float nm = -(m * c);
+            neg[(r - row_begin) % 2] = nm;
+            return !(std::isfinite(m) && !std::isfinite(nm));
+        };
+        // The max of columns [from, from + n) of row r (the max pass, from memory).
+        auto max_range = [&](int64_t r, int64_t from, int64_t n) {
+            args.x = xrow(r) + from * xs;
+            args.n = n;
             max_.fn(&args);
-            neg[(r - row_begin) % 2] = -(d.scale * args.out[0]);
+            return args.out[0];
         };
         // exp of row r from element `from` on (standalone pass), continuing the per-lane sums in
         // `sums`; returns 1 / sum.
@@ -360,19 +420,30 @@ public:
             return static_cast<float>(1.0 / sum);
         };
         const float zeros[16] = {};
+        // A three-stage pipeline over the rows: at row r, the fused pass scales row r into y,
+        // computes row r + 1's exps and takes row r + 2's max (its x from DRAM, with loads that
+        // overlap the FMAs), over their common columns; the plain passes do the rest.
+        // v / vn: the visible columns of rows r / r + 1 that the passes compute (0 for a wide row);
+        // row r's exps are in ebuf(r) and 1 / sum in inv (v > 0); row r + 1's max is known.
         float inv = 0;
         int64_t v = softmax_visible(d, row_begin);
+        bool wide = false;
         if (v > 0) {
-            max_of(row_begin);
-            inv = exp_rest(row_begin, 0, zeros);
+            if (set_max(row_begin, max_range(row_begin, 0, v))) inv = exp_rest(row_begin, 0, zeros);
+            else wide = true, v = 0;
         }
+        int64_t vn = row_begin + 1 < row_end ? softmax_visible(d, row_begin + 1) : 0;
+        bool wide_next = false;
+        if (vn > 0 && !set_max(row_begin + 1, max_range(row_begin + 1, 0, vn))) wide_next = true, vn = 0;
         for (int64_t r = row_begin; r < row_end; ++r) {
-            // Row r's exps are in ebuf(r) (v > 0), 1 / sum in inv; row r + 1 next.
-            const bool has_next = r + 1 < row_end;
-            const int64_t vn = has_next ? softmax_visible(d, r + 1) : 0;
-            const char* next_x = xrow(r + 2 < row_end ? r + 2 : (has_next ? r + 1 : r));
-            if (vn > 0) max_of(r + 1);
-            const int64_t common = fuse_ && v > 0 && vn > 0 ? std::min(v, vn) / pair * pair : 0;
+            const int64_t v2 = r + 2 < row_end ? softmax_visible(d, r + 2) : 0;
+            int64_t common = 0;
+            if (fuse_ && v > 0 && vn > 0) {
+                common = std::min(v, vn);
+                if (v2 > 0) common = std::min(common, v2);
+                common = common / pair * pair;
+            }
+            float m2 = -INFINITY;
             float sums[16] = {};
             if (common > 0) {
                 args.x = xrow(r + 1);
@@ -382,24 +453,40 @@ public:
                 args.e_prev = ebuf(r);
                 args.y = yrow(r);
                 args.inv_sum = inv;
-                args.next_x = next_x;
+                args.x_max = xrow(v2 > 0 ? r + 2 : r + 1);  // (without a row r + 2: read, not used)
                 std::memset(args.out, 0, sizeof(args.out));
                 (nt ? fused_nt_ : fused_)->fn(&args);
                 std::memcpy(sums, args.out, sizeof(sums));
+                if (v2 > 0) m2 = args.max_out;
+            }
+            // Row r + 2's max (the rest of it) before row r + 1's exp pass overwrites args.out.
+            bool wide2 = false;
+            int64_t vn2 = v2;
+            if (v2 > 0) {
+                const int64_t from = std::min(common, v2);
+                if (v2 > from) m2 = std::max(m2, max_range(r + 2, from, v2 - from));
+                if (!set_max(r + 2, m2)) wide2 = true, vn2 = 0;
             }
             float inv_next = 0;
             if (vn > 0) inv_next = exp_rest(r + 1, common, sums);
-            if (v > common) {  // the rest of row r's y
-                args.e = ebuf(r) + common;
-                args.y = yrow(r) + common * ys;
-                args.n = v - common;
-                args.inv_sum = inv;
-                args.next_x = next_x + common * xs;
-                (nt ? scale_nt_ : scale_).fn(&args);
+            if (wide) {
+                softmax_reference(d, a, r, r + 1);
+            } else {
+                if (v > common) {  // the rest of row r's y
+                    args.e = ebuf(r) + common;
+                    args.y = yrow(r) + common * ys;
+                    args.n = v - common;
+                    args.inv_sum = inv;
+                    args.next_x = xrow(r + 3 < row_end ? r + 3 : r) + common * xs;  // max_range(r + 3) next
+                    (nt ? scale_nt_ : scale_).fn(&args);
+                }
+                if (v < d.cols) zero_fill(yrow(r) + v * ys, static_cast<size_t>(d.cols - v) * ys, nt);
             }
-            if (v < d.cols) std::memset(yrow(r) + v * ys, 0, static_cast<size_t>(d.cols - v) * ys);
             v = vn;
+            wide = wide_next;
             inv = inv_next;
+            vn = vn2;
+            wide_next = wide2;
         }
         if (nt) _mm_sfence();
     }
