@@ -272,6 +272,40 @@ TEST(Softmax, StreamingStores) {
     detail::set_nt_store_threshold(-1);
 }
 
+TEST(Softmax, Bf16YEitherWay) {
+    // bf16 y is scaled inside the fused pass on some machines and by its own pass on others
+    // (detail::softmax_set_bf16_fused_y): both, on this machine, with streaming stores and
+    // without, 1 and 2 threads, causal rows (their common columns change row to row) and tails.
+    for (int mode : {0, 1}) {
+        detail::softmax_set_bf16_fused_y(mode);
+        for (int64_t nt_threshold : {int64_t(0), int64_t(-1)}) {
+            detail::set_nt_store_threshold(nt_threshold);
+            for (int threads : {1, 2}) {
+                set_num_threads(threads);
+                for_each_isa([&](Isa isa) {
+                    int variant = 0;
+                    for (DType xt : {DType::f32, DType::bf16})
+                        for (int64_t cols : {1, 17, 64, 100, 300, 1024}) {
+                            ++variant;
+                            Problem p = make(xt, DType::bf16, 12, cols, 0, variant % 3 == 0 ? 8 : 0, variant % 2 ? 0 : 2, 40 + variant);
+                            if (variant % 2) p.y = TypedMatrix(DType::bf16, 12, cols, p.d.ld_y, 0);  // aligned rows where ld allows
+                            p.d.causal = variant % 3 != 1;
+                            p.d.causal_offset = variant % 3 == 2 ? cols - 12 : 1;
+                            p.d.scale = kScales[variant % 3];
+                            const TypedMatrix x0 = p.x.clone();
+                            softmax(p.d, args_of(p));
+                            ASSERT_TRUE(check(p, x0)) << describe(p.d) << " mode " << mode << " isa " << isa_name(isa)
+                                                      << " threads " << threads;
+                        }
+                });
+            }
+        }
+    }
+    detail::softmax_set_bf16_fused_y(-1);
+    detail::set_nt_store_threshold(-1);
+    set_num_threads(0);
+}
+
 TEST(Softmax, SplitAcrossThreadsIsBitwiseIdentical) {
     // f32 y takes the fused three-stage pipeline, bf16 y the separate passes.
     for_each_isa([&](Isa) {

@@ -16,13 +16,15 @@
 // prefetched 2 KiB ahead) over their common whole pairs of vectors (the rest by the plain
 // passes): y's DRAM writes and x's reads overlap the exp's FMAs instead of following them.
 // Zen 3, one core, 16384 x 4096 from DRAM, % of the copy bandwidth: 49 (Cody-Waite exp, max
-// pass of its own) -> 61 (the table exp) -> 65 (the max in the fused pass). bf16 y keeps the
-// separate passes: its rounding in the fused loop cost more than the overlap gained (27 -> 19%).
+// pass of its own) -> 61 (the table exp) -> 65 (the max in the fused pass). bf16 y: the fused
+// pass scales y only where that was measured faster (bf16_fused_y); elsewhere it computes the
+// exps and the max, and the scale pass writes y.
 // A row's exps and sum are the same bits either way (every pass adds the exps to one per-lane
 // sum in column order, continuing the fused pass's): results do not depend on how rows are
 // split across threads.
 #include <immintrin.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -112,7 +114,7 @@ const Consts& consts(bool zmm) {
 
 class JitSoftmaxPass : public JitGenerator {
 public:
-    JitSoftmaxPass(const SoftmaxKernelDesc& kd, Isa isa, Pass pass, bool nt) : JitGenerator(isa) {
+    JitSoftmaxPass(const SoftmaxKernelDesc& kd, Isa isa, Pass pass, bool nt, bool with_y = true) : JitGenerator(isa) {
         const Reg64 a = abi_param1, src = rsi, dst = rdx, cnt = rcx, idx = r8, rem = r9, tbl = r10, pf = r11,
                     cx_reg = rbx, eprev = r12, yrow = r13;
         JitIo io(*this, isa, tbl, {V(14), V(15), k1, rax});
@@ -181,14 +183,16 @@ public:
             // max V(7), inv_sum V(8), the sum V(9), the exp's V(10..13); io scratch V(14), V(15).
             mov(src, ptr[a + offsetof(Args, x)]);
             mov(dst, ptr[a + offsetof(Args, e)]);
-            mov(eprev, ptr[a + offsetof(Args, e_prev)]);
-            mov(yrow, ptr[a + offsetof(Args, y)]);
+            if (with_y) {
+                mov(eprev, ptr[a + offsetof(Args, e_prev)]);
+                mov(yrow, ptr[a + offsetof(Args, y)]);
+            }
             mov(pf, ptr[a + offsetof(Args, x_max)]);
             mov(cx_reg, reinterpret_cast<uintptr_t>(&cs));
             vmovups(V(7), cx(kXNegInf));  // the max
             vbroadcastss(c0, ptr[a + offsetof(Args, scale)]);
             vbroadcastss(c1, ptr[a + offsetof(Args, neg_m)]);
-            vbroadcastss(V(8), ptr[a + offsetof(Args, inv_sum)]);
+            if (with_y) vbroadcastss(V(8), ptr[a + offsetof(Args, inv_sum)]);
             vmovups(V(6), cx(kXLo));
             vmovups(V(10), cx(kXMagic));
             vmovups(V(11), cx(kXTab));
@@ -210,8 +214,10 @@ public:
                 }
             }
             lean_exp(2, V(6), cx(kXOne));
-            for (int q = 0; q < 2; ++q) vmulps(V(3 * q), V(8), ptr[eprev + idx * 4 + q * vl * 4]);
-            io.store2(yrow + idx * ys, V(0), V(3), yt, 2 * vl, nt);
+            if (with_y) {
+                for (int q = 0; q < 2; ++q) vmulps(V(3 * q), V(8), ptr[eprev + idx * 4 + q * vl * 4]);
+                io.store2(yrow + idx * ys, V(0), V(3), yt, 2 * vl, nt);
+            }
             add(idx, 2 * vl);
             dec(cnt);
             jnz(l_loop, T_NEAR);
@@ -349,23 +355,38 @@ private:
     Xmm V(int i) const { return isa() >= Isa::avx512 ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
 };
 
+std::atomic<int> g_bf16_fused_y{-1};
+
+// bf16 y: whether the fused pass scales y as well (measured, 16384 x 4096, % of copy, 1 / 2
+// threads): on the Xeon (avx512_bf16, VCVTNE2PS2BF16 rounds) 42 / 42 with the separate scale
+// pass -> 51 / 49 with y in the fused loop; on Zen 3 (AVX2) 30 / 43 -> 19 / 30: its streamed
+// bf16 stores inside that loop ran 1.5x slower (with regular stores, or with whole lines an
+// iteration, still slower than apart). So: Intel at avx512_bf16 and up; elsewhere the fused pass
+// takes only the exps and the max. Not measured on a Zen 4 (AVX-512 BF16) yet.
+bool bf16_fused_y(Isa isa) {
+    const int o = g_bf16_fused_y.load(std::memory_order_relaxed);
+    if (o >= 0) return o != 0;
+    static const bool intel = cpu_info().vendor == "GenuineIntel";
+    return intel && isa >= Isa::avx512_bf16;
+}
+
 class JitSoftmaxKernel final : public SoftmaxKernel {
 public:
     JitSoftmaxKernel(const SoftmaxKernelDesc& kd, Isa isa)
         : vlen_(isa >= Isa::avx512 ? 16 : 8),
-          fuse_(kd.y_dtype == DType::f32),
+          isa_(isa),
           max_(kd, isa, Pass::max, false),
           exp_(kd, isa, Pass::exp, false),
           scale_(kd, isa, Pass::scale, false),
-          scale_nt_(kd, isa, Pass::scale, true) {
-        if (fuse_) {
-            fused_ = std::make_unique<const JitSoftmaxPass>(kd, isa, Pass::fused, false);
-            fused_nt_ = std::make_unique<const JitSoftmaxPass>(kd, isa, Pass::fused, true);
-        }
+          scale_nt_(kd, isa, Pass::scale, true),
+          fused_y_(kd, isa, Pass::fused, false, true),
+          fused_y_nt_(kd, isa, Pass::fused, true, true) {
+        if (kd.y_dtype == DType::bf16) fused_exp_ = std::make_unique<const JitSoftmaxPass>(kd, isa, Pass::fused, false, false);
     }
 
     void run(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t row_begin, int64_t row_end) const override {
         const int xs = dtype_size(d.x_dtype), ys = dtype_size(d.y_dtype);
+        const bool fy = d.y_dtype == DType::f32 || bf16_fused_y(isa_);  // y scaled in the fused pass
         // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
         // register of 32 / 64 bytes), so the rows must start on the register width.
         const int64_t align = static_cast<int64_t>(vlen_) * 4;
@@ -438,8 +459,8 @@ public:
         for (int64_t r = row_begin; r < row_end; ++r) {
             const int64_t v2 = r + 2 < row_end ? softmax_visible(d, r + 2) : 0;
             int64_t common = 0;
-            if (fuse_ && v > 0 && vn > 0) {
-                common = std::min(v, vn);
+            if (vn > 0 && (v > 0 || !fy)) {
+                common = fy ? std::min(v, vn) : vn;
                 if (v2 > 0) common = std::min(common, v2);
                 common = common / pair * pair;
             }
@@ -455,7 +476,7 @@ public:
                 args.inv_sum = inv;
                 args.x_max = xrow(v2 > 0 ? r + 2 : r + 1);  // (without a row r + 2: read, not used)
                 std::memset(args.out, 0, sizeof(args.out));
-                (nt ? fused_nt_ : fused_)->fn(&args);
+                (fy ? (nt ? fused_y_nt_ : fused_y_) : *fused_exp_).fn(&args);
                 std::memcpy(sums, args.out, sizeof(sums));
                 if (v2 > 0) m2 = args.max_out;
             }
@@ -472,12 +493,13 @@ public:
             if (wide) {
                 softmax_reference(d, a, r, r + 1);
             } else {
-                if (v > common) {  // the rest of row r's y
-                    args.e = ebuf(r) + common;
-                    args.y = yrow(r) + common * ys;
-                    args.n = v - common;
+                const int64_t done = fy ? common : 0;  // y columns the fused pass wrote
+                if (v > done) {  // the rest of row r's y
+                    args.e = ebuf(r) + done;
+                    args.y = yrow(r) + done * ys;
+                    args.n = v - done;
                     args.inv_sum = inv;
-                    args.next_x = xrow(r + 3 < row_end ? r + 3 : r) + common * xs;  // max_range(r + 3) next
+                    args.next_x = xrow(r + 3 < row_end ? r + 3 : r) + done * xs;  // max_range(r + 3) next
                     (nt ? scale_nt_ : scale_).fn(&args);
                 }
                 if (v < d.cols) zero_fill(yrow(r) + v * ys, static_cast<size_t>(d.cols - v) * ys, nt);
@@ -493,12 +515,15 @@ public:
 
 private:
     int vlen_;
-    bool fuse_;  // f32 y: the fused pass (bf16 y: its rounding made the fused loop slower)
+    Isa isa_;
     JitSoftmaxPass max_, exp_, scale_, scale_nt_;
-    std::unique_ptr<const JitSoftmaxPass> fused_, fused_nt_;  // generated when fuse_
+    JitSoftmaxPass fused_y_, fused_y_nt_;                  // the fused pass scaling y
+    std::unique_ptr<const JitSoftmaxPass> fused_exp_;      // without y (bf16 y only)
 };
 
 }  // namespace
+
+void softmax_set_bf16_fused_y(int mode) { g_bf16_fused_y.store(mode < 0 ? -1 : (mode ? 1 : 0), std::memory_order_relaxed); }
 
 std::shared_ptr<const SoftmaxKernel> create_jit_softmax(const SoftmaxKernelDesc& kd, Isa isa) {
     return std::make_shared<JitSoftmaxKernel>(kd, isa);

@@ -39,6 +39,9 @@ inline int64_t softmax_visible(const SoftmaxDesc& d, int64_t r) {
 void softmax_reference(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t row_begin, int64_t row_end);
 
 // JIT generator entry (jit_softmax.cpp): isa is avx2, avx512 or avx512_bf16.
+// Tests: bf16 y scaled inside the fused pass (1) or by its own pass (0) on every machine; -1
+// restores the default (the former on Intel at avx512_bf16 and up, see jit_softmax.cpp).
+void softmax_set_bf16_fused_y(int mode);
 std::shared_ptr<const SoftmaxKernel> create_jit_softmax(const SoftmaxKernelDesc& kd, Isa isa);
 
 inline int64_t softmax_row_grain(int64_t cols) { return std::max<int64_t>(1, (16384 + cols - 1) / std::max<int64_t>(cols, 1)); }
