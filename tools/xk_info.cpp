@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/streaming.hpp"
 #include "tools/selections.hpp"
 #include "xk/xk.hpp"
 
@@ -85,6 +86,8 @@ int print_text(bool brief) {
     std::printf("topology   %d package(s), %d NUMA node(s), %d core(s), %d logical CPU(s)\n", c.packages,
                 c.numa_nodes, c.cores, c.logical_cpus);
     std::printf("threads    %d (%s)\n", xk::get_num_threads(), xk::threading_backend());
+    std::printf("streaming  outputs of %s and more per call (memory-bound ops; XK_NT_STORE_THRESHOLD)\n",
+                human_bytes(xk::detail::nt_store_threshold()).c_str());
     std::printf("\nop family selections (representative descriptor -> implementation under the cap)\n");
     for (const auto& s : xk::tools::selections())
         std::printf("  %-16s %-60s -> %s\n", s.family.c_str(), s.desc.c_str(), s.impl.c_str());

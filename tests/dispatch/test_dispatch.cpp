@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/parallel.hpp"
+#include "common/streaming.hpp"
 #include "common/test_util.hpp"
 #include "dispatch/jit_generator.hpp"
 #include "dispatch/kernel_cache.hpp"
@@ -76,6 +77,23 @@ TEST(Isa, CpuInfoAgreesWithProcCpuinfo) {
     EXPECT_GT(c.l1d_bytes, 0);
     EXPECT_GT(c.l2_bytes, 0);
     EXPECT_GE(c.logical_cpus, 1);
+}
+
+TEST(Isa, StreamingThresholdFollowsTheL3Share) {
+    // The default (no XK_NT_STORE_THRESHOLD): max(8 MiB, min(L3 / 2, L3 / its sharers, 32 MiB)),
+    // from the cache figures xk-info prints; the test override wins and -1 restores it.
+    if (std::getenv("XK_NT_STORE_THRESHOLD")) GTEST_SKIP() << "XK_NT_STORE_THRESHOLD is set";
+    const CpuInfo& c = cpu_info();
+    const int64_t mib = int64_t(1) << 20, t = detail::nt_store_threshold();
+    EXPECT_GE(t, 8 * mib);
+    EXPECT_LE(t, std::max(8 * mib, std::min<int64_t>(32 * mib, c.l3_bytes / 2)));
+    EXPECT_LE(t, std::max(8 * mib, c.l3_bytes / std::max(1, c.l3_shared_by)));
+    detail::set_nt_store_threshold(12345);
+    EXPECT_EQ(detail::nt_store_threshold(), 12345);
+    EXPECT_TRUE(detail::use_nt_stores(12345));
+    EXPECT_FALSE(detail::use_nt_stores(12344));
+    detail::set_nt_store_threshold(-1);
+    EXPECT_EQ(detail::nt_store_threshold(), t);
 }
 
 TEST(Isa, ScopedCapNestsAndRestores) {
