@@ -39,7 +39,6 @@
 namespace xk::detail {
 namespace {
 
-
 using namespace Xbyak;
 using Xbyak::util::T_z;
 
@@ -58,7 +57,7 @@ struct Args {
     const void* x_max = nullptr;     // 128 fused pass: the row after next, its max over n taken
     float max_out = 0;               // 136 fused pass: that max
 };
-static_assert(offsetof(Args, out) == 48 && offsetof(Args, next_x) == 112, "Args layout");
+static_assert(offsetof(Args, out) == 48 && offsetof(Args, next_x) == 112 && offsetof(Args, max_out) == 136, "Args layout");
 using PassFn = void (*)(Args*);
 
 enum class Pass { max, exp, scale, fused };
