@@ -138,10 +138,10 @@ public:
         const int tshift = vl == 16 ? 19 : 20;  // n << tshift adds floor(n / K) to the exponent
         const Consts& cs = consts(vl == 16);
         auto cx = [&](int e) { return ptr[cx_reg + e * 64]; };
-        // The exp (see ExpConst) of t = c x - m c, x in X(q) for q < nq, instruction by instruction
-        // interleaved; the result in X(q). Scratch S0(q) = V(3q+1), S1(q) = V(3q+2) (X(q) = V(3q)
-        // unless given); c and -m c in c0, c1, magic and the table in V(10), V(11), the lower
-        // clamp and 1 in lo / one, a1..a3 memory operands (cx_reg).
+        // The exp (see ExpConst) of t = c x - m c, x in X(q) = V(3q) for q < nq, instruction by
+        // instruction interleaved; the result in X(q). Scratch S0(q) = V(3q+1), S1(q) = V(3q+2);
+        // c and -m c in c0, c1, magic and the table in V(10), V(11), the lower clamp and 1 in lo /
+        // one (a register or a memory operand), a1..a3 memory operands (cx_reg).
         auto exp_block = [&](int nq, const Xmm& lo, const Operand& one) {
             auto X = [&](int q) { return V(3 * q); };
             auto S0 = [&](int q) { return V(3 * q + 1); };
