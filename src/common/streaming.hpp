@@ -19,6 +19,13 @@ void set_nt_store_threshold(int64_t bytes);
 
 inline bool use_nt_stores(int64_t output_bytes) { return output_bytes >= nt_store_threshold(); }
 
+// Whether every row of an output (first row at p, rows ld elements of es bytes apart) starts on
+// `align` bytes: streamed stores of a full vector or a bf16 pair (one register of 32 / 64 bytes)
+// must be aligned to their width.
+inline bool rows_aligned(const void* p, int64_t ld, int es, int64_t align) {
+    return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(align) == 0 && (ld * es) % align == 0;
+}
+
 // Zeroes bytes at p; nt: the 16-byte aligned middle with streaming stores (the caller issues the
 // SFENCE before the data is published to other threads), the unaligned ends with memset.
 void zero_fill(void* p, size_t bytes, bool nt);

@@ -307,7 +307,8 @@ TEST(Softmax, Bf16YEitherWay) {
 }
 
 TEST(Softmax, SplitAcrossThreadsIsBitwiseIdentical) {
-    // f32 y takes the fused three-stage pipeline, bf16 y the separate passes.
+    // f32 y: the fused pass writes y; bf16 y: the scale pass does (the fused pass only where
+    // detail::softmax_set_bf16_fused_y's default chooses it, see Bf16YEitherWay).
     for_each_isa([&](Isa) {
         for (DType yt : {DType::bf16, DType::f32}) {
             Problem a = make(DType::f32, yt, 64, 1000, 0, 0, 0, 3);

@@ -627,8 +627,8 @@ public:
         // register of 32 / 64 bytes), so the rows must start on the register width.
         const int64_t align = static_cast<int64_t>(vlen_) * 4;
         // Streaming stores: a large output, every row aligned, and not in place (y is x's memory).
-        const bool nt = use_nt_stores(d.rows * d.inner * ys) && a.y != a.x &&
-                        reinterpret_cast<uintptr_t>(a.y) % align == 0 && (d.ld_y * ys) % align == 0 && d.inner >= vlen_;
+        const bool nt =
+            use_nt_stores(d.rows * d.inner * ys) && a.y != a.x && rows_aligned(a.y, d.ld_y, ys, align) && d.inner >= vlen_;
         Args args;
         args.x = static_cast<const char*>(a.x) + row_begin * d.ld_x * xs;
         args.y = static_cast<char*>(a.y) + row_begin * d.ld_y * ys;

@@ -778,10 +778,7 @@ public:
         // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
         // register of 32 / 64 bytes), so the rows must start on the register width.
         const int64_t align = static_cast<int64_t>(vlen_) * 4;
-        auto rows_aligned = [&](const void* ptr, int64_t ld, int es) {
-            return reinterpret_cast<uintptr_t>(ptr) % align == 0 && (ld * es) % align == 0;
-        };
-        const bool nt = use_nt_stores(d.rows * n * ys) && rows_aligned(a.y, d.ld_y, ys) && n >= vlen_;
+        const bool nt = use_nt_stores(d.rows * n * ys) && rows_aligned(a.y, d.ld_y, ys, align) && n >= vlen_;
 
         alignas(64) float part[2][16];
         RowArgs ra;
@@ -943,7 +940,7 @@ public:
             // A residual_out of its own, streamed like y: the scratch mode (see JitNorm), its
             // two scratch rows per thread; h_sc: where the h of `row` is then (after a pass).
             const int rsz = dtype_size(d.residual_dtype);
-            const bool sc_mode = fused_sc_ && nt && a.residual_out != a.residual && rows_aligned(a.residual_out, d.ld_residual_out, rsz);
+            const bool sc_mode = fused_sc_ && nt && a.residual_out != a.residual && rows_aligned(a.residual_out, d.ld_residual_out, rsz, align);
             const void* h_sc = nullptr;
             unsigned char* sc_buf[2] = {nullptr, nullptr};
             if (sc_mode) {

@@ -389,8 +389,7 @@ public:
         // Every streamed store is aligned to its width: a full f32 vector or a bf16 pair (one
         // register of 32 / 64 bytes), so the rows must start on the register width.
         const int64_t align = static_cast<int64_t>(vlen_) * 4;
-        const bool nt = use_nt_stores(d.rows * d.cols * ys) && reinterpret_cast<uintptr_t>(a.y) % align == 0 &&
-                        (d.ld_y * ys) % align == 0;
+        const bool nt = use_nt_stores(d.rows * d.cols * ys) && rows_aligned(a.y, d.ld_y, ys, align);
         // Two exp buffers: row r's exps are scaled into y while row r + 1's are computed.
         thread_local std::vector<float> buffer;
         const size_t stride = static_cast<size_t>((d.cols + 15) / 16 * 16);
