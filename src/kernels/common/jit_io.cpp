@@ -251,14 +251,27 @@ void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int 
     else g.vmovdqu(g.ptr[addr], Ymm(w));
 }
 
+void JitIo::set_eo_regs(int hi_words, int round) {
+    if (hi_words >= 0 && (hi_words == s_.v0.getIdx() || hi_words == s_.v1.getIdx()))
+        throw Error(Status::runtime_error, "JitIo::set_eo_regs: a scratch register");
+    if (round >= 0 && (round == s_.v0.getIdx() || round == s_.v1.getIdx() || round == hi_words))
+        throw Error(Status::runtime_error, "JitIo::set_eo_regs: a scratch register");
+    hi_reg_ = hi_words;
+    round_reg_ = round;
+    if (hi_reg_ >= 0) g_.vmovups(vreg(hi_reg_), c(kHiWords));
+    if (round_reg_ >= 0) g_.vmovups(vreg(round_reg_), c(k8000));
+}
+
 void JitIo::load2_eo(const Xmm& even, const Xmm& odd, const RegExp& addr) const {
     auto& g = g_;
     if (zmm_) {  // EVEX: VPAND has no zmm form
         g.vmovdqu32(even, g.ptr[addr]);
-        g.vpandd(odd, even, c(kHiWords));
+        if (hi_reg_ >= 0) g.vpandd(odd, even, vreg(hi_reg_));
+        else g.vpandd(odd, even, c(kHiWords));
     } else {
         g.vmovdqu(even, g.ptr[addr]);
-        g.vpand(odd, even, c(kHiWords));
+        if (hi_reg_ >= 0) g.vpand(odd, even, vreg(hi_reg_));
+        else g.vpand(odd, even, c(kHiWords));
     }
     g.vpslld(even, even, 16);
 }
@@ -272,7 +285,8 @@ void JitIo::merge_store_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, 
     auto& g = g_;
     Xmm out = s_.v0;
     if (zmm_) {
-        g.vpternlogd(even, odd, c(kHiWords), 0xd8);  // even = hi-word mask ? odd : even
+        if (hi_reg_ >= 0) g.vpternlogd(even, odd, vreg(hi_reg_), 0xd8);  // even = hi-word mask ? odd : even
+        else g.vpternlogd(even, odd, c(kHiWords), 0xd8);
         out = even;
     } else {
         g.vpblendw(out, even, odd, 0xaa);  // even elements in the low words, odd in the high
@@ -302,8 +316,13 @@ void JitIo::store2_eo(const RegExp& addr, const Xmm& even, const Xmm& odd, bool 
 
 void JitIo::store2_eo_away(const RegExp& addr, const Xmm& even, const Xmm& odd, bool nt) const {
     auto& g = g_;
-    g.vpaddd(even, even, c(k8000));
-    g.vpaddd(odd, odd, c(k8000));
+    if (round_reg_ >= 0) {
+        g.vpaddd(even, even, vreg(round_reg_));
+        g.vpaddd(odd, odd, vreg(round_reg_));
+    } else {
+        g.vpaddd(even, even, c(k8000));
+        g.vpaddd(odd, odd, c(k8000));
+    }
     g.vpsrld(even, even, 16);
     merge_store_eo(addr, even, odd, nt);
 }

@@ -90,6 +90,14 @@ public:
     // bit and clears the low 16 bits (the NaN a bf16 conversion keeps); other lanes unchanged.
     // For operands from f32 memory that feed such stores. Clobbers s.v0, s.v1 (AVX2) / s.k.
     void quiet_nan_hi_words(const Xbyak::Xmm& v) const;
+    // Constants of the even / odd path held in registers for a main loop (Zen 3 issues at most two
+    // ymm loads a cycle, and each table operand is one): from set_eo_regs until clear_eo_regs,
+    // load2_eo takes the 0xffff0000 mask from `hi_words` and store2_eo_away the 0x8000 from
+    // `round` (each filled by set_eo_regs, a register per constant, -1: from the table as before).
+    // The caller keeps those registers for the constants meanwhile (no other JitIo call here
+    // clobbers them unless they are its scratch: not allowed).
+    void set_eo_regs(int hi_words, int round);
+    void clear_eo_regs() { hi_reg_ = round_reg_ = -1; }
     // Runtime counts: cnt holds 1..vlen (preserved).
     void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
     void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;
@@ -123,6 +131,7 @@ private:
     bool zmm_, native_bf16_;
     Xbyak::Reg64 tbl_;
     Scratch s_;
+    int hi_reg_ = -1, round_reg_ = -1;
 };
 
 }  // namespace xk::detail
