@@ -96,29 +96,24 @@ private:
                 imul(rBn, rK, NR * 4);
                 add(rBn, rB);
             }
-            // AVX-512: C of this tile and of the next panel's into L1 (a short K leaves this one
-            // too little time). AVX2: only the next panel's tile, into L2 (prefetcht1), one panel
-            // ahead; the store loads this tile from there. With ldc a multiple of 4 KiB (N = 1024,
-            // 3072, ...) every row of a tile maps to one L1 set: 12 C lines prefetched into L1 at
-            // the panel's start evicted the B panel's lines of that set (and each other) during
-            // the K loop. Measured on Zen 3 (docs/gemm.md): +0.5-2% on large shapes at 1 and 2
-            // threads, +2-3% with K = 64..128. Prefetches never fault: rows past the last panel
-            // cost nothing.
-            if (z_) {
-                mov(rTmp, rC);
-                for (int i = 0; i < 2 * mr; ++i) {
-                    prefetcht0(ptr[rTmp]);
-                    if (s.ncols * 4 > 4) prefetcht0(ptr[rTmp + s.ncols * 4 - 4]);
-                    if (i + 1 < 2 * mr) add(rTmp, rLdc);
-                }
-            } else {
-                imul(rTmp, rLdc, mr);
-                add(rTmp, rC);
-                for (int i = 0; i < mr; ++i) {
-                    prefetcht1(ptr[rTmp]);
-                    if (s.ncols * 4 > 4) prefetcht1(ptr[rTmp + s.ncols * 4 - 4]);
-                    if (i + 1 < mr) add(rTmp, rLdc);
-                }
+            // C: only the next panel's tile, into L2 (prefetcht1), one panel ahead; the store loads
+            // this tile from there. With ldc a multiple of 4 KiB (N = 1024, 2048, 3072, ...) every
+            // row of a tile maps to one L1 set: C lines prefetched into L1 at the panel's start
+            // evicted the B / A panels' lines of that set (and each other) during the K loop.
+            // Measured on Zen 3, AVX2 (12 lines of this and the next tile into L1 before;
+            // docs/gemm.md): +0.5-2% on large shapes at 1 and 2 threads, +2-3% with K = 64..128.
+            // AVX-512 took the same step later (28 rows, 56 lines into a 12-way L1 before): Xeon,
+            // one thread, in-phase % of the FMA peak, 6 rounds alternating, medians (per-round
+            // differences): 2048^3 70.6 -> 77.3 (+8), 384x768x768 77.1 -> 80.0, 384x3072x768 72.4
+            // -> 73.2, 1024^3 81.7 -> 77.4 (-4.5, inside that host's +-10 noise); no C prefetch at
+            // all measured alike (81.3, 79.7, 73.9, 78.8). Prefetches never fault: rows past the
+            // last panel cost nothing.
+            imul(rTmp, rLdc, mr);
+            add(rTmp, rC);
+            for (int i = 0; i < mr; ++i) {
+                prefetcht1(ptr[rTmp]);
+                if (s.ncols * 4 > 4) prefetcht1(ptr[rTmp + s.ncols * 4 - 4]);
+                if (i + 1 < mr) add(rTmp, rLdc);
             }
             cmp(rK, U);
             jl(l_krem);
