@@ -251,15 +251,23 @@ void JitIo::store2(const RegExp& addr, const Xmm& a, const Xmm& b, DType t, int 
     else g.vmovdqu(g.ptr[addr], Ymm(w));
 }
 
-void JitIo::set_eo_regs(int hi_words, int round) {
-    if (hi_words >= 0 && (hi_words == s_.v0.getIdx() || hi_words == s_.v1.getIdx()))
-        throw Error(Status::runtime_error, "JitIo::set_eo_regs: a scratch register");
-    if (round >= 0 && (round == s_.v0.getIdx() || round == s_.v1.getIdx() || round == hi_words))
-        throw Error(Status::runtime_error, "JitIo::set_eo_regs: a scratch register");
+void JitIo::set_eo_regs(int hi_words, int round, int r7fff, int one) {
+    const int regs[4] = {hi_words, round, r7fff, one};
+    for (int i = 0; i < 4; ++i) {
+        if (regs[i] < 0) continue;
+        if (regs[i] == s_.v0.getIdx() || regs[i] == s_.v1.getIdx())
+            throw Error(Status::runtime_error, "JitIo::set_eo_regs: a scratch register");
+        for (int j = 0; j < i; ++j)
+            if (regs[j] == regs[i]) throw Error(Status::runtime_error, "JitIo::set_eo_regs: a register twice");
+    }
     hi_reg_ = hi_words;
     round_reg_ = round;
+    r7fff_reg_ = r7fff;
+    one_reg_ = one;
     if (hi_reg_ >= 0) g_.vmovups(vreg(hi_reg_), c(kHiWords));
     if (round_reg_ >= 0) g_.vmovups(vreg(round_reg_), c(k8000));
+    if (r7fff_reg_ >= 0) g_.vmovups(vreg(r7fff_reg_), c(k7fff));
+    if (one_reg_ >= 0) g_.vmovups(vreg(one_reg_), c(kOne));
 }
 
 void JitIo::load2_eo(const Xmm& even, const Xmm& odd, const RegExp& addr) const {
@@ -332,11 +340,16 @@ void JitIo::round2_eo_keep(const RegExp& addr, const Xmm& even, const Xmm& odd, 
     auto& g = g_;
     for (const Xmm* v : {&even, &odd}) {
         g.vpsrld(tmp, *v, 16);
-        if (zmm_) g.vpandd(tmp, tmp, c(kOne));  // EVEX: VPAND has no zmm form
+        if (zmm_ && one_reg_ >= 0) g.vpandd(tmp, tmp, vreg(one_reg_));  // EVEX: VPAND has no zmm form
+        else if (zmm_) g.vpandd(tmp, tmp, c(kOne));
+        else if (one_reg_ >= 0) g.vpand(tmp, tmp, vreg(one_reg_));
         else g.vpand(tmp, tmp, c(kOne));
         g.vpaddd(*v, *v, tmp);
-        g.vpaddd(*v, *v, c(k7fff));
-        if (zmm_) g.vpandd(*v, *v, c(kHiWords));
+        if (r7fff_reg_ >= 0) g.vpaddd(*v, *v, vreg(r7fff_reg_));
+        else g.vpaddd(*v, *v, c(k7fff));
+        if (zmm_ && hi_reg_ >= 0) g.vpandd(*v, *v, vreg(hi_reg_));
+        else if (zmm_) g.vpandd(*v, *v, c(kHiWords));
+        else if (hi_reg_ >= 0) g.vpand(*v, *v, vreg(hi_reg_));
         else g.vpand(*v, *v, c(kHiWords));
     }
     g.vpsrld(tmp, even, 16);

@@ -92,12 +92,12 @@ public:
     void quiet_nan_hi_words(const Xbyak::Xmm& v) const;
     // Constants of the even / odd path held in registers for a main loop (Zen 3 issues at most two
     // ymm loads a cycle, and each table operand is one): from set_eo_regs until clear_eo_regs,
-    // load2_eo takes the 0xffff0000 mask from `hi_words` and store2_eo_away the 0x8000 from
-    // `round` (each filled by set_eo_regs, a register per constant, -1: from the table as before).
-    // The caller keeps those registers for the constants meanwhile (no other JitIo call here
-    // clobbers them unless they are its scratch: not allowed).
-    void set_eo_regs(int hi_words, int round);
-    void clear_eo_regs() { hi_reg_ = round_reg_ = -1; }
+    // load2_eo, merge_store_eo and round2_eo_keep take the 0xffff0000 mask from `hi_words`,
+    // store2_eo_away the 0x8000 from `round`, round2_eo_keep its 0x7fff and 1 from `r7fff` and
+    // `one` (set_eo_regs fills each; -1: from the table as before). The caller keeps those
+    // registers for the constants meanwhile; they may not be JitIo's scratch.
+    void set_eo_regs(int hi_words, int round, int r7fff = -1, int one = -1);
+    void clear_eo_regs() { hi_reg_ = round_reg_ = r7fff_reg_ = one_reg_ = -1; }
     // Runtime counts: cnt holds 1..vlen (preserved).
     void load_rt(const Xbyak::Xmm& v, const Xbyak::RegExp& addr, DType t, const Xbyak::Reg64& cnt) const;
     void store_rt(const Xbyak::RegExp& addr, const Xbyak::Xmm& v, DType t, const Xbyak::Reg64& cnt) const;
@@ -131,7 +131,7 @@ private:
     bool zmm_, native_bf16_;
     Xbyak::Reg64 tbl_;
     Scratch s_;
-    int hi_reg_ = -1, round_reg_ = -1;
+    int hi_reg_ = -1, round_reg_ = -1, r7fff_reg_ = -1, one_reg_ = -1;
 };
 
 }  // namespace xk::detail

@@ -261,7 +261,14 @@ public:
         // rounds); DRAM rows within the host's noise (LayerNorm scale_shift 4096x4096 73.7 ->
         // 74.4% of copy, 16384x8192 74.4 -> 73.9, 4 rounds: at ~25 GB/s that row is compute-bound
         // there, with its 22 vector operations a pair).
-        const bool eo_regs = pass == Pass::fused && !fused && eo && norm_eo_apply(kd, isa) && !io.zmm();
+        // With a fused residual the sum's rounding (JitIo::round2_eo_keep) takes the mask from
+        // the same register, the residual pair is loaded into the apply's weight temporaries
+        // (free until the apply), and RMSNorm (one sum: two of its four chains idle in the main
+        // loop) also keeps the rounding's 0x7fff and 1 in acc(2) / acc(3). Zen 3, 4096x4096 bf16,
+        // % of copy, 3 rounds alternating, medians, one thread: residual apart RMSNorm 88.6 ->
+        // 95.0, LayerNorm scale_shift 72.5 -> 76.8; in place and two threads within the noise
+        // (112.6 -> 115.4, 87.2 -> 86.1; 98-110 either way).
+        const bool eo_regs = pass == Pass::fused && eo && norm_eo_apply(kd, isa) && !io.zmm();
         bool eo_main = false;
         auto set_nmr = [&] {
             if (!nmr_apply) return;
@@ -340,7 +347,7 @@ public:
                     // without reading it back). x and r are bf16, so a NaN sum has zero low
                     // words (round2_eo_keep's precondition). Temporaries: V(sb) and d, free
                     // in every statistics pass until the sums.
-                    const Xmm re = nmr_apply ? tw(k) : V(sb), rod = d;
+                    const Xmm re = nmr_apply || eo_regs ? tw(k) : V(sb), rod = eo_regs ? tb(k) : d;
                     io.load2_eo(re, rod, r + idx * rs + off * rs);
                     vaddps(h, h, re);
                     vaddps(t, t, rod);
@@ -581,7 +588,10 @@ public:
             // The loop starts on a cache line: where it fell with the row loop around the fused
             // pass, LayerNorm f32 scale_shift lost 9% (Zen 3, one thread: 70-72% of copy at offsets
             // 0 / 16, 77-82% at 32 / 64).
-            if (eo_regs) io.set_eo_regs(d.getIdx(), nmr_apply ? acc(1).getIdx() : nmr.getIdx());
+            const bool rms_regs = eo_regs && !ln && fused && chains == 4;  // acc(2), acc(3) idle here
+            if (eo_regs)
+                io.set_eo_regs(d.getIdx(), nmr_apply ? acc(1).getIdx() : nmr.getIdx(), rms_regs ? acc(2).getIdx() : -1,
+                               rms_regs ? acc(3).getIdx() : -1);
             eo_main = eo_regs;
             align(64);
             L(loop);
@@ -617,6 +627,8 @@ public:
             jnz(loop);
             if (eo_regs) io.clear_eo_regs();
             if (eo_regs && nmr_apply) vxorps(acc(1), acc(1), acc(1));  // S1's second chain again
+            if (rms_regs)
+                for (int k = 2; k < 4; ++k) vxorps(acc(k), acc(k), acc(k));  // the idle chains again
             eo_main = false;
         }
         int rem = static_cast<int>(nvec % unroll);
