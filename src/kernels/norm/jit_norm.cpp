@@ -256,8 +256,8 @@ public:
         // has no nmr, else in acc(1), LayerNorm's second S1 chain (the main loop then sums S1 in
         // one chain: d_e + d_o, then into acc(0); the same operation count). Six table loads
         // fewer a pair: Zen 3 loads at most two ymm a cycle. Zen 3, one thread, 16 x 4096 bf16 in
-        // the cache, ns / element: LayerNorm scale_shift 0.173 -> 0.160, plain 0.121 -> 0.116,
-        // RMSNorm 0.131 -> 0.122; decode t:16 LayerNorm 10.15 -> 9.96 us, RMSNorm 7.89 -> 7.70 (5
+        // the cache (a harness outside bench/), ns / element: LayerNorm scale_shift 0.173 ->
+        // 0.160, plain 0.121 -> 0.116, RMSNorm 0.131 -> 0.122; bench_llm decode t:16 LayerNorm 10.15 -> 9.96 us, RMSNorm 7.89 -> 7.70 (5
         // rounds); DRAM rows within the host's noise (LayerNorm scale_shift 4096x4096 73.7 ->
         // 74.4% of copy, 16384x8192 74.4 -> 73.9, 4 rounds: at ~25 GB/s that row is compute-bound
         // there, with its 22 vector operations a pair).
