@@ -165,6 +165,40 @@ TEST(Softmax, ExtremeInputs) {
     });
 }
 
+TEST(Softmax, RowMaxOfEverySign) {
+    // The row max decides every exp's range (a max below the true one overflows them): rows all
+    // negative (-inf masks among them), mixed signs with the max far above the other positive
+    // values and those nearest to zero, -0.0 / +0.0 as the max, the max at every position (the AVX2 bf16 -> bf16 kernel takes
+    // the max of the row after next on the bf16 words, signed max and unsigned min; the rest of a
+    // row, past its whole pairs of vectors, by VMAXPS), several rows so every pass sees each kind.
+    const double ninf = -std::numeric_limits<double>::infinity();
+    for_each_isa([&](Isa) {
+        for (DType yt : {DType::bf16, DType::f32})
+            for (int64_t cols : {16, 33, 48, 100, 4095}) {
+                const int64_t rows = 12;
+                Problem p = make(DType::bf16, yt, rows, cols, 0, 0, 0, 3);
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t k = (r * 37 + 5) % cols;  // the max's column
+                    for (int64_t j = 0; j < cols; ++j) {
+                        double v = 0;
+                        switch (r % 6) {
+                            case 0: v = j == k ? -1.0 : -2.0 - static_cast<double>((j * 37) % 200); break;
+                            case 1: v = j == k ? 120.0 : (j % 2 ? 0.25 + static_cast<double>(j % 5) : -0.5 - static_cast<double>(j % 7)); break;
+                            case 2: v = j == k ? -0.0 : -1.0 - static_cast<double>(j % 50) * 3; break;
+                            case 3: v = j == k ? 0.0 : -100.0 - static_cast<double>(j % 9); break;
+                            case 4: v = j == k ? -5.0 : (j % 3 ? ninf : -6.0 - static_cast<double>(j % 11) * 9); break;
+                            default: v = j == k ? 0.5 : -150.0; break;
+                        }
+                        p.x.set(r, j, v);
+                    }
+                }
+                const TypedMatrix x0 = p.x.clone();
+                softmax(p.d, args_of(p));
+                ASSERT_TRUE(check(p, x0)) << describe(p.d);
+            }
+    });
+}
+
 TEST(Softmax, MaskedLogitsGiveExactZeros) {
     // -inf logits (an additive attention mask) give exactly 0, and logits so far below the max
     // that exp underflows (x - max < ln FLT_MIN) give less than FLT_MIN (the kernels flush them to
