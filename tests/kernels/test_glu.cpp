@@ -209,6 +209,46 @@ TEST(Glu, Bf16RoundingAndSpecialValuesAreExact) {
     }
 }
 
+TEST(Glu, GeluErfBelowTheCutoffIsExactlyZero) {
+    // GeGLU (erf): the generated code makes gelu exactly 0 for g <= -4 sqrt2 (1 + erf is 0 there
+    // in exact arithmetic; the rational's value at the clamp need not be) and NaN for g = -inf
+    // (-inf * 0, as the scalar definition), at every place in the rows: main loops and tails.
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float below[] = {-5.7f, -6.0f, -50.0f, -1e30f, -3.4e38f, -inf, nan};
+    for (DType t : {DType::f32, DType::bf16})
+        for (int64_t inner : {96, 101}) {
+            const int64_t rows = 3;
+            TypedMatrix x(t, rows, 2 * inner);
+            x.fill_uniform(-4, 4, 9);
+            int k = 0;
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = r; i < inner; i += 5) x.set(r, i, below[k++ % 7]);
+            GluDesc d;
+            d.activation = Activation::gelu_erf;
+            d.rows = rows;
+            d.inner = inner;
+            d.x_dtype = t;
+            d.y_dtype = t;
+            const GluDesc rd = detail::glu_resolve("test", d);
+            const auto& reg = detail::glu_registry();
+            for (const auto& impl : reg.impls()) {
+                if (!isa_supported(impl.isa) || impl.isa == Isa::scalar) continue;
+                const auto kd = detail::glu_kernel_desc(rd);
+                if (impl.supports && !impl.supports(kd)) continue;
+                TypedMatrix got(t, rows, inner);
+                reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), got.data()}, 0, rows);
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t i = r; i < inner; i += 5) {
+                        const double g = x.get(r, i), y = got.get(r, i);
+                        if (std::isnan(g) || std::isinf(g))
+                            EXPECT_TRUE(std::isnan(y)) << impl.name << " [" << r << "][" << i << "] gate " << g;
+                        else
+                            EXPECT_EQ(y, 0.0) << impl.name << " [" << r << "][" << i << "] gate " << g;
+                    }
+            }
+        }
+}
+
 TEST(Glu, InPlaceOverTheGateHalf) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16})
