@@ -1,7 +1,8 @@
 // xbyak generator of GLU rows (y = act(gate) * up) for AVX2 (ymm) and AVX-512 (zmm; AVX512-BF16
 // stores at the avx512_bf16 level), specialised on (activation, inner, dtypes). The activation is
 // the shared vectorised injector (kernels/common/jit_activation.hpp); two vectors per iteration
-// with separate scratch registers so their exp / division chains overlap. The whole row range is
+// with separate scratch registers so their exp / division chains overlap. SwiGLU (silu_rows) and
+// GeGLU erf f32 -> f32 (erf_n) have main loops of their own. The whole row range is
 // one call. Outputs larger than nt_store_threshold() are written with non-temporal stores when
 // every row of y is aligned.
 #include <immintrin.h>
@@ -167,12 +168,12 @@ const SiluTable& silu_table() {
     return t;
 }
 
-// GeGLU (gelu_erf), AVX2 f32 -> f32 main loop (erf_n): the injector's rational (Eigen's
+// GeGLU (gelu_erf), f32 -> f32 main loop (erf_n, AVX2 and AVX-512): the injector's rational (Eigen's
 // coefficients, erf(z) = z A(z^2) / B(z^2) on z = x / sqrt2 clamped to [-4, 4]; jit_activation.cpp)
 // with A scaled by 1/2 (exact), a divide instead of the reciprocal estimate and its Newton step,
 // and the product folded: y = (g (1/2 + (z A/2) / B)) u, exactly 0 for g <= -4 sqrt2 as the injector.
 enum GeluConst : int {
-    kGInvSqrt2, kGHi, kGLo, kGHalf,
+    kGInvSqrt2, kGHi, kGLo, kGHalf, kGZero, kGOne,
     kGA13, kGA11, kGA9, kGA7, kGA5, kGA3, kGA1,  // A / 2, highest first
     kGB8, kGB6, kGB4, kGB2, kGB0,
     kGCount
@@ -183,7 +184,7 @@ struct alignas(64) GeluTable {
 const GeluTable& gelu_table() {
     static const GeluTable t = [] {
         GeluTable t{};
-        const float vals[kGCount] = {0.70710678118654752f, 4.0f, -4.0f, 0.5f,
+        const float vals[kGCount] = {0.70710678118654752f, 4.0f, -4.0f, 0.5f, -5.65685424949238f, 1.0f,
                                      0.5f * -2.72614225801306e-10f, 0.5f * 2.77068142495902e-08f,
                                      0.5f * -2.10102402082508e-06f, 0.5f * -5.69250639462346e-05f,
                                      0.5f * -7.34990630326855e-04f, 0.5f * -2.95459980854025e-03f,
@@ -248,11 +249,10 @@ public:
             mov(up, n * xs);
             add(up, x);
             xor_(idx, idx);
-            // GeGLU (erf) f32 -> f32 on AVX2: its own main loop (erf_n, below), erf_nv_ vectors an
+            // GeGLU (erf) f32 -> f32: its own main loop (erf_n, below), erf_nv() vectors an
             // iteration; the vectors it leaves go through block() in pairs.
-            const bool erf_main = kd.activation == Activation::gelu_erf && xt == DType::f32 && yt == DType::f32 &&
-                                  vl == 8;
-            const int per = erf_main ? erf_nv_ : kUnroll;
+            const bool erf_main = kd.activation == Activation::gelu_erf && xt == DType::f32 && yt == DType::f32;
+            const int per = erf_main ? erf_nv() : kUnroll;
             const int64_t nblk = nvec / per;
             if (nblk > 0) {
                 Label loop;
@@ -286,63 +286,83 @@ public:
 private:
     Xmm V(int i) const { return isa() >= Isa::avx512 ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
 
-    // GeGLU (erf) main loop, AVX2 f32 -> f32 (gelu_table): three vectors an iteration, chains in
+    // GeGLU (erf) main loop, f32 -> f32 (gelu_table). AVX2: three vectors an iteration, chains in
     // ymm0-11 (z, z^2, A, B), A11..A5 in ymm12-15 (erf_consts; the other constants are memory
     // operands through r12). Per vector 15 operations on the FMA pipes and a divide, against 19
     // and ~17 constant loads through the injector. Zen 3, one core, in L1: 0.61 -> 0.48 ns an
     // element (two vectors an iteration with 8 constants in registers: 0.51; four, none: 0.53;
     // the reciprocal and a Newton step instead of the divide: no faster); 4096 x 11008 from DRAM,
     // % of copy, 1 / 2 threads: 53 / 84 -> 65 / 95.
-    static constexpr int erf_nv_ = 3;  // vectors an iteration (chains of 4 registers; the rest hold constants)
-    static constexpr int kErfRegConsts[8] = {kGA11, kGA9, kGA7, kGA5, kGA3, kGA1, kGB6, kGB4};
+    // AVX-512 (zmm): four vectors an iteration (zmm0-15), every constant in zmm16-31, and the
+    // reciprocal estimate with a Newton step instead of the divide (a zmm divide is slow on Intel
+    // cores); its rounding may leave 1 + erf a few ulps from 0 at the clamp, so the cutoff compare
+    // (into k3) zeroes it there as the injector does.
+    int erf_nv() const { return isa() >= Isa::avx512 ? 4 : 3; }
+    static constexpr int kErfRegConsts[16] = {kGA11, kGA9, kGA7, kGA5, kGA3, kGA1, kGB6, kGB4,
+                                              kGA13, kGB8, kGB2, kGB0, kGInvSqrt2, kGHi, kGLo, kGHalf};
+    int erf_ncr() const { return isa() >= Isa::avx512 ? 16 : 16 - 4 * erf_nv(); }
+    int erf_creg(int i) const { return isa() >= Isa::avx512 ? 16 + i : 4 * erf_nv() + i; }
     void erf_consts() {
         mov(r12, reinterpret_cast<uintptr_t>(&gelu_table()));
-        for (int i = 0; i < 16 - 4 * erf_nv_; ++i) vmovups(Ymm(4 * erf_nv_ + i), ptr[r12 + kErfRegConsts[i] * 64]);
+        for (int i = 0; i < erf_ncr(); ++i) vmovups(V(erf_creg(i)), ptr[r12 + kErfRegConsts[i] * 64]);
     }
     void erf_n(const Reg64& x, const Reg64& y, const Reg64& up, const Reg64& idx) {
-        const int nv = erf_nv_, ncr = 16 - 4 * nv;
+        const bool zmm = isa() >= Isa::avx512;
+        const int nv = erf_nv(), ncr = erf_ncr(), vb = zmm ? 64 : 32;
         auto c = [&](int e) { return ptr[r12 + e * 64]; };
-        auto Z = [](int k) { return Ymm(4 * k); };
-        auto Q = [](int k) { return Ymm(4 * k + 1); };
-        auto A = [](int k) { return Ymm(4 * k + 2); };
-        auto B = [](int k) { return Ymm(4 * k + 3); };
-        auto g = [&](int k) { return ptr[x + idx * 4 + k * 32]; };
-        auto u = [&](int k) { return ptr[up + idx * 4 + k * 32]; };
+        auto Z = [&](int k) { return V(4 * k); };
+        auto Q = [&](int k) { return V(4 * k + 1); };
+        auto A = [&](int k) { return V(4 * k + 2); };
+        auto B = [&](int k) { return V(4 * k + 3); };
+        auto g = [&](int k) { return ptr[x + idx * 4 + k * vb]; };
+        auto u = [&](int k) { return ptr[up + idx * 4 + k * vb]; };
         // a constant: its register (the first ncr of kErfRegConsts) or memory
         auto k_op = [&](int e, auto&& f) {
             for (int i = 0; i < ncr; ++i)
-                if (kErfRegConsts[i] == e) return f(Ymm(4 * nv + i));
+                if (kErfRegConsts[i] == e) return f(V(erf_creg(i)));
             return f(c(e));
         };
-        for (int o = 0; o < nv * 32; o += 64) {  // both streams 8 KiB ahead
+        for (int o = 0; o < nv * vb; o += 64) {  // both streams 8 KiB ahead
             prefetcht0(ptr[x + idx * 4 + kSiluPrefetchBytes + o]);
             prefetcht0(ptr[up + idx * 4 + kSiluPrefetchBytes + o]);
         }
         for (int k = 0; k < nv; ++k) vmovups(Z(k), g(k));
-        for (int k = 0; k < nv; ++k) vmulps(Z(k), Z(k), c(kGInvSqrt2));
-        for (int k = 0; k < nv; ++k) vminps(Z(k), Z(k), c(kGHi));  // (NaN: the final product keeps it)
-        for (int k = 0; k < nv; ++k) vmaxps(Z(k), Z(k), c(kGLo));  // z
-        for (int k = 0; k < nv; ++k) vmulps(Q(k), Z(k), Z(k));     // z^2
-        for (int k = 0; k < nv; ++k) vmovups(A(k), c(kGA13));
+        for (int k = 0; k < nv; ++k) k_op(kGInvSqrt2, [&](const auto& o) { vmulps(Z(k), Z(k), o); });
+        for (int k = 0; k < nv; ++k) k_op(kGHi, [&](const auto& o) { vminps(Z(k), Z(k), o); });  // (NaN: see below)
+        for (int k = 0; k < nv; ++k) k_op(kGLo, [&](const auto& o) { vmaxps(Z(k), Z(k), o); });  // z
+        for (int k = 0; k < nv; ++k) vmulps(Q(k), Z(k), Z(k));  // z^2
+        for (int k = 0; k < nv; ++k) k_op(kGA13, [&](const auto& o) { vmovups(A(k), o); });
         for (int e = kGA11; e <= kGA1; ++e)
             for (int k = 0; k < nv; ++k) k_op(e, [&](const auto& o) { vfmadd213ps(A(k), Q(k), o); });
         for (int k = 0; k < nv; ++k) vmulps(A(k), A(k), Z(k));  // z A / 2
-        for (int k = 0; k < nv; ++k) vmovups(B(k), c(kGB8));
-        for (int k = 0; k < nv; ++k) k_op(kGB6, [&](const auto& o) { vfmadd213ps(B(k), Q(k), o); });
-        for (int k = 0; k < nv; ++k) k_op(kGB4, [&](const auto& o) { vfmadd213ps(B(k), Q(k), o); });
-        for (int k = 0; k < nv; ++k) vfmadd213ps(B(k), Q(k), c(kGB2));
-        for (int k = 0; k < nv; ++k) vfmadd213ps(B(k), Q(k), c(kGB0));
-        for (int k = 0; k < nv; ++k) vdivps(A(k), A(k), B(k));  // erf / 2
-        for (int k = 0; k < nv; ++k) vaddps(A(k), A(k), c(kGHalf));  // (1 + erf) / 2
-        // No cutoff compare: at the clamp z = -4 these IEEE operations give erf / 2 = -0.5 exactly,
-        // so gelu is exactly 0 for g <= -4 sqrt2 and NaN for -inf (test GeluErfBelowTheCutoff..);
-        // a NaN g became z = 4 at the clamps and stays NaN in the product.
+        for (int k = 0; k < nv; ++k) k_op(kGB8, [&](const auto& o) { vmovups(B(k), o); });
+        for (int e = kGB6; e <= kGB0; ++e)
+            for (int k = 0; k < nv; ++k) k_op(e, [&](const auto& o) { vfmadd213ps(B(k), Q(k), o); });
+        if (zmm) {
+            for (int k = 0; k < nv; ++k) vrcp14ps(Q(k), B(k));
+            for (int k = 0; k < nv; ++k) vfnmadd213ps(B(k), Q(k), c(kGOne));  // e = 1 - B r
+            for (int k = 0; k < nv; ++k) vfmadd231ps(Q(k), Q(k), B(k));       // r (1 + e)
+            for (int k = 0; k < nv; ++k) vmulps(A(k), A(k), Q(k));            // erf / 2
+        } else {
+            for (int k = 0; k < nv; ++k) vdivps(A(k), A(k), B(k));  // erf / 2
+        }
+        for (int k = 0; k < nv; ++k) k_op(kGHalf, [&](const auto& o) { vaddps(A(k), A(k), o); });  // (1 + erf) / 2
+        // AVX2, no cutoff compare: at the clamp z = -4 these IEEE operations give erf / 2 = -0.5
+        // exactly, so gelu is exactly 0 for g <= -4 sqrt2 and NaN for -inf (test
+        // GeluErfBelowTheCutoffIsExactlyZero); a NaN g became z = 4 at the clamps and stays NaN in
+        // the product. AVX-512: the compare (GT_OQ: NaN and g <= -4 sqrt2 give 0, NaN g stays NaN).
         for (int k = 0; k < nv; ++k) vmovups(Z(k), g(k));
+        if (zmm) {
+            for (int k = 0; k < nv; ++k) {
+                vcmpps(k3, Z(k), c(kGZero), 0x1e /* GT_OQ */);
+                vmovaps(A(k) | k3 | Xbyak::util::T_z, A(k));
+            }
+        }
         for (int k = 0; k < nv; ++k) vmulps(Z(k), Z(k), A(k));  // gelu(g) first: g u may overflow
         for (int k = 0; k < nv; ++k) vmulps(Z(k), Z(k), u(k));
         for (int k = 0; k < nv; ++k) {
-            if (nt_) vmovntps(ptr[y + idx * 4 + k * 32], Z(k));
-            else vmovups(ptr[y + idx * 4 + k * 32], Z(k));
+            if (nt_) vmovntps(ptr[y + idx * 4 + k * vb], Z(k));
+            else vmovups(ptr[y + idx * 4 + k * vb], Z(k));
         }
     }
 
