@@ -12,7 +12,8 @@
 //                                                       (residual_out and y of their own)
 //   rope/<f32|bf16>/xk/<neox|gptj>/2048x32x128/nt:<N>   q and k [2048 tokens, 32 heads, 128], in place
 //   swiglu/<f32|bf16>/xk/4096x11008/nt:<N>              y [4096 x 11008] = silu(gate) * up
-//   geglu/f32/xk/4096x11008/nt:<N>                      gelu_erf
+//   geglu/<f32|bf16>/xk/4096x11008/nt:<N>               gelu_erf
+//   geglu_tanh/<f32|bf16>/xk/4096x11008/nt:<N>          gelu_tanh (GeGLU with the tanh approximation)
 //   softmax/<f32|bf16>/xk/16384x4096[/causal]/nt:<N>
 //   <op>/<bf16|f32>/xk/decode/t:<1|4|16>/h:4096/nt:<N>  one call through a Plan, cache-resident (swiglu: /i:11008)
 //   layer_norm/<f32|bf16>/onednn/decode/...              the primitive's execute() per call
@@ -366,10 +367,14 @@ const bool registered = [] {
             const GluCase c{xk::Activation::silu, dt, 4096, 11008, true};
             reg(xb::join_name({"swiglu", dname(dt), "xk", "4096x11008", nt_s(nt)}), [c, nt](benchmark::State& s) { BM_glu_xk(s, c, nt); });
         }
-    for (int nt : nts) {
-        const GluCase c{xk::Activation::gelu_erf, DType::f32, 4096, 11008, true};
-        reg(xb::join_name({"geglu", "f32", "xk", "4096x11008", nt_s(nt)}), [c, nt](benchmark::State& s) { BM_glu_xk(s, c, nt); });
-    }
+    for (xk::Activation act : {xk::Activation::gelu_erf, xk::Activation::gelu_tanh})
+        for (DType dt : {DType::f32, DType::bf16})
+            for (int nt : nts) {
+                const GluCase c{act, dt, 4096, 11008, true};
+                reg(xb::join_name({act == xk::Activation::gelu_erf ? "geglu" : "geglu_tanh", dname(dt), "xk", "4096x11008",
+                                   nt_s(nt)}),
+                    [c, nt](benchmark::State& s) { BM_glu_xk(s, c, nt); });
+            }
     // Softmax on DRAM.
     for (DType dt : {DType::f32, DType::bf16})
         for (bool causal : {false, true})

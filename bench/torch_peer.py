@@ -76,6 +76,10 @@ def make_ops(torch, F):
         i = x.shape[-1] // 2
         return F.gelu(x[..., :i]) * x[..., i:]
 
+    def geglu_tanh(x):
+        i = x.shape[-1] // 2
+        return F.gelu(x[..., :i], approximate="tanh") * x[..., i:]
+
     def softmax(x, scale, mask=None):
         t = x * scale
         if mask is not None:
@@ -83,7 +87,7 @@ def make_ops(torch, F):
         return torch.softmax(t, dim=-1)
 
     return dict(rms_norm=rms_norm, layer_norm=layer_norm, rope_neox=rope_neox, rope_gptj=rope_gptj, swiglu=swiglu,
-                geglu=geglu, softmax=softmax)
+                geglu=geglu, geglu_tanh=geglu_tanh, softmax=softmax)
 
 
 # ---- benchmark cases: (name, bytes per call, make_sets(nsets) -> list of args, fn(*args)) ----------
@@ -161,11 +165,13 @@ def cases(torch, F, threads):
                 return [(torch.rand(R, 2 * I, dtype=dt) * 8 - 4,) for _ in range(nsets)]
             out.append((f"swiglu/{dname}/torch/{R}x{I}/nt:{nt}", nt, 3 * R * I * es[dname],
                         sets_for(3 * R * I * es[dname], True), mk_glu, ops["swiglu"]))
-    for nt in threads:
-        def mk_geglu(nsets, R=R):
-            return [(torch.rand(R, 2 * I) * 8 - 4,) for _ in range(nsets)]
-        out.append((f"geglu/f32/torch/{R}x{I}/nt:{nt}", nt, 3 * R * I * 4, sets_for(3 * R * I * 4, True), mk_geglu,
-                    ops["geglu"]))
+    for gname in ("geglu", "geglu_tanh"):
+        for dname, dt in dts.items():
+            for nt in threads:
+                def mk_geglu(nsets, dt=dt, R=R):
+                    return [(torch.rand(R, 2 * I, dtype=dt) * 8 - 4,) for _ in range(nsets)]
+                out.append((f"{gname}/{dname}/torch/{R}x{I}/nt:{nt}", nt, 3 * R * I * es[dname],
+                            sets_for(3 * R * I * es[dname], True), mk_geglu, ops[gname]))
     # Softmax.
     SR, SC = 16384, 4096
     for dname, dt in dts.items():

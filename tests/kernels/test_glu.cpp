@@ -249,6 +249,58 @@ TEST(Glu, GeluErfBelowTheCutoffIsExactlyZero) {
         }
 }
 
+TEST(Glu, GeluTanhSpecialValues) {
+    // GeGLU (tanh), every implementation this machine runs, main loops and tails: NaN gates give
+    // NaN, +inf gives +inf * u, huge positive gates give g * u (x^3 overflows inside the main
+    // loop's exponent, which is clamped), gates at or below -10 give |y| <= 5e-37 |u| (the f32
+    // main loops: jit_glu.cpp, tanh_two) or, for -inf, NaN (the injector, as the scalar formula).
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float specials[] = {nan, inf, -inf, -1e30f, -20.0f, -10.5f, 1e30f, 30.0f};
+    for (DType t : {DType::f32, DType::bf16})
+        for (int64_t inner : {96, 101}) {
+            const int64_t rows = 3;
+            TypedMatrix x(t, rows, 2 * inner);
+            x.fill_uniform(-4, 4, 13);
+            int k = 0;
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = r; i < inner; i += 7) x.set(r, i, specials[k++ % 8]);
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t i = 0; i < inner; ++i) x.set(r, inner + i, i % 2 ? 1.5 : -0.75);  // u
+            GluDesc d;
+            d.activation = Activation::gelu_tanh;
+            d.rows = rows;
+            d.inner = inner;
+            d.x_dtype = t;
+            d.y_dtype = t;
+            const GluDesc rd = detail::glu_resolve("test", d);
+            const auto& reg = detail::glu_registry();
+            for (const auto& impl : reg.impls()) {
+                if (!isa_supported(impl.isa)) continue;
+                const auto kd = detail::glu_kernel_desc(rd);
+                if (impl.supports && !impl.supports(kd)) continue;
+                TypedMatrix got(t, rows, inner);
+                reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), got.data()}, 0, rows);
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t i = r; i < inner; i += 7) {
+                        const double g = x.get(r, i), u = x.get(r, inner + i), y = got.get(r, i);
+                        const std::string at = std::string(impl.name) + " [" + std::to_string(r) + "][" + std::to_string(i) +
+                                               "] gate " + std::to_string(g) + " y " + std::to_string(y);
+                        if (std::isnan(g)) {
+                            EXPECT_TRUE(std::isnan(y)) << at;
+                        } else if (g >= 30.0) {
+                            const double want = t == DType::bf16 ? static_cast<double>(bf16(static_cast<float>(g * u)).to_float())
+                                                                 : static_cast<double>(static_cast<float>(g * u));
+                            EXPECT_EQ(y, want) << at;
+                        } else if (std::isinf(g)) {
+                            EXPECT_TRUE(std::isnan(y) || std::fabs(y) <= 5e-37 * std::fabs(u)) << at;
+                        } else {  // g <= -10
+                            EXPECT_LE(std::fabs(y), 5e-37 * std::fabs(u)) << at;
+                        }
+                    }
+            }
+        }
+}
+
 TEST(Glu, InPlaceOverTheGateHalf) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16})

@@ -2,7 +2,7 @@
 // stores at the avx512_bf16 level), specialised on (activation, inner, dtypes). The activation is
 // the shared vectorised injector (kernels/common/jit_activation.hpp); two vectors per iteration
 // with separate scratch registers so their exp / division chains overlap. SwiGLU (silu_rows) and
-// GeGLU erf f32 -> f32 (erf_n) have main loops of their own. The whole row range is
+// GeGLU (erf_n, tanh_two: f32 -> f32 and bf16 -> bf16) have main loops of their own. The whole row range is
 // one call. Outputs larger than nt_store_threshold() are written with non-temporal stores when
 // every row of y is aligned.
 #include <immintrin.h>
@@ -89,7 +89,10 @@ enum SiluConst : int {
     // e^-x / c0 ~ 1 + x (a1 + x (a2 + x a3)) on |x| <= ln2/16
     kSLn2d8Hi, kSLn2d8Lo, kSExpF,
     kSF3,                  // a3, a2, a1
-    kSCount = kSF3 + 3
+    // GeGLU (tanh) main loop (tanh_two): its exponent -2y = -x (k + k3 x^2), k = 2 sqrt(2/pi),
+    // k3 = 0.044715 k; the numerator's lower clamp
+    kSTanhK = kSF3 + 3, kSTanhK3, kSTanhNumLo,
+    kSCount
 };
 
 struct alignas(64) SiluTable {
@@ -163,12 +166,15 @@ const SiluTable& silu_table() {
         setf(kSF3 + 0, static_cast<float>(-0.1666510148970098));  // a3
         setf(kSF3 + 1, static_cast<float>(0.5000782768543582));   // a2
         setf(kSF3 + 2, static_cast<float>(-1.0000000588064313));  // a1
+        setf(kSTanhK, static_cast<float>(2.0 * 0.79788456080286536));
+        setf(kSTanhK3, static_cast<float>(2.0 * 0.79788456080286536 * 0.044715));
+        setf(kSTanhNumLo, -10.0f);
         return t;
     }();
     return t;
 }
 
-// GeGLU (gelu_erf), f32 -> f32 main loop (erf_n, AVX2 and AVX-512): the injector's rational (Eigen's
+// GeGLU (gelu_erf), f32 -> f32 and bf16 -> bf16 main loop (erf_n, AVX2 and AVX-512): the injector's rational (Eigen's
 // coefficients, erf(z) = z A(z^2) / B(z^2) on z = x / sqrt2 clamped to [-4, 4]; jit_activation.cpp)
 // with A scaled by 1/2 (exact), a divide instead of the reciprocal estimate and its Newton step,
 // and the product folded: y = (g (1/2 + (z A/2) / B)) u, exactly 0 for g <= -4 sqrt2 as the injector.
@@ -251,15 +257,21 @@ public:
             xor_(idx, idx);
             // GeGLU (erf) f32 -> f32: its own main loop (erf_n, below), erf_nv() vectors an
             // iteration; the vectors it leaves go through block() in pairs.
-            const bool erf_main = kd.activation == Activation::gelu_erf && xt == DType::f32 && yt == DType::f32;
-            const int per = erf_main ? erf_nv() : kUnroll;
+            // (f32 -> f32, or bf16 -> bf16 in even / odd pairs: geglu_bf16_)
+            const bool same = xt == yt;
+            geglu_bf16_ = xt == DType::bf16;
+            const bool erf_main = kd.activation == Activation::gelu_erf && same;
+            const bool tanh_main = kd.activation == Activation::gelu_tanh && same;
+            const int per = erf_main ? erf_nv() : kUnroll;  // (tanh_two: two vectors, as kUnroll)
             const int64_t nblk = nvec / per;
             if (nblk > 0) {
                 Label loop;
                 if (erf_main) erf_consts();
+                if (tanh_main) tanh_consts();
                 mov(cnt, nblk);
                 L(loop);
-                if (erf_main) erf_n(x, y, up, idx);
+                if (erf_main) erf_n(io, x, y, up, idx);
+                else if (tanh_main) tanh_two(io, x, y, up, idx);
                 else block(kUnroll, 0, vl);
                 add(idx, per * vl);
                 dec(cnt);
@@ -286,6 +298,12 @@ public:
 private:
     Xmm V(int i) const { return isa() >= Isa::avx512 ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
 
+    // bf16 -> bf16 (both GeGLU loops, geglu_bf16_): the same arithmetic on whole pairs of vectors
+    // split even / odd (JitIo::load2_eo; the gate read twice, as f32 re-reads it), y stored by one
+    // word merge rounded to nearest, ties away (store2_eo_away: every NaN here is a bf16 input's or
+    // the default one). AVX2 erf: two vectors (one pair) an iteration, six constants in registers;
+    // AVX2 tanh: a1 and 1 as memory operands (ymm14-15 stay JitIo's scratch). Zen 3, in L1, ns an
+    // element: erf 0.82 -> 0.55, tanh 1.03 -> 0.55 (f32: erf 0.61 -> 0.48, tanh 0.78 -> 0.44).
     // GeGLU (erf) main loop, f32 -> f32 (gelu_table). AVX2: three vectors an iteration, chains in
     // ymm0-11 (z, z^2, A, B), A11..A5 in ymm12-15 (erf_consts; the other constants are memory
     // operands through r12). Per vector 15 operations on the FMA pipes and a divide, against 19
@@ -297,18 +315,24 @@ private:
     // reciprocal estimate with a Newton step instead of the divide (a zmm divide is slow on Intel
     // cores); its rounding may leave 1 + erf a few ulps from 0 at the clamp, so the cutoff compare
     // (into k3) zeroes it there as the injector does.
-    int erf_nv() const { return isa() >= Isa::avx512 ? 4 : 3; }
+    bool geglu_bf16_ = false;  // erf_n / tanh_two: bf16 gate, up and y, whole pairs split even / odd
+    int erf_nv() const { return isa() >= Isa::avx512 ? 4 : geglu_bf16_ ? 2 : 3; }
     static constexpr int kErfRegConsts[16] = {kGA11, kGA9, kGA7, kGA5, kGA3, kGA1, kGB6, kGB4,
                                               kGA13, kGB8, kGB2, kGB0, kGInvSqrt2, kGHi, kGLo, kGHalf};
-    int erf_ncr() const { return isa() >= Isa::avx512 ? 16 : 16 - 4 * erf_nv(); }
+    // (AVX2 bf16: ymm14-15 stay JitIo's scratch for the word-merge stores)
+    int erf_ncr() const { return isa() >= Isa::avx512 ? 16 : 16 - 4 * erf_nv() - (geglu_bf16_ ? 2 : 0); }
     int erf_creg(int i) const { return isa() >= Isa::avx512 ? 16 + i : 4 * erf_nv() + i; }
     void erf_consts() {
         mov(r12, reinterpret_cast<uintptr_t>(&gelu_table()));
         for (int i = 0; i < erf_ncr(); ++i) vmovups(V(erf_creg(i)), ptr[r12 + kErfRegConsts[i] * 64]);
     }
-    void erf_n(const Reg64& x, const Reg64& y, const Reg64& up, const Reg64& idx) {
-        const bool zmm = isa() >= Isa::avx512;
+    void erf_n(const JitIo& io, const Reg64& x, const Reg64& y, const Reg64& up, const Reg64& idx) {
+        const bool zmm = isa() >= Isa::avx512, bf = geglu_bf16_;
         const int nv = erf_nv(), ncr = erf_ncr(), vb = zmm ? 64 : 32;
+        // bf16: vector k is the even (k even) or odd half of pair k / 2, at byte k / 2 * vb
+        auto load_pairs = [&](auto&& reg, const Reg64& base) {
+            for (int k = 0; k < nv; k += 2) io.load2_eo(reg(k), reg(k + 1), base + idx * 2 + k / 2 * vb);
+        };
         auto c = [&](int e) { return ptr[r12 + e * 64]; };
         auto Z = [&](int k) { return V(4 * k); };
         auto Q = [&](int k) { return V(4 * k + 1); };
@@ -322,11 +346,13 @@ private:
                 if (kErfRegConsts[i] == e) return f(V(erf_creg(i)));
             return f(c(e));
         };
-        for (int o = 0; o < nv * vb; o += 64) {  // both streams 8 KiB ahead
-            prefetcht0(ptr[x + idx * 4 + kSiluPrefetchBytes + o]);
-            prefetcht0(ptr[up + idx * 4 + kSiluPrefetchBytes + o]);
+        const int xs = bf ? 2 : 4;
+        for (int o = 0; o < nv * vb * xs / 4; o += 64) {  // both streams 8 KiB ahead
+            prefetcht0(ptr[x + idx * xs + kSiluPrefetchBytes + o]);
+            prefetcht0(ptr[up + idx * xs + kSiluPrefetchBytes + o]);
         }
-        for (int k = 0; k < nv; ++k) vmovups(Z(k), g(k));
+        if (bf) load_pairs(Z, x);
+        else for (int k = 0; k < nv; ++k) vmovups(Z(k), g(k));
         for (int k = 0; k < nv; ++k) k_op(kGInvSqrt2, [&](const auto& o) { vmulps(Z(k), Z(k), o); });
         for (int k = 0; k < nv; ++k) k_op(kGHi, [&](const auto& o) { vminps(Z(k), Z(k), o); });  // (NaN: see below)
         for (int k = 0; k < nv; ++k) k_op(kGLo, [&](const auto& o) { vmaxps(Z(k), Z(k), o); });  // z
@@ -351,7 +377,8 @@ private:
         // exactly, so gelu is exactly 0 for g <= -4 sqrt2 and NaN for -inf (test
         // GeluErfBelowTheCutoffIsExactlyZero); a NaN g became z = 4 at the clamps and stays NaN in
         // the product. AVX-512: the compare (GT_OQ: NaN and g <= -4 sqrt2 give 0, NaN g stays NaN).
-        for (int k = 0; k < nv; ++k) vmovups(Z(k), g(k));
+        if (bf) load_pairs(Z, x);
+        else for (int k = 0; k < nv; ++k) vmovups(Z(k), g(k));
         if (zmm) {
             for (int k = 0; k < nv; ++k) {
                 vcmpps(k3, Z(k), c(kGZero), 0x1e /* GT_OQ */);
@@ -359,10 +386,110 @@ private:
             }
         }
         for (int k = 0; k < nv; ++k) vmulps(Z(k), Z(k), A(k));  // gelu(g) first: g u may overflow
+        if (bf) {  // (Q is free: the divide / the reciprocal's product is done)
+            load_pairs(Q, up);
+            for (int k = 0; k < nv; ++k) vmulps(Z(k), Z(k), Q(k));
+            // rounded to nearest, ties away: every NaN here is a bf16 input's or the default one
+            for (int k = 0; k < nv; k += 2) io.store2_eo_away(y + idx * 2 + k / 2 * vb, Z(k), Z(k + 1), nt_);
+            return;
+        }
         for (int k = 0; k < nv; ++k) vmulps(Z(k), Z(k), u(k));
         for (int k = 0; k < nv; ++k) {
             if (nt_) vmovntps(ptr[y + idx * 4 + k * vb], Z(k));
             else vmovups(ptr[y + idx * 4 + k * vb], Z(k));
+        }
+    }
+
+    // GeGLU (tanh) main loop, f32 -> f32 and bf16 -> bf16 (see above): gelu_tanh(x) = x / (1 + e^-X), X = 2y = x (k + k3 x^2),
+    // y = sqrt(2/pi) (x + 0.044715 x^3); e^-X exactly as SwiGLU's f32 loop takes e^-g (f32_two:
+    // X clamped to [-86, 86], the 8-entry table with a degree-3 polynomial, two-part ln2/8), then
+    // y = (max(x, -10) u) / d (AVX2: VDIVPS; AVX-512: VRCP14PS and a Newton step). Two vectors an
+    // iteration, chains in V(0..5); AVX2: ten constants in ymm6-15 (k3, the clamps and -10 are
+    // memory operands through r12); AVX-512: zmm16-29. For x < -10 (X < -87.3, clamped) the
+    // result is below 5e-37 |u| in magnitude (the true one is smaller still); gelu_tanh(-inf) u
+    // gives -4.5e-37 u there (the limit, 0) where the scalar formula's -inf * 0 is NaN, as SwiGLU's
+    // silu(-inf); NaN stays NaN, +inf gives +inf u.
+    void tanh_consts() {
+        mov(r12, reinterpret_cast<uintptr_t>(&silu_table()));
+        const int fb = isa() >= Isa::avx512 ? 16 : 6;
+        int r = fb;
+        for (int e : {int(kSMagic8), int(kSNeg8Log2e), int(kSLn2d8Hi), int(kSLn2d8Lo), int(kSExpF), int(kSF3),
+                      int(kSTanhK), int(kSF3 + 1), int(kSF3 + 2), int(kSOne)}) {
+            if (r >= 14 && r < 16 && geglu_bf16_) break;  // (AVX2 bf16: a1 and 1 from memory, ymm14-15 JitIo's)
+            vmovups(V(r++), ptr[r12 + e * 64]);
+        }
+    }
+    void tanh_two(const JitIo& io, const Reg64& x, const Reg64& y, const Reg64& up, const Reg64& idx) {
+        const bool zmm = isa() >= Isa::avx512, bf = geglu_bf16_;
+        const int vb = zmm ? 64 : 32, fb = zmm ? 16 : 6, xs = bf ? 2 : 4;
+        auto c = [&](int e) { return ptr[r12 + e * 64]; };
+        const Xmm magic = V(fb), nl2e = V(fb + 1), l2hi = V(fb + 2), l2lo = V(fb + 3), tbl = V(fb + 4), a3 = V(fb + 5),
+                  kk = V(fb + 6), a2 = V(fb + 7);
+        const bool mem = bf && !zmm;  // a1 and 1 as memory operands
+        const Address a1m = c(kSF3 + 2), onem = c(kSOne);
+        const Xmm a1r = V(fb + 8), oner = V(fb + 9);
+        const Operand& a1 = mem ? static_cast<const Operand&>(a1m) : static_cast<const Operand&>(a1r);
+        const Operand& one = mem ? static_cast<const Operand&>(onem) : static_cast<const Operand&>(oner);
+        const Xmm X[2] = {V(0), V(3)}, S0[2] = {V(1), V(4)}, S1[2] = {V(2), V(5)};
+        auto g = [&](int k) { return ptr[x + idx * 4 + k * vb]; };
+        auto u = [&](int k) { return ptr[up + idx * 4 + k * vb]; };
+        for (int o = 0; o < 2 * vb * xs / 4; o += 64) {  // both streams 8 KiB ahead, as SwiGLU's f32 rows
+            prefetcht0(ptr[x + idx * xs + kSiluPrefetchBytes + o]);
+            prefetcht0(ptr[up + idx * xs + kSiluPrefetchBytes + o]);
+        }
+        if (bf) io.load2_eo(X[0], X[1], x + idx * 2);  // (bf16: one pair, even / odd)
+        else for (int k = 0; k < 2; ++k) vmovups(X[k], g(k));
+        for (int k = 0; k < 2; ++k) vmulps(S0[k], X[k], X[k]);
+        for (int k = 0; k < 2; ++k) vfmadd132ps(S0[k], kk, c(kSTanhK3));  // k + k3 x^2
+        for (int k = 0; k < 2; ++k) vmulps(X[k], X[k], S0[k]);           // X = 2y
+        for (int k = 0; k < 2; ++k) vmaxps(X[k], X[k], c(kSGLo));        // (NaN: the numerator keeps it)
+        for (int k = 0; k < 2; ++k) vminps(X[k], X[k], c(kSGClampHi8));
+        for (int k = 0; k < 2; ++k) vmovaps(S0[k], magic);
+        for (int k = 0; k < 2; ++k) vfmadd231ps(S0[k], X[k], nl2e);  // magic + m
+        for (int k = 0; k < 2; ++k) vsubps(S1[k], S0[k], magic);     // m
+        for (int k = 0; k < 2; ++k) vfmadd231ps(X[k], S1[k], l2hi);  // -t
+        for (int k = 0; k < 2; ++k) vfmadd231ps(X[k], S1[k], l2lo);
+        for (int k = 0; k < 2; ++k) {  // (VPERMPS: the Ymm form names the zmm registers too)
+            if (zmm) vpermps(Zmm(S1[k].getIdx()), Zmm(S0[k].getIdx()), Zmm(tbl.getIdx()));
+            else vpermps(Ymm(S1[k].getIdx()), Ymm(S0[k].getIdx()), Ymm(tbl.getIdx()));
+        }
+        for (int k = 0; k < 2; ++k) vpslld(S0[k], S0[k], 20);
+        for (int k = 0; k < 2; ++k) vpaddd(S0[k], S0[k], S1[k]);  // s
+        for (int k = 0; k < 2; ++k) vmovaps(S1[k], a3);
+        for (int k = 0; k < 2; ++k) vfmadd213ps(S1[k], X[k], a2);
+        for (int k = 0; k < 2; ++k) vfmadd213ps(S1[k], X[k], a1);
+        for (int k = 0; k < 2; ++k) vfmadd213ps(S1[k], X[k], one);  // p
+        for (int k = 0; k < 2; ++k) vfmadd213ps(S1[k], S0[k], one);  // d = 1 + e^-X
+        if (zmm) {
+            for (int k = 0; k < 2; ++k) vrcp14ps(S0[k], S1[k]);
+            for (int k = 0; k < 2; ++k) vfnmadd213ps(S1[k], S0[k], one);  // e = 1 - d r
+            for (int k = 0; k < 2; ++k) vfmadd231ps(S0[k], S0[k], S1[k]);  // r (1 + e)
+        }
+        const Xmm* F = zmm ? S1 : S0;  // free now (AVX2: d in S1; AVX-512: r in S0)
+        if (bf) {  // max(-10, g) (NaN kept: the second operand), times u
+            io.load2_eo(F[0], F[1], x + idx * 2);
+            for (int k = 0; k < 2; ++k) vmovups(X[k], c(kSTanhNumLo));
+            for (int k = 0; k < 2; ++k) vmaxps(X[k], X[k], F[k]);
+            io.load2_eo(F[0], F[1], up + idx * 2);
+            for (int k = 0; k < 2; ++k) vmulps(X[k], X[k], F[k]);
+        } else {
+            for (int k = 0; k < 2; ++k) {  // max(-10, x) (NaN kept: the second operand), times u
+                vmovups(F[k], c(kSTanhNumLo));
+                vmaxps(X[k], F[k], g(k));
+            }
+            for (int k = 0; k < 2; ++k) vmulps(X[k], X[k], u(k));
+        }
+        for (int k = 0; k < 2; ++k) {
+            if (zmm) vmulps(X[k], X[k], S0[k]);
+            else vdivps(X[k], X[k], S1[k]);
+        }
+        if (bf) {  // rounded to nearest, ties away (every NaN: a bf16 input's or the default one)
+            io.store2_eo_away(y + idx * 2, X[0], X[1], nt_);
+            return;
+        }
+        for (int k = 0; k < 2; ++k) {
+            if (nt_) vmovntps(ptr[y + idx * 4 + k * vb], X[k]);
+            else vmovups(ptr[y + idx * 4 + k * vb], X[k]);
         }
     }
 
