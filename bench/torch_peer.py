@@ -3,7 +3,7 @@
 
 The chains of ops a user writes without a custom kernel: HF's LlamaRMSNorm, F.layer_norm (after x +
 residual in the pre-norm block rows), HF's rotate_half (NeoX) / rotate_every_two (GPT-J) RoPE,
-F.silu(gate) * up, F.gelu(gate) * up and torch.softmax (with a masked_fill for the causal mask), on
+F.silu(gate) * up, F.gelu(gate[, approximate="tanh"]) * up and torch.softmax (with a masked_fill for the causal mask), on
 the same shapes, dtypes, thread counts (`nt:N`, torch.set_num_threads) and DRAM rotation
 (XK_BENCH_ROTATE_MB, default 1024 MiB) as bench_llm, with the same benchmark names and the same
 GBPS byte counts (bytes read + written by the op, as bench_llm counts them; PyTorch's temporaries
