@@ -7,6 +7,7 @@
 // every row of y is aligned.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
@@ -306,7 +307,11 @@ private:
     // max error 0.98 x 2^-8, as the correctly rounded reference) on whole pairs of vectors
     // split even / odd (JitIo::load2_eo; the gate read twice, as f32 re-reads it), y stored by one
     // word merge rounded to nearest, ties away (store2_eo_away: every NaN here is a bf16 input's or
-    // the default one). AVX2 erf: two vectors (one pair) an iteration, six constants in registers;
+    // the default one). AVX2 erf: four vectors (two pairs) an iteration, chains in all of ymm0-15,
+    // every constant a memory operand (ymm14-15 are JitIo's scratch too: the word merges of the
+    // stores write ymm14 after A of the last chain is dead; the loads take no scratch). Zen 3, in
+    // L1: 0.556 with one pair and six constants in registers -> 0.499 ns an element; 31.1 / 51.6
+    // -> 34.3 / 56.2% of copy (1 / 2 threads, medians of 3);
     // AVX2 tanh: a1 and 1 as memory operands (ymm14-15 stay JitIo's scratch). Zen 3, in L1, ns an
     // element: erf 0.82 -> 0.55, tanh 1.03 -> 0.55 (f32: erf 0.61 -> 0.48, tanh 0.78 -> 0.44).
     // GeGLU (erf) main loop, f32 -> f32 (gelu_table). AVX2: three vectors an iteration, chains in
@@ -321,11 +326,11 @@ private:
     // cores); its rounding may leave 1 + erf a few ulps from 0 at the clamp, so the cutoff compare
     // (into k3) zeroes it there as the injector does.
     bool geglu_bf16_ = false;  // erf_n / tanh_two: bf16 gate, up and y, whole pairs split even / odd
-    int erf_nv() const { return isa() >= Isa::avx512 ? 4 : geglu_bf16_ ? 2 : 3; }
+    int erf_nv() const { return isa() >= Isa::avx512 ? 4 : geglu_bf16_ ? 4 : 3; }
     static constexpr int kErfRegConsts[16] = {kGA11, kGA9, kGA7, kGA5, kGA3, kGA1, kGB6, kGB4,
                                               kGA13, kGB8, kGB2, kGB0, kGInvSqrt2, kGHi, kGLo, kGHalf};
-    // (AVX2 bf16: ymm14-15 stay JitIo's scratch for the word-merge stores)
-    int erf_ncr() const { return isa() >= Isa::avx512 ? 16 : 16 - 4 * erf_nv() - (geglu_bf16_ ? 2 : 0); }
+    // (AVX2: the registers the chains leave; none with bf16, whose four chains take ymm0-15)
+    int erf_ncr() const { return isa() >= Isa::avx512 ? 16 : std::max(0, 16 - 4 * erf_nv() - (geglu_bf16_ ? 2 : 0)); }
     int erf_creg(int i) const { return isa() >= Isa::avx512 ? 16 + i : 4 * erf_nv() + i; }
     void erf_consts() {
         mov(r12, reinterpret_cast<uintptr_t>(&gelu_table()));
