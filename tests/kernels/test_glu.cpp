@@ -102,6 +102,33 @@ struct DTypes {
 };
 const DTypes kDTypes[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::bf16, DType::f32}, {DType::f32, DType::bf16}};
 
+// Packed rows of x (rows x 2 inner, act(gate) * up) through every registry entry this machine
+// runs (the scalar reference too unless skip_reference); check(name, y) sees each output. Returns
+// how many ran.
+template <class F>
+int for_each_glu_impl(Activation act, const TypedMatrix& x, DType yt, int64_t rows, int64_t inner, bool skip_reference,
+                      F&& check) {
+    GluDesc d;
+    d.activation = act;
+    d.rows = rows;
+    d.inner = inner;
+    d.x_dtype = x.dtype();
+    d.y_dtype = yt;
+    const GluDesc rd = detail::glu_resolve("test", d);
+    const auto kd = detail::glu_kernel_desc(rd);
+    const auto& reg = detail::glu_registry();
+    int ran = 0;
+    for (const auto& impl : reg.impls()) {
+        if (!isa_supported(impl.isa) || (skip_reference && impl.isa == Isa::scalar)) continue;
+        if (impl.supports && !impl.supports(kd)) continue;
+        TypedMatrix y(yt, rows, inner);
+        reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
+        check(std::string(impl.name), y);
+        ++ran;
+    }
+    return ran;
+}
+
 }  // namespace
 
 TEST(Glu, EveryIsaMatchesOracle) {
@@ -223,37 +250,26 @@ TEST(Glu, GeluErfBelowTheCutoffIsExactlyZero) {
             int k = 0;
             for (int64_t r = 0; r < rows; ++r)
                 for (int64_t i = r; i < inner; i += 5) x.set(r, i, below[k++ % 7]);
-            GluDesc d;
-            d.activation = Activation::gelu_erf;
-            d.rows = rows;
-            d.inner = inner;
-            d.x_dtype = t;
-            d.y_dtype = t;
-            const GluDesc rd = detail::glu_resolve("test", d);
-            const auto& reg = detail::glu_registry();
-            for (const auto& impl : reg.impls()) {
-                if (!isa_supported(impl.isa) || impl.isa == Isa::scalar) continue;
-                const auto kd = detail::glu_kernel_desc(rd);
-                if (impl.supports && !impl.supports(kd)) continue;
-                TypedMatrix got(t, rows, inner);
-                reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), got.data()}, 0, rows);
+            const int ran = for_each_glu_impl(Activation::gelu_erf, x, t, rows, inner, true, [&](const std::string& name,
+                                                                                                  const TypedMatrix& got) {
                 for (int64_t r = 0; r < rows; ++r)
                     for (int64_t i = r; i < inner; i += 5) {
                         const double g = x.get(r, i), y = got.get(r, i);
                         if (std::isnan(g) || std::isinf(g))
-                            EXPECT_TRUE(std::isnan(y)) << impl.name << " [" << r << "][" << i << "] gate " << g;
+                            EXPECT_TRUE(std::isnan(y)) << name << " [" << r << "][" << i << "] gate " << g;
                         else
-                            EXPECT_EQ(y, 0.0) << impl.name << " [" << r << "][" << i << "] gate " << g;
+                            EXPECT_EQ(y, 0.0) << name << " [" << r << "][" << i << "] gate " << g;
                     }
-            }
+            });
+            EXPECT_GE(ran, 1);
         }
 }
 
 TEST(Glu, GeluTanhSpecialValues) {
     // GeGLU (tanh), every implementation this machine runs, main loops and tails: NaN gates give
     // NaN, +inf gives +inf * u, huge positive gates give g * u (bf16: within 2^-8; x^3 overflows inside the main
-    // loop's exponent, which is clamped), gates at or below -10 give |y| <= 5e-37 |u| (the f32
-    // main loops: jit_glu.cpp, tanh_two) or, for -inf, NaN (the injector, as the scalar formula).
+    // loop's exponent, which is clamped), gates at or below -10 give |y| <= 5e-37 |u| (the main
+    // loops: jit_glu.cpp, tanh_two) or, for -inf, NaN (the injector, as the scalar formula).
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     const float specials[] = {nan, inf, -inf, -1e30f, -20.0f, -10.5f, 1e30f, 30.0f};
     for (DType t : {DType::f32, DType::bf16})
@@ -266,24 +282,12 @@ TEST(Glu, GeluTanhSpecialValues) {
                 for (int64_t i = r; i < inner; i += 7) x.set(r, i, specials[k++ % 8]);
             for (int64_t r = 0; r < rows; ++r)
                 for (int64_t i = 0; i < inner; ++i) x.set(r, inner + i, i % 2 ? 1.5 : -0.75);  // u
-            GluDesc d;
-            d.activation = Activation::gelu_tanh;
-            d.rows = rows;
-            d.inner = inner;
-            d.x_dtype = t;
-            d.y_dtype = t;
-            const GluDesc rd = detail::glu_resolve("test", d);
-            const auto& reg = detail::glu_registry();
-            for (const auto& impl : reg.impls()) {
-                if (!isa_supported(impl.isa)) continue;
-                const auto kd = detail::glu_kernel_desc(rd);
-                if (impl.supports && !impl.supports(kd)) continue;
-                TypedMatrix got(t, rows, inner);
-                reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), got.data()}, 0, rows);
+            const int ran = for_each_glu_impl(Activation::gelu_tanh, x, t, rows, inner, false, [&](const std::string& name,
+                                                                                                    const TypedMatrix& got) {
                 for (int64_t r = 0; r < rows; ++r)
                     for (int64_t i = r; i < inner; i += 7) {
                         const double g = x.get(r, i), u = x.get(r, inner + i), y = got.get(r, i);
-                        const std::string at = std::string(impl.name) + " [" + std::to_string(r) + "][" + std::to_string(i) +
+                        const std::string at = name + " [" + std::to_string(r) + "][" + std::to_string(i) +
                                                "] gate " + std::to_string(g) + " y " + std::to_string(y);
                         if (std::isnan(g)) {
                             EXPECT_TRUE(std::isnan(y)) << at;
@@ -298,7 +302,8 @@ TEST(Glu, GeluTanhSpecialValues) {
                             EXPECT_LE(std::fabs(y), 5e-37 * std::fabs(u)) << at;
                         }
                     }
-            }
+            });
+            EXPECT_GE(ran, 2);
         }
 }
 
@@ -482,44 +487,30 @@ TEST(Glu, GeluBf16EveryGate) {
             x.set(r, inner + i, r == 0 ? 1.0 : -0.75);
         }
     for (Activation act : {Activation::gelu_erf, Activation::gelu_tanh}) {
-        GluDesc d;
-        d.activation = act;
-        d.rows = rows;
-        d.inner = inner;
-        d.x_dtype = DType::bf16;
-        d.y_dtype = DType::bf16;
-        const GluDesc rd = detail::glu_resolve("test", d);
-        const auto& reg = detail::glu_registry();
-        int tested = 0;
-        for (const auto& impl : reg.impls()) {
-            if (!isa_supported(impl.isa)) continue;
-            const auto kd = detail::glu_kernel_desc(rd);
-            if (impl.supports && !impl.supports(kd)) continue;
-            TypedMatrix y(DType::bf16, rows, inner);
-            reg.get(kd, impl).kernel->run(rd, GluArgs{x.data(), y.data()}, 0, rows);
+        const int tested = for_each_glu_impl(act, x, DType::bf16, rows, inner, false, [&](const std::string& name,
+                                                                                          const TypedMatrix& y) {
             double worst = 0;
             for (int64_t r = 0; r < rows; ++r)
                 for (int64_t i = 0; i < inner; ++i) {
                     const double g = x.get(r, i), u = x.get(r, inner + i), got = y.get(r, i);
                     if (std::isnan(g)) {
-                        ASSERT_TRUE(std::isnan(got)) << impl.name << " g=NaN";
+                        ASSERT_TRUE(std::isnan(got)) << name << " g=NaN";
                     } else if (std::isinf(g)) {
-                        if (g > 0) ASSERT_EQ(got, g * u) << impl.name << " g=inf u=" << u;
-                        else ASSERT_TRUE(std::isnan(got) || std::fabs(got) <= 5e-37 * std::fabs(u)) << impl.name << " g=-inf";
+                        if (g > 0) ASSERT_EQ(got, g * u) << name << " g=inf u=" << u;
+                        else ASSERT_TRUE(std::isnan(got) || std::fabs(got) <= 5e-37 * std::fabs(u)) << name << " g=-inf";
                     } else {
                         const double w = exact_act(act, g) * u;
                         if (std::fabs(w) > 0x1p128 * (1 - 0x1p-8)) continue;
                         const double err = std::fabs(got - w);
                         ASSERT_LE(err, (0x1p-8 + 0x1p-10) * std::fabs(w) + 8 * 0x1p-24 * std::fabs(g * u) + 5e-37 * std::fabs(u))
-                            << impl.name << " g=" << g << " u=" << u << " got " << got << " want " << w;
+                            << name << " g=" << g << " u=" << u << " got " << got << " want " << w;
                         if (std::fabs(w) > 0x1p-100 && std::fabs(w) > 8 * 0x1p-24 * std::fabs(g * u) * 256)
                             worst = std::max(worst, err / std::fabs(w) * 256);
                     }
                 }
-            ++tested;
-            std::printf("[ gelu ] %s %s: max error %.3f x 2^-8 relative\n", impl.name,
+            std::printf("[ gelu ] %s %s: max error %.3f x 2^-8 relative\n", name.c_str(),
                         act == Activation::gelu_erf ? "erf" : "tanh", worst);
-        }
+        });
         EXPECT_GE(tested, 2);
     }
 }
