@@ -268,8 +268,9 @@ TEST(Glu, GeluErfBelowTheCutoffIsExactlyZero) {
 TEST(Glu, GeluTanhSpecialValues) {
     // GeGLU (tanh), every implementation this machine runs, main loops and tails: NaN gates give
     // NaN, +inf gives +inf * u, huge positive gates give g * u (bf16: within 2^-8; x^3 overflows inside the main
-    // loop's exponent, which is clamped), gates at or below -10 give |y| <= 5e-37 |u| (the main
-    // loops: jit_glu.cpp, tanh_two) or, for -inf, NaN (the injector, as the scalar formula).
+    // loop's exponent, which is clamped: tanh_two; tanh_fast clamps x at 9.9 there), gates at or below -10
+    // give |y| <= 5e-37 |u| (the main loops: jit_glu.cpp, tanh_two and tanh_fast) or, for -inf, NaN
+    // (the injector, as the scalar formula).
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     const float specials[] = {nan, inf, -inf, -1e30f, -20.0f, -10.5f, 1e30f, 30.0f};
     for (DType t : {DType::f32, DType::bf16})
