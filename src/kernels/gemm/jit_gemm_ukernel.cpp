@@ -101,7 +101,7 @@ private:
             // row of a tile maps to one L1 set: C lines prefetched into L1 at the panel's start
             // evicted the B / A panels' lines of that set (and each other) during the K loop.
             // Measured on Zen 3, AVX2 (12 lines of this and the next tile into L1 before;
-            // docs/gemm.md): +0.5-2% on large shapes at 1 and 2 threads, +2-3% with K = 64..128.
+            // docs/gemm_log.md): +0.5-2% on large shapes at 1 and 2 threads, +2-3% with K = 64..128.
             // AVX-512 took the same step later (28 rows, 56 lines into a 12-way L1 before): Xeon,
             // one thread, in-phase % of the FMA peak, 6 rounds alternating, medians (per-round
             // differences): 2048^3 70.6 -> 77.3 (+8), 384x768x768 77.1 -> 80.0, 384x3072x768 72.4
