@@ -524,9 +524,8 @@ private:
         auto R = [&](int i) { return zmm ? Ymm(Zmm(i)) : Ymm(i); };
         auto c = [&](int e) { return ptr[r12 + e * 64]; };
         // (AVX2: 256/257 and k are memory operands, k3 takes 256/257's register)
-        const Ymm hi = R(cb), magic = R(cb + 1), nl2e = R(cb + 2), ln2d = R(cb + 3), lo = R(cb + 4), tbl = R(cb + 5),
-                  up_c = R(cb + 6), inv_c1 = R(cb + 7), k3 = zmm ? R(cb + 9) : R(cb + 6), kk = R(cb + 10);
-        const Ymm G[2] = {R(0), R(4)}, A[2] = {R(1), R(5)}, B[2] = {R(2), R(6)}, C[2] = {R(3), R(7)};
+        const Ymm hi = R(cb), lo = R(cb + 4), up_c = R(cb + 6), k3 = zmm ? R(cb + 9) : R(cb + 6), kk = R(cb + 10);
+        const Ymm G[2] = {R(0), R(4)}, A[2] = {R(1), R(5)}, C[2] = {R(3), R(7)};
         io.load2_eo(A[0], A[1], x + idx * 2 + off * 2);
         io.load2_eo(G[0], G[1], up + idx * 2 + off * 2);
         for (int j = 0; j < 2; ++j) vmaxps(A[j], lo, A[j]);  // gm: NaN kept (the second operand)
@@ -538,6 +537,22 @@ private:
             else vfmadd213ps(C[j], k3, c(kSTanhK));
         }
         for (int j = 0; j < 2; ++j) vmulps(A[j], A[j], C[j]);  // X
+        const Address up_m = c(kSUp);
+        fast_pair_tail(zmm ? static_cast<const Operand&>(up_c) : static_cast<const Operand&>(up_m), y + idx * 2 + off * 2);
+    }
+
+    // The common tail of the bf16 -> bf16 pairs (silu_rows' fast_pair, tanh_fast): registers
+    // G = {0, 4} (the product's factor), A = {1, 5} (the exponent's variable, e^-A taken),
+    // B = {2, 6}, C = {3, 7}, the constants from cb = 8 (ymm) / 16 (zmm) as fast_consts() and
+    // tanh_fast_consts() load them, zmm24 = 0xffff0000. s = 2^(m/8) c0 c1 (256/257) (zmm: m/16)
+    // from the table, d' = s (x + 1/c1) + up_c, y' = G rcp(d'), truncated to bf16 and the pair
+    // stored to out (streaming when nt_).
+    void fast_pair_tail(const Operand& up_c, const RegExp& out) {
+        const bool zmm = isa() >= Isa::avx512;
+        const int cb = zmm ? 16 : 8;
+        auto R = [&](int i) { return zmm ? Ymm(Zmm(i)) : Ymm(i); };
+        const Ymm magic = R(cb + 1), nl2e = R(cb + 2), ln2d = R(cb + 3), tbl = R(cb + 5), inv_c1 = R(cb + 7);
+        const Ymm G[2] = {R(0), R(4)}, A[2] = {R(1), R(5)}, B[2] = {R(2), R(6)}, C[2] = {R(3), R(7)};
         for (int j = 0; j < 2; ++j) vmovaps(B[j], magic);
         for (int j = 0; j < 2; ++j) vfmadd231ps(B[j], A[j], nl2e);  // magic + m
         for (int j = 0; j < 2; ++j) vsubps(C[j], B[j], magic);      // m
@@ -545,23 +560,19 @@ private:
         for (int j = 0; j < 2; ++j) vpermps(C[j], B[j], tbl);
         for (int j = 0; j < 2; ++j) vpslld(B[j], B[j], zmm ? 19 : 20);
         for (int j = 0; j < 2; ++j) vpaddd(B[j], B[j], C[j]);  // s
-        for (int j = 0; j < 2; ++j) vaddps(C[j], A[j], inv_c1);     // x + 1 / c1
-        for (int j = 0; j < 2; ++j) {  // d'
-            if (zmm) vfmadd213ps(B[j], C[j], up_c);
-            else vfmadd213ps(B[j], C[j], c(kSUp));
-        }
+        for (int j = 0; j < 2; ++j) vaddps(C[j], A[j], inv_c1);   // x + 1 / c1
+        for (int j = 0; j < 2; ++j) vfmadd213ps(B[j], C[j], up_c);  // d'
         for (int j = 0; j < 2; ++j) {
             if (zmm) vrcp14ps(A[j], B[j]);
             else vrcpps(A[j], B[j]);
         }
         for (int j = 0; j < 2; ++j) vmulps(G[j], G[j], A[j]);
         vpsrld(G[0], G[0], 16);
-        if (zmm) vpternlogd(G[0], G[1], Zmm(cb + 8), 0xd8);  // high words from the odd vector
-        else vpblendw(G[0], G[0], G[1], 0xaa);
-        const RegExp o = y + idx * 2 + off * 2;
-        if (nt_) vmovntdq(ptr[o], G[0]);
-        else if (zmm) vmovdqu32(ptr[o], Zmm(0));
-        else vmovdqu(ptr[o], G[0]);
+        if (zmm) vpternlogd(G[0], G[1], Zmm(24), 0xd8);  // high words from the odd vector
+        else vpblendw(G[0], G[0], G[1], 0xaa);          // even words from the even vector, odd from the odd
+        if (nt_) vmovntdq(ptr[out], G[0]);
+        else if (zmm) vmovdqu32(ptr[out], Zmm(0));
+        else vmovdqu(ptr[out], G[0]);
     }
 
     // The silu rows: 4 independent chains of 3 registers per iteration (ymm0-11 / zmm16-27),
@@ -784,35 +795,14 @@ private:
             if (zmm) load_consts(24, {kSHiWords});
         };
         auto fast_pair = [&](int off) {  // off: elements from idx
-            const Ymm hi = R(cb), magic = R(cb + 1), nl2e = R(cb + 2), ln2d = R(cb + 3), lo = R(cb + 4), tbl = R(cb + 5),
-                      up_c = R(cb + 6), inv_c1 = R(cb + 7);
-            const Ymm G[2] = {R(0), R(4)}, A[2] = {R(1), R(5)}, B[2] = {R(2), R(6)}, C[2] = {R(3), R(7)};
+            const Ymm hi = R(cb), lo = R(cb + 4), up_c = R(cb + 6);
+            const Ymm G[2] = {R(0), R(4)}, A[2] = {R(1), R(5)};
             io.load2_eo(A[0], A[1], x + idx * 2 + off * 2);
             io.load2_eo(G[0], G[1], up + idx * 2 + off * 2);
             for (int c = 0; c < 2; ++c) vmaxps(A[c], lo, A[c]);  // gm: NaN kept (the second operand)
             for (int c = 0; c < 2; ++c) vmulps(G[c], G[c], A[c]);
             for (int c = 0; c < 2; ++c) vminps(A[c], A[c], hi);  // NaN -> 86
-            for (int c = 0; c < 2; ++c) vmovaps(B[c], magic);
-            for (int c = 0; c < 2; ++c) vfmadd231ps(B[c], A[c], nl2e);  // magic + m
-            for (int c = 0; c < 2; ++c) vsubps(C[c], B[c], magic);      // m
-            for (int c = 0; c < 2; ++c) vfmadd231ps(A[c], C[c], ln2d);  // x
-            for (int c = 0; c < 2; ++c) vpermps(C[c], B[c], tbl);
-            for (int c = 0; c < 2; ++c) vpslld(B[c], B[c], zmm ? 19 : 20);
-            for (int c = 0; c < 2; ++c) vpaddd(B[c], B[c], C[c]);  // s
-            for (int c = 0; c < 2; ++c) vaddps(C[c], A[c], inv_c1);      // x + 1 / c1
-            for (int c = 0; c < 2; ++c) vfmadd213ps(B[c], C[c], up_c);   // d'
-            for (int c = 0; c < 2; ++c) {
-                if (zmm) vrcp14ps(A[c], B[c]);
-                else vrcpps(A[c], B[c]);
-            }
-            for (int c = 0; c < 2; ++c) vmulps(G[c], G[c], A[c]);
-            vpsrld(G[0], G[0], 16);
-            if (zmm) vpternlogd(G[0], G[1], Zmm(24), 0xd8);  // high words from the odd vector
-            else vpblendw(G[0], G[0], G[1], 0xaa);          // even words from the even vector, odd from the odd
-            const RegExp o = y + idx * 2 + off * 2;
-            if (nt_) vmovntdq(ptr[o], G[0]);
-            else if (zmm) vmovdqu32(ptr[o], Zmm(0));
-            else vmovdqu(ptr[o], G[0]);
+            fast_pair_tail(up_c, y + idx * 2 + off * 2);
         };
 
         // AVX2, f32 gate / up -> f32 y, the main loop: two vectors at a time, 3 registers a
