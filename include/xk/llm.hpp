@@ -20,7 +20,7 @@
 // overlap of y with x is an xk::Error.
 //
 // ---- softmax ------------------------------------------------------------------------------------
-// x and y are [rows x cols] with row strides. With t[j] = scale * x[r, j] (fp32) over the visible
+// x and y are [rows x cols] with row strides. With t[j] = scale * x[r, j] (exact) over the visible
 // columns j of row r:
 //   y[r, j] = exp(t[j] - m) / sum_k exp(t[k] - m),  m = max_k t[k]   (j, k visible)
 //   y[r, j] = 0                                                       (j masked)
@@ -34,8 +34,9 @@
 // the argument adds ~|t - m| ulp, so each y is within ~6 fp32 ulps of the exact softmax near the
 // row's max and within ~(6 + |t - m|) ulps further down (bf16: plus half a bf16 ulp). Arguments
 // below -127 ln 2 ~ -88.0 give exp = 0 exactly (between there and ln(FLT_MIN) ~ -87.3: values
-// below FLT_MIN, not the exact ones). Logits with |scale x| above FLT_MAX / log2(e) ~ 2.36e38
-// are exact too (those rows take the scalar reference).
+// below FLT_MIN, not the exact ones). Rows whose max has |scale m_x| >= 2^30 / log2(e) ~ 7.4e8
+// take the scalar reference (in double: right for every finite logit, e.g. {1e10, 0, 1, 2} gives
+// {1, 0, 0, 0}).
 // Aliasing: y may be exactly x (same pointer, stride and dtype: in place); any other overlap is
 // an xk::Error.
 #pragma once

@@ -267,6 +267,52 @@ TEST(Softmax, LogitsNearTheTopOfTheRange) {
     set_num_threads(0);
 }
 
+TEST(Softmax, LargeFiniteMax) {
+    // Issue 33, case 1: a row holding one large finite logit, {1e10, 0, 1, 2}, gave NaN with
+    // success (the bias -c m_x is rounded once; its error, up to ulp(c m_x) / 2, is a common factor
+    // 2^d of the row's exps that overflowed once |c m_x| passed ~2^37). Row maxima of every decade
+    // from 1e3 to 1e38 at every position of rows of several lengths, next to ties and near-ties at
+    // the same magnitude, ordinary rows between them (the pipeline keeps its place), scale 1 and
+    // 2 (scale x above FLT_MAX: {3e38, 0} with scale 2 is {1, 0}), 1 and 2 threads; plus the
+    // C API call the campaign reported.
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            for (const DTypes& dt : kDTypes)
+                for (float scale : {1.0f, 2.0f})
+                    for (int64_t cols : {4, 17, 40}) {
+                        const int64_t rows = 36;
+                        Problem p = make(dt.x, dt.y, rows, cols, 0, 0, 0, 5 + cols);
+                        p.d.scale = scale;
+                        for (int64_t r = 0; r < rows; ++r) {
+                            if (r % 4 == 3) continue;  // ordinary rows (uniform in [-8, 8])
+                            const double big = std::pow(10.0, 3 + (r * 7) % 36);  // 1e3 .. 1e38
+                            const int64_t k = r % cols;
+                            for (int64_t j = 0; j < cols; ++j) {
+                                double v = static_cast<double>(j % 3);  // 0, 1, 2
+                                if (j == k) v = big;
+                                else if (r % 4 == 1 && j == (k + 1) % cols) v = big;  // a tie
+                                else if (r % 4 == 2 && j == (k + 1) % cols)
+                                    v = dt.x == DType::bf16 ? big * (1 - 0x1p-7) : big * (1 - 0x1p-23);  // near-tie
+                                p.x.set(r, j, v);
+                            }
+                        }
+                        const TypedMatrix x0 = p.x.clone();
+                        softmax(p.d, args_of(p));
+                        ASSERT_TRUE(check(p, x0)) << describe(p.d) << " threads " << threads;
+                    }
+        });
+    }
+    set_num_threads(0);
+    const float x[4] = {1e10f, 0, 1, 2};
+    float y[4] = {-1, -1, -1, -1};
+    ASSERT_EQ(xk_softmax_f32(1, 4, x, 0, y, 0, 1.0f, 0, 0), XK_SUCCESS) << xk_last_error();
+    EXPECT_EQ(y[0], 1.0f);
+    EXPECT_EQ(y[1], 0.0f);
+    EXPECT_EQ(y[2], 0.0f);
+    EXPECT_EQ(y[3], 0.0f);
+}
+
 TEST(Softmax, InPlace) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16})

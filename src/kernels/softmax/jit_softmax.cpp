@@ -108,8 +108,14 @@ enum class Pass { max, exp, scale, fused };
 // t = -127 gives n = -127 K: the exponent field becomes 0 with j = 0, so the result is +0 exactly
 // (-inf and anything below 2^-127 relative to the row's max: 0, as masked logits need); t in
 // (-127, -126) gives values below FLT_MIN (not the exact ones; they are below the tolerance of
-// any use). The row's max m_x c must be finite: rows with |scale m_x| > FLT_MAX / log2(e) take
-// the reference (JitSoftmaxKernel::run).
+// any use). The bias -m_x c is rounded once: the max element's t is not 0 but the rounding error
+// d of m_x c (|d| <= ulp(m_x c) / 2), a factor 2^d common to every exp of the row that the
+// division by the sum cancels. That holds only while 2^d and the sum stay in range: below
+// |m_x c| = 2^30, |d| <= 32. Rows with |m_x c| >= kWideMc (a row max of ~7.4e8 / scale and up)
+// take the reference (JitSoftmaxKernel::run; before that bound, {1e10, 0, 1, 2} gave NaN: 2^d
+// overflowed).
+constexpr float kWideMc = 0x1p30f;
+
 enum ExpConst : int { kXLo, kXMagic, kXA3, kXA2, kXA1, kXOne, kXNegInf, kXTab, kXCount };
 struct alignas(64) Consts {
     float v[kXCount][16];
@@ -513,9 +519,9 @@ public:
         auto xrow = [&](int64_t r) { return static_cast<const char*>(a.x) + r * d.ld_x * xs; };
         auto yrow = [&](int64_t r) { return static_cast<char*>(a.y) + r * d.ld_y * ys; };
         auto ebuf = [&](int64_t r) { return buffer.data() + static_cast<size_t>(r - row_begin) % 2 * stride; };
-        // exp(scale x - m) = 2^(c x - c m_x), c = scale log2(e) (see ExpConst). A row whose c m_x
-        // overflows (|scale m_x| > FLT_MAX / log2(e): logits near the top of the fp32 range) is
-        // "wide": the reference computes it; so does every row when c itself overflows.
+        // exp(scale x - m) = 2^(c x - c m_x), c = scale log2(e) (see ExpConst). A row whose
+        // |c m_x| is not below kWideMc (|scale m_x| >= 2^30 / log2(e) ~ 7.4e8) is "wide": the
+        // reference computes it; so does every row when c itself overflows.
         const float c = d.scale * 1.44269504088896341f;
         if (!std::isfinite(c)) {
             softmax_reference(d, a, row_begin, row_end);
@@ -528,7 +534,7 @@ public:
         auto set_max = [&](int64_t r, float m) {
             const float nm = -(m * c);
             neg[(r - row_begin) % 2] = nm;
-            return !(std::isfinite(m) && !std::isfinite(nm));
+            return !(std::isfinite(m) && !(std::fabs(nm) < kWideMc));
         };
         // The max of columns [from, from + n) of row r (the max pass, from memory).
         auto max_range = [&](int64_t r, int64_t from, int64_t n) {

@@ -15,14 +15,14 @@ void softmax_reference(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t row_b
         std::fill(y.begin(), y.end(), 0.0f);
         if (v > 0) {
             load_f32(elem_ptr(a.x, d.x_dtype, r * d.ld_x), d.x_dtype, v, t.data());
-            float m = -INFINITY;
-            for (int64_t j = 0; j < v; ++j) {
-                t[j] *= d.scale;  // t = scale * x, in fp32
-                m = std::max(m, t[j]);
-            }
+            // t = scale * x in double: exact, and finite for every finite x (scale x may exceed
+            // FLT_MAX: {3e38, 0} with scale 2 is {1, 0}).
+            double m = -INFINITY;
+            for (int64_t j = 0; j < v; ++j) m = std::max(m, static_cast<double>(d.scale) * t[j]);
             double sum = 0.0;
-            for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(t[j]) - m);
-            for (int64_t j = 0; j < v; ++j) y[j] = static_cast<float>(std::exp(static_cast<double>(t[j]) - m) / sum);
+            for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(d.scale) * t[j] - m);
+            for (int64_t j = 0; j < v; ++j)
+                y[j] = static_cast<float>(std::exp(static_cast<double>(d.scale) * t[j] - m) / sum);
         }
         store_f32(y.data(), d.cols, elem_ptr(a.y, d.y_dtype, r * d.ld_y), d.y_dtype);
     }
