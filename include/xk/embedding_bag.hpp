@@ -59,9 +59,9 @@ struct EmbeddingBagArgs {
     int64_t num_bags = 0;     // B (>= 0)
     int64_t num_indices = 0;  // (>= 0)
     const void* table = nullptr;                  // required when num_indices > 0
-    const void* indices = nullptr;                // index_type[num_indices]
+    const void* indices = nullptr;                // index_type[num_indices]; required when num_indices > 0
     const void* offsets = nullptr;                // index_type[num_bags + include_last_offset]
-    const float* per_sample_weights = nullptr;    // f32[num_indices]; iff desc.per_sample_weights
+    const float* per_sample_weights = nullptr;    // f32[num_indices]; iff desc.per_sample_weights (required when num_indices > 0)
     void* out = nullptr;                          // out_dtype[num_bags rows of ld_out]; required when num_bags > 0
 };
 

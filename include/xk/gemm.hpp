@@ -99,8 +99,8 @@ struct GemmArgs {
     void* C = nullptr;
     const float* bias = nullptr;        // f32[N], read when epilogue.bias
     const void* residual = nullptr;     // read when epilogue.residual
-    const float* a_scale = nullptr;     // int8 -> f32: one value
-    const float* b_scales = nullptr;    // int8 -> f32: one value, or N with b_scale_per_channel
+    const float* a_scale = nullptr;     // int8 -> f32: one value, finite and > 0
+    const float* b_scales = nullptr;    // int8 -> f32: one value, or N with b_scale_per_channel; finite and > 0
     int32_t a_zero_point = 0;           // int8: subtracted from every element of A
     int32_t b_zero_point = 0;           // int8: subtracted from every element of B
 };

@@ -86,9 +86,9 @@ struct QuantKernel;
 }
 
 // Validates the descriptor and selects the implementation once; run() validates pointers, scales
-// and zero points (before any work) and runs in parallel. per_token_dynamic: a row holding a
-// non-finite value (after smoothing) is an xk::Error raised while running, which leaves dst,
-// scales_out and zero_points_out unspecified. Immutable, safe to run concurrently.
+// and zero points (before any work) and runs in parallel. per_token_dynamic: a non-finite value
+// (after smoothing) anywhere in x is an xk::Error naming the first one, raised before anything
+// is written (one read of x ahead of the quantization). Immutable, safe to run concurrently.
 class QuantPlan {
 public:
     explicit QuantPlan(const QuantDesc& desc);

@@ -6,11 +6,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C++ sees the enumerations of the C API with a fixed underlying type (int): whatever int a
+ * caller stores in one is a value of the type (C allows that too), and every entry point rejects
+ * the values it does not know with XK_INVALID_ARGUMENT naming the argument. Same size and
+ * calling convention as the C declaration. */
+#ifdef __cplusplus
+#define XK_ENUM_INT : int
+#else
+#define XK_ENUM_INT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum xk_status {
+typedef enum xk_status XK_ENUM_INT {
     XK_SUCCESS = 0,
     XK_INVALID_ARGUMENT = 1,
     XK_UNSUPPORTED = 2,
@@ -19,12 +29,12 @@ typedef enum xk_status {
     XK_RUNTIME_ERROR = 5,
 } xk_status;
 
-typedef enum xk_isa {
+typedef enum xk_isa XK_ENUM_INT {
     XK_ISA_SCALAR = 0, XK_ISA_AVX2 = 1, XK_ISA_AVX512 = 2,
     XK_ISA_AVX512_VNNI = 3, XK_ISA_AVX512_BF16 = 4, XK_ISA_AMX = 5,
 } xk_isa;
 
-typedef enum xk_activation {
+typedef enum xk_activation XK_ENUM_INT {
     XK_ACT_NONE = 0, XK_ACT_RELU = 1, XK_ACT_GELU_ERF = 2, XK_ACT_GELU_TANH = 3, XK_ACT_SILU = 4,
 } xk_activation;
 

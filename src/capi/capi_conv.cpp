@@ -15,10 +15,10 @@ xk::ConvDesc to_desc(const char* fn, const xk_conv2d_desc* c, xk::DType src, xk:
     d.pad_top = c->pad_top; d.pad_bottom = c->pad_bottom; d.pad_left = c->pad_left; d.pad_right = c->pad_right;
     d.dilation_h = c->dilation_h; d.dilation_w = c->dilation_w;
     d.groups = c->groups;
-    d.layout = static_cast<xk::ConvLayout>(static_cast<int>(c->layout));
-    d.weight_layout = static_cast<xk::ConvWeightLayout>(static_cast<int>(c->weight_layout));
-    d.residual = static_cast<xk::ConvResidual>(static_cast<int>(c->residual));
-    d.activation = static_cast<xk::Activation>(static_cast<int>(c->activation));
+    d.layout = static_cast<xk::ConvLayout>(xk::detail::c_enum(c->layout));
+    d.weight_layout = static_cast<xk::ConvWeightLayout>(xk::detail::c_enum(c->weight_layout));
+    d.residual = static_cast<xk::ConvResidual>(xk::detail::c_enum(c->residual));
+    d.activation = static_cast<xk::Activation>(xk::detail::c_enum(c->activation));
     d.src_dtype = d.weight_dtype = src;
     d.dst_dtype = dst;
     d.with_bias = with_bias;

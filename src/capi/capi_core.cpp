@@ -25,9 +25,9 @@ xk_status xk_get_max_isa(xk_isa* out) {
     });
 }
 
-xk_status xk_set_max_isa(xk_isa cap) { return capi_call([&] { xk::set_max_isa(static_cast<xk::Isa>(static_cast<int>(cap))); }); }
+xk_status xk_set_max_isa(xk_isa cap) { return capi_call([&] { xk::set_max_isa(static_cast<xk::Isa>(xk::detail::c_enum(cap))); }); }
 
-const char* xk_isa_name(xk_isa isa) { return xk::isa_name(static_cast<xk::Isa>(static_cast<int>(isa))); }
+const char* xk_isa_name(xk_isa isa) { return xk::isa_name(static_cast<xk::Isa>(xk::detail::c_enum(isa))); }
 
 xk_status xk_set_num_threads(int n) { return capi_call([&] { xk::set_num_threads(n); }); }
 

@@ -17,7 +17,7 @@ xk_status embedding_bag(const char* fn, const xk_embedding_bag_desc* desc, xk::D
         d.dim = desc->dim;
         d.ld_table = desc->ld_table;
         d.ld_out = desc->ld_out;
-        d.mode = static_cast<xk::EmbeddingBagMode>(static_cast<int>(desc->mode));
+        d.mode = static_cast<xk::EmbeddingBagMode>(xk::detail::c_enum(desc->mode));
         d.table_dtype = table_t;
         d.out_dtype = xk::DType::f32;
         d.index_type = index_t;

@@ -12,6 +12,7 @@ struct xk_gemm_packed_b {
 
 namespace {
 
+using xk::detail::c_enum;
 using xk::detail::capi_call;
 
 template <class T>
@@ -19,8 +20,9 @@ void require(const char* fn, const char* arg, const T* p) {
     if (!p) throw xk::Error(xk::Status::invalid_argument, std::string(fn) + ": " + arg + "=null must not be a null pointer");
 }
 
-xk::Trans to_trans(xk_trans t) { return static_cast<xk::Trans>(static_cast<int>(t)); }
-xk::DType to_dtype(xk_dtype t) { return static_cast<xk::DType>(static_cast<int>(t)); }
+// By reference: the raw int is read (c_enum), never an enum value loaded.
+xk::Trans to_trans(const xk_trans& t) { return static_cast<xk::Trans>(c_enum(t)); }
+xk::DType to_dtype(const xk_dtype& t) { return static_cast<xk::DType>(c_enum(t)); }
 
 xk::GemmDesc to_desc(const xk_gemm_desc& c) {
     xk::GemmDesc d;
@@ -30,7 +32,7 @@ xk::GemmDesc to_desc(const xk_gemm_desc& c) {
     d.a_type = to_dtype(c.a_type), d.b_type = to_dtype(c.b_type), d.c_type = to_dtype(c.c_type);
     d.alpha = c.alpha, d.beta = c.beta;
     d.epilogue.bias = c.bias != 0;
-    d.epilogue.act = static_cast<xk::Activation>(static_cast<int>(c.act));
+    d.epilogue.act = static_cast<xk::Activation>(c_enum(c.act));
     d.epilogue.residual = c.residual != 0;
     d.residual_type = to_dtype(c.residual_type);
     d.ld_residual = c.ld_residual;
@@ -48,7 +50,7 @@ xk::GemmArgs to_args(const xk_gemm_args& c) {
 }
 
 // Descriptor of the BLAS-style functions.
-xk::GemmDesc blas_desc(xk_trans ta, xk_trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+xk::GemmDesc blas_desc(const xk_trans& ta, const xk_trans& tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
                        xk::DType at, xk::DType bt, xk::DType ct, float alpha, float beta) {
     xk::GemmDesc d;
     d.M = M, d.N = N, d.K = K;
@@ -65,7 +67,7 @@ xk::GemmArgs blas_args(const void* A, const void* B, void* C) {
     return a;
 }
 
-xk_status gemm_int8_s32(xk::DType at, xk_trans trans_a, xk_trans trans_b, int64_t M, int64_t N, int64_t K,
+xk_status gemm_int8_s32(xk::DType at, const xk_trans& trans_a, const xk_trans& trans_b, int64_t M, int64_t N, int64_t K,
                                const void* A, int64_t lda, int32_t a_zero_point, const int8_t* B, int64_t ldb,
                                int32_t b_zero_point, float beta, int32_t* C, int64_t ldc) {
     return capi_call([&] {
@@ -75,7 +77,7 @@ xk_status gemm_int8_s32(xk::DType at, xk_trans trans_a, xk_trans trans_b, int64_
     });
 }
 
-xk_status gemm_int8_f32(xk::DType at, xk_trans trans_a, xk_trans trans_b, int64_t M, int64_t N, int64_t K,
+xk_status gemm_int8_f32(xk::DType at, const xk_trans& trans_a, const xk_trans& trans_b, int64_t M, int64_t N, int64_t K,
                                float alpha, const void* A, int64_t lda, float a_scale, int32_t a_zero_point,
                                const int8_t* B, int64_t ldb, const float* b_scales, int b_scale_per_channel,
                                int32_t b_zero_point, float beta, float* C, int64_t ldc) {

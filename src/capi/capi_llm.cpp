@@ -14,13 +14,7 @@ constexpr xk::DType dtype_of() {
     return sizeof(T) == 2 ? xk::DType::bf16 : xk::DType::f32;
 }
 
-// A C caller may pass any int: read the bits rather than load an out-of-range enum value.
-xk::Activation activation_of(xk_activation act) {
-    int v = 0;
-    static_assert(sizeof(act) == sizeof(int), "xk_activation is int-sized");
-    std::memcpy(&v, &act, sizeof(int));
-    return static_cast<xk::Activation>(v);
-}
+xk::Activation activation_of(const xk_activation& act) { return static_cast<xk::Activation>(xk::detail::c_enum(act)); }
 
 template <class T>
 xk_status c_glu(const char* fn, xk::Activation act, int64_t rows, int64_t inner, const T* x, int64_t ld_x, T* y,

@@ -9,17 +9,13 @@ using xk::detail::capi_call;
 namespace {
 
 template <class T>
-xk_status c_rope(const char* fn, xk_rope_style style, int64_t tokens, int64_t q_heads, int64_t k_heads,
+xk_status c_rope(const char* fn, const xk_rope_style& style, int64_t tokens, int64_t q_heads, int64_t k_heads,
                  int64_t head_dim, int64_t rotary_dim, T* q, int64_t q_token_stride, int64_t q_head_stride, T* k,
                  int64_t k_token_stride, int64_t k_head_stride, const int64_t* positions, const float* cache,
                  int64_t max_position, bool use_cache, float base, float scaling_factor) {
     return capi_call([&] {
         xk::RopeDesc d;
-        // A C caller may pass any int: read the bits rather than load an out-of-range enum value.
-        int style_value = 0;
-        static_assert(sizeof(style) == sizeof(int), "xk_rope_style is int-sized");
-        std::memcpy(&style_value, &style, sizeof(int));
-        d.style = static_cast<xk::RopeStyle>(style_value);
+        d.style = static_cast<xk::RopeStyle>(xk::detail::c_enum(style));
         d.tokens = tokens;
         d.q_heads = q_heads;
         d.k_heads = k_heads;

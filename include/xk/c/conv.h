@@ -7,9 +7,9 @@
 extern "C" {
 #endif
 
-typedef enum xk_conv_layout { XK_CONV_NCHW = 0, XK_CONV_NHWC = 1 } xk_conv_layout;
-typedef enum xk_conv_weight_layout { XK_CONV_OIHW = 0, XK_CONV_OHWI = 1 } xk_conv_weight_layout;
-typedef enum xk_conv_residual {
+typedef enum xk_conv_layout XK_ENUM_INT { XK_CONV_NCHW = 0, XK_CONV_NHWC = 1 } xk_conv_layout;
+typedef enum xk_conv_weight_layout XK_ENUM_INT { XK_CONV_OIHW = 0, XK_CONV_OHWI = 1 } xk_conv_weight_layout;
+typedef enum xk_conv_residual XK_ENUM_INT {
     XK_CONV_RESIDUAL_NONE = 0,
     XK_CONV_RESIDUAL_BEFORE_ACTIVATION = 1, /* dst = act(conv + bias + residual) */
     XK_CONV_RESIDUAL_AFTER_ACTIVATION = 2,  /* dst = act(conv + bias) + residual */

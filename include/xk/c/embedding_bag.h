@@ -7,7 +7,7 @@
 extern "C" {
 #endif
 
-typedef enum xk_embedding_bag_mode {
+typedef enum xk_embedding_bag_mode XK_ENUM_INT {
     XK_EMBEDDING_BAG_SUM = 0,
     XK_EMBEDDING_BAG_MEAN = 1,
     XK_EMBEDDING_BAG_MAX = 2,
@@ -26,7 +26,9 @@ typedef struct xk_embedding_bag_desc {
 
 xk_status xk_embedding_bag_desc_init(xk_embedding_bag_desc* desc, int64_t num_embeddings, int64_t dim);
 
-/* out[num_bags x dim] from table[num_embeddings x dim]. per_sample_weights (f32[num_indices])
+/* out[num_bags x dim] from table[num_embeddings x dim]; table and indices are required (non-NULL)
+ * when num_indices > 0, offsets when num_bags + include_last_offset > 0, out when num_bags > 0.
+ * per_sample_weights (f32[num_indices])
  * may be NULL (none); non-NULL requires mode SUM. */
 xk_status xk_embedding_bag_f32(const xk_embedding_bag_desc* desc, const float* table, int64_t num_indices,
                                const int64_t* indices, int64_t num_bags, const int64_t* offsets,

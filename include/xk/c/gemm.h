@@ -13,12 +13,12 @@
 extern "C" {
 #endif
 
-typedef enum xk_trans { XK_TRANS_N = 0, XK_TRANS_T = 1 } xk_trans;
+typedef enum xk_trans XK_ENUM_INT { XK_TRANS_N = 0, XK_TRANS_T = 1 } xk_trans;
 
 #ifndef XK_DTYPE_DEFINED
 #define XK_DTYPE_DEFINED
 /* Element types (same values as xk::DType). */
-typedef enum xk_dtype {
+typedef enum xk_dtype XK_ENUM_INT {
     XK_DTYPE_F32 = 0, XK_DTYPE_BF16 = 1, XK_DTYPE_S8 = 2, XK_DTYPE_U8 = 3, XK_DTYPE_S32 = 4,
 } xk_dtype;
 #endif
@@ -46,7 +46,8 @@ xk_status xk_gemm_s8s8s32(xk_trans trans_a, xk_trans trans_b, int64_t M, int64_t
                           const int8_t* A, int64_t lda, int32_t a_zero_point, const int8_t* B, int64_t ldb,
                           int32_t b_zero_point, float beta, int32_t* C, int64_t ldc);
 
-/* int8 -> f32: C = alpha * a_scale * b_scales[n or 0] * sum_k (A - a_zero_point)(B - b_zero_point) + beta * C.
+/* int8 -> f32: C = alpha * a_scale * b_scales[n or 0] * sum_k (A - a_zero_point)(B - b_zero_point) + beta * C;
+ * the scales must be finite and > 0.
  * b_scales holds N values when b_scale_per_channel is nonzero, else 1. */
 xk_status xk_gemm_u8s8f32(xk_trans trans_a, xk_trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                           const uint8_t* A, int64_t lda, float a_scale, int32_t a_zero_point, const int8_t* B,

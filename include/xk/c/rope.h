@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-typedef enum xk_rope_style {
+typedef enum xk_rope_style XK_ENUM_INT {
     XK_ROPE_NEOX = 0, /* rotate halves: pairs (x[i], x[i + rotary_dim/2]) */
     XK_ROPE_GPTJ = 1, /* interleaved: pairs (x[2i], x[2i + 1]) */
 } xk_rope_style;

@@ -140,15 +140,13 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
         if (v > a.num_indices)
             fail_arg(fn, arg.c_str(), std::to_string(v), "must be <= num_indices=" + std::to_string(a.num_indices));
     }
-    // Index positions that belong to a bag: [0, used).
-    const int64_t used = a.num_bags == 0 ? 0 : c.bag_end(a.num_bags - 1);
-
-    if (used > 0) {
+    // Required whenever there are indices (as the header says), even if no bag uses them.
+    if (a.num_indices > 0) {
         check_not_null(fn, "indices", a.indices);
         check_not_null(fn, "table", a.table);
     }
     if (d.per_sample_weights) {
-        if (used > 0) check_not_null(fn, "per_sample_weights", a.per_sample_weights);
+        if (a.num_indices > 0) check_not_null(fn, "per_sample_weights", a.per_sample_weights);
     } else if (a.per_sample_weights) {
         fail_arg(fn, "per_sample_weights", ptr_str(a.per_sample_weights),
                  "is given but the descriptor's per_sample_weights is false");

@@ -2,6 +2,7 @@
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
 
+#include <cmath>
 #include <sstream>
 
 #include "common/activation.hpp"
@@ -179,6 +180,16 @@ inline bool overlaps(const void* c, int64_t c_bytes, const void* p, int64_t byte
              std::string("overlaps ") + name + "=" + ptr_str(p) + " (the output must not alias an input)");
 }
 
+// Quantization scales (int8 -> f32) are finite and > 0, as PyTorch's and oneDNN's are: NaN, inf,
+// 0 or a negative scale is a caller's bug, not a value to multiply by.
+__attribute__((noinline)) void check_scales(const char* fn, const float* a_scale, const float* b_scales, int64_t nb) {
+    auto bad = [](float v) { return !(std::isfinite(v) && v > 0.0f); };
+    if (bad(*a_scale)) fail_arg(fn, "a_scale", float_str(*a_scale), "must be finite and > 0");
+    for (int64_t n = 0; n < nb; ++n)
+        if (bad(b_scales[n]))
+            fail_arg(fn, ("b_scales[" + std::to_string(n) + "]").c_str(), float_str(b_scales[n]), "must be finite and > 0");
+}
+
 [[noreturn]] __attribute__((noinline, cold)) void fail_null(const char* fn, const char* arg) {
     fail_arg(fn, arg, "null", "must not be a null pointer");
 }
@@ -216,6 +227,7 @@ __attribute__((always_inline)) inline void check_args_inline(const char* fn, con
     if (dequant) {
         if (overlaps(a.C, x.c, a.a_scale, 4)) fail_overlap(fn, a.C, "a_scale", a.a_scale);
         if (overlaps(a.C, x.c, a.b_scales, x.b_scales)) fail_overlap(fn, a.C, "b_scales", a.b_scales);
+        check_scales(fn, a.a_scale, a.b_scales, x.b_scales / 4);
     }
 }
 

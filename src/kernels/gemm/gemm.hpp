@@ -141,6 +141,11 @@ std::shared_ptr<const GemmKernel> create_gemm_onednn(const GemmSpec& s);
 // tuning (two warm-ups and up to three timed runs of each candidate on scratch buffers) then costs
 // a few milliseconds once per spec per process.
 constexpr double kGemmTuneMinFlops = 33554432.0;
+// Above these a plan never tunes (the registry's pick): 2^38 flops (an 8192^3 product would run
+// for seconds per timing) or 1 GiB of scratch operands (a plan must not allocate in proportion to
+// the problem: M = 2^40 would have asked for terabytes).
+constexpr double kGemmTuneMaxFlops = 274877906944.0;
+constexpr double kGemmTuneMaxBytes = 1073741824.0;
 
 // The implementation a plan (may_tune) or a one-shot call (never tunes, uses a cached decision)
 // runs for s: the registry's pick, unless autotuning is on and the decision for s (measured now

@@ -1,7 +1,8 @@
 // Measured routing between the registry's pick and oneDNN's matmul for fp32 GEMM.
 //
 // When autotuning is on (xk::set_gemm_autotune / XK_GEMM_TUNE=1; off by default), a GemmPlan
-// built for an eligible spec (f32, M, N, K > 0, 2 M N K >= kGemmTuneMinFlops) times both
+// built for an eligible spec (f32, M, N, K > 0, kGemmTuneMinFlops <= 2 M N K <= kGemmTuneMaxFlops,
+// operands of at most kGemmTuneMaxBytes) times both
 // candidates on scratch buffers of the spec's extents (same spec, same thread count): one
 // untimed warm-up run of each, then up to three rounds of one timed run of each, alternating (one
 // round only when a run took more than kLongRunUs or one candidate was more than 3x slower; no
@@ -185,9 +186,15 @@ const Reg::ImplT* tune(const GemmSpec& s, const Reg::ImplT& pick, const std::str
 }  // namespace
 
 bool gemm_tune_eligible(const GemmSpec& s) {
-    return onednn_gemm_supports(s) && 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) *
-                                              static_cast<double>(s.K) >=
-                                          kGemmTuneMinFlops;
+    if (!onednn_gemm_supports(s)) return false;
+    const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+    if (flops < kGemmTuneMinFlops || flops > kGemmTuneMaxFlops) return false;
+    // The scratch operands (A, B, C, residual) of the spec's extents, before allocating them.
+    const double bytes = 4.0 * (static_cast<double>(s.M) * static_cast<double>(s.K) +
+                                static_cast<double>(s.K) * static_cast<double>(s.N) +
+                                static_cast<double>(s.M) * static_cast<double>(s.N) *
+                                    (s.epilogue.residual ? 2.0 : 1.0));
+    return bytes <= kGemmTuneMaxBytes;
 }
 
 Reg::Selected gemm_select(const GemmSpec& s, bool may_tune) {

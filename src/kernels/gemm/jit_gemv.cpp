@@ -1415,7 +1415,10 @@ std::string gemm_f32_panel_layout(int64_t K, int64_t N) {
 }
 
 bool gemv_supports(const GemmSpec& s) { return f32_types(s) && s.M <= kGemvMaxM; }
-bool gemm_panel_supports(const GemmSpec& s) { return f32_types(s); }
+// Non-empty products only: an empty one (K = 0: C = act(beta C + bias) + residual) is the
+// reference's, and the panel kernel's row tiles cost memory in proportion to M (M = 2^40 with
+// K = 0 took 40-90 s to create, then failed for lack of memory).
+bool gemm_panel_supports(const GemmSpec& s) { return f32_types(s) && s.M > 0 && s.N > 0 && s.K > 0; }
 
 int gemv_max_mr(Isa isa) { return isa >= Isa::avx512 ? 12 : 3; }
 

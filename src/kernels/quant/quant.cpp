@@ -1,7 +1,9 @@
 // Quant family: registry, validation and public entry points.
 #include "kernels/quant/quant.hpp"
 
+#include <atomic>
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 #include "common/check.hpp"
@@ -153,8 +155,57 @@ void check_args(const char* fn, const QuantDesc& d, const QuantArgs& a) {
                 fail_arg(fn, o.name, ptr_str(o.p), std::string("overlaps ") + other.name + "=" + ptr_str(other.p));
 }
 
-void execute(const QuantKernel& k, const QuantDesc& d, const QuantArgs& a) {
+// per_token_dynamic: every x (times smooth[col]) must be finite. Checked over the whole input
+// before anything is written, so a rejected call leaves dst, scales_out and zero_points_out as
+// they were (one extra read of x; the row-by-row kernel found the value only after writing the
+// rows before it). The first offending element in row-major order is named.
+template <class T>
+bool finite_row(const T* x, const float* smooth, int64_t cols, int64_t* bad_col) {
+    for (int64_t j = 0; j < cols; ++j) {
+        float v;
+        if constexpr (std::is_same_v<T, float>) v = x[j];
+        else v = bf16::to_float(x[j]);
+        if (smooth) v *= smooth[j];
+        if (!std::isfinite(v)) {
+            *bad_col = j;
+            return false;
+        }
+    }
+    return true;
+}
+
+void check_dynamic_finite(const char* fn, const QuantDesc& d, const QuantArgs& a) {
+    std::atomic<int64_t> first_bad{d.rows * d.cols};
+    const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
+    parallel_for(d.rows, grain, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            if (r * d.cols >= first_bad.load(std::memory_order_relaxed)) return;
+            int64_t col = 0;
+            const bool ok = d.src_dtype == DType::bf16
+                                ? finite_row(static_cast<const uint16_t*>(a.src) + r * d.ld_src, d.smooth ? a.smooth : nullptr, d.cols, &col)
+                                : finite_row(static_cast<const float*>(a.src) + r * d.ld_src, d.smooth ? a.smooth : nullptr, d.cols, &col);
+            if (!ok) {
+                int64_t cur = first_bad.load(std::memory_order_relaxed);
+                const int64_t mine = r * d.cols + col;
+                while (mine < cur && !first_bad.compare_exchange_weak(cur, mine, std::memory_order_relaxed)) {
+                }
+                return;
+            }
+        }
+    });
+    const int64_t bad = first_bad.load();
+    if (bad == d.rows * d.cols) return;
+    const int64_t r = bad / d.cols, c = bad % d.cols;
+    float v = d.src_dtype == DType::bf16 ? bf16::to_float(static_cast<const uint16_t*>(a.src)[r * d.ld_src + c])
+                                         : static_cast<const float*>(a.src)[r * d.ld_src + c];
+    if (d.smooth) v *= a.smooth[c];
+    fail_arg(fn, ("src[" + std::to_string(r) + "][" + std::to_string(c) + "]" + (d.smooth ? "*smooth" : "")).c_str(),
+             float_str(v), "must be finite for per_token_dynamic (nothing was written)");
+}
+
+void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const QuantArgs& a) {
     if (d.rows == 0 || d.cols == 0) return;
+    if (d.granularity == QuantGranularity::per_token_dynamic) check_dynamic_finite(fn, d, a);
     if (d.granularity == QuantGranularity::per_token_dynamic || d.cols <= kQuantColBlock) {
         // Whole rows; at least ~kQuantColBlock elements per chunk.
         const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
@@ -202,7 +253,7 @@ void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args
     check_args(fn, d, args);
     if (d.rows == 0 || d.cols == 0) return;
     const auto sel = quant_registry().get(quant_kernel_desc(d));
-    execute(*sel.kernel, d, args);
+    execute(fn, *sel.kernel, d, args);
 }
 
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry() {
@@ -238,7 +289,7 @@ bool QuantPlan::is_quantize() const { return detail::is_quantize(desc_); }
 
 void QuantPlan::run(const QuantArgs& args) const {
     detail::check_args("xk::QuantPlan::run", desc_, args);
-    detail::execute(*kernel_, desc_, args);
+    detail::execute("xk::QuantPlan::run", *kernel_, desc_, args);
 }
 
 void quantize(const QuantDesc& desc, const QuantArgs& args) { detail::quant_one_shot("xk::quantize", desc, args, true); }

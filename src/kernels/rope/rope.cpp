@@ -102,15 +102,22 @@ RopeDesc resolve(const char* fn, const RopeDesc& in) {
 }
 
 void check_args(const char* fn, const RopeDesc& d, const RopeArgs& a) {
-    if (d.tokens == 0) return;  // nothing is read or written
-    auto presence = [&](const char* arg, const void* p, bool used, const std::string& why_not) {
-        if (used && !p) fail_arg(fn, arg, "null", "must not be a null pointer");
-        if (!used && p) fail_arg(fn, arg, ptr_str(p), "is given but " + why_not);
+    // A pointer the descriptor says is not used must be null, whatever the token count (a k with
+    // k_heads = 0 was accepted with tokens = 0 and rejected otherwise).
+    auto unused = [&](const char* arg, const void* p, bool used, const char* why_not) {
+        if (!used && p) fail_arg(fn, arg, ptr_str(p), std::string("is given but ") + why_not);
     };
-    presence("q", a.q, d.q_heads > 0, "q_heads is 0");
-    presence("k", a.k, d.k_heads > 0, "k_heads is 0");
+    unused("q", a.q, d.q_heads > 0, "q_heads is 0");
+    unused("k", a.k, d.k_heads > 0, "k_heads is 0");
+    unused("cos_sin_cache", a.cos_sin_cache, d.cos_sin == RopeCosSin::cache, "cos_sin is compute");
+    if (d.tokens == 0) return;  // nothing is read or written
+    auto required = [&](const char* arg, const void* p, bool used) {
+        if (used && !p) fail_arg(fn, arg, "null", "must not be a null pointer");
+    };
+    required("q", a.q, d.q_heads > 0);
+    required("k", a.k, d.k_heads > 0);
     check_not_null(fn, "positions", a.positions);
-    presence("cos_sin_cache", a.cos_sin_cache, d.cos_sin == RopeCosSin::cache, "cos_sin is compute");
+    required("cos_sin_cache", a.cos_sin_cache, d.cos_sin == RopeCosSin::cache);
 
     const int esize = dtype_size(d.dtype);
     const MemRegion q = tensor_region(a.q, d.tokens, d.q_heads, d.head_dim, d.q_token_stride, d.q_head_stride, esize);
