@@ -4,7 +4,8 @@
 // xk/rope.hpp.)
 //
 // Data types: f32 or bf16 in and out (independently); math in fp32; bf16 values are widened
-// exactly and every output is rounded once, to nearest even.
+// exactly. Outputs are rounded once, to nearest even, except where an op's accuracy note below
+// says otherwise (bf16 GLU output of silu / gelu).
 //
 // ---- GLU: y = act(gate) * up ------------------------------------------------------------------
 // x is [rows x 2*inner] (row stride ld_x >= 2*inner), the concatenation [gate | up] of one fused
@@ -12,10 +13,18 @@
 //   y[r, i] = act(x[r, i]) * x[r, inner + i]
 // act: silu (SwiGLU: x * sigmoid(x)), gelu_erf (GeGLU), gelu_tanh (GeGLU, tanh approximation),
 // relu (ReGLU) or none (bilinear GLU), with the definitions of xk::Activation.
-// Accuracy: the vectorised activations of the JIT kernels are within a few fp32 ulps of the exact
-// value (silu 4u|w|, gelu_tanh (4 + 3|2y|)u|w|, gelu_erf (8 + 2x^2)u|w| with u = 2^-24; see
-// src/kernels/common/jit_activation.hpp); the product adds half an ulp, the bf16 rounding half a
-// bf16 ulp.
+// Accuracy, with w = act(g) * u exact and u = 2^-24:
+//   f32 y: the vectorised activations of the JIT kernels are within a few fp32 ulps of the exact
+//          value (silu 4u|w|, gelu_tanh (4 + 3|2y|)u|w|, gelu_erf (8 + 2x^2)u|w|; see
+//          src/kernels/common/jit_activation.hpp); the product adds half an ulp.
+//   bf16 y, relu and none: the fp32 product rounded to nearest (half a bf16 ulp of it; ties go
+//          either way).
+//   bf16 y, silu, gelu_erf, gelu_tanh: the fast paths compute the activation only to bf16's need
+//          and round once without a correction step, so y is within (2^-8 + 2^-10)|w| of w
+//          (gelu: plus 8u|g u|), which is up to one bf16 ulp from w correctly rounded — not half
+//          an ulp (silu: g = 0.245117188, u = 2.578125, w = 0.354503649 gives 0.353515625; the
+//          nearest bf16 is 0.35546875). tests/kernels/test_glu.cpp checks these bounds over every
+//          bf16 gate.
 // Aliasing: y may be exactly x's gate half (y == x, ld_y == ld_x, same dtype: in place); any other
 // overlap of y with x is an xk::Error.
 //

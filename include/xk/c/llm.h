@@ -11,7 +11,8 @@ extern "C" {
 /* y[r, i] = act(x[r, i]) * x[r, inner + i]: x [rows x 2*inner] (ld_x >= 2*inner, 0 = packed),
  * y [rows x inner] (ld_y >= inner, 0 = packed). act: XK_ACT_SILU (SwiGLU), XK_ACT_GELU_ERF /
  * XK_ACT_GELU_TANH (GeGLU), XK_ACT_RELU, XK_ACT_NONE. y may be x (same stride: in place over the
- * gate half). */
+ * gate half). bf16 y with silu / gelu: within (2^-8 + 2^-10) relative of the exact value, up to one
+ * bf16 ulp from it correctly rounded (xk/llm.hpp states every bound). */
 xk_status xk_glu_f32(xk_activation act, int64_t rows, int64_t inner, const float* x, int64_t ld_x, float* y,
                      int64_t ld_y);
 xk_status xk_glu_bf16(xk_activation act, int64_t rows, int64_t inner, const uint16_t* x, int64_t ld_x, uint16_t* y,
