@@ -9,6 +9,17 @@ elseif(XK_SANITIZE STREQUAL "thread")
   endif()
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
   add_link_options(-fsanitize=thread)
+elseif(XK_SANITIZE STREQUAL "fuzzer")
+  # libFuzzer targets (tests/fuzz): clang only; the library is instrumented for coverage
+  # (fuzzer-no-link) with ASan + UBSan; the fuzz executables link -fsanitize=fuzzer.
+  # -fno-sanitize=function: the JIT kernels are called through function pointers and have no
+  # type signature in front of them for that check to read.
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "XK_SANITIZE=fuzzer needs clang (CXX=clang++; the 'fuzz' preset sets it)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=function
+                      -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
 elseif(NOT XK_SANITIZE STREQUAL "")
-  message(FATAL_ERROR "XK_SANITIZE='${XK_SANITIZE}': use '', address or thread")
+  message(FATAL_ERROR "XK_SANITIZE='${XK_SANITIZE}': use '', address, thread or fuzzer")
 endif()

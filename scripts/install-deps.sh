@@ -7,6 +7,7 @@ PKGS=(
   libdnnl-dev libxbyak-dev opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   libhwloc-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libxsmm-dev libclblast-dev
+  clang libclang-rt-14-dev libomp-14-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -20,8 +20,9 @@
 // nearest even once, at the end. per_sample_weights are f32 and allowed only with mode sum (as
 // in PyTorch). padding_idx = -1 means none; otherwise it must be in [0, num_embeddings).
 //
-// Every index that belongs to a bag is checked against [0, num_embeddings): an out-of-range one
-// is an xk::Error naming its position, bag and value (out may then be partially written).
+// Every index that belongs to a bag is checked against [0, num_embeddings) before anything is
+// written (one pass over the indices): an out-of-range one is an xk::Error naming its position,
+// bag and value, and out is left as it was (every table's indices first, for the merged form).
 //
 // Static properties (the table and options) form the descriptor, so one plan serves every batch;
 // the per-call sizes (num_bags, num_indices) are in the arguments.

@@ -52,7 +52,7 @@ struct RefEmbeddingBag final : EmbeddingBagKernel {
 };
 
 void run_call(const EmbeddingBagCall& c, const EmbeddingBagKernel& k) {
-    if (!k.checks_indices()) embedding_bag_validate_indices(c);
+    embedding_bag_validate_indices(c);  // before anything is written, whatever the kernel checks
     parallel_for(c.a.num_bags, embedding_bag_grain(c), [&](int64_t b0, int64_t b1) { k.run(c, b0, b1); });
 }
 
@@ -314,8 +314,7 @@ void EmbeddingBagMultiPlan::run(const EmbeddingBagArgs* args, int64_t num_tables
         a.out = out ? static_cast<char*>(out) + tb.col * esize : nullptr;
         calls.push_back(detail::embedding_bag_validate_args(tb.fn.c_str(), tb.d, a));
     }
-    for (int64_t t = 0; t < T; ++t)
-        if (!s_->tables[static_cast<size_t>(t)].kernel->checks_indices()) detail::embedding_bag_validate_indices(calls[t]);
+    for (int64_t t = 0; t < T; ++t) detail::embedding_bag_validate_indices(calls[t]);  // every table's, before any write
 
     // All (table, bag) items in one parallel region, table-major.
     int64_t grain = 1 << 30;

@@ -4,9 +4,8 @@
 //   embedding_bag_validate_desc     once per plan: sizes, enums, dtypes, padding_idx
 //   embedding_bag_validate_args     per call, O(num_bags): sizes, pointers, overlap, offsets
 //   embedding_bag_validate_indices  per call, O(num_indices): every index read is in range
-// The entry points run the third only when the kernel's checks_indices() is false. A kernel that
-// returns true checks each index in its gather loop (before it dereferences the row) and reports
-// a bad one through embedding_bag_bad_index(), so the message is the same whichever runs.
+// The entry points run all three before any kernel writes (a rejected call leaves out as it was),
+// whatever the kernel checks itself; embedding_bag_bad_index() words the message.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -67,8 +66,6 @@ struct EmbeddingBagKernel {
     virtual ~EmbeddingBagKernel() = default;
     // Bags [bag_begin, bag_end) of a validated call, single-threaded (the caller splits the bags).
     virtual void run(const EmbeddingBagCall& c, int64_t bag_begin, int64_t bag_end) const = 0;
-    // True when run() checks the indices itself (see the top of this file).
-    virtual bool checks_indices() const { return false; }
 };
 
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry();
