@@ -3,12 +3,14 @@
 #   1. Release build: every test (ctest), then `cmake --install` into a scratch prefix and a tiny
 #      consumer project (tests/consumer) built against it with find_package(xkernels);
 #   2. ASan + UBSan build: every test;
-#   3. TSan build (std::thread parallel-for backend): every test.
-# XK_TEST_CONFIGS="release asan tsan" selects the builds. Exits non-zero on any failure.
+#   3. TSan build (std::thread parallel-for backend): every test;
+#   4. fuzz build (clang, libFuzzer + ASan + UBSan): every tests/fuzz target for XK_FUZZ_SECONDS
+#      (default 30) from its seed corpus (tests/fuzz/README.md: running them longer).
+# XK_TEST_CONFIGS="release asan tsan fuzz" selects the builds. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-CONFIGS=${XK_TEST_CONFIGS:-"release asan tsan"}
+CONFIGS=${XK_TEST_CONFIGS:-"release asan tsan fuzz"}
 JOBS=$(nproc)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-"detect_leaks=1:abort_on_error=1"}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-"suppressions=$PWD/tests/lsan.supp:print_suppressions=0"}
@@ -21,7 +23,11 @@ for cfg in $CONFIGS; do
   cmake --preset "$cfg" >/dev/null
   cmake --build "build/$cfg" -j"$JOBS"
   echo "==================== $cfg: tests ===================="
-  ctest --test-dir "build/$cfg" --output-on-failure -j1
+  if [[ $cfg == fuzz ]]; then
+    bash tests/fuzz/run.sh "${XK_FUZZ_SECONDS:-30}"
+  else
+    ctest --test-dir "build/$cfg" --output-on-failure -j1
+  fi
   if [[ $cfg == release ]]; then
     echo "==================== release: install + find_package(xkernels) consumer ===================="
     prefix=$PWD/build/install
