@@ -250,8 +250,12 @@ private:
 bool onednn_gemm_supports(const GemmSpec& s) {
     // f32 only (bf16 / int8 keep xk's own kernels), and a non-empty product: K == 0 (C = beta C +
     // epilogue) and empty outputs stay on xk's kernels. Every activation is expressible.
+    // Sizes below 2^31 each: oneDNN 2.6 died of SIGFPE creating the primitive for M = 2^40, N =
+    // K = 1 (a plan with autotuning on asked for it before tuning was bounded); such shapes keep
+    // xk's kernels.
+    constexpr int64_t kMax = (int64_t(1) << 31) - 1;
     return s.a_type == DType::f32 && s.b_type == DType::f32 && s.c_type == DType::f32 && s.M > 0 && s.N > 0 &&
-           s.K > 0;
+           s.K > 0 && s.M <= kMax && s.N <= kMax && s.K <= kMax;
 }
 
 std::shared_ptr<const GemmKernel> create_gemm_onednn(const GemmSpec& s) {
