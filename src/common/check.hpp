@@ -54,6 +54,13 @@ inline void check_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld
         fail_arg(fn, arg, std::to_string(ld), std::string("must be >= ") + what + "=" + std::to_string(min_ld));
 }
 
+// Sizes stop at INT64_MAX / 16 by default, so that their byte counts (elements of up to 16
+// bytes) fit in int64 too: the message says so when that limit, not int64 itself, was passed.
+inline std::string limit_note(int64_t limit) {
+    return limit == std::numeric_limits<int64_t>::max() ? std::string()
+                                                        : " (sizes are limited to " + std::to_string(limit) + ")";
+}
+
 // a * b without overflow, and the result must fit in `limit` (default: int64 max / 16 so that a
 // byte count of up to 16-byte elements still fits). `what` names the product, e.g. "M*K".
 inline int64_t checked_mul(const char* fn, const char* what, int64_t a, int64_t b,
@@ -61,7 +68,7 @@ inline int64_t checked_mul(const char* fn, const char* what, int64_t a, int64_t 
     int64_t r = 0;
     if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) || r > limit)
         throw Error(Status::invalid_argument, std::string(fn) + ": " + what + " = " + std::to_string(a) + "*" +
-                                                  std::to_string(b) + " overflows");
+                                                  std::to_string(b) + " overflows" + limit_note(limit));
     return r;
 }
 
@@ -70,7 +77,7 @@ inline int64_t checked_add(const char* fn, const char* what, int64_t a, int64_t 
     int64_t r = 0;
     if (__builtin_add_overflow(a, b, &r) || r > limit)
         throw Error(Status::invalid_argument, std::string(fn) + ": " + what + " = " + std::to_string(a) + "+" +
-                                                  std::to_string(b) + " overflows");
+                                                  std::to_string(b) + " overflows" + limit_note(limit));
     return r;
 }
 

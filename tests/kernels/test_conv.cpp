@@ -456,6 +456,11 @@ TEST(Conv2d, OutputSize) {
     XK_EXPECT_INVALID(conv_output_size(3, 3, 1, 0, 0, 2), "output=");
     XK_EXPECT_INVALID(conv_output_size(INT64_MAX / 2, 1, 1, INT64_MAX / 2, 0, 1), "overflows");
     XK_EXPECT_INVALID(conv_output_size(5, INT64_MAX / 2, 1, 0, 0, 4), "overflows");
+    // A kernel larger than the input with a stride near INT64_MAX: the message's value (the
+    // formula's floor(-2 / stride) + 1 = 0) once overflowed int64 (UBSan; found by fuzz_conv).
+    XK_EXPECT_INVALID(conv_output_size(1, 3, INT64_MAX - 1, 0, 0, 1), "output=0 must be >= 1");
+    XK_EXPECT_INVALID(conv_output_size(1, 3, INT64_MAX, 0, 0, 1), "output=0 must be >= 1");
+    XK_EXPECT_INVALID(conv_output_size(1, INT64_MAX / 16 + 2, 1, 0, 0, 1), "overflows (sizes are limited to");
     EXPECT_EQ(conv_output_size(224, 7, 2, 3, 3), 112);
 }
 

@@ -57,15 +57,18 @@ int64_t output_extent(const char* fn, const ExtentNames& nm, int64_t input, int6
     const std::string padded_what = std::string(nm.input) + "+" + nm.pad_begin + "+" + nm.pad_end;
     const int64_t padded = checked_add(fn, padded_what.c_str(), checked_add(fn, padded_what.c_str(), input, pad_begin), pad_end);
     const std::string span_what = std::string(nm.dilation) + "*(" + nm.kernel + "-1)";
-    const int64_t span = checked_mul(fn, span_what.c_str(), dilation, kernel - 1) + 1;  // effective kernel extent
+    const int64_t span = checked_add(fn, span_what.c_str(), checked_mul(fn, span_what.c_str(), dilation, kernel - 1), 1);  // effective kernel extent
     if (span > padded) {
         std::ostringstream os;
         os << "must be >= 1: the effective kernel " << nm.dilation << "*(" << nm.kernel << "-1)+1=" << span
            << " exceeds the padded input " << padded_what << "=" << padded << " (" << nm.input << "=" << input << ", "
            << nm.kernel << "=" << kernel << ", " << nm.pad_begin << "=" << pad_begin << ", " << nm.pad_end << "="
            << pad_end << ", " << nm.dilation << "=" << dilation << ")";
-        const int64_t num = padded - span;  // < 0: floor division
-        fail_arg(fn, nm.output, std::to_string(-((-num + stride - 1) / stride) + 1), os.str());
+        // The output size the formula gives, floor(num / stride) + 1 with num = padded - span < 0,
+        // as -((-num - 1) / stride): no intermediate overflows (-num + stride did for a stride near
+        // INT64_MAX: found by fuzz_conv).
+        const int64_t num = padded - span;
+        fail_arg(fn, nm.output, std::to_string(-((-num - 1) / stride)), os.str());
     }
     return (padded - span) / stride + 1;
 }
