@@ -82,12 +82,13 @@ struct In {
             default: return static_cast<float>(p.ConsumeIntegralInRange<int>(-8000, 8000)) / 1000.0f;
         }
     }
-    // A value that may be non-finite (NaN, +-inf) some of the time.
+    // A value that may be non-finite (NaN, +-inf) some of the time (never from an exhausted input,
+    // which reads 0s).
     float any_value(float big = 1e30f) {
         switch (pick(24)) {
-            case 0: return std::numeric_limits<float>::quiet_NaN();
-            case 1: return std::numeric_limits<float>::infinity();
-            case 2: return -std::numeric_limits<float>::infinity();
+            case 21: return std::numeric_limits<float>::quiet_NaN();
+            case 22: return std::numeric_limits<float>::infinity();
+            case 23: return -std::numeric_limits<float>::infinity();
             default: return value(big);
         }
     }

@@ -110,7 +110,7 @@ Problem make_problem(In& in, bool blas) {
     auto ld = [&](int64_t min) { const int64_t pad = in.pad(); return pad == 0 ? (in.coin() ? 0 : min) : min + pad; };
     d.lda = ld(min_ld_a(d)), d.ldb = ld(min_ld_b(d)), d.ldc = ld(d.N);
     const bool s32 = d.c_type == XK_DTYPE_S32;
-    const bool nonfinite = in.pick(8) == 0 && !is_int8(d.a_type);
+    const bool nonfinite = in.pick(8) == 7 && !is_int8(d.a_type);
     if (s32) {
         d.alpha = 1.0f;
         d.beta = in.coin() ? 1.0f : 0.0f;
