@@ -19,6 +19,12 @@
 //          src/kernels/common/jit_activation.hpp); the product adds half an ulp.
 //   bf16 y, relu and none: the fp32 product rounded to nearest (half a bf16 ulp of it; ties go
 //          either way).
+//   Tails: gelu (erf and tanh) also carries an absolute error of 5u |g u| (its tail is 0 below
+//          g ~ -5.7 where the exact value is tiny: src/kernels/common/jit_activation.hpp); the
+//          JIT kernels clamp silu's gate at -86 (below it |y| <= 4e-36 |u| instead of g e^g u),
+//          and silu / gelu_tanh form g u before the division by 1 + e^-X: where |g u| overflows
+//          fp32, y is +-inf even if act(g) u is finite (|g u| > 3.4e38; the scalar reference,
+//          taken under XK_MAX_ISA=scalar, computes act(g) first).
 //   bf16 y, silu, gelu_erf, gelu_tanh: the fast paths compute the activation only to bf16's need
 //          and round once without a correction step, so y is within (2^-8 + 2^-10)|w| of w
 //          (gelu: plus 8u|g u|), which is up to one bf16 ulp from w correctly rounded — not half
@@ -42,10 +48,11 @@
 // degree-3 polynomial (within 0.31 ulp, src/kernels/softmax/jit_softmax.cpp): the rounding of
 // the argument adds ~|t - m| ulp, so each y is within ~6 fp32 ulps of the exact softmax near the
 // row's max and within ~(6 + |t - m|) ulps further down (bf16: plus half a bf16 ulp). Arguments
-// below -127 ln 2 ~ -88.0 give exp = 0 exactly (between there and ln(FLT_MIN) ~ -87.3: values
-// below FLT_MIN, not the exact ones). Rows whose max has |scale m_x| >= 2^30 / log2(e) ~ 7.4e8
-// take the scalar reference (in double: right for every finite logit, e.g. {1e10, 0, 1, 2} gives
-// {1, 0, 0, 0}).
+// below -127 ln 2 ~ -88.0 (up to ln(2) / 2 higher: the rounding of the row's bias c m_x) give
+// exp = 0 exactly (between there and ln(FLT_MIN) ~ -87.3: values below ~1.5 FLT_MIN, not the
+// exact ones). Rows whose max has |scale m_x| >= 2^24 / log2(e)
+// ~ 1.16e7 take the scalar reference (in double: right for every finite logit, e.g.
+// {1e10, 0, 1, 2} gives {1, 0, 0, 0}).
 // Aliasing: y may be exactly x (same pointer, stride and dtype: in place); any other overlap is
 // an xk::Error.
 #pragma once
@@ -109,7 +116,7 @@ struct SoftmaxDesc {
     int64_t ld_x = 0, ld_y = 0;  // row strides in elements, 0 = cols
     float scale = 1.0f;          // finite, > 0
     bool causal = false;
-    int64_t causal_offset = 0;   // causal only: row r is the query at position r + causal_offset
+    int64_t causal_offset = 0;   // causal only: row r is the query at position r + causal_offset; |offset| <= 2^60
 };
 
 struct SoftmaxArgs {

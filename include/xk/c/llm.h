@@ -26,7 +26,8 @@ xk_status xk_gelu_and_mul_bf16(int64_t rows, int64_t inner, const uint16_t* x, u
 
 /* y = softmax(scale * x) over each row of cols (ld_x / ld_y >= cols, 0 = packed), scale finite
  * and > 0. causal != 0: row r is the query at position r + causal_offset and sees the columns
- * j <= r + causal_offset; the others (and every column of a row with none visible) are 0.
+ * j <= r + causal_offset (|causal_offset| <= 2^60); the others (and every column of a row with none
+ * visible) are 0.
  * y may be x (same stride: in place). */
 xk_status xk_softmax_f32(int64_t rows, int64_t cols, const float* x, int64_t ld_x, float* y, int64_t ld_y, float scale,
                          int causal, int64_t causal_offset);

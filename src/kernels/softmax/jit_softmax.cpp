@@ -110,11 +110,13 @@ enum class Pass { max, exp, scale, fused };
 // (-127, -126) gives values below FLT_MIN (not the exact ones; they are below the tolerance of
 // any use). The bias -m_x c is rounded once: the max element's t is not 0 but the rounding error
 // d of m_x c (|d| <= ulp(m_x c) / 2), a factor 2^d common to every exp of the row that the
-// division by the sum cancels. That holds only while 2^d and the sum stay in range: below
-// |m_x c| = 2^30, |d| <= 32. Rows with |m_x c| >= kWideMc (a row max of ~7.4e8 / scale and up)
-// take the reference (JitSoftmaxKernel::run; before that bound, {1e10, 0, 1, 2} gave NaN: 2^d
-// overflowed).
-constexpr float kWideMc = 0x1p30f;
+// division by the sum cancels — but it also moves the clamp at t = -127 by d, so values up to
+// 2^(-127 + |d|) of the row's max may come out 0, and 2^d must stay in range. Below |m_x c| = 2^24
+// ulp(m_x c) <= 1, |d| <= 1/2: the flush stays below ~1.5 FLT_MIN. Rows with |m_x c| >= kWideMc
+// (a row max of ~1.16e7 / scale and up) take the reference (JitSoftmaxKernel::run; without that
+// bound {1e10, 0, 1, 2} gave NaN: 2^d overflowed; with 2^30, fuzz_llm found a y of 1.8e-35
+// flushed to 0 in a row of max -2e8, |d| = 8).
+constexpr float kWideMc = 0x1p24f;
 
 enum ExpConst : int { kXLo, kXMagic, kXA3, kXA2, kXA1, kXOne, kXNegInf, kXTab, kXCount };
 struct alignas(64) Consts {
@@ -520,7 +522,7 @@ public:
         auto yrow = [&](int64_t r) { return static_cast<char*>(a.y) + r * d.ld_y * ys; };
         auto ebuf = [&](int64_t r) { return buffer.data() + static_cast<size_t>(r - row_begin) % 2 * stride; };
         // exp(scale x - m) = 2^(c x - c m_x), c = scale log2(e) (see ExpConst). A row whose
-        // |c m_x| is not below kWideMc (|scale m_x| >= 2^30 / log2(e) ~ 7.4e8) is "wide": the
+        // |c m_x| is not below kWideMc (|scale m_x| >= 2^24 / log2(e) ~ 1.16e7) is "wide": the
         // reference computes it; so does every row when c itself overflows.
         const float c = d.scale * 1.44269504088896341f;
         if (!std::isfinite(c)) {
