@@ -21,7 +21,18 @@
 // is 7-bit (0..127): oneDNN's AVX2 int8 GEMM saturates pairs of u8*s8 products to s16 (vpmaddubsw)
 // and so differs from the exact s32 sum on full-range u8 input.
 // xk's f32 GEMM runs the JIT kernels (the label names the implementation the plan selected);
-// its bf16 / int8 paths are still the scalar reference: expect those to be slow.
+// bf16 runs the blocked JIT kernel (A and B widened to f32 as they are packed; the reference for
+// M = 1 with N <= 16, M = 2 with N <= 8, M N K <= 64); int8 is still the scalar reference: expect it to be slow.
+//
+// bf16 beside fp32 and oneDNN (`_paired`): gemm/bf16/xk/<MxNxK>_paired/threads:<t> runs, call by
+// call in turn, xk's bf16 -> f32 plan, xk's f32 plan of the same shape (f32 data) and oneDNN's
+// bf16 -> f32 matmul (plain `ab` weights), each timed on its own (manual time = the bf16 calls);
+// counters GFLOPS (xk bf16), F32_GFLOPS (xk f32), ONEDNN_GFLOPS (oneDNN bf16, when it can create
+// one: it throws on AVX2-only CPUs or under ONEDNN_MAX_CPU_ISA=AVX2, and its reference `ref:any`
+// is timed only up to 512^3), bf16/f32 and bf16/onednn (ratios). Alternating gives the three the
+// same phases of a shared host. Thread counts from XK_BENCH_THREADS (default 1,2); the label names
+// xk's kernel and oneDNN's implementation. xk's bf16 C is compared with oneDNN's (SkipWithError if
+// they differ by more than 1e-4 |C|max: both sum exact bf16 products in fp32).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <libxsmm.h>
@@ -443,6 +454,95 @@ void bench_onednn_fused(benchmark::State& state, Kind k, Shape s, int threads) {
     finish(state, s);
 }
 
+
+// ---- bf16 beside fp32 and oneDNN, interleaved (`_paired`, see the top) -----------------------------
+
+const std::vector<Shape> kBf16Paired = {{512, 512, 512},  {1024, 1024, 1024}, {2048, 2048, 2048},
+                                        {384, 768, 768}, {384, 3072, 768},   {384, 768, 3072}};
+
+void bench_bf16_paired(benchmark::State& state, Kind, Shape s, int threads) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    using clock = std::chrono::steady_clock;
+    set_threads(threads);
+    Data& h = data(Kind::bf16, s);
+    Data& f = data(Kind::f32, s);
+    const xk::GemmPlan pb(xk_desc(Kind::bf16, s)), pf(xk_desc(Kind::f32, s));
+    std::vector<float> Cb(size_t(s.M * s.N)), Cf(Cb.size()), Co(Cb.size());
+    const xk::GemmArgs ab = xk_args(Kind::bf16, h, Cb.data()), af = xk_args(Kind::f32, f, Cf.data());
+    // oneDNN's bf16 matmul, if it can make one (and it is not its reference on a large shape).
+    std::string onednn_impl = "none";
+    std::unique_ptr<dnnl::engine> eng;
+    std::unique_ptr<dnnl::stream> strm;
+    std::unique_ptr<dnnl::matmul> prim;
+    std::unordered_map<int, dnnl::memory> margs;
+    try {
+        eng = std::make_unique<dnnl::engine>(dnnl::engine::kind::cpu, 0);
+        strm = std::make_unique<dnnl::stream>(*eng);
+        const dnnl::memory::desc a_md({s.M, s.K}, dt::bf16, tag::ab), b_md({s.K, s.N}, dt::bf16, tag::ab),
+            c_md({s.M, s.N}, dt::f32, tag::ab);
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), *eng);
+        onednn_impl = pd.impl_info_str();
+        if (onednn_impl.rfind("ref", 0) != 0 || s.flops() <= 2.0 * 512 * 512 * 512) {
+            prim = std::make_unique<dnnl::matmul>(pd);
+            margs = {{DNNL_ARG_SRC, dnnl::memory(a_md, *eng, const_cast<xk::bf16*>(h.Ah.data()))},
+                     {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, *eng, const_cast<xk::bf16*>(h.Bh.data()))},
+                     {DNNL_ARG_DST, dnnl::memory(c_md, *eng, Co.data())}};
+        } else {
+            onednn_impl += " (not timed)";
+        }
+    } catch (const dnnl::error& e) {
+        onednn_impl = std::string("none: ") + e.what();
+        prim.reset();
+    }
+    auto run_onednn = [&] {
+        prim->execute(*strm, margs);
+        strm->wait();
+    };
+    // Warm-up (code generation, first touch), then the check against oneDNN.
+    pb.run(ab);
+    pf.run(af);
+    if (prim) {
+        run_onednn();
+        double max_err = 0, max_ref = 0;
+        for (size_t i = 0; i < Cb.size(); ++i) {
+            max_err = std::max(max_err, std::fabs(double(Cb[i]) - double(Co[i])));
+            max_ref = std::max(max_ref, std::fabs(double(Co[i])));
+        }
+        if (max_err > 1e-4 * std::max(1.0, max_ref)) {
+            state.SkipWithError(("bf16 result differs from oneDNN's: max |diff| = " + std::to_string(max_err)).c_str());
+            return;
+        }
+    }
+    double tb = 0, tf = 0, to = 0;
+    for (auto _ : state) {
+        const auto t0 = clock::now();
+        pb.run(ab);
+        const auto t1 = clock::now();
+        pf.run(af);
+        const auto t2 = clock::now();
+        if (prim) run_onednn();
+        const auto t3 = clock::now();
+        const double b = std::chrono::duration<double>(t1 - t0).count();
+        tb += b;
+        tf += std::chrono::duration<double>(t2 - t1).count();
+        to += std::chrono::duration<double>(t3 - t2).count();
+        state.SetIterationTime(b);
+        benchmark::ClobberMemory();
+    }
+    const double n = double(state.iterations()), gf = s.flops() * 1e-9;
+    if (n > 0) {
+        state.counters["GFLOPS"] = gf * n / tb;
+        state.counters["F32_GFLOPS"] = gf * n / tf;
+        state.counters["bf16/f32"] = tf / tb;
+        if (prim) {
+            state.counters["ONEDNN_GFLOPS"] = gf * n / to;
+            state.counters["bf16/onednn"] = to / tb;
+        }
+    }
+    state.SetLabel(std::string(pb.impl_name()) + " | f32 " + pf.impl_name() + " | onednn " + onednn_impl);
+}
+
 using BenchFn = void (*)(benchmark::State&, Kind, Shape, int);
 
 void add(Kind k, const char* provider, BenchFn fn, const Shape& s, int threads, const char* suffix = "") {
@@ -479,6 +579,13 @@ bool register_all() {
         add(Kind::f32, "xk", bench_xk_fused, kFused, threads, "_bias_gelu");
         add(Kind::f32, "onednn", bench_onednn_fused, kFused, threads, "_bias_gelu");
     }
+    for (const Shape& s : kBf16Paired)
+        for (int threads : xk::bench::thread_counts()) {
+            const std::string name = "gemm/bf16/xk/" + s.name() + "_paired/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bench_bf16_paired(st, Kind::bf16, s, threads); })
+                ->UseManualTime()
+                ->Unit(benchmark::kMillisecond);
+        }
     return true;
 }
 

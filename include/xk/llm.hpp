@@ -5,7 +5,10 @@
 //
 // Data types: f32 or bf16 in and out (independently); math in fp32; bf16 values are widened
 // exactly. Outputs are rounded once, to nearest even, except where an op's accuracy note below
-// says otherwise (bf16 GLU output of silu / gelu).
+// says otherwise (bf16 GLU output of silu / gelu). bf16 outputs of the JIT kernels (every op): to nearest, but an exact tie may go away from zero
+// (the AVX2 / AVX-512 paths' cheaper rounding), and at avx512_bf16 results below FLT_MIN are
+// flushed to +-0 (VCVTNEPS2BF16); the scalar reference (XK_MAX_ISA=scalar) rounds ties to even
+// and keeps subnormals. Found by the fuzz targets; differences are one bf16 ulp on exact ties.
 //
 // ---- GLU: y = act(gate) * up ------------------------------------------------------------------
 // x is [rows x 2*inner] (row stride ld_x >= 2*inner), the concatenation [gate | up] of one fused

@@ -19,6 +19,13 @@
 // implementation accumulates them in double. y is rounded once, unlike HF's LlamaRMSNorm, which
 // rounds h*rstd to the input dtype before multiplying by a bf16 weight (a difference of at most
 // one bf16 ulp).
+// Range: the JIT LayerNorm with a bias forms (h - mean) * weight before the rstd, so where that
+// product overflows fp32 (|h - mean| |weight| > 3.4e38) y is +-inf although the exact y may be
+// finite (the scalar reference scales by rstd first).
+// Rounding: bf16 outputs of the JIT kernels (every op): to nearest, but an exact tie may go away from zero
+// (the AVX2 / AVX-512 paths' cheaper rounding), and at avx512_bf16 results below FLT_MIN are
+// flushed to +-0 (VCVTNEPS2BF16); the scalar reference (XK_MAX_ISA=scalar) rounds ties to even
+// and keeps subnormals. Found by the fuzz targets; differences are one bf16 ulp on exact ties.
 //
 // Data types: x / y / residual (in and out) / weight+bias each f32 or bf16, independently
 // (x_dtype, y_dtype, residual_dtype, weight_dtype). HF checkpoints keep the weight in the model

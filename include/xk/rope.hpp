@@ -7,6 +7,11 @@
 // [heads, seq, head_dim] for one sequence) layouts both work; heads must not overlap. A head
 // count of 0 skips that tensor (its pointer must then be null).
 //
+// Rounding: bf16 outputs of the JIT kernels (every op): to nearest, but an exact tie may go away from zero
+// (the AVX2 / AVX-512 paths' cheaper rounding), and at avx512_bf16 results below FLT_MIN are
+// flushed to +-0 (VCVTNEPS2BF16); the scalar reference (XK_MAX_ISA=scalar) rounds ties to even
+// and keeps subnormals. Found by the fuzz targets; differences are one bf16 ulp on exact ties.
+//
 // Rotation (fp32 math; bf16 q / k widened exactly and rounded once, to nearest even). For token t
 // at position p = positions[t], and i in [0, rotary_dim / 2):
 //   neox (GPT-NeoX, Llama, HF rotate_half):  pairs (x[i], x[i + rotary_dim/2])

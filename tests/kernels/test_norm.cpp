@@ -680,6 +680,50 @@ TEST(Norm, RowsOfOneCallMatchRowsNormedAlone) {
     set_num_threads(0);
 }
 
+TEST(Norm, LayerNormRowAfterAFarRow) {
+    // A JIT LayerNorm row's sums are shifted by the previous row's mean; when that shift is far
+    // from the row's own mean (relative to its spread), one variance pass around the first
+    // estimate was not enough and the row's y depended on the row before it (fuzz_norm: a row of
+    // (i % 7) - 3 after a row of 1e9 came out 2.96e-3 off, 965 off after 1e13; zeros after a row
+    // {-1e17, 0, ...} gave 16.7 where 0 is right). Rows far apart in every order, both dtypes,
+    // fused or not, every ISA: each row against the oracle.
+    set_num_threads(1);
+    for_each_isa([&](Isa) {
+        for (const DTypes& dt : kDTypeCombos)
+            for (bool fused : {false, true})
+                for (int64_t hidden : {300, 4096})
+                    for (double big : {1e9, 1e13, 1e17, -1e17}) {
+                        NormDesc d = desc_of(NormKind::layer_norm, dt, 6, hidden);
+                        d.fused_residual = fused;
+                        d.eps = 1e-6f;
+                        Tensors t = make_tensors(d, 0, 7 + hidden);
+                        for (int64_t i = 0; i < hidden; ++i) {
+                            t.x.set(0, i, big);                          // far row
+                            t.x.set(1, i, static_cast<double>(i % 7) - 3);  // small spread
+                            t.x.set(2, i, i == 0 ? big : 0.0);           // an outlier row
+                            t.x.set(3, i, 0.0);                          // constant
+                            t.x.set(4, i, 0.0);
+                            t.x.set(5, i, static_cast<double>(i % 5) * 0.25);
+                            if (fused) for (int64_t r = 0; r < 6; ++r) t.r.set(r, i, 0.0);
+                        }
+                        norm(d, args_of(d, t));
+                        SCOPED_TRACE(std::string("x=") + dtype_name(dt.x) + " y=" + dtype_name(dt.y) + (fused ? " fused" : "") +
+                                     " hidden " + std::to_string(hidden) + " big " + std::to_string(big));
+                        const Expected e = oracle(d, t.x, fused ? &t.r : nullptr, &t.w, &t.b);
+                        for (int64_t r = 1; r < d.rows; ++r) {
+                            const double cancel =
+                                1.5 * cancellation_tol(hidden, d.eps, [&](int64_t i) { return e.h[r * hidden + i]; });
+                            for (int64_t i = 0; i < hidden; ++i) {
+                                const double want = e.y[r * hidden + i];
+                                const double tol = atol_of(d.y_dtype) + rtol_of(d.y_dtype) * std::fabs(want) + cancel;
+                                ASSERT_NEAR(t.y.get(r, i), want, tol) << "row " << r << " i " << i;
+                            }
+                        }
+                    }
+    });
+    set_num_threads(0);
+}
+
 TEST(Norm, InPlaceAliasing) {
     for_each_isa([&](Isa) {
         for (DType t : {DType::f32, DType::bf16}) {

@@ -260,9 +260,10 @@ __attribute__((always_inline)) inline bool gemm_args_ok(const GemmPlanState& st,
 const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // Best first, per ISA: the exact-shape small kernel (M, N, K <= 64), the direct kernel for
     // small N or short K (no A packing), the decode / GEMV kernel (M <= 16, weights streamed),
-    // then the blocked kernel. oneDNN runs only when measured faster (see gemm_tune.cpp). The
-    // panel kernel (the GEMV kernel for any M) is reached only by a PackedB in its layout (GemmPlan::run with a PackedB of another plan). The reference takes
-    // everything else (bf16, int8, empty shapes).
+    // then the blocked kernel (f32; then bf16, widened as it is packed: "jit:<isa>:bf16"). oneDNN
+    // runs only when measured faster (see gemm_tune.cpp). The panel kernel (the GEMV kernel for
+    // any M) is reached only by a PackedB in its layout (GemmPlan::run with a PackedB of another
+    // plan). The reference takes everything else (int8, K == 0, empty shapes).
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {
@@ -272,14 +273,30 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx512); }},
             {"jit:avx512:gemv", Isa::avx512, gemv_supports, create_gemv_avx512},
             {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
+            {"jit:avx512:bf16", Isa::avx512, gemm_jit_bf16_supports,
+             [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
             {"jit:avx2:small", Isa::avx2, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx2); }},
             {"jit:avx2:direct", Isa::avx2, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx2); },
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx2); }},
             {"jit:avx2:gemv", Isa::avx2, gemv_supports, create_gemv_avx2},
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
+            {"jit:avx2:bf16", Isa::avx2, gemm_jit_bf16_supports,
+             [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
             {"jit:avx512:panel", Isa::avx512, gemm_panel_supports, create_gemv_avx512},
             {"jit:avx2:panel", Isa::avx2, gemm_panel_supports, create_gemv_avx2},
+            // bf16 PackedB of another plan (not selectable): the blocked kernel for the shapes
+            // selection gives to the reference (a PackedB in the blocked kernel's layout), and
+            // the blocked kernel reading the reference's plain layout (a PackedB of such a plan),
+            // ahead of ref:scalar, which reads that layout far slower.
+            {"jit:avx512:bf16:any", Isa::avx512, gemm_jit_bf16_any_supports,
+             [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }, /*selectable=*/false},
+            {"jit:avx2:bf16:any", Isa::avx2, gemm_jit_bf16_any_supports,
+             [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }, /*selectable=*/false},
+            {"jit:avx512:bf16:plain", Isa::avx512, gemm_jit_bf16_any_supports,
+             [](const GemmSpec& s) { return create_gemm_jit_plain(s, Isa::avx512); }, /*selectable=*/false},
+            {"jit:avx2:bf16:plain", Isa::avx2, gemm_jit_bf16_any_supports,
+             [](const GemmSpec& s) { return create_gemm_jit_plain(s, Isa::avx2); }, /*selectable=*/false},
             // oneDNN's matmul: not selectable; the autotuner (gemm_select) routes here when it
             // measured it faster, and gemm_kernel_for_layout finds it for the plain layout (ahead
             // of ref:scalar, which reads that layout far slower).

@@ -113,11 +113,22 @@ std::shared_ptr<const GemmPacked> gemm_reference_pack_b(const GemmSpec& s, const
 std::string gemm_reference_packed_layout(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
 
-// fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). bf16 / int8 stay on the
-// reference (their supports() are false for them).
-//   blocked (jit_gemm.cpp): packed A and B, cache blocking, threads over the (M, N) tile grid
+// fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). int8 stays on the
+// reference (their supports() are false for it).
+//   blocked (jit_gemm.cpp): packed A and B, cache blocking, threads over the (M, N) tile grid;
+//   f32, and bf16 x bf16 -> f32 | bf16 (A and B widened to f32 as they are packed, the fp32
+//   microkernel, a bf16 C written by the last K block's store; registry "jit:<isa>:bf16")
+//   Selection sends bf16 shapes where the reference measured faster (gemm_bf16_ref_preferred:
+//   M = 1 with N <= 16, M = 2 with N <= 8, or M N K <= 64) to the reference; "jit:<isa>:bf16:any" (not
+//   selectable) runs those too when given a PackedB of the blocked kernel's layout, and
+//   "jit:<isa>:bf16:plain" (not selectable; create_gemm_jit_plain) runs any bf16 shape from a
+//   PackedB in the reference's plain layout (packed by such a plan).
 bool gemm_jit_supports(const GemmSpec& s);
+bool gemm_bf16_ref_preferred(const GemmSpec& s);
+bool gemm_jit_bf16_supports(const GemmSpec& s);      // bf16, not ref-preferred
+bool gemm_jit_bf16_any_supports(const GemmSpec& s);  // bf16, M, N, K > 0
 std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
+std::shared_ptr<const GemmKernel> create_gemm_jit_plain(const GemmSpec& s, Isa isa);
 //   small (jit_gemm_small.cpp): M, N, K <= 64, generated for the exact shape, no packing
 bool gemm_small_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_small(const GemmSpec& s, Isa isa);

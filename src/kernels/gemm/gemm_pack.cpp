@@ -1,7 +1,9 @@
 // Packing of A and B for the blocked fp32 GEMM (layouts in jit_gemm_common.hpp). AVX2 code
 // (function-level target attributes: only the JIT kernels, which need AVX2, call it). Transposed
 // layouts go through 8 x 8 register transposes; copies move 8 / 4 / 2 / 1 floats at a time and
-// never read past the operand.
+// never read past the operand. Every packer takes f32 or bf16 (uint16_t bits) sources: bf16 is
+// widened to f32 as it is read (a 16-bit left shift, exact), so the packed panels are f32 either
+// way and the fp32 microkernel runs on them.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -76,9 +78,36 @@ XK_AVX2 inline __m256 load_n(const float* src, int n) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
-XK_AVX2 inline void copy_n(float* dst, const float* src, int64_t n) {
-    for (; n >= 8; n -= 8, src += 8, dst += 8) _mm256_storeu_ps(dst, _mm256_loadu_ps(src));
-    if (n > 0) store_n(dst, load_n(src, static_cast<int>(n)), static_cast<int>(n));
+
+// Element access of a source of either type: ld8 = 8 consecutive elements as f32 (bf16 widened),
+// ldn = the first n (0..8) of them (reads only those n), ld1 = one element.
+XK_AVX2 inline __m256 ld8(const float* p) { return _mm256_loadu_ps(p); }
+XK_AVX2 inline __m256 ld8(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+XK_AVX2 inline __m256 ldn(const float* p, int n) { return load_n(p, n); }
+XK_AVX2 inline __m256 ldn(const uint16_t* p, int n) {
+    if (n == 8) return ld8(p);
+    // Assembled in general registers (a copy through a stack buffer and one vector load of it
+    // stalls on store forwarding: it made packing a 1-column B 4x slower than the reference GEMM).
+    uint64_t lo = 0, hi = 0;
+    for (int i = 0; i < n; ++i) (i < 4 ? lo : hi) |= static_cast<uint64_t>(p[i]) << (16 * (i & 3));
+    const __m128i h = _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float ld1(const float* p) { return *p; }
+inline float ld1(const uint16_t* p) {
+    const uint32_t u = static_cast<uint32_t>(*p) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+template <class T>
+XK_AVX2 inline void copy_n(float* dst, const T* src, int64_t n) {
+    for (; n >= 8; n -= 8, src += 8, dst += 8) _mm256_storeu_ps(dst, ld8(src));
+    if (n > 0) store_n(dst, ldn(src, static_cast<int>(n)), static_cast<int>(n));
 }
 
 // Rows: op(A) is m x kc with A[r*lda + k]; panels of MR rows, dst[p][k][MR]. Full panels: per
@@ -86,8 +115,8 @@ XK_AVX2 inline void copy_n(float* dst, const float* src, int64_t n) {
 // then per k one 8-float store that may run up to 8 - (MR - g) floats into the next k's slots —
 // the next store (increasing k) overwrites them, and past the last k they land in the next
 // panel (written later) or in the buffer's slack (kPackSlack).
-template <int MR>
-XK_AVX2 void pack_a_rows(const float* A, int64_t lda, int64_t m, int64_t kc, float* dst) {
+template <int MR, class T>
+XK_AVX2 void pack_a_rows(const T* A, int64_t lda, int64_t m, int64_t kc, float* dst) {
     constexpr int kGroups = (MR + 7) / 8;
     for (int64_t p0 = 0; p0 < m; p0 += MR, dst += kc * MR) {
         const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
@@ -99,7 +128,7 @@ XK_AVX2 void pack_a_rows(const float* A, int64_t lda, int64_t m, int64_t kc, flo
                     constexpr int kLast = MR - 8 * (kGroups - 1);  // rows of the last group
                     const int nrow = g + 1 < kGroups ? 8 : kLast;
                     for (int i = 0; i < 8; ++i)
-                        v[g][i] = _mm256_loadu_ps(A + (p0 + 8 * g + std::min(i, nrow - 1)) * lda + k);
+                        v[g][i] = ld8(A + (p0 + 8 * g + std::min(i, nrow - 1)) * lda + k);
                     transpose8(v[g]);
                 }
                 // k-major store order: a store's overrun is always overwritten by a later one.
@@ -108,15 +137,16 @@ XK_AVX2 void pack_a_rows(const float* A, int64_t lda, int64_t m, int64_t kc, flo
             }
         }
         for (; k < kc; ++k)
-            for (int i = 0; i < rows; ++i) dst[k * MR + i] = A[(p0 + i) * lda + k];
+            for (int i = 0; i < rows; ++i) dst[k * MR + i] = ld1(A + (p0 + i) * lda + k);
     }
 }
 
-XK_AVX2 void pack_a_rows_any(const float* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
+template <class T>
+XK_AVX2 void pack_a_rows_any(const T* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
     for (int64_t p0 = 0; p0 < m; p0 += MR, dst += kc * MR) {
         const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
         for (int64_t k = 0; k < kc; ++k)
-            for (int i = 0; i < rows; ++i) dst[k * MR + i] = A[(p0 + i) * lda + k];
+            for (int i = 0; i < rows; ++i) dst[k * MR + i] = ld1(A + (p0 + i) * lda + k);
     }
 }
 
@@ -124,7 +154,8 @@ XK_AVX2 void pack_a_rows_any(const float* A, int64_t lda, int64_t m, int64_t kc,
 // every panel (a panel at a time would walk A with stride lda: with a power-of-two lda every
 // access falls in one cache set). Whole vectors are copied where they stay inside the block,
 // with the same overlapping stores as above; the last panel exactly.
-XK_AVX2 void pack_a_cols(const float* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
+template <class T>
+XK_AVX2 void pack_a_cols(const T* A, int64_t lda, int64_t m, int64_t kc, int MR, float* dst) {
     const int nvec = (MR + 7) / 8;
     const int64_t npanel = (m + MR - 1) / MR;
     for (int64_t k0 = 0; k0 < kc; k0 += 8) {
@@ -138,8 +169,8 @@ XK_AVX2 void pack_a_cols(const float* A, int64_t lda, int64_t m, int64_t kc, int
                 // panel's first k, written by an earlier block of k.)
                 const int64_t kv = std::min(k1, kc - 1);
                 for (int64_t k = k0; k < kv; ++k) {
-                    const float* src = A + k * lda + p0;
-                    for (int v = 0; v < nvec; ++v) _mm256_storeu_ps(d + k * MR + 8 * v, _mm256_loadu_ps(src + 8 * v));
+                    const T* src = A + k * lda + p0;
+                    for (int v = 0; v < nvec; ++v) _mm256_storeu_ps(d + k * MR + 8 * v, ld8(src + 8 * v));
                 }
                 for (int64_t k = kv; k < k1; ++k) copy_n(d + k * MR, A + k * lda + p0, rows);
             } else {
@@ -152,7 +183,8 @@ XK_AVX2 void pack_a_cols(const float* A, int64_t lda, int64_t m, int64_t kc, int
 // op(B) is kc x n with B[k*ldb + c]: blocks of 8 rows (k) streamed across every panel (reads
 // sequential along each row), each panel receiving 8 consecutive NR-float rows; columns past n
 // are zero.
-XK_AVX2 void pack_b_rows(const float* B, int64_t ldb, int64_t kc, int64_t n, int NR, float* dst) {
+template <class T>
+XK_AVX2 void pack_b_rows(const T* B, int64_t ldb, int64_t kc, int64_t n, int NR, float* dst) {
     const int64_t npanel = (n + NR - 1) / NR;
     for (int64_t k0 = 0; k0 < kc; k0 += 8) {
         const int64_t k1 = std::min(kc, k0 + 8);
@@ -162,14 +194,14 @@ XK_AVX2 void pack_b_rows(const float* B, int64_t ldb, int64_t kc, int64_t n, int
             float* d = dst + p * kc * NR;
             if (cols == NR) {
                 for (int64_t k = k0; k < k1; ++k) {
-                    const float* s = B + k * ldb + c0;
-                    for (int c = 0; c < NR; c += 8) _mm256_storeu_ps(d + k * NR + c, _mm256_loadu_ps(s + c));
+                    const T* s = B + k * ldb + c0;
+                    for (int c = 0; c < NR; c += 8) _mm256_storeu_ps(d + k * NR + c, ld8(s + c));
                 }
             } else {
                 for (int64_t k = k0; k < k1; ++k)
                     for (int c = 0; c < NR; c += 8) {
                         const int nc = std::max(0, std::min(8, cols - c));
-                        _mm256_storeu_ps(d + k * NR + c, nc ? load_n(B + k * ldb + c0 + c, nc) : _mm256_setzero_ps());
+                        _mm256_storeu_ps(d + k * NR + c, nc ? ldn(B + k * ldb + c0 + c, nc) : _mm256_setzero_ps());
                     }
             }
         }
@@ -177,7 +209,8 @@ XK_AVX2 void pack_b_rows(const float* B, int64_t ldb, int64_t kc, int64_t n, int
 }
 
 // op(B) is kc x n with B[c*ldb + k]: 8 x 8 transposes of (8 columns) x (8 k).
-XK_AVX2 void pack_b_cols(const float* B, int64_t ldb, int64_t kc, int64_t n, int NR, float* dst) {
+template <class T>
+XK_AVX2 void pack_b_cols(const T* B, int64_t ldb, int64_t kc, int64_t n, int NR, float* dst) {
     for (int64_t p0 = 0; p0 < n; p0 += NR, dst += kc * NR) {
         const int cols = static_cast<int>(std::min<int64_t>(NR, n - p0));
         for (int g = 0; g < NR; g += 8) {
@@ -186,19 +219,19 @@ XK_AVX2 void pack_b_cols(const float* B, int64_t ldb, int64_t kc, int64_t n, int
                 for (int64_t k = 0; k < kc; ++k) _mm256_storeu_ps(dst + k * NR + g, _mm256_setzero_ps());
                 continue;
             }
-            const float* r[8];
+            const T* r[8];
             for (int i = 0; i < 8; ++i) r[i] = B + (p0 + g + std::min(i, nc - 1)) * ldb;
             const __m256 keep = _mm256_castsi256_ps(
                 _mm256_cmpgt_epi32(_mm256_set1_epi32(nc), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
             int64_t k = 0;
             for (; k + 8 <= kc; k += 8) {
                 __m256 v[8];
-                for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(r[i] + k);
+                for (int i = 0; i < 8; ++i) v[i] = ld8(r[i] + k);
                 transpose8(v);
                 for (int kk = 0; kk < 8; ++kk) _mm256_storeu_ps(dst + (k + kk) * NR + g, _mm256_and_ps(v[kk], keep));
             }
             for (; k < kc; ++k)
-                for (int i = 0; i < 8; ++i) dst[k * NR + g + i] = i < nc ? r[i][k] : 0.0f;
+                for (int i = 0; i < 8; ++i) dst[k * NR + g + i] = i < nc ? ld1(r[i] + k) : 0.0f;
         }
     }
 }
@@ -207,9 +240,8 @@ struct BufferFree {
     void operator()(float* p) const { std::free(p); }
 };
 
-}  // namespace
-
-void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst) {
+template <class T>
+void pack_a(const T* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst) {
     if (trans)
         pack_a_cols(A, lda, m, kc, MR, dst);
     else if (MR == 6)
@@ -220,16 +252,57 @@ void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc,
         pack_a_rows_any(A, lda, m, kc, MR, dst);
 }
 
-void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst) {
+template <class T>
+void pack_b(const T* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst) {
     if (trans)
         pack_b_cols(B, ldb, kc, n, NR, dst);
     else
         pack_b_rows(B, ldb, kc, n, NR, dst);
 }
 
+}  // namespace
+
+void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst) {
+    pack_a(A, lda, trans, m, kc, MR, dst);
+}
+void gemm_pack_a(const uint16_t* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst) {
+    pack_a(A, lda, trans, m, kc, MR, dst);
+}
+void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst) {
+    pack_b(B, ldb, trans, kc, n, NR, dst);
+}
+void gemm_pack_b(const uint16_t* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst) {
+    pack_b(B, ldb, trans, kc, n, NR, dst);
+}
+
+XK_AVX2 void gemm_widen_bf16(const uint16_t* src, int64_t n, float* dst) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_ps(dst + i, ld8(src + i));
+        _mm256_storeu_ps(dst + i + 8, ld8(src + i + 8));
+    }
+    copy_n(dst + i, src + i, n - i);
+}
+
+XK_AVX2 void gemm_narrow_bf16(const float* src, int64_t n, uint16_t* dst) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i a = _mm256_srli_epi32(_mm256_castps_si256(_mm256_loadu_ps(src + i)), 16);
+        const __m256i b = _mm256_srli_epi32(_mm256_castps_si256(_mm256_loadu_ps(src + i + 8)), 16);
+        // packus per 128-bit lane: a0-3 b0-3 | a4-7 b4-7 -> reorder the 64-bit quarters
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), p);
+    }
+    for (; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, src + i, 4);
+        dst[i] = static_cast<uint16_t>(u >> 16);
+    }
+}
+
 float* gemm_thread_buffer(int slot, size_t floats) {
-    thread_local std::unique_ptr<float, BufferFree> buf[4];
-    thread_local size_t cap[4] = {0, 0, 0, 0};
+    thread_local std::unique_ptr<float, BufferFree> buf[kGemmThreadBufferSlots];
+    thread_local size_t cap[kGemmThreadBufferSlots] = {};
     if (cap[slot] < floats) {
         const size_t n = (floats + 1023) / 1024 * 1024;  // a multiple of 64 bytes
         float* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));

@@ -27,14 +27,27 @@
 // same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm path,
 // 512^3 with 2 threads repacked all of A in each of 6 parts).
 //
+// bf16 (bf16 x bf16 -> f32 | bf16): the same kernel. A and B are widened to f32 as they are
+// packed (a 16-bit shift, exact: the panels are f32) and the fp32 microkernel runs on them, so
+// the products are exact and the sums fp32 as the reference's. A PackedB of bf16 keeps bf16
+// panels (half the bytes of f32 weights; layout "jit:<isa>:bf16:..."), widened per K block and
+// column block into the thread's B panels as unpacked B would be packed. A bf16 C cannot carry
+// the sums between K blocks: with one K block the fused store reads beta * C as bf16 and writes
+// bf16 (rounded to nearest even once); with several, the K blocks accumulate into an f32 scratch
+// block per thread (rows x nc columns, at most kCsFloats; longer row ranges go in chunks of
+// rows) and the last K block's store adds it (GemmEpi::partial), then beta * C (bf16), the
+// epilogue, and writes bf16. Results do not depend on the blocking or the thread count.
+//
 // Tuning overrides for experiments (not an API; read when a plan is created): XK_GEMM_KC (the
 // largest K block; also changes the packed-B layout), XK_GEMM_MC, XK_GEMM_NC (rounded up to MR /
-// NR), XK_GEMM_EXTRA (parts per thread, default 3), XK_GEMM_COOP=0 (no cooperative packing).
+// NR), XK_GEMM_EXTRA (parts per thread, default 3), XK_GEMM_COOP=0 (no cooperative packing),
+// XK_GEMM_CS (floats of the f32 accumulator block of a bf16 C, default kCsFloats).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/parallel.hpp"
 #include "kernels/gemm/jit_gemm_common.hpp"
@@ -46,6 +59,8 @@ namespace {
 
 // Below this many multiply-adds per thread, adding a thread costs more than it gains.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
+// bf16 C over several K blocks: the most floats of a thread's f32 accumulator block (8 MiB).
+constexpr int64_t kCsFloats = int64_t(2) << 20;
 
 // Tuning override for experiments (XK_GEMM_KC / _MC / _NC / _EXTRA): 0 = not set.
 int64_t env_tune(const char* name) {
@@ -82,7 +97,15 @@ enum Phase { kOnly = 0, kFirst = 1, kMiddle = 2, kLast = 3 };
 
 class JitGemm final : public GemmKernel {
 public:
-    JitGemm(const GemmSpec& s, Isa isa) : s_(s), g_(gemm_geometry(isa)), layout_(gemm_b_layout(isa, s.K, s.N)) {
+    // plain: the kernel's PackedB is the reference's plain layout (op(B) as a K x N array of
+    // b_type), read as an unpacked B — for a PackedB made by a plan that runs the reference.
+    JitGemm(const GemmSpec& s, Isa isa, bool plain = false)
+        : s_(s),
+          plain_(plain),
+          g_(gemm_geometry(isa)),
+          layout_(gemm_b_layout(isa, s.K, s.N, s.b_type == DType::bf16 ? DType::bf16 : DType::f32)) {
+        a16_ = s.a_type == DType::bf16;
+        b16_ = s.b_type == DType::bf16;
         const Caches c = caches();
         kc_ = layout_.kc;
         nkb_ = ceil_div(s.K, kc_);
@@ -95,6 +118,10 @@ public:
         nc_ = std::clamp<int64_t>(c.l3 / 2 / (kc_ * 4) / g_.nr * g_.nr, g_.nr, 8192);
         if (env_tune("XK_GEMM_MC") > 0) mc_ = round_up(env_tune("XK_GEMM_MC"), g_.mr);
         if (env_tune("XK_GEMM_NC") > 0) nc_ = round_up(env_tune("XK_GEMM_NC"), g_.nr);
+        // bf16 C over several K blocks: the f32 accumulator of an mc x nc block within kCsFloats.
+        cs_ = s.c_type == DType::bf16 && nkb_ > 1;
+        cs_floats_ = env_tune("XK_GEMM_CS") > 0 ? env_tune("XK_GEMM_CS") : kCsFloats;
+        if (cs_) nc_ = std::clamp<int64_t>(std::min(nc_, cs_floats_ / mc_ / g_.nr * g_.nr), g_.nr, 8192);
         extra_ = env_tune("XK_GEMM_EXTRA") > 0 ? static_cast<int>(env_tune("XK_GEMM_EXTRA")) : 3;
         coop_ = !(std::getenv("XK_GEMM_COOP") && env_tune("XK_GEMM_COOP") == 0);
 
@@ -104,6 +131,13 @@ public:
         epi[kFirst] = GemmEpi{full.alpha_one, full.beta, false, Activation::none, DType::s32};
         epi[kMiddle] = GemmEpi{full.alpha_one, BetaKind::one, false, Activation::none, DType::s32};
         epi[kLast] = GemmEpi{full.alpha_one, BetaKind::one, full.bias, full.act, full.residual};
+        if (cs_) {
+            // K blocks into the f32 scratch (beta * C is added by the last one, from the bf16 C);
+            // the last adds the scratch as the partial sum and stores bf16.
+            epi[kFirst].beta = BetaKind::zero;
+            epi[kLast] = full;
+            epi[kLast].partial = true;
+        }
         const int m_tail = static_cast<int>(s.M % g_.mr), n_tail = static_cast<int>(s.N % g_.nr);
         for (int ph = 0; ph < 4; ++ph) {
             const bool used = nkb_ == 1 ? ph == kOnly : (ph != kOnly && (ph != kMiddle || nkb_ > 2));
@@ -122,12 +156,22 @@ public:
         }
     }
 
-    void run(const GemmCall& call) const override {
+    void run(const GemmCall& call_in) const override {
+        // A plain-layout PackedB is an unpacked K x N B.
+        GemmCall plain_call;
+        if (plain_ && call_in.packed_b) {
+            plain_call = call_in;
+            plain_call.args.B = call_in.packed_b->data;
+            plain_call.packed_b = nullptr;
+        }
+        const bool plain_b = plain_ && call_in.packed_b;
+        const GemmCall& call = plain_b ? plain_call : call_in;
         alignas(64) GemmScalars sc;
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, N = s_.N, K = s_.K, MR = g_.mr, NR = g_.nr;
         const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
-        const bool prepacked = call.packed_b != nullptr;
+        // (A bf16 PackedB is widened into each thread's B panels, as an unpacked B is packed.)
+        const bool prepacked = call.packed_b != nullptr && !b16_;
 
         // Threads and the pm x pn split of the tile grid.
         const double macs = double(M) * double(N) * double(K);  // (the product may leave int64)
@@ -192,6 +236,7 @@ public:
         // Shared packed operands (the calling thread's slots 2 and 3; workers use 0 and 1): A as
         // K blocks of kc (block pc at pc * mt * MR) of mt panels, like GemmBLayout; B in layout_.
         Shared sh;
+        sh.plain_b = plain_b;
         if (coop_a) sh.a = gemm_thread_buffer(2, static_cast<size_t>(mt * MR * K + kPackSlack));
         if (coop_b) sh.b = gemm_thread_buffer(3, layout_.floats());
         auto part = [&](int64_t t, PartCache& pcache) {
@@ -238,14 +283,17 @@ public:
         }
     }
 
-    std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return gemm_jit_pack_b(s_, layout_, B); }
-    std::string packed_layout() const override { return layout_.name; }
+    std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
+        return plain_ ? gemm_reference_pack_b(s_, B) : gemm_jit_pack_b(s_, layout_, B);
+    }
+    std::string packed_layout() const override { return plain_ ? gemm_reference_packed_layout(s_) : layout_.name; }
 
 private:
     // Operands packed once for every part (nullptr: each part packs its own).
     struct Shared {
         float* a = nullptr;
         float* b = nullptr;
+        bool plain_b = false;  // args.B is a plain-layout PackedB (K x N, trans N, ldb N)
     };
 
     // Share t of nthr of the cooperative packing: panels [t * n / nthr, (t + 1) * n / nthr) of
@@ -256,9 +304,6 @@ private:
         const GemmSpec& s = s_;
         const int64_t M = s.M, N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
         const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
-        const bool at = s.trans_a == Trans::T, bt = s.trans_b == Trans::T;
-        const auto* A = static_cast<const float*>(call.args.A);
-        const auto* B = static_cast<const float*>(call.args.B);
         const int64_t pa0 = t * mt / nthr, pa1 = (t + 1) * mt / nthr;
         const int64_t pb0 = t * nt / nthr, pb1 = (t + 1) * nt / nthr;
         float* last = sh.a && pa0 < pa1 ? gemm_thread_buffer(0, static_cast<size_t>(kc_ * MR + kPackSlack)) : nullptr;
@@ -266,20 +311,45 @@ private:
             const int64_t pc = kb * kc_, kcb = std::min(kc_, K - pc);
             if (last) {
                 float* dst = sh.a + pc * mt * MR;
-                auto src = [&](int64_t r) { return at ? A + pc * s.lda + r : A + r * s.lda + pc; };
-                if (pa1 - 1 > pa0)
-                    gemm_pack_a(src(pa0 * MR), s.lda, at, (pa1 - 1 - pa0) * MR, kcb, static_cast<int>(MR),
-                                dst + pa0 * kcb * MR);
+                if (pa1 - 1 > pa0) pack_a_block(call, pa0 * MR, pc, (pa1 - 1 - pa0) * MR, kcb, dst + pa0 * kcb * MR);
                 const int64_t r = (pa1 - 1) * MR;
-                gemm_pack_a(src(r), s.lda, at, std::min(MR, M - r), kcb, static_cast<int>(MR), last);
+                pack_a_block(call, r, pc, std::min(MR, M - r), kcb, last);
                 std::memcpy(dst + (pa1 - 1) * kcb * MR, last, static_cast<size_t>(kcb * MR) * sizeof(float));
             }
             if (sh.b && pb0 < pb1) {
                 const int64_t c0 = pb0 * NR, c1 = std::min(N, pb1 * NR);
-                gemm_pack_b(bt ? B + c0 * s.ldb + pc : B + pc * s.ldb + c0, s.ldb, bt, kcb, c1 - c0,
-                            static_cast<int>(NR), sh.b + layout_.offset(pc, pb0, kcb));
+                pack_b_block(call, sh.plain_b, c0, pc, kcb, c1 - c0, sh.b + layout_.offset(pc, pb0, kcb));
             }
         }
+    }
+
+    // op(A) rows [r, r + rows) x k [pc, pc + kcb) into panels at dst (gemm_pack_a; bf16 widened).
+    void pack_a_block(const GemmCall& call, int64_t r, int64_t pc, int64_t rows, int64_t kcb, float* dst) const {
+        const bool at = s_.trans_a == Trans::T;
+        const int64_t off = at ? pc * s_.lda + r : r * s_.lda + pc;
+        if (a16_)
+            gemm_pack_a(static_cast<const uint16_t*>(call.args.A) + off, s_.lda, at, rows, kcb, g_.mr, dst);
+        else
+            gemm_pack_a(static_cast<const float*>(call.args.A) + off, s_.lda, at, rows, kcb, g_.mr, dst);
+    }
+
+    // op(B) k [pc, pc + kcb) x columns [c0, c0 + ncols) into f32 panels at dst: packed from the
+    // user's B (bf16 widened), or widened from a bf16 PackedB's panels (c0 a multiple of NR).
+    void pack_b_block(const GemmCall& call, bool plain_b, int64_t c0, int64_t pc, int64_t kcb, int64_t ncols,
+                      float* dst) const {
+        const int64_t NR = g_.nr;
+        if (call.packed_b) {  // (only a bf16 one reaches here)
+            const auto* src = static_cast<const uint16_t*>(call.packed_b->data) + layout_.offset(pc, c0 / NR, kcb);
+            gemm_widen_bf16(src, kcb * round_up(ncols, NR), dst);
+            return;
+        }
+        const bool bt = !plain_b && s_.trans_b == Trans::T;
+        const int64_t ldb = plain_b ? s_.N : s_.ldb;
+        const int64_t off = bt ? c0 * ldb + pc : pc * ldb + c0;
+        if (b16_)
+            gemm_pack_b(static_cast<const uint16_t*>(call.args.B) + off, ldb, bt, kcb, ncols, static_cast<int>(NR), dst);
+        else
+            gemm_pack_b(static_cast<const float*>(call.args.B) + off, ldb, bt, kcb, ncols, static_cast<int>(NR), dst);
     }
 
     // What one thread keeps packed between its parts: op(A) rows [a_m0, a_m1) x all of K (K
@@ -294,11 +364,9 @@ private:
                   PartCache& pcache, const Shared& sh) const {
         const GemmSpec& s = s_;
         const int64_t N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
-        const bool at = s.trans_a == Trans::T, bt = s.trans_b == Trans::T;
-        const auto* A = static_cast<const float*>(call.args.A);
-        const auto* B = static_cast<const float*>(call.args.B);
-        auto* C = static_cast<float*>(call.args.C);
-        const float* packed = call.packed_b ? static_cast<const float*>(call.packed_b->data) : sh.b;
+        auto* C = static_cast<unsigned char*>(call.args.C);
+        const int64_t c_es = dtype_size(s.c_type);
+        const float* packed = call.packed_b && !b16_ ? static_cast<const float*>(call.packed_b->data) : sh.b;
         const int64_t mpad_all = ceil_div(s.M, MR) * MR;  // (shared A: rows per K block)
         const auto* res = static_cast<const unsigned char*>(call.args.residual);
         const int64_t res_es = dtype_size(s.residual_type);
@@ -318,60 +386,67 @@ private:
         float* bufB = packed   ? nullptr
                       : keep_b ? gemm_thread_buffer(1, static_cast<size_t>(npad * K))
                                : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
+        // bf16 C over several K blocks: the f32 accumulator of `chunk` rows x the column block
+        // (row stride lds floats, off multiples of 4 KiB), rows in chunks of a multiple of mc.
+        int64_t chunk = m1 - m0, lds = 0;
+        float* Cs = nullptr;
+        if (cs_) {
+            lds = round_up(std::min(nc_, n1 - n0), 16);
+            if (lds % 1024 == 0) lds += 16;
+            if (chunk * lds > cs_floats_) chunk = std::max<int64_t>(1, cs_floats_ / lds / mc) * mc;
+            Cs = gemm_thread_buffer(4, static_cast<size_t>(std::min(chunk, m1 - m0) * lds));
+        }
 
         GemmUkArgs ua;
-        ua.ldc = s.ldc * 4;
         ua.ldr = ldr_bytes;
         ua.scal = &sc;
-        for (int64_t jc = n0; jc < n1; jc += nc_) {
-            const int64_t ncb = std::min(nc_, n1 - jc);
-            for (int64_t kb = 0; kb < nkb_; ++kb) {
-                const int64_t pc = kb * kc_, kcb = std::min(kc_, K - pc);
-                const int ph = nkb_ == 1 ? kOnly : kb == 0 ? kFirst : kb == nkb_ - 1 ? kLast : kMiddle;
-                const float* Bp;
-                if (packed) {
-                    Bp = packed + layout_.offset(pc, jc / NR, kcb);
-                } else {
-                    float* dst = keep_b ? bufB + pc * npad + (jc - n0) * kcb : bufB;
-                    if (!have_b)
-                        gemm_pack_b(bt ? B + jc * s.ldb + pc : B + pc * s.ldb + jc, s.ldb, bt, kcb, ncb,
-                                    static_cast<int>(NR), dst);
-                    Bp = dst;
-                }
-                ua.kc = kcb;
-                for (int64_t ic = m0; ic < m1; ic += mc) {
-                    const int64_t mcb = std::min(mc, m1 - ic);
-                    const float* Ap;
-                    if (sh.a) {
-                        Ap = sh.a + pc * mpad_all + ic * kcb;  // (ic is a multiple of MR)
+        for (int64_t r0 = m0; r0 < m1; r0 += chunk) {
+            const int64_t r1 = std::min(m1, r0 + chunk);
+            for (int64_t jc = n0; jc < n1; jc += nc_) {
+                const int64_t ncb = std::min(nc_, n1 - jc);
+                for (int64_t kb = 0; kb < nkb_; ++kb) {
+                    const int64_t pc = kb * kc_, kcb = std::min(kc_, K - pc);
+                    const int ph = nkb_ == 1 ? kOnly : kb == 0 ? kFirst : kb == nkb_ - 1 ? kLast : kMiddle;
+                    const bool to_cs = cs_ && ph != kLast;  // this K block stores into the scratch
+                    const float* Bp;
+                    if (packed) {
+                        Bp = packed + layout_.offset(pc, jc / NR, kcb);
                     } else {
-                        float* dst = keep_a ? bufA + pc * mpad + (ic - m0) * kcb : bufA;
-                        // (kept: the first column block packs A, the later ones reuse it)
-                        if (!have_a && !(keep_a && jc > n0))
-                            gemm_pack_a(at ? A + pc * s.lda + ic : A + ic * s.lda + pc, s.lda, at, mcb, kcb,
-                                        static_cast<int>(MR), dst);
-                        Ap = dst;
+                        float* dst = keep_b ? bufB + pc * npad + (jc - n0) * kcb : bufB;
+                        // (kept: the first row chunk packs B, the later ones reuse it)
+                        if (!have_b && !(keep_b && r0 > m0)) pack_b_block(call, sh.plain_b, jc, pc, kcb, ncb, dst);
+                        Bp = dst;
                     }
-                    const int64_t full = mcb / MR, mrest = mcb % MR;
-                    for (int64_t jr = 0; jr < ncb; jr += NR) {
-                        const int64_t n = jc + jr;
-                        const int nt = N - n < NR ? 1 : 0;
-                        ua.b = Bp + (jr / NR) * kcb * NR;
-                        ua.bias = call.args.bias ? call.args.bias + n : nullptr;
-                        if (full) {
-                            ua.a = Ap;
-                            ua.c = C + ic * s.ldc + n;
-                            ua.res = res ? res + (ic * s.ld_residual + n) * res_es : nullptr;
-                            ua.m_panels = full;
-                            uk_[ph][0][nt]->fn(&ua);
+                    ua.kc = kcb;
+                    ua.ldc = to_cs ? lds * 4 : s.ldc * c_es;
+                    ua.ldp = lds * 4;
+                    for (int64_t ic = r0; ic < r1; ic += mc) {
+                        const int64_t mcb = std::min(mc, r1 - ic);
+                        const float* Ap;
+                        if (sh.a) {
+                            Ap = sh.a + pc * mpad_all + ic * kcb;  // (ic is a multiple of MR)
+                        } else {
+                            float* dst = keep_a ? bufA + pc * mpad + (ic - m0) * kcb : bufA;
+                            // (kept: the first column block packs A, the later ones reuse it)
+                            if (!have_a && !(keep_a && jc > n0)) pack_a_block(call, ic, pc, mcb, kcb, dst);
+                            Ap = dst;
                         }
-                        if (mrest) {
-                            const int64_t r = ic + full * MR;
-                            ua.a = Ap + full * kcb * MR;
-                            ua.c = C + r * s.ldc + n;
-                            ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;
-                            ua.m_panels = 1;
-                            uk_[ph][1][nt]->fn(&ua);
+                        const int64_t full = mcb / MR, mrest = mcb % MR;
+                        for (int64_t jr = 0; jr < ncb; jr += NR) {
+                            const int64_t n = jc + jr;
+                            const int nt = N - n < NR ? 1 : 0;
+                            ua.b = Bp + (jr / NR) * kcb * NR;
+                            ua.bias = call.args.bias ? call.args.bias + n : nullptr;
+                            auto tile = [&](int64_t r, int mt, int64_t panels) {
+                                ua.a = Ap + (r - ic) * kcb;
+                                ua.part = cs_ ? Cs + (r - r0) * lds + jr : nullptr;
+                                ua.c = to_cs ? static_cast<void*>(Cs + (r - r0) * lds + jr) : C + (r * s.ldc + n) * c_es;
+                                ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;
+                                ua.m_panels = panels;
+                                uk_[ph][mt][nt]->fn(&ua);
+                            };
+                            if (full) tile(ic, 0, full);
+                            if (mrest) tile(ic + full * MR, 1, 1);
                         }
                     }
                 }
@@ -382,33 +457,56 @@ private:
     }
 
     GemmSpec s_;
+    bool plain_ = false;
     GemmGeometry g_;
     GemmBLayout layout_;
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0, nc_ = 0;
     int extra_ = 3;
-    bool coop_ = true;  // cooperative packing of shared operands (XK_GEMM_COOP=0: off)
+    bool coop_ = true;                // cooperative packing of shared operands (XK_GEMM_COOP=0: off)
+    bool a16_ = false, b16_ = false;  // bf16 A / B (widened as they are packed)
+    bool cs_ = false;                 // bf16 C over several K blocks: an f32 accumulator block per thread
+    int64_t cs_floats_ = kCsFloats;   // its largest size (XK_GEMM_CS)
     std::shared_ptr<const GemmUkernel> uk_[4][2][2];  // [phase][m tail][n tail]
 };
 
 }  // namespace
 
-GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N) {
+GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype) {
     const GemmGeometry g = gemm_geometry(isa);
     GemmBLayout l;
     l.K = K, l.N = N, l.nr = g.nr;
     l.kc = K > 0 ? kc_for(g, K) : 8;
     l.npad = round_up(N, g.nr);
-    l.name = std::string("jit:") + isa_name(g.isa) + ":f32:K" + std::to_string(K) + ":N" + std::to_string(N) + ":kc" +
-             std::to_string(l.kc) + ":nr" + std::to_string(l.nr);
+    l.dtype = dtype;
+    l.name = std::string("jit:") + isa_name(g.isa) + ":" + dtype_name(dtype) + ":K" + std::to_string(K) + ":N" +
+             std::to_string(N) + ":kc" + std::to_string(l.kc) + ":nr" + std::to_string(l.nr);
     return l;
 }
 
 std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* Bv) {
-    auto p = std::make_shared<GemmPacked>(l.name, l.floats() * sizeof(float));
+    const size_t es = l.dtype == DType::bf16 ? 2 : 4;
+    auto p = std::make_shared<GemmPacked>(l.name, l.floats() * es);
     if (s.K == 0 || s.N == 0) return p;
+    const bool bt = s.trans_b == Trans::T;
+    if (l.dtype == DType::bf16) {
+        // Packed (widened) a group of panels at a time into f32, then narrowed back: exact.
+        const auto* B = static_cast<const uint16_t*>(Bv);
+        auto* dst = static_cast<uint16_t*>(p->data);
+        const int64_t group = 32 * l.nr;  // columns
+        std::vector<float> tmp(static_cast<size_t>(std::min(group, l.npad) * std::min(l.kc, s.K)));
+        for (int64_t pc = 0; pc < s.K; pc += l.kc) {
+            const int64_t kcb = std::min(l.kc, s.K - pc);
+            for (int64_t c0 = 0; c0 < s.N; c0 += group) {
+                const int64_t nc = std::min(group, s.N - c0);
+                gemm_pack_b(bt ? B + c0 * s.ldb + pc : B + pc * s.ldb + c0, s.ldb, bt, kcb, nc, static_cast<int>(l.nr),
+                            tmp.data());
+                gemm_narrow_bf16(tmp.data(), kcb * round_up(nc, l.nr), dst + l.offset(pc, c0 / l.nr, kcb));
+            }
+        }
+        return p;
+    }
     const auto* B = static_cast<const float*>(Bv);
     auto* dst = static_cast<float*>(p->data);
-    const bool bt = s.trans_b == Trans::T;
     for (int64_t pc = 0; pc < s.K; pc += l.kc) {
         const int64_t kcb = std::min(l.kc, s.K - pc);
         gemm_pack_b(bt ? B + pc : B + pc * s.ldb, s.ldb, bt, kcb, s.N, static_cast<int>(l.nr), dst + l.offset(pc, 0, kcb));
@@ -420,6 +518,38 @@ bool gemm_jit_supports(const GemmSpec& s) {
     return s.a_type == DType::f32 && s.b_type == DType::f32 && s.c_type == DType::f32 && s.M > 0 && s.N > 0 && s.K > 0;
 }
 
-std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa) { return std::make_shared<JitGemm>(s, isa); }
+bool gemm_jit_bf16_any_supports(const GemmSpec& s) {
+    return s.a_type == DType::bf16 && s.b_type == DType::bf16 && (s.c_type == DType::f32 || s.c_type == DType::bf16) &&
+           s.M > 0 && s.N > 0 && s.K > 0;
+}
+
+// Measured (1 thread, AVX2 and AVX-512 code on the Xeon; cubes 1..8, M 1..16 x N 1..64 x K
+// 1..256, and M = 1, 2 x N 1..16 x K up to 4096 with B plain and transposed): the reference's
+// loops beat the blocked kernel's fixed cost (~120 ns: blocking, packing, a microkernel call)
+// and its packing of B in NR-column panels for one or two narrow rows: where M = 1 and N <= 16
+// (1.4-3x: 1 x 4 x 4096, 19 against 61 us), M = 2 and N <= 8 (0.6-1.1x), and where M N K <= 64
+// (cubes up to 4^3: 0.4-0.9x). From 5^3 up, and for M = 1 with N > 16 when B is transposed
+// (PyTorch's weights: 1 x 3072 x 768, 1.3 against 5.1 ms), the blocked kernel is faster; at
+// M = 1 with a wide plain B the reference's row sweep is (1 x 3072 x 768: 0.3 against 0.9 ms;
+// 1 x 1024 x 1024: 0.22 against 0.29 ms, 1 x 4096 x 4096: 4.0 against 7.4 ms; from M = 4 the
+// blocked kernel wins: 0.33 against 0.92 ms), so M = 1 with a plain B keeps the reference until
+// the decode kernel streaming bf16 weights (a later step).
+bool gemm_bf16_ref_preferred(const GemmSpec& s) {
+    return (s.M == 1 && (s.N <= 16 || s.trans_b == Trans::N)) || (s.M == 2 && s.N <= 8) ||
+           double(s.M) * double(s.N) * double(s.K) <= 64.0;
+}
+
+bool gemm_jit_bf16_supports(const GemmSpec& s) { return gemm_jit_bf16_any_supports(s) && !gemm_bf16_ref_preferred(s); }
+
+std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa) {
+    if (!gemm_jit_supports(s) && !gemm_jit_bf16_any_supports(s))
+        throw Error(Status::unsupported, "gemm jit: " + s.key() + " is not supported");
+    return std::make_shared<JitGemm>(s, isa);
+}
+
+std::shared_ptr<const GemmKernel> create_gemm_jit_plain(const GemmSpec& s, Isa isa) {
+    if (!gemm_jit_bf16_any_supports(s)) throw Error(Status::unsupported, "gemm jit (plain B): " + s.key() + " is not supported");
+    return std::make_shared<JitGemm>(s, isa, /*plain=*/true);
+}
 
 }  // namespace xk::detail

@@ -28,6 +28,8 @@ std::string GemmEpi::key() const {
     if (bias) k += ",bias";
     if (act != Activation::none) k += std::string(",") + activation_name(act);
     if (has_residual()) k += std::string(",res:") + dtype_name(residual);
+    if (c != DType::f32) k += std::string(",c:") + dtype_name(c);
+    if (partial) k += ",part";
     return k;
 }
 
@@ -38,12 +40,24 @@ GemmEpi gemm_epi(const GemmSpec& s) {
     e.bias = s.epilogue.bias;
     e.act = s.epilogue.act;
     e.residual = s.epilogue.residual ? s.residual_type : DType::s32;
+    e.c = s.c_type == DType::bf16 ? DType::bf16 : DType::f32;
     return e;
 }
 
 namespace {
 // Lane masks for AVX2 partial loads: 8 x -1 then 8 x 0; the mask of w lanes starts at 8 - w.
 alignas(64) const int32_t kAvx2Masks[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+// Constants of the bf16 rounding: 0x7fff, 1 (the kept lsb), 0x40 (the quiet bit of a bf16 NaN),
+// 16 lanes each (AVX2 reads 8 of them, AVX-512 broadcasts the first).
+struct alignas(64) Bf16Consts {
+    int32_t r7fff[16], one[16], qbit[16];
+};
+constexpr Bf16Consts make_bf16_consts() {
+    Bf16Consts c{};
+    for (int i = 0; i < 16; ++i) c.r7fff[i] = 0x7fff, c.one[i] = 1, c.qbit[i] = 0x40;
+    return c;
+}
+alignas(64) constexpr Bf16Consts kBf16Consts = make_bf16_consts();
 }  // namespace
 
 JitGemmBase::JitGemmBase(Isa isa, size_t code_bytes) : JitGenerator(isa, code_bytes) {
@@ -117,6 +131,54 @@ void JitGemmBase::load_bf16(const Xmm& dst, const RegExp& src, int w) {
     vpslld(dst, dst, 16);
 }
 
+void JitGemmBase::store_bf16(const RegExp& dst, const Xmm& v, int w, const Xmm& t0, const Xmm& t1, const Reg64& gtmp) {
+    // bits = (u + 0x7fff + ((u >> 16) & 1)) >> 16, or (u >> 16) | 0x40 where v is NaN.
+    mov(gtmp, reinterpret_cast<uintptr_t>(&kBf16Consts));
+    const int o_one = static_cast<int>(offsetof(Bf16Consts, one)), o_q = static_cast<int>(offsetof(Bf16Consts, qbit));
+    vpsrld(t0, v, 16);
+    if (z_) {
+        vpandd(t0, t0, ptr_b[gtmp + o_one]);
+        vpaddd(t0, t0, ptr_b[gtmp]);
+        vpaddd(t0, t0, v);
+        vpsrld(t0, t0, 16);
+        vcmpunordps(k3, v, v);
+        vpsrld(t1, v, 16);
+        vpord(t0 | k3, t1, ptr_b[gtmp + o_q]);
+        if (w == vlen_)
+            vpmovdw(ptr[dst], t0);
+        else
+            vpmovdw(ptr[dst] | k1, t0);
+        return;
+    }
+    vpand(t0, t0, ptr[gtmp + o_one]);
+    vpaddd(t0, t0, ptr[gtmp]);
+    vpaddd(t0, t0, v);
+    vpsrld(t0, t0, 16);
+    vcmpunordps(t1, v, v);
+    vpsrld(v, v, 16);
+    vpor(v, v, ptr[gtmp + o_q]);
+    vblendvps(t0, t0, v, t1);
+    const Xmm x0(t0.getIdx()), x1(t1.getIdx());
+    vextracti128(x1, Ymm(t0.getIdx()), 1);
+    vpackusdw(x0, x0, x1);  // the 8 words in order (each dword is <= 0xffff)
+    if (w == 8) {
+        vmovdqu(ptr[dst], x0);
+        return;
+    }
+    int off = 0, rem = w;
+    if (rem >= 4) {
+        vmovq(ptr[dst], x0);
+        vpsrldq(x0, x0, 8);
+        off = 8, rem -= 4;
+    }
+    if (rem >= 2) {
+        vmovd(ptr[dst + off], x0);
+        vpsrldq(x0, x0, 4);
+        off += 4, rem -= 2;
+    }
+    if (rem) vpextrw(ptr[dst + off], x0, 0);
+}
+
 // Two strategies:
 //   - no activation, or relu: per vector in its accumulator, alpha / beta / bias / act /
 //     residual / store, with the registers beyond the tile as scratch (rows spilled to the stack
@@ -131,26 +193,33 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
     const JitFn fn = act ? jit_fn(e.act) : JitFn::relu;
     const int act_scratch = act ? JitActivation::scratch_regs(fn) : 0;
     const bool grouped = act_scratch >= 2;
-    const bool need_mask = !z_ && tail && (e.beta != BetaKind::zero || e.bias || e.residual == DType::f32);
+    const bool c16 = e.c == DType::bf16;
+    const bool need_mask =
+        !z_ && tail && ((e.beta != BetaKind::zero && !c16) || e.bias || e.residual == DType::f32 || e.partial);
     const int mask_idx = nvregs_ - 1;
     const int vbytes = vlen_ * 4;
     const Xmm vmask = V(mask_idx);
     auto width = [&](int j) { return j == nv - 1 ? w_last : vlen_; };
 
-    // Row addressing: dynamic (c_row / res_row walk down by ldc / ldr) or static (displacements).
+    // Row addressing: dynamic (c_row / res_row / p_row walk down by ldc / ldr / ldp) or static
+    // (displacements).
     const bool dyn = r.ldc != nullptr;
+    if (e.partial && !dyn) throw Error(Status::invalid_argument, "gemm epilogue: a partial sum needs dynamic rows");
     const int res_es = e.residual == DType::bf16 ? 2 : 4;
-    int at_row = 0;  // the row c_row / res_row point at (dynamic mode)
+    const int c_es = c16 ? 2 : 4;
+    int at_row = 0;  // the row c_row / res_row / p_row point at (dynamic mode)
     auto goto_row = [&](int i) {
         if (!dyn) return;
         for (; at_row < i; ++at_row) {
             add(r.c_row, *r.ldc);
             if (e.has_residual()) add(r.res_row, *r.ldr);
+            if (e.partial) add(r.p_row, *r.ldp);
         }
     };
-    auto c_at = [&](int i, int j) {
-        return dyn ? ptr[r.c_row + j * vbytes] : ptr[r.c_row + static_cast<int32_t>(i * r.ldc_imm + j * vbytes)];
+    auto c_exp = [&](int i, int j) -> RegExp {
+        return dyn ? r.c_row + j * vlen_ * c_es : r.c_row + static_cast<int32_t>(i * r.ldc_imm + j * vlen_ * c_es);
     };
+    auto c_at = [&](int i, int j) { return ptr[c_exp(i, j)]; };
     auto res_at = [&](int i, int j) -> RegExp {
         return dyn ? r.res_row + j * vlen_ * res_es : r.res_row + static_cast<int32_t>(i * r.ldr_imm + j * vlen_ * res_es);
     };
@@ -174,7 +243,23 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             else
                 vmulps(acc, acc, ptr[r.scal]);
         }
-        if (e.beta != BetaKind::zero) {
+        if (e.partial) {
+            if (full) {
+                vaddps(acc, acc, ptr[r.p_row + j * vbytes]);
+            } else {
+                load_partial(s0, ptr[r.p_row + j * vbytes], w, vmask);
+                vaddps(acc, acc, s0);
+            }
+        }
+        if (e.beta != BetaKind::zero && c16) {
+            load_bf16(s0, c_exp(i, j), w);
+            if (e.beta == BetaKind::one)
+                vaddps(acc, acc, s0);
+            else if (z_)
+                vfmadd231ps(acc, s0, ptr_b[r.scal + offsetof(GemmScalars, beta)]);
+            else
+                vfmadd231ps(acc, s0, ptr[r.scal + offsetof(GemmScalars, beta)]);
+        } else if (e.beta != BetaKind::zero) {
             if (full && e.beta == BetaKind::one) {
                 vaddps(acc, acc, c_addr);
             } else {
@@ -199,8 +284,8 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             }
         }
     };
-    // residual, store.
-    auto post = [&](const Xmm& acc, int i, int j, const Xmm& s0) {
+    // residual, store (s1: a second scratch, for a bf16 C).
+    auto post = [&](const Xmm& acc, int i, int j, const Xmm& s0, const Xmm& s1) {
         const int w = width(j);
         const bool full = w == vlen_;
         if (e.residual == DType::f32) {
@@ -213,6 +298,10 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
         } else if (e.residual == DType::bf16) {
             load_bf16(s0, res_at(i, j), w);
             vaddps(acc, acc, s0);
+        }
+        if (c16) {
+            store_bf16(c_exp(i, j), acc, w, s0, s1, r.gtmp);
+            return;
         }
         const Address c_addr = c_at(i, j);
         if (full)
@@ -229,13 +318,18 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
     if (grouped) {
         // Scratch for pre(): any register beyond the tile (at least one: the tile leaves two).
         const Xmm s0 = V(need_mask ? mask_idx - 1 : mask_idx);
-        const bool walk = dyn && mr > 1 && e.beta != BetaKind::zero;  // pre() reads C row by row
+        // pre() reads C and P row by row
+        const bool walk = dyn && mr > 1 && e.beta != BetaKind::zero;
+        const bool walk_p = dyn && mr > 1 && e.partial;
         if (walk) mov(r.gtmp, r.c_row);
         for (int i = 0; i < mr; ++i) {
             for (int j = 0; j < nv; ++j) pre(V(acc_idx(i, j, nv)), i, j, s0);
             if (walk && i + 1 < mr) add(r.c_row, *r.ldc);
+            if (walk_p && i + 1 < mr) add(r.p_row, *r.ldp);
         }
         if (walk) mov(r.c_row, r.gtmp);
+        if (walk_p)
+            for (int i = 0; i + 1 < mr; ++i) sub(r.p_row, *r.ldp);
         for (int i = 0; i < mr; ++i)
             for (int j = 0; j < nv; ++j) vmovups(stack_slot(i, j), V(acc_idx(i, j, nv)));
         // Groups of `lanes` vectors, each with its own scratch registers.
@@ -256,7 +350,7 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             for (int l = 0; l < n; ++l) {
                 const int i = (v0 + l) / nv, j = (v0 + l) % nv;
                 goto_row(i);
-                post(xs[l], i, j, ss[l][0]);
+                post(xs[l], i, j, ss[l][0], ss[l][1]);
             }
         }
         finish();
@@ -265,7 +359,7 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
 
     // In registers. Scratch: the registers beyond the tile (and the mask); rows are spilled from
     // the bottom while they are fewer than needed.
-    const int need = std::max(act_scratch, 1);
+    const int need = std::max(act_scratch, c16 ? 2 : 1);
     const int pool = nvregs_ - mr * nv - (need_mask ? 1 : 0);
     int nspill = 0;
     while (pool + nspill * nv < need) ++nspill;
@@ -289,7 +383,7 @@ void JitGemmBase::emit_epilogue(const GemmEpi& e, int mr, int nv, int ncols, con
             const Xmm acc = V(acc_idx(i, j, nv));
             pre(acc, i, j, scratch[0]);
             if (act) injector.apply(fn, acc, scratch, r.tbl);
-            post(acc, i, j, scratch[0]);
+            post(acc, i, j, scratch[0], scratch[1 % static_cast<int>(scratch.size())]);
         }
     }
     finish();

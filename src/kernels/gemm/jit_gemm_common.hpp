@@ -31,13 +31,18 @@ GemmGeometry gemm_geometry(Isa isa);
 // Whether `isa` is one of the two code shapes (avx2 = ymm, avx512 = zmm) of the fp32 JIT kernels.
 inline Isa gemm_code_isa(Isa isa) { return isa >= Isa::avx512 ? Isa::avx512 : Isa::avx2; }
 
-// What the store of one tile does: x = alpha*acc [+ beta*C] [+ bias] [act] [+ residual].
+// What the store of one tile does: x = alpha*acc [+ P] [+ beta*C] [+ bias] [act] [+ residual],
+// then C = x (rounded to bf16 when c is bf16). P is an f32 partial sum of earlier K blocks read
+// from its own rows (the bf16-C path of the blocked kernel accumulates its K blocks in an f32
+// scratch; EpiRegs::p_row / ldp).
 struct GemmEpi {
     bool alpha_one = true;
     BetaKind beta = BetaKind::zero;
     bool bias = false;
     Activation act = Activation::none;
     DType residual = DType::s32;  // s32 = no residual; else f32 or bf16
+    DType c = DType::f32;         // C's type (read by beta, written): f32 or bf16
+    bool partial = false;         // add P (f32) after alpha
     bool has_residual() const { return residual == DType::f32 || residual == DType::bf16; }
     std::string key() const;
 };
@@ -65,10 +70,13 @@ protected:
     // bytes: c_row advances row by row), or, when those are null, the compile-time ldc_imm /
     // ldr_imm (rows addressed by displacement, one add at the end). bias points at the tile's
     // column 0, scal at a GemmScalars. tbl and gtmp are free general registers.
+    // With GemmEpi::partial (dynamic addressing only): p_row points at P's row 0 and advances by
+    // ldp (bytes) as c_row does.
     struct EpiRegs {
-        Xbyak::Reg64 c_row, res_row, bias, scal, tbl, gtmp;
+        Xbyak::Reg64 c_row, res_row, bias, scal, tbl, gtmp, p_row;
         const Xbyak::Operand* ldc = nullptr;
         const Xbyak::Operand* ldr = nullptr;
+        const Xbyak::Operand* ldp = nullptr;
         int64_t ldc_imm = 0, ldr_imm = 0;
     };
     // Bytes of stack the epilogue may spill to at [rsp + spill_offset] for an mr x nv tile.
@@ -85,6 +93,12 @@ protected:
     void load_partial(const Xbyak::Xmm& dst, const Xbyak::Address& src, int w, const Xbyak::Xmm& mask);
     void store_partial(const Xbyak::Address& dst, const Xbyak::Xmm& src, int w, const Xbyak::Xmm& tmp);
     void load_bf16(const Xbyak::Xmm& dst, const Xbyak::RegExp& src, int w);
+    // Stores the w (<= vlen) lanes of v to dst as bf16, rounded to nearest even with NaN kept
+    // (quiet), bit for bit as xk::bf16 (integer arithmetic, also where AVX512-BF16 exists: its
+    // VCVTNEPS2BF16 flushes denormals). Clobbers v, t0, t1, gtmp and (AVX-512) k3; k1 must hold
+    // the w-lane mask on AVX-512 when w < vlen.
+    void store_bf16(const Xbyak::RegExp& dst, const Xbyak::Xmm& v, int w, const Xbyak::Xmm& t0, const Xbyak::Xmm& t1,
+                    const Xbyak::Reg64& gtmp);
     // ymm mask of w lanes (AVX2), from a static table.
     void load_avx2_mask(const Xbyak::Xmm& dst, int w, const Xbyak::Reg64& gtmp);
 
@@ -101,33 +115,45 @@ protected:
 };
 
 // ---- packing (gemm_pack.cpp; AVX2 code, used by the AVX2 and AVX-512 kernels) -------------------
+// Sources are f32 or bf16 (uint16_t bits, widened to f32 as they are read: exact); the panels
+// are f32 either way.
 
 // op(A) rows [0, m) x k [0, kc) -> panels of MR rows, k-major: dst[p][k][MR] (p = 0..ceil(m/MR)-1).
 // A points at op(A)[0, 0] of the block: A[r*lda + k] (trans_a N) or A[k*lda + r] (trans_a T).
 // Rows of the last panel beyond m are left unspecified (the kernel never reads them). dst needs
 // kPackSlack floats beyond the panels (vector stores may run past the last one).
 void gemm_pack_a(const float* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst);
+void gemm_pack_a(const uint16_t* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, float* dst);
 constexpr int64_t kPackSlack = 16;
 // op(B) k [0, kc) x columns [0, n) -> panels of NR columns: dst[p][k][NR]; columns beyond n are 0.
 // B points at op(B)[0, 0] of the block: B[k*ldb + c] (trans_b N) or B[c*ldb + k] (trans_b T).
 void gemm_pack_b(const float* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst);
+void gemm_pack_b(const uint16_t* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, float* dst);
+// n bf16 -> f32 (exact), and back for values that are bf16 already (the low 16 bits dropped).
+void gemm_widen_bf16(const uint16_t* src, int64_t n, float* dst);
+void gemm_narrow_bf16(const float* src, int64_t n, uint16_t* dst);
 
 // The packed B of the JIT kernels (one layout per ISA, shared by the blocked and the small
 // kernel, so one packed weight serves every M): K split into blocks of kc rows (the last may be
-// shorter); block b holds ceil(N/NR) panels of kcb x NR floats (kcb = the block's rows), so the
+// shorter); block b holds ceil(N/NR) panels of kcb x NR elements (kcb = the block's rows), so the
 // panel p of the block starting at row pc is at pc * npad + p * kcb * NR, npad = ceil(N/NR)*NR.
+// Elements are f32, or bf16 for a bf16 B (dtype bf16: the same arrangement at half the bytes,
+// widened to f32 panels by the kernel per K block and column block).
 struct GemmBLayout {
     int64_t K = 0, N = 0, kc = 0, nr = 0, npad = 0;
-    std::string name;  // e.g. "jit:avx2:f32:K768:N3072:kc256:nr16"
-    size_t floats() const { return static_cast<size_t>(K * npad); }
+    DType dtype = DType::f32;
+    std::string name;  // e.g. "jit:avx2:f32:K768:N3072:kc256:nr16", "jit:avx512:bf16:K768:N768:kc384:nr32"
+    size_t floats() const { return static_cast<size_t>(K * npad); }  // elements
     int64_t offset(int64_t pc, int64_t panel, int64_t kcb) const { return pc * npad + panel * kcb * nr; }
 };
-GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N);
+GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype = DType::f32);
 std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* B);
 
-// A 64-byte aligned per-thread scratch buffer (slot 0..3) of at least `floats` floats, reused
+// A 64-byte aligned per-thread scratch buffer (slot 0..4) of at least `floats` floats, reused
 // across calls. Slots 0 and 1 are a worker's own packing buffers; 2 and 3 hold the operands the
-// blocked kernel's calling thread shares with its workers for one call (jit_gemm.cpp).
+// blocked kernel's calling thread shares with its workers for one call (jit_gemm.cpp); 4 is a
+// worker's f32 accumulator of a bf16 C block.
+constexpr int kGemmThreadBufferSlots = 5;
 float* gemm_thread_buffer(int slot, size_t floats);
 
 }  // namespace xk::detail

@@ -31,6 +31,7 @@ private:
         const GemmGeometry g = gemm_geometry(s.isa);
         const int MR = g.mr, NR = g.nr, vl = g.vlen;
         const int mr = s.mr;
+        const int c_es = s.epi.c == DType::bf16 ? 2 : 4;
         const int nv = (s.ncols + vl - 1) / vl;
         const int w_last = s.ncols - (nv - 1) * vl;
         const int U = z_ ? 4 : 8;         // K unroll
@@ -82,10 +83,15 @@ private:
         };
 
         const Address ldr = ptr[rP + offsetof(GemmUkArgs, ldr)];
+        const Address ldp = ptr[rP + offsetof(GemmUkArgs, ldp)];
         EpiRegs er;
         er.c_row = rC, er.res_row = rRes, er.bias = rBias, er.scal = rScal, er.tbl = rTbl, er.gtmp = rTmp;
         er.ldc = &rLdc;
         er.ldr = &ldr;
+        // P's row pointer (epi.partial) lives in rBn, free after the first panel's K loop (its B
+        // prefetch): loaded there, then carried from panel to panel by the epilogue's row walk.
+        er.p_row = rBn;
+        er.ldp = &ldp;
         auto panel = [&](bool pf_b) {
             Label l_k, l_krem, l_k1, l_kdone;
             for (int i = 0; i < mr; ++i)
@@ -112,7 +118,7 @@ private:
             add(rTmp, rC);
             for (int i = 0; i < mr; ++i) {
                 prefetcht1(ptr[rTmp]);
-                if (s.ncols * 4 > 4) prefetcht1(ptr[rTmp + s.ncols * 4 - 4]);
+                if (s.ncols * c_es > 4) prefetcht1(ptr[rTmp + s.ncols * c_es - 4]);
                 if (i + 1 < mr) add(rTmp, rLdc);
             }
             cmp(rK, U);
@@ -136,6 +142,7 @@ private:
             dec(rK);
             jnz(l_k1);
             L(l_kdone);
+            if (s.epi.partial && pf_b) mov(rBn, ptr[rP + offsetof(GemmUkArgs, part)]);
             emit_epilogue(s.epi, mr, nv, s.ncols, er, 0);
         };
 

@@ -1,5 +1,6 @@
 // The microkernel of the blocked fp32 GEMM (jit_gemm.cpp): C[mr x ncols] (op)= A_panel * B_panel
-// for m_panels consecutive packed A panels against one packed B panel, with the fused store.
+// for m_panels consecutive packed A panels against one packed B panel, with the fused store
+// (f32 C, or bf16 C with an f32 partial sum P of the earlier K blocks: GemmEpi).
 // Generated once per (ISA, mr, ncols, epilogue class) and shared through the kernel cache by
 // every GEMM shape that needs it.
 #pragma once
@@ -16,7 +17,7 @@ namespace xk::detail {
 struct GemmUkArgs {
     const float* a = nullptr;    // m_panels packed A panels, each kc x MR (k-major)
     const float* b = nullptr;    // one packed B panel, kc x NR
-    float* c = nullptr;          // C[0, 0] of the first panel's tile
+    void* c = nullptr;           // C[0, 0] of the first panel's tile (f32, or bf16 when epi.c is bf16)
     int64_t kc = 0;              // depth (>= 1)
     int64_t ldc = 0;             // bytes
     int64_t m_panels = 0;        // >= 1; panel p writes rows [p*mr, p*mr + mr) (mr = the variant's rows)
@@ -24,6 +25,8 @@ struct GemmUkArgs {
     const void* res = nullptr;   // residual[0, 0] of the first tile (epilogues with a residual)
     int64_t ldr = 0;             // residual row stride, bytes
     const GemmScalars* scal = nullptr;
+    const float* part = nullptr; // P[0, 0] of the first tile (epi.partial: f32 partial sums)
+    int64_t ldp = 0;             // P's row stride, bytes
 };
 
 struct GemmUkSpec {

@@ -11,7 +11,8 @@
 //   var    layer_norm, only when M2 < S2/2 (the shift was far from this row's mean, relative to
 //          its spread, so that the one-pass sums may have lost digits): S1 = sum e, S2 = sum e^2
 //          with e = h - mean, from L1/L2 — the corrected two-pass algorithm (mean += S1/n,
-//          var = S2/n - (S1/n)^2), accurate whatever the mean or an outlier
+//          var = S2/n - (S1/n)^2), repeated (up to kMaxVarPasses) while its own sums fail the
+//          same test, so that the result does not depend on how far the shift was
 //   C++    the lanes summed in double: mean, rstd = 1 / sqrt(var + eps)
 //   apply  y = (h - mean) * rstd * weight + bias over the row again, now from L1/L2 (a row of
 //          up to ~8K fp32 elements stays in L1/L2 between the passes), h from x or, when fused,
@@ -51,6 +52,10 @@
 
 namespace xk::detail {
 namespace {
+
+// Variance passes a LayerNorm row may take (each gains ~-log10(n u) digits on the mean).
+constexpr int kMaxVarPasses = 8;
+
 
 using namespace Xbyak;
 
@@ -883,10 +888,22 @@ public:
                         var_.fn(&ra);
                         ra.mean = static_cast<float>(lanes(part[0]) / nn);
                     }
-                    var_.fn(&ra);
-                    const double e1 = lanes(part[0]) / nn;
-                    ra.mean = static_cast<float>(static_cast<double>(ra.mean) + e1);
-                    var = std::max(0.0, lanes(part[1]) / nn - e1 * e1);
+                    // The corrected two-pass moments around the estimate, repeated while the
+                    // pass's own sums still show it far from the row's mean relative to the
+                    // spread: a shift c far off (an earlier row's mean: 1e13 beside a row of
+                    // small values, found by fuzz_norm) leaves that estimate off by up to ~n u
+                    // |c - mean|, and each pass divides the error by ~1 / (n u). One pass was
+                    // not enough: the row's y then depended on the row before it.
+                    double e1 = 0, t2 = 0;
+                    for (int pass = 0; pass < kMaxVarPasses; ++pass) {
+                        var_.fn(&ra);
+                        const double t1 = lanes(part[0]);
+                        t2 = lanes(part[1]);
+                        e1 = t1 / nn;
+                        ra.mean = static_cast<float>(static_cast<double>(ra.mean) + e1);
+                        if (!(t2 - t1 * e1 <= 0.5 * t2) || t2 == 0.0) break;  // close enough (or NaN)
+                    }
+                    var = std::max(0.0, t2 / nn - e1 * e1);
                 }
             } else {
                 ra.mean = 0.0f;
