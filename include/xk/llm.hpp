@@ -49,8 +49,9 @@
 // scale must be finite and > 0 (e.g. 1/sqrt(head_dim)).
 // Accuracy: exp(t - m) is computed as 2^(c x - c m_x), c = scale log2(e), through a table and a
 // degree-3 polynomial (within 0.31 ulp, src/kernels/softmax/jit_softmax.cpp): the rounding of
-// the argument adds ~|t - m| ulp, so each y is within ~6 fp32 ulps of the exact softmax near the
-// row's max and within ~(6 + |t - m|) ulps further down (bf16: plus half a bf16 ulp). Arguments
+// the argument adds ~|t - m| ulp and the fp32 per-lane sums of the exps up to ~v/8 ulps for v
+// visible columns, so each y is within ~(6 + v/8) fp32 ulps of the exact softmax near the row's
+// max and within ~(6 + |t - m| + v/8) ulps further down (bf16: plus half a bf16 ulp). Arguments
 // below -127 ln 2 ~ -88.0 (up to ln(2) / 2 higher: the rounding of the row's bias c m_x) give
 // exp = 0 exactly (between there and ln(FLT_MIN) ~ -87.3: values below ~1.5 FLT_MIN, not the
 // exact ones). Rows whose max has |scale m_x| >= 2^24 / log2(e)

@@ -375,13 +375,14 @@ void fill_row(In& in, float* v, int64_t n, float scale, bool nonfinite) {
         for (int k = 0; k < 1 + in.pick(2); ++k) v[in.pick(static_cast<int>(n))] = in.any_value();
 }
 
-// llm.hpp's softmax bound for one y: exp(t - m) / sum within ~(6 + |t - m|) fp32 ulps (ulp(y) <=
-// 2^-23 y; the "~" taken as 8 + 1.25|t - m|); arguments below ln(FLT_MIN) give 0 or values below
-// FLT_MIN (and bf16 stores flush denormals): 2^-126 absolute; bf16 y plus half a bf16 ulp (<=
-// 2^-8 y: an 8-bit significand).
+// llm.hpp's softmax bound for one y: exp(t - m) / sum within ~(6 + |t - m| + v/8) fp32 ulps for
+// v visible columns (ulp(y) <= 2^-23 y; the "~" taken as 8 + 1.25|t - m| + v/8; v/8: the fp32
+// per-lane sums of the exps, found needed on the Xeon: 18 ulps at the max of a 275-column row);
+// arguments below ln(FLT_MIN) give 0 or values below FLT_MIN (and bf16 stores flush denormals):
+// 2^-126 absolute; bf16 y plus half a bf16 ulp (<= 2^-8 y: an 8-bit significand).
 // `floor` is the row's absolute floor (2^-126, or more: see below).
-double softmax_tol(double y, double dist, bool bf, double floor) {
-    return 0x1p-23 * y * (8.0 + 1.25 * dist) + floor + (bf ? 0x1p-8 * y : 0.0);
+double softmax_tol(double y, double dist, int64_t v, bool bf, double floor) {
+    return 0x1p-23 * y * (8.0 + 1.25 * dist + static_cast<double>(v) / 8) + floor + (bf ? 0x1p-8 * y : 0.0);
 }
 
 // The JIT kernels round the row's bias -c m_x (c = scale log2 e) to fp32 once; its error d moves
@@ -546,7 +547,7 @@ void op_softmax(In& in) {
             const double got = widen(out[i]);
             const bool masked = j >= visible(r);
             if (!masked && !row_finite[r]) continue;
-            const double tol = masked ? 0.0 : softmax_tol(want[k], dist[k], bf, floor[r]);
+            const double tol = masked ? 0.0 : softmax_tol(want[k], dist[k], visible(r), bf, floor[r]);
             if (masked ? got != 0.0 : !fz::close(got, want[k], 0, tol)) {
                 std::string row;
                 for (int64_t c = 0; c < std::min<int64_t>(visible(r), 8); ++c) row += " " + std::to_string(widen(x0[r * ldx + c]));

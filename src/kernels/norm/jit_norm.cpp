@@ -880,6 +880,14 @@ public:
                     var = m2 / nn;
                 } else {  // c was far from the mean: the corrected two-pass moments, from the cache
                     ra.h = hp ? hp : h_row(row);
+                    // Around the row's own first element rather than the estimate from the far
+                    // shift: h - c rounded to fp32 can keep nothing of h (c = 1e17 beside a row of
+                    // 1e-35: fuzz_norm on the Xeon), and no number of passes around such an
+                    // estimate gets the digits back; h[0] is within the row's own range.
+                    const DType ht = d.fused_residual ? d.residual_dtype : d.x_dtype;
+                    const float h0 = ht == DType::bf16 ? bf16::to_float(*static_cast<const uint16_t*>(ra.h))
+                                                       : *static_cast<const float*>(ra.h);
+                    if (std::isfinite(h0)) ra.mean = h0;
                     if (!std::isfinite(ra.mean)) {
                         // The shift was not finite (c: the mean of a previous row holding an inf
                         // or a NaN): a first variance pass around 0 for the mean, so that one bad
@@ -890,10 +898,10 @@ public:
                     }
                     // The corrected two-pass moments around the estimate, repeated while the
                     // pass's own sums still show it far from the row's mean relative to the
-                    // spread: a shift c far off (an earlier row's mean: 1e13 beside a row of
-                    // small values, found by fuzz_norm) leaves that estimate off by up to ~n u
-                    // |c - mean|, and each pass divides the error by ~1 / (n u). One pass was
-                    // not enough: the row's y then depended on the row before it.
+                    // spread (each pass divides its error by ~1 / (n u)). One pass around the
+                    // estimate from a far shift (an earlier row's mean: 1e13 beside a row of
+                    // small values, found by fuzz_norm) was not enough: the row's y then
+                    // depended on the row before it.
                     double e1 = 0, t2 = 0;
                     for (int pass = 0; pass < kMaxVarPasses; ++pass) {
                         var_.fn(&ra);
@@ -903,7 +911,9 @@ public:
                         ra.mean = static_cast<float>(static_cast<double>(ra.mean) + e1);
                         if (!(t2 - t1 * e1 <= 0.5 * t2) || t2 == 0.0) break;  // close enough (or NaN)
                     }
-                    var = std::max(0.0, t2 / nn - e1 * e1);
+                    // A row holding an inf or a NaN: NaN (its y is NaN; max(0, NaN) would be 0).
+                    var = std::isfinite(t2) && std::isfinite(e1) ? std::max(0.0, t2 / nn - e1 * e1)
+                                                                 : std::numeric_limits<double>::quiet_NaN();
                 }
             } else {
                 ra.mean = 0.0f;
