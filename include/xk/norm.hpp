@@ -20,8 +20,9 @@
 // rounds h*rstd to the input dtype before multiplying by a bf16 weight (a difference of at most
 // one bf16 ulp).
 // Range: the JIT LayerNorm with a bias forms (h - mean) * weight before the rstd, so where that
-// product overflows fp32 (|h - mean| |weight| > 3.4e38) y is +-inf although the exact y may be
-// finite (the scalar reference scales by rstd first).
+// product leaves the fp32 range y loses it: +-inf above 3.4e38 although the exact y may be
+// finite, and digits (down to 0) below FLT_MIN ~ 1.2e-38 although (h - mean) rstd weight may be
+// normal (the scalar reference scales by rstd first).
 // Rounding: bf16 outputs of the JIT kernels (every op): to nearest, but an exact tie may go away from zero
 // (the AVX2 / AVX-512 paths' cheaper rounding), and at avx512_bf16 results below FLT_MIN are
 // flushed to +-0 (VCVTNEPS2BF16); the scalar reference (XK_MAX_ISA=scalar) rounds ties to even

@@ -228,7 +228,10 @@ void row_oracle(Problem<T>& p, const double* h, int64_t row_out) {
         // * rstd + bias in one FMA), which overflows fp32 where |h - mean| |weight| >= FLT_MAX
         // although y is finite (found by fuzz_norm: x={-1e17, 0} weight={1e30, 1e30} bias={0, 0}
         // gives y={-inf, inf} at AVX2 / AVX-512). Such elements are not checked at JIT caps.
-        if (p.layer && a.b && (std::fabs(h[i] - m) + em_jit) * std::fabs(w) >= 1e38)
+        // The same product below FLT_MIN loses its digits (fuzz_norm: x = {-6.473, -6.469},
+        // w[1] = 2.66e-44, eps = 0 gives 0 for 2.66e-44: 0.002 w underflows before * 500).
+        const double hw = std::fabs(h[i] - m) * std::fabs(w);
+        if (p.layer && a.b && ((std::fabs(h[i] - m) + em_jit) * std::fabs(w) >= 1e38 || (w != 0 && hw < 0x1p-126)))
             p.tol_jit[o] = std::numeric_limits<double>::infinity();
         p.expect[o] = std::isfinite(p.tol[o]) ? kValue : kAny;
     }
@@ -367,7 +370,12 @@ void check_valid(Problem<T>& p, xk_isa cap) {
             case kValue: ok = std::isinf(tol[i]) || fz::close(got, p.want[i], 0, tol[i]) || flushed(p, cap, i, got, tol[i]); break;
             default: break;
         }
-        if (!ok)
+        if (!ok) {
+            // The row's first elements (x, weight, bias), for the report.
+            const int64_t row = static_cast<int64_t>(i) / p.ldy;
+            for (int64_t j = 0; j < std::min<int64_t>(a.hidden, 6); ++j)
+                std::fprintf(stderr, "  x[%lld][%lld] = %.9g w %.9g b %.9g\n", static_cast<long long>(row), static_cast<long long>(j),
+                             val(p.X[row * p.ldx + j]), a.w ? val(a.w[j]) : 1.0, a.b ? val(a.b[j]) : 0.0);
             fz::finding("%s: y[%zu] (row %lld, col %lld) = %.9g, want %s %.9g (+- %.3g); rows=%lld hidden=%lld ld_x=%lld "
                         "ld_y=%lld ld_r=%lld in_place=%d weight=%d bias=%d eps=%g",
                         w, i, static_cast<long long>(i / p.ldy), static_cast<long long>(i % p.ldy), got,
@@ -375,6 +383,7 @@ void check_valid(Problem<T>& p, xk_isa cap) {
                         static_cast<long long>(a.rows), static_cast<long long>(a.hidden), static_cast<long long>(a.ld_x),
                         static_cast<long long>(a.ld_y), static_cast<long long>(a.ld_r), p.in_place, a.w != nullptr,
                         a.b != nullptr, static_cast<double>(a.eps));
+        }
     }
 }
 
