@@ -558,8 +558,11 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                             // f32 weights of the same shape: another layout, rejected.
                             GemmDesc f = pc.desc();
                             f.a_type = f.b_type = DType::f32;
-                            std::vector<float> Bf(static_cast<size_t>(K * (N + 3)), 1.0f);
-                            const PackedB wf = GemmPlan(f).pack_b(Bf.data());
+                            const GemmPlan fplan(f);
+                            const GemmDesc& fd = fplan.desc();  // leading dimensions resolved
+                            const int64_t b_rows = fd.trans_b == Trans::N ? fd.K : fd.N;
+                            std::vector<float> Bf(static_cast<size_t>(std::max<int64_t>(b_rows * fd.ldb, 1)), 1.0f);
+                            const PackedB wf = fplan.pack_b(Bf.data());
                             GemmArgs a = src.args();
                             a.B = nullptr;
                             XK_EXPECT_INVALID(packer.run(a, wf), "was packed for another plan");
