@@ -24,6 +24,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -121,6 +123,33 @@ inline float from_bf16(uint16_t b) {
     return f;
 }
 
+// bf16 buffers hold uint16_t bit patterns: the element types of the typed targets (float or
+// uint16_t), widened / rounded.
+template <class T>
+constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+template <class T>
+double val(T v) {
+    if constexpr (kBf16<T>) return from_bf16(v);
+    else return v;
+}
+template <class T>
+T enc(float f) {
+    if constexpr (kBf16<T>) return to_bf16(f);
+    else return f;
+}
+
+// The fused activations (xk::Activation, values of xk_activation) in double: act(g) (gelu_tanh as g / (1 + e^(-2y)) = 0.5 g (1 + tanh y), gelu_erf through erfc: no
+// cancellation for g < 0).
+inline double act_exact(int act, double g) {
+    switch (act) {
+        case XK_ACT_RELU: return g > 0 ? g : 0.0;
+        case XK_ACT_GELU_ERF: return 0.5 * g * std::erfc(-g / std::sqrt(2.0));
+        case XK_ACT_GELU_TANH: return g / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+        case XK_ACT_SILU: return g / (1.0 + std::exp(-g));
+        default: return g;
+    }
+}
+
 // ---- guarded buffers -----------------------------------------------------------------------------
 constexpr unsigned char kSentinel = 0xA5;
 constexpr size_t kGuard = 64;
@@ -175,6 +204,29 @@ private:
     std::vector<unsigned char> mem_;
     unsigned char* base_ = nullptr;
     size_t n_ = 0, mis_ = 0;
+};
+
+// Values for long buffers: from the input itself (the fuzzer steers each one) or from
+// pseudo-random bytes seeded by it (long buffers get varied values without exhausting the input;
+// both are read through In, so the distributions are the same).
+class Values {
+public:
+    Values(In& in, size_t count) : in_(in) {
+        if (!in.coin()) return;  // (an exhausted input reads false: values from the input, zeros)
+        uint64_t s = in.p.ConsumeIntegral<uint32_t>() * 0x9E3779B97F4A7C15ull + 1;
+        bytes_.resize(count * 12 + 64);
+        for (uint8_t& b : bytes_) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            b = static_cast<uint8_t>(s >> 32);
+        }
+        rng_.emplace(bytes_.data(), bytes_.size());
+    }
+    In& operator()() { return rng_ ? *rng_ : in_; }
+
+private:
+    In& in_;
+    std::vector<uint8_t> bytes_;
+    std::optional<In> rng_;
 };
 
 // ---- calls ----------------------------------------------------------------------------------------

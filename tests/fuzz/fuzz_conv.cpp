@@ -56,15 +56,7 @@ struct Ten {
     }
 };
 
-double act_of(xk_activation a, double x) {
-    switch (static_cast<int>(a)) {
-        case XK_ACT_RELU: return x > 0 ? x : 0.0;
-        case XK_ACT_GELU_ERF: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-        case XK_ACT_GELU_TANH: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-        case XK_ACT_SILU: return x / (1.0 + std::exp(-x));
-        default: return x;
-    }
-}
+using fz::act_exact;
 
 // One spatial axis: input extent, kernel, stride, paddings, dilation (always valid).
 struct Axis {
@@ -231,7 +223,7 @@ Problem make_problem(In& in) {
                     if (p.has_bias) x += p.bias[o], e += 2 * u * std::fabs(x);
                     if (d.residual == XK_CONV_RESIDUAL_BEFORE_ACTIVATION) x += rv, e += 2 * u * std::fabs(x);
                     if (d.activation != XK_ACT_NONE) {
-                        const double y = act_of(d.activation, x);
+                        const double y = act_exact(d.activation, x);
                         e = 1.2 * e + 64 * u * (std::fabs(y) + (d.activation == XK_ACT_RELU ? 0.0 : std::fabs(x) * 0.25));
                         x = y;
                     }

@@ -60,15 +60,7 @@ struct Mat {
     }
 };
 
-double act_of(xk_activation a, double x) {
-    switch (static_cast<int>(a)) {
-        case XK_ACT_RELU: return x > 0 ? x : 0.0;
-        case XK_ACT_GELU_ERF: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-        case XK_ACT_GELU_TANH: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-        case XK_ACT_SILU: return x / (1.0 + std::exp(-x));
-        default: return x;
-    }
-}
+using fz::act_exact;
 
 // One problem: a valid descriptor, its operands and expected output.
 struct Problem {
@@ -211,7 +203,7 @@ Problem make_problem(In& in, bool blas) {
             if (d.act != XK_ACT_NONE) {
                 // Lipschitz <= 1.13 (gelu), and the activations' own few ulps (relative to x: a
                 // tiny result of a large negative x carries the absolute error of its argument).
-                const double y = act_of(d.act, x);
+                const double y = act_exact(d.act, x);
                 e = 1.2 * e + 64 * u * (std::fabs(y) + (d.act == XK_ACT_RELU ? 0.0 : std::fabs(x) * 0.25));
                 x = y;
             }

@@ -25,28 +25,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max(), kI64Min = std::numeric_limits<int64_t>::min();
 
-// Values for long buffers: from the input itself (the fuzzer steers each one) or from
-// pseudo-random bytes seeded by it (long rows get varied values without exhausting the input;
-// both are read through In, so the distributions are the same).
-class Values {
-public:
-    Values(In& in, size_t count) : in_(in) {
-        if (!in.coin()) return;  // (an exhausted input reads false: values from the input, zeros)
-        uint64_t s = in.p.ConsumeIntegral<uint32_t>() * 0x9E3779B97F4A7C15ull + 1;
-        bytes_.resize(count * 12 + 64);
-        for (uint8_t& b : bytes_) {
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            b = static_cast<uint8_t>(s >> 32);
-        }
-        rng_.emplace(bytes_.data(), bytes_.size());
-    }
-    In& operator()() { return rng_ ? *rng_ : in_; }
-
-private:
-    In& in_;
-    std::vector<uint8_t> bytes_;
-    std::optional<In> rng_;
-};
+using fz::Values;
 
 // Elements as stored: float, or bf16 bits (uint16_t).
 template <class T>
@@ -85,17 +64,7 @@ xk_isa current_cap(const char** name) {
 }
 
 // ---- GLU ------------------------------------------------------------------------------------------
-// act(g) in double (gelu_tanh as g / (1 + e^(-2y)) = 0.5 g (1 + tanh y), gelu_erf through erfc: no
-// cancellation for g < 0).
-double act_exact(int act, double g) {
-    switch (act) {
-        case XK_ACT_RELU: return g > 0 ? g : 0.0;
-        case XK_ACT_GELU_ERF: return 0.5 * g * std::erfc(-g / std::sqrt(2.0));
-        case XK_ACT_GELU_TANH: return g / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
-        case XK_ACT_SILU: return g / (1.0 + std::exp(-g));
-        default: return g;
-    }
-}
+using fz::act_exact;
 
 // y for gate g and up u (as fp32: what the op reads), against llm.hpp's accuracy paragraph:
 //  relu, none (activation exact): f32 y is the fp32 product act(g) * u, bit for bit (NaN for NaN);

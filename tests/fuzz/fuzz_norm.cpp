@@ -29,18 +29,9 @@ constexpr float kBigX = 1e17f;
 constexpr float kBigW = 1e30f;
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 
-template <class T>
-constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
-template <class T>
-double val(T v) {
-    if constexpr (kBf16<T>) return fz::from_bf16(v);
-    else return v;
-}
-template <class T>
-T enc(float f) {
-    if constexpr (kBf16<T>) return fz::to_bf16(f);
-    else return f;
-}
+using fz::enc;
+using fz::kBf16;
+using fz::val;
 // Bitwise equal, or both NaN.
 template <class T>
 bool same_value(T a, T b) {

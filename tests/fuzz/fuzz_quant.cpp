@@ -23,28 +23,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kFltMax = std::numeric_limits<float>::max();
 
-// Values for long buffers: from the input itself (the fuzzer steers each one) or from
-// pseudo-random bytes seeded by it (long rows get varied values without exhausting the input;
-// both are read through In, so the distributions are the same).
-class Values {
-public:
-    Values(In& in, size_t count) : in_(in) {
-        if (!in.coin()) return;  // (an exhausted input reads false: values from the input, zeros)
-        uint64_t s = in.p.ConsumeIntegral<uint32_t>() * 0x9E3779B97F4A7C15ull + 1;
-        bytes_.resize(count * 12 + 64);
-        for (uint8_t& b : bytes_) {
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            b = static_cast<uint8_t>(s >> 32);
-        }
-        rng_.emplace(bytes_.data(), bytes_.size());
-    }
-    In& operator()() { return rng_ ? *rng_ : in_; }
-
-private:
-    In& in_;
-    std::vector<uint8_t> bytes_;
-    std::optional<In> rng_;
-};
+using fz::Values;
 
 template <class Q>
 constexpr bool kU8 = std::is_same_v<Q, uint8_t>;

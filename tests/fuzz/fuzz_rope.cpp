@@ -30,18 +30,9 @@ constexpr float kBig = 1e30f;
 constexpr float kBigCache = 8.0f;
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 
-template <class T>
-constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
-template <class T>
-double val(T v) {
-    if constexpr (kBf16<T>) return fz::from_bf16(v);
-    else return v;
-}
-template <class T>
-T enc(float f) {
-    if constexpr (kBf16<T>) return fz::to_bf16(f);
-    else return f;
-}
+using fz::enc;
+using fz::kBf16;
+using fz::val;
 
 // The arguments of one call, as passed (strides 0 = packed, rotary_dim 0 = head_dim).
 template <class T>
