@@ -96,10 +96,18 @@ struct EnvGuard {
 };
 
 // The largest K block of the blocked kernel under the current cap, and a K of three blocks.
-int64_t kc_max() { return detail::gemm_b_layout(max_isa() >= Isa::avx512 ? Isa::avx512 : Isa::avx2, 100000, 16).kc; }
+// The blocked kernel's layout under the current cap (the VDPBF16PS kernel's pairs at avx512_bf16).
+Isa layout_isa() {
+    return max_isa() >= Isa::avx512_bf16 ? Isa::avx512_bf16 : max_isa() >= Isa::avx512 ? Isa::avx512 : Isa::avx2;
+}
+int64_t kc_max() { return detail::gemm_b_layout(layout_isa(), 100000, 16, DType::bf16).kc; }
 int64_t k_multi() { return 2 * kc_max() + 37; }
 
-std::string isa_prefix() { return max_isa() >= Isa::avx512 ? "jit:avx512:bf16" : "jit:avx2:bf16"; }
+std::string isa_prefix() {
+    return max_isa() >= Isa::avx512_bf16 ? "jit:avx512_bf16:bf16" : max_isa() >= Isa::avx512 ? "jit:avx512:bf16" : "jit:avx2:bf16";
+}
+// The VDPBF16PS kernel runs (its sums in another order, denormals flushed: see the tolerance).
+bool dp_kernel() { return max_isa() >= Isa::avx512_bf16; }
 
 // Shapes the reference runs faster than the blocked kernel (measured; see gemm_bf16_ref_preferred).
 bool ref_preferred(const GemmDesc& d) {
@@ -517,11 +525,11 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                             const PackedB w = packer.pack_b(src.B.data());
                             const bool jit_layout = isa != Isa::scalar && !ref_preferred(pc.desc());
                             if (jit_layout) {
-                                const detail::GemmBLayout l = detail::gemm_b_layout(
-                                    isa >= Isa::avx512 ? Isa::avx512 : Isa::avx2, K, N, DType::bf16);
+                                const detail::GemmBLayout l = detail::gemm_b_layout(layout_isa(), K, N, DType::bf16);
                                 EXPECT_EQ(w.layout(), l.name);
-                                EXPECT_NE(w.layout().find(":bf16:"), std::string::npos) << w.layout();
-                                EXPECT_EQ(w.size_bytes(), static_cast<size_t>(K * l.npad) * 2);
+                                EXPECT_NE(w.layout().find(l.pairs ? ":bf16x2:" : ":bf16:"), std::string::npos) << w.layout();
+                                EXPECT_EQ(l.pairs, isa >= Isa::avx512_bf16);
+                                EXPECT_EQ(w.size_bytes(), static_cast<size_t>((l.pairs ? (K + 1) / 2 * 2 : K) * l.npad) * 2);
                             } else {
                                 EXPECT_EQ(w.layout().rfind("ref:plain:bf16:", 0), 0u) << w.layout();
                             }

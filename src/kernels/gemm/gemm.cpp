@@ -273,6 +273,8 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx512); }},
             {"jit:avx512:gemv", Isa::avx512, gemv_supports, create_gemv_avx512},
             {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
+            {"jit:avx512_bf16:bf16", Isa::avx512_bf16, gemm_jit_bf16_supports,
+             [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512_bf16); }},
             {"jit:avx512:bf16", Isa::avx512, gemm_jit_bf16_supports,
              [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
             {"jit:avx2:small", Isa::avx2, gemm_small_supports,
@@ -289,10 +291,14 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
             // selection gives to the reference (a PackedB in the blocked kernel's layout), and
             // the blocked kernel reading the reference's plain layout (a PackedB of such a plan),
             // ahead of ref:scalar, which reads that layout far slower.
+            {"jit:avx512_bf16:bf16:any", Isa::avx512_bf16, gemm_jit_bf16_any_supports,
+             [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512_bf16); }, /*selectable=*/false},
             {"jit:avx512:bf16:any", Isa::avx512, gemm_jit_bf16_any_supports,
              [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }, /*selectable=*/false},
             {"jit:avx2:bf16:any", Isa::avx2, gemm_jit_bf16_any_supports,
              [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }, /*selectable=*/false},
+            {"jit:avx512_bf16:bf16:plain", Isa::avx512_bf16, gemm_jit_bf16_any_supports,
+             [](const GemmSpec& s) { return create_gemm_jit_plain(s, Isa::avx512_bf16); }, /*selectable=*/false},
             {"jit:avx512:bf16:plain", Isa::avx512, gemm_jit_bf16_any_supports,
              [](const GemmSpec& s) { return create_gemm_jit_plain(s, Isa::avx512); }, /*selectable=*/false},
             {"jit:avx2:bf16:plain", Isa::avx2, gemm_jit_bf16_any_supports,

@@ -300,6 +300,89 @@ XK_AVX2 void gemm_narrow_bf16(const float* src, int64_t n, uint16_t* dst) {
     }
 }
 
+// ---- bf16 pairs (the VDPBF16PS kernel at avx512_bf16) ------------------------------------------
+// AVX-512 code (AVX512BW / VL masked loads and stores, which never touch masked-out elements):
+// only that kernel calls it.
+#define XK_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+namespace {
+
+// 8 x 8 transpose of 32-bit lanes (integer view of transpose8).
+XK_AVX512BW inline void transpose8i(__m256i r[8]) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) v[i] = _mm256_castsi256_ps(r[i]);
+    transpose8(v);
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_castps_si256(v[i]);
+}
+
+// dst[kk * W + i] = the pair (src[i * ld + 2kk], src[i * ld + 2kk + 1]) for rows i < nrow, pairs
+// kk < ceil(kc / 2) (an odd kc's last pair is (src[.. + kc - 1], 0)); lanes i in [nrow, W) are 0.
+// Groups of 8 rows x 8 pairs: masked loads of 16 bf16 per row (zeros past kc), one 8 x 8
+// transpose of the 32-bit pairs, masked stores of the group's lanes.
+XK_AVX512BW void pairs_transpose(const uint16_t* src, int64_t ld, int nrow, int64_t kc, int W, uint32_t* dst) {
+    const int64_t kp = (kc + 1) / 2;
+    for (int g = 0; g < W; g += 8) {
+        const int lanes = std::min(8, W - g);
+        const __mmask8 smask = static_cast<__mmask8>((1u << lanes) - 1);
+        const int rows = std::max(0, std::min(lanes, nrow - g));
+        for (int64_t k0 = 0; k0 < kp; k0 += 8) {
+            const int64_t e = std::min<int64_t>(16, kc - 2 * k0);  // bf16 of each row in this chunk
+            const __mmask16 lmask = static_cast<__mmask16>(e >= 16 ? 0xFFFFu : (1u << e) - 1);
+            __m256i v[8];
+            for (int i = 0; i < 8; ++i)
+                v[i] = i < rows ? _mm256_maskz_loadu_epi16(lmask, src + (g + i) * ld + 2 * k0) : _mm256_setzero_si256();
+            transpose8i(v);
+            const int nk = static_cast<int>(std::min<int64_t>(8, kp - k0));
+            for (int kk = 0; kk < nk; ++kk) _mm256_mask_storeu_epi32(dst + (k0 + kk) * W + g, smask, v[kk]);
+        }
+    }
+}
+
+// dst[kk * W + c] = the pair (src[2kk * ld + c], src[(2kk + 1) * ld + c]) for columns c < ncol
+// (<= W <= 32), pairs kk < ceil(kc / 2) (row kc of an odd kc: 0); lanes c in [ncol, W) are 0.
+// Per pair: two masked row loads, two vpermt2w interleaves, masked stores.
+XK_AVX512BW void pairs_interleave(const uint16_t* src, int64_t ld, int ncol, int64_t kc, int W, uint32_t* dst) {
+    const int64_t kp = (kc + 1) / 2;
+    const __mmask32 lmask = ncol >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << ncol) - 1);
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                        37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    const __mmask16 m0 = static_cast<__mmask16>(W >= 16 ? 0xFFFFu : (1u << W) - 1);
+    const __mmask16 m1 = static_cast<__mmask16>(W >= 32 ? 0xFFFFu : W > 16 ? (1u << (W - 16)) - 1 : 0);
+    for (int64_t kk = 0; kk < kp; ++kk) {
+        const __m512i r0 = _mm512_maskz_loadu_epi16(lmask, src + 2 * kk * ld);
+        const __m512i r1 = 2 * kk + 1 < kc ? _mm512_maskz_loadu_epi16(lmask, src + (2 * kk + 1) * ld) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi32(dst + kk * W, m0, _mm512_permutex2var_epi16(r0, lo, r1));
+        if (m1) _mm512_mask_storeu_epi32(dst + kk * W + 16, m1, _mm512_permutex2var_epi16(r0, hi, r1));
+    }
+}
+
+}  // namespace
+
+XK_AVX512BW void gemm_pack_a_pairs(const uint16_t* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR,
+                                   uint32_t* dst) {
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t p0 = 0; p0 < m; p0 += MR, dst += kp * MR) {
+        const int rows = static_cast<int>(std::min<int64_t>(MR, m - p0));
+        if (trans)
+            pairs_interleave(A + p0, lda, rows, kc, MR, dst);
+        else
+            pairs_transpose(A + p0 * lda, lda, rows, kc, MR, dst);
+    }
+}
+
+XK_AVX512BW void gemm_pack_b_pairs(const uint16_t* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR,
+                                   uint32_t* dst) {
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t c0 = 0; c0 < n; c0 += NR, dst += kp * NR) {
+        const int cols = static_cast<int>(std::min<int64_t>(NR, n - c0));
+        if (trans)
+            pairs_transpose(B + c0 * ldb, ldb, cols, kc, NR, dst);
+        else
+            pairs_interleave(B + c0, ldb, cols, kc, NR, dst);
+    }
+}
+
 float* gemm_thread_buffer(int slot, size_t floats) {
     thread_local std::unique_ptr<float, BufferFree> buf[kGemmThreadBufferSlots];
     thread_local size_t cap[kGemmThreadBufferSlots] = {};

@@ -106,16 +106,18 @@ public:
           layout_(gemm_b_layout(isa, s.K, s.N, s.b_type == DType::bf16 ? DType::bf16 : DType::f32)) {
         a16_ = s.a_type == DType::bf16;
         b16_ = s.b_type == DType::bf16;
+        pair_ = layout_.pairs;
+        const int64_t eb = pair_ ? 2 : 4;  // bytes of one packed element
         const Caches c = caches();
         kc_ = layout_.kc;
         nkb_ = ceil_div(s.K, kc_);
-        mc_ = std::clamp<int64_t>(c.l2 / 2 / (kc_ * 4) / g_.mr * g_.mr, g_.mr, 1024);
+        mc_ = std::clamp<int64_t>(c.l2 / 2 / (kc_ * eb) / g_.mr * g_.mr, g_.mr, 1024);
         // A short K makes each C tile's stores the bulk of the work: keep the C block a column
         // strip sweeps (mc rows x N) within L2, so that its lines and pages stay cached / mapped
         // (tall strips over a wide C walk a new page per row). Measured on 2048 x 2048 x 16.
         if (s.K <= 64)
             mc_ = std::clamp<int64_t>(c.l2 / (std::min<int64_t>(s.N, 8192) * 4) / g_.mr * g_.mr, 8 * g_.mr, mc_);
-        nc_ = std::clamp<int64_t>(c.l3 / 2 / (kc_ * 4) / g_.nr * g_.nr, g_.nr, 8192);
+        nc_ = std::clamp<int64_t>(c.l3 / 2 / (kc_ * eb) / g_.nr * g_.nr, g_.nr, 8192);
         if (env_tune("XK_GEMM_MC") > 0) mc_ = round_up(env_tune("XK_GEMM_MC"), g_.mr);
         if (env_tune("XK_GEMM_NC") > 0) nc_ = round_up(env_tune("XK_GEMM_NC"), g_.nr);
         // bf16 C over several K blocks: the f32 accumulator of an mc x nc block within kCsFloats.
@@ -150,6 +152,7 @@ public:
                     if (ncols == 0 || (nt == 0 && s.N < g_.nr)) continue;
                     GemmUkSpec us;
                     us.isa = g_.isa, us.mr = mr, us.ncols = ncols, us.epi = epi[ph];
+                    us.dp = pair_;
                     uk_[ph][mt][nt] = gemm_ukernel(us);
                 }
             }
@@ -171,7 +174,7 @@ public:
         const int64_t M = s_.M, N = s_.N, K = s_.K, MR = g_.mr, NR = g_.nr;
         const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
         // (A bf16 PackedB is widened into each thread's B panels, as an unpacked B is packed.)
-        const bool prepacked = call.packed_b != nullptr && !b16_;
+        const bool prepacked = call.packed_b != nullptr && (!b16_ || pair_);
 
         // Threads and the pm x pn split of the tile grid.
         const double macs = double(M) * double(N) * double(K);  // (the product may leave int64)
@@ -237,8 +240,8 @@ public:
         // K blocks of kc (block pc at pc * mt * MR) of mt panels, like GemmBLayout; B in layout_.
         Shared sh;
         sh.plain_b = plain_b;
-        if (coop_a) sh.a = gemm_thread_buffer(2, static_cast<size_t>(mt * MR * K + kPackSlack));
-        if (coop_b) sh.b = gemm_thread_buffer(3, layout_.floats());
+        if (coop_a) sh.a = gemm_thread_buffer(2, static_cast<size_t>(mt * MR * ku(K) + kPackSlack));
+        if (coop_b) sh.b = gemm_thread_buffer(3, static_cast<size_t>(boff(K, 0, 0)));
         auto part = [&](int64_t t, PartCache& pcache) {
             const int64_t i = t / pn, j = t % pn;
             const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
@@ -306,19 +309,19 @@ private:
         const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
         const int64_t pa0 = t * mt / nthr, pa1 = (t + 1) * mt / nthr;
         const int64_t pb0 = t * nt / nthr, pb1 = (t + 1) * nt / nthr;
-        float* last = sh.a && pa0 < pa1 ? gemm_thread_buffer(0, static_cast<size_t>(kc_ * MR + kPackSlack)) : nullptr;
+        float* last = sh.a && pa0 < pa1 ? gemm_thread_buffer(0, static_cast<size_t>(ku(kc_) * MR + kPackSlack)) : nullptr;
         for (int64_t kb = 0; kb < nkb_; ++kb) {
             const int64_t pc = kb * kc_, kcb = std::min(kc_, K - pc);
             if (last) {
-                float* dst = sh.a + pc * mt * MR;
-                if (pa1 - 1 > pa0) pack_a_block(call, pa0 * MR, pc, (pa1 - 1 - pa0) * MR, kcb, dst + pa0 * kcb * MR);
+                float* dst = sh.a + ku(pc) * mt * MR;
+                if (pa1 - 1 > pa0) pack_a_block(call, pa0 * MR, pc, (pa1 - 1 - pa0) * MR, kcb, dst + pa0 * ku(kcb) * MR);
                 const int64_t r = (pa1 - 1) * MR;
                 pack_a_block(call, r, pc, std::min(MR, M - r), kcb, last);
-                std::memcpy(dst + (pa1 - 1) * kcb * MR, last, static_cast<size_t>(kcb * MR) * sizeof(float));
+                std::memcpy(dst + (pa1 - 1) * ku(kcb) * MR, last, static_cast<size_t>(ku(kcb) * MR) * sizeof(float));
             }
             if (sh.b && pb0 < pb1) {
                 const int64_t c0 = pb0 * NR, c1 = std::min(N, pb1 * NR);
-                pack_b_block(call, sh.plain_b, c0, pc, kcb, c1 - c0, sh.b + layout_.offset(pc, pb0, kcb));
+                pack_b_block(call, sh.plain_b, c0, pc, kcb, c1 - c0, sh.b + boff(pc, pb0, kcb));
             }
         }
     }
@@ -327,7 +330,10 @@ private:
     void pack_a_block(const GemmCall& call, int64_t r, int64_t pc, int64_t rows, int64_t kcb, float* dst) const {
         const bool at = s_.trans_a == Trans::T;
         const int64_t off = at ? pc * s_.lda + r : r * s_.lda + pc;
-        if (a16_)
+        if (pair_)
+            gemm_pack_a_pairs(static_cast<const uint16_t*>(call.args.A) + off, s_.lda, at, rows, kcb, g_.mr,
+                              reinterpret_cast<uint32_t*>(dst));
+        else if (a16_)
             gemm_pack_a(static_cast<const uint16_t*>(call.args.A) + off, s_.lda, at, rows, kcb, g_.mr, dst);
         else
             gemm_pack_a(static_cast<const float*>(call.args.A) + off, s_.lda, at, rows, kcb, g_.mr, dst);
@@ -346,7 +352,10 @@ private:
         const bool bt = !plain_b && s_.trans_b == Trans::T;
         const int64_t ldb = plain_b ? s_.N : s_.ldb;
         const int64_t off = bt ? c0 * ldb + pc : pc * ldb + c0;
-        if (b16_)
+        if (pair_)
+            gemm_pack_b_pairs(static_cast<const uint16_t*>(call.args.B) + off, ldb, bt, kcb, ncols, static_cast<int>(NR),
+                              reinterpret_cast<uint32_t*>(dst));
+        else if (b16_)
             gemm_pack_b(static_cast<const uint16_t*>(call.args.B) + off, ldb, bt, kcb, ncols, static_cast<int>(NR), dst);
         else
             gemm_pack_b(static_cast<const float*>(call.args.B) + off, ldb, bt, kcb, ncols, static_cast<int>(NR), dst);
@@ -366,7 +375,7 @@ private:
         const int64_t N = s.N, K = s.K, MR = g_.mr, NR = g_.nr;
         auto* C = static_cast<unsigned char*>(call.args.C);
         const int64_t c_es = dtype_size(s.c_type);
-        const float* packed = call.packed_b && !b16_ ? static_cast<const float*>(call.packed_b->data) : sh.b;
+        const float* packed = call.packed_b && (!b16_ || pair_) ? static_cast<const float*>(call.packed_b->data) : sh.b;
         const int64_t mpad_all = ceil_div(s.M, MR) * MR;  // (shared A: rows per K block)
         const auto* res = static_cast<const unsigned char*>(call.args.residual);
         const int64_t res_es = dtype_size(s.residual_type);
@@ -382,10 +391,10 @@ private:
         const bool have_b = keep_b && pcache.b_n0 == n0 && pcache.b_n1 == n1;
         pcache.a_m0 = pcache.a_m1 = pcache.b_n0 = pcache.b_n1 = -1;  // (valid again once this part is done)
         float* bufA = sh.a ? nullptr
-                           : gemm_thread_buffer(0, static_cast<size_t>((keep_a ? mpad * K : mc * kc_) + kPackSlack));
+                           : gemm_thread_buffer(0, static_cast<size_t>((keep_a ? mpad * ku(K) : mc * ku(kc_)) + kPackSlack));
         float* bufB = packed   ? nullptr
-                      : keep_b ? gemm_thread_buffer(1, static_cast<size_t>(npad * K))
-                               : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * kc_));
+                      : keep_b ? gemm_thread_buffer(1, static_cast<size_t>(npad * ku(K)))
+                               : gemm_thread_buffer(1, static_cast<size_t>(round_up(std::min(nc_, n1 - n0), NR) * ku(kc_)));
         // bf16 C over several K blocks: the f32 accumulator of `chunk` rows x the column block
         // (row stride lds floats, off multiples of 4 KiB), rows in chunks of a multiple of mc.
         int64_t chunk = m1 - m0, lds = 0;
@@ -410,23 +419,23 @@ private:
                     const bool to_cs = cs_ && ph != kLast;  // this K block stores into the scratch
                     const float* Bp;
                     if (packed) {
-                        Bp = packed + layout_.offset(pc, jc / NR, kcb);
+                        Bp = packed + boff(pc, jc / NR, kcb);
                     } else {
-                        float* dst = keep_b ? bufB + pc * npad + (jc - n0) * kcb : bufB;
+                        float* dst = keep_b ? bufB + ku(pc) * npad + (jc - n0) * ku(kcb) : bufB;
                         // (kept: the first row chunk packs B, the later ones reuse it)
                         if (!have_b && !(keep_b && r0 > m0)) pack_b_block(call, sh.plain_b, jc, pc, kcb, ncb, dst);
                         Bp = dst;
                     }
-                    ua.kc = kcb;
+                    ua.kc = ku(kcb);
                     ua.ldc = to_cs ? lds * 4 : s.ldc * c_es;
                     ua.ldp = lds * 4;
                     for (int64_t ic = r0; ic < r1; ic += mc) {
                         const int64_t mcb = std::min(mc, r1 - ic);
                         const float* Ap;
                         if (sh.a) {
-                            Ap = sh.a + pc * mpad_all + ic * kcb;  // (ic is a multiple of MR)
+                            Ap = sh.a + ku(pc) * mpad_all + ic * ku(kcb);  // (ic is a multiple of MR)
                         } else {
-                            float* dst = keep_a ? bufA + pc * mpad + (ic - m0) * kcb : bufA;
+                            float* dst = keep_a ? bufA + ku(pc) * mpad + (ic - m0) * ku(kcb) : bufA;
                             // (kept: the first column block packs A, the later ones reuse it)
                             if (!have_a && !(keep_a && jc > n0)) pack_a_block(call, ic, pc, mcb, kcb, dst);
                             Ap = dst;
@@ -435,10 +444,10 @@ private:
                         for (int64_t jr = 0; jr < ncb; jr += NR) {
                             const int64_t n = jc + jr;
                             const int nt = N - n < NR ? 1 : 0;
-                            ua.b = Bp + (jr / NR) * kcb * NR;
+                            ua.b = Bp + (jr / NR) * ku(kcb) * NR;
                             ua.bias = call.args.bias ? call.args.bias + n : nullptr;
                             auto tile = [&](int64_t r, int mt, int64_t panels) {
-                                ua.a = Ap + (r - ic) * kcb;
+                                ua.a = Ap + (r - ic) * ku(kcb);
                                 ua.part = cs_ ? Cs + (r - r0) * lds + jr : nullptr;
                                 ua.c = to_cs ? static_cast<void*>(Cs + (r - r0) * lds + jr) : C + (r * s.ldc + n) * c_es;
                                 ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;
@@ -456,8 +465,18 @@ private:
         if (keep_b) pcache.b_n0 = n0, pcache.b_n1 = n1;
     }
 
+    // Packed elements (4-byte slots) per k: 1, or in pairs (pair_: a 32-bit slot holds two bf16 k;
+    // every K block but the last starts at an even k).
+    int64_t ku(int64_t k) const { return pair_ ? (k + 1) / 2 : k; }
+    // layout_.offset in 4-byte slots.
+    int64_t boff(int64_t pc, int64_t panel, int64_t kcb) const {
+        const int64_t o = layout_.offset(pc, panel, kcb);
+        return pair_ ? o / 2 : o;
+    }
+
     GemmSpec s_;
     bool plain_ = false;
+    bool pair_ = false;  // bf16 pairs for the VDPBF16PS microkernel (avx512_bf16)
     GemmGeometry g_;
     GemmBLayout layout_;
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0, nc_ = 0;
@@ -478,8 +497,11 @@ GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype) {
     l.kc = K > 0 ? kc_for(g, K) : 8;
     l.npad = round_up(N, g.nr);
     l.dtype = dtype;
-    l.name = std::string("jit:") + isa_name(g.isa) + ":" + dtype_name(dtype) + ":K" + std::to_string(K) + ":N" +
-             std::to_string(N) + ":kc" + std::to_string(l.kc) + ":nr" + std::to_string(l.nr);
+    l.pairs = dtype == DType::bf16 && isa >= Isa::avx512_bf16;
+    if (l.pairs) l.kc = round_up(l.kc, 2);  // (XK_GEMM_KC may be odd)
+    l.name = std::string("jit:") + (l.pairs ? "avx512_bf16" : isa_name(g.isa)) + ":" + dtype_name(dtype) +
+             (l.pairs ? "x2" : "") + ":K" + std::to_string(K) + ":N" + std::to_string(N) + ":kc" +
+             std::to_string(l.kc) + ":nr" + std::to_string(l.nr);
     return l;
 }
 
@@ -488,6 +510,16 @@ std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmB
     auto p = std::make_shared<GemmPacked>(l.name, l.floats() * es);
     if (s.K == 0 || s.N == 0) return p;
     const bool bt = s.trans_b == Trans::T;
+    if (l.pairs) {
+        const auto* B = static_cast<const uint16_t*>(Bv);
+        auto* dst = static_cast<uint16_t*>(p->data);
+        for (int64_t pc = 0; pc < s.K; pc += l.kc) {
+            const int64_t kcb = std::min(l.kc, s.K - pc);
+            gemm_pack_b_pairs(bt ? B + pc : B + pc * s.ldb, s.ldb, bt, kcb, s.N, static_cast<int>(l.nr),
+                              reinterpret_cast<uint32_t*>(dst + l.offset(pc, 0, kcb)));
+        }
+        return p;
+    }
     if (l.dtype == DType::bf16) {
         // Packed (widened) a group of panels at a time into f32, then narrowed back: exact.
         const auto* B = static_cast<const uint16_t*>(Bv);

@@ -133,19 +133,34 @@ void gemm_pack_b(const uint16_t* B, int64_t ldb, bool trans, int64_t kc, int64_t
 void gemm_widen_bf16(const uint16_t* src, int64_t n, float* dst);
 void gemm_narrow_bf16(const float* src, int64_t n, uint16_t* dst);
 
+// bf16 pairs for the VDPBF16PS microkernel (AVX-512 code, avx512_bf16 only): k taken in pairs
+// (kp = ceil(kc / 2); an odd kc's last pair has a zero second half), each pair of one row / column
+// one 32-bit element (the lower k in the low half).
+// op(A) rows [0, m) x k [0, kc) -> panels of MR rows: dst[p][kk][MR] (rows past m: 0).
+void gemm_pack_a_pairs(const uint16_t* A, int64_t lda, bool trans, int64_t m, int64_t kc, int MR, uint32_t* dst);
+// op(B) k [0, kc) x columns [0, n) -> panels of NR columns: dst[p][kk][NR] (columns past n: 0).
+void gemm_pack_b_pairs(const uint16_t* B, int64_t ldb, bool trans, int64_t kc, int64_t n, int NR, uint32_t* dst);
+
 // The packed B of the JIT kernels (one layout per ISA, shared by the blocked and the small
 // kernel, so one packed weight serves every M): K split into blocks of kc rows (the last may be
 // shorter); block b holds ceil(N/NR) panels of kcb x NR elements (kcb = the block's rows), so the
 // panel p of the block starting at row pc is at pc * npad + p * kcb * NR, npad = ceil(N/NR)*NR.
 // Elements are f32, or bf16 for a bf16 B (dtype bf16: the same arrangement at half the bytes,
 // widened to f32 panels by the kernel per K block and column block).
+// pairs (bf16 at avx512_bf16, the VDPBF16PS kernel): each block's rows taken in pairs (kcb
+// rounded up to even, the pad row 0; every block but the last has an even kc), a panel k-pair
+// major: element (k, c) of the panel at (k / 2) * 2 NR + 2 c + k % 2 — offsets in bf16 elements.
 struct GemmBLayout {
     int64_t K = 0, N = 0, kc = 0, nr = 0, npad = 0;
     DType dtype = DType::f32;
-    std::string name;  // e.g. "jit:avx2:f32:K768:N3072:kc256:nr16", "jit:avx512:bf16:K768:N768:kc384:nr32"
-    size_t floats() const { return static_cast<size_t>(K * npad); }  // elements
-    int64_t offset(int64_t pc, int64_t panel, int64_t kcb) const { return pc * npad + panel * kcb * nr; }
+    bool pairs = false;
+    std::string name;  // e.g. "jit:avx2:f32:K768:N3072:kc256:nr16", "jit:avx512:bf16:K768:N768:kc384:nr32",
+                       // "jit:avx512_bf16:bf16x2:K768:N768:kc384:nr32"
+    int64_t kpad(int64_t k) const { return pairs ? (k + 1) / 2 * 2 : k; }
+    size_t floats() const { return static_cast<size_t>(kpad(K) * npad); }  // elements
+    int64_t offset(int64_t pc, int64_t panel, int64_t kcb) const { return pc * npad + panel * kpad(kcb) * nr; }
 };
+// isa avx512_bf16 (and above) with dtype bf16: the pairs layout.
 GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype = DType::f32);
 std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* B);
 

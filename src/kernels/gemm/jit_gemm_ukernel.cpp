@@ -5,6 +5,8 @@
 // (AVX2: vbroadcastss into a register, two alternating; AVX-512: embedded {1to16} broadcast
 // operands) into nv FMAs — then the fused store (JitGemmBase::emit_epilogue) and on to
 // the next panel (A and C advance; B is reused from L1).
+// dp (bf16 pairs, AVX512-BF16): the same loop over k-pairs, the panels' 32-bit elements holding two
+// bf16 each, VDPBF16PS in place of the FMA (the {1to16} broadcast of one A pair).
 #include "kernels/gemm/jit_gemm_ukernel.hpp"
 
 #include <cstddef>
@@ -17,7 +19,7 @@ namespace xk::detail {
 using namespace Xbyak;
 
 std::string GemmUkSpec::key() const {
-    return std::string(isa_name(isa)) + ",m" + std::to_string(mr) + "n" + std::to_string(ncols) + "," + epi.key();
+    return std::string(isa_name(isa)) + (dp ? ",dp" : "") + ",m" + std::to_string(mr) + "n" + std::to_string(ncols) + "," + epi.key();
 }
 
 namespace {
@@ -72,7 +74,12 @@ private:
                 for (int i = 0; i < mr; ++i) {
                     const int off = (u * MR + i) * 4;
                     if (z_) {
-                        for (int j = 0; j < nv; ++j) vfmadd231ps(acc(i, j), V(b_base + j), ptr_b[rA + off]);
+                        for (int j = 0; j < nv; ++j) {
+                            if (s.dp)
+                                vdpbf16ps(acc(i, j), V(b_base + j), ptr_b[rA + off]);
+                            else
+                                vfmadd231ps(acc(i, j), V(b_base + j), ptr_b[rA + off]);
+                        }
                     } else {
                         const Xmm bc = V(bc_base + i % nbc);
                         vbroadcastss(bc, ptr[rA + off]);

@@ -15,10 +15,10 @@ namespace xk::detail {
 
 // Arguments of one call (read by the generated code at these offsets).
 struct GemmUkArgs {
-    const float* a = nullptr;    // m_panels packed A panels, each kc x MR (k-major)
-    const float* b = nullptr;    // one packed B panel, kc x NR
+    const float* a = nullptr;    // m_panels packed A panels, each kc x MR (k-major; dp: 32-bit k-pairs)
+    const float* b = nullptr;    // one packed B panel, kc x NR (dp: 32-bit k-pairs)
     void* c = nullptr;           // C[0, 0] of the first panel's tile (f32, or bf16 when epi.c is bf16)
-    int64_t kc = 0;              // depth (>= 1)
+    int64_t kc = 0;              // depth (>= 1; dp: pairs of k)
     int64_t ldc = 0;             // bytes
     int64_t m_panels = 0;        // >= 1; panel p writes rows [p*mr, p*mr + mr) (mr = the variant's rows)
     const float* bias = nullptr; // bias[0] of the tile's first column (epilogues with bias)
@@ -33,6 +33,9 @@ struct GemmUkSpec {
     Isa isa = Isa::avx2;  // avx2 or avx512
     int mr = 0;           // rows (1..geometry.mr)
     int ncols = 0;        // valid columns (1..geometry.nr)
+    // bf16 pairs (avx512 code shape, AVX512-BF16): the panels hold k-pairs of bf16 (jit_gemm.cpp),
+    // kc counts pairs, each step one VDPBF16PS per accumulator instead of one FMA.
+    bool dp = false;
     GemmEpi epi;
     std::string key() const;
 };
