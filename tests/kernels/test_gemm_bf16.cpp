@@ -25,6 +25,11 @@
 //       + 4u (|x| + |act(x)|) [gelu, silu] + u (|act(x)| + |residual|)
 //   bf16 C: e + 2^-8 |want|   (the one rounding to nearest even: half a bf16 ulp, <= 2^-9 |x|)
 // with x the value entering the activation and L = 1.2 its slope bound (gelu, silu; 1 otherwise).
+// The VDPBF16PS kernel (avx512_bf16) adds each pair's odd product, then its even one, into the
+// accumulator (each addition rounded to nearest even: the same bound, another order than the
+// reference's increasing k, so its bits differ) and flushes denormals: a denormal input counts
+// as 0 (losing |a b| < FLT_MIN max(|a|, |b|)) and a denormal sum becomes 0 (< FLT_MIN each):
+//   dp: e + L |alpha| FLT_MIN sum_k (1 + |a_mk| + |b_kn|)
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -49,6 +54,14 @@ namespace {
 
 constexpr double kU = 1.0 / 16777216.0;    // 2^-24
 constexpr double kBf16Rtol = 1.0 / 256.0;  // 2^-8
+constexpr double kDpAbs = 1.1754943508222875e-38;  // FLT_MIN: a VDPBF16PS step's flush to zero
+
+// Every sweep below runs the VDPBF16PS kernel at the avx512_bf16 cap, whatever the CPU's probe
+// picks (SelectionFollowsTheDpProbe checks the probe's choice itself).
+const bool kForceDp = [] {
+    setenv("XK_GEMM_BF16_DP", "1", 1);
+    return true;
+}();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 double act_d(Activation a, double x) {
@@ -75,13 +88,16 @@ struct ThreadsGuard {
     ~ThreadsGuard() { set_num_threads(0); }
 };
 
-// Sets (or unsets, value == nullptr) tuning variables for a scope; the kernel cache is emptied on
-// entry and exit so that plans read them.
+// Sets (or unsets, value == nullptr) tuning variables for a scope, restoring them on exit; the
+// kernel cache is emptied on entry and exit so that plans read them.
 struct EnvGuard {
     std::vector<std::string> names;
+    std::vector<std::pair<bool, std::string>> before;  // (was set, value): restored on exit
     EnvGuard(std::initializer_list<std::pair<const char*, const char*>> vars) {
         for (const auto& [n, v] : vars) {
             names.emplace_back(n);
+            const char* old = std::getenv(n);
+            before.emplace_back(old != nullptr, old ? old : "");
             if (v)
                 setenv(n, v, 1);
             else
@@ -90,24 +106,28 @@ struct EnvGuard {
         detail::KernelCache::instance().clear();
     }
     ~EnvGuard() {
-        for (const auto& n : names) unsetenv(n.c_str());
+        for (size_t i = names.size(); i-- > 0;) {
+            if (before[i].first)
+                setenv(names[i].c_str(), before[i].second.c_str(), 1);
+            else
+                unsetenv(names[i].c_str());
+        }
         detail::KernelCache::instance().clear();
     }
 };
 
 // The largest K block of the blocked kernel under the current cap, and a K of three blocks.
 // The blocked kernel's layout under the current cap (the VDPBF16PS kernel's pairs at avx512_bf16).
-Isa layout_isa() {
-    return max_isa() >= Isa::avx512_bf16 ? Isa::avx512_bf16 : max_isa() >= Isa::avx512 ? Isa::avx512 : Isa::avx2;
-}
+// The VDPBF16PS kernel runs at the avx512_bf16 cap where the CPU's probe (or XK_GEMM_BF16_DP,
+// forced to 1 for this binary below) says so.
+bool dp_kernel() { return max_isa() >= Isa::avx512_bf16 && detail::gemm_bf16_dp_fast(); }
+Isa layout_isa() { return dp_kernel() ? Isa::avx512_bf16 : max_isa() >= Isa::avx512 ? Isa::avx512 : Isa::avx2; }
 int64_t kc_max() { return detail::gemm_b_layout(layout_isa(), 100000, 16, DType::bf16).kc; }
 int64_t k_multi() { return 2 * kc_max() + 37; }
 
 std::string isa_prefix() {
-    return max_isa() >= Isa::avx512_bf16 ? "jit:avx512_bf16:bf16" : max_isa() >= Isa::avx512 ? "jit:avx512:bf16" : "jit:avx2:bf16";
+    return dp_kernel() ? "jit:avx512_bf16:bf16" : max_isa() >= Isa::avx512 ? "jit:avx512:bf16" : "jit:avx2:bf16";
 }
-// The VDPBF16PS kernel runs (its sums in another order, denormals flushed: see the tolerance).
-bool dp_kernel() { return max_isa() >= Isa::avx512_bf16; }
 
 // Shapes the reference runs faster than the blocked kernel (measured; see gemm_bf16_ref_preferred).
 bool ref_preferred(const GemmDesc& d) {
@@ -227,10 +247,11 @@ struct Problem {
             const int64_t n = cols[j];
             for (int64_t k = 0; k < c.K; ++k) bcol[k] = b(k, n);
             for (int64_t m = 0; m < c.M; ++m) {
-                double acc = 0, mag = 0;
+                double acc = 0, mag = 0, flush = 0;
                 for (int64_t k = 0; k < c.K; ++k) {
                     const double p = a(m, k) * bcol[k];
                     acc += p, mag += std::fabs(p);
+                    flush += 1 + std::fabs(a(m, k)) + std::fabs(bcol[k]);
                 }
                 double x = c.alpha * acc, e = 2 * (c.K + 5) * kU * std::fabs(c.alpha) * mag;
                 if (c.beta != 0.0f) {
@@ -241,6 +262,7 @@ struct Problem {
                 double v = act_d(c.act, x);
                 e = (smooth ? 1.2 : 1.0) * e + (smooth ? 4 * kU * (std::fabs(x) + std::fabs(v)) : 0.0);
                 if (c.res) e += kU * (std::fabs(v) + std::fabs(r(m, n))), v += r(m, n);
+                if (dp_kernel()) e += kDpAbs * flush * std::fabs(c.alpha) * (smooth ? 1.2 : 1.0);
                 if (c.c == DType::bf16) e += kBf16Rtol * std::fabs(v);
                 want[m * cols.size() + j] = v;
                 tol[m * cols.size() + j] = e + 1e-30;
@@ -528,7 +550,7 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                                 const detail::GemmBLayout l = detail::gemm_b_layout(layout_isa(), K, N, DType::bf16);
                                 EXPECT_EQ(w.layout(), l.name);
                                 EXPECT_NE(w.layout().find(l.pairs ? ":bf16x2:" : ":bf16:"), std::string::npos) << w.layout();
-                                EXPECT_EQ(l.pairs, isa >= Isa::avx512_bf16);
+                                EXPECT_EQ(l.pairs, dp_kernel());
                                 EXPECT_EQ(w.size_bytes(), static_cast<size_t>((l.pairs ? (K + 1) / 2 * 2 : K) * l.npad) * 2);
                             } else {
                                 EXPECT_EQ(w.layout().rfind("ref:plain:bf16:", 0), 0u) << w.layout();
@@ -665,4 +687,149 @@ TEST(GemmBf16, SelectionAtEveryIsa) {
         z.M = 5, z.N = 6, z.K = 0, z.a_type = z.b_type = DType::bf16;
         EXPECT_STREQ(GemmPlan(z).impl_name(), "ref:scalar");  // K == 0: the reference
     });
+}
+
+// ---- the VDPBF16PS kernel (avx512_bf16): k pairs, the probe, layouts ------------------------------
+
+// Odd K (the pair padding of the last pair, in one and in several K blocks), odd M and N, both
+// transposes, padded leading dimensions, misaligned pointers: the oracle, 2 threads, packed B.
+TEST(GemmBf16, OddKPairPaddingAndOddShapes) {
+    for_each_isa([&](Isa isa) {
+        if (isa == Isa::scalar) return;
+        int idx = 0;
+        for (int64_t K : {int64_t(1), int64_t(2), int64_t(3), int64_t(7), int64_t(17), int64_t(63), int64_t(65),
+                          int64_t(1023), kc_max() + 1, 2 * kc_max() + 3})
+            for (int64_t MN : {int64_t(7), int64_t(17), int64_t(63), int64_t(65)}) {
+                ++idx;
+                Case c;
+                c.M = MN, c.N = (MN * 3) % 67 + 1, c.K = K;
+                c.ta = idx % 2 ? Trans::T : Trans::N, c.tb = (idx / 2) % 2 ? Trans::T : Trans::N;
+                c.pad_a = idx % 3, c.pad_b = (idx + 1) % 3, c.pad_c = idx % 2;
+                c.c = idx % 3 == 0 ? DType::bf16 : DType::f32;
+                c.beta = idx % 4 == 1 ? 0.5f : 0.0f, c.bias = idx % 2 == 0;
+                c.misalign = static_cast<size_t>(idx % 5);
+                c.seed = 9000 + static_cast<uint64_t>(idx);
+                SCOPED_TRACE(c.str());
+                run_case(c);
+                if (HasFatalFailure()) return;
+            }
+    });
+}
+
+// Denormal bf16 inputs beside large ones: VDPBF16PS counts a denormal input as 0 (DAZ); the
+// widening kernels multiply it exactly. Both within their tolerance (the dp term above).
+TEST(GemmBf16, DenormalInputs) {
+    for_each_isa([&](Isa) {
+        for (Trans tb : {Trans::N, Trans::T}) {
+            Case c;
+            c.M = 20, c.N = 37, c.K = 45, c.tb = tb, c.seed = 4242;
+            Problem p(c);
+            std::mt19937 g(5);
+            for (int64_t m = 0; m < c.M; ++m)
+                for (int64_t k = 0; k < c.K; ++k)
+                    if ((m + k) % 3 == 0) {
+                        bf16 v;
+                        v.bits = static_cast<uint16_t>((g() & 0x7F) | 1 | ((k & 1) << 15));  // denormal
+                        p.A[m * p.d.lda + k] = v;
+                    }
+            for (int64_t k = 0; k < c.K; ++k)
+                for (int64_t n = 0; n < c.N; ++n) {
+                    bf16& b = tb == Trans::N ? p.B[k * p.d.ldb + n] : p.B[n * p.d.ldb + k];
+                    if ((k + n) % 5 == 0) b = bf16(b.to_float() * 1048576.0f);
+                }
+            p.oracle();
+            p.reset_c();
+            GemmPlan(c.desc()).run(p.args());
+            ASSERT_TRUE(p.check("denormal A")) << c.str();
+        }
+    });
+}
+
+// The probe decides between the VDPBF16PS kernel and the widening one at the avx512_bf16 cap;
+// XK_GEMM_BF16_DP forces either. Both give results within the tolerance of the same oracle.
+TEST(GemmBf16, SelectionFollowsTheDpProbe) {
+    if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "no avx512_bf16";
+    IsaCap cap(Isa::avx512_bf16);
+    Case c;
+    c.M = 40, c.N = 50, c.K = 61, c.c = DType::bf16, c.bias = true;
+    for (const char* v : {static_cast<const char*>(nullptr), "0", "1"}) {
+        EnvGuard env({{"XK_GEMM_BF16_DP", v}});
+        const bool dp = v ? v[0] == '1' : detail::gemm_bf16_dp_fast();
+        EXPECT_EQ(detail::gemm_bf16_dp_fast(), dp);
+        const GemmPlan plan(c.desc());
+        SCOPED_TRACE(std::string("XK_GEMM_BF16_DP=") + (v ? v : "(unset)"));
+        EXPECT_STREQ(plan.impl_name(), dp ? "jit:avx512_bf16:bf16" : "jit:avx512:bf16");
+        Problem p(c);
+        plan.run(p.args());
+        if (dp) {
+            ASSERT_TRUE(p.check("dp"));
+        } else {  // (the oracle's tolerance holds the dp term only when dp_kernel(): recompute)
+            EnvGuard one({{"XK_GEMM_BF16_DP", "0"}});
+            p.oracle();
+            ASSERT_TRUE(p.check("widened"));
+        }
+    }
+}
+
+// One PackedB in the pairs layout serves every decode M (1..16) and larger ones at the
+// avx512_bf16 cap (the shapes the reference runs read it through "jit:avx512_bf16:bf16:any");
+// a PackedB in the widened layout (packed under the avx512 cap) still runs at the avx512_bf16
+// cap (the widening kernel reads it); a pairs PackedB under the avx512 cap is rejected.
+TEST(GemmBf16, PairsPackedBAcrossMAndLayouts) {
+    if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "no avx512_bf16";
+    ThreadsGuard tg;
+    for (Trans tb : {Trans::N, Trans::T})
+        for (int64_t K : {int64_t(77), 2 * kc_max() + 1}) {
+            Case pc;
+            pc.M = 64, pc.N = 45, pc.K = K, pc.tb = tb, pc.pad_b = 2;
+            Problem src(pc);
+            PackedB pairs, wide;
+            {
+                IsaCap cap(Isa::avx512_bf16);
+                pairs = GemmPlan(pc.desc()).pack_b(src.B.data());
+                EXPECT_NE(pairs.layout().find("jit:avx512_bf16:bf16x2:"), std::string::npos) << pairs.layout();
+            }
+            {
+                IsaCap cap(Isa::avx512);
+                wide = GemmPlan(pc.desc()).pack_b(src.B.data());
+                EXPECT_NE(wide.layout().find("jit:avx512:bf16:"), std::string::npos) << wide.layout();
+                GemmArgs a = src.args();
+                a.B = nullptr;
+                XK_EXPECT_INVALID(GemmPlan(pc.desc()).run(a, pairs), "was packed for another plan");
+            }
+            IsaCap cap(Isa::avx512_bf16);
+            for (int64_t M : {1, 2, 3, 5, 8, 13, 16, 17, 100})
+                for (int threads : {1, 2}) {
+                    set_num_threads(threads);
+                    Case c = pc;
+                    c.M = M, c.c = M % 2 ? DType::bf16 : DType::f32, c.beta = M % 3 ? 0.0f : 0.5f, c.bias = true;
+                    c.act = Activation::gelu_erf, c.res = M % 4 == 1 ? 2 : 0;
+                    Problem p(c);
+                    std::memcpy(p.B.data(), src.B.data(), src.B.size() * sizeof(bf16));
+                    p.oracle();
+                    const GemmPlan plan(c.desc());
+                    SCOPED_TRACE(c.str());
+                    EXPECT_EQ(layout_reader(c.desc(), pairs.layout()),
+                              ref_preferred(c.desc()) ? "jit:avx512_bf16:bf16:any" : "jit:avx512_bf16:bf16");
+                    GemmArgs a = p.args();
+                    a.B = nullptr;
+                    plan.run(a, pairs);
+                    ASSERT_TRUE(p.check("pairs PackedB"));
+                    const std::vector<uint8_t> got = p.c_bytes();
+                    if (!ref_preferred(c.desc())) {  // the same kernel unpacked: the same bits
+                        p.reset_c();
+                        plan.run(p.args());
+                        ASSERT_TRUE(p.c_bytes() == got) << "unpacked differs";
+                    }
+                    p.reset_c();
+                    {
+                        EnvGuard off({{"XK_GEMM_BF16_DP", "0"}});  // (the oracle without the dp term)
+                        p.oracle();
+                    }
+                    EXPECT_EQ(layout_reader(c.desc(), wide.layout()),
+                              ref_preferred(c.desc()) ? "jit:avx512:bf16:any" : "jit:avx512:bf16");
+                    plan.run(a, wide);
+                    ASSERT_TRUE(p.check("widened PackedB at the avx512_bf16 cap"));
+                }
+        }
 }

@@ -127,6 +127,13 @@ bool gemm_jit_supports(const GemmSpec& s);
 bool gemm_bf16_ref_preferred(const GemmSpec& s);
 bool gemm_jit_bf16_supports(const GemmSpec& s);      // bf16, not ref-preferred
 bool gemm_jit_bf16_any_supports(const GemmSpec& s);  // bf16, M, N, K > 0
+//   At avx512_bf16, "jit:avx512_bf16:bf16" (and :any, :plain) is the same kernel on bf16 k-pairs
+//   with the VDPBF16PS microkernel (GemmBLayout::pairs, layout "jit:avx512_bf16:bf16x2:..."),
+//   selected where gemm_bf16_dp_fast(): the CPU issues VDPBF16PS fast enough to beat widening
+//   (measured once; XK_GEMM_BF16_DP=0/1 forces). ":any" reads a pairs PackedB whatever the probe.
+bool gemm_bf16_dp_fast();
+bool gemm_jit_bf16_dp_supports(const GemmSpec& s);      // gemm_jit_bf16_supports and dp fast
+bool gemm_jit_bf16_dp_any_supports(const GemmSpec& s);  // gemm_jit_bf16_any_supports and dp fast
 std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
 std::shared_ptr<const GemmKernel> create_gemm_jit_plain(const GemmSpec& s, Isa isa);
 //   small (jit_gemm_small.cpp): M, N, K <= 64, generated for the exact shape, no packing

@@ -51,6 +51,7 @@
 
 #include "common/parallel.hpp"
 #include "kernels/gemm/jit_gemm_common.hpp"
+#include "dispatch/verbose.hpp"
 #include "kernels/gemm/jit_gemm_ukernel.hpp"
 #include "xk/runtime.hpp"
 
@@ -572,6 +573,67 @@ bool gemm_bf16_ref_preferred(const GemmSpec& s) {
 }
 
 bool gemm_jit_bf16_supports(const GemmSpec& s) { return gemm_jit_bf16_any_supports(s) && !gemm_bf16_ref_preferred(s); }
+
+namespace {
+
+// Throughput probe: `iters` x 12 independent zmm VDPBF16PS (dp) or VFMADD231PS on zeroed registers.
+class JitBf16Probe : public JitGenerator {
+    using Zmm = Xbyak::Zmm;
+    using Label = Xbyak::Label;
+
+public:
+    explicit JitBf16Probe(bool dp) : JitGenerator(Isa::avx512_bf16, 4096) {
+        for (int i = 0; i < 14; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
+        Label l;
+        L(l);
+        for (int u = 0; u < 2; ++u)
+            for (int i = 0; i < 12; ++i) {
+                if (dp)
+                    vdpbf16ps(Zmm(i), Zmm(12), Zmm(13));
+                else
+                    vfmadd231ps(Zmm(i), Zmm(12), Zmm(13));
+            }
+        dec(rdi);
+        jnz(l);
+        vzeroupper();
+        ret();
+        fn = finalize<void (*)(int64_t)>();
+    }
+    void (*fn)(int64_t) = nullptr;
+};
+
+bool measure_bf16_dp_fast() {
+    if (!isa_supported(Isa::avx512_bf16)) return false;
+    const JitBf16Probe dp(true), fma(false);
+    double best[2] = {1e30, 1e30};
+    constexpr int64_t kIters = 400;  // 9600 instructions a run
+    for (int rep = 0; rep < 9; ++rep)
+        for (int k = 0; k < 2; ++k) {
+            const double t0 = now_us();
+            (k ? fma.fn : dp.fn)(kIters);
+            best[k] = std::min(best[k], now_us() - t0);
+        }
+    return best[0] < 1.5 * best[1];
+}
+
+}  // namespace
+
+// Whether the VDPBF16PS kernel beats the widening one on this CPU: a VDPBF16PS does twice an
+// FMA's flops, but where it issues at a quarter of the FMA rate (Sapphire Rapids class: measured
+// ~0.6 G/s against ~2.3 G/s FMAs per core, so 41 against 74 GFLOP/s of bench_peak, and the
+// kernels 40 against 68-98 GFLOP/s, 384x768x768 and 1024^3, one thread) the widened FMA path is
+// faster (1.6-1.8x oneDNN, which runs VDPBF16PS at the AVX512_CORE_BF16 cap, against 1.0x).
+// Measured once per process (a ~20 us probe of both instructions' throughput, the best of 9
+// alternating runs): the pair kernel when a VDPBF16PS costs less than 1.5 FMAs (Zen 4 / 5: about
+// one). XK_GEMM_BF16_DP=1 / 0 forces it (read at every selection; tests, experiments).
+bool gemm_bf16_dp_fast() {
+    if (const char* e = std::getenv("XK_GEMM_BF16_DP"); e && *e) return e[0] == '1' && isa_supported(Isa::avx512_bf16);
+    static const bool fast = measure_bf16_dp_fast();
+    return fast;
+}
+
+bool gemm_jit_bf16_dp_supports(const GemmSpec& s) { return gemm_jit_bf16_supports(s) && gemm_bf16_dp_fast(); }
+bool gemm_jit_bf16_dp_any_supports(const GemmSpec& s) { return gemm_jit_bf16_any_supports(s) && gemm_bf16_dp_fast(); }
 
 std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa) {
     if (!gemm_jit_supports(s) && !gemm_jit_bf16_any_supports(s))
