@@ -134,10 +134,20 @@ bool ref_preferred(const GemmDesc& d) {
     return (d.M == 1 && (d.N <= 16 || d.trans_b == Trans::N)) || (d.M == 2 && d.N <= 8) || d.M * d.N * d.K <= 64;
 }
 
+// The bf16 decode kernel (AVX-512, M <= 16) runs d under the current cap.
+bool gemv_runs(const GemmDesc& d) {
+    return max_isa() >= Isa::avx512 && d.M >= 1 && d.M <= detail::kGemvBf16MaxM && d.N > 0 && d.K > 0;
+}
+std::string gemv_name() { return dp_kernel() ? "avx512_bf16:bf16:gemv" : "avx512:bf16:gemv"; }
+// The reference runs d under the current cap.
+bool ref_runs(const GemmDesc& d) {
+    return max_isa() == Isa::scalar || d.K == 0 || d.M == 0 || d.N == 0 || (!gemv_runs(d) && ref_preferred(d));
+}
+
 // What a plan must pick under the current cap.
 std::string want_impl(const GemmDesc& d) {
-    if (max_isa() == Isa::scalar || d.K == 0 || d.M == 0 || d.N == 0 || ref_preferred(d)) return "ref:scalar";
-    return isa_prefix();
+    if (ref_runs(d)) return "ref:scalar";
+    return gemv_runs(d) ? gemv_name() : isa_prefix();
 }
 
 // The registry entry GemmPlan::run(args, packed) runs for a PackedB of another plan (the lookup
@@ -333,7 +343,11 @@ void run_case(const Case& c, bool pack = true, std::vector<int64_t> cols = {}) {
         GemmArgs a = p.args();
         a.B = nullptr;
         plan.run(a, w);
-        ASSERT_TRUE(p.c_bytes() == one) << "packed B differs from unpacked: " << c.str();
+        // (The decode kernel sums a plain B^T along k in 32 partial sums, a PackedB in k order.)
+        if (gemv_runs(c.desc()) && c.tb == Trans::T)
+            ASSERT_TRUE(p.check("packed B"));
+        else
+            ASSERT_TRUE(p.c_bytes() == one) << "packed B differs from unpacked: " << c.str();
     }
 }
 
@@ -382,7 +396,9 @@ TEST(GemmBf16, EveryTileTail) {
     for_each_isa([&](Isa isa) {
         if (isa == Isa::scalar) return;  // (the reference: covered above)
         int idx = 0;
-        for (int64_t M : {1, 5, 6, 13, 14, 15, 29}) {
+        // (M <= 16 runs the decode kernel at avx512 and above: 19, 20, 27 give the blocked
+        // kernel's row tails 5, 6, 13 of the 14-row tile there.)
+        for (int64_t M : {1, 5, 6, 13, 14, 15, 19, 20, 27, 29}) {
             for (int64_t N : {1, 8, 15, 16, 17, 31, 33, 47}) {
                 ++idx;
                 Case c;
@@ -545,7 +561,7 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                             Problem src(pc);
                             const GemmPlan packer(pc.desc());
                             const PackedB w = packer.pack_b(src.B.data());
-                            const bool jit_layout = isa != Isa::scalar && !ref_preferred(pc.desc());
+                            const bool jit_layout = !ref_runs(pc.desc());
                             if (jit_layout) {
                                 const detail::GemmBLayout l = detail::gemm_b_layout(layout_isa(), K, N, DType::bf16);
                                 EXPECT_EQ(w.layout(), l.name);
@@ -568,7 +584,7 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                                     SCOPED_TRACE(c.str() + ", packed by M=" + std::to_string(packer_m) + ": " + w.layout());
                                     if (isa != Isa::scalar && w.layout() != plan.pack_b(p.B.data()).layout()) {
                                         // another plan's layout: the blocked kernel reads it
-                                        const std::string want = jit_layout ? isa_prefix() + (ref_preferred(c.desc()) ? ":any" : "")
+                                        const std::string want = jit_layout ? isa_prefix() + (ref_runs(c.desc()) ? ":any" : "")
                                                                             : isa_prefix() + ":plain";
                                         EXPECT_EQ(layout_reader(c.desc(), w.layout()), want);
                                     }
@@ -581,7 +597,9 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                                     plan.run(p.args());
                                     // The same bits where the PackedB's reader and the plan's kernel are both the
                                     // blocked kernel (or both the reference).
-                                    if (isa == Isa::scalar || !jit_layout || !ref_preferred(c.desc()))
+                                    // (The decode kernel: the same sums from a PackedB and a plain B, not a B^T.)
+                                    if (isa == Isa::scalar ||
+                                        (gemv_runs(c.desc()) ? jit_layout && tb == Trans::N : !jit_layout || !ref_runs(c.desc())))
                                         ASSERT_TRUE(p.c_bytes() == packed) << "unpacked differs";
                                 }
                             }
@@ -810,13 +828,13 @@ TEST(GemmBf16, PairsPackedBAcrossMAndLayouts) {
                     const GemmPlan plan(c.desc());
                     SCOPED_TRACE(c.str());
                     EXPECT_EQ(layout_reader(c.desc(), pairs.layout()),
-                              ref_preferred(c.desc()) ? "jit:avx512_bf16:bf16:any" : "jit:avx512_bf16:bf16");
+                              gemv_runs(c.desc()) ? "avx512_bf16:bf16:gemv" : "jit:avx512_bf16:bf16");
                     GemmArgs a = p.args();
                     a.B = nullptr;
                     plan.run(a, pairs);
                     ASSERT_TRUE(p.check("pairs PackedB"));
                     const std::vector<uint8_t> got = p.c_bytes();
-                    if (!ref_preferred(c.desc())) {  // the same kernel unpacked: the same bits
+                    if (!gemv_runs(c.desc()) || tb == Trans::N) {  // the same kernel unpacked: the same bits
                         p.reset_c();
                         plan.run(p.args());
                         ASSERT_TRUE(p.c_bytes() == got) << "unpacked differs";
@@ -827,9 +845,43 @@ TEST(GemmBf16, PairsPackedBAcrossMAndLayouts) {
                         p.oracle();
                     }
                     EXPECT_EQ(layout_reader(c.desc(), wide.layout()),
-                              ref_preferred(c.desc()) ? "jit:avx512:bf16:any" : "jit:avx512:bf16");
+                              gemv_runs(c.desc()) ? "avx512:bf16:gemv" : "jit:avx512:bf16");
                     plan.run(a, wide);
                     ASSERT_TRUE(p.check("widened PackedB at the avx512_bf16 cap"));
                 }
         }
+}
+
+// The bf16 decode kernel (M <= 16, AVX-512): every M, column tails and column ranges longer than
+// its sweep block (1024), odd K, B plain, transposed (dot products) and packed (run_case: the
+// oracle, 2 threads, the plan's PackedB), padded and misaligned operands, epilogues, bf16 C.
+TEST(GemmBf16, DecodeEveryMAndShape) {
+    for_each_isa([&](Isa isa) {
+        if (isa < Isa::avx512) return;
+        int idx = 0;
+        for (int64_t M = 1; M <= 16; ++M) {
+            for (int v = 0; v < 2; ++v) {
+                ++idx;
+                const int64_t Ns[] = {1, 31, 33, 100, 1030, 2100};
+                const int64_t Ks[] = {1, 7, 63, 65, 1023, 2 * kc_max() + 3};
+                Case c;
+                c.M = M, c.N = Ns[idx % 6], c.K = Ks[(idx / 2 + v) % 6];
+                if (c.N * c.K > 600000) c.K = 257;  // (the oracle's time)
+                c.ta = idx % 3 == 0 ? Trans::T : Trans::N;
+                c.tb = idx % 2 ? Trans::T : Trans::N;
+                c.pad_a = idx % 2, c.pad_b = idx % 3 == 1 ? 3 : 0, c.pad_c = idx % 4 == 0 ? 2 : 0;
+                c.c = idx % 3 == 1 ? DType::bf16 : DType::f32;
+                c.alpha = idx % 5 == 0 ? -1.5f : 1.0f;
+                c.beta = idx % 4 == 1 ? 0.5f : idx % 4 == 2 ? 1.0f : 0.0f;
+                c.bias = idx % 2 == 0;
+                c.act = kActs[idx % 5];
+                c.res = idx % 3;
+                c.misalign = static_cast<size_t>(idx % 7);
+                c.seed = 12000 + static_cast<uint64_t>(idx);
+                SCOPED_TRACE(c.str());
+                run_case(c);
+                if (HasFatalFailure()) return;
+            }
+        }
+    });
 }

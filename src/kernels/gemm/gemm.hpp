@@ -132,6 +132,15 @@ bool gemm_jit_bf16_any_supports(const GemmSpec& s);  // bf16, M, N, K > 0
 //   selected where gemm_bf16_dp_fast(): the CPU issues VDPBF16PS fast enough to beat widening
 //   (measured once; XK_GEMM_BF16_DP=0/1 forces). ":any" reads a pairs PackedB whatever the probe.
 bool gemm_bf16_dp_fast();
+//   bf16 decode (gemv_bf16.cpp, AVX-512): M <= kGemvBf16MaxM, the bf16 weights streamed once and
+//   widened in registers; reads B plain (either transpose) or a PackedB of the blocked kernel's
+//   layout at the same ISA (pack_b packs that layout: one PackedB serves every M). Registry
+//   "avx512:bf16:gemv" (widened layout) and "avx512_bf16:bf16:gemv" (the pairs layout, where
+//   gemm_bf16_dp_fast()).
+constexpr int64_t kGemvBf16MaxM = 16;
+bool gemv_bf16_supports(const GemmSpec& s);
+bool gemv_bf16_dp_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemv_bf16(const GemmSpec& s, Isa isa);
 bool gemm_jit_bf16_dp_supports(const GemmSpec& s);      // gemm_jit_bf16_supports and dp fast
 bool gemm_jit_bf16_dp_any_supports(const GemmSpec& s);  // gemm_jit_bf16_any_supports and dp fast
 std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);

@@ -1,0 +1,319 @@
+// bf16 decode GEMM (bf16 x bf16 -> f32 | bf16, M <= kGemvBf16MaxM): the weights B streamed once,
+// in bf16 (half the bytes of fp32 weights), widened in registers (a 16-bit shift or a mask: the
+// products are exact) into FMAs against op(A) widened to f32 once per call. AVX-512 code compiled
+// with target attributes (intrinsics: memory-bound, so no generated code is needed).
+//
+// B comes three ways, each read in its memory order:
+//   - packed (a PackedB of this ISA's blocked kernel, so one packed weight serves every M):
+//     widened layout (avx512: K blocks of 32-column panels, rows of 32 bf16) — the even and odd
+//     columns of a row taken by a shift and a mask into two accumulators, interleaved back at the
+//     end; or the pairs layout (avx512_bf16, VDPBF16PS kernel's PackedB) — the low and high half
+//     of each 32-bit pair (k even, k odd) into the same accumulator in increasing k;
+//   - plain [K x N] (trans_b N): a row sweep — each thread owns a column range, accumulators of
+//     up to kSweepCols columns in L1, four rows of B at a time added to them (rows read along N);
+//   - plain B^T [N x K] (trans_b T, PyTorch's W): dot products along the rows of W, 8 (M = 1) or
+//     4 rows at a time, 32 k per step (masked tail), horizontal sums at the end.
+// Each element is summed in fp32: in increasing k for the packed and row-sweep paths (the
+// reference's order: the products are exact, so those are the reference's sums), in 32 interleaved
+// partial sums for the dot path. Then the epilogue (scalar, the reference's expressions) and the
+// store (bf16 C rounded to nearest even). Columns split over threads in whole 32-column groups;
+// results do not depend on the thread count.
+#include <immintrin.h>
+
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands) when they are
+// inlined into target-attribute functions: a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/activation.hpp"
+#include "common/parallel.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/jit_gemm_common.hpp"
+
+#define XK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+
+namespace xk::detail {
+namespace {
+
+constexpr int64_t kSweepCols = 1024;  // row sweep: columns of one accumulator block (M x 4 KiB)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+XK_AVX512 inline __m512 lo_half(__m512i u) { return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)); }
+XK_AVX512 inline __m512 hi_half(__m512i u) {
+    return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// 16 bf16 -> 16 f32 in order.
+XK_AVX512 inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+class GemvBf16 final : public GemmKernel {
+public:
+    GemvBf16(const GemmSpec& s, Isa isa) : s_(s), layout_(gemm_b_layout(isa, s.K, s.N, DType::bf16)) {}
+
+    std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return gemm_jit_pack_b(s_, layout_, B); }
+    std::string packed_layout() const override { return layout_.name; }
+
+    void run(const GemmCall& call) const override {
+        const GemmSpec& s = s_;
+        const int64_t M = s.M, K = s.K, N = s.N;
+        // op(A) widened once: af[m * kpad + k], zero past K (the pair pad and the dot's last step).
+        const int64_t kpad = (K + 31) / 32 * 32;
+        float* af = gemm_thread_buffer(2, static_cast<size_t>(M * kpad));
+        const auto* A = static_cast<const uint16_t*>(call.args.A);
+        for (int64_t m = 0; m < M; ++m) {
+            float* d = af + m * kpad;
+            for (int64_t k = 0; k < K; ++k) {
+                const uint32_t u = static_cast<uint32_t>(s.trans_a == Trans::N ? A[m * s.lda + k] : A[k * s.lda + m]) << 16;
+                std::memcpy(d + k, &u, 4);
+            }
+            std::fill(d + K, d + kpad, 0.0f);
+        }
+        const int64_t groups = ceil_div(N, 32);
+        // Chunks of at least ~256 KiB of weights (fewer threads for small B).
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * 32));
+        parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
+            float* acc = gemm_thread_buffer(4, static_cast<size_t>(kGemvBf16MaxM * kSweepCols));
+            const int64_t n0 = g0 * 32, n1 = std::min(N, g1 * 32);
+            if (call.packed_b) {
+                for (int64_t g = g0; g < g1; ++g) {
+                    // Row tiles of up to 4: the panel (all of K) from DRAM once, from L2 for the next tiles.
+                    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+                        if (layout_.pairs)
+                            panel_pairs(call, af + m0 * kpad, kpad, g, acc + m0 * 32, std::min<int64_t>(4, M - m0));
+                        else
+                            panel_wide(call, af + m0 * kpad, kpad, g, acc + m0 * 32, std::min<int64_t>(4, M - m0));
+                    }
+                    epilogue(call, acc, 32, g * 32, std::min(N, g * 32 + 32));
+                }
+            } else if (s.trans_b == Trans::N) {
+                for (int64_t c0 = n0; c0 < n1; c0 += kSweepCols) {
+                    const int64_t c1 = std::min(n1, c0 + kSweepCols);
+                    sweep(call, af, kpad, c0, c1, acc);
+                    epilogue(call, acc, kSweepCols, c0, c1);
+                }
+            } else {
+                for (int64_t c0 = n0; c0 < n1; c0 += 32) {
+                    const int64_t c1 = std::min(n1, c0 + 32);
+                    if (M == 1)
+                        dots<1, 8>(call, af, kpad, c0, c1, acc);
+                    else
+                        dots_m(call, af, kpad, c0, c1, acc);  // (row tiles of 4 inside)
+                    epilogue(call, acc, 32, c0, c1);
+                }
+            }
+        });
+    }
+
+private:
+    // acc[m * ld + j] for columns [c0, c1): the reference's epilogue and store.
+    void epilogue(const GemmCall& call, const float* acc, int64_t ld, int64_t c0, int64_t c1) const {
+        const GemmSpec& s = s_;
+        const GemmArgs& a = call.args;
+        for (int64_t m = 0; m < s.M; ++m)
+            for (int64_t n = c0; n < c1; ++n) {
+                float x = call.alpha * acc[m * ld + (n - c0)];
+                if (s.beta != BetaKind::zero) {
+                    const float c = s.c_type == DType::bf16 ? static_cast<const bf16*>(a.C)[m * s.ldc + n].to_float()
+                                                            : static_cast<const float*>(a.C)[m * s.ldc + n];
+                    x = x + call.beta * c;
+                }
+                if (s.epilogue.bias) x = x + a.bias[n];
+                x = apply_activation(s.epilogue.act, x);
+                if (s.epilogue.residual)
+                    x = x + (s.residual_type == DType::bf16
+                                 ? static_cast<const bf16*>(a.residual)[m * s.ld_residual + n].to_float()
+                                 : static_cast<const float*>(a.residual)[m * s.ld_residual + n]);
+                if (s.c_type == DType::bf16)
+                    static_cast<bf16*>(a.C)[m * s.ldc + n] = bf16(x);
+                else
+                    static_cast<float*>(a.C)[m * s.ldc + n] = x;
+            }
+    }
+
+    // Packed, widened layout: panel g's K blocks, rows of 32 bf16; even / odd columns apart.
+    template <int MM>
+    XK_AVX512 void panel_wide_m(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc) const {
+        __m512 e[MM], o[MM];
+        for (int m = 0; m < MM; ++m) e[m] = o[m] = _mm512_setzero_ps();
+        const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
+        for (int64_t pc = 0; pc < s_.K; pc += layout_.kc) {
+            const int64_t kcb = std::min(layout_.kc, s_.K - pc);
+            const uint16_t* src = P + layout_.offset(pc, g, kcb);
+            for (int64_t k = 0; k < kcb; ++k) {
+                const __m512i u = _mm512_load_si512(src + k * 32);
+                const __m512 lo = lo_half(u), hi = hi_half(u);
+                for (int m = 0; m < MM; ++m) {
+                    const __m512 av = _mm512_set1_ps(af[m * kpad + pc + k]);
+                    e[m] = _mm512_fmadd_ps(lo, av, e[m]);
+                    o[m] = _mm512_fmadd_ps(hi, av, o[m]);
+                }
+            }
+        }
+        const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i i1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        for (int m = 0; m < MM; ++m) {
+            _mm512_store_ps(acc + m * 32, _mm512_permutex2var_ps(e[m], i0, o[m]));
+            _mm512_store_ps(acc + m * 32 + 16, _mm512_permutex2var_ps(e[m], i1, o[m]));
+        }
+    }
+    void panel_wide(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc, int64_t mm) const {
+        switch (mm) {
+            case 1: panel_wide_m<1>(call, af, kpad, g, acc); break;
+            case 2: panel_wide_m<2>(call, af, kpad, g, acc); break;
+            case 3: panel_wide_m<3>(call, af, kpad, g, acc); break;
+            default: panel_wide_m<4>(call, af, kpad, g, acc); break;
+        }
+    }
+
+    // Packed, pairs layout: rows of 32 pairs (k even in the low half), 2 vectors of 16 columns.
+    template <int MM>
+    XK_AVX512 void panel_pairs_m(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc) const {
+        __m512 c0[MM], c1[MM];
+        for (int m = 0; m < MM; ++m) c0[m] = c1[m] = _mm512_setzero_ps();
+        const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
+        for (int64_t pc = 0; pc < s_.K; pc += layout_.kc) {
+            const int64_t kcb = std::min(layout_.kc, s_.K - pc), kp = (kcb + 1) / 2;
+            const uint16_t* src = P + layout_.offset(pc, g, kcb);
+            for (int64_t kk = 0; kk < kp; ++kk) {
+                const __m512i u0 = _mm512_load_si512(src + kk * 64), u1 = _mm512_load_si512(src + kk * 64 + 32);
+                const __m512 l0 = lo_half(u0), h0 = hi_half(u0), l1 = lo_half(u1), h1 = hi_half(u1);
+                for (int m = 0; m < MM; ++m) {
+                    const __m512 a0 = _mm512_set1_ps(af[m * kpad + pc + 2 * kk]);
+                    const __m512 a1 = _mm512_set1_ps(af[m * kpad + pc + 2 * kk + 1]);  // (0 past K)
+                    c0[m] = _mm512_fmadd_ps(l0, a0, c0[m]);
+                    c1[m] = _mm512_fmadd_ps(l1, a0, c1[m]);
+                    c0[m] = _mm512_fmadd_ps(h0, a1, c0[m]);
+                    c1[m] = _mm512_fmadd_ps(h1, a1, c1[m]);
+                }
+            }
+        }
+        for (int m = 0; m < MM; ++m) {
+            _mm512_store_ps(acc + m * 32, c0[m]);
+            _mm512_store_ps(acc + m * 32 + 16, c1[m]);
+        }
+    }
+    void panel_pairs(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc, int64_t mm) const {
+        switch (mm) {
+            case 1: panel_pairs_m<1>(call, af, kpad, g, acc); break;
+            case 2: panel_pairs_m<2>(call, af, kpad, g, acc); break;
+            case 3: panel_pairs_m<3>(call, af, kpad, g, acc); break;
+            default: panel_pairs_m<4>(call, af, kpad, g, acc); break;
+        }
+    }
+
+    // Plain [K x N]: acc[m * kSweepCols + j] over columns [c0, c1), rows of B four at a time.
+    XK_AVX512 void sweep(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc) const {
+        const int64_t M = s_.M, K = s_.K, ldb = s_.ldb, w = c1 - c0;
+        const auto* B = static_cast<const uint16_t*>(call.args.B) + c0;
+        const int64_t nv = ceil_div(w, 16);
+        for (int64_t m = 0; m < M; ++m) std::fill(acc + m * kSweepCols, acc + m * kSweepCols + nv * 16, 0.0f);
+        const int64_t tail = w - (nv - 1) * 16;
+        const __mmask16 tmask = static_cast<__mmask16>(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
+        int64_t k = 0;
+        for (; k + 4 <= K; k += 4) {
+            const uint16_t* r = B + k * ldb;
+            for (int64_t v = 0; v < nv; ++v) {
+                const __mmask16 mk = v + 1 < nv ? static_cast<__mmask16>(0xFFFF) : tmask;
+                const __m512 b0 = widen16(_mm256_maskz_loadu_epi16(mk, r + v * 16));
+                const __m512 b1 = widen16(_mm256_maskz_loadu_epi16(mk, r + ldb + v * 16));
+                const __m512 b2 = widen16(_mm256_maskz_loadu_epi16(mk, r + 2 * ldb + v * 16));
+                const __m512 b3 = widen16(_mm256_maskz_loadu_epi16(mk, r + 3 * ldb + v * 16));
+                for (int64_t m = 0; m < M; ++m) {
+                    float* a = acc + m * kSweepCols + v * 16;
+                    const float* x = af + m * kpad + k;
+                    __m512 c = _mm512_load_ps(a);
+                    c = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[0]), c);
+                    c = _mm512_fmadd_ps(b1, _mm512_set1_ps(x[1]), c);
+                    c = _mm512_fmadd_ps(b2, _mm512_set1_ps(x[2]), c);
+                    c = _mm512_fmadd_ps(b3, _mm512_set1_ps(x[3]), c);
+                    _mm512_store_ps(a, c);
+                }
+            }
+        }
+        for (; k < K; ++k) {
+            const uint16_t* r = B + k * ldb;
+            for (int64_t v = 0; v < nv; ++v) {
+                const __mmask16 mk = v + 1 < nv ? static_cast<__mmask16>(0xFFFF) : tmask;
+                const __m512 b0 = widen16(_mm256_maskz_loadu_epi16(mk, r + v * 16));
+                for (int64_t m = 0; m < M; ++m) {
+                    float* a = acc + m * kSweepCols + v * 16;
+                    _mm512_store_ps(a, _mm512_fmadd_ps(b0, _mm512_set1_ps(af[m * kpad + k]), _mm512_load_ps(a)));
+                }
+            }
+        }
+    }
+
+    // Plain B^T [N x K]: columns [c0, c1) (<= 32) in groups of J rows of W, 32 k a step.
+    template <int MM, int J>
+    XK_AVX512 void dots(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc) const {
+        dots_at<MM, J>(call, af, kpad, c0, c1, acc, c0, c1);
+    }
+    // Columns [n_lo, n_hi) of the block [c0, c1) (acc column 0 is c0), rows af[0..MM).
+    template <int MM, int J>
+    XK_AVX512 void dots_at(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc,
+                           int64_t n_lo, int64_t n_hi) const {
+        const int64_t K = s_.K, ldb = s_.ldb;
+        const auto* B = static_cast<const uint16_t*>(call.args.B);
+        const int64_t ksteps = ceil_div(K, 32);
+        const int64_t tail = K - (ksteps - 1) * 32;
+        const __mmask32 tmask = tail >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << tail) - 1);
+        for (int64_t n = n_lo; n < n_hi; n += J) {
+            const uint16_t* row[J];
+            for (int j = 0; j < J; ++j) row[j] = B + std::min(n + j, n_hi - 1) * ldb;
+            __m512 c[MM][J];
+            for (int m = 0; m < MM; ++m)
+                for (int j = 0; j < J; ++j) c[m][j] = _mm512_setzero_ps();
+            for (int64_t t = 0; t < ksteps; ++t) {
+                const __mmask32 mk = t + 1 < ksteps ? 0xFFFFFFFFu : tmask;
+                __m512 a0[MM], a1[MM];
+                for (int m = 0; m < MM; ++m) {
+                    a0[m] = _mm512_loadu_ps(af + m * kpad + t * 32);
+                    a1[m] = _mm512_loadu_ps(af + m * kpad + t * 32 + 16);
+                }
+                for (int j = 0; j < J; ++j) {
+                    const __m512i u = _mm512_maskz_loadu_epi16(mk, row[j] + t * 32);
+                    const __m512 w0 = widen16(_mm512_castsi512_si256(u)), w1 = widen16(_mm512_extracti64x4_epi64(u, 1));
+                    for (int m = 0; m < MM; ++m) {
+                        c[m][j] = _mm512_fmadd_ps(w0, a0[m], c[m][j]);
+                        c[m][j] = _mm512_fmadd_ps(w1, a1[m], c[m][j]);
+                    }
+                }
+            }
+            for (int m = 0; m < MM; ++m)
+                for (int j = 0; j < J && n + j < n_hi; ++j) acc[m * 32 + (n + j - c0)] = _mm512_reduce_add_ps(c[m][j]);
+        }
+    }
+    // M > 1: per group of 4 rows of W, every row tile of 4 (W's rows re-read from L1).
+    void dots_m(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc) const {
+        for (int64_t n = c0; n < c1; n += 4) {
+            const int64_t n1 = std::min(c1, n + 4);
+            for (int64_t m0 = 0; m0 < s_.M; m0 += 4) {
+                const float* a = af + m0 * kpad;
+                float* c = acc + m0 * 32;
+                switch (std::min<int64_t>(4, s_.M - m0)) {
+                    case 1: dots_at<1, 4>(call, a, kpad, c0, c1, c, n, n1); break;
+                    case 2: dots_at<2, 4>(call, a, kpad, c0, c1, c, n, n1); break;
+                    case 3: dots_at<3, 4>(call, a, kpad, c0, c1, c, n, n1); break;
+                    default: dots_at<4, 4>(call, a, kpad, c0, c1, c, n, n1); break;
+                }
+            }
+        }
+    }
+
+    GemmSpec s_;
+    GemmBLayout layout_;
+};
+
+}  // namespace
+
+bool gemv_bf16_supports(const GemmSpec& s) { return gemm_jit_bf16_any_supports(s) && s.M <= kGemvBf16MaxM; }
+bool gemv_bf16_dp_supports(const GemmSpec& s) { return gemv_bf16_supports(s) && gemm_bf16_dp_fast(); }
+
+std::shared_ptr<const GemmKernel> create_gemv_bf16(const GemmSpec& s, Isa isa) {
+    if (!gemv_bf16_supports(s)) throw Error(Status::unsupported, "gemm bf16 gemv: " + s.key() + " is not supported");
+    return std::make_shared<GemvBf16>(s, isa);
+}
+
+}  // namespace xk::detail
