@@ -4,13 +4,14 @@
 // with target attributes (intrinsics: memory-bound, so no generated code is needed).
 //
 // B comes three ways, each read in its memory order:
-//   - packed (a PackedB of this ISA's blocked kernel, so one packed weight serves every M):
+//   - packed (a PackedB of this ISA's blocked kernel, so one packed weight serves every M), read
+//     K block by K block (a thread's panels of one block are contiguous: memory order):
 //     widened layout (avx512: K blocks of 32-column panels, rows of 32 bf16) — the even and odd
 //     columns of a row taken by a shift and a mask into two accumulators, interleaved back at the
 //     end; or the pairs layout (avx512_bf16, VDPBF16PS kernel's PackedB) — the low and high half
 //     of each 32-bit pair (k even, k odd) into the same accumulator in increasing k;
 //   - plain [K x N] (trans_b N): a row sweep — each thread owns a column range, accumulators of
-//     up to kSweepCols columns in L1, four rows of B at a time added to them (rows read along N);
+//     kSweepFloats / M columns (16 KiB, L1), four rows of B at a time added to them (rows read along N);
 //   - plain B^T [N x K] (trans_b T, PyTorch's W): dot products along the rows of W, 8 (M = 1) or
 //     4 rows at a time, 32 k per step (masked tail), horizontal sums at the end.
 // Each element is summed in fp32: in increasing k for the packed and row-sweep paths (the
@@ -37,7 +38,7 @@
 namespace xk::detail {
 namespace {
 
-constexpr int64_t kSweepCols = 1024;  // row sweep: columns of one accumulator block (M x 4 KiB)
+constexpr int64_t kSweepFloats = 4096;  // row sweep: columns x rows of one accumulator block (16 KiB: L1)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -74,26 +75,44 @@ public:
         // Chunks of at least ~256 KiB of weights (fewer threads for small B).
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * 32));
         parallel_for(groups, grain, [&](int64_t g0, int64_t g1) {
-            float* acc = gemm_thread_buffer(4, static_cast<size_t>(kGemvBf16MaxM * kSweepCols));
             const int64_t n0 = g0 * 32, n1 = std::min(N, g1 * 32);
             if (call.packed_b) {
-                for (int64_t g = g0; g < g1; ++g) {
-                    // Row tiles of up to 4: the panel (all of K) from DRAM once, from L2 for the next tiles.
-                    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-                        if (layout_.pairs)
-                            panel_pairs(call, af + m0 * kpad, kpad, g, acc + m0 * 32, std::min<int64_t>(4, M - m0));
-                        else
-                            panel_wide(call, af + m0 * kpad, kpad, g, acc + m0 * 32, std::min<int64_t>(4, M - m0));
+                // K block by K block: the range's panels of one block are contiguous in the layout,
+                // so the weights are read in memory order; the sums of the range (M x 32 per
+                // panel, at most 2 MiB) stay in L2 between blocks. Row tiles of up to 4 re-read a
+                // panel's block (<= 32 KiB) from L1.
+                float* acc = gemm_thread_buffer(4, static_cast<size_t>((g1 - g0) * M * 32));
+                const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
+                for (int64_t pc = 0; pc < K; pc += layout_.kc) {
+                    const int64_t kcb = std::min(layout_.kc, K - pc);
+                    for (int64_t g = g0; g < g1; ++g) {
+                        const uint16_t* src = P + layout_.offset(pc, g, kcb);
+                        float* a = acc + (g - g0) * M * 32;
+                        for (int64_t m0 = 0; m0 < M; m0 += 4) {
+                            const int mm = static_cast<int>(std::min<int64_t>(4, M - m0));
+                            if (layout_.pairs)
+                                panel_pairs(src, kcb, af + m0 * kpad + pc, kpad, a + m0 * 32, pc == 0, mm);
+                            else
+                                panel_wide(src, kcb, af + m0 * kpad + pc, kpad, a + m0 * 32, pc == 0, mm);
+                        }
                     }
-                    epilogue(call, acc, 32, g * 32, std::min(N, g * 32 + 32));
+                }
+                for (int64_t g = g0; g < g1; ++g) {
+                    float* a = acc + (g - g0) * M * 32;
+                    if (!layout_.pairs) interleave(a, M);
+                    epilogue(call, a, 32, g * 32, std::min(N, g * 32 + 32));
                 }
             } else if (s.trans_b == Trans::N) {
-                for (int64_t c0 = n0; c0 < n1; c0 += kSweepCols) {
-                    const int64_t c1 = std::min(n1, c0 + kSweepCols);
-                    sweep(call, af, kpad, c0, c1, acc);
-                    epilogue(call, acc, kSweepCols, c0, c1);
+                // (Accumulators of M x cols within 16 KiB: L1.)
+                const int64_t cols = std::max<int64_t>(128, kSweepFloats / M / 16 * 16);
+                float* acc = gemm_thread_buffer(4, static_cast<size_t>(M * cols));
+                for (int64_t c0 = n0; c0 < n1; c0 += cols) {
+                    const int64_t c1 = std::min(n1, c0 + cols);
+                    sweep(call, af, kpad, c0, c1, acc, cols);
+                    epilogue(call, acc, cols, c0, c1);
                 }
             } else {
+                float* acc = gemm_thread_buffer(4, static_cast<size_t>(M * 32));
                 for (int64_t c0 = n0; c0 < n1; c0 += 32) {
                     const int64_t c1 = std::min(n1, c0 + 32);
                     if (M == 1)
@@ -132,61 +151,71 @@ private:
             }
     }
 
-    // Packed, widened layout: panel g's K blocks, rows of 32 bf16; even / odd columns apart.
+    // Packed, widened layout: one K block of a panel (rows of 32 bf16, kcb rows at src), rows
+    // x[m * kpad + k]; the even / odd columns in acc[m * 32 + 0..15] / [16..31] (interleave()
+    // puts them in order after the last block). first: the sums start at 0.
     template <int MM>
-    XK_AVX512 void panel_wide_m(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc) const {
+    XK_AVX512 void panel_wide_m(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc,
+                                bool first) const {
         __m512 e[MM], o[MM];
-        for (int m = 0; m < MM; ++m) e[m] = o[m] = _mm512_setzero_ps();
-        const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
-        for (int64_t pc = 0; pc < s_.K; pc += layout_.kc) {
-            const int64_t kcb = std::min(layout_.kc, s_.K - pc);
-            const uint16_t* src = P + layout_.offset(pc, g, kcb);
-            for (int64_t k = 0; k < kcb; ++k) {
-                const __m512i u = _mm512_load_si512(src + k * 32);
-                const __m512 lo = lo_half(u), hi = hi_half(u);
-                for (int m = 0; m < MM; ++m) {
-                    const __m512 av = _mm512_set1_ps(af[m * kpad + pc + k]);
-                    e[m] = _mm512_fmadd_ps(lo, av, e[m]);
-                    o[m] = _mm512_fmadd_ps(hi, av, o[m]);
-                }
+        for (int m = 0; m < MM; ++m) {
+            e[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32);
+            o[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32 + 16);
+        }
+        for (int64_t k = 0; k < kcb; ++k) {
+            const __m512i u = _mm512_load_si512(src + k * 32);
+            const __m512 lo = lo_half(u), hi = hi_half(u);
+            for (int m = 0; m < MM; ++m) {
+                const __m512 av = _mm512_set1_ps(x[m * kpad + k]);
+                e[m] = _mm512_fmadd_ps(lo, av, e[m]);
+                o[m] = _mm512_fmadd_ps(hi, av, o[m]);
             }
         }
-        const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const __m512i i1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
         for (int m = 0; m < MM; ++m) {
-            _mm512_store_ps(acc + m * 32, _mm512_permutex2var_ps(e[m], i0, o[m]));
-            _mm512_store_ps(acc + m * 32 + 16, _mm512_permutex2var_ps(e[m], i1, o[m]));
+            _mm512_store_ps(acc + m * 32, e[m]);
+            _mm512_store_ps(acc + m * 32 + 16, o[m]);
         }
     }
-    void panel_wide(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc, int64_t mm) const {
+    void panel_wide(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, bool first, int mm) const {
         switch (mm) {
-            case 1: panel_wide_m<1>(call, af, kpad, g, acc); break;
-            case 2: panel_wide_m<2>(call, af, kpad, g, acc); break;
-            case 3: panel_wide_m<3>(call, af, kpad, g, acc); break;
-            default: panel_wide_m<4>(call, af, kpad, g, acc); break;
+            case 1: panel_wide_m<1>(src, kcb, x, kpad, acc, first); break;
+            case 2: panel_wide_m<2>(src, kcb, x, kpad, acc, first); break;
+            case 3: panel_wide_m<3>(src, kcb, x, kpad, acc, first); break;
+            default: panel_wide_m<4>(src, kcb, x, kpad, acc, first); break;
+        }
+    }
+    // Even / odd columns (acc[m * 32 + 0..15] / [16..31]) back in column order, rows [0, M).
+    XK_AVX512 static void interleave(float* acc, int64_t M) {
+        const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i i1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        for (int64_t m = 0; m < M; ++m) {
+            const __m512 e = _mm512_load_ps(acc + m * 32), o = _mm512_load_ps(acc + m * 32 + 16);
+            _mm512_store_ps(acc + m * 32, _mm512_permutex2var_ps(e, i0, o));
+            _mm512_store_ps(acc + m * 32 + 16, _mm512_permutex2var_ps(e, i1, o));
         }
     }
 
-    // Packed, pairs layout: rows of 32 pairs (k even in the low half), 2 vectors of 16 columns.
+    // Packed, pairs layout: one K block of a panel, rows of 32 pairs (k even in the low half), 2
+    // vectors of 16 columns; x is zero past K (the pad of an odd K's last pair).
     template <int MM>
-    XK_AVX512 void panel_pairs_m(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc) const {
+    XK_AVX512 void panel_pairs_m(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc,
+                                 bool first) const {
         __m512 c0[MM], c1[MM];
-        for (int m = 0; m < MM; ++m) c0[m] = c1[m] = _mm512_setzero_ps();
-        const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
-        for (int64_t pc = 0; pc < s_.K; pc += layout_.kc) {
-            const int64_t kcb = std::min(layout_.kc, s_.K - pc), kp = (kcb + 1) / 2;
-            const uint16_t* src = P + layout_.offset(pc, g, kcb);
-            for (int64_t kk = 0; kk < kp; ++kk) {
-                const __m512i u0 = _mm512_load_si512(src + kk * 64), u1 = _mm512_load_si512(src + kk * 64 + 32);
-                const __m512 l0 = lo_half(u0), h0 = hi_half(u0), l1 = lo_half(u1), h1 = hi_half(u1);
-                for (int m = 0; m < MM; ++m) {
-                    const __m512 a0 = _mm512_set1_ps(af[m * kpad + pc + 2 * kk]);
-                    const __m512 a1 = _mm512_set1_ps(af[m * kpad + pc + 2 * kk + 1]);  // (0 past K)
-                    c0[m] = _mm512_fmadd_ps(l0, a0, c0[m]);
-                    c1[m] = _mm512_fmadd_ps(l1, a0, c1[m]);
-                    c0[m] = _mm512_fmadd_ps(h0, a1, c0[m]);
-                    c1[m] = _mm512_fmadd_ps(h1, a1, c1[m]);
-                }
+        for (int m = 0; m < MM; ++m) {
+            c0[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32);
+            c1[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32 + 16);
+        }
+        const int64_t kp = (kcb + 1) / 2;
+        for (int64_t kk = 0; kk < kp; ++kk) {
+            const __m512i u0 = _mm512_load_si512(src + kk * 64), u1 = _mm512_load_si512(src + kk * 64 + 32);
+            const __m512 l0 = lo_half(u0), h0 = hi_half(u0), l1 = lo_half(u1), h1 = hi_half(u1);
+            for (int m = 0; m < MM; ++m) {
+                const __m512 a0 = _mm512_set1_ps(x[m * kpad + 2 * kk]);
+                const __m512 a1 = _mm512_set1_ps(x[m * kpad + 2 * kk + 1]);
+                c0[m] = _mm512_fmadd_ps(l0, a0, c0[m]);
+                c1[m] = _mm512_fmadd_ps(l1, a0, c1[m]);
+                c0[m] = _mm512_fmadd_ps(h0, a1, c0[m]);
+                c1[m] = _mm512_fmadd_ps(h1, a1, c1[m]);
             }
         }
         for (int m = 0; m < MM; ++m) {
@@ -194,21 +223,22 @@ private:
             _mm512_store_ps(acc + m * 32 + 16, c1[m]);
         }
     }
-    void panel_pairs(const GemmCall& call, const float* af, int64_t kpad, int64_t g, float* acc, int64_t mm) const {
+    void panel_pairs(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, bool first, int mm) const {
         switch (mm) {
-            case 1: panel_pairs_m<1>(call, af, kpad, g, acc); break;
-            case 2: panel_pairs_m<2>(call, af, kpad, g, acc); break;
-            case 3: panel_pairs_m<3>(call, af, kpad, g, acc); break;
-            default: panel_pairs_m<4>(call, af, kpad, g, acc); break;
+            case 1: panel_pairs_m<1>(src, kcb, x, kpad, acc, first); break;
+            case 2: panel_pairs_m<2>(src, kcb, x, kpad, acc, first); break;
+            case 3: panel_pairs_m<3>(src, kcb, x, kpad, acc, first); break;
+            default: panel_pairs_m<4>(src, kcb, x, kpad, acc, first); break;
         }
     }
 
-    // Plain [K x N]: acc[m * kSweepCols + j] over columns [c0, c1), rows of B four at a time.
-    XK_AVX512 void sweep(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc) const {
+    // Plain [K x N]: acc[m * ld + j] over columns [c0, c1) (<= ld), rows of B four at a time.
+    XK_AVX512 void sweep(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc,
+                         int64_t ld) const {
         const int64_t M = s_.M, K = s_.K, ldb = s_.ldb, w = c1 - c0;
         const auto* B = static_cast<const uint16_t*>(call.args.B) + c0;
         const int64_t nv = ceil_div(w, 16);
-        for (int64_t m = 0; m < M; ++m) std::fill(acc + m * kSweepCols, acc + m * kSweepCols + nv * 16, 0.0f);
+        for (int64_t m = 0; m < M; ++m) std::fill(acc + m * ld, acc + m * ld + nv * 16, 0.0f);
         const int64_t tail = w - (nv - 1) * 16;
         const __mmask16 tmask = static_cast<__mmask16>(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
         int64_t k = 0;
@@ -221,7 +251,7 @@ private:
                 const __m512 b2 = widen16(_mm256_maskz_loadu_epi16(mk, r + 2 * ldb + v * 16));
                 const __m512 b3 = widen16(_mm256_maskz_loadu_epi16(mk, r + 3 * ldb + v * 16));
                 for (int64_t m = 0; m < M; ++m) {
-                    float* a = acc + m * kSweepCols + v * 16;
+                    float* a = acc + m * ld + v * 16;
                     const float* x = af + m * kpad + k;
                     __m512 c = _mm512_load_ps(a);
                     c = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[0]), c);
@@ -238,7 +268,7 @@ private:
                 const __mmask16 mk = v + 1 < nv ? static_cast<__mmask16>(0xFFFF) : tmask;
                 const __m512 b0 = widen16(_mm256_maskz_loadu_epi16(mk, r + v * 16));
                 for (int64_t m = 0; m < M; ++m) {
-                    float* a = acc + m * kSweepCols + v * 16;
+                    float* a = acc + m * ld + v * 16;
                     _mm512_store_ps(a, _mm512_fmadd_ps(b0, _mm512_set1_ps(af[m * kpad + k]), _mm512_load_ps(a)));
                 }
             }
