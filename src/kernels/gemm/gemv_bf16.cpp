@@ -85,16 +85,21 @@ public:
                 const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
                 for (int64_t pc = 0; pc < K; pc += layout_.kc) {
                     const int64_t kcb = std::min(layout_.kc, K - pc);
-                    for (int64_t g = g0; g < g1; ++g) {
+                    // (M <= 2: 4 / 2 panels at once, independent FMA chains: one panel's are
+                    // latency-bound, 64 bytes per FMA latency.)
+                    const int64_t pp = M == 1 ? 4 : M == 2 ? 2 : 1;
+                    for (int64_t g = g0; g < g1;) {
+                        const int np = g + pp <= g1 ? static_cast<int>(pp) : 1;
                         const uint16_t* src = P + layout_.offset(pc, g, kcb);
                         float* a = acc + (g - g0) * M * 32;
                         for (int64_t m0 = 0; m0 < M; m0 += 4) {
                             const int mm = static_cast<int>(std::min<int64_t>(4, M - m0));
                             if (layout_.pairs)
-                                panel_pairs(src, kcb, af + m0 * kpad + pc, kpad, a + m0 * 32, pc == 0, mm);
+                                panel_pairs(src, kcb, af + m0 * kpad + pc, kpad, a + m0 * 32, M * 32, pc == 0, mm, np);
                             else
-                                panel_wide(src, kcb, af + m0 * kpad + pc, kpad, a + m0 * 32, pc == 0, mm);
+                                panel_wide(src, kcb, af + m0 * kpad + pc, kpad, a + m0 * 32, M * 32, pc == 0, mm, np);
                         }
+                        g += np;
                     }
                 }
                 for (int64_t g = g0; g < g1; ++g) {
@@ -154,34 +159,43 @@ private:
     // Packed, widened layout: one K block of a panel (rows of 32 bf16, kcb rows at src), rows
     // x[m * kpad + k]; the even / odd columns in acc[m * 32 + 0..15] / [16..31] (interleave()
     // puts them in order after the last block). first: the sums start at 0.
-    template <int MM>
+    // PP consecutive panels of the block at once (panel stride kcb * 32, sums at acc + p * ldp).
+    template <int MM, int PP>
     XK_AVX512 void panel_wide_m(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc,
-                                bool first) const {
-        __m512 e[MM], o[MM];
-        for (int m = 0; m < MM; ++m) {
-            e[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32);
-            o[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32 + 16);
-        }
-        for (int64_t k = 0; k < kcb; ++k) {
-            const __m512i u = _mm512_load_si512(src + k * 32);
-            const __m512 lo = lo_half(u), hi = hi_half(u);
+                                int64_t ldp, bool first) const {
+        __m512 e[PP][MM], o[PP][MM];
+        for (int p = 0; p < PP; ++p)
             for (int m = 0; m < MM; ++m) {
-                const __m512 av = _mm512_set1_ps(x[m * kpad + k]);
-                e[m] = _mm512_fmadd_ps(lo, av, e[m]);
-                o[m] = _mm512_fmadd_ps(hi, av, o[m]);
+                e[p][m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + p * ldp + m * 32);
+                o[p][m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + p * ldp + m * 32 + 16);
+            }
+        for (int64_t k = 0; k < kcb; ++k) {
+            __m512 av[MM];
+            for (int m = 0; m < MM; ++m) av[m] = _mm512_set1_ps(x[m * kpad + k]);
+            for (int p = 0; p < PP; ++p) {
+                const __m512i u = _mm512_load_si512(src + p * kcb * 32 + k * 32);
+                const __m512 lo = lo_half(u), hi = hi_half(u);
+                for (int m = 0; m < MM; ++m) {
+                    e[p][m] = _mm512_fmadd_ps(lo, av[m], e[p][m]);
+                    o[p][m] = _mm512_fmadd_ps(hi, av[m], o[p][m]);
+                }
             }
         }
-        for (int m = 0; m < MM; ++m) {
-            _mm512_store_ps(acc + m * 32, e[m]);
-            _mm512_store_ps(acc + m * 32 + 16, o[m]);
-        }
+        for (int p = 0; p < PP; ++p)
+            for (int m = 0; m < MM; ++m) {
+                _mm512_store_ps(acc + p * ldp + m * 32, e[p][m]);
+                _mm512_store_ps(acc + p * ldp + m * 32 + 16, o[p][m]);
+            }
     }
-    void panel_wide(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, bool first, int mm) const {
+    void panel_wide(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, int64_t ldp, bool first,
+                    int mm, int np) const {
+        if (np == 4 && mm == 1) return panel_wide_m<1, 4>(src, kcb, x, kpad, acc, ldp, first);
+        if (np == 2 && mm == 2) return panel_wide_m<2, 2>(src, kcb, x, kpad, acc, ldp, first);
         switch (mm) {
-            case 1: panel_wide_m<1>(src, kcb, x, kpad, acc, first); break;
-            case 2: panel_wide_m<2>(src, kcb, x, kpad, acc, first); break;
-            case 3: panel_wide_m<3>(src, kcb, x, kpad, acc, first); break;
-            default: panel_wide_m<4>(src, kcb, x, kpad, acc, first); break;
+            case 1: panel_wide_m<1, 1>(src, kcb, x, kpad, acc, ldp, first); break;
+            case 2: panel_wide_m<2, 1>(src, kcb, x, kpad, acc, ldp, first); break;
+            case 3: panel_wide_m<3, 1>(src, kcb, x, kpad, acc, ldp, first); break;
+            default: panel_wide_m<4, 1>(src, kcb, x, kpad, acc, ldp, first); break;
         }
     }
     // Even / odd columns (acc[m * 32 + 0..15] / [16..31]) back in column order, rows [0, M).
@@ -197,38 +211,49 @@ private:
 
     // Packed, pairs layout: one K block of a panel, rows of 32 pairs (k even in the low half), 2
     // vectors of 16 columns; x is zero past K (the pad of an odd K's last pair).
-    template <int MM>
+    template <int MM, int PP>
     XK_AVX512 void panel_pairs_m(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc,
-                                 bool first) const {
-        __m512 c0[MM], c1[MM];
-        for (int m = 0; m < MM; ++m) {
-            c0[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32);
-            c1[m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + m * 32 + 16);
-        }
+                                 int64_t ldp, bool first) const {
+        __m512 c0[PP][MM], c1[PP][MM];
+        for (int p = 0; p < PP; ++p)
+            for (int m = 0; m < MM; ++m) {
+                c0[p][m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + p * ldp + m * 32);
+                c1[p][m] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + p * ldp + m * 32 + 16);
+            }
         const int64_t kp = (kcb + 1) / 2;
         for (int64_t kk = 0; kk < kp; ++kk) {
-            const __m512i u0 = _mm512_load_si512(src + kk * 64), u1 = _mm512_load_si512(src + kk * 64 + 32);
-            const __m512 l0 = lo_half(u0), h0 = hi_half(u0), l1 = lo_half(u1), h1 = hi_half(u1);
+            __m512 a0[MM], a1[MM];
             for (int m = 0; m < MM; ++m) {
-                const __m512 a0 = _mm512_set1_ps(x[m * kpad + 2 * kk]);
-                const __m512 a1 = _mm512_set1_ps(x[m * kpad + 2 * kk + 1]);
-                c0[m] = _mm512_fmadd_ps(l0, a0, c0[m]);
-                c1[m] = _mm512_fmadd_ps(l1, a0, c1[m]);
-                c0[m] = _mm512_fmadd_ps(h0, a1, c0[m]);
-                c1[m] = _mm512_fmadd_ps(h1, a1, c1[m]);
+                a0[m] = _mm512_set1_ps(x[m * kpad + 2 * kk]);
+                a1[m] = _mm512_set1_ps(x[m * kpad + 2 * kk + 1]);
+            }
+            for (int p = 0; p < PP; ++p) {
+                const uint16_t* r = src + p * kp * 64 + kk * 64;
+                const __m512i u0 = _mm512_load_si512(r), u1 = _mm512_load_si512(r + 32);
+                const __m512 l0 = lo_half(u0), h0 = hi_half(u0), l1 = lo_half(u1), h1 = hi_half(u1);
+                for (int m = 0; m < MM; ++m) {
+                    c0[p][m] = _mm512_fmadd_ps(l0, a0[m], c0[p][m]);
+                    c1[p][m] = _mm512_fmadd_ps(l1, a0[m], c1[p][m]);
+                    c0[p][m] = _mm512_fmadd_ps(h0, a1[m], c0[p][m]);
+                    c1[p][m] = _mm512_fmadd_ps(h1, a1[m], c1[p][m]);
+                }
             }
         }
-        for (int m = 0; m < MM; ++m) {
-            _mm512_store_ps(acc + m * 32, c0[m]);
-            _mm512_store_ps(acc + m * 32 + 16, c1[m]);
-        }
+        for (int p = 0; p < PP; ++p)
+            for (int m = 0; m < MM; ++m) {
+                _mm512_store_ps(acc + p * ldp + m * 32, c0[p][m]);
+                _mm512_store_ps(acc + p * ldp + m * 32 + 16, c1[p][m]);
+            }
     }
-    void panel_pairs(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, bool first, int mm) const {
+    void panel_pairs(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, int64_t ldp, bool first,
+                     int mm, int np) const {
+        if (np == 4 && mm == 1) return panel_pairs_m<1, 4>(src, kcb, x, kpad, acc, ldp, first);
+        if (np == 2 && mm == 2) return panel_pairs_m<2, 2>(src, kcb, x, kpad, acc, ldp, first);
         switch (mm) {
-            case 1: panel_pairs_m<1>(src, kcb, x, kpad, acc, first); break;
-            case 2: panel_pairs_m<2>(src, kcb, x, kpad, acc, first); break;
-            case 3: panel_pairs_m<3>(src, kcb, x, kpad, acc, first); break;
-            default: panel_pairs_m<4>(src, kcb, x, kpad, acc, first); break;
+            case 1: panel_pairs_m<1, 1>(src, kcb, x, kpad, acc, ldp, first); break;
+            case 2: panel_pairs_m<2, 1>(src, kcb, x, kpad, acc, ldp, first); break;
+            case 3: panel_pairs_m<3, 1>(src, kcb, x, kpad, acc, ldp, first); break;
+            default: panel_pairs_m<4, 1>(src, kcb, x, kpad, acc, ldp, first); break;
         }
     }
 
