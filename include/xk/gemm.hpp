@@ -10,7 +10,12 @@
 // Data types (a_type, b_type -> c_type):
 //   f32  x f32  -> f32           fp32 accumulation
 //   bf16 x bf16 -> f32 | bf16    products exact in fp32, fp32 accumulation; bf16 C rounded to
-//                                nearest even at the very end
+//                                nearest even at the very end. Where the AVX512-BF16 kernel runs
+//                                (VDPBF16PS; picked only on CPUs where it beats widening to fp32),
+//                                each pair of k adds its odd product, then its even one (another
+//                                order than increasing k, each addition rounded to nearest even),
+//                                and denormal inputs and sums are flushed to 0: results differ
+//                                from the increasing-k sums by rounding and by < FLT_MIN terms
 //   u8|s8 x s8  -> s32 | f32     s32 accumulation of (a - a_zero_point) * (b - b_zero_point)
 // Any other combination is an xk::Error with Status::unsupported naming the three types.
 //

@@ -39,6 +39,7 @@ namespace xk::detail {
 namespace {
 
 constexpr int64_t kSweepFloats = 4096;  // row sweep: columns x rows of one accumulator block (16 KiB: L1)
+constexpr int64_t kSweepRows = 256;     // row sweep, M > 4: rows of B per K block
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -60,7 +61,10 @@ public:
         const GemmSpec& s = s_;
         const int64_t M = s.M, K = s.K, N = s.N;
         // op(A) widened once: af[m * kpad + k], zero past K (the pair pad and the dot's last step).
-        const int64_t kpad = (K + 31) / 32 * 32;
+        // (Rows 64 bytes off a multiple of 4 KiB apart: 16 rows at a 16 KiB stride (K = 4096)
+        // shared one L1 set.)
+        int64_t kpad = (K + 31) / 32 * 32;
+        if (kpad % 1024 == 0) kpad += 16;
         float* af = gemm_thread_buffer(2, static_cast<size_t>(M * kpad));
         const auto* A = static_cast<const uint16_t*>(call.args.A);
         for (int64_t m = 0; m < M; ++m) {
@@ -85,9 +89,9 @@ public:
                 const auto* P = static_cast<const uint16_t*>(call.packed_b->data);
                 for (int64_t pc = 0; pc < K; pc += layout_.kc) {
                     const int64_t kcb = std::min(layout_.kc, K - pc);
-                    // (M <= 2: 4 / 2 panels at once, independent FMA chains: one panel's are
-                    // latency-bound, 64 bytes per FMA latency.)
-                    const int64_t pp = M == 1 ? 4 : M == 2 ? 2 : 1;
+                    // (4 panels at once for M = 1, else 2: at least 16 independent FMA chains;
+                    // one panel's 2 per row were latency-bound.)
+                    const int64_t pp = M == 1 ? 4 : 2;
                     for (int64_t g = g0; g < g1;) {
                         const int np = g + pp <= g1 ? static_cast<int>(pp) : 1;
                         const uint16_t* src = P + layout_.offset(pc, g, kcb);
@@ -107,15 +111,47 @@ public:
                     if (!layout_.pairs) interleave(a, M);
                     epilogue(call, a, 32, g * 32, std::min(N, g * 32 + 32));
                 }
-            } else if (s.trans_b == Trans::N) {
-                // (Accumulators of M x cols within 16 KiB: L1.)
-                const int64_t cols = std::max<int64_t>(128, kSweepFloats / M / 16 * 16);
-                float* acc = gemm_thread_buffer(4, static_cast<size_t>(M * cols));
-                for (int64_t c0 = n0; c0 < n1; c0 += cols) {
-                    const int64_t c1 = std::min(n1, c0 + cols);
-                    sweep(call, af, kpad, c0, c1, acc, cols);
-                    epilogue(call, acc, cols, c0, c1);
+            } else if (s.trans_b == Trans::N && M > 4) {
+                // Several row tiles: B copied, K block by K block, into the widened panel
+                // layout (groups of 8 panels: rows of 512 bytes read from B) and run as packed
+                // (the row sweep's accumulators in memory made it load / store bound: 37-45% of
+                // the FMA peak at 16 x 4096 x 4096 against 65-90% for the panels).
+                float* acc = gemm_thread_buffer(4, static_cast<size_t>((g1 - g0) * M * 32));
+                auto* tmp = reinterpret_cast<uint16_t*>(gemm_thread_buffer(1, static_cast<size_t>(8 * kSweepRows * 16)));
+                for (int64_t pc = 0; pc < K; pc += kSweepRows) {
+                    const int64_t kcb = std::min(kSweepRows, K - pc);
+                    for (int64_t g = g0; g < g1; g += 8) {
+                        const int64_t ng = std::min<int64_t>(8, g1 - g);
+                        copy_panels(call, pc, kcb, g, ng, tmp);
+                        for (int64_t p = 0; p < ng; p += 2) {
+                            const int np = p + 2 <= ng ? 2 : 1;
+                            for (int64_t m0 = 0; m0 < M; m0 += 4)
+                                panel_wide(tmp + p * kcb * 32, kcb, af + m0 * kpad + pc, kpad,
+                                           acc + (g + p - g0) * M * 32 + m0 * 32, M * 32, pc == 0,
+                                           static_cast<int>(std::min<int64_t>(4, M - m0)), np);
+                        }
+                    }
                 }
+                for (int64_t g = g0; g < g1; ++g) {
+                    float* a = acc + (g - g0) * M * 32;
+                    interleave(a, M);
+                    epilogue(call, a, 32, g * 32, std::min(N, g * 32 + 32));
+                }
+            } else if (s.trans_b == Trans::N) {
+                // Column blocks whose accumulators (M x cols) fit 16 KiB of L1. With M > 4 the
+                // blocks are narrow (<= 1 KiB of a row), so K goes in blocks of kSweepRows rows,
+                // each swept over every column block: the rows of one K block span few enough
+                // pages for the TLB, however often the column blocks revisit them (without it,
+                // 16 x 4096 x 4096 walked a new page per row per block: 40% of the FMA peak).
+                const int64_t cols = std::max<int64_t>(128, kSweepFloats / M / 16 * 16);
+                int64_t ld = (n1 - n0 + 15) / 16 * 16;
+                if (ld % 1024 == 0) ld += 16;  // (the rows' sets, as af's)
+                const int64_t kb = M > 4 ? kSweepRows : K;
+                float* acc = gemm_thread_buffer(4, static_cast<size_t>(M * ld));
+                for (int64_t k0 = 0; k0 < K; k0 += kb)
+                    for (int64_t c0 = n0; c0 < n1; c0 += cols)
+                        sweep(call, af, kpad, c0, std::min(n1, c0 + cols), k0, std::min(K, k0 + kb), acc + (c0 - n0), ld);
+                epilogue(call, acc, ld, n0, n1);
             } else {
                 float* acc = gemm_thread_buffer(4, static_cast<size_t>(M * 32));
                 for (int64_t c0 = n0; c0 < n1; c0 += 32) {
@@ -190,7 +226,14 @@ private:
     void panel_wide(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, int64_t ldp, bool first,
                     int mm, int np) const {
         if (np == 4 && mm == 1) return panel_wide_m<1, 4>(src, kcb, x, kpad, acc, ldp, first);
-        if (np == 2 && mm == 2) return panel_wide_m<2, 2>(src, kcb, x, kpad, acc, ldp, first);
+        if (np == 2) {
+            switch (mm) {
+                case 1: return panel_wide_m<1, 2>(src, kcb, x, kpad, acc, ldp, first);
+                case 2: return panel_wide_m<2, 2>(src, kcb, x, kpad, acc, ldp, first);
+                case 3: return panel_wide_m<3, 2>(src, kcb, x, kpad, acc, ldp, first);
+                default: return panel_wide_m<4, 2>(src, kcb, x, kpad, acc, ldp, first);
+            }
+        }
         switch (mm) {
             case 1: panel_wide_m<1, 1>(src, kcb, x, kpad, acc, ldp, first); break;
             case 2: panel_wide_m<2, 1>(src, kcb, x, kpad, acc, ldp, first); break;
@@ -248,7 +291,14 @@ private:
     void panel_pairs(const uint16_t* src, int64_t kcb, const float* x, int64_t kpad, float* acc, int64_t ldp, bool first,
                      int mm, int np) const {
         if (np == 4 && mm == 1) return panel_pairs_m<1, 4>(src, kcb, x, kpad, acc, ldp, first);
-        if (np == 2 && mm == 2) return panel_pairs_m<2, 2>(src, kcb, x, kpad, acc, ldp, first);
+        if (np == 2) {
+            switch (mm) {
+                case 1: return panel_pairs_m<1, 2>(src, kcb, x, kpad, acc, ldp, first);
+                case 2: return panel_pairs_m<2, 2>(src, kcb, x, kpad, acc, ldp, first);
+                case 3: return panel_pairs_m<3, 2>(src, kcb, x, kpad, acc, ldp, first);
+                default: return panel_pairs_m<4, 2>(src, kcb, x, kpad, acc, ldp, first);
+            }
+        }
         switch (mm) {
             case 1: panel_pairs_m<1, 1>(src, kcb, x, kpad, acc, ldp, first); break;
             case 2: panel_pairs_m<2, 1>(src, kcb, x, kpad, acc, ldp, first); break;
@@ -257,33 +307,65 @@ private:
         }
     }
 
-    // Plain [K x N]: acc[m * ld + j] over columns [c0, c1) (<= ld), rows of B four at a time.
-    XK_AVX512 void sweep(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, float* acc,
-                         int64_t ld) const {
-        const int64_t M = s_.M, K = s_.K, ldb = s_.ldb, w = c1 - c0;
+    // Plain [K x N]: rows [pc, pc + kcb) x panels [g, g + ng) of B into the widened panel layout
+    // at dst (panel p at p * kcb * 32; columns past N: 0).
+    XK_AVX512 void copy_panels(const GemmCall& call, int64_t pc, int64_t kcb, int64_t g, int64_t ng, uint16_t* dst) const {
+        const auto* B = static_cast<const uint16_t*>(call.args.B);
+        const int64_t ldb = s_.ldb, N = s_.N;
+        for (int64_t k = 0; k < kcb; ++k) {
+            const uint16_t* r = B + (pc + k) * ldb;
+            for (int64_t p = 0; p < ng; ++p) {
+                const int64_t c = (g + p) * 32, w = std::min<int64_t>(32, N - c);
+                const __mmask32 mk = w >= 32 ? 0xFFFFFFFFu : static_cast<__mmask32>((1u << w) - 1);
+                _mm512_store_si512(dst + p * kcb * 32 + k * 32, _mm512_maskz_loadu_epi16(mk, r + c));
+            }
+        }
+    }
+
+    // Plain [K x N]: rows [k0, k1) of B added into acc[m * ld + j] over columns [c0, c1) (k0 = 0:
+    // from 0), rows four at a time.
+    XK_AVX512 void sweep(const GemmCall& call, const float* af, int64_t kpad, int64_t c0, int64_t c1, int64_t k0,
+                         int64_t K, float* acc, int64_t ld) const {
+        const int64_t M = s_.M, ldb = s_.ldb, w = c1 - c0;
         const auto* B = static_cast<const uint16_t*>(call.args.B) + c0;
         const int64_t nv = ceil_div(w, 16);
-        for (int64_t m = 0; m < M; ++m) std::fill(acc + m * ld, acc + m * ld + nv * 16, 0.0f);
+        if (k0 == 0)
+            for (int64_t m = 0; m < M; ++m) std::fill(acc + m * ld, acc + m * ld + nv * 16, 0.0f);
         const int64_t tail = w - (nv - 1) * 16;
         const __mmask16 tmask = static_cast<__mmask16>(tail >= 16 ? 0xFFFF : (1u << tail) - 1);
-        int64_t k = 0;
+        int64_t k = k0;
+        // Two vectors (32 columns) a step: each row's four broadcasts serve both (loads, not
+        // FMAs, bound the one-vector loop for M > 4).
+        auto mask = [&](int64_t v) { return v + 1 < nv ? static_cast<__mmask16>(0xFFFF) : tmask; };
         for (; k + 4 <= K; k += 4) {
             const uint16_t* r = B + k * ldb;
-            for (int64_t v = 0; v < nv; ++v) {
-                const __mmask16 mk = v + 1 < nv ? static_cast<__mmask16>(0xFFFF) : tmask;
-                const __m512 b0 = widen16(_mm256_maskz_loadu_epi16(mk, r + v * 16));
-                const __m512 b1 = widen16(_mm256_maskz_loadu_epi16(mk, r + ldb + v * 16));
-                const __m512 b2 = widen16(_mm256_maskz_loadu_epi16(mk, r + 2 * ldb + v * 16));
-                const __m512 b3 = widen16(_mm256_maskz_loadu_epi16(mk, r + 3 * ldb + v * 16));
+            for (int64_t v = 0; v < nv; v += 2) {
+                const bool two = v + 1 < nv;
+                __m512 b[2][4];
+                for (int i = 0; i < 4; ++i) {
+                    b[0][i] = widen16(_mm256_maskz_loadu_epi16(mask(v), r + i * ldb + v * 16));
+                    b[1][i] = two ? widen16(_mm256_maskz_loadu_epi16(mask(v + 1), r + i * ldb + v * 16 + 16))
+                                  : _mm512_setzero_ps();
+                }
                 for (int64_t m = 0; m < M; ++m) {
                     float* a = acc + m * ld + v * 16;
                     const float* x = af + m * kpad + k;
+                    const __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]), x2 = _mm512_set1_ps(x[2]),
+                                 x3 = _mm512_set1_ps(x[3]);
                     __m512 c = _mm512_load_ps(a);
-                    c = _mm512_fmadd_ps(b0, _mm512_set1_ps(x[0]), c);
-                    c = _mm512_fmadd_ps(b1, _mm512_set1_ps(x[1]), c);
-                    c = _mm512_fmadd_ps(b2, _mm512_set1_ps(x[2]), c);
-                    c = _mm512_fmadd_ps(b3, _mm512_set1_ps(x[3]), c);
+                    c = _mm512_fmadd_ps(b[0][0], x0, c);
+                    c = _mm512_fmadd_ps(b[0][1], x1, c);
+                    c = _mm512_fmadd_ps(b[0][2], x2, c);
+                    c = _mm512_fmadd_ps(b[0][3], x3, c);
                     _mm512_store_ps(a, c);
+                    if (two) {
+                        __m512 d = _mm512_load_ps(a + 16);
+                        d = _mm512_fmadd_ps(b[1][0], x0, d);
+                        d = _mm512_fmadd_ps(b[1][1], x1, d);
+                        d = _mm512_fmadd_ps(b[1][2], x2, d);
+                        d = _mm512_fmadd_ps(b[1][3], x3, d);
+                        _mm512_store_ps(a + 16, d);
+                    }
                 }
             }
         }
