@@ -118,7 +118,8 @@ std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
 //   blocked (jit_gemm.cpp): packed A and B, cache blocking, threads over the (M, N) tile grid;
 //   f32, and bf16 x bf16 -> f32 | bf16 (A and B widened to f32 as they are packed, the fp32
 //   microkernel, a bf16 C written by the last K block's store; registry "jit:<isa>:bf16")
-//   Selection sends bf16 shapes where the reference measured faster (gemm_bf16_ref_preferred:
+//   Selection (after the AVX-512 bf16 decode kernel, which takes M <= 16, below) sends bf16
+//   shapes where the reference measured faster (gemm_bf16_ref_preferred:
 //   M = 1 with N <= 16, M = 2 with N <= 8, or M N K <= 64) to the reference; "jit:<isa>:bf16:any" (not
 //   selectable) runs those too when given a PackedB of the blocked kernel's layout, and
 //   "jit:<isa>:bf16:plain" (not selectable; create_gemm_jit_plain) runs any bf16 shape from a

@@ -27,7 +27,11 @@
 // same rows (columns) reuses them, so the extra cuts add no packing (they did: on the zmm path,
 // 512^3 with 2 threads repacked all of A in each of 6 parts).
 //
-// bf16 (bf16 x bf16 -> f32 | bf16): the same kernel. A and B are widened to f32 as they are
+// bf16 (bf16 x bf16 -> f32 | bf16): the same kernel. (At avx512_bf16, where gemm_bf16_dp_fast(),
+// the pairs variant instead: A and B packed as 32-bit k-pairs of bf16 (gemm_pack_{a,b}_pairs; an
+// odd K's last pair padded with 0, so every K block but the last has an even kc), kc counting
+// pairs in the microkernel, VDPBF16PS for the FMA; offsets in 4-byte slots: ku(), boff().)
+// Otherwise A and B are widened to f32 as they are
 // packed (a 16-bit shift, exact: the panels are f32) and the fp32 microkernel runs on them, so
 // the products are exact and the sums fp32 as the reference's. A PackedB of bf16 keeps bf16
 // panels (half the bytes of f32 weights; layout "jit:<isa>:bf16:..."), widened per K block and
@@ -565,8 +569,9 @@ bool gemm_jit_bf16_any_supports(const GemmSpec& s) {
 // (PyTorch's weights: 1 x 3072 x 768, 1.3 against 5.1 ms), the blocked kernel is faster; at
 // M = 1 with a wide plain B the reference's row sweep is (1 x 3072 x 768: 0.3 against 0.9 ms;
 // 1 x 1024 x 1024: 0.22 against 0.29 ms, 1 x 4096 x 4096: 4.0 against 7.4 ms; from M = 4 the
-// blocked kernel wins: 0.33 against 0.92 ms), so M = 1 with a plain B keeps the reference until
-// the decode kernel streaming bf16 weights (a later step).
+// blocked kernel wins: 0.33 against 0.92 ms), so M = 1 with a plain B keeps the reference. (With
+// AVX-512 the bf16 decode kernel, gemv_bf16.cpp, is selected first for every M <= 16; this rule
+// decides for AVX2 and for the small shapes above M = 16.)
 bool gemm_bf16_ref_preferred(const GemmSpec& s) {
     return (s.M == 1 && (s.N <= 16 || s.trans_b == Trans::N)) || (s.M == 2 && s.N <= 8) ||
            double(s.M) * double(s.N) * double(s.K) <= 64.0;
