@@ -43,9 +43,10 @@
 //                 f32        fma_zmm (VFMADD231PS zmm, avx512 and above) or fma_ymm (avx2)
 //                 bf16       vdpbf16ps (VDPBF16PS zmm, avx512_bf16 and above), else the f32 FMA
 //                            loop (bf16 is widened to f32 there; its target is our f32 rate)
-//                 u8s8*      vpdpbusd (VPDPBUSD zmm, avx512_vnni and above), vpdpbusd_ymm (VEX
-//                            VPDPBUSD ymm: AVX-VNNI and a level below avx512_vnni), else the f32
-//                            FMA loop (then Peak% 180 = 1.8x the FMA peak: the AVX2 int8 target)
+//                 u8s8*      vpdpbusd (VPDPBUSD zmm, avx512_vnni and above), vpdpbusd_ymm
+//                            (VPDPBUSD ymm, avx2_vnni and avx512: VEX with AVX-VNNI, else EVEX),
+//                            else the f32 FMA loop (avx2: then Peak% 180 = 1.8x the FMA peak, the
+//                            AVX2 int8 target's yardstick)
 //               The peers' rows carry it too (the same loop), so their Peak% compares directly.
 //   GBPS        decode rows: weight bytes / time (the ours-vs-peer table shows GB/s for them)
 //   BW%         decode rows: their GB/s over their own time against a streaming read of the same
@@ -296,11 +297,11 @@ void check_result(benchmark::State& state, Kind k, Data& d, const COut& got) {
 // (a scalar cap, or a machine without AVX2).
 pk::ComputeOp peak_op(Kind k) {
     const xk::Isa isa = xk::max_isa();
-    const xk::CpuInfo& c = xk::cpu_info();
     if (isa < xk::Isa::avx2) return pk::ComputeOp::count;
     if (k == Kind::bf16 && isa >= xk::Isa::avx512_bf16) return pk::ComputeOp::vdpbf16ps;
     if (is_int8(k) && isa >= xk::Isa::avx512_vnni) return pk::ComputeOp::vpdpbusd;
-    if (is_int8(k) && c.avx_vnni) return pk::ComputeOp::vpdpbusd_ymm;
+    if (is_int8(k) && isa >= xk::Isa::avx2_vnni && xk::isa_supported(xk::Isa::avx2_vnni))
+        return pk::ComputeOp::vpdpbusd_ymm;  // (avx512 does not imply avx2_vnni: Skylake-X)
     return isa >= xk::Isa::avx512 ? pk::ComputeOp::fma_zmm : pk::ComputeOp::fma_ymm;
 }
 

@@ -8,7 +8,8 @@
 //   peak/f32/xk/fma_zmm        VFMADD231PS zmm (avx512)  16 lanes x 2 flops          = 32 / instr
 //   peak/bf16/xk/vdpbf16ps     VDPBF16PS zmm             16 lanes x 2 MAC x 2 flops  = 64 / instr
 //   peak/s8/xk/vpdpbusd        VPDPBUSD zmm (avx512_vnni) 16 lanes x 4 MAC x 2 ops   = 128 / instr
-//   peak/s8/xk/vpdpbusd_ymm    {vex} VPDPBUSD ymm (AVX-VNNI) 8 lanes x 4 MAC x 2 ops = 64 / instr
+//   peak/s8/xk/vpdpbusd_ymm    VPDPBUSD ymm (avx2_vnni: VEX with AVX-VNNI, else EVEX)
+//                                                      8 lanes x 4 MAC x 2 ops = 64 / instr
 //   peak/bf16/xk/tdpbf16ps     TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16 = 16384 / instr
 //   peak/s8/xk/tdpbusd         TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8      = 32768 / instr
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency);

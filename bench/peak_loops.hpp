@@ -7,7 +7,8 @@
 //   fma_zmm        VFMADD231PS zmm (avx512)       16 lanes x 2                  = 32
 //   vdpbf16ps      VDPBF16PS zmm (avx512_bf16)    16 lanes x 2 MAC x 2          = 64
 //   vpdpbusd       VPDPBUSD zmm (avx512_vnni)     16 lanes x 4 MAC x 2          = 128
-//   vpdpbusd_ymm   {vex} VPDPBUSD ymm (AVX-VNNI)  8 lanes x 4 MAC x 2           = 64
+//   vpdpbusd_ymm   VPDPBUSD ymm (avx2_vnni level) 8 lanes x 4 MAC x 2           = 64
+//                  (VEX with AVX-VNNI, else EVEX with AVX512-VNNI + VL: the form xk's kernels emit)
 //   tdpbf16ps      TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16       = 16384
 //   tdpbusd        TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8            = 32768
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency); AMX loops
@@ -80,7 +81,7 @@ inline std::string unsupported(ComputeOp op) {
         case ComputeOp::vpdpbusd:
             return xk::isa_supported(Isa::avx512) && c.avx512_vnni ? "" : "skipped: needs avx512_vnni" + machine;
         case ComputeOp::vpdpbusd_ymm:
-            return xk::isa_supported(Isa::avx2) && c.avx_vnni ? "" : "skipped: needs avx_vnni" + machine;
+            return xk::isa_supported(Isa::avx2_vnni) ? "" : "skipped: needs avx_vnni or avx512_vnni" + machine;
         case ComputeOp::tdpbf16ps:
         case ComputeOp::tdpbusd:
             if (c.amx_tile && c.amx_bf16 && c.amx_int8 && c.os_tile && !c.amx_permission)
@@ -136,7 +137,9 @@ private:
                     case ComputeOp::fma_zmm: vfmadd231ps(V(i), va, vb); break;
                     case ComputeOp::vdpbf16ps: vdpbf16ps(V(i), va, vb); break;
                     case ComputeOp::vpdpbusd: vpdpbusd(V(i), va, vb); break;
-                    case ComputeOp::vpdpbusd_ymm: vpdpbusd(V(i), va, vb, VexEncoding); break;
+                    case ComputeOp::vpdpbusd_ymm:
+                        vpdpbusd(V(i), va, vb, xk::cpu_info().avx_vnni ? VexEncoding : EvexEncoding);
+                        break;
                     default: break;
                 }
             }
