@@ -41,12 +41,13 @@
 //               that loop's GFLOP/s. The loop is the instruction the dtype's kernels can use at
 //               xk's effective ISA (XK_MAX_ISA caps it); the label ends with "peak:<loop>":
 //                 f32        fma_zmm (VFMADD231PS zmm, avx512 and above) or fma_ymm (avx2)
-//                 bf16       vdpbf16ps (VDPBF16PS zmm, avx512_bf16 and above), else the f32 FMA
-//                            loop (bf16 is widened to f32 there; its target is our f32 rate)
-//                 u8s8*      vpdpbusd (VPDPBUSD zmm, avx512_vnni and above), vpdpbusd_ymm
-//                            (VPDPBUSD ymm, avx2_vnni and avx512: VEX with AVX-VNNI, else EVEX),
-//                            else the f32 FMA loop (avx2: then Peak% 180 = 1.8x the FMA peak, the
-//                            AVX2 int8 target's yardstick)
+//                 bf16       tdpbf16ps (AMX TDPBF16PS, amx), vdpbf16ps (VDPBF16PS zmm,
+//                            avx512_bf16), else the f32 FMA loop (bf16 is widened to f32 there;
+//                            its target is our f32 rate)
+//                 u8s8*      tdpbusd (AMX TDPBUSD, amx), vpdpbusd (VPDPBUSD zmm, avx512_vnni),
+//                            vpdpbusd_ymm (VPDPBUSD ymm, avx2_vnni and avx512: VEX with AVX-VNNI,
+//                            else EVEX), else the f32 FMA loop (avx2: then Peak% 180 = 1.8x the
+//                            FMA peak, the AVX2 int8 target's yardstick)
 //               The peers' rows carry it too (the same loop), so their Peak% compares directly.
 //   GBPS        decode rows: weight bytes / time (the ours-vs-peer table shows GB/s for them)
 //   BW%         decode rows: their GB/s over their own time against a streaming read of the same
@@ -298,6 +299,8 @@ void check_result(benchmark::State& state, Kind k, Data& d, const COut& got) {
 pk::ComputeOp peak_op(Kind k) {
     const xk::Isa isa = xk::max_isa();
     if (isa < xk::Isa::avx2) return pk::ComputeOp::count;
+    if (k == Kind::bf16 && isa >= xk::Isa::amx) return pk::ComputeOp::tdpbf16ps;
+    if (is_int8(k) && isa >= xk::Isa::amx) return pk::ComputeOp::tdpbusd;
     if (k == Kind::bf16 && isa >= xk::Isa::avx512_bf16) return pk::ComputeOp::vdpbf16ps;
     if (is_int8(k) && isa >= xk::Isa::avx512_vnni) return pk::ComputeOp::vpdpbusd;
     if (is_int8(k) && isa >= xk::Isa::avx2_vnni && xk::isa_supported(xk::Isa::avx2_vnni))

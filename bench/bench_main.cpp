@@ -345,8 +345,8 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
                      "(nt:N / threads:N; unstated = %d); measured in this process, else XK_BENCH_PEAK_GBPS /\n"
                      "XK_BENCH_PEAK_GFLOPS_<DTYPE> (blank: no peak known). xk in-phase: the row against a yardstick run\n"
                      "between its calls (copy: a streaming-store copy of the same bytes, Copy%%; read: a streaming read\n"
-                     "of the same bytes, BW%%; fma_ymm / fma_zmm / vdpbf16ps / vpdpbusd / vpdpbusd_ymm: that instruction's\n"
-                     "peak loop for half its flops, Peak%%), so a host whose speed drifts moves both alike.%s\n",
+                     "of the same bytes, BW%%; fma_ymm, fma_zmm, vdpbf16ps, vpdpbusd, vpdpbusd_ymm, tdpbf16ps, tdpbusd: that\n"
+                     "instruction's peak loop for half its flops, Peak%%), so a host whose speed drifts moves both alike.%s\n",
                      default_threads,
                      any_vs_f32 ? "\nxk/f32: xk's row against xk's f32 row of the same shape and threads (peer '-': no peer ran)." : "");
     }
