@@ -86,7 +86,7 @@
 //   _decode_bt      unpacked W[N x K] (xk: trans_b = T; oneDNN: tag ba; OpenBLAS (f32):
 //                   cblas_sgemm(NoTrans, Trans))*
 //   _decode_bt_sgemv  OpenBLAS (f32, M = 1): cblas_sgemv on W
-//   _decode_bn      f32: a plain [K x N] B (xk: trans_b = N; oneDNN: tag ab)
+//   _decode_bn      a plain [K x N] B (xk: trans_b = N; oneDNN: tag ab)
 // Counters GBPS, GFLOPS, BW% (and Peak% where 2 M N K >= 10^8: M = 16). peak/f32/xk/read: the
 // streaming read alone over the whole buffer (the best of 1 or 4 streams per thread, with or
 // without a software prefetch, chosen once per thread count and used by BW% too; the label says
@@ -1033,7 +1033,7 @@ bool register_decode() {
             for (int64_t M : {1, 16}) {
                 const Shape s{M, N, K};
                 std::vector<Layout> layouts = {Layout::packed, Layout::bt};
-                if (t == WType::f32 && !quick) layouts.push_back(Layout::bn);
+                if (!quick) layouts.push_back(Layout::bn);
                 for (Layout l : layouts) {
                     for (int th : threads_list)
                         add_decode(t, "xk", s, layout_name(l), th, [=](benchmark::State& st) { bench_xk_decode(st, t, s, th, l); });
