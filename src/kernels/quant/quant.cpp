@@ -26,7 +26,7 @@ bool is_float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 bool is_int8_type(DType t) { return t == DType::u8 || t == DType::s8; }
 bool valid_dtype(DType t) {
     switch (t) {
-        case DType::f32: case DType::bf16: case DType::s8: case DType::u8: case DType::s32: return true;
+        case DType::f32: case DType::bf16: case DType::s8: case DType::u8: case DType::s32: case DType::f16: return true;
     }
     return false;
 }
