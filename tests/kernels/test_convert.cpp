@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "common/streaming.hpp"
 #include "common/test_util.hpp"
 #include "kernels/convert/convert.hpp"
 #include "xk/convert.hpp"
@@ -126,6 +127,9 @@ TEST(Convert, F16OracleNearestEven) {
 // Every ISA's kernel against the oracle, bit for bit: all 65536 halves and bf16s, and random f32
 // patterns, every type pair; odd lengths and misalignment; nothing written past n.
 TEST(Convert, EveryIsaBitExactWithOracle) {
+  for (int64_t nt_threshold : {int64_t{-1}, int64_t{0}}) {  // default, then streaming stores always
+    detail::set_nt_store_threshold(nt_threshold);
+    SCOPED_TRACE("nt threshold " + std::to_string(nt_threshold));
     for_each_isa([&](Isa isa) {
         for (DType st : kTypes)
             for (DType dt : kTypes) {
@@ -163,6 +167,8 @@ TEST(Convert, EveryIsaBitExactWithOracle) {
                 }
             }
     });
+  }
+  detail::set_nt_store_threshold(-1);
 }
 
 TEST(Convert, TypedFormsAndSpecials) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "common/streaming.hpp"
 #include "common/test_util.hpp"
 #include "kernels/quant/quant.hpp"
 #include "kernels/typed_matrix.hpp"
@@ -988,4 +989,33 @@ TEST(Quant, DynamicNonFiniteFoundByEveryIsa) {
         p.smooth[4] = 4.0f;
         XK_EXPECT_INVALID(quantize(p.d, p.args()), "src[1][4]*smooth");
     });
+}
+
+// Streaming stores (forced by a zero threshold) on aligned outputs: still bit for bit the
+// reference's, rows split into blocks included.
+TEST(Quant, StreamingStoresBitExact) {
+    detail::set_nt_store_threshold(0);
+    for_each_isa([&](Isa) {
+        uint64_t variant = 0;
+        for (const BitShape& s : {BitShape{3, 4096}, BitShape{2, 17000}, BitShape{5, 1040}, BitShape{2, 1029}})
+            for (bool qdir : {true, false})
+                for (DType ft : {DType::f32, DType::bf16})
+                    for (int gi = 0; gi < 3; ++gi) {
+                        ++variant;
+                        const QuantGranularity g = gi == 0 ? QuantGranularity::per_tensor : QuantGranularity::per_channel;
+                        const DType it = variant % 2 ? DType::u8 : DType::s8;
+                        StaticProblem p = make_static(qdir ? ft : it, qdir ? it : ft, g, gi == 1 ? 0 : 1, variant % 3 == 0,
+                                                      false, s.rows, s.cols, false, 1, 40 + variant);
+                        p.dst = TypedMatrix(p.d.dst_dtype, s.rows, s.cols, 0, 0);  // dst 64-byte aligned, src not
+                        if (qdir) fill_mixed(p.src, 2.0, 7, true, 3 + variant);
+                        TypedMatrix want = p.dst.clone();
+                        const QuantPlan plan(p.d);
+                        plan.run(p.args());
+                        QuantArgs ra = p.args();
+                        ra.dst = want.data();
+                        detail::quant_reference(plan.desc(), ra, 0, p.d.rows, 0, p.d.cols);
+                        ASSERT_TRUE(same_bytes(p.dst, want)) << p.describe();
+                    }
+    });
+    detail::set_nt_store_threshold(-1);
 }

@@ -12,6 +12,7 @@
 #include "common/check.hpp"
 #include "common/overlap.hpp"
 #include "common/parallel.hpp"
+#include "common/streaming.hpp"
 #include "xk/convert.hpp"
 #include "xk/error.hpp"
 
@@ -57,28 +58,56 @@ XK_AVX512 inline __m512 load16(const void* p, __mmask16 m) {
     else return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-template <DType D>
+template <DType D, bool NT = false>
 XK_AVX512 inline void store16(void* p, __m512 v, __mmask16 m) {
     if constexpr (D == DType::f32) {
-        _mm512_mask_storeu_ps(p, m, v);
+        if constexpr (NT) _mm512_stream_ps(static_cast<float*>(p), v);
+        else _mm512_mask_storeu_ps(p, m, v);
     } else if constexpr (D == DType::bf16) {
         const __m512i u = _mm512_castps_si512(v);
         const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
         __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
         r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-        _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
+        if constexpr (NT) _mm256_stream_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+        else _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
     } else {
-        _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if constexpr (NT) _mm256_stream_si256(static_cast<__m256i*>(p), h);
+        else _mm256_mask_storeu_epi16(p, m, h);
     }
 }
 
-template <DType S, DType D>
+// Elements before dst reaches a 64-byte boundary (converted by the scalar oracle), at most n.
+template <DType D>
+int64_t nt_head(int64_t n, const void* d) {
+    constexpr int ds = dtype_size(D);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(d);
+    if (a % ds != 0) return -1;  // not element-aligned: no streaming
+    return std::min<int64_t>(n, static_cast<int64_t>(((64 - a % 64) % 64) / ds));
+}
+
+template <DType S, DType D, bool NT>
 XK_AVX512 void avx512_kernel(int64_t n, const void* s, void* d) {
     constexpr int ss = dtype_size(S), ds = dtype_size(D);
     const char* sp = static_cast<const char*>(s);
     char* dp = static_cast<char*>(d);
     int64_t i = 0;
+    if constexpr (NT) {
+        const int64_t h = nt_head<D>(n, d);
+        if (h < 0) return avx512_kernel<S, D, false>(n, s, d);
+        scalar_kernel<S, D>(h, sp, dp);
+        i = h;
+        for (; i + 64 <= n; i += 64) {
+            const __m512 a = load16<S>(sp + i * ss, 0xffff), b = load16<S>(sp + (i + 16) * ss, 0xffff);
+            const __m512 c = load16<S>(sp + (i + 32) * ss, 0xffff), e = load16<S>(sp + (i + 48) * ss, 0xffff);
+            store16<D, true>(dp + i * ds, a, 0xffff);
+            store16<D, true>(dp + (i + 16) * ds, b, 0xffff);
+            store16<D, true>(dp + (i + 32) * ds, c, 0xffff);
+            store16<D, true>(dp + (i + 48) * ds, e, 0xffff);
+        }
+        _mm_sfence();
+    }
     for (; i + 64 <= n; i += 64) {
         const __m512 a = load16<S>(sp + i * ss, 0xffff), b = load16<S>(sp + (i + 16) * ss, 0xffff);
         const __m512 c = load16<S>(sp + (i + 32) * ss, 0xffff), e = load16<S>(sp + (i + 48) * ss, 0xffff);
@@ -115,26 +144,47 @@ XK_AVX2 inline __m256i bf16_dwords(__m256 v) {
     return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
 }
 
-template <DType D>
+template <DType D, bool NT = false>
 XK_AVX2 inline void store16x2(void* p, __m256 a, __m256 b) {  // 16 elements
     if constexpr (D == DType::f32) {
-        _mm256_storeu_ps(static_cast<float*>(p), a);
-        _mm256_storeu_ps(static_cast<float*>(p) + 8, b);
-    } else if constexpr (D == DType::bf16) {
-        const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_dwords(a), bf16_dwords(b)), 0xd8);
-        _mm256_storeu_si256(static_cast<__m256i*>(p), w);
+        if constexpr (NT) {
+            _mm256_stream_ps(static_cast<float*>(p), a);
+            _mm256_stream_ps(static_cast<float*>(p) + 8, b);
+        } else {
+            _mm256_storeu_ps(static_cast<float*>(p), a);
+            _mm256_storeu_ps(static_cast<float*>(p) + 8, b);
+        }
     } else {
-        _mm_storeu_si128(static_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
-        _mm_storeu_si128(static_cast<__m128i*>(p) + 1, _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT));
+        __m256i w;
+        if constexpr (D == DType::bf16)
+            w = _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_dwords(a), bf16_dwords(b)), 0xd8);
+        else
+            w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)),
+                                        _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT), 1);
+        if constexpr (NT) _mm256_stream_si256(static_cast<__m256i*>(p), w);
+        else _mm256_storeu_si256(static_cast<__m256i*>(p), w);
     }
 }
 
-template <DType S, DType D>
+template <DType S, DType D, bool NT>
 XK_AVX2 void avx2_kernel(int64_t n, const void* s, void* d) {
     constexpr int ss = dtype_size(S), ds = dtype_size(D);
     const char* sp = static_cast<const char*>(s);
     char* dp = static_cast<char*>(d);
     int64_t i = 0;
+    if constexpr (NT) {
+        const int64_t h = nt_head<D>(n, d);
+        if (h < 0) return avx2_kernel<S, D, false>(n, s, d);
+        scalar_kernel<S, D>(h, sp, dp);
+        i = h;
+        for (; i + 32 <= n; i += 32) {
+            const __m256 a = load8<S>(sp + i * ss), b = load8<S>(sp + (i + 8) * ss);
+            const __m256 c = load8<S>(sp + (i + 16) * ss), e = load8<S>(sp + (i + 24) * ss);
+            store16x2<D, true>(dp + i * ds, a, b);
+            store16x2<D, true>(dp + (i + 16) * ds, c, e);
+        }
+        _mm_sfence();
+    }
     for (; i + 32 <= n; i += 32) {
         const __m256 a = load8<S>(sp + i * ss), b = load8<S>(sp + (i + 8) * ss);
         const __m256 c = load8<S>(sp + (i + 16) * ss), e = load8<S>(sp + (i + 24) * ss);
@@ -148,11 +198,12 @@ XK_AVX2 void avx2_kernel(int64_t n, const void* s, void* d) {
 template <DType S, DType D>
 ConvertImpl pick(Isa cap) {
     if constexpr (S == D) {
-        return {"copy", copy_kernel<dtype_size(S)>};
+        return {"copy", copy_kernel<dtype_size(S)>, copy_kernel<dtype_size(S)>};
     } else {
-        if (cap >= Isa::avx512 && isa_supported(Isa::avx512)) return {"avx512", avx512_kernel<S, D>};
-        if (cap >= Isa::avx2 && isa_supported(Isa::avx2)) return {"avx2", avx2_kernel<S, D>};
-        return {"scalar", scalar_kernel<S, D>};
+        if (cap >= Isa::avx512 && isa_supported(Isa::avx512))
+            return {"avx512", avx512_kernel<S, D, false>, avx512_kernel<S, D, true>};
+        if (cap >= Isa::avx2 && isa_supported(Isa::avx2)) return {"avx2", avx2_kernel<S, D, false>, avx2_kernel<S, D, true>};
+        return {"scalar", scalar_kernel<S, D>, scalar_kernel<S, D>};
     }
 }
 
@@ -192,7 +243,9 @@ void run_2d(const char* fn, int64_t rows, int64_t cols, DType st, const void* sr
     const int ss = dtype_size(st), ds = dtype_size(dt);
     const MemRegion rs = matrix_region(src, rows, cols, ld_src, ss), rd = matrix_region(dst, rows, cols, ld_dst, ds);
     if (regions_overlap(rs, rd)) fail_arg(fn, "dst", ptr_str(dst), "overlaps src=" + ptr_str(src));
-    const ConvertFn f = convert_impl(st, dt, max_isa()).fn;
+    const ConvertImpl impl = convert_impl(st, dt, max_isa());
+    // streaming stores (no read for ownership) for outputs too large to stay in the LLC
+    const ConvertFn f = use_nt_stores(rows * cols * ds) ? impl.fn_nt : impl.fn;
     const char* sp = static_cast<const char*>(src);
     char* dp = static_cast<char*>(dst);
     if (rows == 1 || (ld_src == cols && ld_dst == cols)) {  // one contiguous run

@@ -13,6 +13,7 @@ using ConvertFn = void (*)(int64_t n, const void* src, void* dst);
 struct ConvertImpl {
     const char* name;  // "avx512", "avx2", "scalar", "copy"
     ConvertFn fn;
+    ConvertFn fn_nt;  // the same results, written with streaming stores where dst allows (then SFENCE)
 };
 
 // The implementation for (src, dst) under the ISA cap (both dtypes among f32, bf16, f16).

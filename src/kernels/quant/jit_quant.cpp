@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/streaming.hpp"
 #include "dispatch/jit_generator.hpp"
 #include "kernels/common/jit_io.hpp"
 #include "kernels/quant/quant.hpp"
@@ -68,7 +69,9 @@ enum class Mode { quantize, dequantize, minmax };
 
 class JitQuant : public JitGenerator {
 public:
-    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode) : JitGenerator(isa), kd_(kd), mode_(mode) {
+    // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 16-byte aligned rows;
+    // dequantize: vector-aligned rows), then SFENCE.
+    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode, bool nt = false) : JitGenerator(isa), kd_(kd), mode_(mode), nt_(nt) {
         zmm_ = isa >= Isa::avx512;
         vl_ = zmm_ ? 16 : 8;
         // Isa::avx512 for the zmm JitIo: bf16 stores by the integer rounding (denormals kept).
@@ -120,6 +123,7 @@ public:
         jz(done, T_NEAR);
         one(0, 0, true);
         L(done);
+        if (nt_) sfence();
         if (mode == Mode::minmax) {
             mov(rax, ptr[abi_param1 + offsetof(QArgs, mm)]);
             for (int i = 0; i < 3; ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
@@ -224,10 +228,15 @@ private:
             const Zmm z(a.getIdx());
             if (tail) io_->set_kmask_rt(n_);
             auto dst = tail ? ptr[dst_ + off] | k1 : ptr[dst_ + off];
-            if (qt_ == DType::s8) {
+            if (qt_ == DType::u8) vpmaxsd(z, z, Zmm(16));
+            if (nt_ && !tail) {
+                const Xmm x(a.getIdx());
+                if (qt_ == DType::s8) vpmovsdb(x, z);
+                else vpmovusdb(x, z);
+                vmovntdq(ptr[dst_ + off], x);
+            } else if (qt_ == DType::s8) {
                 vpmovsdb(dst, z);
             } else {
-                vpmaxsd(z, z, Zmm(16));
                 vpmovusdb(dst, z);
             }
         } else {
@@ -289,11 +298,12 @@ private:
             vmulps(a, a, V(12));
         }
         if (tail) io_->store_rt(dst_ + off * fs_, a, ft_, n_);
-        else io_->store(dst_ + off * fs_, a, ft_, vl_);
+        else io_->store(dst_ + off * fs_, a, ft_, vl_, nt_);
     }
 
     QuantKernelDesc kd_;
     Mode mode_;
+    bool nt_ = false;
     bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
@@ -307,6 +317,10 @@ public:
         quant_ = kd.dst_dtype == DType::u8 || kd.dst_dtype == DType::s8;
         vl_ = isa >= Isa::avx512 ? 16 : 8;
         gen_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize);
+        if (!quant_ || isa >= Isa::avx512) {
+            gen_nt_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize, true);
+            nt_align_ = quant_ ? 16 : vl_ * dtype_size(kd.dst_dtype);
+        }
         if (kd.granularity == QuantGranularity::per_token_dynamic) mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
     }
 
@@ -318,6 +332,10 @@ public:
         QArgs q;
         q.n = c1 - c0;
         if (q.n <= 0) return;
+        // Streaming stores for outputs that do not stay in the LLC, where every row is aligned.
+        const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * ds) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
+                        (c0 * ds) % nt_align_ == 0;
+        const QFn fn = nt ? gen_nt_->fn : gen_->fn;
         if (d.smooth) q.smooth = a.smooth + c0;
         if (col_vec) {
             q.vscale = quant_ ? p.inv + c0 : a.scales + c0;
@@ -337,7 +355,7 @@ public:
             }
             q.src = static_cast<const char*>(a.src) + (r * d.ld_src + c0) * ss;
             q.dst = static_cast<char*>(a.dst) + (r * d.ld_dst + c0) * ds;
-            gen_->fn(&q);
+            fn(&q);
         }
     }
 
@@ -375,7 +393,8 @@ private:
     QuantKernelDesc kd_;
     bool quant_ = true;
     int vl_ = 8;
-    std::unique_ptr<JitQuant> gen_, mm_gen_;
+    std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_;
+    int nt_align_ = 64;
 };
 
 }  // namespace
