@@ -78,6 +78,10 @@ XK_AVX512 inline void store16(void* p, __m512 v, __mmask16 m) {
     }
 }
 
+// Software prefetch distance (bytes) of the source in the streaming loops (large arrays only; a
+// prefetch past the end of the array does not fault).
+constexpr int kPrefetch = 4096;
+
 // Elements before dst reaches a 64-byte boundary (converted by the scalar oracle), at most n.
 template <DType D>
 int64_t nt_head(int64_t n, const void* d) {
@@ -99,6 +103,7 @@ XK_AVX512 void avx512_kernel(int64_t n, const void* s, void* d) {
         scalar_kernel<S, D>(h, sp, dp);
         i = h;
         for (; i + 64 <= n; i += 64) {
+            for (int o = 0; o < 64 * ss; o += 64) _mm_prefetch(sp + i * ss + kPrefetch + o, _MM_HINT_T0);
             const __m512 a = load16<S>(sp + i * ss, 0xffff), b = load16<S>(sp + (i + 16) * ss, 0xffff);
             const __m512 c = load16<S>(sp + (i + 32) * ss, 0xffff), e = load16<S>(sp + (i + 48) * ss, 0xffff);
             store16<D, true>(dp + i * ds, a, 0xffff);
@@ -178,6 +183,7 @@ XK_AVX2 void avx2_kernel(int64_t n, const void* s, void* d) {
         scalar_kernel<S, D>(h, sp, dp);
         i = h;
         for (; i + 32 <= n; i += 32) {
+            for (int o = 0; o < 32 * ss; o += 64) _mm_prefetch(sp + i * ss + kPrefetch + o, _MM_HINT_T0);
             const __m256 a = load8<S>(sp + i * ss), b = load8<S>(sp + (i + 8) * ss);
             const __m256 c = load8<S>(sp + (i + 16) * ss), e = load8<S>(sp + (i + 24) * ss);
             store16x2<D, true>(dp + i * ds, a, b);
