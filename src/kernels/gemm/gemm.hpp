@@ -112,6 +112,9 @@ void gemm_reference(const GemmSpec& s, const GemmCall& call);
 std::shared_ptr<const GemmPacked> gemm_reference_pack_b(const GemmSpec& s, const void* B);
 std::string gemm_reference_packed_layout(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
+// The requantization of a u8 / s8 C (include/xk/gemm.hpp): nearbyint(x * inv) + zp clamped to
+// [lo, hi], NaN -> lo; returns the integer value as a float.
+float gemm_requantize(float x, float inv, float zp, float lo, float hi);
 
 // fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). int8 stays on the
 // reference (their supports() are false for it).

@@ -1,0 +1,674 @@
+// INT8 GEMM (u8|s8 x s8 -> s32 | f32 | u8 | s8) on VPDPBUSD: AVX512-VNNI on zmm.
+//
+// Operands:
+//   B (s8) is packed once into the VNNI-4 layout: panels of NR columns, each holding every group
+//     of 4 consecutive k (K padded with zeros to Kp, a multiple of 4) as NR x 4 bytes (column c's
+//     4 k values at c*4); panel p at p * Kp * NR bytes; then the NR-padded column sums
+//     colsum[n] = sum_k b[k][n] (int32) after the panels. A PackedB is exactly that (layout
+//     "jit:int8:vnni:K..:N..:nr.."), reusable by a plan of any M.
+//   A is packed per block of rows as u8 in panels of MR rows: [panel][k group][MR][4]; an s8 A
+//     is shifted to u8 (a' = a + 128, an xor with 0x80), its zero point likewise (za' = za + 128).
+// Zero points and the shift through row and column sums, never a subtraction per element:
+//   sum (a - za)(b - zb) = sum a'b - zb * rowsum(a') - za' * colsum(b) + K za' zb   (mod 2^32)
+// The row term (rowc[m] = -zb rowsum(a')) is computed as A is packed, the column term
+// (colc[n] = -za' colsum[n] + K za' zb) once per call from the packed column sums; the
+// microkernel adds both to its s32 accumulators before the store. Every step wraps modulo 2^32
+// like the reference's s32 sum, so s32 results are bit for bit the reference's.
+// Epilogues: s32 C (beta 0 / 1: a vpaddd of C); f32: float(acc) times the per-column
+// (alpha * a_scale) * b_scale[n] (the reference's order of products), then the fp32 kernels'
+// fused store (JitGemmBase::emit_epilogue: beta, bias, activation, residual); u8 / s8: that f32
+// store into a tile on the stack, then x * inv_c_scale, VRNDSCALEPS to nearest even, + zero
+// point, max / min against the type's range (VMAXPS returns its second operand for a NaN first:
+// NaN -> the minimum), VCVTPS2DQ and a saturating VPMOV[US]DB store — the reference's
+// gemm_requantize bit for bit.
+//
+// Blocking: K in blocks of at most kKcMax (a kc x NR B chunk, 24 KiB, stays in L1 while every A
+// panel of the row block streams past it from L2); rows in blocks of mc (mc x Kp bytes of packed
+// A within half of L2); loops per part: ic (pack A rows, all of K) > jr (B panel) > K block >
+// A panels (one microkernel call). K blocks before the last add into an s32 scratch of mc x NR
+// per thread; the last one adds the scratch and stores with the epilogue. Threads: the (M, N)
+// tile grid cut into pm x pn rectangles, one per thread; an unpacked B is packed first, in
+// parallel, into a per-call buffer. Results do not depend on the blocking or the thread count.
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "dispatch/kernel_cache.hpp"
+#include "dispatch/verbose.hpp"
+#include "kernels/gemm/jit_gemm_common.hpp"
+#include "kernels/gemm/jit_gemm_int8.hpp"
+#include "xk/runtime.hpp"
+
+namespace xk::detail {
+
+using namespace Xbyak;
+
+namespace {
+
+constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
+constexpr int64_t kKcMax = 768;  // K block (a multiple of 4): kc x NR bytes of B in L1
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Register tile of the int8 kernels per code shape.
+struct Int8Geometry {
+    bool zmm = true;
+    int vlen = 16;  // int32 lanes per vector
+    int nv = 2;     // B vectors per k group
+    int mr = 14;    // rows
+    int nr() const { return vlen * nv; }
+};
+Int8Geometry int8_geometry(Isa isa) {
+    Int8Geometry g;
+    (void)isa;
+    g.zmm = true, g.vlen = 16, g.nv = 2, g.mr = 14;  // 28 accumulators, 2 B vectors, 2 broadcasts
+    return g;
+}
+
+// Arguments of one microkernel call (read by the generated code at these offsets).
+struct Int8UkArgs {
+    const uint8_t* a = nullptr;  // first A panel's first k group of this K block
+    const int8_t* b = nullptr;   // the B panel's first k group of this K block
+    void* c = nullptr;           // C[0, 0] of the first panel's tile (final calls)
+    int64_t kg = 0;              // k groups of this K block (>= 1)
+    int64_t ldc = 0;             // bytes
+    int64_t m_panels = 0;        // >= 1
+    int64_t a_stride = 0;        // bytes from one A panel to the next
+    int32_t* acc = nullptr;      // s32 partial sums, MR x NR per panel (row-major)
+    int64_t load_acc = 0;        // nonzero: start from the partial sums
+    const int32_t* rowc = nullptr;  // row terms, one per row (final)
+    const int32_t* colc = nullptr;  // column terms of the tile's columns (final)
+    const float* scale = nullptr;   // per-column f32 multipliers (final, f32 / u8 / s8 C)
+    const float* bias = nullptr;
+    const void* res = nullptr;
+    int64_t ldr = 0;  // bytes
+    const GemmScalars* scal = nullptr;
+    const float* rq = nullptr;  // {inv_c_scale, c_zero_point, lo, hi} (u8 / s8 C)
+};
+using Int8UkFn = void (*)(const Int8UkArgs*);
+
+struct Int8UkSpec {
+    Isa isa = Isa::avx512;
+    int mr = 0, ncols = 0;
+    bool final = false;
+    DType c = DType::s32;
+    GemmEpi epi;  // f32 part of the epilogue (alpha folded into the scales)
+    std::string key() const {
+        return std::string(isa_name(isa)) + ",m" + std::to_string(mr) + "n" + std::to_string(ncols) +
+               (final ? ",final,c:" + std::string(dtype_name(c)) + "," + epi.key() : ",partial");
+    }
+};
+
+class JitInt8Uk : public JitGemmBase {
+public:
+    explicit JitInt8Uk(const Int8UkSpec& s) : JitGemmBase(Isa::avx512, 64 * 1024) { generate(s); }
+
+private:
+    void generate(const Int8UkSpec& s) {
+        const Int8Geometry g = int8_geometry(s.isa);
+        const int MR = g.mr, vl = g.vlen, NR = g.nr();
+        const int mr = s.mr;
+        const int nv = (s.ncols + vl - 1) / vl;
+        const int w_last = s.ncols - (nv - 1) * vl;
+        const bool tail = w_last < vl;
+        const int U = 4;
+
+        const Reg64 rP = rdi, rA = rsi, rB = rdx, rBk = rcx, rC = r8, rK = r9, rLdc = r10, rMp = r11, rRes = r12,
+                    rBias = r13, rTbl = r14, rScal = r15, rTmp = rax, rAcc = rbx;
+        preamble({rbx, r12, r13, r14, r15});
+        push(rbp);
+        mov(rbp, rsp);
+        and_(rsp, -64);
+        // Stack: [0, spill) epilogue spill | f32 tile MR x NR (u8 / s8 C) | slots
+        const int spill = (spill_bytes(mr, g.nv) + 63) / 64 * 64;
+        const bool rq = s.final && (s.c == DType::u8 || s.c == DType::s8);
+        const int tile_off = spill;
+        const int slot_off = tile_off + (rq ? MR * NR * 4 : 0);
+        const int o_a = slot_off, o_rowc = slot_off + 8, o_ldt = slot_off + 16;
+        sub(rsp, slot_off + 64);
+
+        set_tail_mask(w_last);  // (uses eax)
+        mov(rA, ptr[rP + offsetof(Int8UkArgs, a)]);
+        mov(ptr[rsp + o_a], rA);
+        mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rowc)]);
+        mov(ptr[rsp + o_rowc], rTmp);
+        mov(qword[rsp + o_ldt], NR * 4);
+        mov(rB, ptr[rP + offsetof(Int8UkArgs, b)]);
+        mov(rC, ptr[rP + offsetof(Int8UkArgs, c)]);
+        mov(rLdc, ptr[rP + offsetof(Int8UkArgs, ldc)]);
+        mov(rMp, ptr[rP + offsetof(Int8UkArgs, m_panels)]);
+        mov(rAcc, ptr[rP + offsetof(Int8UkArgs, acc)]);
+        mov(rBias, ptr[rP + offsetof(Int8UkArgs, bias)]);
+        mov(rRes, ptr[rP + offsetof(Int8UkArgs, res)]);
+        mov(rScal, ptr[rP + offsetof(Int8UkArgs, scal)]);
+
+        auto acc = [&](int i, int j) { return Zmm(acc_idx(i, j, nv)); };
+        const int b_base = mr * nv;
+        const int bc_base = b_base + nv;
+        const int nbc = std::min(2, 32 - bc_base);
+        auto body = [&](int steps) {
+            for (int u = 0; u < steps; ++u) {
+                for (int j = 0; j < nv; ++j) vmovdqu8(Zmm(b_base + j), ptr[rBk + (u * NR + j * vl) * 4]);
+                for (int i = 0; i < mr; ++i) {
+                    const Zmm bc(bc_base + i % nbc);
+                    vpbroadcastd(bc, ptr[rA + (u * MR + i) * 4]);
+                    for (int j = 0; j < nv; ++j) vpdpbusd(acc(i, j), bc, Zmm(b_base + j));
+                }
+            }
+        };
+        auto acc_at = [&](int i, int j) { return ptr[rAcc + (i * NR + j * vl) * 4]; };
+
+        Label l_panel;
+        L(l_panel);
+        {
+            Label l_zero, l_start, l_k, l_krem, l_k1, l_kdone;
+            cmp(qword[rP + offsetof(Int8UkArgs, load_acc)], 0);
+            je(l_zero);
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vmovdqu32(acc(i, j), acc_at(i, j));
+            jmp(l_start);
+            L(l_zero);
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vpxord(acc(i, j), acc(i, j), acc(i, j));
+            L(l_start);
+            mov(rA, ptr[rsp + o_a]);
+            mov(rBk, rB);
+            mov(rK, ptr[rP + offsetof(Int8UkArgs, kg)]);
+            cmp(rK, U);
+            jl(l_krem);
+            align(16);
+            L(l_k);
+            body(U);
+            add(rA, U * MR * 4);
+            add(rBk, U * NR * 4);
+            sub(rK, U);
+            cmp(rK, U);
+            jge(l_k);
+            L(l_krem);
+            test(rK, rK);
+            jz(l_kdone);
+            L(l_k1);
+            body(1);
+            add(rA, MR * 4);
+            add(rBk, NR * 4);
+            dec(rK);
+            jnz(l_k1);
+            L(l_kdone);
+            // next panel's A
+            mov(rTmp, ptr[rP + offsetof(Int8UkArgs, a_stride)]);
+            add(ptr[rsp + o_a], rTmp);
+        }
+
+        if (!s.final) {
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vmovdqu32(acc_at(i, j), acc(i, j));
+        } else {
+            // + row term (broadcast) + column term
+            mov(rTmp, ptr[rsp + o_rowc]);
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), ptr_b[rTmp + i * 4]);
+            add(qword[rsp + o_rowc], MR * 4);
+            mov(rTmp, ptr[rP + offsetof(Int8UkArgs, colc)]);
+            for (int j = 0; j < nv; ++j) vmovdqu32(Zmm(30 + j), ptr[rTmp + j * vl * 4]);  // (mr * nv <= 28)
+            for (int i = 0; i < mr; ++i)
+                for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), Zmm(30 + j));
+            if (s.c == DType::s32) {
+                const Zmm t(31);
+                for (int i = 0; i < mr; ++i) {
+                    for (int j = 0; j < nv; ++j) {
+                        const bool part = tail && j == nv - 1;
+                        const Address ca = ptr[rC + j * vl * 4];
+                        if (s.epi.beta == BetaKind::one) {
+                            if (part) {
+                                vmovdqu32(t | k1 | T_z, ca);
+                                vpaddd(acc(i, j), acc(i, j), t);
+                            } else {
+                                vpaddd(acc(i, j), acc(i, j), ca);
+                            }
+                        }
+                        if (part)
+                            vmovdqu32(ca | k1, acc(i, j));
+                        else
+                            vmovdqu32(ca, acc(i, j));
+                    }
+                    add(rC, rLdc);
+                }
+            } else {
+                mov(rTmp, ptr[rP + offsetof(Int8UkArgs, scale)]);
+                for (int j = 0; j < nv; ++j) vmovups(Zmm(30 + j), ptr[rTmp + j * vl * 4]);
+                for (int i = 0; i < mr; ++i)
+                    for (int j = 0; j < nv; ++j) {
+                        vcvtdq2ps(acc(i, j), acc(i, j));
+                        vmulps(acc(i, j), acc(i, j), Zmm(30 + j));
+                    }
+                const Address ldr = ptr[rP + offsetof(Int8UkArgs, ldr)];
+                const Address ldt = ptr[rsp + o_ldt];
+                EpiRegs er;
+                er.res_row = rRes, er.bias = rBias, er.scal = rScal, er.tbl = rTbl, er.gtmp = rTmp;
+                er.ldr = &ldr;
+                er.p_row = rK;
+                GemmEpi e = s.epi;
+                e.alpha_one = true;
+                e.c = DType::f32;
+                e.partial = false;
+                if (!rq) {
+                    er.c_row = rC;
+                    er.ldc = &rLdc;
+                    emit_epilogue(e, mr, nv, s.ncols, er, 0);
+                } else {
+                    lea(rBk, ptr[rsp + tile_off]);
+                    er.c_row = rBk;
+                    er.ldc = &ldt;
+                    emit_epilogue(e, mr, nv, s.ncols, er, 0);
+                    // requantize the f32 tile into C
+                    mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rq)]);
+                    const Zmm x(0);
+                    for (int i = 0; i < mr; ++i) {
+                        for (int j = 0; j < nv; ++j) {
+                            const Zmm xv(j);
+                            vmovups(xv, ptr[rsp + tile_off + (i * NR + j * vl) * 4]);
+                            vmulps(xv, xv, ptr_b[rTmp]);
+                            vrndscaleps(xv, xv, 0x08);  // nearest even, no precision exception
+                            vaddps(xv, xv, ptr_b[rTmp + 4]);
+                            vmaxps(xv, xv, ptr_b[rTmp + 8]);  // NaN -> lo
+                            vminps(xv, xv, ptr_b[rTmp + 12]);
+                            vcvtps2dq(xv, xv);
+                            const Address ca = ptr[rC + j * vl];
+                            const bool part = tail && j == nv - 1;
+                            if (s.c == DType::u8) {
+                                if (part)
+                                    vpmovusdb(ca | k1, xv);
+                                else
+                                    vpmovusdb(ca, xv);
+                            } else {
+                                if (part)
+                                    vpmovsdb(ca | k1, xv);
+                                else
+                                    vpmovsdb(ca, xv);
+                            }
+                        }
+                        add(rC, rLdc);
+                    }
+                    (void)x;
+                }
+            }
+        }
+        add(rAcc, MR * NR * 4);
+        dec(rMp);
+        jnz(l_panel);
+
+        mov(rsp, rbp);
+        pop(rbp);
+        postamble();
+    }
+};
+
+struct Int8UkImpl {
+    explicit Int8UkImpl(const Int8UkSpec& s) : gen(s) { fn = gen.finalize<Int8UkFn>(); }
+    JitInt8Uk gen;
+    Int8UkFn fn = nullptr;
+};
+
+std::shared_ptr<const Int8UkImpl> int8_ukernel(const Int8UkSpec& s) {
+    const std::string key = "gemm_int8_ukernel|" + s.key();
+    return KernelCache::instance().get_or_create<Int8UkImpl>(key, [&]() -> std::shared_ptr<const Int8UkImpl> {
+        const double t0 = now_us();
+        auto k = std::make_shared<Int8UkImpl>(s);
+        verbose_log("create", "gemm_int8_ukernel", s.key(), now_us() - t0);
+        return k;
+    });
+}
+
+// Per-thread scratch (slot 0: packed A, 1: s32 partial sums, 2: the calling thread's per-call
+// buffers: packed B, column terms, scales, row terms).
+constexpr int kSlots = 4;
+void* thread_buffer(int slot, size_t bytes) {
+    struct Free {
+        void operator()(void* p) const { std::free(p); }
+    };
+    thread_local std::unique_ptr<void, Free> buf[kSlots];
+    thread_local size_t cap[kSlots] = {};
+    if (cap[slot] < bytes) {
+        const size_t n = (bytes + 4095) / 4096 * 4096;
+        void* p = std::aligned_alloc(64, n);
+        if (!p) throw std::bad_alloc();
+        buf[slot].reset(p);
+        cap[slot] = n;
+    }
+    return buf[slot].get();
+}
+
+struct Caches {
+    int64_t l2;
+};
+Caches caches() {
+    const CpuInfo& ci = cpu_info();
+    Caches c;
+    c.l2 = ci.l2_bytes > 0 ? ci.l2_bytes / std::max(1, ci.l2_shared_by) : 256 * 1024;
+    c.l2 = std::max<int64_t>(c.l2, 64 * 1024);
+    return c;
+}
+
+}  // namespace
+
+// ---- packed B --------------------------------------------------------------------------------
+
+Int8BLayout gemm_int8_b_layout(int64_t K, int64_t N, int nr) {
+    Int8BLayout l;
+    l.K = K, l.N = N, l.nr = nr;
+    l.kp = round_up(std::max<int64_t>(K, 1), 4);
+    l.npad = round_up(std::max<int64_t>(N, 1), nr);
+    l.name = "jit:int8:vnni:K" + std::to_string(K) + ":N" + std::to_string(N) + ":nr" + std::to_string(nr);
+    return l;
+}
+
+// Columns [c0, c1) (c0 a multiple of nr) of op(B) into the layout at dst (the whole packed
+// buffer); column sums into its tail.
+void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t* B, int64_t ldb, bool bt, int64_t c0,
+                           int64_t c1, uint8_t* dst) {
+    const int64_t K = s.K, N = s.N, nr = l.nr, kp = l.kp;
+    int32_t* colsum = reinterpret_cast<int32_t*>(dst + l.panel_bytes());
+    for (int64_t p0 = c0; p0 < c1; p0 += nr) {
+        int8_t* pd = reinterpret_cast<int8_t*>(dst) + (p0 / nr) * kp * nr;
+        const int64_t nc = std::min<int64_t>(nr, N - p0);
+        int32_t sums[64] = {};
+        if (!bt) {
+            for (int64_t k = 0; k < kp; ++k) {
+                int8_t* row = pd + (k / 4) * nr * 4 + (k % 4);
+                if (k < K) {
+                    const int8_t* src = B + k * ldb + p0;
+                    for (int64_t c = 0; c < nc; ++c) {
+                        row[c * 4] = src[c];
+                        sums[c] += src[c];
+                    }
+                    for (int64_t c = nc; c < nr; ++c) row[c * 4] = 0;
+                } else {
+                    for (int64_t c = 0; c < nr; ++c) row[c * 4] = 0;
+                }
+            }
+        } else {
+            for (int64_t c = 0; c < nr; ++c) {
+                int8_t* col = pd + c * 4;
+                if (c < nc) {
+                    const int8_t* src = B + (p0 + c) * ldb;
+                    int32_t sum = 0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        col[(k / 4) * nr * 4 + (k % 4)] = src[k];
+                        sum += src[k];
+                    }
+                    for (int64_t k = K; k < kp; ++k) col[(k / 4) * nr * 4 + (k % 4)] = 0;
+                    sums[c] = sum;
+                } else {
+                    for (int64_t k = 0; k < kp; ++k) col[(k / 4) * nr * 4 + (k % 4)] = 0;
+                }
+            }
+        }
+        for (int64_t c = 0; c < nr; ++c) colsum[p0 + c] = sums[c];
+    }
+}
+
+namespace {
+
+class JitGemmInt8 final : public GemmKernel {
+public:
+    JitGemmInt8(const GemmSpec& s, Isa isa) : s_(s), isa_(isa), g_(int8_geometry(isa)) {
+        layout_ = gemm_int8_b_layout(s.K, s.N, g_.nr());
+        const int64_t MR = g_.mr, NR = g_.nr();
+        const int64_t kp = layout_.kp;
+        nkb_ = ceil_div(kp, kKcMax);
+        kc_ = round_up(ceil_div(kp, nkb_), 4);
+        nkb_ = ceil_div(kp, kc_);
+        mc_ = std::clamp<int64_t>(caches().l2 / 2 / kp / MR * MR, MR, 1024 / MR * MR);
+        GemmEpi epi = gemm_epi(s);
+        epi.alpha_one = true;
+        const int m_tail = static_cast<int>(s.M % MR), n_tail = static_cast<int>(s.N % NR);
+        for (int fin = 0; fin < 2; ++fin) {
+            if (!fin && nkb_ == 1) continue;
+            for (int mt = 0; mt < 2; ++mt) {
+                const int mr = mt ? m_tail : static_cast<int>(MR);
+                if (mr == 0 || (mt == 0 && s.M < MR)) continue;
+                for (int nt = 0; nt < 2; ++nt) {
+                    const int ncols = nt ? n_tail : static_cast<int>(NR);
+                    if (fin && (ncols == 0 || (nt == 0 && s.N < NR))) continue;
+                    if (!fin && nt) continue;  // partial sums: always NR columns
+                    Int8UkSpec us;
+                    us.isa = Isa::avx512, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
+                    us.final = fin != 0, us.c = s.c_type, us.epi = epi;
+                    uk_[fin][mt][nt] = int8_ukernel(us);
+                }
+            }
+        }
+    }
+
+    std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
+        auto p = std::make_shared<GemmPacked>(layout_.name, layout_.bytes());
+        if (s_.K == 0 || s_.N == 0) return p;
+        pack_b_into(static_cast<const int8_t*>(B), s_.ldb, s_.trans_b == Trans::T, static_cast<uint8_t*>(p->data));
+        return p;
+    }
+    std::string packed_layout() const override { return layout_.name; }
+
+    void run(const GemmCall& call) const override {
+        const GemmSpec& s = s_;
+        const GemmArgs& a = call.args;
+        const int64_t M = s.M, N = s.N, K = s.K, MR = g_.mr, NR = g_.nr();
+        const int64_t npad = layout_.npad;
+        // B (packed now unless given packed), then per-call column terms and scales.
+        const size_t pb_bytes = layout_.bytes();
+        const size_t extra = static_cast<size_t>(npad) * 8 + 64;
+        uint8_t* call_buf = static_cast<uint8_t*>(thread_buffer(2, (call.packed_b ? 0 : pb_bytes + 64) + extra));
+        const uint8_t* pb;
+        uint8_t* rest = call_buf;
+        if (call.packed_b) {
+            pb = static_cast<const uint8_t*>(call.packed_b->data);
+        } else {
+            uint8_t* dst = call_buf;
+            pack_b_into(static_cast<const int8_t*>(a.B), s.ldb, s.trans_b == Trans::T, dst);
+            pb = dst;
+            rest = call_buf + round_up(static_cast<int64_t>(pb_bytes), 64);
+        }
+        const int32_t* colsum = reinterpret_cast<const int32_t*>(pb + layout_.panel_bytes());
+        int32_t* colc = reinterpret_cast<int32_t*>(rest);
+        float* scale = reinterpret_cast<float*>(rest + npad * 4);
+        const uint32_t za = static_cast<uint32_t>(a.a_zero_point + (s.a_type == DType::s8 ? 128 : 0));
+        const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
+        const uint32_t kzz = static_cast<uint32_t>(K) * za * zb;
+        for (int64_t n = 0; n < npad; ++n)
+            colc[n] = static_cast<int32_t>(kzz - za * static_cast<uint32_t>(colsum[n]));
+        const bool fp = s.c_type != DType::s32;
+        if (fp) {
+            const float as = call.alpha * a.a_scale[0];
+            for (int64_t n = 0; n < npad; ++n)
+                scale[n] = n < N ? as * a.b_scales[s.b_scale_per_channel ? n : 0] : 0.0f;
+        }
+        alignas(64) float rq[16] = {};
+        if (s.c_type == DType::u8 || s.c_type == DType::s8) {
+            rq[0] = 1.0f / a.c_scale[0];
+            rq[1] = static_cast<float>(a.c_zero_point);
+            rq[2] = s.c_type == DType::u8 ? 0.0f : -128.0f;
+            rq[3] = s.c_type == DType::u8 ? 255.0f : 127.0f;
+        }
+        alignas(64) GemmScalars sc;
+        sc.set(call.alpha, call.beta);
+
+        // Threads and the pm x pn split of the tile grid.
+        const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
+        const double macs = double(M) * double(N) * double(K);
+        int nthr = static_cast<int>(std::clamp<double>(macs / double(kMinMacsPerThread), 1.0, get_num_threads()));
+        int pm = 1, pn = 1;
+        double best = -1;
+        for (int t = nthr; t >= 1 && best < 0; --t) {
+            nthr = t;
+            for (int x = 1; x <= t; ++x) {
+                if (t % x) continue;
+                const int y = t / x;
+                if (x > mt || y > nt) continue;
+                const double mp = double(ceil_div(mt, x) * MR), np = double(ceil_div(nt, y) * NR);
+                const double cost = mp * np / 16.0 + mp * double(y) / 4.0;
+                if (best < 0 || cost < best) best = cost, pm = x, pn = y;
+            }
+        }
+        const int parts = pm * pn;
+        Ctx ctx{call, pb, colc, scale, rq, &sc};
+        auto part = [&](int64_t t) {
+            const int64_t i = t / pn, j = t % pn;
+            const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
+            const int64_t n0 = std::min(N, j * nt / pn * NR), n1 = std::min(N, (j + 1) * nt / pn * NR);
+            if (m0 < m1 && n0 < n1) run_part(ctx, m0, m1, n0, n1);
+        };
+        if (parts == 1)
+            part(0);
+        else
+            parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+                for (int64_t t = b; t < e; ++t) part(t);
+            });
+    }
+
+private:
+    struct Ctx {
+        const GemmCall& call;
+        const uint8_t* pb;
+        const int32_t* colc;
+        const float* scale;
+        const float* rq;
+        const GemmScalars* sc;
+    };
+
+    void pack_b_into(const int8_t* B, int64_t ldb, bool bt, uint8_t* dst) const {
+        const int64_t NR = g_.nr(), np = layout_.npad / NR;
+        const double bytes = double(s_.K) * double(s_.N);
+        const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(double(np) * (double(1 << 18) / std::max(1.0, bytes))));
+        parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
+            gemm_int8_pack_b_cols(s_, layout_, B, ldb, bt, p0 * NR, std::min(s_.N, p1 * NR), dst);
+        });
+    }
+
+    // op(A) rows [r0, r0 + rows) x all of K into panels of MR rows at dst ([panel][k group][MR][4],
+    // u8, s8 shifted by +128, padding 0), and the row terms -zb * rowsum(a') into rowc.
+    void pack_a(const GemmArgs& a, int64_t r0, int64_t rows, uint8_t* dst, int32_t* rowc) const {
+        const GemmSpec& s = s_;
+        const int64_t K = s.K, kp = layout_.kp, kg = kp / 4, MR = g_.mr;
+        const bool shift = s.a_type == DType::s8;
+        const uint8_t x = shift ? 0x80 : 0;
+        const auto* A = static_cast<const uint8_t*>(a.A);
+        const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
+        const int64_t panels = ceil_div(rows, MR);
+        for (int64_t p = 0; p < panels; ++p) {
+            uint8_t* pd = dst + p * kg * MR * 4;
+            for (int64_t r = 0; r < MR; ++r) {
+                const int64_t row = p * MR + r;
+                uint8_t* d = pd + r * 4;
+                if (row >= rows) {
+                    for (int64_t gi = 0; gi < kg; ++gi) std::memset(d + gi * MR * 4, 0, 4);
+                    rowc[row] = 0;
+                    continue;
+                }
+                uint32_t sum = 0;
+                if (s.trans_a == Trans::N) {
+                    const uint8_t* src = A + (r0 + row) * s.lda;
+                    const int64_t k4 = K / 4 * 4;
+                    for (int64_t k = 0; k < k4; k += 4) {
+                        uint8_t* o = d + (k / 4) * MR * 4;
+                        const uint8_t v0 = src[k] ^ x, v1 = src[k + 1] ^ x, v2 = src[k + 2] ^ x, v3 = src[k + 3] ^ x;
+                        o[0] = v0, o[1] = v1, o[2] = v2, o[3] = v3;
+                        sum += uint32_t(v0) + v1 + v2 + v3;
+                    }
+                    if (k4 < kp) {
+                        uint8_t* o = d + (k4 / 4) * MR * 4;
+                        for (int64_t k = k4; k < k4 + 4; ++k) {
+                            const uint8_t v = k < K ? static_cast<uint8_t>(src[k] ^ x) : 0;
+                            o[k - k4] = v;
+                            sum += v;
+                        }
+                    }
+                } else {
+                    const uint8_t* src = A + r0 + row;
+                    for (int64_t k = 0; k < kp; ++k) {
+                        const uint8_t v = k < K ? static_cast<uint8_t>(src[k * s.lda] ^ x) : 0;
+                        d[(k / 4) * MR * 4 + (k % 4)] = v;
+                        sum += v;
+                    }
+                }
+                rowc[row] = static_cast<int32_t>(0u - zb * sum);
+            }
+        }
+    }
+
+    void run_part(const Ctx& ctx, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+        const GemmSpec& s = s_;
+        const GemmArgs& a = ctx.call.args;
+        const int64_t MR = g_.mr, NR = g_.nr(), kp = layout_.kp, kgt = kp / 4;
+        const int64_t mparts = ceil_div(m1 - m0, mc_);
+        const int64_t mc = std::min(mc_, round_up(ceil_div(m1 - m0, mparts), MR));
+        const int64_t c_es = dtype_size(s.c_type);
+        auto* C = static_cast<unsigned char*>(a.C);
+        const auto* res = static_cast<const unsigned char*>(a.residual);
+        const int64_t res_es = dtype_size(s.residual_type);
+        uint8_t* bufA = static_cast<uint8_t*>(thread_buffer(0, static_cast<size_t>(mc * kp + mc * 4 + 64)));
+        int32_t* rowc = reinterpret_cast<int32_t*>(bufA + round_up(mc * kp, 64));
+        int32_t* accb = nkb_ > 1 ? static_cast<int32_t*>(thread_buffer(1, static_cast<size_t>(mc * NR * 4))) : nullptr;
+
+        Int8UkArgs ua;
+        ua.ldr = s.ld_residual * res_es;
+        ua.scal = ctx.sc;
+        ua.rq = ctx.rq;
+        ua.a_stride = kgt * MR * 4;
+        for (int64_t ic = m0; ic < m1; ic += mc) {
+            const int64_t mcb = std::min(mc, m1 - ic);
+            pack_a(a, ic, mcb, bufA, rowc);
+            const int64_t full = mcb / MR, mrest = mcb % MR;
+            for (int64_t n = n0; n < n1; n += NR) {
+                const int nt = s.N - n < NR ? 1 : 0;
+                const int8_t* bp = reinterpret_cast<const int8_t*>(ctx.pb) + (n / NR) * kp * NR;
+                ua.colc = ctx.colc + n;
+                ua.scale = ctx.scale + n;
+                ua.bias = a.bias ? a.bias + n : nullptr;
+                for (int64_t kb = 0; kb < nkb_; ++kb) {
+                    const int64_t k0 = kb * kc_, kcb = std::min(kc_, kp - k0);
+                    const int fin = kb == nkb_ - 1 ? 1 : 0;
+                    ua.kg = kcb / 4;
+                    ua.b = bp + k0 * NR;
+                    ua.load_acc = kb > 0;
+                    auto tile = [&](int64_t r, int mt, int64_t panels) {
+                        ua.a = bufA + (r - ic) * kgt * 4 + k0 * MR;
+                        ua.acc = accb ? accb + (r - ic) * NR : nullptr;
+                        ua.rowc = rowc + (r - ic);
+                        ua.c = C + (r * s.ldc + n) * c_es;
+                        ua.ldc = s.ldc * c_es;
+                        ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;
+                        ua.m_panels = panels;
+                        uk_[fin][mt][fin ? nt : 0]->fn(&ua);
+                    };
+                    if (full) tile(ic, 0, full);
+                    if (mrest) tile(ic + full * MR, 1, 1);
+                }
+            }
+        }
+    }
+
+    GemmSpec s_;
+    Isa isa_;
+    Int8Geometry g_;
+    Int8BLayout layout_;
+    int64_t kc_ = 0, nkb_ = 0, mc_ = 0;
+    std::shared_ptr<const Int8UkImpl> uk_[2][2][2];  // [final][m tail][n tail]
+};
+
+}  // namespace
+
+bool gemm_int8_vnni_supports(const GemmSpec& s) {
+    return s.int8() && s.b_type == DType::s8 && s.M > 0 && s.N > 0 && s.K > 0;
+}
+
+std::shared_ptr<const GemmKernel> create_gemm_int8_vnni(const GemmSpec& s, Isa isa) {
+    if (!gemm_int8_vnni_supports(s)) throw Error(Status::unsupported, "gemm int8 vnni: " + s.key() + " is not supported");
+    return std::make_shared<JitGemmInt8>(s, isa);
+}
+
+}  // namespace xk::detail
