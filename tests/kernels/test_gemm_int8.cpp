@@ -313,12 +313,14 @@ TEST(GemmInt8, SaturationWorstCasesAndEveryShiftPath) {
     struct Fill {
         uint8_t a, b;
     };
-    for_each_isa([&](Isa) {
+    for_each_isa([&](Isa isa) {
         for (DType at : {DType::u8, DType::s8})
             for (Fill f : {Fill{255, 0x80}, Fill{127, 127}, Fill{0x80, 0x80}, Fill{0x80, 127}, Fill{0, 0x80}})
                 for (int64_t K : {int64_t(1023), int64_t(kSanitized ? 3000 : 70001)})
                     for (int z = 0; z < 4; ++z) {
-                        GemmDesc d = int8_desc(at, DType::s32, 17, 33, K);
+                        // the long K (wrapping sums): every fill, one zero-point pair, 3 rows, the top ISA
+                        if (K > 1023 && (z > 0 || isa != available_isas().back())) continue;
+                        GemmDesc d = int8_desc(at, DType::s32, K > 1023 ? 3 : 9, 33, K);
                         Problem p(d, 0, 0, 7);
                         std::memset(p.A.data(), f.a, p.A.size());
                         std::memset(p.B.data(), f.b, p.B.size());
@@ -457,7 +459,9 @@ TEST(GemmInt8, BadInputIsRejectedNamingTheArgument) {
         a = p.args(), a.a_zero_point = 256, expect(a, "a_zero_point=256");
         a = p.args(), a.b_zero_point = -129, expect(a, "b_zero_point=-129");
         // C over c_scale
-        a = p.args(), a.c_scale = reinterpret_cast<const float*>(p.C.data()), XK_EXPECT_INVALID(plan.run(a), "overlaps c_scale");
+        a = p.args();
+        a.c_scale = reinterpret_cast<const float*>(p.C.data());
+        XK_EXPECT_INVALID(plan.run(a), "overlaps c_scale");
         // nothing written on a rejected call
         const auto before = p.c_copy();
         a = p.args(), a.c_zero_point = hi + 1;
