@@ -304,7 +304,7 @@ TEST(GemmInt8, EveryIsaMatchesTheReference) {
                     ++idx;
                     check_problem(p);
                 }
-    });
+    }, /*with_avx2_vnni=*/true);
 }
 
 TEST(GemmInt8, SaturationWorstCasesAndEveryShiftPath) {
@@ -333,7 +333,7 @@ TEST(GemmInt8, SaturationWorstCasesAndEveryShiftPath) {
                             ASSERT_EQ(g, want[i]) << describe(p.d, p);
                         }
                     }
-    });
+    }, /*with_avx2_vnni=*/true);
 }
 
 TEST(GemmInt8, RequantizationTiesSaturationNanAndInf) {
@@ -376,7 +376,7 @@ TEST(GemmInt8, RequantizationTiesSaturationNanAndInf) {
                             ASSERT_EQ(got, int(q)) << "C[" << m << "," << n << "] " << dtype_name(ct) << " cs " << cs;
                         }
                 }
-    });
+    }, /*with_avx2_vnni=*/true);
 }
 
 TEST(GemmInt8, PackedBServesEveryM) {
@@ -403,7 +403,7 @@ TEST(GemmInt8, PackedBServesEveryM) {
                 EXPECT_TRUE(same_c(p, p.c_copy(), want, before)) << "M " << M << " plan " << plan.impl_name();
             }
         }
-    });
+    }, /*with_avx2_vnni=*/true);
 }
 
 TEST(GemmInt8, SelectionAtEachCap) {
@@ -413,6 +413,8 @@ TEST(GemmInt8, SelectionAtEachCap) {
         const std::string name = GemmPlan(d).impl_name();
         if (isa >= Isa::avx512_vnni)
             EXPECT_EQ(name, "jit:avx512_vnni:int8");
+        else if (isa >= Isa::avx2_vnni && isa_supported(Isa::avx2_vnni))
+            EXPECT_EQ(name, isa == Isa::avx2_vnni ? "jit:avx2_vnni:int8" : "jit:avx2_vnni:int8") << isa_name(isa);
         else
             EXPECT_EQ(name, "ref:scalar") << isa_name(isa);
     }

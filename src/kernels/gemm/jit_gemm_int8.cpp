@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <emmintrin.h>
 #include <memory>
 #include <vector>
 
@@ -56,7 +57,9 @@ constexpr int64_t kKcMax = 768;  // K block (a multiple of 4): kc x NR bytes of 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Register tile of the int8 kernels per code shape.
+// Register tile of the int8 kernels per code shape: zmm (avx512_vnni; 32 registers: 14 x 32,
+// 28 accumulators, 2 B vectors, 2 broadcasts) or ymm (avx2_vnni; 16 registers: 6 x 16, 12
+// accumulators, 2 B vectors, 2 broadcasts).
 struct Int8Geometry {
     bool zmm = true;
     int vlen = 16;  // int32 lanes per vector
@@ -66,8 +69,10 @@ struct Int8Geometry {
 };
 Int8Geometry int8_geometry(Isa isa) {
     Int8Geometry g;
-    (void)isa;
-    g.zmm = true, g.vlen = 16, g.nv = 2, g.mr = 14;  // 28 accumulators, 2 B vectors, 2 broadcasts
+    if (isa >= Isa::avx512)
+        g.zmm = true, g.vlen = 16, g.nv = 2, g.mr = 14;
+    else
+        g.zmm = false, g.vlen = 8, g.nv = 2, g.mr = 6;
     return g;
 }
 
@@ -94,30 +99,37 @@ struct Int8UkArgs {
 using Int8UkFn = void (*)(const Int8UkArgs*);
 
 struct Int8UkSpec {
-    Isa isa = Isa::avx512;
+    Isa isa = Isa::avx512_vnni;  // avx512_vnni (zmm) or avx2_vnni (ymm)
+    bool vex = true;             // ymm: VEX (AVX-VNNI) or EVEX (AVX512-VNNI + VL) VPDPBUSD
     int mr = 0, ncols = 0;
     bool final = false;
     DType c = DType::s32;
     GemmEpi epi;  // f32 part of the epilogue (alpha folded into the scales)
     std::string key() const {
-        return std::string(isa_name(isa)) + ",m" + std::to_string(mr) + "n" + std::to_string(ncols) +
+        return std::string(isa_name(isa)) + (isa < Isa::avx512 ? (vex ? ",vex" : ",evex") : "") + ",m" +
+               std::to_string(mr) + "n" + std::to_string(ncols) +
                (final ? ",final,c:" + std::string(dtype_name(c)) + "," + epi.key() : ",partial");
     }
 };
 
 class JitInt8Uk : public JitGemmBase {
 public:
-    explicit JitInt8Uk(const Int8UkSpec& s) : JitGemmBase(Isa::avx512, 64 * 1024) { generate(s); }
+    explicit JitInt8Uk(const Int8UkSpec& s)
+        : JitGemmBase(s.isa >= Isa::avx512 ? Isa::avx512 : Isa::avx2, 64 * 1024) {
+        generate(s);
+    }
 
 private:
     void generate(const Int8UkSpec& s) {
         const Int8Geometry g = int8_geometry(s.isa);
-        const int MR = g.mr, vl = g.vlen, NR = g.nr();
+        const bool z = g.zmm;
+        const int MR = g.mr, vl = g.vlen, NR = g.nr(), NREG = z ? 32 : 16;
         const int mr = s.mr;
         const int nv = (s.ncols + vl - 1) / vl;
         const int w_last = s.ncols - (nv - 1) * vl;
         const bool tail = w_last < vl;
         const int U = 4;
+        const PreferredEncoding enc = z ? EvexEncoding : (s.vex ? VexEncoding : EvexEncoding);
 
         const Reg64 rP = rdi, rA = rsi, rB = rdx, rBk = rcx, rC = r8, rK = r9, rLdc = r10, rMp = r11, rRes = r12,
                     rBias = r13, rTbl = r14, rScal = r15, rTmp = rax, rAcc = rbx;
@@ -133,7 +145,7 @@ private:
         const int o_a = slot_off, o_rowc = slot_off + 8, o_ldt = slot_off + 16;
         sub(rsp, slot_off + 64);
 
-        set_tail_mask(w_last);  // (uses eax)
+        set_tail_mask(w_last);  // (AVX-512; uses eax)
         mov(rA, ptr[rP + offsetof(Int8UkArgs, a)]);
         mov(ptr[rsp + o_a], rA);
         mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rowc)]);
@@ -148,21 +160,34 @@ private:
         mov(rRes, ptr[rP + offsetof(Int8UkArgs, res)]);
         mov(rScal, ptr[rP + offsetof(Int8UkArgs, scal)]);
 
-        auto acc = [&](int i, int j) { return Zmm(acc_idx(i, j, nv)); };
+        auto R = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
+        auto acc = [&](int i, int j) { return R(acc_idx(i, j, nv)); };
+        auto vload = [&](const Xmm& d, const Address& a) {
+            if (z) vmovdqu32(d, a);
+            else vmovdqu(d, a);
+        };
+        auto vstore = [&](const Address& a, const Xmm& v) {
+            if (z) vmovdqu32(a, v);
+            else vmovdqu(a, v);
+        };
         const int b_base = mr * nv;
         const int bc_base = b_base + nv;
-        const int nbc = std::min(2, 32 - bc_base);
+        const int nbc = std::min(2, NREG - bc_base);
         auto body = [&](int steps) {
             for (int u = 0; u < steps; ++u) {
-                for (int j = 0; j < nv; ++j) vmovdqu8(Zmm(b_base + j), ptr[rBk + (u * NR + j * vl) * 4]);
+                for (int j = 0; j < nv; ++j) vload(R(b_base + j), ptr[rBk + (u * NR + j * vl) * 4]);
                 for (int i = 0; i < mr; ++i) {
-                    const Zmm bc(bc_base + i % nbc);
+                    const Xmm bc = R(bc_base + i % nbc);
                     vpbroadcastd(bc, ptr[rA + (u * MR + i) * 4]);
-                    for (int j = 0; j < nv; ++j) vpdpbusd(acc(i, j), bc, Zmm(b_base + j));
+                    for (int j = 0; j < nv; ++j) vpdpbusd(acc(i, j), bc, R(b_base + j), enc);
                 }
             }
         };
         auto acc_at = [&](int i, int j) { return ptr[rAcc + (i * NR + j * vl) * 4]; };
+        // Free registers after the K loop: the top nv hold the column vectors, below them a
+        // temporary and (ymm) the tail mask. mr * nv + nv + 2 <= NREG for both geometries.
+        auto top = [&](int j) { return R(NREG - nv + j); };
+        const Xmm tmp = R(NREG - nv - 1), ymask = R(NREG - nv - 2);
 
         Label l_panel;
         L(l_panel);
@@ -171,11 +196,14 @@ private:
             cmp(qword[rP + offsetof(Int8UkArgs, load_acc)], 0);
             je(l_zero);
             for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vmovdqu32(acc(i, j), acc_at(i, j));
+                for (int j = 0; j < nv; ++j) vload(acc(i, j), acc_at(i, j));
             jmp(l_start);
             L(l_zero);
             for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vpxord(acc(i, j), acc(i, j), acc(i, j));
+                for (int j = 0; j < nv; ++j) {
+                    if (z) vpxord(acc(i, j), acc(i, j), acc(i, j));
+                    else vpxor(acc(i, j), acc(i, j), acc(i, j));
+                }
             L(l_start);
             mov(rA, ptr[rsp + o_a]);
             mov(rBk, rB);
@@ -207,45 +235,51 @@ private:
 
         if (!s.final) {
             for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vmovdqu32(acc_at(i, j), acc(i, j));
+                for (int j = 0; j < nv; ++j) vstore(acc_at(i, j), acc(i, j));
         } else {
             // + row term (broadcast) + column term
             mov(rTmp, ptr[rsp + o_rowc]);
-            for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), ptr_b[rTmp + i * 4]);
+            for (int i = 0; i < mr; ++i) {
+                if (z) {
+                    for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), ptr_b[rTmp + i * 4]);
+                } else {
+                    vpbroadcastd(tmp, ptr[rTmp + i * 4]);
+                    for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), tmp);
+                }
+            }
             add(qword[rsp + o_rowc], MR * 4);
             mov(rTmp, ptr[rP + offsetof(Int8UkArgs, colc)]);
-            for (int j = 0; j < nv; ++j) vmovdqu32(Zmm(30 + j), ptr[rTmp + j * vl * 4]);  // (mr * nv <= 28)
+            for (int j = 0; j < nv; ++j) vload(top(j), ptr[rTmp + j * vl * 4]);
             for (int i = 0; i < mr; ++i)
-                for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), Zmm(30 + j));
+                for (int j = 0; j < nv; ++j) vpaddd(acc(i, j), acc(i, j), top(j));
             if (s.c == DType::s32) {
-                const Zmm t(31);
+                if (!z && tail) load_avx2_mask(ymask, w_last, rTmp);
                 for (int i = 0; i < mr; ++i) {
                     for (int j = 0; j < nv; ++j) {
                         const bool part = tail && j == nv - 1;
                         const Address ca = ptr[rC + j * vl * 4];
                         if (s.epi.beta == BetaKind::one) {
                             if (part) {
-                                vmovdqu32(t | k1 | T_z, ca);
-                                vpaddd(acc(i, j), acc(i, j), t);
+                                if (z) vmovdqu32(Zmm(tmp.getIdx()) | k1 | T_z, ca);
+                                else vpmaskmovd(tmp, ymask, ca);
+                                vpaddd(acc(i, j), acc(i, j), tmp);
                             } else {
                                 vpaddd(acc(i, j), acc(i, j), ca);
                             }
                         }
-                        if (part)
-                            vmovdqu32(ca | k1, acc(i, j));
-                        else
-                            vmovdqu32(ca, acc(i, j));
+                        if (!part) vstore(ca, acc(i, j));
+                        else if (z) vmovdqu32(ca | k1, Zmm(acc(i, j).getIdx()));
+                        else vpmaskmovd(ca, ymask, acc(i, j));
                     }
                     add(rC, rLdc);
                 }
             } else {
                 mov(rTmp, ptr[rP + offsetof(Int8UkArgs, scale)]);
-                for (int j = 0; j < nv; ++j) vmovups(Zmm(30 + j), ptr[rTmp + j * vl * 4]);
+                for (int j = 0; j < nv; ++j) vmovups(top(j), ptr[rTmp + j * vl * 4]);
                 for (int i = 0; i < mr; ++i)
                     for (int j = 0; j < nv; ++j) {
                         vcvtdq2ps(acc(i, j), acc(i, j));
-                        vmulps(acc(i, j), acc(i, j), Zmm(30 + j));
+                        vmulps(acc(i, j), acc(i, j), top(j));
                     }
                 const Address ldr = ptr[rP + offsetof(Int8UkArgs, ldr)];
                 const Address ldt = ptr[rsp + o_ldt];
@@ -266,36 +300,7 @@ private:
                     er.c_row = rBk;
                     er.ldc = &ldt;
                     emit_epilogue(e, mr, nv, s.ncols, er, 0);
-                    // requantize the f32 tile into C
-                    mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rq)]);
-                    const Zmm x(0);
-                    for (int i = 0; i < mr; ++i) {
-                        for (int j = 0; j < nv; ++j) {
-                            const Zmm xv(j);
-                            vmovups(xv, ptr[rsp + tile_off + (i * NR + j * vl) * 4]);
-                            vmulps(xv, xv, ptr_b[rTmp]);
-                            vrndscaleps(xv, xv, 0x08);  // nearest even, no precision exception
-                            vaddps(xv, xv, ptr_b[rTmp + 4]);
-                            vmaxps(xv, xv, ptr_b[rTmp + 8]);  // NaN -> lo
-                            vminps(xv, xv, ptr_b[rTmp + 12]);
-                            vcvtps2dq(xv, xv);
-                            const Address ca = ptr[rC + j * vl];
-                            const bool part = tail && j == nv - 1;
-                            if (s.c == DType::u8) {
-                                if (part)
-                                    vpmovusdb(ca | k1, xv);
-                                else
-                                    vpmovusdb(ca, xv);
-                            } else {
-                                if (part)
-                                    vpmovsdb(ca | k1, xv);
-                                else
-                                    vpmovsdb(ca, xv);
-                            }
-                        }
-                        add(rC, rLdc);
-                    }
-                    (void)x;
+                    emit_requant(s.c, mr, nv, vl, NR, w_last, tile_off, rP, rC, rLdc, rTmp);
                 }
             }
         }
@@ -306,6 +311,83 @@ private:
         mov(rsp, rbp);
         pop(rbp);
         postamble();
+    }
+
+    // The f32 tile at [rsp + tile_off] (row stride NR floats) requantized into C (rC, rows by
+    // rLdc): x * inv, round to nearest even, + zero point, max(lo) (NaN -> lo: VMAXPS returns
+    // its second operand when the first is NaN), min(hi), to int32 (exact), to bytes.
+    void emit_requant(DType c, int mr, int nv, int vl, int NR, int w_last, int tile_off, const Reg64& rP,
+                      const Reg64& rC, const Reg64& rLdc, const Reg64& rTmp) {
+        const bool z = z_;
+        mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rq)]);
+        if (z) {
+            for (int i = 0; i < mr; ++i) {
+                for (int j = 0; j < nv; ++j) {
+                    const Zmm xv(j);
+                    vmovups(xv, ptr[rsp + tile_off + (i * NR + j * vl) * 4]);
+                    vmulps(xv, xv, ptr_b[rTmp]);
+                    vrndscaleps(xv, xv, 0x08);  // nearest even, no precision exception
+                    vaddps(xv, xv, ptr_b[rTmp + 4]);
+                    vmaxps(xv, xv, ptr_b[rTmp + 8]);
+                    vminps(xv, xv, ptr_b[rTmp + 12]);
+                    vcvtps2dq(xv, xv);
+                    const Address ca = ptr[rC + j * vl];
+                    const bool part = w_last < vl && j == nv - 1;
+                    if (c == DType::u8) {
+                        if (part) vpmovusdb(ca | k1, xv);
+                        else vpmovusdb(ca, xv);
+                    } else {
+                        if (part) vpmovsdb(ca | k1, xv);
+                        else vpmovsdb(ca, xv);
+                    }
+                }
+                add(rC, rLdc);
+            }
+            return;
+        }
+        const Ymm cinv(12), czp(13), clo(14), chi(15);
+        vbroadcastss(cinv, ptr[rTmp]);
+        vbroadcastss(czp, ptr[rTmp + 4]);
+        vbroadcastss(clo, ptr[rTmp + 8]);
+        vbroadcastss(chi, ptr[rTmp + 12]);
+        for (int i = 0; i < mr; ++i) {
+            for (int j = 0; j < nv; ++j) {
+                const Ymm xv(0);
+                const Xmm x0(0), x1(1);
+                vmovups(xv, ptr[rsp + tile_off + (i * NR + j * vl) * 4]);
+                vmulps(xv, xv, cinv);
+                vroundps(xv, xv, 0x08);
+                vaddps(xv, xv, czp);
+                vmaxps(xv, xv, clo);
+                vminps(xv, xv, chi);
+                vcvtps2dq(xv, xv);
+                vextracti128(x1, xv, 1);
+                vpackssdw(x0, x0, x1);  // 8 words in order (values in range)
+                if (c == DType::u8)
+                    vpackuswb(x0, x0, x0);
+                else
+                    vpacksswb(x0, x0, x0);
+                const int w = j == nv - 1 ? w_last : vl;
+                const RegExp base = rC + j * vl;
+                if (w == 8) {
+                    vmovq(ptr[base], x0);
+                } else {
+                    int off = 0, rem = w;
+                    if (rem >= 4) {
+                        vmovd(ptr[base], x0);
+                        vpsrlq(x0, x0, 32);
+                        off = 4, rem -= 4;
+                    }
+                    if (rem >= 2) {
+                        vpextrw(ptr[base + off], x0, 0);
+                        vpsrld(x0, x0, 16);
+                        off += 2, rem -= 2;
+                    }
+                    if (rem) vpextrb(ptr[base + off], x0, 0);
+                }
+            }
+            add(rC, rLdc);
+        }
     }
 };
 
@@ -378,7 +460,58 @@ void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t
         int8_t* pd = reinterpret_cast<int8_t*>(dst) + (p0 / nr) * kp * nr;
         const int64_t nc = std::min<int64_t>(nr, N - p0);
         int32_t sums[64] = {};
-        if (!bt) {
+        if (!bt && nc == nr && nr % 16 == 0) {
+            // 4 rows x 16 columns at a time: byte / word interleaves give the 16 columns' 4-k
+            // groups in order (SSE2).
+            const int64_t k4 = K / 4 * 4;
+            const __m128i zero = _mm_setzero_si128();
+            __m128i sacc[16];  // column sums, 4 x int32 per 4 columns
+            for (auto& v : sacc) v = zero;
+            for (int64_t k = 0; k < k4; k += 4) {
+                int8_t* o = pd + (k / 4) * nr * 4;
+                const int8_t* src = B + k * ldb + p0;
+                for (int64_t c = 0; c < nr; c += 16) {
+                    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c));
+                    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + ldb + c));
+                    const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * ldb + c));
+                    const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * ldb + c));
+                    const __m128i t0 = _mm_unpacklo_epi8(r0, r1), t1 = _mm_unpackhi_epi8(r0, r1);
+                    const __m128i t2 = _mm_unpacklo_epi8(r2, r3), t3 = _mm_unpackhi_epi8(r2, r3);
+                    const __m128i o0 = _mm_unpacklo_epi16(t0, t2), o1 = _mm_unpackhi_epi16(t0, t2);
+                    const __m128i o2 = _mm_unpacklo_epi16(t1, t3), o3 = _mm_unpackhi_epi16(t1, t3);
+                    __m128i* d = reinterpret_cast<__m128i*>(o + c * 4);
+                    _mm_storeu_si128(d, o0), _mm_storeu_si128(d + 1, o1);
+                    _mm_storeu_si128(d + 2, o2), _mm_storeu_si128(d + 3, o3);
+                    // column sums: the 4 rows in int16 (|sum| <= 512), then widened to int32
+                    auto wide = [](__m128i r, bool hi) {
+                        return _mm_srai_epi16(hi ? _mm_unpackhi_epi8(r, r) : _mm_unpacklo_epi8(r, r), 8);
+                    };
+                    const __m128i lo16 = _mm_add_epi16(_mm_add_epi16(wide(r0, false), wide(r1, false)),
+                                                       _mm_add_epi16(wide(r2, false), wide(r3, false)));
+                    const __m128i hi16 = _mm_add_epi16(_mm_add_epi16(wide(r0, true), wide(r1, true)),
+                                                       _mm_add_epi16(wide(r2, true), wide(r3, true)));
+                    __m128i* sa = sacc + (c / 16) * 4;
+                    sa[0] = _mm_add_epi32(sa[0], _mm_srai_epi32(_mm_unpacklo_epi16(lo16, lo16), 16));
+                    sa[1] = _mm_add_epi32(sa[1], _mm_srai_epi32(_mm_unpackhi_epi16(lo16, lo16), 16));
+                    sa[2] = _mm_add_epi32(sa[2], _mm_srai_epi32(_mm_unpacklo_epi16(hi16, hi16), 16));
+                    sa[3] = _mm_add_epi32(sa[3], _mm_srai_epi32(_mm_unpackhi_epi16(hi16, hi16), 16));
+                }
+            }
+            for (int64_t c = 0; c < nr; c += 16)
+                for (int q = 0; q < 4; ++q) {
+                    alignas(16) int32_t v[4];
+                    _mm_store_si128(reinterpret_cast<__m128i*>(v), sacc[(c / 16) * 4 + q]);
+                    for (int l = 0; l < 4; ++l) sums[c + q * 4 + l] += v[l];
+                }
+            for (int64_t k = k4; k < kp; ++k) {
+                int8_t* row = pd + (k / 4) * nr * 4 + (k % 4);
+                for (int64_t c = 0; c < nr; ++c) {
+                    const int8_t v = k < K ? B[k * ldb + p0 + c] : 0;
+                    row[c * 4] = v;
+                    sums[c] += v;
+                }
+            }
+        } else if (!bt) {
             for (int64_t k = 0; k < kp; ++k) {
                 int8_t* row = pd + (k / 4) * nr * 4 + (k % 4);
                 if (k < K) {
@@ -417,7 +550,8 @@ namespace {
 
 class JitGemmInt8 final : public GemmKernel {
 public:
-    JitGemmInt8(const GemmSpec& s, Isa isa) : s_(s), isa_(isa), g_(int8_geometry(isa)) {
+    JitGemmInt8(const GemmSpec& s, Isa isa)
+        : s_(s), isa_(isa >= Isa::avx512 ? Isa::avx512_vnni : Isa::avx2_vnni), g_(int8_geometry(isa)) {
         layout_ = gemm_int8_b_layout(s.K, s.N, g_.nr());
         const int64_t MR = g_.mr, NR = g_.nr();
         const int64_t kp = layout_.kp;
@@ -438,7 +572,7 @@ public:
                     if (fin && (ncols == 0 || (nt == 0 && s.N < NR))) continue;
                     if (!fin && nt) continue;  // partial sums: always NR columns
                     Int8UkSpec us;
-                    us.isa = Isa::avx512, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
+                    us.isa = isa_, us.vex = cpu_info().avx_vnni, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
                     us.final = fin != 0, us.c = s.c_type, us.epi = epi;
                     uk_[fin][mt][nt] = int8_ukernel(us);
                 }

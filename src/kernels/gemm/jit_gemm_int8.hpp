@@ -25,7 +25,8 @@ void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t
 
 // int8 inputs with M, N, K > 0.
 bool gemm_int8_vnni_supports(const GemmSpec& s);
-// isa: avx512_vnni (zmm VPDPBUSD).
+// isa: avx512_vnni (zmm VPDPBUSD) or avx2_vnni (ymm: VEX VPDPBUSD where AVX-VNNI exists, else the
+// EVEX encoding of AVX512-VNNI + VL).
 std::shared_ptr<const GemmKernel> create_gemm_int8_vnni(const GemmSpec& s, Isa isa);
 
 }  // namespace xk::detail
