@@ -288,6 +288,8 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
              [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx512_vnni); }},
             {"jit:avx2_vnni:int8", Isa::avx2_vnni, gemm_int8_vnni_supports,
              [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx2_vnni); }},
+            {"jit:avx2:int8", Isa::avx2, gemm_int8_vnni_supports,
+             [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx2); }},
             {"jit:avx512:small", Isa::avx512, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
             {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },

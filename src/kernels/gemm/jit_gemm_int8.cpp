@@ -52,7 +52,7 @@ using namespace Xbyak;
 namespace {
 
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
-constexpr int64_t kKcMax = 768;  // K block (a multiple of 4): kc x NR bytes of B in L1
+constexpr int64_t kKcBBytes = 24 * 1024;  // K block: its kc x NR bytes of B in L1 (zmm: 768 k)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -101,12 +101,13 @@ using Int8UkFn = void (*)(const Int8UkArgs*);
 struct Int8UkSpec {
     Isa isa = Isa::avx512_vnni;  // avx512_vnni (zmm) or avx2_vnni (ymm)
     bool vex = true;             // ymm: VEX (AVX-VNNI) or EVEX (AVX512-VNNI + VL) VPDPBUSD
+    bool s16 = false;            // AVX2 (isa avx2): s16 operands, VPMADDWD + VPADDD
     int mr = 0, ncols = 0;
     bool final = false;
     DType c = DType::s32;
     GemmEpi epi;  // f32 part of the epilogue (alpha folded into the scales)
     std::string key() const {
-        return std::string(isa_name(isa)) + (isa < Isa::avx512 ? (vex ? ",vex" : ",evex") : "") + ",m" +
+        return std::string(isa_name(isa)) + (s16 ? ",s16" : isa < Isa::avx512 ? (vex ? ",vex" : ",evex") : "") + ",m" +
                std::to_string(mr) + "n" + std::to_string(ncols) +
                (final ? ",final,c:" + std::string(dtype_name(c)) + "," + epi.key() : ",partial");
     }
@@ -116,6 +117,7 @@ class JitInt8Uk : public JitGemmBase {
 public:
     explicit JitInt8Uk(const Int8UkSpec& s)
         : JitGemmBase(s.isa >= Isa::avx512 ? Isa::avx512 : Isa::avx2, 64 * 1024) {
+        if (s.s16 && s.isa >= Isa::avx512) throw Error(Status::invalid_argument, "gemm int8 ukernel: s16 is ymm only");
         generate(s);
     }
 
@@ -172,14 +174,23 @@ private:
         };
         const int b_base = mr * nv;
         const int bc_base = b_base + nv;
-        const int nbc = std::min(2, NREG - bc_base);
+        // s16: one broadcast register and one product register (VPMADDWD, then VPADDD)
+        const int nbc = s.s16 ? 1 : std::min(2, NREG - bc_base);
+        const Xmm prod = R(NREG - 1);
         auto body = [&](int steps) {
             for (int u = 0; u < steps; ++u) {
                 for (int j = 0; j < nv; ++j) vload(R(b_base + j), ptr[rBk + (u * NR + j * vl) * 4]);
                 for (int i = 0; i < mr; ++i) {
                     const Xmm bc = R(bc_base + i % nbc);
                     vpbroadcastd(bc, ptr[rA + (u * MR + i) * 4]);
-                    for (int j = 0; j < nv; ++j) vpdpbusd(acc(i, j), bc, R(b_base + j), enc);
+                    for (int j = 0; j < nv; ++j) {
+                        if (s.s16) {
+                            vpmaddwd(prod, bc, R(b_base + j));
+                            vpaddd(acc(i, j), acc(i, j), prod);
+                        } else {
+                            vpdpbusd(acc(i, j), bc, R(b_base + j), enc);
+                        }
+                    }
                 }
             }
         };
@@ -441,19 +452,74 @@ Caches caches() {
 
 // ---- packed B --------------------------------------------------------------------------------
 
-Int8BLayout gemm_int8_b_layout(int64_t K, int64_t N, int nr) {
+Int8BLayout gemm_int8_b_layout(int64_t K, int64_t N, int nr, bool s16) {
     Int8BLayout l;
-    l.K = K, l.N = N, l.nr = nr;
-    l.kp = round_up(std::max<int64_t>(K, 1), 4);
+    l.K = K, l.N = N, l.nr = nr, l.s16 = s16;
+    l.kp = s16 ? round_up(std::max<int64_t>(K, 1), 2) * 2 : round_up(std::max<int64_t>(K, 1), 4);
     l.npad = round_up(std::max<int64_t>(N, 1), nr);
-    l.name = "jit:int8:vnni:K" + std::to_string(K) + ":N" + std::to_string(N) + ":nr" + std::to_string(nr);
+    l.name = std::string(s16 ? "jit:int8:s16:K" : "jit:int8:vnni:K") + std::to_string(K) + ":N" + std::to_string(N) +
+             ":nr" + std::to_string(nr);
     return l;
 }
+
+namespace {
+// The s16 layout (AVX2): groups of 2 k per column as two int16, b widened exactly.
+void pack_b_cols_s16(const GemmSpec& s, const Int8BLayout& l, const int8_t* B, int64_t ldb, bool bt, int64_t c0,
+                     int64_t c1, uint8_t* dst) {
+    const int64_t K = s.K, N = s.N, nr = l.nr, kg = l.kp / 4;
+    int32_t* colsum = reinterpret_cast<int32_t*>(dst + l.panel_bytes());
+    for (int64_t p0 = c0; p0 < c1; p0 += nr) {
+        int16_t* pd = reinterpret_cast<int16_t*>(dst + (p0 / nr) * l.kp * nr);
+        const int64_t nc = std::min<int64_t>(nr, N - p0);
+        int32_t sums[64] = {};
+        auto at = [&](int64_t k, int64_t c) -> int16_t {
+            return k < K && c < nc ? (bt ? B[(p0 + c) * ldb + k] : B[k * ldb + p0 + c]) : 0;
+        };
+        if (!bt && nc == nr && nr % 8 == 0) {
+            const int64_t k2 = K / 2 * 2;
+            for (int64_t k = 0; k < k2; k += 2) {
+                int16_t* o = pd + (k / 2) * nr * 2;
+                const int8_t* src = B + k * ldb + p0;
+                for (int64_t c = 0; c < nr; c += 8) {
+                    // 8 columns: sign-extended rows k and k + 1, interleaved
+                    const __m128i r0 = _mm_srai_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + c)),
+                                                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + c))), 8);
+                    const __m128i r1 = _mm_srai_epi16(
+                        _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + ldb + c)),
+                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + ldb + c))),
+                        8);
+                    __m128i* d = reinterpret_cast<__m128i*>(o + c * 2);
+                    _mm_storeu_si128(d, _mm_unpacklo_epi16(r0, r1));
+                    _mm_storeu_si128(d + 1, _mm_unpackhi_epi16(r0, r1));
+                }
+                for (int64_t c = 0; c < nr; ++c) sums[c] += int32_t(src[c]) + int32_t(src[ldb + c]);
+            }
+            for (int64_t k = k2; k < l.kp / 2; k += 2) {
+                int16_t* o = pd + (k / 2) * nr * 2;
+                for (int64_t c = 0; c < nr; ++c) {
+                    o[c * 2] = at(k, c), o[c * 2 + 1] = at(k + 1, c);
+                    sums[c] += o[c * 2] + o[c * 2 + 1];
+                }
+            }
+        } else {
+            for (int64_t g = 0; g < kg; ++g) {
+                int16_t* o = pd + g * nr * 2;
+                for (int64_t c = 0; c < nr; ++c) {
+                    o[c * 2] = at(2 * g, c), o[c * 2 + 1] = at(2 * g + 1, c);
+                    sums[c] += o[c * 2] + o[c * 2 + 1];
+                }
+            }
+        }
+        for (int64_t c = 0; c < nr; ++c) colsum[p0 + c] = sums[c];
+    }
+}
+}  // namespace
 
 // Columns [c0, c1) (c0 a multiple of nr) of op(B) into the layout at dst (the whole packed
 // buffer); column sums into its tail.
 void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t* B, int64_t ldb, bool bt, int64_t c0,
                            int64_t c1, uint8_t* dst) {
+    if (l.s16) return pack_b_cols_s16(s, l, B, ldb, bt, c0, c1, dst);
     const int64_t K = s.K, N = s.N, nr = l.nr, kp = l.kp;
     int32_t* colsum = reinterpret_cast<int32_t*>(dst + l.panel_bytes());
     for (int64_t p0 = c0; p0 < c1; p0 += nr) {
@@ -551,11 +617,15 @@ namespace {
 class JitGemmInt8 final : public GemmKernel {
 public:
     JitGemmInt8(const GemmSpec& s, Isa isa)
-        : s_(s), isa_(isa >= Isa::avx512 ? Isa::avx512_vnni : Isa::avx2_vnni), g_(int8_geometry(isa)) {
-        layout_ = gemm_int8_b_layout(s.K, s.N, g_.nr());
+        : s_(s),
+          isa_(isa >= Isa::avx512 ? Isa::avx512_vnni : isa >= Isa::avx2_vnni ? Isa::avx2_vnni : Isa::avx2),
+          g_(int8_geometry(isa)) {
+        s16_ = isa_ == Isa::avx2;
+        layout_ = gemm_int8_b_layout(s.K, s.N, g_.nr(), s16_);
         const int64_t MR = g_.mr, NR = g_.nr();
         const int64_t kp = layout_.kp;
-        nkb_ = ceil_div(kp, kKcMax);
+        const int64_t kc_max = kKcBBytes / NR / 4 * 4;
+        nkb_ = ceil_div(kp, kc_max);
         kc_ = round_up(ceil_div(kp, nkb_), 4);
         nkb_ = ceil_div(kp, kc_);
         mc_ = std::clamp<int64_t>(caches().l2 / 2 / kp / MR * MR, MR, 1024 / MR * MR);
@@ -572,7 +642,7 @@ public:
                     if (fin && (ncols == 0 || (nt == 0 && s.N < NR))) continue;
                     if (!fin && nt) continue;  // partial sums: always NR columns
                     Int8UkSpec us;
-                    us.isa = isa_, us.vex = cpu_info().avx_vnni, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
+                    us.isa = isa_, us.s16 = s16_, us.vex = cpu_info().avx_vnni, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
                     us.final = fin != 0, us.c = s.c_type, us.epi = epi;
                     uk_[fin][mt][nt] = int8_ukernel(us);
                 }
@@ -610,7 +680,8 @@ public:
         const int32_t* colsum = reinterpret_cast<const int32_t*>(pb + layout_.panel_bytes());
         int32_t* colc = reinterpret_cast<int32_t*>(rest);
         float* scale = reinterpret_cast<float*>(rest + npad * 4);
-        const uint32_t za = static_cast<uint32_t>(a.a_zero_point + (s.a_type == DType::s8 ? 128 : 0));
+        // (s16: A is packed as a - za, so there is no column term.)
+        const uint32_t za = s16_ ? 0u : static_cast<uint32_t>(a.a_zero_point + (s.a_type == DType::s8 ? 128 : 0));
         const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
         const uint32_t kzz = static_cast<uint32_t>(K) * za * zb;
         for (int64_t n = 0; n < npad; ++n)
@@ -686,6 +757,7 @@ private:
     // op(A) rows [r0, r0 + rows) x all of K into panels of MR rows at dst ([panel][k group][MR][4],
     // u8, s8 shifted by +128, padding 0), and the row terms -zb * rowsum(a') into rowc.
     void pack_a(const GemmArgs& a, int64_t r0, int64_t rows, uint8_t* dst, int32_t* rowc) const {
+        if (s16_) return pack_a_s16(a, r0, rows, dst, rowc);
         const GemmSpec& s = s_;
         const int64_t K = s.K, kp = layout_.kp, kg = kp / 4, MR = g_.mr;
         const bool shift = s.a_type == DType::s8;
@@ -730,6 +802,44 @@ private:
                     }
                 }
                 rowc[row] = static_cast<int32_t>(0u - zb * sum);
+            }
+        }
+    }
+
+    // The s16 form: [panel][k pair][MR][2] int16 a - za (exact: [-255, 255]), padding 0; row terms
+    // -zb * sum (a - za).
+    void pack_a_s16(const GemmArgs& a, int64_t r0, int64_t rows, uint8_t* dst, int32_t* rowc) const {
+        const GemmSpec& s = s_;
+        const int64_t K = s.K, kg = layout_.kp / 4, MR = g_.mr;
+        const bool u8 = s.a_type == DType::u8;
+        const auto* Au = static_cast<const uint8_t*>(a.A);
+        const auto* As = static_cast<const int8_t*>(a.A);
+        const int32_t za = a.a_zero_point;
+        const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
+        const int64_t panels = ceil_div(rows, MR);
+        for (int64_t p = 0; p < panels; ++p) {
+            int16_t* pd = reinterpret_cast<int16_t*>(dst + p * kg * MR * 4);
+            for (int64_t r = 0; r < MR; ++r) {
+                const int64_t row = p * MR + r;
+                int16_t* d = pd + r * 2;
+                if (row >= rows) {
+                    for (int64_t g = 0; g < kg; ++g) d[g * MR * 2] = d[g * MR * 2 + 1] = 0;
+                    rowc[row] = 0;
+                    continue;
+                }
+                int32_t sum = 0;
+                const bool tn = s.trans_a == Trans::N;
+                const int64_t base = tn ? (r0 + row) * s.lda : r0 + row, step = tn ? 1 : s.lda;
+                for (int64_t k = 0; k < kg * 2; ++k) {
+                    int16_t v = 0;
+                    if (k < K) {
+                        const int64_t i = base + k * step;
+                        v = static_cast<int16_t>((u8 ? int32_t(Au[i]) : int32_t(As[i])) - za);
+                    }
+                    d[(k / 2) * MR * 2 + (k % 2)] = v;
+                    sum += v;
+                }
+                rowc[row] = static_cast<int32_t>(0u - zb * static_cast<uint32_t>(sum));
             }
         }
     }
@@ -790,6 +900,7 @@ private:
     Isa isa_;
     Int8Geometry g_;
     Int8BLayout layout_;
+    bool s16_ = false;  // AVX2: A and B widened to s16, VPMADDWD + VPADDD
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0;
     std::shared_ptr<const Int8UkImpl> uk_[2][2][2];  // [final][m tail][n tail]
 };
