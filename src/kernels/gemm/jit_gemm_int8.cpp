@@ -52,7 +52,11 @@ using namespace Xbyak;
 namespace {
 
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
-constexpr int64_t kKcBBytes = 24 * 1024;  // K block: its kc x NR bytes of B in L1 (zmm: 768 k)
+constexpr int64_t kKcBBytes = 24 * 1024;
+int64_t kc_bytes() {
+    const char* e = std::getenv("XK_GEMM_INT8_KCB");
+    return e ? std::atoll(e) : kKcBBytes;
+}  // K block: its kc x NR bytes of B in L1 (zmm: 768 k)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -69,8 +73,14 @@ struct Int8Geometry {
 };
 Int8Geometry int8_geometry(Isa isa) {
     Int8Geometry g;
-    if (isa >= Isa::avx512)
+    if (isa >= Isa::avx512) {
         g.zmm = true, g.vlen = 16, g.nv = 2, g.mr = 14;
+        if (const char* e = std::getenv("XK_GEMM_INT8_NV")) {  // experiment override: 2, 3 or 4 vectors
+            const int nv = std::atoi(e);
+            if (nv == 3) g.nv = 3, g.mr = 8;
+            if (nv == 4) g.nv = 4, g.mr = 6;
+        }
+    }
     else
         g.zmm = false, g.vlen = 8, g.nv = 2, g.mr = 6;
     return g;
@@ -624,7 +634,7 @@ public:
         layout_ = gemm_int8_b_layout(s.K, s.N, g_.nr(), s16_);
         const int64_t MR = g_.mr, NR = g_.nr();
         const int64_t kp = layout_.kp;
-        const int64_t kc_max = kKcBBytes / NR / 4 * 4;
+        const int64_t kc_max = std::max<int64_t>(4, kc_bytes() / NR / 4 * 4);
         nkb_ = ceil_div(kp, kc_max);
         kc_ = round_up(ceil_div(kp, nkb_), 4);
         nkb_ = ceil_div(kp, kc_);
