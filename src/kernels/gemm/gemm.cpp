@@ -279,7 +279,8 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // then the blocked kernel (f32; then bf16, widened as it is packed: "jit:<isa>:bf16"). oneDNN
     // runs only when measured faster (see gemm_tune.cpp). The panel kernel (the GEMV kernel for
     // any M) is reached only by a PackedB in its layout (GemmPlan::run with a PackedB of another
-    // plan). The reference takes everything else (int8, K == 0, empty shapes).
+    // plan). The reference takes everything else (K == 0, empty shapes). int8 with M, N, K > 0 runs
+    // the int8 kernels at the top (jit_gemm_int8.cpp: VPDPBUSD zmm / ymm, exact s16 on AVX2).
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {

@@ -1,4 +1,12 @@
-// INT8 GEMM (u8|s8 x s8 -> s32 | f32 | u8 | s8) on VPDPBUSD: AVX512-VNNI on zmm.
+// INT8 GEMM (u8|s8 x s8 -> s32 | f32 | u8 | s8), three code shapes of one blocked kernel:
+//   jit:avx512_vnni:int8  VPDPBUSD zmm, 14 x 32 register tile
+//   jit:avx2_vnni:int8    VPDPBUSD ymm, 6 x 16: the VEX form (AVX-VNNI) where the CPU has it, else
+//                         the EVEX form (AVX512-VNNI + VL, e.g. Ice Lake / Cascade Lake servers)
+//   jit:avx2:int8         exact on AVX2: A - a_zero_point and B widened to s16 as they are packed
+//                         (pairs of k: the same 4-byte groups), VPMADDWD + VPADDD, 6 x 16. Every
+//                         product and pair sum fits (|a - za| <= 255, |b| <= 128): no saturation
+//                         (VPMADDUBSW would saturate its 16-bit pair sums), and the zero point of
+//                         A costs nothing more; the one of B is the row term below.
 //
 // Operands:
 //   B (s8) is packed once into the VNNI-4 layout: panels of NR columns, each holding every group
