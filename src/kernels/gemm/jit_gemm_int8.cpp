@@ -797,11 +797,26 @@ private:
                 if (s.trans_a == Trans::N) {
                     const uint8_t* src = A + (r0 + row) * s.lda;
                     const int64_t k4 = K / 4 * 4;
+                    // 4 bytes at a time; the row sum (only needed with a B zero point) by SAD
+                    const uint32_t x4 = x * 0x01010101u;
                     for (int64_t k = 0; k < k4; k += 4) {
-                        uint8_t* o = d + (k / 4) * MR * 4;
-                        const uint8_t v0 = src[k] ^ x, v1 = src[k + 1] ^ x, v2 = src[k + 2] ^ x, v3 = src[k + 3] ^ x;
-                        o[0] = v0, o[1] = v1, o[2] = v2, o[3] = v3;
-                        sum += uint32_t(v0) + v1 + v2 + v3;
+                        uint32_t v;
+                        std::memcpy(&v, src + k, 4);
+                        v ^= x4;
+                        std::memcpy(d + (k / 4) * MR * 4, &v, 4);
+                    }
+                    if (zb != 0) {
+                        const __m128i xv = _mm_set1_epi8(static_cast<char>(x)), zero = _mm_setzero_si128();
+                        __m128i acc = zero;
+                        int64_t k = 0;
+                        for (; k + 16 <= k4; k += 16) {
+                            const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k)), xv);
+                            acc = _mm_add_epi64(acc, _mm_sad_epu8(v, zero));
+                        }
+                        alignas(16) uint64_t two[2];
+                        _mm_store_si128(reinterpret_cast<__m128i*>(two), acc);
+                        sum = static_cast<uint32_t>(two[0] + two[1]);
+                        for (; k < k4; ++k) sum += static_cast<uint8_t>(src[k] ^ x);
                     }
                     if (k4 < kp) {
                         uint8_t* o = d + (k4 / 4) * MR * 4;
