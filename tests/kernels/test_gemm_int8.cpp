@@ -14,7 +14,9 @@
 //   f32:     exact with activation none / relu and beta 0 or 1 (same operations); otherwise the
 //            JIT fuses beta * C into an FMA and evaluates the activation in its own way:
 //            |got - want| <= 16 u (|scale acc| + |beta C| + |bias| + |residual| + |want|).
+#include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -499,4 +501,23 @@ TEST(GemmInt8, CApiRequantizedOutput) {
     ca.c_zero_point = 200;
     EXPECT_EQ(xk_gemm(&cd, &ca), XK_INVALID_ARGUMENT);
     EXPECT_NE(std::string(xk_last_error()).find("c_zero_point=200"), std::string::npos) << xk_last_error();
+}
+
+TEST(GemmInt8, AvxVnniLevelInEvexForm) {
+    // The avx2_vnni kernel with the EVEX encoding of VPDPBUSD ymm (what an AVX512-VNNI machine
+    // without AVX-VNNI runs), forced by XK_GEMM_INT8_EVEX=1 on shapes no other test uses (the
+    // kernel cache keys the two forms apart).
+    if (!isa_supported(Isa::avx2_vnni) || !cpu_info().avx512_vnni || !cpu_info().avx512vl) GTEST_SKIP() << "no AVX512-VNNI + VL";
+    IsaCap cap(Isa::avx2_vnni);
+    setenv("XK_GEMM_INT8_EVEX", "1", 1);
+    int idx = 0;
+    for (DType ct : {DType::s32, DType::f32, DType::u8, DType::s8}) {
+        GemmDesc d = int8_desc(idx % 2 ? DType::s8 : DType::u8, ct, 23, 41, 1601);
+        if (ct != DType::s32) d.epilogue.bias = true, d.epilogue.act = Activation::relu;
+        Problem p(d, 1, 1, 400 + idx);
+        p.azp = 3, p.bzp = -1, p.czp = ct == DType::s8 ? -2 : 2;
+        ++idx;
+        check_problem(p);
+    }
+    unsetenv("XK_GEMM_INT8_EVEX");
 }

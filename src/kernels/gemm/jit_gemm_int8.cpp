@@ -650,6 +650,10 @@ public:
         GemmEpi epi = gemm_epi(s);
         epi.alpha_one = true;
         const int m_tail = static_cast<int>(s.M % MR), n_tail = static_cast<int>(s.N % NR);
+        // ymm VPDPBUSD: VEX where AVX-VNNI exists, else EVEX (AVX512-VNNI + VL). XK_GEMM_INT8_EVEX=1
+        // (a test hook, read when a plan is created) takes EVEX on a machine with both.
+        const char* ev = std::getenv("XK_GEMM_INT8_EVEX");
+        const bool vex = cpu_info().avx_vnni && !(ev && std::atoi(ev) == 1);
         for (int fin = 0; fin < 2; ++fin) {
             if (!fin && nkb_ == 1) continue;
             for (int mt = 0; mt < 2; ++mt) {
@@ -660,7 +664,7 @@ public:
                     if (fin && (ncols == 0 || (nt == 0 && s.N < NR))) continue;
                     if (!fin && nt) continue;  // partial sums: always NR columns
                     Int8UkSpec us;
-                    us.isa = isa_, us.s16 = s16_, us.vex = cpu_info().avx_vnni, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
+                    us.isa = isa_, us.s16 = s16_, us.vex = vex, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
                     us.final = fin != 0, us.c = s.c_type, us.epi = epi;
                     uk_[fin][mt][nt] = int8_ukernel(us);
                 }
