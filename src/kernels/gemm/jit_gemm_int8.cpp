@@ -536,7 +536,7 @@ void pack_b_cols_s16(const GemmSpec& s, const Int8BLayout& l, const int8_t* B, i
 // Columns [c0, c1) (c0 a multiple of nr) of op(B) into the layout at dst (the whole packed
 // buffer); column sums into its tail.
 void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t* B, int64_t ldb, bool bt, int64_t c0,
-                           int64_t c1, uint8_t* dst) {
+                           int64_t c1, uint8_t* dst, bool sums_needed) {
     if (l.s16) return pack_b_cols_s16(s, l, B, ldb, bt, c0, c1, dst);
     const int64_t K = s.K, N = s.N, nr = l.nr, kp = l.kp;
     int32_t* colsum = reinterpret_cast<int32_t*>(dst + l.panel_bytes());
@@ -566,6 +566,7 @@ void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t
                     __m128i* d = reinterpret_cast<__m128i*>(o + c * 4);
                     _mm_storeu_si128(d, o0), _mm_storeu_si128(d + 1, o1);
                     _mm_storeu_si128(d + 2, o2), _mm_storeu_si128(d + 3, o3);
+                    if (!sums_needed) continue;
                     // column sums: the 4 rows in int16 (|sum| <= 512), then widened to int32
                     auto wide = [](__m128i r, bool hi) {
                         return _mm_srai_epi16(hi ? _mm_unpackhi_epi8(r, r) : _mm_unpacklo_epi8(r, r), 8);
@@ -695,7 +696,8 @@ public:
             pb = static_cast<const uint8_t*>(call.packed_b->data);
         } else {
             uint8_t* dst = call_buf;
-            pack_b_into(static_cast<const int8_t*>(a.B), s.ldb, s.trans_b == Trans::T, dst);
+            const bool need = !s16_ && (a.a_zero_point != 0 || s.a_type == DType::s8);
+            pack_b_into(static_cast<const int8_t*>(a.B), s.ldb, s.trans_b == Trans::T, dst, need);
             pb = dst;
             rest = call_buf + round_up(static_cast<int64_t>(pb_bytes), 64);
         }
@@ -767,12 +769,14 @@ private:
         const GemmScalars* sc;
     };
 
-    void pack_b_into(const int8_t* B, int64_t ldb, bool bt, uint8_t* dst) const {
+    // sums_needed = false: the column sums are not computed (zeros; a per-call pack whose column
+    // term is 0 anyway: za' = 0).
+    void pack_b_into(const int8_t* B, int64_t ldb, bool bt, uint8_t* dst, bool sums_needed = true) const {
         const int64_t NR = g_.nr(), np = layout_.npad / NR;
         const double bytes = double(s_.K) * double(s_.N);
         const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(double(np) * (double(1 << 18) / std::max(1.0, bytes))));
         parallel_for(np, grain, [&](int64_t p0, int64_t p1) {
-            gemm_int8_pack_b_cols(s_, layout_, B, ldb, bt, p0 * NR, std::min(s_.N, p1 * NR), dst);
+            gemm_int8_pack_b_cols(s_, layout_, B, ldb, bt, p0 * NR, std::min(s_.N, p1 * NR), dst, sums_needed);
         });
     }
 

@@ -23,7 +23,7 @@ struct Int8BLayout {
 Int8BLayout gemm_int8_b_layout(int64_t K, int64_t N, int nr, bool s16);
 // Columns [c0, c1) of op(B) (c0 a multiple of nr) into dst (the whole packed buffer).
 void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t* B, int64_t ldb, bool bt,
-                           int64_t c0, int64_t c1, uint8_t* dst);
+                           int64_t c0, int64_t c1, uint8_t* dst, bool sums_needed = true);
 
 // int8 inputs with M, N, K > 0.
 // isa avx2: the exact AVX2 kernel (A - a_zero_point and B widened to s16 as they are packed,
