@@ -614,13 +614,14 @@ void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t
             for (int64_t c = 0; c < nr; ++c) {
                 int8_t* col = pd + c * 4;
                 if (c < nc) {
+                    // a column's 4-k groups are contiguous in a transposed B: 4 bytes at a time
                     const int8_t* src = B + (p0 + c) * ldb;
+                    const int64_t k4 = K / 4 * 4;
+                    for (int64_t k = 0; k < k4; k += 4) std::memcpy(col + k * nr, src + k, 4);
+                    for (int64_t k = k4; k < kp; ++k) col[(k / 4) * nr * 4 + (k % 4)] = k < K ? src[k] : 0;
                     int32_t sum = 0;
-                    for (int64_t k = 0; k < K; ++k) {
-                        col[(k / 4) * nr * 4 + (k % 4)] = src[k];
-                        sum += src[k];
-                    }
-                    for (int64_t k = K; k < kp; ++k) col[(k / 4) * nr * 4 + (k % 4)] = 0;
+                    if (sums_needed)
+                        for (int64_t k = 0; k < K; ++k) sum += src[k];
                     sums[c] = sum;
                 } else {
                     for (int64_t k = 0; k < kp; ++k) col[(k / 4) * nr * 4 + (k % 4)] = 0;
