@@ -437,7 +437,7 @@ std::shared_ptr<const Int8UkImpl> int8_ukernel(const Int8UkSpec& s) {
 }
 
 // Per-thread scratch (slot 0: packed A, 1: s32 partial sums, 2: the calling thread's per-call
-// buffers: packed B, column terms, scales, row terms).
+// buffers: packed B, column terms, scales; 3: a part's own B panel when B is packed as it goes).
 constexpr int kSlots = 4;
 void* thread_buffer(int slot, size_t bytes) {
     struct Free {
@@ -687,45 +687,6 @@ public:
         const GemmArgs& a = call.args;
         const int64_t M = s.M, N = s.N, K = s.K, MR = g_.mr, NR = g_.nr();
         const int64_t npad = layout_.npad;
-        // B (packed now unless given packed), then per-call column terms and scales.
-        const size_t pb_bytes = layout_.bytes();
-        const size_t extra = static_cast<size_t>(npad) * 8 + 64;
-        uint8_t* call_buf = static_cast<uint8_t*>(thread_buffer(2, (call.packed_b ? 0 : pb_bytes + 64) + extra));
-        const uint8_t* pb;
-        uint8_t* rest = call_buf;
-        if (call.packed_b) {
-            pb = static_cast<const uint8_t*>(call.packed_b->data);
-        } else {
-            uint8_t* dst = call_buf;
-            const bool need = !s16_ && (a.a_zero_point != 0 || s.a_type == DType::s8);
-            pack_b_into(static_cast<const int8_t*>(a.B), s.ldb, s.trans_b == Trans::T, dst, need);
-            pb = dst;
-            rest = call_buf + round_up(static_cast<int64_t>(pb_bytes), 64);
-        }
-        const int32_t* colsum = reinterpret_cast<const int32_t*>(pb + layout_.panel_bytes());
-        int32_t* colc = reinterpret_cast<int32_t*>(rest);
-        float* scale = reinterpret_cast<float*>(rest + npad * 4);
-        // (s16: A is packed as a - za, so there is no column term.)
-        const uint32_t za = s16_ ? 0u : static_cast<uint32_t>(a.a_zero_point + (s.a_type == DType::s8 ? 128 : 0));
-        const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
-        const uint32_t kzz = static_cast<uint32_t>(K) * za * zb;
-        for (int64_t n = 0; n < npad; ++n)
-            colc[n] = static_cast<int32_t>(kzz - za * static_cast<uint32_t>(colsum[n]));
-        const bool fp = s.c_type != DType::s32;
-        if (fp) {
-            const float as = call.alpha * a.a_scale[0];
-            for (int64_t n = 0; n < npad; ++n)
-                scale[n] = n < N ? as * a.b_scales[s.b_scale_per_channel ? n : 0] : 0.0f;
-        }
-        alignas(64) float rq[16] = {};
-        if (s.c_type == DType::u8 || s.c_type == DType::s8) {
-            rq[0] = 1.0f / a.c_scale[0];
-            rq[1] = static_cast<float>(a.c_zero_point);
-            rq[2] = s.c_type == DType::u8 ? 0.0f : -128.0f;
-            rq[3] = s.c_type == DType::u8 ? 255.0f : 127.0f;
-        }
-        alignas(64) GemmScalars sc;
-        sc.set(call.alpha, call.beta);
 
         // Threads and the pm x pn split of the tile grid.
         const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
@@ -745,7 +706,53 @@ public:
             }
         }
         const int parts = pm * pn;
-        Ctx ctx{call, pb, colc, scale, rq, &sc};
+
+        // (s16: A is packed as a - za, so there is no column term.)
+        const uint32_t za = s16_ ? 0u : static_cast<uint32_t>(a.a_zero_point + (s.a_type == DType::s8 ? 128 : 0));
+        const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
+        // An unpacked B whose every panel one part reads once (the parts do not cut M and each
+        // part's rows are one A block: decode and short M) is packed panel by panel inside the
+        // part, into a buffer that stays in cache, instead of all of it first (which reads B from
+        // memory, writes it, and reads it again).
+        const bool fuse_b = !call.packed_b && pm == 1 && M <= mc_;
+        // B (packed now unless given packed or fused), then per-call column terms and scales.
+        const size_t pb_bytes = call.packed_b || fuse_b ? 0 : layout_.bytes() + 64;
+        const size_t extra = static_cast<size_t>(npad) * 8 + 64;
+        uint8_t* call_buf = static_cast<uint8_t*>(thread_buffer(2, pb_bytes + extra));
+        const uint8_t* pb = nullptr;
+        uint8_t* rest = call_buf + pb_bytes;
+        if (call.packed_b) {
+            pb = static_cast<const uint8_t*>(call.packed_b->data);
+        } else if (!fuse_b) {
+            const bool need = za != 0;
+            pack_b_into(static_cast<const int8_t*>(a.B), s.ldb, s.trans_b == Trans::T, call_buf, need);
+            pb = call_buf;
+        }
+        int32_t* colc = reinterpret_cast<int32_t*>(rest);
+        float* scale = reinterpret_cast<float*>(rest + npad * 4);
+        const uint32_t kzz = static_cast<uint32_t>(K) * za * zb;
+        if (pb) {
+            const int32_t* colsum = reinterpret_cast<const int32_t*>(pb + layout_.panel_bytes());
+            for (int64_t n = 0; n < npad; ++n)
+                colc[n] = static_cast<int32_t>(kzz - za * static_cast<uint32_t>(colsum[n]));
+        }
+        const bool fp = s.c_type != DType::s32;
+        if (fp) {
+            const float as = call.alpha * a.a_scale[0];
+            for (int64_t n = 0; n < npad; ++n)
+                scale[n] = n < N ? as * a.b_scales[s.b_scale_per_channel ? n : 0] : 0.0f;
+        }
+        alignas(64) float rq[16] = {};
+        if (s.c_type == DType::u8 || s.c_type == DType::s8) {
+            rq[0] = 1.0f / a.c_scale[0];
+            rq[1] = static_cast<float>(a.c_zero_point);
+            rq[2] = s.c_type == DType::u8 ? 0.0f : -128.0f;
+            rq[3] = s.c_type == DType::u8 ? 255.0f : 127.0f;
+        }
+        alignas(64) GemmScalars sc;
+        sc.set(call.alpha, call.beta);
+
+        Ctx ctx{call, pb, colc, scale, rq, &sc, fuse_b, za, kzz};
         auto part = [&](int64_t t) {
             const int64_t i = t / pn, j = t % pn;
             const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
@@ -768,6 +775,9 @@ private:
         const float* scale;
         const float* rq;
         const GemmScalars* sc;
+        bool fuse_b;    // pb is null: each part packs its B panels as it reaches them
+        uint32_t za;    // za' (the column term's factor)
+        uint32_t kzz;   // K za' zb
     };
 
     // sums_needed = false: the column sums are not computed (zeros; a per-call pack whose column
@@ -899,6 +909,10 @@ private:
         uint8_t* bufA = static_cast<uint8_t*>(thread_buffer(0, static_cast<size_t>(mc * kp + mc * 4 + 64)));
         int32_t* rowc = reinterpret_cast<int32_t*>(bufA + round_up(mc * kp, 64));
         int32_t* accb = nkb_ > 1 ? static_cast<int32_t*>(thread_buffer(1, static_cast<size_t>(mc * NR * 4))) : nullptr;
+        // fused B packing: one panel and its column terms (slot 3)
+        uint8_t* bufB = ctx.fuse_b ? static_cast<uint8_t*>(thread_buffer(3, static_cast<size_t>(kp * NR + NR * 8 + 64)))
+                                   : nullptr;
+        int32_t* colcB = ctx.fuse_b ? reinterpret_cast<int32_t*>(bufB + round_up(kp * NR + NR * 4, 64)) : nullptr;
 
         Int8UkArgs ua;
         ua.ldr = s.ld_residual * res_es;
@@ -911,8 +925,23 @@ private:
             const int64_t full = mcb / MR, mrest = mcb % MR;
             for (int64_t n = n0; n < n1; n += NR) {
                 const int nt = s.N - n < NR ? 1 : 0;
-                const int8_t* bp = reinterpret_cast<const int8_t*>(ctx.pb) + (n / NR) * kp * NR;
-                ua.colc = ctx.colc + n;
+                const int8_t* bp;
+                if (ctx.fuse_b) {
+                    // this panel alone (a one-panel layout: kp x NR bytes, then NR column sums)
+                    GemmSpec s1 = s;
+                    s1.N = std::min(NR, s.N - n);
+                    const Int8BLayout l1 = gemm_int8_b_layout(s.K, s1.N, static_cast<int>(NR), s16_);
+                    const auto* B = static_cast<const int8_t*>(a.B) + (s.trans_b == Trans::T ? n * s.ldb : n);
+                    gemm_int8_pack_b_cols(s1, l1, B, s.ldb, s.trans_b == Trans::T, 0, s1.N, bufB, ctx.za != 0);
+                    const auto* cs = reinterpret_cast<const int32_t*>(bufB + l1.panel_bytes());
+                    for (int64_t c = 0; c < NR; ++c)
+                        colcB[c] = static_cast<int32_t>(ctx.kzz - ctx.za * static_cast<uint32_t>(cs[c]));
+                    bp = reinterpret_cast<const int8_t*>(bufB);
+                    ua.colc = colcB;
+                } else {
+                    bp = reinterpret_cast<const int8_t*>(ctx.pb) + (n / NR) * kp * NR;
+                    ua.colc = ctx.colc + n;
+                }
                 ua.scale = ctx.scale + n;
                 ua.bias = a.bias ? a.bias + n : nullptr;
                 for (int64_t kb = 0; kb < nkb_; ++kb) {
