@@ -35,8 +35,10 @@
 // A within half of L2); loops per part: ic (pack A rows, all of K) > jr (B panel) > K block >
 // A panels (one microkernel call). K blocks before the last add into an s32 scratch of mc x NR
 // per thread; the last one adds the scratch and stores with the epilogue. Threads: the (M, N)
-// tile grid cut into pm x pn rectangles, one per thread; an unpacked B is packed first, in
-// parallel, into a per-call buffer. Results do not depend on the blocking or the thread count.
+// tile grid cut into pm x pn rectangles (the least compute + A packing per thread), then three
+// parts per thread handed out dynamically; an unpacked B is packed first, in parallel, into a
+// per-call buffer, or panel by panel inside the part that reads it where no part shares a panel.
+// Results do not depend on the blocking or the thread count.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -60,6 +62,7 @@ using namespace Xbyak;
 namespace {
 
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
+constexpr int kExtraParts = 3;  // parts per thread (handed out dynamically)
 constexpr int64_t kKcBBytes = 24 * 1024;
 int64_t kc_bytes() {
     const char* e = std::getenv("XK_GEMM_INT8_KCB");
@@ -705,6 +708,21 @@ public:
                 if (best < 0 || cost < best) best = cost, pm = x, pn = y;
             }
         }
+        // An unpacked B: cutting N only (within 5% of the best estimate) lets each part pack its
+        // own panels as it reads them, in one parallel region, instead of a packing pass first.
+        if (!call.packed_b && pm > 1 && nt >= nthr) {
+            const double mp = double(mt * MR), np = double(ceil_div(nt, nthr) * NR);
+            if (mp * np / 16.0 + mp * double(nthr) / 4.0 <= 1.05 * best) pm = 1, pn = nthr;
+        }
+        // With several threads, three parts per thread, handed out as threads become free (a
+        // thread on a busy core takes fewer): the extra cuts go across N (a part packs its A
+        // rows, O(M K) against its O(M N K / parts) products), else across M.
+        if (nthr > 1) {
+            if (nt >= 2 * kExtraParts * pn)
+                pn *= kExtraParts;
+            else if (mt >= 2 * kExtraParts * pm)
+                pm *= kExtraParts;
+        }
         const int parts = pm * pn;
 
         // (s16: A is packed as a - za, so there is no column term.)
@@ -759,12 +777,14 @@ public:
             const int64_t n0 = std::min(N, j * nt / pn * NR), n1 = std::min(N, (j + 1) * nt / pn * NR);
             if (m0 < m1 && n0 < n1) run_part(ctx, m0, m1, n0, n1);
         };
-        if (parts == 1)
-            part(0);
-        else
-            parallel_for(parts, 1, [&](int64_t b, int64_t e) {
-                for (int64_t t = b; t < e; ++t) part(t);
+        if (parts == 1 || nthr == 1) {
+            for (int t = 0; t < parts; ++t) part(t);
+        } else {
+            std::atomic<int64_t> next{0};
+            parallel_for(nthr, 1, [&](int64_t, int64_t) {
+                for (int64_t t = next.fetch_add(1); t < parts; t = next.fetch_add(1)) part(t);
             });
+        }
     }
 
 private:
