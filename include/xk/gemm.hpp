@@ -17,6 +17,7 @@
 //                                and denormal inputs and sums are flushed to 0: results differ
 //                                from the increasing-k sums by rounding and by < FLT_MIN terms
 //   u8|s8 x s8  -> s32 | f32     s32 accumulation of (a - a_zero_point) * (b - b_zero_point)
+//   u8|s8 x s8  -> u8 | s8       the f32 result requantized with c_scale and c_zero_point (below)
 // Any other combination is an xk::Error with Status::unsupported naming the three types.
 //
 // The math, per output element (m, n); acc = sum over k = 0..K-1 of op(A)[m,k] * op(B)[k,n],
@@ -33,6 +34,14 @@
 //                        x = x + R[m,n]              (epilogue.residual; R is f32 or bf16)
 //                        C[m,n] = x                  (rounded to bf16 when c_type is bf16)
 //
+//   int8 -> u8 | s8:     x as for int8 -> f32 (beta must be 0: C is never read), then
+//                        q = nearbyint(x * inv_c_scale) + float(c_zero_point)   (round half to even)
+//                        C[m,n] = q clamped to the type's range (u8 [0, 255], s8 [-128, 127])
+//                        with inv_c_scale = 1.0f / *c_scale computed once in float. +Inf saturates
+//                        to the maximum, -Inf to the minimum, and NaN (a NaN bias or residual)
+//                        becomes the type's minimum (0 for u8, -128 for s8). This is PyTorch's
+//                        quantized Linear / oneDNN's u8|s8 dst with a dst scale and zero point.
+//
 //   int8 -> s32:         C[m,n] = acc                (beta == 0)
 //                        C[m,n] = C[m,n] + acc       (beta == 1, wrapping)
 //                        alpha must be 1, beta 0 or 1, and the epilogue none: anything else is
@@ -40,7 +49,8 @@
 //
 // alpha and beta may be any float (NaN and Inf propagate as IEEE arithmetic says; a NaN beta is
 // not zero, so C is read). Zero points are per tensor and must lie in the range of their type
-// (u8: [0, 255], s8: [-128, 127]); scales are read only for int8 -> f32.
+// (u8: [0, 255], s8: [-128, 127]; c_zero_point: c_type's); a_scale and b_scales are read for
+// int8 -> f32 | u8 | s8, c_scale only for u8 | s8 C.
 //
 // Buffers: C must not overlap A, B, bias, the residual or the scales (checked). Pointers need
 // only the alignment of their element type. A pointer may be null only when nothing is read
@@ -92,7 +102,7 @@ struct GemmDesc {
     DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
     float alpha = 1.0f, beta = 0.0f;
     GemmEpilogue epilogue;
-    bool b_scale_per_channel = false;   // int8 -> f32: b_scales holds N values (else 1)
+    bool b_scale_per_channel = false;   // int8 -> f32|u8|s8: b_scales holds N values (else 1)
     DType residual_type = DType::f32;   // f32 or bf16
     int64_t ld_residual = 0;            // 0 = packed (N)
 };
@@ -104,10 +114,12 @@ struct GemmArgs {
     void* C = nullptr;
     const float* bias = nullptr;        // f32[N], read when epilogue.bias
     const void* residual = nullptr;     // read when epilogue.residual
-    const float* a_scale = nullptr;     // int8 -> f32: one value, finite and > 0
-    const float* b_scales = nullptr;    // int8 -> f32: one value, or N with b_scale_per_channel; finite and > 0
+    const float* a_scale = nullptr;     // int8 -> f32|u8|s8: one value, finite and > 0
+    const float* b_scales = nullptr;    // int8 -> f32|u8|s8: one value, or N with b_scale_per_channel; finite and > 0
     int32_t a_zero_point = 0;           // int8: subtracted from every element of A
     int32_t b_zero_point = 0;           // int8: subtracted from every element of B
+    const float* c_scale = nullptr;     // int8 -> u8|s8: one value, finite and > 0 (C = x / c_scale + c_zero_point)
+    int32_t c_zero_point = 0;           // int8 -> u8|s8: added to the requantized C, in c_type's range
 };
 
 // B repacked into the layout a plan's kernel prefers (created by GemmPlan::pack_b). Owned,

@@ -46,6 +46,7 @@ xk::GemmArgs to_args(const xk_gemm_args& c) {
     a.bias = c.bias, a.residual = c.residual;
     a.a_scale = c.a_scale, a.b_scales = c.b_scales;
     a.a_zero_point = c.a_zero_point, a.b_zero_point = c.b_zero_point;
+    a.c_scale = c.c_scale, a.c_zero_point = c.c_zero_point;
     return a;
 }
 

@@ -4,7 +4,11 @@
  *   op(A) M x K, op(B) K x N, C M x N, leading dimensions in elements (0 = packed),
  *   C = act(alpha * op(A) op(B) + beta * C + bias) + residual,
  *   int8 -> f32: alpha * a_scale * b_scale[n] * sum (a - a_zero_point)(b - b_zero_point), then the same;
- *   int8 -> s32: C = sum (beta 0) or C += sum (beta 1).
+ *   int8 -> s32: C = sum (beta 0) or C += sum (beta 1);
+ *   int8 -> u8|s8 (c_type XK_DTYPE_U8 / XK_DTYPE_S8, through xk_gemm / the plan; beta 0): the f32
+ *   result x as for int8 -> f32, then C = clamp(nearbyint(x * (1 / c_scale)) + c_zero_point) to
+ *   the type's range (half to even; NaN -> the type's minimum).
+ * Zero the whole xk_gemm_args with xk_gemm_args_init before filling it (fields may be added).
  * bf16 values are passed as their uint16_t bit patterns (the upper half of an IEEE float). */
 #ifndef XK_C_GEMM_H
 #define XK_C_GEMM_H
@@ -20,6 +24,7 @@ typedef enum xk_trans XK_ENUM_INT { XK_TRANS_N = 0, XK_TRANS_T = 1 } xk_trans;
 /* Element types (same values as xk::DType). */
 typedef enum xk_dtype XK_ENUM_INT {
     XK_DTYPE_F32 = 0, XK_DTYPE_BF16 = 1, XK_DTYPE_S8 = 2, XK_DTYPE_U8 = 3, XK_DTYPE_S32 = 4,
+    XK_DTYPE_F16 = 5, /* IEEE half: conversions only (xk/c/convert.h) */
 } xk_dtype;
 #endif
 
@@ -83,6 +88,8 @@ typedef struct xk_gemm_args {
     const float* a_scale;               /* int8 -> f32: 1 value */
     const float* b_scales;              /* int8 -> f32: 1 or N values */
     int32_t a_zero_point, b_zero_point;
+    const float* c_scale;               /* int8 -> u8|s8 C: 1 value, finite and > 0 */
+    int32_t c_zero_point;               /* int8 -> u8|s8 C: in c_type's range */
 } xk_gemm_args;
 
 /* Defaults: sizes 0, no transposes, packed leading dimensions, f32, alpha 1, beta 0, no epilogue.

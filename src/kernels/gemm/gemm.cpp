@@ -1,5 +1,6 @@
 // GEMM family: validation, registry, plan, packed B and the one-shot entry points.
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/jit_gemm_int8.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
 
 #include <cmath>
@@ -107,18 +108,24 @@ GemmSpec gemm_check_desc(const char* fn, const GemmDesc& desc) {
     const DType a = desc.a_type, b = desc.b_type, c = desc.c_type;
     const bool ok = (a == DType::f32 && b == DType::f32 && c == DType::f32) ||
                     (a == DType::bf16 && b == DType::bf16 && (c == DType::f32 || c == DType::bf16)) ||
-                    ((a == DType::u8 || a == DType::s8) && b == DType::s8 && (c == DType::s32 || c == DType::f32));
+                    ((a == DType::u8 || a == DType::s8) && b == DType::s8 &&
+                     (c == DType::s32 || c == DType::f32 || c == DType::u8 || c == DType::s8));
     if (!ok)
         fail(Status::unsupported, std::string(fn) + ": a_type=" + dtype_str(a) + " b_type=" + dtype_str(b) +
                                       " c_type=" + dtype_str(c) +
                                       " is not a supported combination (f32*f32->f32, bf16*bf16->f32|bf16, "
-                                      "u8|s8*s8->s32|f32)");
+                                      "u8|s8*s8->s32|f32|u8|s8)");
     const bool int8 = a == DType::u8 || a == DType::s8;
 
     // Options that only some types have.
-    if (desc.b_scale_per_channel && !(int8 && c == DType::f32))
-        fail_arg(fn, "b_scale_per_channel", "true", "applies only to int8 inputs with c_type=f32 (got a_type=" +
+    const bool requant = int8 && (c == DType::u8 || c == DType::s8);
+    if (desc.b_scale_per_channel && !(int8 && c != DType::s32))
+        fail_arg(fn, "b_scale_per_channel", "true", "applies only to int8 inputs with c_type=f32|u8|s8 (got a_type=" +
                                                         dtype_str(a) + " c_type=" + dtype_str(c) + ")");
+    // A requantized C is not read: beta * C would mean dequantizing it, which nothing needs.
+    if (requant && desc.beta != 0.0f)
+        fail(Status::unsupported, std::string(fn) + ": beta=" + num(desc.beta) + " is not supported with c_type=" +
+                                      dtype_str(c) + " (must be 0: a requantized C is never read)");
     if (c == DType::s32) {
         if (desc.alpha != 1.0f)
             fail(Status::unsupported, std::string(fn) + ": alpha=" + num(desc.alpha) + " is not supported with c_type=s32 (must be 1)");
@@ -162,7 +169,7 @@ GemmExtents gemm_extents(const char* fn, const GemmSpec& s) {
     }
     if (s.epilogue.bias) x.bias = s.N * 4;
     if (s.epilogue.residual) x.res = extent(fn, "ld_residual", s.M, s.N, s.ld_residual) * dtype_size(s.residual_type);
-    if (s.int8() && s.c_type == DType::f32) x.b_scales = (s.b_scale_per_channel ? s.N : 1) * 4;
+    if (s.int8() && s.c_type != DType::s32) x.b_scales = (s.b_scale_per_channel ? s.N : 1) * 4;
     return x;
 }
 
@@ -182,9 +189,11 @@ inline bool overlaps(const void* c, int64_t c_bytes, const void* p, int64_t byte
 
 // Quantization scales (int8 -> f32) are finite and > 0, as PyTorch's and oneDNN's are: NaN, inf,
 // 0 or a negative scale is a caller's bug, not a value to multiply by.
-__attribute__((noinline)) void check_scales(const char* fn, const float* a_scale, const float* b_scales, int64_t nb) {
+__attribute__((noinline)) void check_scales(const char* fn, const float* a_scale, const float* b_scales, int64_t nb,
+                                           const float* c_scale) {
     auto bad = [](float v) { return !(std::isfinite(v) && v > 0.0f); };
     if (bad(*a_scale)) fail_arg(fn, "a_scale", float_str(*a_scale), "must be finite and > 0");
+    if (c_scale && bad(*c_scale)) fail_arg(fn, "c_scale", float_str(*c_scale), "must be finite and > 0");
     for (int64_t n = 0; n < nb; ++n)
         if (bad(b_scales[n]))
             fail_arg(fn, ("b_scales[" + std::to_string(n) + "]").c_str(), float_str(b_scales[n]), "must be finite and > 0");
@@ -218,7 +227,13 @@ __attribute__((always_inline)) inline void check_args_inline(const char* fn, con
         else
             check_range(fn, "a_zero_point", a.a_zero_point, -128, 127);
         check_range(fn, "b_zero_point", a.b_zero_point, -128, 127);
+        if (s.c_type == DType::u8)
+            check_range(fn, "c_zero_point", a.c_zero_point, 0, 255);
+        else if (s.c_type == DType::s8)
+            check_range(fn, "c_zero_point", a.c_zero_point, -128, 127);
     }
+    const bool requant = dequant && (s.c_type == DType::u8 || s.c_type == DType::s8);
+    if (requant && !a.c_scale) fail_null(fn, "c_scale");
     if (!any) return;
     if (ab && overlaps(a.C, x.c, a.A, x.a)) fail_overlap(fn, a.C, "A", a.A);
     if (ab && !b_packed && overlaps(a.C, x.c, a.B, x.b)) fail_overlap(fn, a.C, "B", a.B);
@@ -227,7 +242,8 @@ __attribute__((always_inline)) inline void check_args_inline(const char* fn, con
     if (dequant) {
         if (overlaps(a.C, x.c, a.a_scale, 4)) fail_overlap(fn, a.C, "a_scale", a.a_scale);
         if (overlaps(a.C, x.c, a.b_scales, x.b_scales)) fail_overlap(fn, a.C, "b_scales", a.b_scales);
-        check_scales(fn, a.a_scale, a.b_scales, x.b_scales / 4);
+        if (requant && overlaps(a.C, x.c, a.c_scale, 4)) fail_overlap(fn, a.C, "c_scale", a.c_scale);
+        check_scales(fn, a.a_scale, a.b_scales, x.b_scales / 4, requant ? a.c_scale : nullptr);
     }
 }
 
@@ -263,13 +279,21 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     // then the blocked kernel (f32; then bf16, widened as it is packed: "jit:<isa>:bf16"). oneDNN
     // runs only when measured faster (see gemm_tune.cpp). The panel kernel (the GEMV kernel for
     // any M) is reached only by a PackedB in its layout (GemmPlan::run with a PackedB of another
-    // plan). The reference takes everything else (int8, K == 0, empty shapes).
+    // plan). The reference takes everything else (K == 0, empty shapes). int8 with M, N, K > 0 runs
+    // the int8 kernels at the top (jit_gemm_int8.cpp: VPDPBUSD zmm / ymm, exact s16 on AVX2).
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {
             // AMX tiles (jit_gemm_amx.cpp): bf16 from 32 rows up; ":any" reads its PackedB for any M.
             {"amx:bf16", Isa::amx, gemm_amx_bf16_supports, create_gemm_amx_bf16},
             {"amx:bf16:any", Isa::amx, gemm_amx_bf16_any_supports, create_gemm_amx_bf16, /*selectable=*/false},
+            // int8 (jit_gemm_int8.cpp): every int8 shape with M, N, K > 0.
+            {"jit:avx512_vnni:int8", Isa::avx512_vnni, gemm_int8_vnni_supports,
+             [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx512_vnni); }},
+            {"jit:avx2_vnni:int8", Isa::avx2_vnni, gemm_int8_vnni_supports,
+             [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx2_vnni); }},
+            {"jit:avx2:int8", Isa::avx2, gemm_int8_vnni_supports,
+             [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx2); }},
             {"jit:avx512:small", Isa::avx512, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
             {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },

@@ -112,9 +112,15 @@ void gemm_reference(const GemmSpec& s, const GemmCall& call);
 std::shared_ptr<const GemmPacked> gemm_reference_pack_b(const GemmSpec& s, const void* B);
 std::string gemm_reference_packed_layout(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_reference(const GemmSpec& s);
+// The requantization of a u8 / s8 C (include/xk/gemm.hpp): nearbyint(x * inv) + zp clamped to
+// [lo, hi], NaN -> lo; returns the integer value as a float.
+float gemm_requantize(float x, float inv, float zp, float lo, float hi);
 
-// fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). int8 stays on the
-// reference (their supports() are false for it).
+// fp32 JIT kernels; `isa` is the code shape (avx2: ymm, avx512: zmm). int8 has its own kernels
+// (jit_gemm_int8.hpp: "jit:avx512_vnni:int8" VPDPBUSD zmm, "jit:avx2_vnni:int8" VPDPBUSD ymm,
+// "jit:avx2:int8" s16 VPMADDWD; B in a VNNI layout with its column sums, zero points and the s8
+// shift through row / column sums; every epilogue including the requantized u8 / s8 C); the
+// kernels below do not take int8 (their supports() are false for it).
 //   blocked (jit_gemm.cpp): packed A and B, cache blocking, threads over the (M, N) tile grid;
 //   f32, and bf16 x bf16 -> f32 | bf16 (A and B widened to f32 as they are packed, the fp32
 //   microkernel, a bf16 C written by the last K block's store; registry "jit:<isa>:bf16")

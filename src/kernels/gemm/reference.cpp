@@ -3,6 +3,7 @@
 // increasing k, in fp32 for f32 / bf16 and in s32 for int8), then the epilogue, then the store.
 // Rows of C are split over threads; one chunk is at least kMinMacsPerChunk multiply-adds so that
 // small problems run inline.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -36,6 +37,19 @@ inline float load_as_float(DType t, const void* p, int64_t i) {
     return t == DType::bf16 ? static_cast<const bf16*>(p)[i].to_float() : static_cast<const float*>(p)[i];
 }
 
+}  // namespace
+
+// The requantization of include/xk/gemm.hpp: nearbyint(x * inv) (half to even, the default
+// rounding mode) + zp, clamped to [lo, hi]; NaN gives lo.
+float gemm_requantize(float x, float inv, float zp, float lo, float hi) {
+    float q = std::nearbyint(x * inv) + zp;
+    if (!(q >= lo)) q = lo;  // below, -Inf, NaN
+    if (q > hi) q = hi;
+    return q;
+}
+
+namespace {
+
 // s32 accumulation wraps modulo 2^32 (no signed-overflow UB).
 inline int32_t wrap_add(int32_t a, int32_t b) {
     return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
@@ -55,6 +69,11 @@ void rows(const GemmSpec& s, const GemmCall& call, int64_t m_begin, int64_t m_en
     const int64_t ldb = call.packed_b ? N : s.ldb;
     const bool at = s.trans_a == Trans::T;
     const int32_t azp = kInt ? a.a_zero_point : 0, bzp = kInt ? a.b_zero_point : 0;
+
+    // Requantized C (u8 / s8): the inverse scale once, in float.
+    const bool requant = s.c_type == DType::u8 || s.c_type == DType::s8;
+    const float inv_cs = requant ? 1.0f / a.c_scale[0] : 0.0f;
+    const float czp = requant ? static_cast<float>(a.c_zero_point) : 0.0f;
 
     std::vector<Acc> acc(static_cast<size_t>(N));
     for (int64_t m = m_begin; m < m_end; ++m) {
@@ -91,6 +110,10 @@ void rows(const GemmSpec& s, const GemmCall& call, int64_t m_begin, int64_t m_en
             if (s.epilogue.residual) x = x + load_as_float(s.residual_type, a.residual, m * s.ld_residual + n);
             if (s.c_type == DType::bf16)
                 static_cast<bf16*>(a.C)[m * s.ldc + n] = bf16(x);
+            else if (s.c_type == DType::u8)
+                static_cast<uint8_t*>(a.C)[m * s.ldc + n] = static_cast<uint8_t>(gemm_requantize(x, inv_cs, czp, 0, 255));
+            else if (s.c_type == DType::s8)
+                static_cast<int8_t*>(a.C)[m * s.ldc + n] = static_cast<int8_t>(gemm_requantize(x, inv_cs, czp, -128, 127));
             else
                 static_cast<float*>(a.C)[m * s.ldc + n] = x;
         }
