@@ -402,7 +402,8 @@ TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
 }
 
 // Selection: f32 goes to the JIT kernels of the capped ISA (small shapes to the small kernel),
-// bf16 to the blocked kernel's bf16 entry (test_gemm_bf16.cpp), int8 stays on the reference.
+// bf16 to the blocked kernel's bf16 entry (the VDPBF16PS one where the probe found it faster, the
+// tiles at amx; test_gemm_bf16.cpp), int8 to its VNNI / AVX2 / AMX kernel (test_gemm_int8.cpp).
 TEST(GemmJit, Selection) {
     if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no AVX2";
     auto pick = [](GemmDesc d) { return std::string(GemmPlan(d).impl_name()); };
@@ -421,10 +422,19 @@ TEST(GemmJit, Selection) {
         EXPECT_EQ(pick(direct), isa == Isa::scalar ? pre : pre + ":direct");
         GemmDesc h = d;
         h.a_type = h.b_type = DType::bf16;
-        EXPECT_EQ(pick(h), isa == Isa::scalar ? pre : pre + ":bf16");
+        const std::string bf16_pick = isa == Isa::scalar                                           ? pre
+                                      : isa >= Isa::amx                                            ? "amx:bf16"
+                                      : isa >= Isa::avx512_bf16 && detail::gemm_bf16_dp_fast() ? "jit:avx512_bf16:bf16"
+                                                                                                   : pre + ":bf16";
+        EXPECT_EQ(pick(h), bf16_pick);
         GemmDesc q = d;
         q.a_type = DType::u8, q.b_type = DType::s8, q.c_type = DType::s32;
-        EXPECT_EQ(pick(q), "ref:scalar");
+        const std::string int8_pick = isa == Isa::scalar        ? "ref:scalar"
+                                      : isa >= Isa::amx         ? "amx:int8"
+                                      : isa >= Isa::avx512_vnni ? "jit:avx512_vnni:int8"
+                                      : isa >= Isa::avx2_vnni && isa_supported(Isa::avx2_vnni) ? "jit:avx2_vnni:int8"
+                                                                                               : "jit:avx2:int8";
+        EXPECT_EQ(pick(q), int8_pick);
     });
 }
 
