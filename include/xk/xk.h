@@ -38,6 +38,15 @@ typedef enum xk_activation XK_ENUM_INT {
     XK_ACT_NONE = 0, XK_ACT_RELU = 1, XK_ACT_GELU_ERF = 2, XK_ACT_GELU_TANH = 3, XK_ACT_SILU = 4,
 } xk_activation;
 
+#ifndef XK_DTYPE_DEFINED
+#define XK_DTYPE_DEFINED
+/* Element types (same values as xk::DType), used by the family headers. */
+typedef enum xk_dtype XK_ENUM_INT {
+    XK_DTYPE_F32 = 0, XK_DTYPE_BF16 = 1, XK_DTYPE_S8 = 2, XK_DTYPE_U8 = 3, XK_DTYPE_S32 = 4,
+    XK_DTYPE_F16 = 5, /* IEEE half: conversions only (xk/c/convert.h) */
+} xk_dtype;
+#endif
+
 /* Message of the last failed call on this thread ("" when none). */
 const char* xk_last_error(void);
 const char* xk_version(void);
