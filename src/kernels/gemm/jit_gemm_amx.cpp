@@ -481,32 +481,41 @@ public:
                         const int64_t kn = std::max<int64_t>(0, std::min<int64_t>(4, K - k));  // valid k of the quad
                         for (int t = 0; t < 2; ++t) {
                             uint32_t* d = blk + kb * (kStepBytes / 4) + t * 256 + p * 16;
-                            const int64_t c0 = t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - c0));
-                            for (int c = 0; c < 16; ++c) {
-                                uint32_t w = 0;
-                                if (c < cn) {
-                                    if (bt && kn == 4) {
-                                        std::memcpy(&w, src + (n0 + c0 + c) * ldb + k, 4);
-                                    } else {
-                                        for (int64_t j = 0; j < kn; ++j) {
-                                            const uint8_t v = bt ? src[(n0 + c0 + c) * ldb + k + j] : src[(k + j) * ldb + n0 + c0 + c];
-                                            w |= uint32_t(v) << (8 * j);
-                                        }
-                                    }
+                            const int64_t c0 = n0 + t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - t * 16));
+                            if (!bt && kn == 4 && cn == 16) {
+                                const uint8_t* r0 = src + k * ldb + c0;
+                                const uint8_t *r1 = r0 + ldb, *r2 = r1 + ldb, *r3 = r2 + ldb;
+                                for (int c = 0; c < 16; ++c)
+                                    d[c] = uint32_t(r0[c]) | uint32_t(r1[c]) << 8 | uint32_t(r2[c]) << 16 | uint32_t(r3[c]) << 24;
+                            } else if (bt && kn == 4 && cn == 16) {
+                                for (int c = 0; c < 16; ++c) std::memcpy(d + c, src + (c0 + c) * ldb + k, 4);
+                            } else {
+                                for (int c = 0; c < 16; ++c) {
+                                    uint32_t w = 0;
+                                    for (int64_t j = 0; c < cn && j < kn; ++j)
+                                        w |= uint32_t(bt ? src[(c0 + c) * ldb + k + j] : src[(k + j) * ldb + c0 + c]) << (8 * j);
+                                    d[c] = w;
                                 }
-                                d[c] = w;
                             }
                         }
                     }
-                // Column sums of op(B) (0 for padding), wrapping.
+                // Column sums of op(B) (0 for padding), wrapping, in memory order.
                 auto* sums = reinterpret_cast<int32_t*>(dst + tiles) + n0;
-                for (int64_t c = 0; c < kBlk; ++c) {
-                    uint32_t t = 0;
-                    if (c < nn)
-                        for (int64_t k = 0; k < K; ++k)
-                            t += static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(bt ? src[(n0 + c) * ldb + k] : src[k * ldb + n0 + c])));
-                    sums[c] = static_cast<int32_t>(t);
+                int32_t acc[kBlk] = {};
+                if (!bt) {
+                    for (int64_t k = 0; k < K; ++k) {
+                        const auto* row = reinterpret_cast<const int8_t*>(src + k * ldb + n0);
+                        for (int64_t c = 0; c < nn; ++c) acc[c] = static_cast<int32_t>(static_cast<uint32_t>(acc[c]) + static_cast<uint32_t>(int32_t(row[c])));
+                    }
+                } else {
+                    for (int64_t c = 0; c < nn; ++c) {
+                        const auto* col = reinterpret_cast<const int8_t*>(src + (n0 + c) * ldb);
+                        uint32_t t = 0;
+                        for (int64_t k = 0; k < K; ++k) t += static_cast<uint32_t>(int32_t(col[k]));
+                        acc[c] = static_cast<int32_t>(t);
+                    }
                 }
+                std::memcpy(sums, acc, sizeof acc);
             }
         });
         return p;
