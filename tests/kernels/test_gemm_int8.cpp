@@ -418,7 +418,9 @@ TEST(GemmInt8, SelectionAtEachCap) {
     for (Isa isa : available_isas()) {
         IsaCap cap(isa);
         const std::string name = GemmPlan(d).impl_name();
-        if (isa >= Isa::avx512_vnni)
+        if (isa >= Isa::amx)
+            EXPECT_EQ(name, "amx:int8");  // the tiles, from 32 rows up
+        else if (isa >= Isa::avx512_vnni)
             EXPECT_EQ(name, "jit:avx512_vnni:int8");
         else if (isa >= Isa::avx2_vnni && isa_supported(Isa::avx2_vnni))
             EXPECT_EQ(name, "jit:avx2_vnni:int8") << isa_name(isa);

@@ -284,9 +284,12 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {
-            // AMX tiles (jit_gemm_amx.cpp): bf16 from 32 rows up; ":any" reads its PackedB for any M.
+            // AMX tiles (jit_gemm_amx.cpp): bf16 and int8 from 32 rows up; ":any" reads their
+            // PackedB for any M.
             {"amx:bf16", Isa::amx, gemm_amx_bf16_supports, create_gemm_amx_bf16},
             {"amx:bf16:any", Isa::amx, gemm_amx_bf16_any_supports, create_gemm_amx_bf16, /*selectable=*/false},
+            {"amx:int8", Isa::amx, gemm_amx_int8_supports, create_gemm_amx_int8},
+            {"amx:int8:any", Isa::amx, gemm_amx_int8_any_supports, create_gemm_amx_int8, /*selectable=*/false},
             // int8 (jit_gemm_int8.cpp): every int8 shape with M, N, K > 0.
             {"jit:avx512_vnni:int8", Isa::avx512_vnni, gemm_int8_vnni_supports,
              [](const GemmSpec& s) { return create_gemm_int8_vnni(s, Isa::avx512_vnni); }},

@@ -170,6 +170,12 @@ std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa)
 bool gemm_amx_bf16_supports(const GemmSpec& s);
 bool gemm_amx_bf16_any_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s);
+//   and int8 (TDPBUSD for u8 A, TDPBSSD for s8 A: no shift), s32 accumulators, B in the same tile
+//   arrangement of k quads with its column sums after the tiles ("amx:int8:K<K>:N<N>"), zero
+//   points through row / column sums, the s32 / dequantizing / requantizing stores.
+bool gemm_amx_int8_supports(const GemmSpec& s);
+bool gemm_amx_int8_any_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_amx_int8(const GemmSpec& s);
 
 //   oneDNN (onednn_gemm.cpp): the matmul primitive with the epilogue as post-ops, B packed in the
 //   reference layout. Its registry entry ("onednn") is not selectable: only the autotuner (below)

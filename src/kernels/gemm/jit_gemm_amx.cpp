@@ -31,6 +31,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
+#include <immintrin.h>
 
 #include "common/parallel.hpp"
 #include "xk/runtime.hpp"
@@ -99,9 +101,13 @@ struct AmxTileArgs {
 using AmxTileFn = void (*)(const AmxTileArgs*);
 using AmxCfgFn = void (*)(const void*);
 
+// The tile product of a kernel: bf16 pairs, u8 x s8 or s8 x s8 quads (s32 accumulators, wrapping).
+enum class TileOp : int { bf16 = 0, u8s8 = 1, s8s8 = 2 };
+const char* tile_op_name(TileOp op) { return op == TileOp::bf16 ? "bf16" : op == TileOp::u8s8 ? "u8s8" : "s8s8"; }
+
 class JitAmxTile : public JitGenerator {
 public:
-    JitAmxTile() : JitGenerator(Isa::amx, 4096) {
+    explicit JitAmxTile(TileOp op) : JitGenerator(Isa::amx, 4096) {
         const Reg64 rP = rdi, rA = rsi, rA16 = rdx, rB = rcx, rK = r8, rS = r9, rT = r10, rC = r11;
         mov(rA, ptr[rP + offsetof(AmxTileArgs, a)]);
         mov(rS, ptr[rP + offsetof(AmxTileArgs, lda)]);
@@ -129,10 +135,18 @@ public:
             tileloadd(tmm6, ptr[rB + rax]);
             tileloadd(tmm5, ptr[a1 + stride + a1_off]);
             tileloadd(tmm7, ptr[rB + rax + 1024]);
-            tdpbf16ps(tmm0, tmm4, tmm6);
-            tdpbf16ps(tmm1, tmm4, tmm7);
-            tdpbf16ps(tmm2, tmm5, tmm6);
-            tdpbf16ps(tmm3, tmm5, tmm7);
+            auto dp = [&](const Tmm& c, const Tmm& a, const Tmm& b) {
+                if (op == TileOp::bf16)
+                    tdpbf16ps(c, a, b);
+                else if (op == TileOp::u8s8)
+                    tdpbusd(c, a, b);
+                else
+                    tdpbssd(c, a, b);
+            };
+            dp(tmm0, tmm4, tmm6);
+            dp(tmm1, tmm4, tmm7);
+            dp(tmm2, tmm5, tmm6);
+            dp(tmm3, tmm5, tmm7);
             add(rB, kStepBytes);
         };
         mov(eax, 64);  // B tiles: 64-byte rows
@@ -244,7 +258,7 @@ struct TileCode final : AmxCode {
     AmxTileFn fn = nullptr;
     AmxCfgFn configure = nullptr;
     void (*release)() = nullptr;
-    TileCode() {
+    explicit TileCode(TileOp op) : tile(op) {
         fn = tile.finalize<AmxTileFn>();
         configure = cfg.finalize<AmxCfgFn>();
         release = rel.finalize<void (*)()>();
@@ -256,11 +270,11 @@ struct EpiCode final : AmxCode {
     AmxEpiFn fn = nullptr;
 };
 
-std::shared_ptr<const TileCode> tile_code() {
-    return KernelCache::instance().get_or_create<TileCode>("gemm_amx_tile|bf16", [] {
+std::shared_ptr<const TileCode> tile_code(TileOp op) {
+    return KernelCache::instance().get_or_create<TileCode>(std::string("gemm_amx_tile|") + tile_op_name(op), [op] {
         const double t0 = now_us();
-        auto k = std::make_shared<TileCode>();
-        verbose_log("create", "gemm_amx_tile", "bf16", now_us() - t0);
+        auto k = std::make_shared<TileCode>(op);
+        verbose_log("create", "gemm_amx_tile", tile_op_name(op), now_us() - t0);
         return k;
     });
 }
@@ -275,34 +289,40 @@ std::shared_ptr<const EpiCode> epi_code(const GemmEpi& e, int ncols) {
     });
 }
 
-std::string amx_layout(const GemmSpec& s) { return "amx:bf16:K" + std::to_string(s.K) + ":N" + std::to_string(s.N); }
+std::string amx_layout(const GemmSpec& s) {
+    return std::string("amx:") + (s.int8() ? "int8" : "bf16") + ":K" + std::to_string(s.K) + ":N" + std::to_string(s.N);
+}
 
 // Per-thread scratch (heap, made on first use): a packed A block, the K tail of an A block in
-// place, and the accumulators of a task's column blocks (32 x 32 f32 each).
+// place, the accumulators of a task's column blocks (32 x 32 f32 / s32 each), and for int8 the
+// row terms of the block and an f32 tile for the requantizing store.
 struct AmxScratch {
     struct Free {
         void operator()(void* p) const { std::free(p); }
     };
-    std::unique_ptr<uint16_t, Free> a, tail_mem;
-    std::unique_ptr<float, Free> acc_mem;
-    size_t a_elems = 0;
+    std::unique_ptr<uint8_t, Free> a, tail_mem, acc_mem, tmp_mem;
+    size_t a_bytes = 0;
     float* acc = nullptr;
-    uint16_t* tail = nullptr;
-    static void* alloc(size_t bytes) {
+    uint8_t* tail = nullptr;
+    float* tmp = nullptr;
+    int32_t rowc[kBlk];
+    static uint8_t* alloc(size_t bytes) {
         void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
         if (!p) throw std::bad_alloc();
-        return p;
+        return static_cast<uint8_t*>(p);
     }
     AmxScratch() {
-        acc_mem.reset(static_cast<float*>(alloc(kMaxChunk * kBlk * kBlk * 4)));
-        tail_mem.reset(static_cast<uint16_t*>(alloc(kBlk * kBlk * 2)));
-        acc = acc_mem.get();
+        acc_mem.reset(alloc(kMaxChunk * kBlk * kBlk * 4));
+        tail_mem.reset(alloc(kBlk * 64));
+        tmp_mem.reset(alloc(kBlk * kBlk * 4));
+        acc = reinterpret_cast<float*>(acc_mem.get());
         tail = tail_mem.get();
+        tmp = reinterpret_cast<float*>(tmp_mem.get());
     }
-    uint16_t* a_buf(size_t elems) {
-        if (elems > a_elems) {
-            a.reset(static_cast<uint16_t*>(alloc(elems * 2)));
-            a_elems = elems;
+    uint8_t* a_buf(size_t bytes) {
+        if (bytes > a_bytes) {
+            a.reset(alloc(bytes));
+            a_bytes = bytes;
         }
         return a.get();
     }
@@ -313,61 +333,189 @@ AmxScratch& scratch() {
     return s;
 }
 
+#define XK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+// int8 block stores (AVX-512; the amx level implies it). acc: 32 x 32 s32 (128-byte rows) of
+// sum a b; rowc / colc: the zero-point terms (wrapping adds, as the reference's s32 sums).
+XK_AVX512 void int8_store_s32(const int32_t* acc, const int32_t* rowc, const int32_t* colc, int64_t rows, int ncols,
+                              int32_t* C, int64_t ldc, bool add_c) {
+    const __mmask16 m0 = ncols >= 16 ? __mmask16(0xffff) : __mmask16((1u << ncols) - 1);
+    const __mmask16 m1 = ncols >= 32 ? __mmask16(0xffff) : ncols > 16 ? __mmask16((1u << (ncols - 16)) - 1) : 0;
+    const __m512i c0 = _mm512_loadu_si512(colc), c1 = _mm512_loadu_si512(colc + 16);
+    for (int64_t r = 0; r < rows; ++r) {
+        const __m512i rc = _mm512_set1_epi32(rowc[r]);
+        __m512i x0 = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(acc + r * 32), rc), c0);
+        __m512i x1 = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(acc + r * 32 + 16), rc), c1);
+        int32_t* c = C + r * ldc;
+        if (add_c) {
+            x0 = _mm512_add_epi32(x0, _mm512_maskz_loadu_epi32(m0, c));
+            x1 = _mm512_add_epi32(x1, _mm512_maskz_loadu_epi32(m1, c + 16));
+        }
+        _mm512_mask_storeu_epi32(c, m0, x0);
+        _mm512_mask_storeu_epi32(c + 16, m1, x1);
+    }
+}
+
+// In place: acc (s32) -> f[n] * float(acc + rowc + colc) as f32, the reference's order
+// (f[n] = (alpha * a_scale) * b_scale[n]).
+XK_AVX512 void int8_dequant(float* acc, const int32_t* rowc, const int32_t* colc, const float* f, int64_t rows) {
+    const __m512i c0 = _mm512_loadu_si512(colc), c1 = _mm512_loadu_si512(colc + 16);
+    const __m512 f0 = _mm512_loadu_ps(f), f1 = _mm512_loadu_ps(f + 16);
+    for (int64_t r = 0; r < rows; ++r) {
+        const __m512i rc = _mm512_set1_epi32(rowc[r]);
+        auto* p = reinterpret_cast<int32_t*>(acc + r * 32);
+        const __m512i x0 = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(p), rc), c0);
+        const __m512i x1 = _mm512_add_epi32(_mm512_add_epi32(_mm512_load_si512(p + 16), rc), c1);
+        _mm512_store_ps(acc + r * 32, _mm512_mul_ps(f0, _mm512_maskz_cvtepi32_ps(0xffff, x0)));
+        _mm512_store_ps(acc + r * 32 + 16, _mm512_mul_ps(f1, _mm512_maskz_cvtepi32_ps(0xffff, x1)));
+    }
+}
+
+// x (f32, 128-byte rows) -> u8 / s8: clamp(nearbyint(x * inv) + zp) with NaN -> lo, as
+// gemm_requantize.
+XK_AVX512 void int8_requant(const float* x, int64_t rows, int ncols, float inv, float zp, float lo, float hi, bool s8,
+                            void* C, int64_t ldc) {
+    const __m512 vinv = _mm512_set1_ps(inv), vzp = _mm512_set1_ps(zp), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    for (int64_t r = 0; r < rows; ++r) {
+        auto* c = static_cast<uint8_t*>(C) + r * ldc;
+        for (int h = 0; h < 2; ++h) {
+            const int w = std::min(16, ncols - h * 16);
+            if (w <= 0) break;
+            __m512 q = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(_mm512_load_ps(x + r * 32 + h * 16), vinv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm512_add_ps(q, vzp);
+            q = _mm512_max_ps(q, vlo);  // a NaN first operand gives the second: lo
+            q = _mm512_min_ps(q, vhi);
+            const __m512i qi = _mm512_maskz_cvtps_epi32(0xffff, q);
+            const __mmask16 m = w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1);
+            if (s8)
+                _mm512_mask_cvtepi32_storeu_epi8(c + h * 16, m, qi);
+            else
+                _mm512_mask_cvtusepi32_storeu_epi8(c + h * 16, m, qi);
+        }
+    }
+}
+
+// Rows [0, rows) of a block: sum over k of a (u8 or s8), wrapping.
+int32_t row_sum(const uint8_t* a, int64_t K, bool s8) {
+    uint32_t t = 0;
+    if (s8)
+        for (int64_t k = 0; k < K; ++k) t += static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(a[k])));
+    else
+        for (int64_t k = 0; k < K; ++k) t += a[k];
+    return static_cast<int32_t>(t);
+}
+
 class AmxGemm final : public GemmKernel {
 public:
-    explicit AmxGemm(const GemmSpec& s) : s_(s), layout_(amx_layout(s)), tile_(tile_code()) {
-        const GemmEpi e = gemm_epi(s);
-        epi_full_ = epi_code(e, std::min<int64_t>(kBlk, s.N));
+    explicit AmxGemm(const GemmSpec& s)
+        : s_(s),
+          layout_(amx_layout(s)),
+          int8_(s.int8()),
+          es_(s.int8() ? 1 : 2),
+          kk_(s.int8() ? 64 : 32),
+          tile_(tile_code(!s.int8() ? TileOp::bf16 : s.a_type == DType::u8 ? TileOp::u8s8 : TileOp::s8s8)) {
+        GemmEpi e = gemm_epi(s);
+        if (int8_) e.alpha_one = true;  // the dequantization applies alpha with the scales
+        epi_full_ = epi_code(e, static_cast<int>(std::min<int64_t>(kBlk, s.N)));
         const int tail = static_cast<int>(s.N % kBlk);
         if (tail && s.N > kBlk) epi_tail_ = epi_code(e, tail);
-        nkb_ = (s.K + kBlk - 1) / kBlk;
+        nkb_ = (s.K + kk_ - 1) / kk_;
         nblocks_ = (s.N + kBlk - 1) / kBlk;
     }
 
     std::string packed_layout() const override { return layout_; }
 
+    // Tiles, then (int8) the column sums: nblocks * 32 int32 after them.
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
-        auto p = std::make_shared<GemmPacked>(layout_, static_cast<size_t>(nblocks_ * nkb_ * kStepBytes));
-        auto* dst = static_cast<uint16_t*>(p->data);
-        const auto* src = static_cast<const uint16_t*>(B);
+        const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
+        auto p = std::make_shared<GemmPacked>(layout_, tiles + (int8_ ? static_cast<size_t>(nblocks_ * kBlk * 4) : 0));
+        auto* dst = static_cast<uint8_t*>(p->data);
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
             for (int64_t nb = b0; nb < b1; ++nb) {
-                // Tile row (kb, p) of the half t: 16 columns x the k-pair (2p, 2p + 1) as uint32
-                // words (k even in the low half), zero beyond K and N.
-                auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * (kStepBytes / 2));
+                // Tile row (kb, p) of the half t: 16 columns x one k group (bf16: the pair 2p, 2p + 1;
+                // int8: the quad 4p .. 4p + 3) as 32-bit words, the lower k in the low bits, zero
+                // beyond K and N.
+                auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
                 const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
-                for (int64_t kb = 0; kb < nkb_; ++kb)
-                    for (int p = 0; p < 16; ++p) {
-                        const int64_t k = kb * kBlk + 2 * p;
-                        const bool k0 = k < K, k1 = k + 1 < K;
-                        for (int t = 0; t < 2; ++t) {
-                            uint32_t* d = blk + kb * (kStepBytes / 4) + t * 256 + p * 16;
-                            const int64_t c0 = t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - c0));
-                            if (!bt) {
-                                const uint16_t* r0 = src + k * ldb + n0 + c0;
-                                const uint16_t* r1 = r0 + ldb;
-                                if (k1 && cn == 16) {
-                                    for (int c = 0; c < 16; ++c) d[c] = r0[c] | (uint32_t(r1[c]) << 16);
-                                } else {
-                                    for (int c = 0; c < 16; ++c)
-                                        d[c] = c < cn && k0 ? r0[c] | (k1 ? uint32_t(r1[c]) << 16 : 0u) : 0u;
-                                }
-                            } else {
-                                const uint16_t* col = src + (n0 + c0) * ldb + k;
-                                if (k1) {
-                                    for (int c = 0; c < 16; ++c) {
-                                        uint32_t w = 0;
-                                        if (c < cn) std::memcpy(&w, col + c * ldb, 4);
-                                        d[c] = w;
+                if (!int8_) {
+                    const auto* src = static_cast<const uint16_t*>(B);
+                    for (int64_t kb = 0; kb < nkb_; ++kb)
+                        for (int p = 0; p < 16; ++p) {
+                            const int64_t k = kb * kk_ + 2 * p;
+                            const bool k0 = k < K, k1 = k + 1 < K;
+                            for (int t = 0; t < 2; ++t) {
+                                uint32_t* d = blk + kb * (kStepBytes / 4) + t * 256 + p * 16;
+                                const int64_t c0 = t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - c0));
+                                if (!bt) {
+                                    const uint16_t* r0 = src + k * ldb + n0 + c0;
+                                    const uint16_t* r1 = r0 + ldb;
+                                    if (k1 && cn == 16) {
+                                        for (int c = 0; c < 16; ++c) d[c] = r0[c] | (uint32_t(r1[c]) << 16);
+                                    } else {
+                                        for (int c = 0; c < 16; ++c)
+                                            d[c] = c < cn && k0 ? r0[c] | (k1 ? uint32_t(r1[c]) << 16 : 0u) : 0u;
                                     }
                                 } else {
-                                    for (int c = 0; c < 16; ++c) d[c] = c < cn && k0 ? col[c * ldb] : 0u;
+                                    const uint16_t* col = src + (n0 + c0) * ldb + k;
+                                    if (k1) {
+                                        for (int c = 0; c < 16; ++c) {
+                                            uint32_t w = 0;
+                                            if (c < cn) std::memcpy(&w, col + c * ldb, 4);
+                                            d[c] = w;
+                                        }
+                                    } else {
+                                        for (int c = 0; c < 16; ++c) d[c] = c < cn && k0 ? col[c * ldb] : 0u;
+                                    }
+                                }
+                            }
+                        }
+                    continue;
+                }
+                const auto* src = static_cast<const uint8_t*>(B);
+                for (int64_t kb = 0; kb < nkb_; ++kb)
+                    for (int p = 0; p < 16; ++p) {
+                        const int64_t k = kb * kk_ + 4 * p;
+                        const int64_t kn = std::max<int64_t>(0, std::min<int64_t>(4, K - k));  // valid k of the quad
+                        for (int t = 0; t < 2; ++t) {
+                            uint32_t* d = blk + kb * (kStepBytes / 4) + t * 256 + p * 16;
+                            const int64_t c0 = n0 + t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - t * 16));
+                            if (!bt && kn == 4 && cn == 16) {
+                                const uint8_t* r0 = src + k * ldb + c0;
+                                const uint8_t *r1 = r0 + ldb, *r2 = r1 + ldb, *r3 = r2 + ldb;
+                                for (int c = 0; c < 16; ++c)
+                                    d[c] = uint32_t(r0[c]) | uint32_t(r1[c]) << 8 | uint32_t(r2[c]) << 16 | uint32_t(r3[c]) << 24;
+                            } else if (bt && kn == 4 && cn == 16) {
+                                for (int c = 0; c < 16; ++c) std::memcpy(d + c, src + (c0 + c) * ldb + k, 4);
+                            } else {
+                                for (int c = 0; c < 16; ++c) {
+                                    uint32_t w = 0;
+                                    for (int64_t j = 0; c < cn && j < kn; ++j)
+                                        w |= uint32_t(bt ? src[(c0 + c) * ldb + k + j] : src[(k + j) * ldb + c0 + c]) << (8 * j);
+                                    d[c] = w;
                                 }
                             }
                         }
                     }
+                // Column sums of op(B) (0 for padding), wrapping, in memory order.
+                auto* sums = reinterpret_cast<int32_t*>(dst + tiles) + n0;
+                int32_t acc[kBlk] = {};
+                if (!bt) {
+                    for (int64_t k = 0; k < K; ++k) {
+                        const auto* row = reinterpret_cast<const int8_t*>(src + k * ldb + n0);
+                        for (int64_t c = 0; c < nn; ++c) acc[c] = static_cast<int32_t>(static_cast<uint32_t>(acc[c]) + static_cast<uint32_t>(int32_t(row[c])));
+                    }
+                } else {
+                    for (int64_t c = 0; c < nn; ++c) {
+                        const auto* col = reinterpret_cast<const int8_t*>(src + (n0 + c) * ldb);
+                        uint32_t t = 0;
+                        for (int64_t k = 0; k < K; ++k) t += static_cast<uint32_t>(int32_t(col[k]));
+                        acc[c] = static_cast<int32_t>(t);
+                    }
+                }
+                std::memcpy(sums, acc, sizeof acc);
             }
         });
         return p;
@@ -381,6 +529,7 @@ public:
             pb = own.get();
         }
         const auto* bp = static_cast<const uint8_t*>(pb->data);
+        const GemmArgs& args = call.args;
         alignas(64) GemmScalars sc;
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, K = s_.K;
@@ -392,12 +541,40 @@ public:
         int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>({nblocks_, kChunkBytes / block_bytes, kMaxChunk}));
         while (per_chunk > 1 && mblocks * ((nblocks_ + per_chunk - 1) / per_chunk) < 4 * threads) --per_chunk;
         const int64_t nchunks = (nblocks_ + per_chunk - 1) / per_chunk;
-        const auto* A = static_cast<const uint16_t*>(call.args.A);
+        const auto* A = static_cast<const uint8_t*>(args.A);
         const bool at = s_.trans_a == Trans::T;
-        const int64_t kfull = K / kBlk, krem = K % kBlk;
-        const int c_es = s_.c_type == DType::bf16 ? 2 : 4;
+        const int64_t kfull = K / kk_, krem = K % kk_;
+        const int64_t lda_b = s_.lda * es_;  // bytes
+        const int c_es = static_cast<int>(dtype_size(s_.c_type));
         const int r_es = s_.residual_type == DType::bf16 ? 2 : 4;
         const TileCode& tc = *tile_;
+
+        // int8: the zero-point terms (wrapping), the per-column dequantization factors, the
+        // requantization constants.
+        const int32_t za = int8_ ? args.a_zero_point : 0, zb = int8_ ? args.b_zero_point : 0;
+        std::vector<int32_t> colc;
+        std::vector<float> fcol;
+        const bool requant = s_.c_type == DType::u8 || s_.c_type == DType::s8;
+        float inv = 0, czp = 0, lo = 0, hi = 0;
+        if (int8_) {
+            const auto* sums = reinterpret_cast<const int32_t*>(bp + nblocks_ * nkb_ * kStepBytes);
+            colc.assign(static_cast<size_t>(nblocks_ * kBlk), 0);
+            const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+            for (int64_t n = 0; n < s_.N; ++n)
+                colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
+            if (s_.c_type != DType::s32) {
+                fcol.assign(static_cast<size_t>(nblocks_ * kBlk), 0.0f);
+                const float aa = call.alpha * args.a_scale[0];
+                for (int64_t n = 0; n < s_.N; ++n) fcol[n] = aa * args.b_scales[s_.b_scale_per_channel ? n : 0];
+            }
+            if (requant) {
+                inv = 1.0f / args.c_scale[0];
+                czp = static_cast<float>(args.c_zero_point);
+                lo = s_.c_type == DType::u8 ? 0.0f : -128.0f;
+                hi = s_.c_type == DType::u8 ? 255.0f : 127.0f;
+            }
+        }
+
         parallel_for(nchunks * mblocks, 1, [&](int64_t t0, int64_t t1) {
             AmxScratch& scr = scratch();
             tc.configure(&tile_config());
@@ -413,42 +590,65 @@ public:
                 int64_t a_ld, a_steps, a_step = 64;  // bytes between rows; k steps in a; bytes between them
                 const void* a_tail = nullptr;
                 const int64_t pm = pack_a_mode();
-                const bool in_place = !at && rows == kBlk && (pm == 0 || (pm < 0 && (s_.lda * 2) % 2048 != 0));
+                const bool in_place = !at && rows == kBlk && (pm == 0 || (pm < 0 && lda_b % 2048 != 0));
                 if (in_place) {
-                    a_base = reinterpret_cast<const uint8_t*>(A + m0 * s_.lda);
-                    a_ld = s_.lda * 2;
+                    a_base = A + m0 * lda_b;
+                    a_ld = lda_b;
                     a_steps = kfull;
                     if (krem) {
-                        std::memset(scr.tail, 0, kBlk * kBlk * 2);
+                        std::memset(scr.tail, 0, kBlk * 64);
                         for (int64_t r = 0; r < kBlk; ++r)
-                            std::memcpy(scr.tail + r * kBlk, A + (m0 + r) * s_.lda + kfull * kBlk, static_cast<size_t>(krem) * 2);
+                            std::memcpy(scr.tail + r * 64, a_base + r * lda_b + kfull * 64, static_cast<size_t>(krem * es_));
                         a_tail = scr.tail;
                     }
                 } else {
-                    // Packed: k step kb's two tiles contiguous, [kb][32 rows][32 k] (rows 64 bytes
+                    // Packed: k step kb's two tiles contiguous, [kb][32 rows][64 bytes] (rows 64 bytes
                     // apart: every row of a step in its own L1 set), zeros beyond M and K.
-                    uint16_t* buf = scr.a_buf(static_cast<size_t>(nkb_ * kBlk * kBlk));
-                    if (rows < kBlk || krem) std::memset(buf, 0, static_cast<size_t>(nkb_ * kBlk * kBlk) * 2);
+                    uint8_t* buf = scr.a_buf(static_cast<size_t>(nkb_ * kStepBytes));
+                    if (rows < kBlk || krem) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
                     if (!at) {
                         for (int64_t r = 0; r < rows; ++r) {
-                            const uint16_t* src = A + (m0 + r) * s_.lda;
-                            for (int64_t kb = 0; kb < kfull; ++kb) std::memcpy(buf + (kb * kBlk + r) * kBlk, src + kb * kBlk, 64);
-                            if (krem) std::memcpy(buf + (kfull * kBlk + r) * kBlk, src + kfull * kBlk, static_cast<size_t>(krem) * 2);
+                            const uint8_t* src = A + (m0 + r) * lda_b;
+                            for (int64_t kb = 0; kb < kfull; ++kb) std::memcpy(buf + kb * kStepBytes + r * 64, src + kb * 64, 64);
+                            if (krem) std::memcpy(buf + kfull * kStepBytes + r * 64, src + kfull * 64, static_cast<size_t>(krem * es_));
                         }
                     } else {
                         for (int64_t k = 0; k < K; ++k) {
-                            const uint16_t* src = A + k * s_.lda + m0;
-                            uint16_t* d = buf + (k / kBlk) * kBlk * kBlk + (k % kBlk);
-                            for (int64_t r = 0; r < rows; ++r) d[r * kBlk] = src[r];
+                            const uint8_t* src = A + k * lda_b + m0 * es_;
+                            uint8_t* d = buf + (k / kk_) * kStepBytes + (k % kk_) * es_;
+                            if (es_ == 2) {
+                                for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * 64, src + r * 2, 2);
+                            } else {
+                                for (int64_t r = 0; r < rows; ++r) d[r * 64] = src[r];
+                            }
                         }
                     }
-                    a_base = reinterpret_cast<const uint8_t*>(buf);
+                    a_base = buf;
                     a_ld = 64;
                     a_step = kStepBytes;
                     a_steps = nkb_;
                 }
+                if (int8_) {
+                    // Row terms: -zb * sum_k a[m][k] (only with a B zero point).
+                    for (int64_t r = 0; r < kBlk; ++r) {
+                        int32_t rs = 0;
+                        if (zb != 0 && r < rows) {
+                            if (!at) {
+                                rs = row_sum(A + (m0 + r) * lda_b, K, s_.a_type == DType::s8);
+                            } else {
+                                uint32_t tsum = 0;
+                                for (int64_t k = 0; k < K; ++k) {
+                                    const uint8_t v = A[k * lda_b + m0 + r];
+                                    tsum += s_.a_type == DType::s8 ? static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(v))) : v;
+                                }
+                                rs = static_cast<int32_t>(tsum);
+                            }
+                        }
+                        scr.rowc[r] = static_cast<int32_t>(0u - static_cast<uint32_t>(zb) * static_cast<uint32_t>(rs));
+                    }
+                }
                 const int64_t nb0 = chunk * per_chunk, nb1 = std::min(nblocks_, nb0 + per_chunk);
-                // K in blocks of kKSteps steps: A's 32 x 256 block (16 KiB) stays in L1 while the
+                // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in L1 while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
                 const int64_t ks = k_steps();
@@ -469,19 +669,30 @@ public:
                 }
                 for (int64_t nb = nb0; nb < nb1; ++nb) {
                     const int64_t n0 = nb * kBlk;
+                    const int ncols = static_cast<int>(std::min<int64_t>(kBlk, s_.N - n0));
+                    float* acc = scr.acc + (nb - nb0) * kBlk * kBlk;
+                    uint8_t* c_blk = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + n0) * c_es;
+                    if (int8_ && s_.c_type == DType::s32) {
+                        int8_store_s32(reinterpret_cast<const int32_t*>(acc), scr.rowc, colc.data() + n0, rows, ncols,
+                                       reinterpret_cast<int32_t*>(c_blk), s_.ldc, s_.beta == BetaKind::one);
+                        continue;
+                    }
+                    if (int8_) int8_dequant(acc, scr.rowc, colc.data() + n0, fcol.data() + n0, rows);
                     AmxEpiArgs ea;
-                    ea.acc = scr.acc + (nb - nb0) * kBlk * kBlk;
-                    ea.c = static_cast<uint8_t*>(call.args.C) + (m0 * s_.ldc + n0) * c_es;
-                    ea.ldc = s_.ldc * c_es;
-                    ea.bias = call.args.bias ? call.args.bias + n0 : nullptr;
+                    ea.acc = acc;
+                    ea.c = requant ? static_cast<void*>(scr.tmp) : static_cast<void*>(c_blk);
+                    ea.ldc = requant ? kBlk * 4 : s_.ldc * c_es;
+                    ea.bias = args.bias ? args.bias + n0 : nullptr;
                     if (s_.epilogue.residual) {
-                        ea.res = static_cast<const uint8_t*>(call.args.residual) + (m0 * s_.ld_residual + n0) * r_es;
+                        ea.res = static_cast<const uint8_t*>(args.residual) + (m0 * s_.ld_residual + n0) * r_es;
                         ea.ldr = s_.ld_residual * r_es;
                     }
                     ea.scal = &sc;
                     ea.rows = rows;
                     const bool tail = n0 + kBlk > s_.N && epi_tail_;
                     (tail ? epi_tail_ : epi_full_)->fn(&ea);
+                    if (requant)
+                        int8_requant(scr.tmp, rows, ncols, inv, czp, lo, hi, s_.c_type == DType::s8, c_blk, s_.ldc);
                 }
             }
         });
@@ -490,6 +701,8 @@ public:
 private:
     GemmSpec s_;
     std::string layout_;
+    bool int8_ = false;
+    int64_t es_ = 2, kk_ = 32;  // bytes per element of A / B; k per step
     std::shared_ptr<const TileCode> tile_;
     std::shared_ptr<const EpiCode> epi_full_, epi_tail_;
     int64_t nkb_ = 0, nblocks_ = 0;
@@ -510,6 +723,15 @@ bool gemm_amx_bf16_supports(const GemmSpec& s) {
 
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
     if (!gemm_amx_bf16_any_supports(s)) throw Error(Status::unsupported, "gemm amx bf16: " + s.key() + " is not supported");
+    return std::make_shared<AmxGemm>(s);
+}
+
+bool gemm_amx_int8_any_supports(const GemmSpec& s) { return s.int8() && s.b_type == DType::s8 && s.M > 0 && s.N > 0 && s.K > 0; }
+
+bool gemm_amx_int8_supports(const GemmSpec& s) { return gemm_amx_int8_any_supports(s) && s.M >= kBlk; }
+
+std::shared_ptr<const GemmKernel> create_gemm_amx_int8(const GemmSpec& s) {
+    if (!gemm_amx_int8_any_supports(s)) throw Error(Status::unsupported, "gemm amx int8: " + s.key() + " is not supported");
     return std::make_shared<AmxGemm>(s);
 }
 
