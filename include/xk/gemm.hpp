@@ -53,10 +53,11 @@
 // (like M = 0); every operand's span over all items must fit in int64 bytes, and C's span over all
 // items must not overlap any input's span over all items. Each item computes exactly what a single
 // GEMM of the same descriptor (batch = 1) computes on those pointers, bit for bit, whatever the
-// thread count. Threads: when the items outnumber the threads, or one item is too small to
-// occupy them all (under ~2 Mflop a thread), the items are spread over the threads, each item run
-// by one thread; larger items that do not divide evenly run one after another, each over all
-// threads. A plan whose B is batched (batch_stride_b != 0) packs every item in pack_b (the PackedB
+// thread count. Threads: one parallel loop over the items, each item run by one thread (handed
+// out as threads become free). Only where the items do not divide evenly over the threads and an
+// item is large enough for its kernel to thread it well (t = M N K / 2^21 threads' worth, with
+// 0.8 t > the leftover count: e.g. 3 items of 1024^3 on 2 threads) do the leftover items run
+// afterwards one after another, each over all threads. A plan whose B is batched (batch_stride_b != 0) packs every item in pack_b (the PackedB
 // then holds `batch` packed items and run(args, packed) gives item i its own); with
 // batch_stride_b = 0 one packed B serves every item.
 //

@@ -491,6 +491,7 @@ TEST(GemmBatched, PlanAndPackedB) {
     shared.batch_stride_b = 0;
     XK_EXPECT_INVALID(GemmPlan(shared).run({A.data(), nullptr, C.data()}, pb), "packed_b");
     XK_EXPECT_INVALID(GemmPlan(d).run({A.data(), nullptr, C.data()}, one), "reads one B per item");
+    XK_EXPECT_INVALID(GemmPlan(d1).run({A.data(), nullptr, C.data()}, pb), "packed_b");  // an unbatched plan
     GemmDesc four = d;
     four.batch = 4;
     std::vector<float> B4(4 * 24 * 16), C4(4 * 8 * 16);

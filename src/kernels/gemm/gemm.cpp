@@ -587,9 +587,11 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
     const detail::GemmKernel* kernel = kernel_.get();
     // A batched PackedB (one pack per item) serves exactly the plans whose B is batched, of the
     // same batch count; a single one the others. (A plan of batch 0 computes nothing.)
-    const detail::GemmPacked* pack = packed_b.data_.get();
-    const auto* items = dynamic_cast<const detail::GemmPackedItems*>(pack);
+    // (Unbatched plans skip the cast: a batched PackedB's layout, "<items' layout>:batch<n>", is
+    // read by no kernel, so the layout check below rejects it.)
     const detail::GemmBatch& bt = st.batch;
+    const detail::GemmPacked* pack = packed_b.data_.get();
+    const auto* items = bt.count != 1 ? dynamic_cast<const detail::GemmPackedItems*>(pack) : nullptr;
     if (bt.count != 0) {
         if (bt.b_items() && !items)
             detail::fail_arg(fn, "packed_b", "'" + pack->layout + "'",
