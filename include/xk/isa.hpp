@@ -3,12 +3,19 @@
 // ISA levels are cumulative: each one requires everything below it.
 //   scalar       portable C++ (the reference kernels)
 //   avx2         AVX2 + FMA + F16C, ymm state enabled by the OS
+//   avx2_vnni    + VPDPBUSD / VPDPWSSD on ymm: AVX-VNNI (VEX: Alder Lake and later, Zen 5), or
+//                AVX512-VNNI with AVX512-VL (the EVEX encoding of the same ymm instructions: Cascade
+//                Lake, Ice Lake, Zen 4). Kernels at this level emit the VEX form when the machine has
+//                AVX-VNNI (cpu_info().avx_vnni) and the EVEX form otherwise.
 //   avx512       AVX-512 F/BW/VL/DQ, zmm state enabled by the OS
 //   avx512_vnni  + AVX512-VNNI (VPDPBUSD)
 //   avx512_bf16  + AVX512-BF16 (VCVTNE2PS2BF16, VDPBF16PS)
 //   amx          + AMX-TILE/BF16/INT8, tile state enabled by the OS and the Linux XTILEDATA
 //                permission granted (arch_prctl ARCH_REQ_XCOMP_PERM)
-// AVX-VNNI and AVX512-FP16 are extra feature flags, not levels: kernels may test them directly.
+// One exception to "cumulative": avx512 does not require avx2_vnni (Skylake-SP / -X have AVX-512
+// without any VNNI); there the avx2_vnni level is simply not supported and is skipped
+// (available_isas() leaves it out, a registry never picks its kernels). avx512_vnni and above
+// imply it. AVX512-FP16 is an extra feature flag, not a level: kernels may test it directly.
 //
 // The cap: XK_MAX_ISA=<level> in the environment (read once, on first use; a value above this
 // machine's level is clamped to it, an unknown value is an xk::Error listing the valid ones), or
@@ -21,10 +28,10 @@
 
 namespace xk {
 
-enum class Isa : int { scalar = 0, avx2 = 1, avx512 = 2, avx512_vnni = 3, avx512_bf16 = 4, amx = 5 };
+enum class Isa : int { scalar = 0, avx2 = 1, avx2_vnni = 2, avx512 = 3, avx512_vnni = 4, avx512_bf16 = 5, amx = 6 };
 
 const char* isa_name(Isa isa) noexcept;
-// Parses "scalar", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx" (case-insensitive; "all"
+// Parses "scalar", "avx2", "avx2_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx" (case-insensitive; "all"
 // means no cap). Throws xk::Error(invalid_argument) naming the valid values otherwise.
 Isa parse_isa(std::string_view name);
 

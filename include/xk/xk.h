@@ -30,8 +30,8 @@ typedef enum xk_status XK_ENUM_INT {
 } xk_status;
 
 typedef enum xk_isa XK_ENUM_INT {
-    XK_ISA_SCALAR = 0, XK_ISA_AVX2 = 1, XK_ISA_AVX512 = 2,
-    XK_ISA_AVX512_VNNI = 3, XK_ISA_AVX512_BF16 = 4, XK_ISA_AMX = 5,
+    XK_ISA_SCALAR = 0, XK_ISA_AVX2 = 1, XK_ISA_AVX2_VNNI = 2, XK_ISA_AVX512 = 3,
+    XK_ISA_AVX512_VNNI = 4, XK_ISA_AVX512_BF16 = 5, XK_ISA_AMX = 6,
 } xk_isa;
 
 typedef enum xk_activation XK_ENUM_INT {

@@ -12,7 +12,7 @@
 namespace xk {
 namespace {
 
-constexpr Isa kAll[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_vnni, Isa::avx512_bf16, Isa::amx};
+constexpr Isa kAll[] = {Isa::scalar, Isa::avx2, Isa::avx2_vnni, Isa::avx512, Isa::avx512_vnni, Isa::avx512_bf16, Isa::amx};
 constexpr int kNoCap = 1000;
 std::atomic<int> g_cpp_cap{kNoCap};
 
@@ -60,6 +60,7 @@ const char* isa_name(Isa isa) noexcept {
     switch (isa) {
         case Isa::scalar: return "scalar";
         case Isa::avx2: return "avx2";
+        case Isa::avx2_vnni: return "avx2_vnni";
         case Isa::avx512: return "avx512";
         case Isa::avx512_vnni: return "avx512_vnni";
         case Isa::avx512_bf16: return "avx512_bf16";
@@ -83,6 +84,8 @@ bool isa_supported(Isa isa) {
     switch (isa) {
         case Isa::scalar: return true;
         case Isa::avx2: return c.avx2 && c.fma && c.f16c;
+        case Isa::avx2_vnni:
+            return isa_supported(Isa::avx2) && (c.avx_vnni || (c.avx512_vnni && c.avx512vl && c.os_zmm));
         case Isa::avx512:
             return isa_supported(Isa::avx2) && c.avx512f && c.avx512bw && c.avx512vl && c.avx512dq;
         case Isa::avx512_vnni: return isa_supported(Isa::avx512) && c.avx512_vnni;

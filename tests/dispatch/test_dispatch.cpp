@@ -24,7 +24,7 @@ using namespace xk;
 using xk::test::for_each_isa;
 
 TEST(Isa, NamesRoundTrip) {
-    for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_vnni, Isa::avx512_bf16, Isa::amx})
+    for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx2_vnni, Isa::avx512, Isa::avx512_vnni, Isa::avx512_bf16, Isa::amx})
         EXPECT_EQ(parse_isa(isa_name(i)), i);
     EXPECT_EQ(parse_isa("AVX2"), Isa::avx2);
     EXPECT_EQ(parse_isa("all"), Isa::amx);
@@ -32,12 +32,13 @@ TEST(Isa, NamesRoundTrip) {
 
 TEST(Isa, UnknownNameListsValidOnes) {
     XK_EXPECT_INVALID(parse_isa("avx3"), "avx3");
-    XK_EXPECT_INVALID(parse_isa("sse"), "valid values: scalar, avx2, avx512");
+    XK_EXPECT_INVALID(parse_isa("sse"), "valid values: scalar, avx2, avx2_vnni, avx512");
 }
 
 TEST(Isa, OrderingAndAvailability) {
     EXPECT_LT(Isa::scalar, Isa::avx2);
-    EXPECT_LT(Isa::avx2, Isa::avx512);
+    EXPECT_LT(Isa::avx2, Isa::avx2_vnni);
+    EXPECT_LT(Isa::avx2_vnni, Isa::avx512);
     EXPECT_LT(Isa::avx512, Isa::avx512_vnni);
     EXPECT_LT(Isa::avx512_vnni, Isa::avx512_bf16);
     EXPECT_LT(Isa::avx512_bf16, Isa::amx);
@@ -52,6 +53,12 @@ TEST(Isa, OrderingAndAvailability) {
     if (isa_supported(Isa::avx512)) EXPECT_TRUE(isa_supported(Isa::avx2));
     if (isa_supported(Isa::avx2)) EXPECT_TRUE(c.avx2 && c.fma && c.f16c && c.os_ymm);
     if (isa_supported(Isa::avx512)) EXPECT_TRUE(c.avx512f && c.avx512bw && c.avx512vl && c.avx512dq && c.os_zmm);
+    // avx2_vnni: avx2 plus VPDPBUSD on ymm (AVX-VNNI, or AVX512-VNNI + VL); implied by avx512_vnni,
+    // not by avx512 (Skylake-X has AVX-512 without VNNI).
+    if (isa_supported(Isa::avx2_vnni))
+        EXPECT_TRUE(isa_supported(Isa::avx2) && (c.avx_vnni || (c.avx512_vnni && c.avx512vl)));
+    if (isa_supported(Isa::avx2) && c.avx_vnni) EXPECT_TRUE(isa_supported(Isa::avx2_vnni));
+    if (isa_supported(Isa::avx512_vnni)) EXPECT_TRUE(isa_supported(Isa::avx2_vnni));
     if (isa_supported(Isa::amx)) EXPECT_TRUE(c.amx_tile && c.amx_permission && c.os_tile);
 }
 

@@ -297,7 +297,7 @@ inline bool close(double got, double want, double rtol, double atol) {
 inline std::vector<xk_isa> isas() {
     static const std::vector<xk_isa> v = [] {
         std::vector<xk_isa> r;
-        for (int i = 0; i <= 5; ++i)
+        for (int i = 0; i <= XK_ISA_AMX; ++i)
             if (xk_set_max_isa(static_cast<xk_isa>(i)) == XK_SUCCESS) r.push_back(static_cast<xk_isa>(i));
         if (!r.empty()) xk_set_max_isa(r.back());
         return r;

@@ -109,6 +109,7 @@ bool ref_preferred(const GemmDesc& d) {
 // What a plan must pick under the current cap.
 std::string want_impl(const GemmDesc& d) {
     if (max_isa() == Isa::scalar || d.K == 0 || d.M == 0 || d.N == 0 || ref_preferred(d)) return "ref:scalar";
+    if (max_isa() >= Isa::amx && d.M >= 32) return "amx:bf16";  // the tiles, from 32 rows up
     return isa_prefix();
 }
 
@@ -516,7 +517,12 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                             const GemmPlan packer(pc.desc());
                             const PackedB w = packer.pack_b(src.B.data());
                             const bool jit_layout = isa != Isa::scalar && !ref_preferred(pc.desc());
-                            if (jit_layout) {
+                            // Plans of 32 rows and more pack for the AMX tiles at the amx cap.
+                            const bool amx_layout = jit_layout && isa >= Isa::amx && packer_m >= 32;
+                            if (amx_layout) {
+                                EXPECT_EQ(w.layout(), "amx:bf16:K" + std::to_string(K) + ":N" + std::to_string(N));
+                                EXPECT_EQ(w.size_bytes(), static_cast<size_t>((N + 31) / 32 * ((K + 31) / 32) * 2048));
+                            } else if (jit_layout) {
                                 const detail::GemmBLayout l = detail::gemm_b_layout(
                                     isa >= Isa::avx512 ? Isa::avx512 : Isa::avx2, K, N, DType::bf16);
                                 EXPECT_EQ(w.layout(), l.name);
@@ -538,8 +544,9 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                                     SCOPED_TRACE(c.str() + ", packed by M=" + std::to_string(packer_m) + ": " + w.layout());
                                     if (isa != Isa::scalar && w.layout() != plan.pack_b(p.B.data()).layout()) {
                                         // another plan's layout: the blocked kernel reads it
-                                        const std::string want = jit_layout ? isa_prefix() + (ref_preferred(c.desc()) ? ":any" : "")
-                                                                            : isa_prefix() + ":plain";
+                                        const std::string want = amx_layout   ? std::string("amx:bf16:any")
+                                                                 : jit_layout ? isa_prefix() + (ref_preferred(c.desc()) ? ":any" : "")
+                                                                              : isa_prefix() + ":plain";
                                         EXPECT_EQ(layout_reader(c.desc(), w.layout()), want);
                                     }
                                     GemmArgs a = p.args();
@@ -550,8 +557,10 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                                     p.reset_c();
                                     plan.run(p.args());
                                     // The same bits where the PackedB's reader and the plan's kernel are both the
-                                    // blocked kernel (or both the reference).
-                                    if (isa == Isa::scalar || !jit_layout || !ref_preferred(c.desc()))
+                                    // blocked kernel, both the tiles, or both the reference.
+                                    const bool plan_amx = want_impl(c.desc()) == "amx:bf16";
+                                    if (amx_layout ? plan_amx
+                                                   : !plan_amx && (isa == Isa::scalar || !jit_layout || !ref_preferred(c.desc())))
                                         ASSERT_TRUE(p.c_bytes() == packed) << "unpacked differs";
                                 }
                             }

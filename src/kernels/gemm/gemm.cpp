@@ -329,6 +329,9 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
     static const Registry<GemmSpec, GemmKernel> r(
         "gemm",
         {
+            // AMX tiles (jit_gemm_amx.cpp): bf16 from 32 rows up; ":any" reads its PackedB for any M.
+            {"amx:bf16", Isa::amx, gemm_amx_bf16_supports, create_gemm_amx_bf16},
+            {"amx:bf16:any", Isa::amx, gemm_amx_bf16_any_supports, create_gemm_amx_bf16, /*selectable=*/false},
             {"jit:avx512:small", Isa::avx512, gemm_small_supports,
              [](const GemmSpec& s) { return create_gemm_small(s, Isa::avx512); }},
             {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },

@@ -155,6 +155,14 @@ constexpr int kGemmSmallZmmVariants = 6;
 bool gemm_direct_supports(const GemmSpec& s, Isa isa);
 std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa);
 
+//   AMX (jit_gemm_amx.cpp, Isa::amx): bf16 x bf16 -> f32 | bf16 with TDPBF16PS on 32 x 32 blocks
+//   of four f32 tiles, B packed into the tile layout ("amx:bf16:K<K>:N<N>"), A read in place by
+//   the tile loads (trans_a = N, full 32-row blocks) or packed; selected from M = 32 up, and for
+//   any M given a PackedB in its layout ("amx:bf16:any").
+bool gemm_amx_bf16_supports(const GemmSpec& s);
+bool gemm_amx_bf16_any_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s);
+
 //   oneDNN (onednn_gemm.cpp): the matmul primitive with the epilogue as post-ops, B packed in the
 //   reference layout. Its registry entry ("onednn") is not selectable: only the autotuner (below)
 //   and gemm_kernel_for_layout (a PackedB in the plain layout) route there.
