@@ -1,5 +1,5 @@
 // Strided batched GEMM (GemmDesc::batch, batch_stride_a / _b / _c / _residual), under every ISA the
-// machine allows (for_each_isa), for every dtype combination:
+// machine allows (for_each_isa; avx2_vnni too for int8), for every dtype combination:
 //   f32 -> f32, bf16 -> f32 | bf16, u8 | s8 x s8 -> s32 | f32 (zero points, scales).
 // The oracle is the per-item loop of single GEMMs (batch = 1) on the offset pointers, run at one
 // thread; batched results must equal it BIT FOR BIT (tolerance 0 for every dtype: each item runs
@@ -393,13 +393,15 @@ TEST(GemmBatched, Bf16Bf16) {
     for_each_isa([&](Isa) { sweep(kTypes[2]); });
 }
 TEST(GemmBatched, U8S8S32) {
-    for_each_isa([&](Isa) { sweep(kTypes[3]); });
+    for_each_isa([&](Isa) { sweep(kTypes[3]); }, /*with_avx2_vnni=*/true);
 }
 TEST(GemmBatched, Int8F32) {
-    for_each_isa([&](Isa) {
-        sweep(kTypes[4]);
-        sweep(kTypes[5]);
-    });
+    for_each_isa(
+        [&](Isa) {
+            sweep(kTypes[4]);
+            sweep(kTypes[5]);
+        },
+        /*with_avx2_vnni=*/true);
 }
 
 // The per-item loop is itself right: a few f32 items against a double-precision oracle.
