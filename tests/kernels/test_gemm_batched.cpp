@@ -503,6 +503,19 @@ TEST(GemmBatched, PlanAndPackedB) {
     four.batch_stride_b = 0;
     GemmPlan(four).run({A.data(), nullptr, C4.data()}, one);
     EXPECT_EQ(C4.back(), 24 * 0.5f);
+    // An empty B (K = 0) with a batched stride: one empty pack stands for every item, whatever
+    // the count (a huge batch allocates nothing per item); its runs write C = 0.
+    GemmDesc k0 = d;
+    k0.K = 0, k0.batch_stride_b = 7;
+    const PackedB e3 = GemmPlan(k0).pack_b(nullptr);
+    std::vector<float> Ck(3 * 8 * 16, 5.0f);
+    GemmPlan(k0).run({nullptr, nullptr, Ck.data()}, e3);
+    EXPECT_EQ(Ck, std::vector<float>(Ck.size(), 0.0f));
+    k0.batch = int64_t(1) << 40;
+    const PackedB huge = GemmPlan(k0).pack_b(nullptr);
+    EXPECT_EQ(huge.layout(), GemmPlan(k0).pack_b(nullptr).layout());
+    EXPECT_LE(huge.size_bytes(), 1024u);
+    XK_EXPECT_INVALID(GemmPlan(k0).run({nullptr, nullptr, Ck.data()}, e3), "holds 3 packed items");
 }
 
 // ---- bad input ------------------------------------------------------------------------------

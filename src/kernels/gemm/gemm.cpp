@@ -384,13 +384,18 @@ GemmCall make_call(const GemmDesc& d, const GemmArgs& args, const GemmPacked* pa
 
 // ---- strided batch -----------------------------------------------------------------------------
 
-// A batched PackedB: one pack per item (all of one kernel's layout).
+// A batched PackedB: one pack per item (all of one kernel's layout) — or, where an item's B is
+// empty (K or N is 0), one empty pack standing for all `count` (no allocation per item).
 struct GemmPackedItems final : GemmPacked {
-    GemmPackedItems(std::string layout_, std::vector<std::shared_ptr<const GemmPacked>> v, size_t total)
-        : GemmPacked(std::move(layout_), 0), items(std::move(v)) {
+    GemmPackedItems(std::string layout_, int64_t count_, std::vector<std::shared_ptr<const GemmPacked>> v, size_t total)
+        : GemmPacked(std::move(layout_), 0), count(count_), items(std::move(v)) {
         bytes = total;  // what PackedB::size_bytes reports (the base's own buffer is unused)
     }
-    std::vector<std::shared_ptr<const GemmPacked>> items;
+    int64_t count;
+    std::vector<std::shared_ptr<const GemmPacked>> items;  // count entries, or 1 for all
+    const std::shared_ptr<const GemmPacked>* per_item() const {
+        return static_cast<int64_t>(items.size()) == count ? items.data() : nullptr;
+    }
 };
 
 inline const void* offset_ptr(const void* p, int64_t bytes) {
@@ -603,12 +608,12 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
                                  "): pack B with this plan's pack_b");
         if (!bt.b_items() && items)
             detail::fail_arg(fn, "packed_b", "'" + pack->layout + "'",
-                             "holds " + std::to_string(items->items.size()) +
+                             "holds " + std::to_string(items->count) +
                                  " packed items, but this plan reads the same B for every item (batch=" +
                                  std::to_string(bt.count) + ", batch_stride_b=0)");
-        if (items && static_cast<int64_t>(items->items.size()) != bt.count)
+        if (items && items->count != bt.count)
             detail::fail_arg(fn, "packed_b", "'" + pack->layout + "'",
-                             "holds " + std::to_string(items->items.size()) + " packed items, but this plan has batch=" +
+                             "holds " + std::to_string(items->count) + " packed items, but this plan has batch=" +
                                  std::to_string(bt.count));
         if (items) pack = items->items[0].get();
     }
@@ -636,7 +641,7 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
     r.args = &args;
     r.alpha_beta = st.alpha_beta;
     r.shared_pack = pack;
-    r.item_packs = items ? items->items.data() : nullptr;
+    r.item_packs = items ? items->per_item() : nullptr;
     detail::run_batch(r, st.spec);
 }
 
@@ -650,8 +655,16 @@ PackedB GemmPlan::pack_b(const void* B) const {
         p.data_ = kernel_->pack_b(B);
         return p;
     }
-    // One pack per item (none for batch 0), packed over the threads.
-    if (bt.count > 0 && desc_.K > 0 && desc_.N > 0) detail::check_not_null(fn, "B", B);
+    // One pack per item (none for batch 0), packed over the threads; an empty B (K or N is 0):
+    // one empty pack for all.
+    const std::string layout = pack_layout_ + ":batch" + std::to_string(bt.count);
+    if (desc_.K == 0 || desc_.N == 0) {
+        std::vector<std::shared_ptr<const detail::GemmPacked>> one{kernel_->pack_b(B)};
+        const size_t bytes = one[0]->bytes;
+        p.data_ = std::make_shared<const detail::GemmPackedItems>(layout, bt.count, std::move(one), bytes);
+        return p;
+    }
+    if (bt.count > 0) detail::check_not_null(fn, "B", B);
     std::vector<std::shared_ptr<const detail::GemmPacked>> items(static_cast<size_t>(bt.count));
     const detail::GemmKernel* k = kernel_.get();
     detail::parallel_for(bt.count, 1, [&](int64_t i0, int64_t i1) {
@@ -659,8 +672,7 @@ PackedB GemmPlan::pack_b(const void* B) const {
     });
     size_t total = 0;
     for (const auto& it : items) total += it->bytes;
-    p.data_ = std::make_shared<const detail::GemmPackedItems>(pack_layout_ + ":batch" + std::to_string(bt.count),
-                                                               std::move(items), total);
+    p.data_ = std::make_shared<const detail::GemmPackedItems>(layout, bt.count, std::move(items), total);
     return p;
 }
 
