@@ -10,7 +10,7 @@
 //             (oneDNN's OpenMP runtime, set before its primitive is created)
 // Each iteration runs, in turn and each timed on its own: xk's batched plan (one GemmPlan::run),
 // the same products as `batch` separate GemmPlan::run calls of a batch = 1 plan (what a caller
-// does without the batch fields), and oneDNN's matmul on 3-D memory descriptors {batch, M, K} x
+// does without the batch fields; every other iteration these two swap places), and oneDNN's matmul on 3-D memory descriptors {batch, M, K} x
 // {batch, K, N} -> {batch, M, N} (tag abc). Alternating gives the three the same phases of a shared
 // host. Manual time = xk's batched call. Counters: GFLOPS (xk batched), LOOP_GFLOPS (separate
 // calls), ONEDNN_GFLOPS, batched/loop and batched/onednn (speed ratios, > 1: xk batched is faster).
@@ -126,17 +126,23 @@ void bench_batched(benchmark::State& state, Kind k, Shape s, int threads) {
         }
     }
     double tb = 0, tl = 0, to = 0;
+    int64_t it = 0;
     for (auto _ : state) {
+        // Every other iteration the separate calls go first (neither inherits the other's caches
+        // each time: a fixed order showed a few % of bias).
+        const bool loop_first = (it++ & 1) != 0;
         const auto t0 = clock::now();
-        batched.run(ab);
+        if (loop_first) run_loop(); else batched.run(ab);
         const auto t1 = clock::now();
-        run_loop();
+        if (loop_first) batched.run(ab); else run_loop();
         const auto t2 = clock::now();
         if (prim) run_onednn();
         const auto t3 = clock::now();
-        const double b = std::chrono::duration<double>(t1 - t0).count();
+        const double first = std::chrono::duration<double>(t1 - t0).count();
+        const double second = std::chrono::duration<double>(t2 - t1).count();
+        const double b = loop_first ? second : first;
         tb += b;
-        tl += std::chrono::duration<double>(t2 - t1).count();
+        tl += loop_first ? first : second;
         to += std::chrono::duration<double>(t3 - t2).count();
         state.SetIterationTime(b);
         benchmark::ClobberMemory();
