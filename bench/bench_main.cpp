@@ -7,7 +7,9 @@
 //    asks for; --benchmark_out= works unchanged) wrapped in a reporter that also records every run.
 // 4. Prints the ours-vs-peer table: for each <family>/<dtype>/<shape...> with an `xk` run and at
 //    least one peer run, xk's GFLOP/s or GB/s beside each peer's and the ratio xk/peer, plus the
-//    share of the measured peak (peak/* benchmarks of this process, or XK_BENCH_PEAK_* variables).
+//    share of the measured peak (peak/* benchmarks of this process, or XK_BENCH_PEAK_* variables),
+//    the in-phase yardsticks' shares (Copy%, Peak%, BW%) and, for dtypes other than f32, xk's rate
+//    over xk's f32 rate at the same shape (xk/f32). A row with GBPS is shown in GB/s.
 //    The header and the table go to stdout with the console format, to stderr otherwise (so that
 //    --benchmark_format=json stays valid JSON on stdout).
 #include <benchmark/benchmark.h>
@@ -63,17 +65,31 @@ struct Entry {
     int threads = 0;                             // nt:N / threads:N; 0 = not stated
     std::vector<double> values;  // one per repetition
     double median_aggregate = -1, mean_aggregate = -1;  // when only aggregates are reported
-    // In-phase share of the yardstick run between the row's calls (Copy% or Peak%, see
-    // bench_util.hpp's CopyYardstick / PeakYardstick), one per repetition; kind "copy" / "fma".
-    std::vector<double> inphase;
-    std::string inphase_kind;
-    double inphase_median_aggregate = -1;
-    double inphase_value() const {
-        if (inphase.empty()) return inphase_median_aggregate;
-        std::vector<double> v = inphase;
-        std::sort(v.begin(), v.end());
-        const size_t n = v.size();
-        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    // In-phase shares of the yardsticks run between the row's calls (Copy%, Peak%, BW%: see
+    // bench_util.hpp's CopyYardstick / InPhase), one value per repetition, per kind: "copy", the
+    // Peak% loop's name from the label's "peak:<loop>" (else "fma"), "read" (BW%).
+    struct InPhaseValues {
+        std::string kind;
+        std::vector<double> values;
+        double median_aggregate = -1;
+        double value() const {
+            if (values.empty()) return median_aggregate;
+            std::vector<double> v = values;
+            std::sort(v.begin(), v.end());
+            const size_t n = v.size();
+            return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+        }
+    };
+    std::vector<InPhaseValues> inphase;
+    std::string inphase_text() const {
+        std::string s;
+        char buf[64];
+        for (const InPhaseValues& p : inphase) {
+            if (p.value() < 0) continue;
+            std::snprintf(buf, sizeof buf, "%s%.0f%% %s", s.empty() ? "" : ", ", p.value(), p.kind.c_str());
+            s += buf;
+        }
+        return s;
     }
     double value() const {
         if (values.empty()) return median_aggregate >= 0 ? median_aggregate : mean_aggregate;
@@ -120,7 +136,8 @@ private:
             if (starts_with(p, "nt:") || starts_with(p, "threads:")) e.threads = std::atoi(p.c_str() + p.find(':') + 1);
             e.shape += (e.shape.empty() ? "" : "/") + p;
         }
-        e.gflops = gf != r.counters.end();
+        // A row with both (bench_gemm's decode rows) is memory-bound: GB/s is its figure.
+        e.gflops = gb == r.counters.end();
         const double v = e.gflops ? double(gf->second) : double(gb->second);
         const std::string key = e.family + "/" + e.dtype + "/" + e.provider + "/" + e.shape;
         auto it = entries_.find(key);
@@ -128,12 +145,20 @@ private:
             it = entries_.emplace(key, e).first;
             order_.push_back(key);
         }
-        for (const char* c : {"Copy%", "Peak%"}) {
+        for (const char* c : {"Copy%", "Peak%", "BW%"}) {
             const auto f = r.counters.find(c);
             if (f == r.counters.end() || (aggregate && r.aggregate_name != "median")) continue;
-            if (aggregate) it->second.inphase_median_aggregate = double(f->second);
-            else it->second.inphase.push_back(double(f->second));
-            it->second.inphase_kind = c[0] == 'C' ? "copy" : "fma";
+            std::string kind = c[0] == 'C' ? "copy" : c[0] == 'B' ? "read" : "fma";
+            const size_t at = r.report_label.find("peak:");
+            if (c[0] == 'P' && at != std::string::npos) {
+                const size_t b = at + 5, e = r.report_label.find_first_of(" |,;)", b);
+                kind = r.report_label.substr(b, e == std::string::npos ? std::string::npos : e - b);
+            }
+            auto& list = it->second.inphase;
+            auto slot = std::find_if(list.begin(), list.end(), [&](const Entry::InPhaseValues& p) { return p.kind == kind; });
+            if (slot == list.end()) slot = list.insert(list.end(), Entry::InPhaseValues{kind, {}, -1});
+            if (aggregate) slot->median_aggregate = double(f->second);
+            else slot->values.push_back(double(f->second));
         }
         if (!aggregate) it->second.values.push_back(v);
         else if (r.aggregate_name == "median") it->second.median_aggregate = v;
@@ -152,7 +177,7 @@ private:
 using PeakTable = std::map<int, double>;  // threads -> value
 
 std::string dtype_class(const std::string& dtype) {
-    if (dtype == "u8" || dtype == "s8" || dtype == "u8s8" || dtype == "s8s8") return "s8";
+    if (starts_with(dtype, "u8") || starts_with(dtype, "s8")) return "s8";  // u8s8s32, u8s8f32, s8, ...
     if (dtype == "f16") return "bf16";  // same dot-product width class on these machines
     return dtype;
 }
@@ -227,76 +252,103 @@ void print_table(std::FILE* out, const CollectingReporter& rep) {
         groups[g].push_back(&e);
     }
 
+    // xk's f32 entry of the same family and shape, for the "xk/f32" column of the other dtypes'
+    // GFLOP/s rows (bf16's and int8's AVX2 targets are stated against our f32 rate).
+    auto f32_of = [&](const Entry& e) -> const Entry* {
+        if (e.dtype == "f32" || !e.gflops) return nullptr;
+        auto it = entries.find(e.family + "/f32/xk/" + e.shape);
+        return it != entries.end() && it->second.gflops == e.gflops ? &it->second : nullptr;
+    };
+
     struct Row {
-        std::string family, dtype, shape, unit, xk, peer, peer_value, ratio, pct, inphase;
+        std::string family, dtype, shape, unit, xk, peer, peer_value, ratio, pct, inphase, vs_f32;
     };
     std::vector<Row> rows;
+    bool any_vs_f32 = false;
     for (const std::string& g : group_order) {
         const auto& list = groups[g];
         const Entry* ours = nullptr;
         for (const Entry* e : list)
             if (e->provider == "xk") ours = e;
         if (!ours) continue;
-        for (const Entry* e : list) {
-            if (e->provider == "xk") continue;
+        const Entry* f32 = f32_of(*ours);
+        std::vector<const Entry*> peers;
+        for (const Entry* e : list)
+            if (e->provider != "xk") peers.push_back(e);
+        if (peers.empty() && !f32) continue;
+        if (peers.empty()) peers.push_back(nullptr);  // no peer (e.g. bf16 where oneDNN has none): xk/f32 alone
+        for (const Entry* e : peers) {
             Row r;
             r.family = ours->family;
             r.dtype = ours->dtype;
             r.shape = ours->shape;
             r.unit = ours->gflops ? "GFLOP/s" : "GB/s";
-            const double x = ours->value(), p = e->value();
+            const double x = ours->value();
             r.xk = fmt(x);
-            r.peer = e->provider;
-            r.peer_value = fmt(p);
             char buf[32];
-            std::snprintf(buf, sizeof buf, "%.2fx", p > 0 ? x / p : 0.0);
-            r.ratio = buf;
+            if (e) {
+                const double p = e->value();
+                r.peer = e->provider;
+                r.peer_value = fmt(p);
+                std::snprintf(buf, sizeof buf, "%.2fx", p > 0 ? x / p : 0.0);
+                r.ratio = buf;
+            } else {
+                r.peer = "-";
+            }
             const int t = ours->threads ? ours->threads : default_threads;
             const double peak = ours->gflops ? gflops_peak_for(ours->dtype, t) : lookup_peak(gbps_ref, t);
             if (peak > 0) {
                 std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x / peak);
                 r.pct = buf;
             }
-            if (ours->inphase_value() >= 0) {
-                std::snprintf(buf, sizeof buf, "%.0f%% %s", ours->inphase_value(), ours->inphase_kind.c_str());
-                r.inphase = buf;
+            r.inphase = ours->inphase_text();
+            if (f32 && f32->value() > 0) {
+                std::snprintf(buf, sizeof buf, "%.2fx", x / f32->value());
+                r.vs_f32 = buf;
+                any_vs_f32 = true;
             }
             rows.push_back(r);
         }
     }
 
     if (!rows.empty()) {
+        const int ncol = any_vs_f32 ? 11 : 10;
         std::vector<Row> all = rows;
-        all.insert(all.begin(),
-                   Row{"family", "dtype", "shape", "unit", "xk", "peer", "peer", "xk/peer", "xk %peak", "xk in-phase"});
-        size_t w[10] = {};
+        all.insert(all.begin(), Row{"family", "dtype", "shape", "unit", "xk", "peer", "peer", "xk/peer", "xk %peak",
+                                    "xk in-phase", "xk/f32"});
+        size_t w[11] = {};
         for (const Row& r : all) {
-            const std::string* f[10] = {&r.family, &r.dtype, &r.shape, &r.unit, &r.xk, &r.peer, &r.peer_value, &r.ratio, &r.pct, &r.inphase};
-            for (int i = 0; i < 10; ++i) w[i] = std::max(w[i], f[i]->size());
+            const std::string* f[11] = {&r.family, &r.dtype,  &r.shape, &r.unit,    &r.xk,    &r.peer,
+                                        &r.peer_value, &r.ratio, &r.pct, &r.inphase, &r.vs_f32};
+            for (int i = 0; i < ncol; ++i) w[i] = std::max(w[i], f[i]->size());
         }
         size_t total = 0;
-        for (size_t x : w) total += x + 2;
+        for (int i = 0; i < ncol; ++i) total += w[i] + 2;
         std::fprintf(out, "\n%s\n", std::string(total, '=').c_str());
         std::fprintf(out, "xkernels vs peers (median of repetitions; xk/peer > 1: xk is faster)\n");
         std::fprintf(out, "%s\n", std::string(total, '-').c_str());
         bool header = true;
         for (const Row& r : all) {
-            std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  %*s  %*s  %*s  %*s\n", int(w[0]), r.family.c_str(), int(w[1]),
+            std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %*s  %-*s  %*s  %*s  %*s  %-*s", int(w[0]), r.family.c_str(), int(w[1]),
                          r.dtype.c_str(), int(w[2]), r.shape.c_str(), int(w[3]), r.unit.c_str(), int(w[4]), r.xk.c_str(),
                          int(w[5]), r.peer.c_str(), int(w[6]), r.peer_value.c_str(), int(w[7]), r.ratio.c_str(), int(w[8]),
                          r.pct.c_str(), int(w[9]), r.inphase.c_str());
+            if (ncol == 11) std::fprintf(out, "  %*s", int(w[10]), r.vs_f32.c_str());
+            std::fprintf(out, "\n");
             if (header) std::fprintf(out, "%s\n", std::string(total, '-').c_str());
             header = false;
         }
         std::fprintf(out, "%s\n", std::string(total, '=').c_str());
         std::fprintf(out,
                      "xk %%peak: GFLOP/s rows against the best peak/<dtype>/xk/* compute peak, GB/s rows against the best\n"
-                     "STREAM-style DRAM bandwidth (cache-resident rows can exceed 100%%), at the row's thread count\n"
+                     "peak/*/xk/* bandwidth (cache-resident rows can exceed 100%%), at the row's thread count\n"
                      "(nt:N / threads:N; unstated = %d); measured in this process, else XK_BENCH_PEAK_GBPS /\n"
                      "XK_BENCH_PEAK_GFLOPS_<DTYPE> (blank: no peak known). xk in-phase: the row against a yardstick run\n"
-                     "between its calls (copy: a streaming-store copy of the same bytes, Copy%%; fma: an FMA loop of half\n"
-                     "its flops, Peak%%), so a host whose speed drifts moves both alike.\n",
-                     default_threads);
+                     "between its calls (copy: a streaming-store copy of the same bytes, Copy%%; read: a streaming read\n"
+                     "of the same bytes, BW%%; fma_ymm, fma_zmm, vdpbf16ps, vpdpbusd, vpdpbusd_ymm, tdpbf16ps, tdpbusd: that\n"
+                     "instruction's peak loop for half its flops, Peak%%), so a host whose speed drifts moves both alike.%s\n",
+                     default_threads,
+                     any_vs_f32 ? "\nxk/f32: xk's row against xk's f32 row of the same shape and threads (peer '-': no peer ran)." : "");
     }
 
     if (measured_peaks) {

@@ -8,13 +8,15 @@
 //   peak/f32/xk/fma_zmm        VFMADD231PS zmm (avx512)  16 lanes x 2 flops          = 32 / instr
 //   peak/bf16/xk/vdpbf16ps     VDPBF16PS zmm             16 lanes x 2 MAC x 2 flops  = 64 / instr
 //   peak/s8/xk/vpdpbusd        VPDPBUSD zmm (avx512_vnni) 16 lanes x 4 MAC x 2 ops   = 128 / instr
-//   peak/s8/xk/vpdpbusd_ymm    {vex} VPDPBUSD ymm (AVX-VNNI) 8 lanes x 4 MAC x 2 ops = 64 / instr
+//   peak/s8/xk/vpdpbusd_ymm    VPDPBUSD ymm (avx2_vnni: VEX with AVX-VNNI, else EVEX)
+//                                                      8 lanes x 4 MAC x 2 ops = 64 / instr
 //   peak/bf16/xk/tdpbf16ps     TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16 = 16384 / instr
 //   peak/s8/xk/tdpbusd         TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8      = 32768 / instr
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency);
 // AMX loops keep 4 accumulator tiles (2x2 blocking over 2 A and 2 B tiles, as brgemm does).
 // Variants the machine lacks are registered but skipped with a message (SkipWithError), so the
-// list of names is the same everywhere.
+// list of names is the same everywhere. The loops live in peak_loops.hpp (bench_gemm runs the
+// same ones between its calls for its Peak% counter).
 //
 // Bandwidth (xk's parallel_for over nt:N threads, real time; bytes read + written, no RFO):
 //   peak/f32/xk/copy      c[i] = a[i]              8 B/elem, regular stores
@@ -33,197 +35,14 @@
 
 #include "bench_util.hpp"
 #include "dispatch/jit_generator.hpp"
+#include "peak_loops.hpp"
 #include "xk/isa.hpp"
 
 namespace {
 
 using xk::Isa;
 using xk::detail::JitGenerator;
-
-// ---- compute ------------------------------------------------------------------------------------
-enum class ComputeOp { fma_ymm, fma_zmm, vdpbf16ps, vpdpbusd, vpdpbusd_ymm, tdpbf16ps, tdpbusd, count };
-
-struct ComputeInfo {
-    const char* name;   // benchmark name
-    Isa isa;            // JitGenerator ISA (vzeroupper etc.)
-    double flops;       // per instruction
-    int instr_per_iter; // instructions per loop iteration
-    int64_t iters;      // loop iterations per call
-};
-
-// Accumulators: 12 ymm (of 16 registers) or 24 zmm (of 32): at two instructions a cycle that
-// covers a latency of 6 or 12 cycles.
-constexpr int kAccYmm = 12, kAccZmm = 24, kUnroll = 2;
-constexpr int kAmxUnroll = 2;
-
-const ComputeInfo& info(ComputeOp op) {
-    static const ComputeInfo table[] = {
-        {"peak/f32/xk/fma_ymm", Isa::avx2, 8 * 2, kAccYmm * kUnroll, 1 << 13},
-        {"peak/f32/xk/fma_zmm", Isa::avx512, 16 * 2, kAccZmm * kUnroll, 1 << 12},
-        {"peak/bf16/xk/vdpbf16ps", Isa::avx512, 16 * 2 * 2, kAccZmm * kUnroll, 1 << 12},
-        {"peak/s8/xk/vpdpbusd", Isa::avx512, 16 * 4 * 2, kAccZmm * kUnroll, 1 << 12},
-        {"peak/s8/xk/vpdpbusd_ymm", Isa::avx2, 8 * 4 * 2, kAccYmm * kUnroll, 1 << 13},
-        {"peak/bf16/xk/tdpbf16ps", Isa::amx, 16.0 * 16 * 32 * 2, 4 * kAmxUnroll, 1 << 10},
-        {"peak/s8/xk/tdpbusd", Isa::amx, 16.0 * 16 * 64 * 2, 4 * kAmxUnroll, 1 << 10},
-    };
-    return table[static_cast<int>(op)];
-}
-
-// Empty when the machine runs `op`, else why not.
-std::string unsupported(ComputeOp op) {
-    const xk::CpuInfo& c = xk::cpu_info();
-    const std::string machine = std::string(" (this machine: ") + xk::isa_name(xk::hardware_isa()) + ")";
-    switch (op) {
-        case ComputeOp::fma_ymm:
-            return xk::isa_supported(Isa::avx2) ? "" : "skipped: needs avx2+fma" + machine;
-        case ComputeOp::fma_zmm:
-            return xk::isa_supported(Isa::avx512) ? "" : "skipped: needs avx512" + machine;
-        case ComputeOp::vdpbf16ps:
-            return xk::isa_supported(Isa::avx512) && c.avx512_bf16 ? "" : "skipped: needs avx512_bf16" + machine;
-        case ComputeOp::vpdpbusd:
-            return xk::isa_supported(Isa::avx512) && c.avx512_vnni ? "" : "skipped: needs avx512_vnni" + machine;
-        case ComputeOp::vpdpbusd_ymm:
-            return xk::isa_supported(Isa::avx2) && c.avx_vnni ? "" : "skipped: needs avx_vnni" + machine;
-        case ComputeOp::tdpbf16ps:
-        case ComputeOp::tdpbusd:
-            if (c.amx_tile && c.amx_bf16 && c.amx_int8 && c.os_tile && !c.amx_permission)
-                return "skipped: AMX present but the XTILEDATA permission (arch_prctl) was refused";
-            return xk::isa_supported(Isa::amx) ? "" : "skipped: needs amx" + machine;
-        case ComputeOp::count: break;
-    }
-    return "skipped: unknown op";
-}
-
-// Operands of one loop: two vector inputs, the AMX tile configuration and one 16x64-byte tile.
-struct alignas(64) PeakData {
-    uint8_t v0[64], v1[64];
-    uint8_t tilecfg[64];
-    uint8_t tile[16 * 64];
-};
-
-// void fn(int64_t iters, const PeakData* data), iters >= 1.
-using ComputeFn = void (*)(int64_t, const PeakData*);
-
-class JitComputePeak : public JitGenerator {
-public:
-    explicit JitComputePeak(ComputeOp op) : JitGenerator(info(op).isa) {
-        preamble();
-        if (op == ComputeOp::tdpbf16ps || op == ComputeOp::tdpbusd) {
-            amx(op);
-        } else {
-            vec(op);
-        }
-        postamble();
-    }
-
-private:
-    void vec(ComputeOp op) {
-        using namespace Xbyak;
-        const Reg64 iters = abi_param1, data = abi_param2;
-        const bool z = op == ComputeOp::fma_zmm || op == ComputeOp::vdpbf16ps || op == ComputeOp::vpdpbusd;
-        auto V = [&](int i) -> Xmm { return z ? Xmm(Zmm(i)) : Xmm(Ymm(i)); };
-        const int acc = z ? kAccZmm : kAccYmm;
-        const Xmm va = V(acc), vb = V(acc + 1);  // the two inputs, after the accumulators
-        for (int i = 0; i < acc; ++i) {
-            if (z) vpxord(V(i), V(i), V(i));
-            else vxorps(V(i), V(i), V(i));
-        }
-        vmovups(va, ptr[data + offsetof(PeakData, v0)]);
-        vmovups(vb, ptr[data + offsetof(PeakData, v1)]);
-        Label loop;
-        L(loop);
-        for (int u = 0; u < kUnroll; ++u) {
-            for (int i = 0; i < acc; ++i) {
-                switch (op) {
-                    case ComputeOp::fma_ymm:
-                    case ComputeOp::fma_zmm: vfmadd231ps(V(i), va, vb); break;
-                    case ComputeOp::vdpbf16ps: vdpbf16ps(V(i), va, vb); break;
-                    case ComputeOp::vpdpbusd: vpdpbusd(V(i), va, vb); break;
-                    case ComputeOp::vpdpbusd_ymm: vpdpbusd(V(i), va, vb, VexEncoding); break;
-                    default: break;
-                }
-            }
-        }
-        dec(iters);
-        jnz(loop);
-    }
-
-    void amx(ComputeOp op) {
-        using namespace Xbyak;
-        const Reg64 iters = abi_param1, data = abi_param2;
-        ldtilecfg(ptr[data + offsetof(PeakData, tilecfg)]);
-        lea(r8, ptr[data + offsetof(PeakData, tile)]);
-        mov(rax, 64);  // row stride of the 16x64-byte source tiles
-        for (int t = 4; t < 8; ++t) tileloadd(Tmm(t), ptr[r8 + rax]);
-        for (int t = 0; t < 4; ++t) tilezero(Tmm(t));
-        Label loop;
-        L(loop);
-        for (int u = 0; u < kAmxUnroll; ++u) {
-            // C[i][j] += A[i] * B[j]: accumulators tmm0..3, A tiles tmm4,5, B tiles tmm6,7.
-            for (int i = 0; i < 2; ++i) {
-                for (int j = 0; j < 2; ++j) {
-                    if (op == ComputeOp::tdpbf16ps) tdpbf16ps(Tmm(2 * i + j), Tmm(4 + i), Tmm(6 + j));
-                    else tdpbusd(Tmm(2 * i + j), Tmm(4 + i), Tmm(6 + j));
-                }
-            }
-        }
-        dec(iters);
-        jnz(loop);
-        tilerelease();
-    }
-};
-
-ComputeFn compute_kernel(ComputeOp op) {
-    static std::mutex mu;
-    static std::unique_ptr<JitComputePeak> gens[static_cast<int>(ComputeOp::count)];
-    static ComputeFn fns[static_cast<int>(ComputeOp::count)] = {};
-    std::lock_guard<std::mutex> lock(mu);
-    const int i = static_cast<int>(op);
-    if (!fns[i]) {
-        gens[i] = std::make_unique<JitComputePeak>(op);
-        fns[i] = gens[i]->finalize<ComputeFn>();
-    }
-    return fns[i];
-}
-
-void init_data(PeakData& d, ComputeOp op) {
-    std::memset(&d, 0, sizeof d);
-    // Normal, finite operands whose accumulations stay finite and never become denormal.
-    switch (op) {
-        case ComputeOp::fma_ymm:
-        case ComputeOp::fma_zmm: {
-            const float a = 1.0f, b = 1e-6f;
-            for (int i = 0; i < 16; ++i) {
-                std::memcpy(d.v0 + 4 * i, &a, 4);
-                std::memcpy(d.v1 + 4 * i, &b, 4);
-            }
-            break;
-        }
-        case ComputeOp::vdpbf16ps:
-        case ComputeOp::tdpbf16ps: {
-            const uint16_t one = xk::bf16(1.0f).bits, small = xk::bf16(1e-3f).bits;
-            for (int i = 0; i < 32; ++i) {
-                std::memcpy(d.v0 + 2 * i, &one, 2);
-                std::memcpy(d.v1 + 2 * i, &small, 2);
-            }
-            for (int i = 0; i < 16 * 32; ++i) std::memcpy(d.tile + 2 * i, &small, 2);
-            break;
-        }
-        default:  // int8 dot products: u8 1 x s8 1
-            std::memset(d.v0, 1, sizeof d.v0);
-            std::memset(d.v1, 1, sizeof d.v1);
-            std::memset(d.tile, 1, sizeof d.tile);
-            break;
-    }
-    // AMX palette 1: tiles 0..7 all 16 rows x 64 bytes (C 16x16 fp32/s32, A 16x32 bf16 / 16x64
-    // u8, B 16 rows of 16 pairs / quads: the K-packed layout TDPBF16PS / TDPBUSD read).
-    d.tilecfg[0] = 1;
-    for (int t = 0; t < 8; ++t) {
-        const uint16_t colsb = 64;
-        std::memcpy(d.tilecfg + 16 + 2 * t, &colsb, 2);
-        d.tilecfg[48 + t] = 16;
-    }
-}
+using namespace xk::bench::peak;
 
 void BM_compute(benchmark::State& state, ComputeOp op) {
     const std::string why = unsupported(op);

@@ -5,6 +5,7 @@
 // one of xk, onednn, openblas, libxsmm, clblast, torch. Library threads are a `nt:<N>` part
 // (xk::set_num_threads + the peers' own setting, through set_threads); Google Benchmark's own
 // ->Threads(N) appends `threads:<N>` (N benchmark threads each running the kernel).
+// (bench_gemm names its library threads `threads:<N>`: it never uses ->Threads.)
 // Counters: GFLOPS (compute-bound) or GBPS (memory-bound), set with set_gflops / set_gbps; both
 // are rate counters, so the console, the JSON output and the ours-vs-peer table carry GFLOP/s or
 // GB/s (10^9 per second) directly.
@@ -35,6 +36,8 @@
 
 #if defined(_OPENMP)
 #include <omp.h>
+#else
+extern "C" void omp_set_num_threads(int num_threads);  // the OpenMP runtime oneDNN runs on, linked in every bench
 #endif
 
 extern "C" void openblas_set_num_threads(int num_threads);  // OpenBLAS (cblas.h), linked in every bench
@@ -117,9 +120,7 @@ inline std::vector<int> thread_counts() {
 inline void set_threads(int n) {
     xk::set_num_threads(n);
     openblas_set_num_threads(n);
-#if defined(_OPENMP)
-    omp_set_num_threads(n);
-#endif
+    omp_set_num_threads(n);  // before a oneDNN primitive is created: it sizes its work for this count
 }
 
 // set_threads(n) for a scope; restores the counts that were in effect before.
@@ -294,7 +295,7 @@ inline CopyPool& copy_pool() {
 //   xb::CopyYardstick copy(state, dram, bytes_per_iter);
 //   for (auto _ : state) { copy.begin(); run(); copy.end(); }
 //   copy.finish();
-// The interleaving shared by both yardsticks: begin() / end() around each call of the row; end()
+// The interleaving of such a yardstick: begin() / end() around each call of the row; end()
 // pauses the timer, runs `work` (which returns the units it did: bytes or flops) and times it
 // apart; finish() sets `pct` = 100 * the row's units per second / the yardstick's, and `rate` =
 // the yardstick's units per second * 1e-9.
@@ -343,52 +344,57 @@ public:
     }
 };
 
-// ---- the FMA-peak yardstick of compute-bound rows -----------------------------------------------
-// The same idea for GFLOP/s rows: PeakYardstick runs an FMA loop (12 independent accumulators,
-// ymm, or zmm where xk's effective ISA is avx512 or above: the width xk's GEMM uses) between the
-// row's calls, timer paused, for half the row's flops, on xk's current thread count; the plain
-// counter Peak% = 100 * the row's GFLOP/s over its own time / the loop's GFLOP/s (PeakGFLOPS).
-namespace detail {
-__attribute__((target("avx2,fma"))) inline float fma_loop_ymm(int64_t iters) {
-    __m256 a[12];
-    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(i));
-    for (int64_t it = 0; it < iters; ++it)
-        for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
-    __m256 s = a[0];
-    for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
-    return _mm256_cvtss_f32(s);
-}
-__attribute__((target("avx512f"))) inline float fma_loop_zmm(int64_t iters) {
-    __m512 a[12];
-    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(i));
-    for (int64_t it = 0; it < iters; ++it)
-        for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
-    __m512 s = a[0];
-    for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
-    return _mm512_reduce_add_ps(s);
-}
-// Runs about `flops` of FMAs over xk's threads; returns the flops run.
-inline double fma_peak_run(double flops) {
-    const bool zmm = xk::max_isa() >= xk::Isa::avx512;
-    const double per_iter = zmm ? 12.0 * 32 : 12.0 * 16;
-    const int threads = std::max(1, xk::get_num_threads());
-    const int64_t iters = std::max<int64_t>(1, static_cast<int64_t>(flops / per_iter / threads));
-    std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
-    xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) sink[static_cast<size_t>(t) * 16] = zmm ? fma_loop_zmm(iters) : fma_loop_ymm(iters);
-    });
-    benchmark::DoNotOptimize(sink.data());
-    return static_cast<double>(iters) * per_iter * threads;
-}
-}  // namespace detail
-
-class PeakYardstick : public Yardstick {
+// ---- several yardsticks in one loop ----------------------------------------------------------
+// The same interleaving with any number of yardsticks (bench_gemm: Peak% against an instruction
+// loop of peak_loops.hpp, BW% against a streaming read): after each call of the row, with the timer
+// paused, every stick's work runs once and is timed apart; finish() sets, per stick, `pct` = 100 *
+// the row's units per second over its own time / the stick's units per second, and `rate` = the
+// stick's units per second * 1e-9. With no stick added the loop only times the row's calls.
+//   xb::InPhase ph(state);
+//   ph.add("Peak%", "PeakGFLOPS", flops_per_iter, [&] { return run_peak(op, 0.5 * flops_per_iter); });
+//   for (auto _ : state) { ph.begin(); run(); ph.end(); }
+//   ph.finish();
+class InPhase {
 public:
-    PeakYardstick(benchmark::State& state, bool on, double flops_per_iter)
-        : Yardstick(state, on && xk::max_isa() >= xk::Isa::avx2, flops_per_iter, "Peak%", "PeakGFLOPS",
-                    [flops_per_iter] { return detail::fma_peak_run(0.5 * flops_per_iter); }) {}
+    explicit InPhase(benchmark::State& state) : state_(state) {}
+    void add(const char* pct, const char* rate, double units_per_iter, std::function<double()> work) {
+        sticks_.push_back(Stick{pct, rate, units_per_iter, std::move(work)});
+    }
+    bool empty() const { return sticks_.empty(); }
+    void begin() { t0_ = std::chrono::steady_clock::now(); }
+    void end() {
+        const auto t1 = std::chrono::steady_clock::now();
+        op_sec_ += std::chrono::duration<double>(t1 - t0_).count();
+        ++calls_;
+        if (sticks_.empty()) return;
+        state_.PauseTiming();
+        for (Stick& s : sticks_) {
+            const auto a = std::chrono::steady_clock::now();
+            s.ref_units += s.work();
+            s.ref_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+        }
+        state_.ResumeTiming();
+    }
+    void finish() {
+        for (const Stick& s : sticks_) {
+            if (op_sec_ <= 0 || s.ref_sec <= 0 || s.ref_units <= 0) continue;
+            state_.counters[s.pct] = 100.0 * (s.units * double(calls_) / op_sec_) / (s.ref_units / s.ref_sec);
+            state_.counters[s.rate] = s.ref_units / s.ref_sec * 1e-9;
+        }
+    }
+
+private:
+    struct Stick {
+        const char *pct, *rate;
+        double units;
+        std::function<double()> work;
+        double ref_units = 0, ref_sec = 0;
+    };
+    benchmark::State& state_;
+    std::vector<Stick> sticks_;
+    std::chrono::steady_clock::time_point t0_;
+    double op_sec_ = 0;
+    int64_t calls_ = 0;
 };
 
 // ---- rotating buffers (DRAM-resident operands) ------------------------------------------------

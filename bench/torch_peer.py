@@ -1,22 +1,40 @@
 #!/usr/bin/env python3
-"""PyTorch 2.x eager peers of bench/bench_llm.cpp (provider `torch`), never part of CI.
+"""PyTorch 2.x eager peers of bench/bench_llm.cpp and bench/bench_gemm.cpp (provider `torch`), never
+part of CI.
 
-The chains of ops a user writes without a custom kernel: HF's LlamaRMSNorm, F.layer_norm (after x +
-residual in the pre-norm block rows), HF's rotate_half (NeoX) / rotate_every_two (GPT-J) RoPE,
-F.silu(gate) * up, F.gelu(gate[, approximate="tanh"]) * up and torch.softmax (with a masked_fill for the causal mask), on
-the same shapes, dtypes, thread counts (`nt:N`, torch.set_num_threads) and DRAM rotation
-(XK_BENCH_ROTATE_MB, default 1024 MiB) as bench_llm, with the same benchmark names and the same
-GBPS byte counts (bytes read + written by the op, as bench_llm counts them; PyTorch's temporaries
-are not counted: they are its overhead).
+bench_llm's ops: the chains of ops a user writes without a custom kernel: HF's LlamaRMSNorm,
+F.layer_norm (after x + residual in the pre-norm block rows), HF's rotate_half (NeoX) /
+rotate_every_two (GPT-J) RoPE, F.silu(gate) * up, F.gelu(gate[, approximate="tanh"]) * up and
+torch.softmax (with a masked_fill for the causal mask), on the same shapes, dtypes, thread counts
+(`nt:N`, torch.set_num_threads) and DRAM rotation (XK_BENCH_ROTATE_MB, default 1024 MiB) as
+bench_llm, with the same benchmark names and the same GBPS byte counts (bytes read + written by the
+op, as bench_llm counts them; PyTorch's temporaries are not counted: they are its overhead).
+
+bench_gemm's GEMMs (names gemm/<dtype>/torch/<MxNxK>[_suffix]/threads:<t>, as bench_gemm's; GFLOPS
+= 2 M N K / time):
+  gemm/f32/torch/<MxNxK>       torch.matmul(A[M x K], B[K x N]), f32
+  gemm/bf16/torch/<MxNxK>      the same in bf16 (bf16 C: PyTorch has no bf16 x bf16 -> f32 matmul)
+  gemm/s8s8s32/torch/<MxNxK>   torch._int_mm(A, B), s8 x s8 -> s32 (PyTorch's int8 GEMM has no u8 A;
+                               A holds 0..127 like bench_gemm's 7-bit u8 data; --compare puts it
+                               beside bench_gemm's u8s8s32 rows)
+  at issue 25's shapes 256^3, 512^3, 1024^3, 2048^3, 4096^3, 384x768x768, 384x3072x768,
+  384x768x3072, and decode rows <MxNxK>_decode_bt (F.linear(x[M x K], W[N x K]): PyTorch's Linear
+  layout, bench_gemm's `_decode_bt`) for M = 1, 16 and (N, K) = (4096, 4096), (11008, 4096),
+  (4096, 11008), f32 and bf16 weights rotated over XK_BENCH_ROTATE_MB so they come from DRAM
+  (GBPS = weight bytes / time, as bench_gemm's decode rows count them, and GFLOPS).
 
     python3 -m venv /opt/torchpeer && /opt/torchpeer/bin/pip install torch numpy
     /opt/torchpeer/bin/python bench/torch_peer.py --repetitions 3 > torch.json
     build/release/bench/bench_llm --benchmark_repetitions=3 --benchmark_format=json > xk.json
     /opt/torchpeer/bin/python bench/torch_peer.py --compare xk.json torch.json   # the table
+    /opt/torchpeer/bin/python bench/torch_peer.py --filter '^gemm/' > torch_gemm.json
+    build/release/bench/bench_gemm --benchmark_format=json > xk_gemm.json
+    /opt/torchpeer/bin/python bench/torch_peer.py --compare xk_gemm.json torch_gemm.json
 
 Output: Google-Benchmark-style JSON on stdout ({"context": ..., "benchmarks": [...]}, one entry
-per repetition, real_time in ns, "GBPS" in GB/s). --filter REGEX, --min-time SECONDS,
---repetitions N, --threads 1,2 (default: XK_BENCH_THREADS or 1,2) as in bench_llm.
+per repetition, real_time in ns, "GBPS" in GB/s and / or "GFLOPS" in GFLOP/s), and one line per
+run on stderr. --filter REGEX, --min-time SECONDS, --repetitions N, --threads 1,2 (default:
+XK_BENCH_THREADS or 1,2) as in the benches.
 """
 import argparse
 import json
@@ -212,6 +230,45 @@ def cases(torch, F, threads):
         def mk_glu_d(nsets, t=t):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
+    return out + gemm_cases(torch, F, threads)
+
+
+# ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
+GEMM_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+               (384, 768, 768), (384, 3072, 768), (384, 768, 3072)]
+DECODE_NK = [(4096, 4096), (11008, 4096), (4096, 11008)]
+
+
+def gemm_cases(torch, F, threads):
+    out = []
+
+    def sets_for(bytes_per_set):
+        return max(1, math.ceil(ROTATE_BYTES / bytes_per_set))
+
+    for M, N, K in GEMM_SHAPES:
+        shape = f"{M}x{N}x{K}"
+        flops = 2 * M * N * K
+        for dname, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+            for nt in threads:
+                def mk(nsets, M=M, N=N, K=K, dt=dt):
+                    return [((torch.rand(M, K) * 2 - 1).to(dt), (torch.rand(K, N) * 2 - 1).to(dt))]
+                out.append((f"gemm/{dname}/torch/{shape}/threads:{nt}", nt, {"GFLOPS": flops}, 1, mk,
+                            lambda a, b: torch.matmul(a, b)))
+        for nt in threads:
+            def mk_i8(nsets, M=M, N=N, K=K):
+                return [(torch.randint(0, 128, (M, K), dtype=torch.int8), torch.randint(-128, 128, (K, N), dtype=torch.int8))]
+            out.append((f"gemm/s8s8s32/torch/{shape}/threads:{nt}", nt, {"GFLOPS": flops}, 1, mk_i8,
+                        lambda a, b: torch._int_mm(a, b)))
+    for N, K in DECODE_NK:
+        for dname, dt, es in (("f32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
+            for M in (1, 16):
+                for nt in threads:
+                    def mk_dec(nsets, M=M, N=N, K=K, dt=dt):
+                        x = (torch.rand(M, K) * 2 - 1).to(dt)
+                        return [(x, (torch.rand(N, K) * 2 - 1).to(dt)) for _ in range(nsets)]
+                    out.append((f"gemm/{dname}/torch/{M}x{N}x{K}_decode_bt/threads:{nt}", nt,
+                                {"GBPS": N * K * es, "GFLOPS": 2 * M * N * K}, sets_for(N * K * es), mk_dec,
+                                lambda x, w: F.linear(x, w)))
     return out
 
 
@@ -228,13 +285,19 @@ def run(args):
     results = []
     torch.manual_seed(0)
     with torch.inference_mode():
-        for name, nt, nbytes, nsets, make, fn in cases(torch, F, threads):
+        for name, nt, units, nsets, make, fn in cases(torch, F, threads):
             if rx and not rx.search(name):
                 continue
+            if not isinstance(units, dict):
+                units = {"GBPS": units}  # bench_llm's rows: bytes per call
             torch.set_num_threads(nt)
-            sets = make(nsets)
-            for _ in range(2):  # warm-up (allocator, first touch)
-                fn(*sets[0])
+            try:
+                sets = make(nsets)
+                for _ in range(2):  # warm-up (allocator, first touch)
+                    fn(*sets[0])
+            except (RuntimeError, NotImplementedError) as e:  # e.g. an op this build lacks on CPU
+                print(f"{name:60s} skipped: {e}", file=sys.stderr)
+                continue
             for rep in range(args.repetitions):
                 it, k, t0 = 0, 0, time.perf_counter()
                 while True:
@@ -245,13 +308,18 @@ def run(args):
                     if el >= args.min_time and it >= 2:
                         break
                 per = el / it
-                results.append({
+                entry = {
                     "name": name + "/real_time", "run_name": name + "/real_time", "run_type": "iteration",
                     "repetitions": args.repetitions, "repetition_index": rep, "threads": 1, "iterations": it,
                     "real_time": per * 1e9, "cpu_time": per * 1e9, "time_unit": "ns",
-                    "GBPS": nbytes / per * 1e-9, "label": f"torch {torch.__version__}, {len(sets)} sets",
-                })
-                print(f"{name:60s} {per * 1e6:12.1f} us {nbytes / per * 1e-9:8.2f} GB/s", file=sys.stderr)
+                    "label": f"torch {torch.__version__}, {len(sets)} sets",
+                }
+                text = ""
+                for c, v in units.items():
+                    entry[c] = v / per * 1e-9
+                    text += f" {v / per * 1e-9:9.2f} {'GB/s' if c == 'GBPS' else 'GFLOP/s'}"
+                results.append(entry)
+                print(f"{name:60s} {per * 1e6:12.1f} us{text}", file=sys.stderr)
             del sets
     ctx = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "executable": "bench/torch_peer.py",
            "torch": torch.__version__, "num_cpus": os.cpu_count(), "library_build_type": "release",
@@ -261,18 +329,27 @@ def run(args):
 
 
 def median_by_name(path):
+    """{(key, provider): (median, unit)}: GB/s where a row has GBPS (memory-bound), else GFLOP/s.
+    The key is the name without the provider (and real_time); PyTorch's s8s8s32 GEMM rows are keyed
+    as bench_gemm's u8s8s32 rows, provider "torch(s8s8)"."""
     with open(path) as f:
         data = json.load(f)
     vals = {}
     for b in data.get("benchmarks", []):
-        if b.get("run_type", "iteration") != "iteration" or "GBPS" not in b or b.get("error_occurred"):
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        unit = "GB/s" if "GBPS" in b else "GFLOP/s" if "GFLOPS" in b else None
+        if unit is None:
             continue
         parts = [p for p in b["name"].split("/") if p != "real_time"]
         if len(parts) < 3:
             continue
+        prov = parts[2]
+        if parts[0] == "gemm" and parts[1] == "s8s8s32" and prov == "torch":
+            parts[1], prov = "u8s8s32", "torch(s8s8)"
         key = "/".join(parts[:2] + parts[3:])  # without the provider
-        vals.setdefault((key, parts[2]), []).append(float(b["GBPS"]))
-    return {k: statistics.median(v) for k, v in vals.items()}
+        vals.setdefault((key, prov, unit), []).append(float(b["GBPS" if unit == "GB/s" else "GFLOPS"]))
+    return {(k, p): (statistics.median(v), u) for (k, p, u), v in vals.items()}
 
 
 def compare(paths):
@@ -285,14 +362,14 @@ def compare(paths):
         ours = merged.get((k, "xk"))
         if ours is None:
             continue
-        for prov in ("torch", "onednn"):
+        for prov in ("torch", "torch(s8s8)", "onednn"):
             peer = merged.get((k, prov))
-            if peer:
-                rows.append((k, ours, prov, peer, ours / peer))
+            if peer and peer[1] == ours[1]:
+                rows.append((k, ours[1], ours[0], prov, peer[0], ours[0] / peer[0]))
     w = max([len(r[0]) for r in rows] + [10])
-    print(f"{'benchmark':{w}s}  {'xk GB/s':>8s}  {'peer':8s}  {'GB/s':>8s}  {'xk/peer':>8s}")
-    for k, ours, prov, peer, ratio in rows:
-        print(f"{k:{w}s}  {ours:8.2f}  {prov:8s}  {peer:8.2f}  {ratio:7.2f}x")
+    print(f"{'benchmark':{w}s}  {'unit':7s}  {'xk':>8s}  {'peer':11s}  {'peer':>8s}  {'xk/peer':>8s}")
+    for k, unit, ours, prov, peer, ratio in rows:
+        print(f"{k:{w}s}  {unit:7s}  {ours:8.2f}  {prov:11s}  {peer:8.2f}  {ratio:7.2f}x")
 
 
 def main():
@@ -302,7 +379,7 @@ def main():
     ap.add_argument("--repetitions", type=int, default=1)
     ap.add_argument("--threads", default="")
     ap.add_argument("--compare", nargs="+", metavar="JSON",
-                    help="print the xk-vs-peer table of bench_llm / torch_peer JSON files instead of running")
+                    help="print the xk-vs-peer table of bench_llm / bench_gemm / torch_peer JSON files instead of running")
     args = ap.parse_args()
     if args.compare:
         compare(args.compare)

@@ -6,6 +6,7 @@
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/glu/glu.hpp"
 #include "kernels/norm/norm.hpp"
+#include "kernels/convert/convert.hpp"
 #include "kernels/quant/quant.hpp"
 #include "kernels/rope/rope.hpp"
 #include "kernels/softmax/softmax.hpp"
@@ -102,6 +103,8 @@ std::vector<Selection> selections() {
         d.granularity = QuantGranularity::per_token_dynamic;
         return quant_kernel_desc(d);
     }));
+    for (auto [st, dt] : {std::pair{DType::f32, DType::bf16}, std::pair{DType::f32, DType::f16}, std::pair{DType::f16, DType::f32}})
+        v.push_back({"convert", std::string(dtype_name(st)) + "->" + dtype_name(dt), convert_impl(st, dt, max_isa()).name});
     v.push_back(pick("glu", glu_registry(), [] {
         GluDesc d;
         d.rows = 16;

@@ -61,6 +61,7 @@ xk_status xk_axpby(int64_t n, float alpha, const float* x, float beta, float* y)
 #include "xk/c/norm.h"
 #include "xk/c/rope.h"
 #include "xk/c/quant.h"
+#include "xk/c/convert.h"
 #include "xk/c/llm.h"
 
 #endif /* XK_XK_H */

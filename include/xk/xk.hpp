@@ -11,5 +11,6 @@
 #include "xk/norm.hpp"
 #include "xk/rope.hpp"
 #include "xk/quant.hpp"
+#include "xk/convert.hpp"
 #include "xk/llm.hpp"
 #include "xk/gpu.hpp"

@@ -92,7 +92,7 @@ inline std::string float_str(float v) {
 inline void check_io_dtype(const char* fn, const char* arg, DType t) {
     switch (t) {
         case DType::f32: case DType::bf16: return;
-        case DType::s8: case DType::u8: case DType::s32:
+        case DType::s8: case DType::u8: case DType::s32: case DType::f16:
             fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) + " is not supported (f32 or bf16)");
     }
     fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid DType");

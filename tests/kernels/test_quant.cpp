@@ -4,11 +4,15 @@
 // inf); round-trip error bounds; strides, misaligned pointers, long rows split into blocks, 1 and
 // 2 threads; bad input for every entry point (C API too).
 #include <cmath>
+#include <cstring>
+#include <iterator>
+#include <random>
 #include <limits>
 #include <tuple>
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "common/streaming.hpp"
 #include "common/test_util.hpp"
 #include "kernels/quant/quant.hpp"
 #include "kernels/typed_matrix.hpp"
@@ -817,4 +821,201 @@ TEST(Quant, CApi) {
     EXPECT_NE(std::string(xk_last_error()).find("rows=-2"), std::string::npos);
     EXPECT_EQ(xk_quantize_dynamic_per_token_bf16_s8(2, 4, xb, 4, nullptr, reinterpret_cast<int8_t*>(q8), 4, so, nullptr, 1), XK_SUCCESS);
     EXPECT_STREQ(xk_last_error(), "");
+}
+
+// Every ISA's kernel against the reference (detail::quant_reference), bit for bit: quantized
+// bytes, dequantized f32 / bf16 bits, dynamic scales / zero points. The inputs mix ordinary
+// values with exact ties (power-of-two scales), saturating magnitudes, NaN, +-inf (static modes),
+// signed zeros and denormals; dequantize scales include a denormal one (denormal outputs, bf16
+// rounding of them). Shapes cover every tail length of both vector widths, strides, misaligned
+// pointers and a row long enough to be split into blocks; 1 and 2 threads.
+namespace {
+
+uint32_t special_bits(std::mt19937_64& g, bool allow_nonfinite) {
+    static const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00400000u,
+                                        0x3f000000u /*0.5*/, 0x3fc00000u /*1.5*/, 0x40200000u /*2.5*/, 0xc0200000u,
+                                        0x4b000001u /*2^23+1*/, 0x4f000000u /*2^31*/, 0xcf000000u, 0x43008000u /*128.5*/,
+                                        0xc3010000u /*-129*/, 0x42fe0000u /*127*/, 0x7f7fffffu, 0xff7fffffu};
+    static const uint32_t nonfinite[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu};
+    if (allow_nonfinite && g() % 4 == 0) return nonfinite[g() % std::size(nonfinite)];
+    // (dynamic: not the two largest, whose smoothed value may overflow)
+    return specials[g() % (std::size(specials) - (allow_nonfinite ? 0 : 2))];
+}
+
+// Fills the float matrix m: random values in [-3, 3] scaled by `range`, one in `special_every`
+// a special value (raw bits; bf16: the upper half).
+void fill_mixed(TypedMatrix& m, double range, int special_every, bool allow_nonfinite, uint64_t seed) {
+    std::mt19937_64 g(seed);
+    std::uniform_real_distribution<double> u(-3.0, 3.0);
+    unsigned char* base = static_cast<unsigned char*>(m.data());
+    for (int64_t r = 0; r < m.rows(); ++r)
+        for (int64_t c = 0; c < m.cols(); ++c) {
+            const int64_t i = r * m.ld() + c;
+            if (special_every > 0 && static_cast<int>(g() % special_every) == 0) {
+                const uint32_t b = special_bits(g, allow_nonfinite);
+                if (m.dtype() == DType::f32) std::memcpy(base + 4 * i, &b, 4);
+                else {
+                    const uint16_t h = static_cast<uint16_t>(b >> 16);
+                    std::memcpy(base + 2 * i, &h, 2);
+                }
+            } else {
+                // ties on a grid of 1/8 (exact under power-of-two scales) half of the time
+                double v = u(g) * range;
+                if (g() % 2) v = std::round(v * 8) / 8;
+                m.set_at(i, v);
+            }
+        }
+}
+
+::testing::AssertionResult same_bytes(const TypedMatrix& got, const TypedMatrix& want) {
+    const size_t es = dtype_size(got.dtype());
+    const auto* a = static_cast<const unsigned char*>(got.data());
+    const auto* b = static_cast<const unsigned char*>(want.data());
+    for (int64_t r = 0; r < got.rows(); ++r)
+        for (int64_t c = 0; c < got.cols(); ++c) {
+            const size_t o = (r * got.ld() + c) * es;
+            if (std::memcmp(a + o, b + o, es) != 0)
+                return ::testing::AssertionFailure() << "element [" << r << "][" << c << "]: got " << got.get(r, c) << " want "
+                                                     << want.get(r, c) << " (bits differ)";
+        }
+    return got.padding_intact();
+}
+
+struct BitShape {
+    int64_t rows, cols;
+};
+const BitShape kBitShapes[] = {{1, 1}, {2, 7}, {3, 15}, {2, 16}, {3, 17}, {2, 31}, {1, 33}, {5, 63}, {2, 64}, {3, 65},
+                               {1, 127}, {2, 129}, {1, 1023}, {1, 17000}};
+
+}  // namespace
+
+TEST(Quant, EveryIsaBitExactWithReference) {
+    const DType floats[] = {DType::f32, DType::bf16}, ints[] = {DType::u8, DType::s8};
+    const float pow2_scales[] = {1.0f, 0.5f, 0.125f, 4.0f};
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            uint64_t variant = 0;
+            for (int gi = 0; gi < 3; ++gi) {
+                const QuantGranularity g = gi == 0 ? QuantGranularity::per_tensor : QuantGranularity::per_channel;
+                const int axis = gi == 1 ? 0 : 1;
+                for (bool qdir : {true, false})
+                    for (DType ft : floats)
+                        for (DType it : ints)
+                            for (bool sym : {false, true})
+                                for (const BitShape& s : kBitShapes) {
+                                    ++variant;
+                                    const bool smooth = qdir && variant % 3 == 0;
+                                    StaticProblem p = make_static(qdir ? ft : it, qdir ? it : ft, g, axis, sym, smooth, s.rows,
+                                                                  s.cols, variant % 2 == 0, variant % 5, 5000 + variant);
+                                    std::mt19937_64 gen(variant);
+                                    for (size_t c = 0; c < p.scales.size(); ++c) {
+                                        if (qdir && c % 2 == 0) p.scales[c] = pow2_scales[gen() % 4];
+                                        if (!qdir && c % 7 == 3) p.scales[c] = 3e-39f;  // denormal outputs
+                                    }
+                                    if (smooth && variant % 2)
+                                        for (float& v : p.smooth) v = v > 1.0f ? 2.0f : 0.5f;  // ties stay ties
+                                    if (qdir) fill_mixed(p.src, variant % 4 == 0 ? 100.0 : 2.0, 5, true, 77 + variant);
+                                    TypedMatrix want = p.dst.clone();
+                                    const QuantPlan plan(p.d);
+                                    EXPECT_STREQ(plan.impl_name(),
+                                                 detail::quant_registry().select(detail::quant_kernel_desc(plan.desc()), isa).name);
+                                    plan.run(p.args());
+                                    QuantArgs ra = p.args();
+                                    ra.dst = want.data();
+                                    detail::quant_reference(plan.desc(), ra, 0, p.d.rows, 0, p.d.cols);
+                                    ASSERT_TRUE(same_bytes(p.dst, want)) << p.describe() << " threads=" << threads;
+                                }
+            }
+            // Dynamic per token (finite inputs; specials without inf / NaN).
+            for (DType ft : floats)
+                for (DType it : ints)
+                    for (bool sym : {false, true})
+                        for (bool smooth : {false, true})
+                            for (const BitShape& s : kBitShapes) {
+                                ++variant;
+                                DynProblem p = make_dynamic(ft, it, sym, smooth, s.rows, s.cols, variant % 2 == 1, variant % 5,
+                                                            700 + variant);
+                                if (variant % 2) fill_mixed(p.src, variant % 4 == 1 ? 1e-3 : 5.0, 4, false, 99 + variant);
+                                p.give_zps = !sym || variant % 3 != 0;
+                                const QuantDesc rd = QuantPlan(p.d).desc();
+                                TypedMatrix want = p.dst.clone();
+                                std::vector<float> want_scales(p.scales_out.size(), -1.0f);
+                                std::vector<int32_t> want_zps(p.zps_out.size(), -999);
+                                QuantArgs ra = p.args();
+                                ra.dst = want.data();
+                                ra.scales_out = want_scales.data();
+                                ra.zero_points_out = p.give_zps ? want_zps.data() : nullptr;
+                                detail::quant_reference(rd, ra, 0, rd.rows, 0, rd.cols);
+                                quantize(p.d, p.args());
+                                ASSERT_TRUE(same_bytes(p.dst, want))
+                                    << detail::quant_kernel_desc(p.d).key() << " rows=" << s.rows << " cols=" << s.cols;
+                                for (int64_t r = 0; r < rd.rows; ++r) {
+                                    ASSERT_EQ(std::memcmp(&p.scales_out[r], &want_scales[r], 4), 0) << "scales_out[" << r << "]";
+                                    if (p.give_zps) ASSERT_EQ(p.zps_out[r], want_zps[r]) << "zero_points_out[" << r << "]";
+                                }
+                            }
+        });
+    }
+    set_num_threads(0);
+}
+
+// A non-finite value anywhere (after smoothing) is found by the kernels' range pass of every ISA
+// and reported before anything is written, naming the first one in row-major order.
+TEST(Quant, DynamicNonFiniteFoundByEveryIsa) {
+    for_each_isa([&](Isa) {
+        for (DType ft : {DType::f32, DType::bf16})
+            for (int64_t cols : {1, 9, 17, 40, 300})
+                for (uint32_t bad : {0x7f800000u, 0xff800000u, 0x7fc00000u}) {
+                    DynProblem p = make_dynamic(ft, DType::s8, false, false, 5, cols, false, 1, 31 + cols);
+                    const int64_t br = 3, bc = cols - 1;
+                    unsigned char* base = static_cast<unsigned char*>(p.src.data());
+                    const int64_t i = br * p.src.ld() + bc;
+                    if (ft == DType::f32) std::memcpy(base + 4 * i, &bad, 4);
+                    else {
+                        const uint16_t h = static_cast<uint16_t>(bad >> 16);
+                        std::memcpy(base + 2 * i, &h, 2);
+                    }
+                    const TypedMatrix before = p.dst.clone();
+                    const std::string want = "src[" + std::to_string(br) + "][" + std::to_string(bc) + "]";
+                    XK_EXPECT_INVALID(quantize(p.d, p.args()), want.c_str());
+                    EXPECT_TRUE(same_bytes(p.dst, before));
+                    for (float s : p.scales_out) EXPECT_EQ(s, -1.0f);
+                    for (int32_t z : p.zps_out) EXPECT_EQ(z, -999);
+                }
+        // smooth makes a finite x overflow: still rejected
+        DynProblem p = make_dynamic(DType::f32, DType::u8, false, true, 2, 20, false, 0, 5);
+        p.src.set(1, 4, 3e38);
+        p.smooth[4] = 4.0f;
+        XK_EXPECT_INVALID(quantize(p.d, p.args()), "src[1][4]*smooth");
+    });
+}
+
+// Streaming stores (forced by a zero threshold) on aligned outputs: still bit for bit the
+// reference's, rows split into blocks included.
+TEST(Quant, StreamingStoresBitExact) {
+    detail::set_nt_store_threshold(0);
+    for_each_isa([&](Isa) {
+        uint64_t variant = 0;
+        for (const BitShape& s : {BitShape{3, 4096}, BitShape{2, 17000}, BitShape{5, 1040}, BitShape{2, 1029}})
+            for (bool qdir : {true, false})
+                for (DType ft : {DType::f32, DType::bf16})
+                    for (int gi = 0; gi < 3; ++gi) {
+                        ++variant;
+                        const QuantGranularity g = gi == 0 ? QuantGranularity::per_tensor : QuantGranularity::per_channel;
+                        const DType it = variant % 2 ? DType::u8 : DType::s8;
+                        StaticProblem p = make_static(qdir ? ft : it, qdir ? it : ft, g, gi == 1 ? 0 : 1, variant % 3 == 0,
+                                                      false, s.rows, s.cols, false, 1, 40 + variant);
+                        p.dst = TypedMatrix(p.d.dst_dtype, s.rows, s.cols, 0, 0);  // dst 64-byte aligned, src not
+                        if (qdir) fill_mixed(p.src, 2.0, 7, true, 3 + variant);
+                        TypedMatrix want = p.dst.clone();
+                        const QuantPlan plan(p.d);
+                        plan.run(p.args());
+                        QuantArgs ra = p.args();
+                        ra.dst = want.data();
+                        detail::quant_reference(plan.desc(), ra, 0, p.d.rows, 0, p.d.cols);
+                        ASSERT_TRUE(same_bytes(p.dst, want)) << p.describe();
+                    }
+    });
+    detail::set_nt_store_threshold(-1);
 }

@@ -20,6 +20,7 @@ typedef enum xk_trans XK_ENUM_INT { XK_TRANS_N = 0, XK_TRANS_T = 1 } xk_trans;
 /* Element types (same values as xk::DType). */
 typedef enum xk_dtype XK_ENUM_INT {
     XK_DTYPE_F32 = 0, XK_DTYPE_BF16 = 1, XK_DTYPE_S8 = 2, XK_DTYPE_U8 = 3, XK_DTYPE_S32 = 4,
+    XK_DTYPE_F16 = 5, /* IEEE half: conversions only (xk/c/convert.h) */
 } xk_dtype;
 #endif
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "common/check.hpp"
 #include "common/overlap.hpp"
@@ -15,7 +16,8 @@ namespace detail {
 namespace {
 
 struct RefQuant final : QuantKernel {
-    void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const override {
+    void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+             const QuantPrep&) const override {
         quant_reference(d, a, r0, r1, c0, c1);
     }
 };
@@ -24,7 +26,7 @@ bool is_float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
 bool is_int8_type(DType t) { return t == DType::u8 || t == DType::s8; }
 bool valid_dtype(DType t) {
     switch (t) {
-        case DType::f32: case DType::bf16: case DType::s8: case DType::u8: case DType::s32: return true;
+        case DType::f32: case DType::bf16: case DType::s8: case DType::u8: case DType::s32: case DType::f16: return true;
     }
     return false;
 }
@@ -205,11 +207,48 @@ void check_dynamic_finite(const char* fn, const QuantDesc& d, const QuantArgs& a
 
 void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const QuantArgs& a) {
     if (d.rows == 0 || d.cols == 0) return;
-    if (d.granularity == QuantGranularity::per_token_dynamic) check_dynamic_finite(fn, d, a);
+    const bool quant = is_quantize(d);
+    const DType qtype = quant ? d.dst_dtype : d.src_dtype;
+    std::vector<float> inv;
+    std::vector<int32_t> zps;
+    QuantPrep prep;
+    if (d.granularity == QuantGranularity::per_token_dynamic) {
+        // Pass 1: each row's range and finiteness (one read of x); nothing is written before
+        // every row has been seen. The first non-finite value is then located and named by the
+        // scalar scan.
+        std::vector<float> mn(d.rows), mx(d.rows);
+        std::vector<uint8_t> finite(d.rows);
+        const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
+        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.minmax(d, a, b, e, mn.data(), mx.data(), finite.data()); });
+        for (int64_t r = 0; r < d.rows; ++r)
+            if (!finite[r]) {
+                check_dynamic_finite(fn, d, a);  // throws, naming the first one
+                break;
+            }
+        inv.resize(d.rows);
+        zps.resize(d.rows);
+        for (int64_t r = 0; r < d.rows; ++r) {
+            const QuantParams p = quant_params_from_range(mn[r], mx[r], qtype, d.symmetric);
+            a.scales_out[r] = p.scale;
+            if (a.zero_points_out) a.zero_points_out[r] = p.zero_point;
+            inv[r] = 1.0f / p.scale;
+            zps[r] = p.zero_point;
+        }
+        prep = {inv.data(), zps.data()};
+    } else if (quant) {
+        const int64_t channels = channel_count(d);
+        inv.resize(channels);
+        zps.resize(channels);
+        for (int64_t c = 0; c < channels; ++c) {
+            inv[c] = 1.0f / a.scales[c];
+            zps[c] = d.symmetric ? quant_symmetric_zero_point(qtype) : a.zero_points[c];
+        }
+        prep = {inv.data(), zps.data()};
+    }
     if (d.granularity == QuantGranularity::per_token_dynamic || d.cols <= kQuantColBlock) {
         // Whole rows; at least ~kQuantColBlock elements per chunk.
         const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
-        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.run(d, a, b, e, 0, d.cols); });
+        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.run(d, a, b, e, 0, d.cols, prep); });
         return;
     }
     // Long rows: blocks of kQuantColBlock columns, so that even one row is split.
@@ -217,12 +256,32 @@ void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const Qua
     parallel_for(d.rows * blocks, 1, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
             const int64_t r = i / blocks, c0 = (i % blocks) * kQuantColBlock;
-            k.run(d, a, r, r + 1, c0, std::min(d.cols, c0 + kQuantColBlock));
+            k.run(d, a, r, r + 1, c0, std::min(d.cols, c0 + kQuantColBlock), prep);
         }
     });
 }
 
 }  // namespace
+
+void QuantKernel::minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* mn, float* mx,
+                         uint8_t* finite) const {
+    for (int64_t r = r0; r < r1; ++r) {
+        float lo = 0.0f, hi = 0.0f;  // 0 included: the same parameters (see quant_params_from_range)
+        bool ok = true;
+        for (int64_t j = 0; j < d.cols; ++j) {
+            const int64_t off = r * d.ld_src + j;
+            float v = d.src_dtype == DType::bf16 ? bf16::to_float(static_cast<const uint16_t*>(a.src)[off])
+                                                 : static_cast<const float*>(a.src)[off];
+            if (d.smooth) v *= a.smooth[j];
+            if (!std::isfinite(v)) ok = false;
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+        }
+        mn[r] = lo;
+        mx[r] = hi;
+        finite[r] = ok;
+    }
+}
 
 std::string QuantKernelDesc::key() const {
     std::string s = std::string(dtype_name(src_dtype)) + "->" + dtype_name(dst_dtype) + "," +
@@ -259,6 +318,8 @@ void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry() {
     static const Registry<QuantKernelDesc, QuantKernel> r(
         "quant", {
+                     {"jit:avx512", Isa::avx512, nullptr, [](const QuantKernelDesc& kd) { return create_jit_quant(kd, Isa::avx512); }},
+                     {"jit:avx2", Isa::avx2, nullptr, [](const QuantKernelDesc& kd) { return create_jit_quant(kd, Isa::avx2); }},
                      {"ref:scalar", Isa::scalar, nullptr,
                       [](const QuantKernelDesc&) -> std::shared_ptr<const QuantKernel> { return std::make_shared<RefQuant>(); }},
                  });

@@ -23,15 +23,33 @@ struct QuantKernelDesc {
 
 QuantKernelDesc quant_kernel_desc(const QuantDesc& d);
 
+// Per-call parameters prepared once by the caller (execute) before the parallel loop.
+// Quantize: inv[c] = 1.0f / scale of channel c (per_tensor: [1], per_channel: [rows] or [cols],
+// per_token_dynamic: [rows], from the rows' computed scales) and zp[c] its zero point (the
+// implied one when symmetric). Dequantize: unused (null).
+struct QuantPrep {
+    const float* inv = nullptr;
+    const int32_t* zp = nullptr;
+};
+
 struct QuantKernel {
     virtual ~QuantKernel() = default;
     // The block rows [r0, r1) x cols [c0, c1), single-threaded (the caller tiles the matrix;
     // per_token_dynamic is always called with whole rows). d has its strides resolved; a and
     // every scale / zero point are validated.
-    virtual void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const = 0;
+    virtual void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                     const QuantPrep& p) const = 0;
+    // per_token_dynamic's first pass, rows [r0, r1): mn[r] / mx[r] = a range of the row's values
+    // v = x (* smooth) that gives the same quant_params_from_range as its exact min / max (it may
+    // include 0), finite[r] = 0 when some v is NaN or +-inf (then mn / mx are meaningless).
+    virtual void minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* mn, float* mx,
+                        uint8_t* finite) const;
 };
 
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry();
+
+// JIT generator entry (jit_quant.cpp): isa is avx2 (ymm) or avx512 (zmm).
+std::shared_ptr<const QuantKernel> create_jit_quant(const QuantKernelDesc& kd, Isa isa);
 
 // The one-shot path (validate, kernel cache, run) with the caller's name in error messages;
 // want_quantize says which direction the caller accepts.

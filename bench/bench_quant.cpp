@@ -1,0 +1,152 @@
+// Quantize / dequantize and the f32 <-> bf16 <-> f16 conversions on DRAM-resident 4096 x 4096
+// matrices (rotated over XK_BENCH_ROTATE_MB, default 1 GiB: beyond the last-level cache).
+//
+//   quantize/<f32|bf16>/xk/<per_tensor|per_channel|dynamic>/<u8|s8>/4096x4096/nt:<N>
+//       per_tensor: asymmetric u8; per_channel: one scale per column (axis 1), symmetric s8;
+//       dynamic: per token (row) asymmetric s8, scales / zero points computed (two reads of x:
+//       the range pass that also rejects non-finite values before any write, then the quantize)
+//   quantize/<f32|bf16>/xk/dynamic_smooth/s8/...   the same with SmoothQuant's smooth vector
+//   dequantize/<f32|bf16>/xk/<per_tensor|per_channel>/<u8|s8>/4096x4096/nt:<N>
+//   convert/<src>-><dst>/xk/4096x4096/nt:<N>       f32 -> bf16, bf16 -> f32, f32 -> f16, f16 -> f32, bf16 -> f16
+//
+// GBPS: bytes read + written per call, each array once (x and q; the parameter vectors are
+// counted too; the dynamic rows' second read of x is not: their GB/s is the op's throughput).
+// Copy%: the row's GB/s over that of a copy with non-temporal stores run between its calls on the
+// same threads (xk::bench::CopyYardstick), CopyGBPS that copy's GB/s. No peer row (PyTorch's
+// figures come from bench/torch_peer.py where it has them).
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "xk/convert.hpp"
+#include "xk/quant.hpp"
+
+namespace {
+
+namespace xb = xk::bench;
+using xk::DType;
+
+constexpr int64_t kRows = 4096, kCols = 4096;
+
+enum class Mode { per_tensor, per_channel, dynamic, dynamic_smooth };
+const char* mode_name(Mode m) {
+    switch (m) {
+        case Mode::per_tensor: return "per_tensor";
+        case Mode::per_channel: return "per_channel";
+        case Mode::dynamic: return "dynamic";
+        case Mode::dynamic_smooth: return "dynamic_smooth";
+    }
+    return "?";
+}
+
+struct QCase {
+    bool quantize;
+    DType ft, qt;
+    Mode mode;
+};
+
+void BM_quant(benchmark::State& state, QCase c, int nt) {
+    xb::ScopedThreads threads(nt);
+    const size_t n = static_cast<size_t>(kRows * kCols), fs = xk::dtype_size(c.ft);
+    const std::string key = std::string("quant/") + xk::dtype_name(c.ft) + (c.quantize ? "/q" : "/dq");
+    // arrays: 0 float matrix, 1 int8 matrix, 2 scales [cols], 3 zero points [cols], 4 smooth, 5 scales_out, 6 zps_out
+    xb::RotatingBuffers& bufs = xb::cached_rotating_buffers(
+        key, {n * fs, n, kCols * 4, kCols * 4, kCols * 4, kRows * 4, kRows * 4}, xb::rotate_bytes(),
+        [c, n](xb::RotatingBuffers& b) {
+            if (c.ft == DType::bf16) b.fill_uniform<xk::bf16>(0, -3, 3, 1);
+            else b.fill_uniform<float>(0, -3, 3, 1);
+            b.fill_uniform<int8_t>(1, -100, 100, 2);
+            b.fill_uniform<float>(2, 0.01, 0.03, 3);
+            b.fill_uniform<int32_t>(3, 100, 150, 4);
+            b.fill_uniform<float>(4, 0.5, 1.5, 5);
+            b.fill_uniform<float>(5, 0, 0, 6);
+            b.fill_uniform<int32_t>(6, 0, 0, 7);
+            (void)n;
+        });
+    xk::QuantDesc d;
+    d.rows = kRows;
+    d.cols = kCols;
+    d.src_dtype = c.quantize ? c.ft : c.qt;
+    d.dst_dtype = c.quantize ? c.qt : c.ft;
+    d.granularity = c.mode == Mode::per_tensor    ? xk::QuantGranularity::per_tensor
+                    : c.mode == Mode::per_channel ? xk::QuantGranularity::per_channel
+                                                  : xk::QuantGranularity::per_token_dynamic;
+    d.symmetric = c.mode == Mode::per_channel;
+    d.smooth = c.mode == Mode::dynamic_smooth;
+    const xk::QuantPlan plan(d);
+    double bytes = static_cast<double>(n * fs + n);
+    if (c.mode == Mode::per_channel) bytes += kCols * 4.0;
+    if (c.mode == Mode::dynamic || c.mode == Mode::dynamic_smooth) bytes += kRows * 8.0 + (d.smooth ? kCols * 4.0 : 0.0);
+    xb::CopyYardstick copy(state, true, bytes);
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        xk::QuantArgs a;
+        a.src = bufs.get<char>(s, c.quantize ? 0 : 1);
+        a.dst = bufs.get<char>(s, c.quantize ? 1 : 0);
+        if (c.mode == Mode::per_tensor || c.mode == Mode::per_channel) {
+            a.scales = bufs.get<float>(s, 2);
+            if (!d.symmetric) a.zero_points = bufs.get<int32_t>(s, 3);
+        } else {
+            a.scales_out = bufs.get<float>(s, 5);
+            a.zero_points_out = bufs.get<int32_t>(s, 6);
+        }
+        if (d.smooth) a.smooth = bufs.get<float>(s, 4);
+        copy.begin();
+        plan.run(a);
+        copy.end();
+        benchmark::ClobberMemory();
+    }
+    copy.finish();
+    xb::set_gbps(state, bytes);
+    state.SetLabel(std::string(plan.impl_name()) + ", " + std::to_string(bufs.sets()) + " sets");
+}
+
+void BM_convert(benchmark::State& state, DType st, DType dt, int nt) {
+    xb::ScopedThreads threads(nt);
+    const size_t n = static_cast<size_t>(kRows * kCols);
+    const size_t ss = xk::dtype_size(st), ds = xk::dtype_size(dt);
+    const std::string key = std::string("convert/") + xk::dtype_name(st) + "->" + xk::dtype_name(dt);
+    xb::RotatingBuffers& bufs = xb::cached_rotating_buffers(key, {n * ss, n * ds}, xb::rotate_bytes(), [st](xb::RotatingBuffers& b) {
+        if (st == DType::f32) b.fill_uniform<float>(0, -3, 3, 1);
+        else b.fill_uniform<uint16_t>(0, 0x3000, 0x4400, 1);  // finite bf16 / f16 patterns
+        b.fill_uniform<uint16_t>(1, 0, 0, 2);
+    });
+    const double bytes = static_cast<double>(n * (ss + ds));
+    xb::CopyYardstick copy(state, true, bytes);
+    for (auto _ : state) {
+        const size_t s = bufs.next();
+        copy.begin();
+        xk::convert(static_cast<int64_t>(n), st, bufs.get<char>(s, 0), dt, bufs.get<char>(s, 1));
+        copy.end();
+        benchmark::ClobberMemory();
+    }
+    copy.finish();
+    xb::set_gbps(state, bytes);
+    state.SetLabel(std::to_string(bufs.sets()) + " sets");
+}
+
+const bool registered = [] {
+    const std::vector<int> nts = xb::thread_counts();
+    auto reg = [](const std::string& name, auto fn) { benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime(); };
+    auto nt_s = [](int nt) { return "nt:" + std::to_string(nt); };
+    const std::string shape = std::to_string(kRows) + "x" + std::to_string(kCols);
+    for (DType ft : {DType::f32, DType::bf16}) {
+        const QCase qs[] = {{true, ft, DType::u8, Mode::per_tensor},     {true, ft, DType::s8, Mode::per_channel},
+                            {true, ft, DType::s8, Mode::dynamic},        {true, ft, DType::s8, Mode::dynamic_smooth},
+                            {false, ft, DType::u8, Mode::per_tensor},    {false, ft, DType::s8, Mode::per_channel}};
+        for (const QCase& c : qs)
+            for (int nt : nts)
+                reg(xb::join_name({c.quantize ? "quantize" : "dequantize", xk::dtype_name(ft), "xk", mode_name(c.mode),
+                                   xk::dtype_name(c.qt), shape, nt_s(nt)}),
+                    [c, nt](benchmark::State& s) { BM_quant(s, c, nt); });
+    }
+    const std::pair<DType, DType> convs[] = {{DType::f32, DType::bf16}, {DType::bf16, DType::f32}, {DType::f32, DType::f16},
+                                             {DType::f16, DType::f32},  {DType::bf16, DType::f16}};
+    for (auto [st, dt] : convs)
+        for (int nt : nts)
+            reg(xb::join_name({"convert", std::string(xk::dtype_name(st)) + "->" + xk::dtype_name(dt), "xk", shape, nt_s(nt)}),
+                [st = st, dt = dt, nt](benchmark::State& s) { BM_convert(s, st, dt, nt); });
+    return true;
+}();
+
+}  // namespace

@@ -1,0 +1,422 @@
+// xbyak generator of quantize / dequantize row segments for AVX2 (ymm, 8 lanes) and AVX-512 (zmm,
+// 16 lanes), specialised on (src / dst dtype, whether the parameters are per column vectors, the
+// smoothing vector). One call = one row segment of n elements; the C++ side walks the rows and
+// passes each row's scalar parameters (per tensor, per channel axis 0, dynamic per token) or the
+// column vectors (per channel axis 1). Bit-exact with the reference (quant.hpp):
+//   quantize:   t = (x [* smooth]) * inv (fp32 multiplies, inv = 1.0f / scale computed by the
+//               caller), NaN lanes -> 0, clamp to [-512, 512], VROUNDPS / VRNDSCALEPS to nearest
+//               even (immediate rounding: independent of MXCSR), VCVTTPS2DQ (exact), + zp (int),
+//               then saturate: AVX2 by the saturating packs (VPACKSSDW, VPACKUSWB / VPACKSSWB),
+//               AVX-512 by VPMOVSDB (s8) / VPMAXSD 0 + VPMOVUSDB (u8). Clamping before rounding
+//               gives the same integer (512 > 255 + 128 and rounding is monotonic).
+//   dequantize: VPMOVZXBD / VPMOVSXBD, - zp (int, exact), VCVTDQ2PS (exact), * scale; bf16 output
+//               through JitIo's integer rounding (to nearest even, as xk::bf16, denormals kept:
+//               the generator never uses VCVTNEPS2BF16, which flushes them).
+//   minmax:     per_token_dynamic's first pass: lane-wise min / max of v = x [* smooth] from 0 (0
+//               in the range leaves quant_params_from_range unchanged), and the max of the
+//               magnitude bits (>= 0x7f800000: some v is NaN or +-inf); the caller reduces the
+//               lanes.
+// Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
+// element n-1); AVX2 by JitIo's runtime-count loads and byte copies through the red zone.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "common/streaming.hpp"
+#include "dispatch/jit_generator.hpp"
+#include "kernels/common/jit_io.hpp"
+#include "kernels/quant/quant.hpp"
+
+namespace xk::detail {
+namespace {
+
+using namespace Xbyak;
+
+struct QArgs {
+    const void* src = nullptr;      // 0
+    void* dst = nullptr;            // 8
+    int64_t n = 0;                  // 16  elements, >= 1
+    const float* vscale = nullptr;  // 24  per column: quantize 1/scale, dequantize scale (at c0)
+    const int32_t* vzp = nullptr;   // 32  per column zero points (at c0)
+    const float* smooth = nullptr;  // 40  (at c0)
+    float sscale = 0.0f;            // 48  scalar: quantize 1/scale, dequantize scale
+    int32_t szp = 0;                // 52  scalar zero point
+    float* mm = nullptr;            // 56  minmax: 3 * vlen floats out (min, max, magnitude bits)
+};
+using QFn = void (*)(const QArgs*);
+
+enum QConst : int { kQ512, kQm512, kQAbs, kQCount };
+struct alignas(64) QTable {
+    uint32_t v[kQCount][16];
+};
+const QTable& qtable() {
+    static const QTable t = [] {
+        QTable t{};
+        auto setf = [&](int i, float f) {
+            uint32_t b;
+            std::memcpy(&b, &f, 4);
+            for (auto& e : t.v[i]) e = b;
+        };
+        setf(kQ512, 512.0f);
+        setf(kQm512, -512.0f);
+        for (auto& e : t.v[kQAbs]) e = 0x7fffffffu;
+        return t;
+    }();
+    return t;
+}
+
+enum class Mode { quantize, dequantize, minmax };
+
+class JitQuant : public JitGenerator {
+public:
+    // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 16-byte aligned rows;
+    // dequantize: vector-aligned rows), then SFENCE.
+    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode, bool nt = false) : JitGenerator(isa), kd_(kd), mode_(mode), nt_(nt) {
+        zmm_ = isa >= Isa::avx512;
+        vl_ = zmm_ ? 16 : 8;
+        // Isa::avx512 for the zmm JitIo: bf16 stores by the integer rounding (denormals kept).
+        JitIo io(*this, zmm_ ? Isa::avx512 : Isa::avx2, tbl_, {V(14), V(15), k1, rax});
+        io_ = &io;
+        const bool quant = mode != Mode::dequantize;
+        vec_ = kd.granularity == QuantGranularity::per_channel && kd.axis == 1 && mode != Mode::minmax;
+        vec_zp_ = vec_ && !kd.symmetric;
+        smooth_ = quant && kd.smooth;
+        ft_ = quant ? kd.src_dtype : kd.dst_dtype;
+        qt_ = quant ? kd.dst_dtype : kd.src_dtype;
+        fs_ = dtype_size(ft_);
+
+        preamble({rbx, r12});
+        mov(src_, ptr[abi_param1 + offsetof(QArgs, src)]);
+        mov(dst_, ptr[abi_param1 + offsetof(QArgs, dst)]);
+        mov(n_, ptr[abi_param1 + offsetof(QArgs, n)]);
+        mov(vs_, ptr[abi_param1 + offsetof(QArgs, vscale)]);
+        mov(vz_, ptr[abi_param1 + offsetof(QArgs, vzp)]);
+        mov(sm_, ptr[abi_param1 + offsetof(QArgs, smooth)]);
+        mov(tbl_, reinterpret_cast<uintptr_t>(JitIo::table()));
+        mov(ctb_, reinterpret_cast<uintptr_t>(&qtable()));
+        if (mode == Mode::minmax) {
+            for (int i = 0; i < 3; ++i) vxorps(V(8 + i), V(8 + i), V(8 + i));
+        } else {
+            vbroadcastss(V(12), ptr[abi_param1 + offsetof(QArgs, sscale)]);
+            vpbroadcastd(V(13), ptr[abi_param1 + offsetof(QArgs, szp)]);
+        }
+        if (zmm_ && mode == Mode::quantize && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
+
+        constexpr int kUnroll = 4;
+        Label l4, l1, tail, done;
+        L(l4);
+        cmp(n_, kUnroll * vl_);
+        jl(l1, T_NEAR);
+        if (pf_dist() > 0) {  // software prefetch of the source stream, pf_dist() bytes ahead
+            const int src_es = mode == Mode::dequantize ? 1 : fs_;
+            for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[src_ + pf_dist() + o]);
+        }
+        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false);
+        advance(kUnroll * vl_);
+        sub(n_, kUnroll * vl_);
+        jmp(l4, T_NEAR);
+        L(l1);
+        cmp(n_, vl_);
+        jl(tail, T_NEAR);
+        one(0, 0, false);
+        advance(vl_);
+        sub(n_, vl_);
+        jmp(l1, T_NEAR);
+        L(tail);
+        test(n_, n_);
+        jz(done, T_NEAR);
+        one(0, 0, true);
+        L(done);
+        if (nt_) sfence();
+        if (mode == Mode::minmax) {
+            mov(rax, ptr[abi_param1 + offsetof(QArgs, mm)]);
+            for (int i = 0; i < 3; ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
+        }
+        postamble();
+        io_ = nullptr;
+        fn = finalize<QFn>();
+    }
+    QFn fn = nullptr;
+
+private:
+    Xmm V(int i) const { return zmm_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+    // Software prefetch distance of the source stream in the main loop, bytes: 4096 (one core of
+    // the Sapphire Rapids dev host, quantize f32 -> u8 4096x4096 from DRAM: ~5 -> ~8.5 GB/s,
+    // noisy shared host; 1024 / 2048 / 8192 measured between). XK_QUANT_PF=<bytes> overrides it
+    // (0: none) for experiments, read once.
+    static int pf_dist() {
+        static const int d = [] {
+            const char* e = std::getenv("XK_QUANT_PF");
+            return e ? std::atoi(e) : 4096;
+        }();
+        return d;
+    }
+    // The slot's registers: a (value), b (parameter scratch); V(8-10) the minmax accumulators,
+    // V(12) / V(13) the scalar scale / zero point, V(14-15) JitIo's scratch, zmm16 zero.
+    Xmm A(int k) const { return V(2 * k); }
+    Xmm B(int k) const { return V(2 * k + 1); }
+
+    void advance(int elems) {
+        add(src_, elems * (mode_ == Mode::dequantize ? 1 : fs_));
+        if (mode_ != Mode::minmax) add(dst_, elems * (mode_ == Mode::dequantize ? fs_ : 1));
+        if (vec_) add(vs_, elems * 4);
+        if (vec_zp_) add(vz_, elems * 4);
+        if (smooth_) add(sm_, elems * 4);
+    }
+
+    // A runtime tail of n_ elements (1..vlen-1) or a full vector at element offset off.
+    void load_f(const Xmm& v, const Reg64& base, int64_t off_bytes, DType t, bool tail) {
+        if (tail) io_->load_rt(v, base + off_bytes, t, n_);
+        else io_->load(v, base + off_bytes, t, vl_);
+    }
+
+    // AVX2 only: copy n_ (< 8 here, < 32 allowed) bytes between memory and the red zone.
+    void copy_bytes(const RegExp& to, const RegExp& from) {
+        Label loop;
+        xor_(rax, rax);
+        L(loop);
+        movzx(r12d, byte[from + rax]);
+        mov(byte[to + rax], r12b);
+        inc(rax);
+        cmp(rax, n_);
+        jl(loop);
+    }
+
+    void one(int k, int off, bool tail) {
+        const Xmm a = A(k), b = B(k);
+        if (mode_ == Mode::dequantize) {
+            dequant_one(a, b, off, tail);
+            return;
+        }
+        load_f(a, src_, static_cast<int64_t>(off) * fs_, ft_, tail);
+        if (smooth_) {
+            if (tail) {
+                io_->load_rt(b, sm_, DType::f32, n_);
+                vmulps(a, a, b);
+            } else {
+                vmulps(a, a, ptr[sm_ + off * 4]);
+            }
+        }
+        if (mode_ == Mode::minmax) {
+            vminps(V(8), V(8), a);
+            vmaxps(V(9), V(9), a);
+            vandps(b, a, ptr[ctb_ + kQAbs * 64]);
+            vpmaxsd(V(10), V(10), b);
+            return;
+        }
+        // t = v * inv
+        if (vec_) {
+            if (tail) {
+                io_->load_rt(b, vs_, DType::f32, n_);
+                vmulps(a, a, b);
+            } else {
+                vmulps(a, a, ptr[vs_ + off * 4]);
+            }
+        } else {
+            vmulps(a, a, V(12));
+        }
+        // NaN -> 0, clamp, round to nearest even, to int32
+        if (zmm_) {
+            vcmpps(k2, a, a, 7);  // ordered
+            vminps(a | k2 | T_z, a, ptr[ctb_ + kQ512 * 64]);
+        } else {
+            vcmpps(b, a, a, 7);
+            vandps(a, a, b);
+            vminps(a, a, ptr[ctb_ + kQ512 * 64]);
+        }
+        vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
+        if (zmm_) vrndscaleps(a, a, 8);
+        else vroundps(a, a, 8);
+        vcvttps2dq(a, a);
+        if (vec_zp_) {
+            if (tail) {
+                io_->load_rt(b, vz_, DType::f32, n_);  // bit moves
+                vpaddd(a, a, b);
+            } else {
+                vpaddd(a, a, ptr[vz_ + off * 4]);
+            }
+        } else {
+            vpaddd(a, a, V(13));
+        }
+        // saturate and store
+        if (zmm_) {
+            const Zmm z(a.getIdx());
+            if (tail) io_->set_kmask_rt(n_);
+            auto dst = tail ? ptr[dst_ + off] | k1 : ptr[dst_ + off];
+            if (qt_ == DType::u8) vpmaxsd(z, z, Zmm(16));
+            if (nt_ && !tail) {
+                const Xmm x(a.getIdx());
+                if (qt_ == DType::s8) vpmovsdb(x, z);
+                else vpmovusdb(x, z);
+                vmovntdq(ptr[dst_ + off], x);
+            } else if (qt_ == DType::s8) {
+                vpmovsdb(dst, z);
+            } else {
+                vpmovusdb(dst, z);
+            }
+        } else {
+            const Xmm xa(a.getIdx()), xb(b.getIdx());
+            vextracti128(xb, Ymm(a.getIdx()), 1);
+            vpackssdw(xa, xa, xb);
+            if (qt_ == DType::s8) vpacksswb(xa, xa, xa);
+            else vpackuswb(xa, xa, xa);
+            if (tail) {
+                vmovq(ptr[rsp - 64], xa);
+                copy_bytes(dst_, rsp - 64);
+            } else {
+                vmovq(ptr[dst_ + off], xa);
+            }
+        }
+    }
+
+    void dequant_one(const Xmm& a, const Xmm& b, int off, bool tail) {
+        const bool u = qt_ == DType::u8;
+        if (zmm_) {
+            if (tail) {
+                io_->set_kmask_rt(n_);
+                if (u) vpmovzxbd(a | k1 | T_z, ptr[src_ + off]);
+                else vpmovsxbd(a | k1 | T_z, ptr[src_ + off]);
+            } else {
+                if (u) vpmovzxbd(a, ptr[src_ + off]);
+                else vpmovsxbd(a, ptr[src_ + off]);
+            }
+        } else {
+            if (tail) {
+                mov(qword[rsp - 64], 0);
+                copy_bytes(rsp - 64, src_);
+                if (u) vpmovzxbd(a, ptr[rsp - 64]);
+                else vpmovsxbd(a, ptr[rsp - 64]);
+            } else {
+                if (u) vpmovzxbd(a, ptr[src_ + off]);
+                else vpmovsxbd(a, ptr[src_ + off]);
+            }
+        }
+        if (vec_zp_) {
+            if (tail) {
+                io_->load_rt(b, vz_, DType::f32, n_);
+                vpsubd(a, a, b);
+            } else {
+                vpsubd(a, a, ptr[vz_ + off * 4]);
+            }
+        } else {
+            vpsubd(a, a, V(13));
+        }
+        vcvtdq2ps(a, a);
+        if (vec_) {
+            if (tail) {
+                io_->load_rt(b, vs_, DType::f32, n_);
+                vmulps(a, a, b);
+            } else {
+                vmulps(a, a, ptr[vs_ + off * 4]);
+            }
+        } else {
+            vmulps(a, a, V(12));
+        }
+        if (tail) io_->store_rt(dst_ + off * fs_, a, ft_, n_);
+        else io_->store(dst_ + off * fs_, a, ft_, vl_, nt_);
+    }
+
+    QuantKernelDesc kd_;
+    Mode mode_;
+    bool nt_ = false;
+    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false;
+    int vl_ = 8, fs_ = 4;
+    DType ft_ = DType::f32, qt_ = DType::u8;
+    const JitIo* io_ = nullptr;
+    const Reg64 src_ = rsi, dst_ = rdx, n_ = rcx, vs_ = r8, vz_ = r9, tbl_ = r10, sm_ = r11, ctb_ = rbx;
+};
+
+class JitQuantKernel final : public QuantKernel {
+public:
+    JitQuantKernel(const QuantKernelDesc& kd, Isa isa) : kd_(kd) {
+        quant_ = kd.dst_dtype == DType::u8 || kd.dst_dtype == DType::s8;
+        vl_ = isa >= Isa::avx512 ? 16 : 8;
+        gen_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize);
+        if (!quant_ || isa >= Isa::avx512) {
+            gen_nt_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize, true);
+            nt_align_ = quant_ ? 16 : vl_ * dtype_size(kd.dst_dtype);
+        }
+        if (kd.granularity == QuantGranularity::per_token_dynamic) mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
+    }
+
+    void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+             const QuantPrep& p) const override {
+        const int ss = dtype_size(d.src_dtype), ds = dtype_size(d.dst_dtype);
+        const bool col_vec = d.granularity == QuantGranularity::per_channel && d.axis == 1;
+        const DType qtype = quant_ ? d.dst_dtype : d.src_dtype;
+        QArgs q;
+        q.n = c1 - c0;
+        if (q.n <= 0) return;
+        // Streaming stores for outputs that do not stay in the LLC, where every row is aligned.
+        const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * ds) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
+                        (c0 * ds) % nt_align_ == 0;
+        const QFn fn = nt ? gen_nt_->fn : gen_->fn;
+        if (d.smooth) q.smooth = a.smooth + c0;
+        if (col_vec) {
+            q.vscale = quant_ ? p.inv + c0 : a.scales + c0;
+            if (d.symmetric) q.szp = quant_symmetric_zero_point(qtype);
+            else q.vzp = a.zero_points + c0;
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+            if (!col_vec) {
+                const int64_t c = d.granularity == QuantGranularity::per_tensor ? 0 : r;
+                if (quant_) {
+                    q.sscale = p.inv[c];
+                    q.szp = p.zp[c];
+                } else {
+                    q.sscale = a.scales[c];
+                    q.szp = d.symmetric ? quant_symmetric_zero_point(qtype) : a.zero_points[c];
+                }
+            }
+            q.src = static_cast<const char*>(a.src) + (r * d.ld_src + c0) * ss;
+            q.dst = static_cast<char*>(a.dst) + (r * d.ld_dst + c0) * ds;
+            fn(&q);
+        }
+    }
+
+    void minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* mn, float* mx,
+                uint8_t* finite) const override {
+        if (!mm_gen_) {
+            QuantKernel::minmax(d, a, r0, r1, mn, mx, finite);
+            return;
+        }
+        alignas(64) float acc[48];
+        QArgs q;
+        q.n = d.cols;
+        q.smooth = d.smooth ? a.smooth : nullptr;
+        q.mm = acc;
+        const int ss = dtype_size(d.src_dtype);
+        for (int64_t r = r0; r < r1; ++r) {
+            q.src = static_cast<const char*>(a.src) + r * d.ld_src * ss;
+            mm_gen_->fn(&q);
+            float lo = acc[0], hi = acc[vl_];
+            uint32_t bits = 0;
+            for (int i = 0; i < vl_; ++i) {
+                lo = std::min(lo, acc[i]);
+                hi = std::max(hi, acc[vl_ + i]);
+                uint32_t b;
+                std::memcpy(&b, &acc[2 * vl_ + i], 4);
+                bits = std::max(bits, b);
+            }
+            mn[r] = lo;
+            mx[r] = hi;
+            finite[r] = bits < 0x7f800000u;
+        }
+    }
+
+private:
+    QuantKernelDesc kd_;
+    bool quant_ = true;
+    int vl_ = 8;
+    std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_;
+    int nt_align_ = 64;
+};
+
+}  // namespace
+
+std::shared_ptr<const QuantKernel> create_jit_quant(const QuantKernelDesc& kd, Isa isa) {
+    return std::make_shared<JitQuantKernel>(kd, isa);
+}
+
+}  // namespace xk::detail
