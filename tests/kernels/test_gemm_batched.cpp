@@ -33,7 +33,6 @@
 #include "common/parallel.hpp"
 #include "common/test_util.hpp"
 #include "kernels/gemm/gemm.hpp"
-#include "xk/c/gemm.h"
 #include "xk/gemm.hpp"
 #include "xk/runtime.hpp"
 #include "xk/xk.h"
