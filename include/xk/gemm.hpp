@@ -56,6 +56,26 @@
 // only the alignment of their element type. A pointer may be null only when nothing is read
 // through it (a zero-sized operand, or an epilogue / scale the descriptor does not use).
 //
+// Batched (strided): GemmDesc::batch products of the same shape in one call (one plan, one kernel
+// selection, one parallel loop over the items), item i reading
+//   A + i*batch_stride_a,  B + i*batch_stride_b,  residual + i*batch_stride_residual  and writing
+//   C + i*batch_stride_c   (strides in elements of the operand's type).
+// An input stride of 0 means the same matrix for every item (a shared weight: cuBLAS's strideB = 0);
+// bias, scales and zero points are shared by all items. batch_stride_c = 0 means packed (M*ldc);
+// a non-zero one must keep the items of C apart: >= the item's extent (M-1)*ldc + N, or the items
+// side by side within the rows (>= N, with (batch-1)*batch_stride_c + N <= ldc: e.g. attention
+// heads written into one [tokens x heads*64] matrix). Strides must be >= 0; batch = 0 does nothing
+// (like M = 0); every operand's span over all items must fit in int64 bytes, and C's span over all
+// items must not overlap any input's span over all items. Each item computes exactly what a single
+// GEMM of the same descriptor (batch = 1) computes on those pointers, bit for bit, whatever the
+// thread count. Threads: one parallel loop over the items, each item run by one thread (handed
+// out as threads become free). Only where the items do not divide evenly over the threads and an
+// item is large enough for its kernel to thread it well (t = M N K / 2^21 threads' worth, with
+// 0.8 t > the leftover count: e.g. 3 items of 1024^3 on 2 threads) do the leftover items run
+// afterwards one after another, each over all threads. A plan whose B is batched (batch_stride_b != 0) packs every item in pack_b (the PackedB
+// then holds `batch` packed items and run(args, packed) gives item i its own); with
+// batch_stride_b = 0 one packed B serves every item.
+//
 // Usage:
 //   xk::GemmDesc d;  d.M = 64; d.N = 768; d.K = 768;  d.epilogue.bias = true;
 //   d.epilogue.act = xk::Activation::gelu_erf;
@@ -105,6 +125,12 @@ struct GemmDesc {
     bool b_scale_per_channel = false;   // int8 -> f32|u8|s8: b_scales holds N values (else 1)
     DType residual_type = DType::f32;   // f32 or bf16
     int64_t ld_residual = 0;            // 0 = packed (N)
+    // Strided batch (see "Batched" above): `batch` products; strides in elements, >= 0.
+    int64_t batch = 1;                  // 0 does nothing
+    int64_t batch_stride_a = 0;         // 0 = the same A for every item
+    int64_t batch_stride_b = 0;         // 0 = the same B for every item (one PackedB for all)
+    int64_t batch_stride_c = 0;         // 0 = packed (M*ldc)
+    int64_t batch_stride_residual = 0;  // 0 = the same residual for every item
 };
 
 // Pointers of one execution. Types follow the descriptor (A: a_type, B: b_type, C: c_type, ...).
@@ -126,13 +152,15 @@ struct GemmArgs {
 // immutable and opaque; copies share the data. A PackedB is accepted by every plan whose kernel
 // uses the same packed layout (typically: the same K, N, b_type and implementation — M, the
 // epilogue and the scalars may differ, so one packed weight serves every batch size), and
-// rejected with an xk::Error by any other plan.
+// rejected with an xk::Error by any other plan. A batched PackedB (packed by a plan with batch > 1
+// and batch_stride_b != 0) holds one packed B per item and serves plans of the same batch count.
 class PackedB {
 public:
     PackedB() = default;
     bool empty() const noexcept { return !data_; }
     size_t size_bytes() const noexcept;
-    // The packed layout, e.g. "ref:plain:f32:K64:N128" ("" when empty).
+    // The packed layout, e.g. "ref:plain:f32:K64:N128" ("" when empty); a batched PackedB of 96
+    // items: the items' layout followed by ":batch96".
     std::string layout() const;
 
 private:
@@ -156,11 +184,12 @@ public:
     void run(const GemmArgs& args) const;
     // Same with B taken from packed_b (args.B is not read).
     void run(const GemmArgs& args, const PackedB& packed_b) const;
-    // Packs B (b_type, trans_b, ldb as in the descriptor) for run(args, packed).
+    // Packs B (b_type, trans_b, ldb as in the descriptor) for run(args, packed); with batch > 1
+    // and batch_stride_b != 0 every item's B (B + i*batch_stride_b).
     PackedB pack_b(const void* B) const;
 
     const char* impl_name() const noexcept { return impl_name_; }
-    // The descriptor, with leading dimensions of 0 replaced by their packed value.
+    // The descriptor, with leading dimensions (and batch_stride_c) of 0 replaced by their packed value.
     const GemmDesc& desc() const noexcept { return desc_; }
 
 private:

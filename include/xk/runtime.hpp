@@ -17,7 +17,9 @@ std::string dependency_versions();
 const char* threading_backend() noexcept;
 
 // Threads used by xk's parallel-for. 0 (default) means every logical CPU the process may use
-// (or OMP_NUM_THREADS when set). Negative values are an xk::Error.
+// (or OMP_NUM_THREADS when set). Negative values are an xk::Error. get_num_threads() is 1 on a
+// thread that runs part of one of xk's own parallel loops (e.g. an item of a batched GEMM spread
+// over the threads): nested loops run inline.
 void set_num_threads(int n);
 int get_num_threads();
 

@@ -37,6 +37,9 @@ xk::GemmDesc to_desc(const xk_gemm_desc& c) {
     d.residual_type = to_dtype(c.residual_type);
     d.ld_residual = c.ld_residual;
     d.b_scale_per_channel = c.b_scale_per_channel != 0;
+    d.batch = c.batch;
+    d.batch_stride_a = c.batch_stride_a, d.batch_stride_b = c.batch_stride_b;
+    d.batch_stride_c = c.batch_stride_c, d.batch_stride_residual = c.batch_stride_residual;
     return d;
 }
 
@@ -160,6 +163,7 @@ void xk_gemm_desc_init(xk_gemm_desc* desc) {
     desc->alpha = 1.0f;
     desc->beta = 0.0f;
     desc->act = XK_ACT_NONE;
+    desc->batch = 1;
 }
 
 void xk_gemm_args_init(xk_gemm_args* args) {

@@ -19,6 +19,19 @@
 namespace xk {
 namespace {
 std::atomic<int> g_threads{0};
+// True on a thread while it runs a chunk of a multi-threaded parallel_for (the caller's own chunk
+// included): get_num_threads() is then 1, so a nested parallel_for (a kernel run per item of a
+// batch that is itself spread over the threads) runs inline and kernels size their blocking for
+// one thread.
+thread_local bool t_in_region = false;
+
+// Marks the current thread as inside a region for a scope (restores the previous value, also
+// when f throws).
+struct RegionMark {
+    bool prev;
+    RegionMark() : prev(t_in_region) { t_in_region = true; }
+    ~RegionMark() { t_in_region = prev; }
+};
 
 int default_threads() {
     static const int n = [] {
@@ -52,11 +65,14 @@ void set_num_threads(int n) {
 }
 
 int get_num_threads() {
+    if (t_in_region) return 1;
     const int n = g_threads.load(std::memory_order_relaxed);
     return n > 0 ? n : default_threads();
 }
 
 namespace detail {
+
+bool in_parallel_region() noexcept { return t_in_region; }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
     if (n <= 0) return;
@@ -77,6 +93,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
         chunk(t, b, e);
         if (b >= e) return;
         try {
+            RegionMark mark;
             f(b, e);
         } catch (...) {
             std::lock_guard<std::mutex> lock(error_mu);

@@ -69,6 +69,15 @@ typedef struct xk_gemm_desc {
     xk_dtype residual_type;             /* XK_DTYPE_F32 or XK_DTYPE_BF16 */
     int64_t ld_residual;                /* 0 = packed */
     int b_scale_per_channel;            /* int8 -> f32: b_scales holds N values */
+    /* Strided batch (xk::GemmDesc::batch ...; added after the fields above): `batch` products of
+     * this shape in one call, item i reading A + i*batch_stride_a, B + i*batch_stride_b,
+     * residual + i*batch_stride_residual and writing C + i*batch_stride_c (elements, >= 0). An
+     * input stride of 0 is the same matrix for every item; bias, scales and zero points are
+     * shared. batch_stride_c = 0 is packed (M*ldc); otherwise the items of C must not overlap.
+     * batch = 0 does nothing. xk_gemm_desc_init sets batch = 1 (a descriptor zeroed by hand must
+     * set it). A packed B of a plan with batch > 1 and batch_stride_b != 0 holds every item's B. */
+    int64_t batch;
+    int64_t batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_residual;
 } xk_gemm_desc;
 
 typedef struct xk_gemm_args {
@@ -84,8 +93,8 @@ typedef struct xk_gemm_args {
     int32_t c_zero_point;               /* int8 -> u8|s8 C: in c_type's range */
 } xk_gemm_args;
 
-/* Defaults: sizes 0, no transposes, packed leading dimensions, f32, alpha 1, beta 0, no epilogue.
- * No-op for a null pointer. */
+/* Defaults: sizes 0, no transposes, packed leading dimensions, f32, alpha 1, beta 0, no epilogue,
+ * batch 1 with strides 0. No-op for a null pointer. */
 void xk_gemm_desc_init(xk_gemm_desc* desc);
 /* Zeroes every pointer and zero point. No-op for a null pointer. */
 void xk_gemm_args_init(xk_gemm_args* args);

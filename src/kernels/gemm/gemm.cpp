@@ -3,11 +3,14 @@
 #include "kernels/gemm/jit_gemm_int8.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "common/activation.hpp"
 #include "common/check.hpp"
+#include "common/parallel.hpp"
 #include "xk/gemm.hpp"
 
 namespace xk {
@@ -66,6 +69,12 @@ GemmDesc resolve_lds(GemmDesc d) {
     if (d.ldb == 0) d.ldb = min_ldb;
     if (d.ldc == 0) d.ldc = d.N;
     if (d.ld_residual == 0) d.ld_residual = d.N;
+    // Batch: C's stride of 0 is packed (left 0 where M*ldc overflows: batch <= 1 then, as
+    // gemm_check_batch rejects it otherwise).
+    if (d.batch_stride_c == 0) {
+        int64_t sc = 0;
+        if (!__builtin_mul_overflow(d.M, d.ldc, &sc)) d.batch_stride_c = sc;
+    }
     return d;
 }
 
@@ -170,6 +179,59 @@ GemmExtents gemm_extents(const char* fn, const GemmSpec& s) {
     if (s.epilogue.bias) x.bias = s.N * 4;
     if (s.epilogue.residual) x.res = extent(fn, "ld_residual", s.M, s.N, s.ld_residual) * dtype_size(s.residual_type);
     if (s.int8() && s.c_type != DType::s32) x.b_scales = (s.b_scale_per_channel ? s.N : 1) * 4;
+    return x;
+}
+
+GemmBatch gemm_check_batch(const char* fn, const GemmDesc& desc, const GemmSpec& s) {
+    check_nonnegative(fn, "batch", desc.batch);
+    check_nonnegative(fn, "batch_stride_a", desc.batch_stride_a);
+    check_nonnegative(fn, "batch_stride_b", desc.batch_stride_b);
+    check_nonnegative(fn, "batch_stride_c", desc.batch_stride_c);
+    check_nonnegative(fn, "batch_stride_residual", desc.batch_stride_residual);
+    GemmBatch b;
+    b.count = desc.batch;
+    if (desc.batch <= 1) return b;  // no item past the first: the strides are never used
+    const int64_t n1 = desc.batch - 1;
+    const bool an = s.trans_a == Trans::N, bn = s.trans_b == Trans::N;
+    // Every operand's span over the items ((batch-1)*stride + the item's extent, in elements) must
+    // fit; checked_mul / checked_add stop at int64 max / 16, so the byte counts fit too.
+    auto span = [&](const char* what, int64_t stride, int64_t item) {
+        return checked_add(fn, what, checked_mul(fn, what, n1, stride), item);
+    };
+    span("(batch-1)*batch_stride_a", desc.batch_stride_a, extent(fn, "A", an ? s.M : s.K, an ? s.K : s.M, s.lda));
+    span("(batch-1)*batch_stride_b", desc.batch_stride_b, extent(fn, "B", bn ? s.K : s.N, bn ? s.N : s.K, s.ldb));
+    b.a = desc.batch_stride_a * dtype_size(s.a_type);
+    b.b = desc.batch_stride_b * dtype_size(s.b_type);
+    if (s.epilogue.residual) {
+        span("(batch-1)*batch_stride_residual", desc.batch_stride_residual, extent(fn, "residual", s.M, s.N, s.ld_residual));
+        b.res = desc.batch_stride_residual * dtype_size(s.residual_type);
+    }
+    // C: 0 = packed (M*ldc); otherwise the items must not overlap: one after another (stride >= the
+    // item's extent), or side by side within the rows (stride >= N and the last item ends within
+    // the first row's ldc).
+    const int64_t sc = desc.batch_stride_c ? desc.batch_stride_c : checked_mul(fn, "M*ldc (batch_stride_c=0)", s.M, s.ldc);
+    const int64_t item_c = extent(fn, "C", s.M, s.N, s.ldc);
+    span("(batch-1)*batch_stride_c", sc, item_c);
+    if (item_c > 0 && sc < item_c && !(sc >= s.N && n1 * sc + s.N <= s.ldc))
+        fail_arg(fn, "batch_stride_c", std::to_string(sc),
+                 "makes the items of C overlap (batch=" + std::to_string(desc.batch) + "): it must be >= (M-1)*ldc+N=" +
+                     std::to_string(item_c) + " (items one after another), or >= N=" + std::to_string(s.N) +
+                     " with (batch-1)*batch_stride_c+N <= ldc=" + std::to_string(s.ldc) +
+                     " (items side by side in each row)");
+    b.c = sc * dtype_size(s.c_type);
+    return b;
+}
+
+GemmExtents gemm_extents(const char* fn, const GemmSpec& s, const GemmBatch& b) {
+    if (b.count == 0) return {};  // nothing is read or written
+    GemmExtents x = gemm_extents(fn, s);
+    if (b.count == 1) return x;
+    // Bytes: each span was checked by gemm_check_batch (elements <= int64 max / 16).
+    const int64_t n1 = b.count - 1;
+    if (x.a > 0) x.a += n1 * b.a;
+    if (x.b > 0) x.b += n1 * b.b;
+    if (x.c > 0) x.c += n1 * b.c;
+    if (x.res > 0) x.res += n1 * b.res;
     return x;
 }
 
@@ -357,12 +419,121 @@ GemmCall make_call(const GemmDesc& d, const GemmArgs& args, const GemmPacked* pa
     return call;
 }
 
+// ---- strided batch -----------------------------------------------------------------------------
+
+// A batched PackedB: one pack per item (all of one kernel's layout) — or, where an item's B is
+// empty (K or N is 0), one empty pack standing for all `count` (no allocation per item).
+struct GemmPackedItems final : GemmPacked {
+    GemmPackedItems(std::string layout_, int64_t count_, std::vector<std::shared_ptr<const GemmPacked>> v, size_t total)
+        : GemmPacked(std::move(layout_), 0), count(count_), items(std::move(v)) {
+        bytes = total;  // what PackedB::size_bytes reports (the base's own buffer is unused)
+    }
+    int64_t count;
+    std::vector<std::shared_ptr<const GemmPacked>> items;  // count entries, or 1 for all
+    const std::shared_ptr<const GemmPacked>* per_item() const {
+        return static_cast<int64_t>(items.size()) == count ? items.data() : nullptr;
+    }
+};
+
+inline const void* offset_ptr(const void* p, int64_t bytes) {
+    return p ? static_cast<const char*>(p) + bytes : p;  // (a null pointer is never read)
+}
+
+// Runs the items of a validated batch: item i is one call of the item's kernel (its direct entry
+// when it has one) on the pointers offset by i strides, with the shared pack or item i's.
+struct BatchRun {
+    const GemmKernel* kernel = nullptr;
+    GemmSmallFn fast = nullptr;           // the kernel's direct entry (unpacked B only)
+    const GemmBatch* batch = nullptr;
+    const GemmArgs* args = nullptr;
+    const float* alpha_beta = nullptr;    // {alpha, beta}
+    const GemmPacked* shared_pack = nullptr;
+    const std::shared_ptr<const GemmPacked>* item_packs = nullptr;  // batch->count entries, or null
+
+    void item(int64_t i) const {
+        GemmArgs a = *args;
+        a.A = offset_ptr(args->A, i * batch->a);
+        a.B = offset_ptr(args->B, i * batch->b);
+        a.C = const_cast<void*>(offset_ptr(args->C, i * batch->c));
+        a.residual = offset_ptr(args->residual, i * batch->res);
+        if (fast) {
+            fast(a.A, a.B, a.C, &a, alpha_beta);
+            return;
+        }
+        GemmCall call;
+        call.args = a;
+        call.alpha = alpha_beta[0];
+        call.beta = alpha_beta[1];
+        call.packed_b = item_packs ? item_packs[i].get() : shared_pack;
+        kernel->run(call);
+    }
+};
+
+// Work of one item (multiply-adds; a K = 0 item still writes M N outputs) at which a kernel threads
+// itself over one more thread (the blocked kernel's kMinMacsPerThread), and the efficiency assumed
+// for an item threaded by its kernel (against items run one per thread).
+constexpr double kBatchMacsPerThread = double(int64_t(1) << 21);
+constexpr double kBatchItemThreadEff = 0.8;
+
+struct BatchLoop {
+    const BatchRun* run;
+    int64_t end;
+    std::atomic<int64_t> next{0};
+};
+
+// One parallel loop over the items when they outnumber the threads or are too small to occupy
+// them all, each item on one thread (nested parallel_for runs inline there), handed out one at a
+// time as threads become free (a core slowed by another process takes fewer); items that do not
+// divide evenly over the threads run afterwards one after another, each threaded by its kernel,
+// where that is estimated faster (large items: an item of t_item threads' work beats a round of
+// single-thread items when t_item * kBatchItemThreadEff > the remainder).
+void run_batch(const BatchRun& r, const GemmSpec& s) {
+    const int64_t count = r.batch->count;
+    const int nt = get_num_threads();
+    int64_t spread = 0;  // items [0, spread) over the threads, one thread each
+    if (nt > 1 && count > 1) {
+        const double macs = double(s.M) * double(s.N) * double(std::max<int64_t>(s.K, 1));
+        const double t_item = std::clamp(std::floor(macs / kBatchMacsPerThread), 1.0, double(nt));
+        const int64_t rem = count % nt;
+        spread = (rem > 0 && t_item * kBatchItemThreadEff > double(rem)) ? count - rem : count;
+    }
+    if (spread > 1) {
+        BatchLoop loop{&r, spread};
+        const int64_t threads = std::min<int64_t>(spread, nt);
+        BatchLoop* lp = &loop;
+        parallel_for(threads, 1, [lp](int64_t, int64_t) {
+            for (int64_t i = lp->next.fetch_add(1, std::memory_order_relaxed); i < lp->end;
+                 i = lp->next.fetch_add(1, std::memory_order_relaxed))
+                lp->run->item(i);
+        });
+    } else {
+        spread = 0;
+    }
+    for (int64_t i = spread; i < count; ++i) r.item(i);
+}
+
 void gemm_one_shot(const char* fn, const GemmDesc& desc, const GemmArgs& args) {
     const GemmSpec s = gemm_check_desc(fn, desc);
-    gemm_check_args(fn, s, args, false);
-    if (s.M == 0 || s.N == 0) return;
-    const auto sel = gemm_select(s, false);  // a cached tuning decision, never a new one
-    sel.kernel->run(make_call(desc, args, nullptr));
+    const GemmBatch b = gemm_check_batch(fn, desc, s);
+    if (b.count == 1) {
+        gemm_check_args(fn, s, args, false);
+        if (s.M == 0 || s.N == 0) return;
+        const auto sel = gemm_select(s, false);  // a cached tuning decision, never a new one
+        sel.kernel->run(make_call(desc, args, nullptr));
+        return;
+    }
+    const GemmExtents x = gemm_extents(fn, s, b);
+    gemm_check_args(fn, s, x, args, false);
+    if (x.c == 0) return;  // batch, M or N is 0
+    const auto sel = gemm_select(s, false);
+    const float ab[2] = {desc.alpha, desc.beta};
+    BatchRun r;
+    r.kernel = sel.kernel.get();
+    r.fast = sel.kernel->fast_path().fn;
+    r.batch = &b;
+    r.args = &args;
+    r.alpha_beta = ab;
+    run_batch(r, s);
 }
 
 }  // namespace
@@ -393,13 +564,22 @@ std::string PackedB::layout() const { return data_ ? data_->layout : std::string
 
 GemmPlan::GemmPlan(const GemmDesc& desc) {
     const detail::GemmSpec s = detail::gemm_check_desc("xk::GemmPlan", desc);
-    const auto sel = detail::gemm_select(s, true);  // the registry's pick, or a measured choice
+    const detail::GemmBatch batch = detail::gemm_check_batch("xk::GemmPlan", desc, s);
+    // The registry's pick, or a measured choice (items of a batch are not timed: they run one per
+    // thread where a timing would have threaded one product).
+    const auto sel = detail::gemm_select(s, batch.count == 1);
     desc_ = detail::resolve_lds(desc);
     kernel_ = sel.kernel;
     impl_name_ = sel.impl->name;
     pack_layout_ = kernel_->packed_layout();
-    state_ = std::make_shared<const detail::GemmPlanState>(detail::GemmPlanState{
-        s, detail::gemm_extents("xk::GemmPlan", s), kernel_->fast_path(), {desc_.alpha, desc_.beta}});
+    const detail::GemmFastPath fast = kernel_->fast_path();
+    state_ = std::make_shared<const detail::GemmPlanState>(
+        detail::GemmPlanState{s,
+                              detail::gemm_extents("xk::GemmPlan", s, batch),
+                              batch.count == 1 ? fast : detail::GemmFastPath{},  // run(): one item, one call
+                              {desc_.alpha, desc_.beta},
+                              batch,
+                              fast});
 }
 
 GemmPlan::~GemmPlan() = default;
@@ -413,11 +593,20 @@ __attribute__((noinline)) void plan_run_general(const GemmKernel* kernel, const 
     constexpr const char* fn = "xk::GemmPlan::run";
     if (!kernel) fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
     if (!gemm_args_ok(*st, args, false)) check_args_inline(fn, st->spec, st->extents, args, false);
-    if (st->extents.c == 0) return;  // M or N is 0
-    if (st->fast.fn)
+    if (st->extents.c == 0) return;  // batch, M or N is 0
+    if (st->batch.count != 1) {
+        BatchRun r;
+        r.kernel = kernel;
+        r.fast = st->item_fast.fn;
+        r.batch = &st->batch;
+        r.args = &args;
+        r.alpha_beta = st->alpha_beta;
+        run_batch(r, st->spec);
+    } else if (st->fast.fn) {
         st->fast.fn(args.A, args.B, args.C, &args, st->alpha_beta);
-    else
+    } else {
         kernel->run(make_call(desc, args, nullptr));
+    }
 }
 }  // namespace
 }  // namespace detail
@@ -441,11 +630,35 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
         detail::fail_arg(fn, "packed_b", "empty", "holds no data (make it with GemmPlan::pack_b)");
     const detail::GemmPlanState& st = *state_;
     const detail::GemmKernel* kernel = kernel_.get();
+    // A batched PackedB (one pack per item) serves exactly the plans whose B is batched, of the
+    // same batch count; a single one the others. (A plan of batch 0 computes nothing.)
+    // (Unbatched plans skip the cast: a batched PackedB's layout, "<items' layout>:batch<n>", is
+    // read by no kernel, so the layout check below rejects it.)
+    const detail::GemmBatch& bt = st.batch;
+    const detail::GemmPacked* pack = packed_b.data_.get();
+    const auto* items = bt.count != 1 ? dynamic_cast<const detail::GemmPackedItems*>(pack) : nullptr;
+    if (bt.count != 0) {
+        if (bt.b_items() && !items)
+            detail::fail_arg(fn, "packed_b", "'" + pack->layout + "'",
+                             "holds one packed B, but this plan reads one B per item (batch=" + std::to_string(bt.count) +
+                                 ", batch_stride_b=" + std::to_string(desc_.batch_stride_b) +
+                                 "): pack B with this plan's pack_b");
+        if (!bt.b_items() && items)
+            detail::fail_arg(fn, "packed_b", "'" + pack->layout + "'",
+                             "holds " + std::to_string(items->count) +
+                                 " packed items, but this plan reads the same B for every item (batch=" +
+                                 std::to_string(bt.count) + ", batch_stride_b=0)");
+        if (items && items->count != bt.count)
+            detail::fail_arg(fn, "packed_b", "'" + pack->layout + "'",
+                             "holds " + std::to_string(items->count) + " packed items, but this plan has batch=" +
+                                 std::to_string(bt.count));
+        if (items) pack = items->items[0].get();
+    }
     std::shared_ptr<const detail::GemmKernel> other;
-    if (packed_b.data_->layout != pack_layout_) {
+    if (bt.count != 0 && pack->layout != pack_layout_) {
         // Packed by a plan of another batch size (or shape class): run with the best kernel that
         // reads that layout, so one packed weight serves every M (as ipex.optimize's does).
-        other = detail::gemm_kernel_for_layout(st.spec, packed_b.data_->layout);
+        other = detail::gemm_kernel_for_layout(st.spec, pack->layout);
         if (!other)
             detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
                              "was packed for another plan: this plan (" + std::string(impl_name_) +
@@ -454,16 +667,49 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
         kernel = other.get();
     }
     if (!detail::gemm_args_ok(st, args, true)) detail::check_args_inline(fn, st.spec, st.extents, args, true);
-    if (st.extents.c == 0) return;  // M or N is 0
-    kernel->run(detail::make_call(desc_, args, packed_b.data_.get()));
+    if (st.extents.c == 0) return;  // batch, M or N is 0
+    if (bt.count == 1) {
+        kernel->run(detail::make_call(desc_, args, pack));
+        return;
+    }
+    detail::BatchRun r;
+    r.kernel = kernel;
+    r.batch = &bt;
+    r.args = &args;
+    r.alpha_beta = st.alpha_beta;
+    r.shared_pack = pack;
+    r.item_packs = items ? items->per_item() : nullptr;
+    detail::run_batch(r, st.spec);
 }
 
 PackedB GemmPlan::pack_b(const void* B) const {
     constexpr const char* fn = "xk::GemmPlan::pack_b";
     if (!kernel_) detail::fail(Status::invalid_argument, std::string(fn) + ": the plan was moved from");
-    if (desc_.K > 0 && desc_.N > 0) detail::check_not_null(fn, "B", B);
+    const detail::GemmBatch& bt = state_->batch;
     PackedB p;
-    p.data_ = kernel_->pack_b(B);
+    if (bt.count == 1 || (bt.count > 1 && !bt.b_items())) {  // one B for every item
+        if (desc_.K > 0 && desc_.N > 0) detail::check_not_null(fn, "B", B);
+        p.data_ = kernel_->pack_b(B);
+        return p;
+    }
+    // One pack per item (none for batch 0), packed over the threads; an empty B (K or N is 0):
+    // one empty pack for all.
+    const std::string layout = pack_layout_ + ":batch" + std::to_string(bt.count);
+    if (desc_.K == 0 || desc_.N == 0) {
+        std::vector<std::shared_ptr<const detail::GemmPacked>> one{kernel_->pack_b(B)};
+        const size_t bytes = one[0]->bytes;
+        p.data_ = std::make_shared<const detail::GemmPackedItems>(layout, bt.count, std::move(one), bytes);
+        return p;
+    }
+    if (bt.count > 0) detail::check_not_null(fn, "B", B);
+    std::vector<std::shared_ptr<const detail::GemmPacked>> items(static_cast<size_t>(bt.count));
+    const detail::GemmKernel* k = kernel_.get();
+    detail::parallel_for(bt.count, 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) items[i] = k->pack_b(detail::offset_ptr(B, i * bt.b));
+    });
+    size_t total = 0;
+    for (const auto& it : items) total += it->bytes;
+    p.data_ = std::make_shared<const detail::GemmPackedItems>(layout, bt.count, std::move(items), total);
     return p;
 }
 

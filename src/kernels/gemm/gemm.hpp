@@ -95,12 +95,27 @@ GemmExtents gemm_extents(const char* fn, const GemmSpec& s);
 void gemm_check_args(const char* fn, const GemmSpec& s, const GemmExtents& x, const GemmArgs& a, bool b_packed);
 void gemm_check_args(const char* fn, const GemmSpec& s, const GemmArgs& a, bool b_packed);
 
+// Strided batch (GemmDesc::batch ...), validated; kernels never see it: a GemmSpec is one item
+// and the batch loop (gemm.cpp) runs the item's kernel once per item with offset pointers.
+struct GemmBatch {
+    int64_t count = 1;
+    int64_t a = 0, b = 0, c = 0, res = 0;  // strides in bytes (c resolved: M*ldc for stride 0)
+    bool b_items() const { return count != 1 && b != 0; }  // a PackedB holds one pack per item
+};
+// Checks the batch fields of desc against its validated spec s (negative values, C items that
+// overlap, spans past int64 bytes); `fn` names the entry point.
+GemmBatch gemm_check_batch(const char* fn, const GemmDesc& desc, const GemmSpec& s);
+// Operand spans over every item of the batch (0 where nothing is read / written, count = 0 included).
+GemmExtents gemm_extents(const char* fn, const GemmSpec& s, const GemmBatch& b);
+
 // What a plan computes once so that run() only compares pointers.
 struct GemmPlanState {
     GemmSpec spec;
-    GemmExtents extents;
-    GemmFastPath fast;              // the kernel's direct entry for plain runs, if any
+    GemmExtents extents;            // spans over every item of the batch
+    GemmFastPath fast;              // the kernel's direct entry for plain runs, if any (unbatched plans only)
     float alpha_beta[2] = {1, 0};   // the plan's scalars, for fast.fn
+    GemmBatch batch;
+    GemmFastPath item_fast;         // the kernel's direct entry, for the items of a batched plan
 };
 // All of gemm_check_args' checks for a float (not int8) spec, branch-free: true when the
 // arguments pass. (A plan runs this per call and the full check, for its message, only if not.)
