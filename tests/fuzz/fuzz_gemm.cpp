@@ -340,9 +340,9 @@ void op_blas(In& in) {
 const char* spoil_desc(In& in, xk_gemm_desc& d) {
     switch (in.pick(10)) {
         case 0: { int v = in.bad_enum(2); std::memcpy(in.coin() ? &d.trans_a : &d.trans_b, &v, 4); return "trans enum"; }
-        case 1: { int v = in.bad_enum(5); std::memcpy(in.pick(3) == 0 ? &d.a_type : in.coin() ? &d.b_type : &d.c_type, &v, 4); return "dtype enum"; }
+        case 1: { int v = in.bad_enum(6); std::memcpy(in.pick(3) == 0 ? &d.a_type : in.coin() ? &d.b_type : &d.c_type, &v, 4); return "dtype enum"; }
         case 2: { int v = in.bad_enum(5); std::memcpy(&d.act, &v, 4); return "act enum"; }
-        case 3: if (d.c_type != XK_DTYPE_S32) { int v = in.bad_enum(5); d.residual = 1; std::memcpy(&d.residual_type, &v, 4); return "residual_type enum"; } [[fallthrough]];
+        case 3: if (d.c_type != XK_DTYPE_S32) { int v = in.bad_enum(6); d.residual = 1; std::memcpy(&d.residual_type, &v, 4); return "residual_type enum"; } [[fallthrough]];
         case 4: { (in.pick(3) == 0 ? d.M : in.coin() ? d.N : d.K) = -1 - in.pick(1000); return "negative size"; }
         case 5: d.a_type = XK_DTYPE_F32, d.b_type = XK_DTYPE_BF16; return "f32 x bf16";
         case 6: if (d.c_type == XK_DTYPE_S32) { d.alpha = 2.0f; return "alpha != 1 with s32"; } [[fallthrough]];

@@ -25,7 +25,7 @@ std::string num(double v) {
 
 bool valid_dtype(DType t) {
     const int v = static_cast<int>(t);
-    return v >= 0 && v <= static_cast<int>(DType::s32);
+    return v >= 0 && v <= static_cast<int>(DType::f16);
 }
 
 std::string dtype_str(DType t) {
