@@ -24,10 +24,13 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "common/gemm_capi.hpp"
 #include "xk/xk.h"
 #include "xk/xk.hpp"
 
 namespace {
+
+using xk::test::to_c;  // the GEMM C structs (common/gemm_capi.hpp)
 
 using namespace xk;
 using xk::test::for_each_isa;
@@ -123,26 +126,6 @@ GemmDesc gemm_desc(const GemmTypes& t, const Shape& s, int epilogue, Trans ta, T
     if (epilogue >= 2) d.epilogue.residual = true, d.residual_type = epilogue == 3 ? DType::bf16 : DType::f32;
     if (t.c == DType::f32 && (t.a == DType::s8 || t.a == DType::u8)) d.b_scale_per_channel = epilogue % 2 == 1;
     return d;
-}
-
-xk_gemm_desc to_c(const GemmDesc& d) {
-    xk_gemm_desc c;
-    xk_gemm_desc_init(&c);
-    c.M = d.M, c.N = d.N, c.K = d.K;
-    c.trans_a = static_cast<xk_trans>(static_cast<int>(d.trans_a));
-    c.trans_b = static_cast<xk_trans>(static_cast<int>(d.trans_b));
-    c.lda = d.lda, c.ldb = d.ldb, c.ldc = d.ldc;
-    c.a_type = static_cast<xk_dtype>(static_cast<int>(d.a_type));
-    c.b_type = static_cast<xk_dtype>(static_cast<int>(d.b_type));
-    c.c_type = static_cast<xk_dtype>(static_cast<int>(d.c_type));
-    c.alpha = d.alpha, c.beta = d.beta;
-    c.bias = d.epilogue.bias;
-    c.act = static_cast<xk_activation>(static_cast<int>(d.epilogue.act));
-    c.residual = d.epilogue.residual;
-    c.residual_type = static_cast<xk_dtype>(static_cast<int>(d.residual_type));
-    c.ld_residual = d.ld_residual;
-    c.b_scale_per_channel = d.b_scale_per_channel;
-    return c;
 }
 
 std::string shape_str(const Shape& s) {

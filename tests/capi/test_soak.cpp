@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "common/gemm_capi.hpp"
 #include "xk/xk.h"
 #include "xk/xk.hpp"
 
@@ -48,6 +49,8 @@
 using namespace xk;
 
 namespace {
+
+using xk::test::to_c;  // the GEMM C structs (common/gemm_capi.hpp)
 
 constexpr int kThreads = 16;    // soak threads
 constexpr int kLibThreads = 2;  // xk::set_num_threads during the soak (and for the expected results)
@@ -207,8 +210,8 @@ struct GemmData {
     GemmDesc d;
     Bytes A, B, residual;
     std::vector<float> bias, b_scales;
-    float a_scale = 1.0f;
-    int32_t a_zp = 0, b_zp = 0;
+    float a_scale = 1.0f, c_scale = 0.25f;
+    int32_t a_zp = 0, b_zp = 0, c_zp = 0;
     int64_t lda = 0, ldb = 0, ldc = 0;  // resolved
 
     GemmArgs args(void* C, bool with_b = true) const {
@@ -219,40 +222,16 @@ struct GemmData {
         a.bias = d.epilogue.bias ? bias.data() : nullptr;
         a.residual = d.epilogue.residual ? residual.data() : nullptr;
         const bool int8 = d.a_type == DType::u8 || d.a_type == DType::s8;
-        a.a_scale = int8 && d.c_type == DType::f32 ? &a_scale : nullptr;
-        a.b_scales = int8 && d.c_type == DType::f32 ? b_scales.data() : nullptr;
+        const bool requant = d.c_type == DType::u8 || d.c_type == DType::s8;
+        a.a_scale = int8 && (d.c_type == DType::f32 || requant) ? &a_scale : nullptr;
+        a.b_scales = int8 && (d.c_type == DType::f32 || requant) ? b_scales.data() : nullptr;
         a.a_zero_point = a_zp;
         a.b_zero_point = b_zp;
+        a.c_scale = requant ? &c_scale : nullptr;
+        a.c_zero_point = requant ? c_zp : 0;
         return a;
     }
 };
-
-xk_gemm_desc to_c(const GemmDesc& d) {
-    xk_gemm_desc c;
-    xk_gemm_desc_init(&c);
-    c.M = d.M, c.N = d.N, c.K = d.K;
-    c.trans_a = static_cast<xk_trans>(d.trans_a), c.trans_b = static_cast<xk_trans>(d.trans_b);
-    c.lda = d.lda, c.ldb = d.ldb, c.ldc = d.ldc;
-    c.a_type = static_cast<xk_dtype>(d.a_type), c.b_type = static_cast<xk_dtype>(d.b_type);
-    c.c_type = static_cast<xk_dtype>(d.c_type);
-    c.alpha = d.alpha, c.beta = d.beta;
-    c.bias = d.epilogue.bias ? 1 : 0;
-    c.act = static_cast<xk_activation>(d.epilogue.act);
-    c.residual = d.epilogue.residual ? 1 : 0;
-    c.residual_type = static_cast<xk_dtype>(d.residual_type);
-    c.ld_residual = d.ld_residual;
-    c.b_scale_per_channel = d.b_scale_per_channel ? 1 : 0;
-    return c;
-}
-
-xk_gemm_args to_c(const GemmArgs& a) {
-    xk_gemm_args c;
-    xk_gemm_args_init(&c);
-    c.A = a.A, c.B = a.B, c.C = a.C, c.bias = a.bias, c.residual = a.residual;
-    c.a_scale = a.a_scale, c.b_scales = a.b_scales;
-    c.a_zero_point = a.a_zero_point, c.b_zero_point = a.b_zero_point;
-    return c;
-}
 
 using GemmExtra = std::function<void(const GemmData&, Out)>;
 
@@ -266,16 +245,19 @@ void add_gemm(std::vector<Case>& cases, const std::string& name, const GemmDesc&
     g->ldb = d.ldb ? d.ldb : (d.trans_b == Trans::N ? d.N : d.K);
     g->ldc = d.ldc ? d.ldc : d.N;
     const int64_t ldr = d.ld_residual ? d.ld_residual : d.N;
-    g->A = random_bytes(d.a_type, (d.trans_a == Trans::N ? d.M : d.K) * g->lda, seed);
-    g->B = random_bytes(d.b_type, (d.trans_b == Trans::N ? d.K : d.N) * g->ldb, seed + 1);
-    g->residual = random_bytes(d.residual_type, d.M * ldr, seed + 2);
+    // batched descriptors here use packed item strides (or 0: shared): batch items of each
+    const int64_t items = std::max<int64_t>(1, d.batch);
+    g->A = random_bytes(d.a_type, items * (d.trans_a == Trans::N ? d.M : d.K) * g->lda, seed);
+    g->B = random_bytes(d.b_type, items * (d.trans_b == Trans::N ? d.K : d.N) * g->ldb, seed + 1);
+    g->residual = random_bytes(d.residual_type, items * d.M * ldr, seed + 2);
     g->bias = random_vec<float>(d.N, -1.0, 1.0, seed + 3);
     g->b_scales = random_vec<float>(d.N, 0.001, 0.01, seed + 4);
     g->a_scale = 0.03125f;
     g->a_zp = d.a_type == DType::u8 ? 3 : (d.a_type == DType::s8 ? -5 : 0);
     g->b_zp = d.b_type == DType::s8 ? 2 : 0;
+    g->c_zp = d.c_type == DType::u8 ? 128 : d.c_type == DType::s8 ? -3 : 0;
 
-    const size_t c_bytes = static_cast<size_t>(d.M * g->ldc) * dtype_size(d.c_type);
+    const size_t c_bytes = static_cast<size_t>(items * d.M * g->ldc) * dtype_size(d.c_type);
     Case c(kGemm, name, c_bytes);
     if (d.beta != 0.0f) {  // C is read: start from random values
         const Bytes c0 = random_bytes(d.c_type, d.M * g->ldc, seed + 5);
@@ -435,6 +417,20 @@ void add_gemm_cases(std::vector<Case>& cases) {
         d.trans_b = Trans::T;
         d.epilogue.bias = true, d.epilogue.act = Activation::relu;
         add_gemm(cases, "u8s8->f32 33x17x65 B^T per-channel bias relu", d, 850);
+    }
+    {  // requantized u8 / s8 C (static int8 models), and strided batched products (attention).
+        GemmDesc d = gemm_desc(33, 17, 65, DType::u8, DType::s8, DType::u8);
+        d.epilogue.bias = true, d.epilogue.act = Activation::relu;
+        add_gemm(cases, "u8s8->u8 33x17x65 requantized bias relu", d, 860);
+        d = gemm_desc(17, 33, 65, DType::s8, DType::s8, DType::s8);
+        d.b_scale_per_channel = true, d.trans_b = Trans::T;
+        add_gemm(cases, "s8s8->s8 17x33x65 B^T per-channel requantized", d, 870);
+        d = gemm_desc(33, 16, 24, DType::f32, DType::f32, DType::f32);
+        d.batch = 12, d.batch_stride_a = 33 * 24, d.batch_stride_b = 24 * 16, d.batch_stride_c = 33 * 16;
+        add_gemm(cases, "f32 batch 12 x 33x16x24", d, 880);
+        d = gemm_desc(17, 33, 65, DType::bf16, DType::bf16, DType::f32);
+        d.batch = 5, d.batch_stride_a = 17 * 65;  // B shared by the items (stride 0)
+        add_gemm(cases, "bf16->f32 batch 5 x 17x33x65 shared B", d, 890);
     }
     {  // s8 x s8 -> f32 through xk_gemm_s8s8f32.
         GemmDesc d = gemm_desc(7, 17, 33, DType::s8, DType::s8, DType::f32);

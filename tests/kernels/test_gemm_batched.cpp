@@ -32,6 +32,7 @@
 
 #include "common/parallel.hpp"
 #include "common/test_util.hpp"
+#include "common/gemm_capi.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "xk/gemm.hpp"
 #include "xk/runtime.hpp"
@@ -41,6 +42,8 @@ using namespace xk;
 using xk::test::for_each_isa;
 
 namespace {
+
+using xk::test::to_c;  // the GEMM C structs (common/gemm_capi.hpp)
 
 constexpr double kU = 1.0 / 16777216.0;  // 2^-24
 
@@ -236,38 +239,6 @@ struct Problem {
         if (std::memcmp(&got[i], &want[i], es) != 0)
             return ::testing::AssertionFailure() << "element " << i / es << " of " << got.size() / es << " differs";
     return ::testing::AssertionSuccess();
-}
-
-xk_gemm_desc to_c(const GemmDesc& d) {
-    xk_gemm_desc c;
-    xk_gemm_desc_init(&c);
-    c.M = d.M, c.N = d.N, c.K = d.K;
-    c.trans_a = static_cast<xk_trans>(static_cast<int>(d.trans_a));
-    c.trans_b = static_cast<xk_trans>(static_cast<int>(d.trans_b));
-    c.lda = d.lda, c.ldb = d.ldb, c.ldc = d.ldc;
-    c.a_type = static_cast<xk_dtype>(static_cast<int>(d.a_type));
-    c.b_type = static_cast<xk_dtype>(static_cast<int>(d.b_type));
-    c.c_type = static_cast<xk_dtype>(static_cast<int>(d.c_type));
-    c.alpha = d.alpha, c.beta = d.beta;
-    c.bias = d.epilogue.bias;
-    c.act = static_cast<xk_activation>(static_cast<int>(d.epilogue.act));
-    c.residual = d.epilogue.residual;
-    c.residual_type = static_cast<xk_dtype>(static_cast<int>(d.residual_type));
-    c.ld_residual = d.ld_residual;
-    c.b_scale_per_channel = d.b_scale_per_channel;
-    c.batch = d.batch;
-    c.batch_stride_a = d.batch_stride_a, c.batch_stride_b = d.batch_stride_b;
-    c.batch_stride_c = d.batch_stride_c, c.batch_stride_residual = d.batch_stride_residual;
-    return c;
-}
-
-xk_gemm_args to_c(const GemmArgs& g) {
-    xk_gemm_args a;
-    xk_gemm_args_init(&a);
-    a.A = g.A, a.B = g.B, a.C = g.C, a.bias = g.bias, a.residual = g.residual;
-    a.a_scale = g.a_scale, a.b_scales = g.b_scales;
-    a.a_zero_point = g.a_zero_point, a.b_zero_point = g.b_zero_point;
-    return a;
 }
 
 // Every entry point on one problem, at 1 and 2 threads, against the per-item loop.
