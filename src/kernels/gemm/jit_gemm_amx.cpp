@@ -8,7 +8,7 @@
 // one-k-at-a-time order, so results differ from it within a few ulps of the dot product's
 // magnitude (docs/gemm.md).
 //
-// B is packed once (GemmPlan::pack_b, or per call) into the tile layout: 32-column blocks, each
+// B is packed once (GemmPlan::pack_b, or per call into the calling thread's buffer) into the tile layout: 32-column blocks, each
 // ceil(K/32) k steps of two 1 KiB tiles [k-pair][16 columns][2], zero-padded in K and N. A is read
 // in place by the tile loads (stride lda) for trans_a = N in full 32-row blocks, with its K tail
 // (K % 32 columns) copied into a zero-padded 2 KiB buffer, unless rows lie a multiple of 2 KiB
@@ -293,45 +293,6 @@ std::string amx_layout(const GemmSpec& s) {
     return std::string("amx:") + (s.int8() ? "int8" : "bf16") + ":K" + std::to_string(s.K) + ":N" + std::to_string(s.N);
 }
 
-// Per-thread scratch (heap, made on first use): a packed A block, the K tail of an A block in
-// place, the accumulators of a task's column blocks (32 x 32 f32 / s32 each), and for int8 the
-// row terms of the block and an f32 tile for the requantizing store.
-struct AmxScratch {
-    struct Free {
-        void operator()(void* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t, Free> a, tail_mem, acc_mem, tmp_mem;
-    size_t a_bytes = 0;
-    float* acc = nullptr;
-    uint8_t* tail = nullptr;
-    float* tmp = nullptr;
-    int32_t rowc[kBlk];
-    static uint8_t* alloc(size_t bytes) {
-        void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!p) throw std::bad_alloc();
-        return static_cast<uint8_t*>(p);
-    }
-    AmxScratch() {
-        acc_mem.reset(alloc(kMaxChunk * kBlk * kBlk * 4));
-        tail_mem.reset(alloc(kBlk * 64));
-        tmp_mem.reset(alloc(kBlk * kBlk * 4));
-        acc = reinterpret_cast<float*>(acc_mem.get());
-        tail = tail_mem.get();
-        tmp = reinterpret_cast<float*>(tmp_mem.get());
-    }
-    uint8_t* a_buf(size_t bytes) {
-        if (bytes > a_bytes) {
-            a.reset(alloc(bytes));
-            a_bytes = bytes;
-        }
-        return a.get();
-    }
-};
-
-AmxScratch& scratch() {
-    thread_local AmxScratch s;
-    return s;
-}
 
 #define XK_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
@@ -426,11 +387,19 @@ public:
 
     std::string packed_layout() const override { return layout_; }
 
-    // Tiles, then (int8) the column sums: nblocks * 32 int32 after them.
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
+        auto p = std::make_shared<GemmPacked>(layout_, packed_bytes());
+        pack_into(B, static_cast<uint8_t*>(p->data));
+        return p;
+    }
+
+    // The packed B: the tiles, then (int8) the column sums, nblocks * 32 int32 after them.
+    size_t packed_bytes() const {
+        return static_cast<size_t>(nblocks_ * nkb_ * kStepBytes) + (int8_ ? static_cast<size_t>(nblocks_ * kBlk * 4) : 0);
+    }
+
+    void pack_into(const void* B, uint8_t* dst) const {
         const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
-        auto p = std::make_shared<GemmPacked>(layout_, tiles + (int8_ ? static_cast<size_t>(nblocks_ * kBlk * 4) : 0));
-        auto* dst = static_cast<uint8_t*>(p->data);
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
@@ -518,17 +487,19 @@ public:
                 std::memcpy(sums, acc, sizeof acc);
             }
         });
-        return p;
     }
 
     void run(const GemmCall& call) const override {
-        std::shared_ptr<const GemmPacked> own;
-        const GemmPacked* pb = call.packed_b;
-        if (!pb) {
-            own = pack_b(call.args.B);
-            pb = own.get();
+        // An unpacked B is packed per call into the calling thread's buffer (slot 2: the operands
+        // it shares with the workers for one call; slot 3 holds the int8 column terms).
+        const uint8_t* bp;
+        if (call.packed_b) {
+            bp = static_cast<const uint8_t*>(call.packed_b->data);
+        } else {
+            auto* buf = reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, (packed_bytes() + 3) / 4));
+            pack_into(call.args.B, buf);
+            bp = buf;
         }
-        const auto* bp = static_cast<const uint8_t*>(pb->data);
         const GemmArgs& args = call.args;
         alignas(64) GemmScalars sc;
         sc.set(call.alpha, call.beta);
@@ -552,18 +523,21 @@ public:
         // int8: the zero-point terms (wrapping), the per-column dequantization factors, the
         // requantization constants.
         const int32_t za = int8_ ? args.a_zero_point : 0, zb = int8_ ? args.b_zero_point : 0;
-        std::vector<int32_t> colc;
-        std::vector<float> fcol;
+        int32_t* colc = nullptr;
+        float* fcol = nullptr;
         const bool requant = s_.c_type == DType::u8 || s_.c_type == DType::s8;
         float inv = 0, czp = 0, lo = 0, hi = 0;
         if (int8_) {
             const auto* sums = reinterpret_cast<const int32_t*>(bp + nblocks_ * nkb_ * kStepBytes);
-            colc.assign(static_cast<size_t>(nblocks_ * kBlk), 0);
+            float* terms = gemm_thread_buffer(3, static_cast<size_t>(2 * nblocks_ * kBlk));
+            colc = reinterpret_cast<int32_t*>(terms);
+            fcol = terms + nblocks_ * kBlk;
+            std::fill(colc, colc + nblocks_ * kBlk, 0);
+            std::fill(fcol, fcol + nblocks_ * kBlk, 0.0f);
             const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
             for (int64_t n = 0; n < s_.N; ++n)
                 colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
             if (s_.c_type != DType::s32) {
-                fcol.assign(static_cast<size_t>(nblocks_ * kBlk), 0.0f);
                 const float aa = call.alpha * args.a_scale[0];
                 for (int64_t n = 0; n < s_.N; ++n) fcol[n] = aa * args.b_scales[s_.b_scale_per_channel ? n : 0];
             }
@@ -576,7 +550,15 @@ public:
         }
 
         parallel_for(nchunks * mblocks, 1, [&](int64_t t0, int64_t t1) {
-            AmxScratch& scr = scratch();
+            // A worker's buffers: the packed A block (slot 0), the K tail of an A block read in
+            // place and the f32 tile of the requantizing store (slot 1), the accumulators of a
+            // task's column blocks (slot 4), the int8 row terms of the block.
+            auto* a_pack = reinterpret_cast<uint8_t*>(gemm_thread_buffer(0, static_cast<size_t>(nkb_ * kStepBytes / 4)));
+            float* small = gemm_thread_buffer(1, kBlk * 64 / 4 + kBlk * kBlk);
+            auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
+            float* tmp = small + kBlk * 64 / 4;
+            float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
+            int32_t rowc[kBlk] = {};
             tc.configure(&tile_config());
             struct Release {
                 const TileCode& tc;
@@ -596,15 +578,15 @@ public:
                     a_ld = lda_b;
                     a_steps = kfull;
                     if (krem) {
-                        std::memset(scr.tail, 0, kBlk * 64);
+                        std::memset(a_tail_buf, 0, kBlk * 64);
                         for (int64_t r = 0; r < kBlk; ++r)
-                            std::memcpy(scr.tail + r * 64, a_base + r * lda_b + kfull * 64, static_cast<size_t>(krem * es_));
-                        a_tail = scr.tail;
+                            std::memcpy(a_tail_buf + r * 64, a_base + r * lda_b + kfull * 64, static_cast<size_t>(krem * es_));
+                        a_tail = a_tail_buf;
                     }
                 } else {
                     // Packed: k step kb's two tiles contiguous, [kb][32 rows][64 bytes] (rows 64 bytes
                     // apart: every row of a step in its own L1 set), zeros beyond M and K.
-                    uint8_t* buf = scr.a_buf(static_cast<size_t>(nkb_ * kStepBytes));
+                    uint8_t* buf = a_pack;
                     if (rows < kBlk || krem) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
                     if (!at) {
                         for (int64_t r = 0; r < rows; ++r) {
@@ -644,7 +626,7 @@ public:
                                 rs = static_cast<int32_t>(tsum);
                             }
                         }
-                        scr.rowc[r] = static_cast<int32_t>(0u - static_cast<uint32_t>(zb) * static_cast<uint32_t>(rs));
+                        rowc[r] = static_cast<int32_t>(0u - static_cast<uint32_t>(zb) * static_cast<uint32_t>(rs));
                     }
                 }
                 const int64_t nb0 = chunk * per_chunk, nb1 = std::min(nblocks_, nb0 + per_chunk);
@@ -663,24 +645,24 @@ public:
                     ta.accumulate = s0 > 0;
                     for (int64_t nb = nb0; nb < nb1; ++nb) {
                         ta.b = bp + nb * block_bytes + s0 * kStepBytes;
-                        ta.acc = scr.acc + (nb - nb0) * kBlk * kBlk;
+                        ta.acc = accs + (nb - nb0) * kBlk * kBlk;
                         tc.fn(&ta);
                     }
                 }
                 for (int64_t nb = nb0; nb < nb1; ++nb) {
                     const int64_t n0 = nb * kBlk;
                     const int ncols = static_cast<int>(std::min<int64_t>(kBlk, s_.N - n0));
-                    float* acc = scr.acc + (nb - nb0) * kBlk * kBlk;
+                    float* acc = accs + (nb - nb0) * kBlk * kBlk;
                     uint8_t* c_blk = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + n0) * c_es;
                     if (int8_ && s_.c_type == DType::s32) {
-                        int8_store_s32(reinterpret_cast<const int32_t*>(acc), scr.rowc, colc.data() + n0, rows, ncols,
+                        int8_store_s32(reinterpret_cast<const int32_t*>(acc), rowc, colc + n0, rows, ncols,
                                        reinterpret_cast<int32_t*>(c_blk), s_.ldc, s_.beta == BetaKind::one);
                         continue;
                     }
-                    if (int8_) int8_dequant(acc, scr.rowc, colc.data() + n0, fcol.data() + n0, rows);
+                    if (int8_) int8_dequant(acc, rowc, colc + n0, fcol + n0, rows);
                     AmxEpiArgs ea;
                     ea.acc = acc;
-                    ea.c = requant ? static_cast<void*>(scr.tmp) : static_cast<void*>(c_blk);
+                    ea.c = requant ? static_cast<void*>(tmp) : static_cast<void*>(c_blk);
                     ea.ldc = requant ? kBlk * 4 : s_.ldc * c_es;
                     ea.bias = args.bias ? args.bias + n0 : nullptr;
                     if (s_.epilogue.residual) {
@@ -692,7 +674,7 @@ public:
                     const bool tail = n0 + kBlk > s_.N && epi_tail_;
                     (tail ? epi_tail_ : epi_full_)->fn(&ea);
                     if (requant)
-                        int8_requant(scr.tmp, rows, ncols, inv, czp, lo, hi, s_.c_type == DType::s8, c_blk, s_.ldc);
+                        int8_requant(tmp, rows, ncols, inv, czp, lo, hi, s_.c_type == DType::s8, c_blk, s_.ldc);
                 }
             }
         });
