@@ -314,6 +314,52 @@ TEST(GemmInt8, EveryIsaMatchesTheReference) {
     }, /*with_avx2_vnni=*/true);
 }
 
+// Shapes large enough for several threads, so the parts split M and N: parts that share rows
+// share their packed A panels and an unpacked B is packed panel by panel by the first part to
+// reach it (the others wait). 3, 4 and 7 threads (more than the cores here: the waits must not
+// depend on every thread running) give the 1-thread result bit for bit, unpacked and packed B.
+TEST(GemmInt8, ManyThreadsShareTheirPackedPanels) {
+    const std::vector<std::array<int64_t, 3>> shapes =
+        kSanitized ? std::vector<std::array<int64_t, 3>>{{60, 700, 130}, {200, 150, 140}}
+                   : std::vector<std::array<int64_t, 3>>{{100, 1000, 300}, {37, 2000, 64}, {300, 400, 520}, {513, 97, 700}};
+    for_each_isa([&](Isa) {
+        int idx = 0;
+        for (const auto& sh : shapes)
+            for (DType ct : {DType::s32, DType::f32, DType::u8}) {
+                GemmDesc d = int8_desc(idx % 2 ? DType::s8 : DType::u8, ct, sh[0], sh[1], sh[2]);
+                d.trans_b = idx % 3 == 1 ? Trans::T : Trans::N;
+                if (ct != DType::s32) d.epilogue.bias = true, d.b_scale_per_channel = idx % 2 == 0;
+                Problem p(d, 0, static_cast<size_t>(idx % 4), 2000 + idx);
+                p.azp = zp_for(d.a_type, idx + 1), p.bzp = zp_for(DType::s8, idx);
+                p.czp = 3, p.c_scale = 50.0f;
+                ++idx;
+                SCOPED_TRACE(describe(p.d, p));
+                const std::vector<uint8_t> before = p.c_copy();
+                run_reference(p);
+                const std::vector<uint8_t> want = p.c_copy();
+                const GemmPlan plan(p.d);
+                const PackedB pb = plan.pack_b(p.B.data());
+                std::vector<uint8_t> one;
+                for (int threads : {1, 3, 4, 7}) {
+                    set_num_threads(threads);
+                    for (int packed = 0; packed < 2; ++packed) {
+                        std::memcpy(p.C.data(), before.data(), before.size());
+                        if (packed) plan.run(p.args(), pb);
+                        else plan.run(p.args());
+                        const std::vector<uint8_t> got = p.c_copy();
+                        if (one.empty()) {
+                            EXPECT_TRUE(same_c(p, got, want, before)) << "impl " << plan.impl_name();
+                            one = got;
+                        } else {
+                            EXPECT_EQ(got, one) << threads << " threads, packed " << packed << ", impl " << plan.impl_name();
+                        }
+                    }
+                }
+                set_num_threads(0);
+            }
+    }, /*with_avx2_vnni=*/true);
+}
+
 TEST(GemmInt8, SaturationWorstCasesAndEveryShiftPath) {
     // All 255 x all -128, all 127 x 127, s8 A = -128 with its extremes; K long enough that the
     // s32 sum wraps (255 * 128 * 70000 > 2^31) and the short one that does not.

@@ -63,6 +63,9 @@ namespace {
 
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 21;
 constexpr int kExtraParts = 3;  // parts per thread (handed out dynamically)
+// Largest per-call shared packed A (bytes); above it each part packs its own rows.
+constexpr int64_t kShareAMax = int64_t(64) << 20;
+using PanelFlag = std::atomic<uint32_t>;
 constexpr int64_t kKcBBytes = 24 * 1024;
 int64_t kc_bytes() {
     const char* e = std::getenv("XK_GEMM_INT8_KCB");
@@ -733,23 +736,37 @@ public:
         // part, into a buffer that stays in cache, instead of all of it first (which reads B from
         // memory, writes it, and reads it again).
         const bool fuse_b = !call.packed_b && pm == 1 && M <= mc_;
-        // B (packed now unless given packed or fused), then per-call column terms and scales.
-        const size_t pb_bytes = call.packed_b || fuse_b ? 0 : layout_.bytes() + 64;
+        // Otherwise an unpacked B is packed into a per-call buffer panel by panel, by the first
+        // part that reaches a panel (the others wait for it: a panel is packed once): one
+        // parallel region per call, no packing pass of its own.
+        const bool lazy_b = !call.packed_b && !fuse_b;
+        // Parts that share rows (pn > 1) share their packed A too: the first to reach an MR-row
+        // panel packs it into a per-call buffer (instead of each of the pn parts packing it).
+        const int64_t mt_pad = mt * MR, kgt = layout_.kp / 4;
+        const size_t a_panel = static_cast<size_t>(kgt * MR * 4);
+        const bool share_a = pn > 1 && static_cast<double>(a_panel) * double(mt) <= double(kShareAMax);
+        const int64_t npanels = layout_.npad / NR;
+        // The calling thread's per-call buffer: [packed B][column terms][scales][A panels][row
+        // terms][B panel flags][A panel flags].
+        const size_t pb_bytes = lazy_b ? round_up(static_cast<int64_t>(layout_.bytes()), 64) : 0;
         const size_t extra = static_cast<size_t>(npad) * 8 + 64;
-        uint8_t* call_buf = static_cast<uint8_t*>(thread_buffer(2, pb_bytes + extra));
+        const size_t sa_bytes = share_a ? a_panel * static_cast<size_t>(mt) + static_cast<size_t>(mt_pad) * 4 + 64 : 0;
+        const size_t nflags = static_cast<size_t>((lazy_b ? npanels : 0) + (share_a ? mt : 0));
+        uint8_t* call_buf =
+            static_cast<uint8_t*>(thread_buffer(2, pb_bytes + extra + sa_bytes + nflags * sizeof(PanelFlag) + 64));
         const uint8_t* pb = nullptr;
         uint8_t* rest = call_buf + pb_bytes;
-        if (call.packed_b) {
-            pb = static_cast<const uint8_t*>(call.packed_b->data);
-        } else if (!fuse_b) {
-            const bool need = za != 0;
-            pack_b_into(static_cast<const int8_t*>(a.B), s.ldb, s.trans_b == Trans::T, call_buf, need);
-            pb = call_buf;
-        }
+        if (call.packed_b) pb = static_cast<const uint8_t*>(call.packed_b->data);
+        else if (lazy_b) pb = call_buf;
         int32_t* colc = reinterpret_cast<int32_t*>(rest);
         float* scale = reinterpret_cast<float*>(rest + npad * 4);
+        uint8_t* sa = share_a ? rest + extra : nullptr;
+        int32_t* sa_rowc = share_a ? reinterpret_cast<int32_t*>(sa + a_panel * static_cast<size_t>(mt)) : nullptr;
+        PanelFlag* flags = reinterpret_cast<PanelFlag*>(
+            reinterpret_cast<uintptr_t>(rest + extra + sa_bytes + alignof(PanelFlag) - 1) & ~uintptr_t(alignof(PanelFlag) - 1));
+        for (size_t f = 0; f < nflags; ++f) new (flags + f) PanelFlag(0);
         const uint32_t kzz = static_cast<uint32_t>(K) * za * zb;
-        if (pb) {
+        if (call.packed_b) {
             const int32_t* colsum = reinterpret_cast<const int32_t*>(pb + layout_.panel_bytes());
             for (int64_t n = 0; n < npad; ++n)
                 colc[n] = static_cast<int32_t>(kzz - za * static_cast<uint32_t>(colsum[n]));
@@ -771,6 +788,12 @@ public:
         sc.set(call.alpha, call.beta);
 
         Ctx ctx{call, pb, colc, scale, rq, &sc, fuse_b, za, kzz};
+        ctx.lazy_b = lazy_b ? call_buf : nullptr;
+        ctx.b_flags = lazy_b ? flags : nullptr;
+        ctx.b_sums = za != 0;
+        ctx.sa = sa;
+        ctx.sa_rowc = sa_rowc;
+        ctx.a_flags = share_a ? flags + (lazy_b ? npanels : 0) : nullptr;
         auto part = [&](int64_t t) {
             const int64_t i = t / pn, j = t % pn;
             const int64_t m0 = std::min(M, i * mt / pm * MR), m1 = std::min(M, (i + 1) * mt / pm * MR);
@@ -798,7 +821,30 @@ private:
         bool fuse_b;    // pb is null: each part packs its B panels as it reaches them
         uint32_t za;    // za' (the column term's factor)
         uint32_t kzz;   // K za' zb
+        // lazy_b: the per-call packed B (== pb) whose panel p the first part to need it packs
+        // (b_flags[p]: 0 free, 1 being packed, 2 ready), with its column terms
+        uint8_t* lazy_b = nullptr;
+        PanelFlag* b_flags = nullptr;
+        bool b_sums = true;
+        // sa: every MR-row panel of A, packed by the first part that needs it (a_flags)
+        uint8_t* sa = nullptr;
+        int32_t* sa_rowc = nullptr;
+        PanelFlag* a_flags = nullptr;
     };
+
+    // Runs work() if this caller is the first to claim f, else waits until whoever claimed it is
+    // done. Deadlock-free: a claimed flag belongs to a thread that is running work().
+    template <class Work>
+    static void claim_or_wait(PanelFlag& f, Work&& work) {
+        uint32_t st = f.load(std::memory_order_acquire);
+        if (st == 2) return;
+        if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
+            work();
+            f.store(2, std::memory_order_release);
+            return;
+        }
+        while (f.load(std::memory_order_acquire) != 2) _mm_pause();
+    }
 
     // sums_needed = false: the column sums are not computed (zeros; a per-call pack whose column
     // term is 0 anyway: za' = 0).
@@ -926,8 +972,8 @@ private:
         auto* C = static_cast<unsigned char*>(a.C);
         const auto* res = static_cast<const unsigned char*>(a.residual);
         const int64_t res_es = dtype_size(s.residual_type);
-        uint8_t* bufA = static_cast<uint8_t*>(thread_buffer(0, static_cast<size_t>(mc * kp + mc * 4 + 64)));
-        int32_t* rowc = reinterpret_cast<int32_t*>(bufA + round_up(mc * kp, 64));
+        uint8_t* bufA = ctx.sa ? nullptr : static_cast<uint8_t*>(thread_buffer(0, static_cast<size_t>(mc * kp + mc * 4 + 64)));
+        int32_t* rowc = ctx.sa ? nullptr : reinterpret_cast<int32_t*>(bufA + round_up(mc * kp, 64));
         int32_t* accb = nkb_ > 1 ? static_cast<int32_t*>(thread_buffer(1, static_cast<size_t>(mc * NR * 4))) : nullptr;
         // fused B packing: one panel and its column terms (slot 3)
         uint8_t* bufB = ctx.fuse_b ? static_cast<uint8_t*>(thread_buffer(3, static_cast<size_t>(kp * NR + NR * 8 + 64)))
@@ -941,7 +987,24 @@ private:
         ua.a_stride = kgt * MR * 4;
         for (int64_t ic = m0; ic < m1; ic += mc) {
             const int64_t mcb = std::min(mc, m1 - ic);
-            pack_a(a, ic, mcb, bufA, rowc);
+            if (ctx.sa) {
+                // shared A: claim and pack the block's free panels, then wait for the others
+                const int64_t p0 = ic / MR, p1 = ceil_div(ic + mcb, MR);
+                const size_t psz = static_cast<size_t>(kgt * MR * 4);
+                for (int pass = 0; pass < 2; ++pass)
+                    for (int64_t p = p0; p < p1; ++p) {
+                        PanelFlag& f = ctx.a_flags[p];
+                        if (pass == 0 && f.load(std::memory_order_relaxed) != 0) continue;
+                        claim_or_wait(f, [&] {
+                            const int64_t r = p * MR;
+                            pack_a(a, r, std::min(MR, s.M - r), ctx.sa + static_cast<size_t>(p) * psz, ctx.sa_rowc + r);
+                        });
+                    }
+                bufA = ctx.sa + static_cast<size_t>(p0) * psz;
+                rowc = ctx.sa_rowc + ic;
+            } else {
+                pack_a(a, ic, mcb, bufA, rowc);
+            }
             const int64_t full = mcb / MR, mrest = mcb % MR;
             for (int64_t n = n0; n < n1; n += NR) {
                 const int nt = s.N - n < NR ? 1 : 0;
@@ -959,6 +1022,15 @@ private:
                     bp = reinterpret_cast<const int8_t*>(bufB);
                     ua.colc = colcB;
                 } else {
+                    if (ctx.lazy_b)
+                        claim_or_wait(ctx.b_flags[n / NR], [&] {
+                            gemm_int8_pack_b_cols(s, layout_, static_cast<const int8_t*>(a.B), s.ldb,
+                                                  s.trans_b == Trans::T, n, std::min(s.N, n + NR), ctx.lazy_b, ctx.b_sums);
+                            const auto* cs = reinterpret_cast<const int32_t*>(ctx.lazy_b + layout_.panel_bytes()) + n;
+                            int32_t* cc = const_cast<int32_t*>(ctx.colc) + n;
+                            for (int64_t c = 0; c < NR; ++c)
+                                cc[c] = static_cast<int32_t>(ctx.kzz - ctx.za * static_cast<uint32_t>(cs[c]));
+                        });
                     bp = reinterpret_cast<const int8_t*>(ctx.pb) + (n / NR) * kp * NR;
                     ua.colc = ctx.colc + n;
                 }
