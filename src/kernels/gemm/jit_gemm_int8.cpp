@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <emmintrin.h>
+#include <immintrin.h>
 #include <memory>
 #include <vector>
 
@@ -640,6 +641,47 @@ void gemm_int8_pack_b_cols(const GemmSpec& s, const Int8BLayout& l, const int8_t
 
 namespace {
 
+// Groups [0, kv) of up to 16 rows of A (rows <= MR <= 16, row stride lda bytes) into one packed
+// panel pd ([group][MR][4 bytes]; rows >= `rows` zero), XOR x, 16 groups (64 bytes a row) at a
+// time: a 16 x 16 dword transpose and one masked store of MR dwords per group. Row sums of the
+// XORed bytes over [0, kv) into sums when given. Returns kv (a multiple of 64 <= k4).
+__attribute__((target("avx512f,avx512bw"))) int64_t pack_a_panel_avx512(const uint8_t* A, int64_t lda, int rows, int MR,
+                                                                        int64_t k4, uint8_t x, uint8_t* pd,
+                                                                        uint32_t* sums) {
+    const int64_t kv = k4 / 64 * 64;
+    const __m512i xv = _mm512_set1_epi8(static_cast<char>(x)), zero = _mm512_setzero_si512();
+    const __mmask16 mask = static_cast<__mmask16>((1u << MR) - 1);
+    __m512i acc[16];
+    for (auto& v : acc) v = zero;
+    for (int64_t k = 0; k < kv; k += 64) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) {
+            r[i] = i < rows ? _mm512_xor_si512(_mm512_loadu_si512(A + i * lda + k), xv) : zero;
+            if (sums && i < rows) acc[i] = _mm512_add_epi64(acc[i], _mm512_sad_epu8(r[i], zero));
+        }
+        __m512i u[16];
+        for (int q = 0; q < 4; ++q) {
+            const __m512i t0 = _mm512_unpacklo_epi32(r[4 * q], r[4 * q + 1]), t1 = _mm512_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
+            const __m512i t2 = _mm512_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), t3 = _mm512_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
+            u[4 * q + 0] = _mm512_unpacklo_epi64(t0, t2), u[4 * q + 1] = _mm512_unpackhi_epi64(t0, t2);
+            u[4 * q + 2] = _mm512_unpacklo_epi64(t1, t3), u[4 * q + 3] = _mm512_unpackhi_epi64(t1, t3);
+        }
+        // u[4q + j], 128-bit lane L: group 4L + j of rows 4q .. 4q + 3
+        uint8_t* o = pd + (k / 4) * MR * 4;
+        for (int j = 0; j < 4; ++j) {
+            const __m512i ab_lo = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), ab_hi = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+            const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), cd_hi = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+            _mm512_mask_storeu_epi32(o + (0 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88));
+            _mm512_mask_storeu_epi32(o + (4 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xDD));
+            _mm512_mask_storeu_epi32(o + (8 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88));
+            _mm512_mask_storeu_epi32(o + (12 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xDD));
+        }
+    }
+    if (sums)
+        for (int i = 0; i < rows; ++i) sums[i] = static_cast<uint32_t>(_mm512_reduce_add_epi64(acc[i]));
+    return kv;
+}
+
 class JitGemmInt8 final : public GemmKernel {
 public:
     JitGemmInt8(const GemmSpec& s, Isa isa)
@@ -647,6 +689,7 @@ public:
           isa_(isa >= Isa::avx512 ? Isa::avx512_vnni : isa >= Isa::avx2_vnni ? Isa::avx2_vnni : Isa::avx2),
           g_(int8_geometry(isa)) {
         s16_ = isa_ == Isa::avx2;
+        avx512_pack_ = !s16_ && g_.mr <= 16 && cpu_info().avx512f && cpu_info().avx512bw && isa_supported(Isa::avx512);
         layout_ = gemm_int8_b_layout(s.K, s.N, g_.nr(), s16_);
         const int64_t MR = g_.mr, NR = g_.nr();
         const int64_t kp = layout_.kp;
@@ -868,23 +911,29 @@ private:
         const auto* A = static_cast<const uint8_t*>(a.A);
         const uint32_t zb = static_cast<uint32_t>(a.b_zero_point);
         const int64_t panels = ceil_div(rows, MR);
+        const int64_t k4 = K / 4 * 4;
         for (int64_t p = 0; p < panels; ++p) {
             uint8_t* pd = dst + p * kg * MR * 4;
+            // AVX-512: 64 bytes of K a row at a time for the whole panel, the rest below
+            int64_t kv = 0;
+            uint32_t vsum[16] = {};
+            if (s.trans_a == Trans::N && avx512_pack_)
+                kv = pack_a_panel_avx512(A + (r0 + p * MR) * s.lda, s.lda, static_cast<int>(std::min(MR, rows - p * MR)),
+                                         static_cast<int>(MR), k4, x, pd, zb != 0 ? vsum : nullptr);
             for (int64_t r = 0; r < MR; ++r) {
                 const int64_t row = p * MR + r;
                 uint8_t* d = pd + r * 4;
                 if (row >= rows) {
-                    for (int64_t gi = 0; gi < kg; ++gi) std::memset(d + gi * MR * 4, 0, 4);
+                    for (int64_t gi = kv / 4; gi < kg; ++gi) std::memset(d + gi * MR * 4, 0, 4);
                     rowc[row] = 0;
                     continue;
                 }
                 uint32_t sum = 0;
                 if (s.trans_a == Trans::N) {
                     const uint8_t* src = A + (r0 + row) * s.lda;
-                    const int64_t k4 = K / 4 * 4;
                     // 4 bytes at a time; the row sum (only needed with a B zero point) by SAD
                     const uint32_t x4 = x * 0x01010101u;
-                    for (int64_t k = 0; k < k4; k += 4) {
+                    for (int64_t k = kv; k < k4; k += 4) {
                         uint32_t v;
                         std::memcpy(&v, src + k, 4);
                         v ^= x4;
@@ -893,14 +942,14 @@ private:
                     if (zb != 0) {
                         const __m128i xv = _mm_set1_epi8(static_cast<char>(x)), zero = _mm_setzero_si128();
                         __m128i acc = zero;
-                        int64_t k = 0;
+                        int64_t k = kv;
                         for (; k + 16 <= k4; k += 16) {
                             const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k)), xv);
                             acc = _mm_add_epi64(acc, _mm_sad_epu8(v, zero));
                         }
                         alignas(16) uint64_t two[2];
                         _mm_store_si128(reinterpret_cast<__m128i*>(two), acc);
-                        sum = static_cast<uint32_t>(two[0] + two[1]);
+                        sum = vsum[r] + static_cast<uint32_t>(two[0] + two[1]);
                         for (; k < k4; ++k) sum += static_cast<uint8_t>(src[k] ^ x);
                     }
                     if (k4 < kp) {
@@ -1064,6 +1113,7 @@ private:
     Int8Geometry g_;
     Int8BLayout layout_;
     bool s16_ = false;  // AVX2: A and B widened to s16, VPMADDWD + VPADDD
+    bool avx512_pack_ = false;  // A packed by pack_a_panel_avx512 (AVX-512 BW, MR <= 16)
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0;
     std::shared_ptr<const Int8UkImpl> uk_[2][2][2];  // [final][m tail][n tail]
 };
