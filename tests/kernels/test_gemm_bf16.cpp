@@ -134,11 +134,13 @@ bool ref_preferred(const GemmDesc& d) {
     return (d.M == 1 && (d.N <= 16 || d.trans_b == Trans::N)) || (d.M == 2 && d.N <= 8) || d.M * d.N * d.K <= 64;
 }
 
-// The bf16 decode kernel (AVX-512, M <= 16) runs d under the current cap.
+// The bf16 decode kernel (AVX-512 or AVX2, M <= 16) runs d under the current cap.
 bool gemv_runs(const GemmDesc& d) {
-    return max_isa() >= Isa::avx512 && d.M >= 1 && d.M <= detail::kGemvBf16MaxM && d.N > 0 && d.K > 0;
+    return max_isa() >= Isa::avx2 && d.M >= 1 && d.M <= detail::kGemvBf16MaxM && d.N > 0 && d.K > 0;
 }
-std::string gemv_name() { return dp_kernel() ? "avx512_bf16:bf16:gemv" : "avx512:bf16:gemv"; }
+std::string gemv_name() {
+    return dp_kernel() ? "avx512_bf16:bf16:gemv" : max_isa() >= Isa::avx512 ? "avx512:bf16:gemv" : "avx2:bf16:gemv";
+}
 // The reference runs d under the current cap.
 bool ref_runs(const GemmDesc& d) {
     return max_isa() == Isa::scalar || d.K == 0 || d.M == 0 || d.N == 0 || (!gemv_runs(d) && ref_preferred(d));
@@ -867,7 +869,7 @@ TEST(GemmBf16, PairsPackedBAcrossMAndLayouts) {
 // oracle, 2 threads, the plan's PackedB), padded and misaligned operands, epilogues, bf16 C.
 TEST(GemmBf16, DecodeEveryMAndShape) {
     for_each_isa([&](Isa isa) {
-        if (isa < Isa::avx512) return;
+        if (isa < Isa::avx2) return;
         int idx = 0;
         for (int64_t M = 1; M <= 16; ++M) {
             for (int v = 0; v < 2; ++v) {

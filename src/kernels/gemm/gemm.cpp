@@ -379,6 +379,7 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx2); }},
             {"jit:avx2:gemv", Isa::avx2, gemv_supports, create_gemv_avx2},
             {"jit:avx2", Isa::avx2, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
+            {"avx2:bf16:gemv", Isa::avx2, gemv_bf16_avx2_supports, create_gemv_bf16_avx2},
             {"jit:avx2:bf16", Isa::avx2, gemm_jit_bf16_supports,
              [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx2); }},
             {"jit:avx512:panel", Isa::avx512, gemm_panel_supports, create_gemv_avx512},

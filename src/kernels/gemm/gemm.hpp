@@ -163,6 +163,9 @@ constexpr int64_t kGemvBf16MaxM = 16;
 bool gemv_bf16_supports(const GemmSpec& s);
 bool gemv_bf16_dp_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemv_bf16(const GemmSpec& s, Isa isa);
+// The AVX2 + FMA form (gemv_bf16_avx2.cpp), same M range, the AVX2 blocked kernel's PackedB.
+bool gemv_bf16_avx2_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemv_bf16_avx2(const GemmSpec& s);
 bool gemm_jit_bf16_dp_supports(const GemmSpec& s);      // gemm_jit_bf16_supports and dp fast
 bool gemm_jit_bf16_dp_any_supports(const GemmSpec& s);  // gemm_jit_bf16_any_supports and dp fast
 std::shared_ptr<const GemmKernel> create_gemm_jit(const GemmSpec& s, Isa isa);
