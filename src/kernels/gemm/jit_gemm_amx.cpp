@@ -27,6 +27,7 @@
 // K blocks of 8, 16, 32 steps or none, A packed or in place, all within that host's noise.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,42 @@ namespace xk::detail {
 using namespace Xbyak;
 
 namespace {
+
+// 16 rows of 64 bytes (row stride `stride` bytes) into 16 rows of 16 dwords: out[p * 16 + c] =
+// dword p of row c.
+__attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_t* src, int64_t stride, uint32_t* out) {
+    __m512i r[16], u[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
+    for (int q = 0; q < 4; ++q) {
+        const __m512i t0 = _mm512_unpacklo_epi32(r[4 * q], r[4 * q + 1]), t1 = _mm512_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), t3 = _mm512_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
+        u[4 * q + 0] = _mm512_unpacklo_epi64(t0, t2), u[4 * q + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * q + 2] = _mm512_unpacklo_epi64(t1, t3), u[4 * q + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    // u[4q + j], 128-bit lane L: dword 4L + j of rows 4q .. 4q + 3
+    for (int j = 0; j < 4; ++j) {
+        const __m512i ab_lo = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), ab_hi = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), cd_hi = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        _mm512_storeu_si512(out + (0 + j) * 16, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88));
+        _mm512_storeu_si512(out + (4 + j) * 16, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xDD));
+        _mm512_storeu_si512(out + (8 + j) * 16, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88));
+        _mm512_storeu_si512(out + (12 + j) * 16, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xDD));
+    }
+}
+
+// Column sums (wrapping int32) of a packed int8 block's 32 columns: VPDPBUSD of ones with each
+// tile row (4 signed k values per column).
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void amx_block_colsums(const uint32_t* blk, int64_t nkb, int32_t* out) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int64_t kb = 0; kb < nkb; ++kb)
+        for (int p = 0; p < 16; ++p) {
+            s0 = _mm512_dpbusd_epi32(s0, ones, _mm512_loadu_si512(blk + kb * 512 + p * 16));
+            s1 = _mm512_dpbusd_epi32(s1, ones, _mm512_loadu_si512(blk + kb * 512 + 256 + p * 16));
+        }
+    _mm512_storeu_si512(out, s0);
+    _mm512_storeu_si512(out + 16, s1);
+}
 
 constexpr int kBlk = 32;             // rows / columns of a C block, k per step
 constexpr int kStepBytes = 2048;     // one k step of a packed B block (two tiles)
@@ -376,6 +413,8 @@ public:
           es_(s.int8() ? 1 : 2),
           kk_(s.int8() ? 64 : 32),
           tile_(tile_code(!s.int8() ? TileOp::bf16 : s.a_type == DType::u8 ? TileOp::u8s8 : TileOp::s8s8)) {
+        avx512_ = cpu_info().avx512f && cpu_info().avx512bw;
+        vnni_ = avx512_ && cpu_info().avx512_vnni;
         GemmEpi e = gemm_epi(s);
         if (int8_) e.alpha_one = true;  // the dequantization applies alpha with the scales
         epi_full_ = epi_code(e, static_cast<int>(std::min<int64_t>(kBlk, s.N)));
@@ -399,108 +438,138 @@ public:
     }
 
     void pack_into(const void* B, uint8_t* dst) const {
+        parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
+            for (int64_t nb = b0; nb < b1; ++nb) pack_block(B, nb, dst, true);
+        });
+    }
+
+    // Column block nb of op(B) into the tile layout at dst (the whole packed buffer) and, with
+    // sums (int8), its column sums after the tiles. Tile row (kb, p) of the half t: 16 columns x
+    // one k group (bf16: the pair 2p, 2p + 1; int8: the quad 4p .. 4p + 3) as 32-bit words, the
+    // lower k in the low bits, zero beyond K and N. Whole 16-column halves of whole k steps go
+    // through vector code (B^T: a 16 x 16 dword transpose of 64-byte rows; B: 16-bit / 8-bit
+    // interleaves of 2 / 4 rows), the edges through the scalar loops.
+    void pack_block(const void* B, int64_t nb, uint8_t* dst, bool sums) const {
         const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
-        parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
-            for (int64_t nb = b0; nb < b1; ++nb) {
-                // Tile row (kb, p) of the half t: 16 columns x one k group (bf16: the pair 2p, 2p + 1;
-                // int8: the quad 4p .. 4p + 3) as 32-bit words, the lower k in the low bits, zero
-                // beyond K and N.
-                auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
-                const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
-                if (!int8_) {
-                    const auto* src = static_cast<const uint16_t*>(B);
-                    for (int64_t kb = 0; kb < nkb_; ++kb)
+        auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
+        const auto* src8 = static_cast<const uint8_t*>(B);
+        const auto* src16 = static_cast<const uint16_t*>(B);
+        for (int64_t kb = 0; kb < nkb_; ++kb) {
+            const int64_t kbase = kb * kk_;
+            const bool kfull = kbase + kk_ <= K;
+            for (int t = 0; t < 2; ++t) {
+                uint32_t* d0 = blk + kb * (kStepBytes / 4) + t * 256;
+                const int64_t c0 = n0 + t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - t * 16));
+                if (kfull && cn == 16) {
+                    if (bt && avx512_) {
+                        amx_transpose16x64(src8 + (c0 * ldb + kbase) * es_, ldb * es_, d0);
+                        continue;
+                    }
+                    if (!bt && !int8_) {
                         for (int p = 0; p < 16; ++p) {
-                            const int64_t k = kb * kk_ + 2 * p;
-                            const bool k0 = k < K, k1 = k + 1 < K;
-                            for (int t = 0; t < 2; ++t) {
-                                uint32_t* d = blk + kb * (kStepBytes / 4) + t * 256 + p * 16;
-                                const int64_t c0 = t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - c0));
-                                if (!bt) {
-                                    const uint16_t* r0 = src + k * ldb + n0 + c0;
-                                    const uint16_t* r1 = r0 + ldb;
-                                    if (k1 && cn == 16) {
-                                        for (int c = 0; c < 16; ++c) d[c] = r0[c] | (uint32_t(r1[c]) << 16);
-                                    } else {
-                                        for (int c = 0; c < 16; ++c)
-                                            d[c] = c < cn && k0 ? r0[c] | (k1 ? uint32_t(r1[c]) << 16 : 0u) : 0u;
-                                    }
-                                } else {
-                                    const uint16_t* col = src + (n0 + c0) * ldb + k;
-                                    if (k1) {
-                                        for (int c = 0; c < 16; ++c) {
-                                            uint32_t w = 0;
-                                            if (c < cn) std::memcpy(&w, col + c * ldb, 4);
-                                            d[c] = w;
-                                        }
-                                    } else {
-                                        for (int c = 0; c < 16; ++c) d[c] = c < cn && k0 ? col[c * ldb] : 0u;
-                                    }
-                                }
-                            }
+                            const uint16_t* r0 = src16 + (kbase + 2 * p) * ldb + c0;
+                            const uint16_t* r1 = r0 + ldb;
+                            const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
+                            const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + 8));
+                            const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
+                            const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + 8));
+                            auto* d = reinterpret_cast<__m128i*>(d0 + p * 16);
+                            _mm_storeu_si128(d, _mm_unpacklo_epi16(a0, b0));
+                            _mm_storeu_si128(d + 1, _mm_unpackhi_epi16(a0, b0));
+                            _mm_storeu_si128(d + 2, _mm_unpacklo_epi16(a1, b1));
+                            _mm_storeu_si128(d + 3, _mm_unpackhi_epi16(a1, b1));
                         }
-                    continue;
+                        continue;
+                    }
+                    if (!bt && int8_) {
+                        for (int p = 0; p < 16; ++p) {
+                            const uint8_t* r = src8 + (kbase + 4 * p) * ldb + c0;
+                            const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r));
+                            const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + ldb));
+                            const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * ldb));
+                            const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * ldb));
+                            const __m128i t0 = _mm_unpacklo_epi8(r0, r1), t1 = _mm_unpackhi_epi8(r0, r1);
+                            const __m128i t2 = _mm_unpacklo_epi8(r2, r3), t3 = _mm_unpackhi_epi8(r2, r3);
+                            auto* d = reinterpret_cast<__m128i*>(d0 + p * 16);
+                            _mm_storeu_si128(d, _mm_unpacklo_epi16(t0, t2));
+                            _mm_storeu_si128(d + 1, _mm_unpackhi_epi16(t0, t2));
+                            _mm_storeu_si128(d + 2, _mm_unpacklo_epi16(t1, t3));
+                            _mm_storeu_si128(d + 3, _mm_unpackhi_epi16(t1, t3));
+                        }
+                        continue;
+                    }
                 }
-                const auto* src = static_cast<const uint8_t*>(B);
-                for (int64_t kb = 0; kb < nkb_; ++kb)
-                    for (int p = 0; p < 16; ++p) {
-                        const int64_t k = kb * kk_ + 4 * p;
+                for (int p = 0; p < 16; ++p) {
+                    uint32_t* d = d0 + p * 16;
+                    if (!int8_) {
+                        const int64_t k = kbase + 2 * p;
+                        const bool k0 = k < K, k1 = k + 1 < K;
+                        for (int c = 0; c < 16; ++c) {
+                            uint32_t w = 0;
+                            if (c < cn && k0) {
+                                const uint32_t lo = bt ? src16[(c0 + c) * ldb + k] : src16[k * ldb + c0 + c];
+                                const uint32_t hi = !k1 ? 0u : bt ? src16[(c0 + c) * ldb + k + 1] : src16[(k + 1) * ldb + c0 + c];
+                                w = lo | hi << 16;
+                            }
+                            d[c] = w;
+                        }
+                    } else {
+                        const int64_t k = kbase + 4 * p;
                         const int64_t kn = std::max<int64_t>(0, std::min<int64_t>(4, K - k));  // valid k of the quad
-                        for (int t = 0; t < 2; ++t) {
-                            uint32_t* d = blk + kb * (kStepBytes / 4) + t * 256 + p * 16;
-                            const int64_t c0 = n0 + t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - t * 16));
-                            if (!bt && kn == 4 && cn == 16) {
-                                const uint8_t* r0 = src + k * ldb + c0;
-                                const uint8_t *r1 = r0 + ldb, *r2 = r1 + ldb, *r3 = r2 + ldb;
-                                for (int c = 0; c < 16; ++c)
-                                    d[c] = uint32_t(r0[c]) | uint32_t(r1[c]) << 8 | uint32_t(r2[c]) << 16 | uint32_t(r3[c]) << 24;
-                            } else if (bt && kn == 4 && cn == 16) {
-                                for (int c = 0; c < 16; ++c) std::memcpy(d + c, src + (c0 + c) * ldb + k, 4);
-                            } else {
-                                for (int c = 0; c < 16; ++c) {
-                                    uint32_t w = 0;
-                                    for (int64_t j = 0; c < cn && j < kn; ++j)
-                                        w |= uint32_t(bt ? src[(c0 + c) * ldb + k + j] : src[(k + j) * ldb + c0 + c]) << (8 * j);
-                                    d[c] = w;
-                                }
-                            }
+                        for (int c = 0; c < 16; ++c) {
+                            uint32_t w = 0;
+                            for (int64_t j = 0; c < cn && j < kn; ++j)
+                                w |= uint32_t(bt ? src8[(c0 + c) * ldb + k + j] : src8[(k + j) * ldb + c0 + c]) << (8 * j);
+                            d[c] = w;
                         }
                     }
-                // Column sums of op(B) (0 for padding), wrapping, in memory order.
-                auto* sums = reinterpret_cast<int32_t*>(dst + tiles) + n0;
-                int32_t acc[kBlk] = {};
-                if (!bt) {
-                    for (int64_t k = 0; k < K; ++k) {
-                        const auto* row = reinterpret_cast<const int8_t*>(src + k * ldb + n0);
-                        for (int64_t c = 0; c < nn; ++c) acc[c] = static_cast<int32_t>(static_cast<uint32_t>(acc[c]) + static_cast<uint32_t>(int32_t(row[c])));
-                    }
-                } else {
-                    for (int64_t c = 0; c < nn; ++c) {
-                        const auto* col = reinterpret_cast<const int8_t*>(src + (n0 + c) * ldb);
-                        uint32_t t = 0;
-                        for (int64_t k = 0; k < K; ++k) t += static_cast<uint32_t>(int32_t(col[k]));
-                        acc[c] = static_cast<int32_t>(t);
-                    }
                 }
-                std::memcpy(sums, acc, sizeof acc);
             }
-        });
+        }
+        // int8: the column sums of op(B) (0 for padding), wrapping, from the packed quads.
+        if (int8_ && sums) {
+            auto* out = reinterpret_cast<int32_t*>(dst + tiles) + n0;
+            if (vnni_) {
+                amx_block_colsums(blk, nkb_, out);
+            } else {
+                int32_t acc[kBlk] = {};
+                for (int64_t kb = 0; kb < nkb_; ++kb)
+                    for (int t = 0; t < 2; ++t)
+                        for (int p = 0; p < 16; ++p)
+                            for (int c = 0; c < 16; ++c) {
+                                const uint32_t w = blk[kb * (kStepBytes / 4) + t * 256 + p * 16 + c];
+                                uint32_t sum = 0;
+                                for (int j = 0; j < 4; ++j) sum += static_cast<uint32_t>(int32_t(int8_t(w >> (8 * j))));
+                                acc[t * 16 + c] = static_cast<int32_t>(static_cast<uint32_t>(acc[t * 16 + c]) + sum);
+                            }
+                std::memcpy(out, acc, sizeof acc);
+            }
+        }
     }
 
     void run(const GemmCall& call) const override {
         // An unpacked B is packed per call into the calling thread's buffer (slot 2: the operands
-        // it shares with the workers for one call; slot 3 holds the int8 column terms).
+        // it shares with the workers for one call; slot 3 holds the int8 column terms), column
+        // block by column block by the first task that needs a block (the others wait for it:
+        // flags after the packed B), inside the one parallel region of the call.
+        const GemmArgs& args = call.args;
         const uint8_t* bp;
+        uint8_t* lazy = nullptr;
+        std::atomic<uint32_t>* flags = nullptr;
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
         } else {
-            auto* buf = reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, (packed_bytes() + 3) / 4));
-            pack_into(call.args.B, buf);
+            const size_t pbytes = (packed_bytes() + 63) / 64 * 64;
+            auto* buf = reinterpret_cast<uint8_t*>(
+                gemm_thread_buffer(2, (pbytes + static_cast<size_t>(nblocks_) * sizeof(std::atomic<uint32_t>) + 3) / 4));
+            flags = reinterpret_cast<std::atomic<uint32_t>*>(buf + pbytes);
+            for (int64_t b = 0; b < nblocks_; ++b) new (flags + b) std::atomic<uint32_t>(0);
+            lazy = buf;
             bp = buf;
         }
-        const GemmArgs& args = call.args;
         alignas(64) GemmScalars sc;
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, K = s_.K;
@@ -535,8 +604,9 @@ public:
             std::fill(colc, colc + nblocks_ * kBlk, 0);
             std::fill(fcol, fcol + nblocks_ * kBlk, 0.0f);
             const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
-            for (int64_t n = 0; n < s_.N; ++n)
-                colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
+            if (!lazy)  // (else each block's terms as it is packed)
+                for (int64_t n = 0; n < s_.N; ++n)
+                    colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
             if (s_.c_type != DType::s32) {
                 const float aa = call.alpha * args.a_scale[0];
                 for (int64_t n = 0; n < s_.N; ++n) fcol[n] = aa * args.b_scales[s_.b_scale_per_channel ? n : 0];
@@ -630,6 +700,27 @@ public:
                     }
                 }
                 const int64_t nb0 = chunk * per_chunk, nb1 = std::min(nblocks_, nb0 + per_chunk);
+                if (lazy) {
+                    // the chunk's blocks: claim and pack the free ones, then wait for the others
+                    for (int pass = 0; pass < 2; ++pass)
+                        for (int64_t nb = nb0; nb < nb1; ++nb) {
+                            std::atomic<uint32_t>& f = flags[nb];
+                            uint32_t st = f.load(std::memory_order_acquire);
+                            if (st == 2 || (pass == 0 && st != 0)) continue;
+                            if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
+                                pack_block(args.B, nb, lazy, za != 0);
+                                if (int8_ && za != 0) {
+                                    const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
+                                    const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+                                    for (int64_t n = nb * kBlk; n < std::min<int64_t>(s_.N, nb * kBlk + kBlk); ++n)
+                                        colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
+                                }
+                                f.store(2, std::memory_order_release);
+                                continue;
+                            }
+                            while (f.load(std::memory_order_acquire) != 2) _mm_pause();
+                        }
+                }
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in L1 while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
@@ -684,6 +775,7 @@ private:
     GemmSpec s_;
     std::string layout_;
     bool int8_ = false;
+    bool avx512_ = false, vnni_ = false;  // the vector packing paths
     int64_t es_ = 2, kk_ = 32;  // bytes per element of A / B; k per step
     std::shared_ptr<const TileCode> tile_;
     std::shared_ptr<const EpiCode> epi_full_, epi_tail_;
