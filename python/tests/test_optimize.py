@@ -1,0 +1,102 @@
+"""xkernels.torch.optimize on Llama- and BERT-style blocks: the output matches the original module,
+state_dict / torch.save round trips, torch.compile(fullgraph=True) traces through the xk ops."""
+import copy
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import xkernels.torch as xkt  # noqa: E402
+
+from blocks import BertLayer, GemmaRMSNorm, LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm  # noqa: E402
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
+
+
+def _inputs(dtype, T=9):
+    return torch.randn(2, T, 64, generator=torch.Generator().manual_seed(1)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block", [LlamaDecoderLayer, BertLayer])
+def test_optimize_matches(block, dtype):
+    torch.manual_seed(0)
+    ref = block().eval()
+    opt = xkt.optimize(ref, dtype=dtype)
+    names = {type(m).__name__ for m in opt.modules()}
+    assert "Linear" in names and names & {"LayerNorm", "RMSNorm"}
+    assert all(not isinstance(m, torch.nn.Linear) for m in opt.modules())
+    x = _inputs(dtype)
+    with torch.no_grad():
+        want = ref.to(dtype)(x)
+        got = opt(x)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+    report = xkt.info()
+    assert "modules replaced" in report
+
+
+def test_optimize_llama_patterns():
+    torch.manual_seed(0)
+    m = torch.nn.ModuleDict({"mlp": LlamaMLP(32, 80), "norm": LlamaRMSNorm(32), "gemma": GemmaRMSNorm(32),
+                             "rms": torch.nn.RMSNorm(32, eps=1e-5), "emb": torch.nn.Embedding(10, 32)})
+    opt = xkt.optimize(m)
+    assert type(opt["mlp"]).__name__ == "GatedMLP"
+    assert type(opt["norm"]).__module__.startswith("xkernels") and type(opt["rms"]).__module__.startswith("xkernels")
+    assert isinstance(opt["gemma"], GemmaRMSNorm)  # different formula: left alone
+    assert isinstance(opt["emb"], torch.nn.Embedding)
+    assert "gemma" in xkt.info()
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        for k in ("mlp", "norm", "rms"):
+            torch.testing.assert_close(opt[k](x), m[k](x), rtol=1e-4, atol=1e-4)
+    # the original module is untouched (deep copy)
+    assert isinstance(m["mlp"].gate_proj, torch.nn.Linear)
+
+
+def test_quantization_not_yet():
+    for q in ("dynamic_int8", "woq_int8", "woq_int4"):
+        with pytest.raises(NotImplementedError, match=q):
+            xkt.optimize(torch.nn.Linear(4, 4), quantization=q)
+    with pytest.raises(ValueError):
+        xkt.optimize(torch.nn.Linear(4, 4), quantization="fp4")
+
+
+def test_state_dict_and_save_load():
+    torch.manual_seed(0)
+    ref = LlamaDecoderLayer().eval()
+    opt = xkt.optimize(ref)
+    assert set(opt.state_dict()) == set(ref.state_dict())  # same keys: checkpoints load either way
+    x = _inputs(torch.float32)
+    with torch.no_grad():
+        y = opt(x)
+    # torch.save of the whole optimized module and of its state_dict
+    buf = io.BytesIO()
+    torch.save(opt, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), y)
+    # load new weights in place: packed weights follow (repacked on the version change)
+    other = LlamaDecoderLayer().eval()
+    opt2 = copy.deepcopy(opt)
+    opt2.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(opt2(x), other(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(opt(x), y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compile_fullgraph(dtype):
+    torch.manual_seed(0)
+    ref = LlamaDecoderLayer().eval()
+    opt = xkt.optimize(ref, dtype=dtype)
+    x = _inputs(dtype)
+    torch._dynamo.reset()
+    compiled = torch.compile(opt, fullgraph=True, backend="inductor")
+    with torch.no_grad():
+        want = opt(x)
+        got = compiled(x)
+        got2 = compiled(_inputs(dtype, T=5))
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+    assert got2.shape == (2, 5, 64)
