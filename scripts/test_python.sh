@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Python package tests (python/tests, pytest) against build/release/libxk.so.
-# Creates once and then reuses a venv outside the clone: ${XK_PY_VENV:-$HOME/.cache/xkernels/venv}
-# with pytest, numpy and PyTorch's CPU-only wheel (from https://download.pytorch.org/whl/cpu:
-# ~200 MB installed; PyPI's default torch wheel pulls ~5.8 GB of CUDA libraries).
-# XK_PY_TORCH pins the torch requirement (e.g. "torch==2.5.1"); XK_PY_SKIP_BUILD=1 uses the
-# existing build/release/libxk.so as is; extra arguments go to pytest.
+# Uses the venv ${XK_PY_VENV:-$HOME/.cache/xkernels/venv} (outside the clone), creating it once when
+# it cannot import torch, pytest and numpy: pytest, numpy and PyTorch's CPU-only wheel from
+# https://download.pytorch.org/whl/cpu (~0.2 GB) — or, where that index is unreachable, PyPI's
+# default torch wheel, which brings its CUDA libraries (~5.8 GB installed).
+# XK_PY_TORCH: the torch requirement for a new venv (default "torch", e.g. "torch==2.5.1").
+# XK_PY_SKIP_BUILD=1: use build/release/libxk.so as it is. Extra arguments go to pytest.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${XK_PY_VENV:-$HOME/.cache/xkernels/venv}
 torch_req=${XK_PY_TORCH:-torch}
 py=${XK_PY_PYTHON:-python3}
 
-if [[ ! -x "$venv/bin/python" ]] || [[ ! -f "$venv/.xk-ready" ]] || [[ "$(cat "$venv/.xk-ready")" != "$torch_req" ]]; then
-  echo "test_python.sh: setting up $venv ($torch_req, CPU wheel)"
+if ! "$venv/bin/python" -c "import torch, pytest, numpy" >/dev/null 2>&1; then
+  echo "test_python.sh: creating $venv ($torch_req)"
   rm -rf "$venv"
   "$py" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q --index-url https://download.pytorch.org/whl/cpu "$torch_req"
-  "$venv/bin/python" -m pip install -q pytest numpy
-  echo "$torch_req" > "$venv/.xk-ready"
+  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+  if ! "${pip[@]}" --timeout 20 --retries 1 --index-url https://download.pytorch.org/whl/cpu "$torch_req"; then
+    echo "test_python.sh: download.pytorch.org unreachable: PyPI's torch (with CUDA libraries, ~5.8 GB)"
+    "${pip[@]}" "$torch_req"
+  fi
+  "${pip[@]}" pytest numpy
 fi
 
 if [[ "${XK_PY_SKIP_BUILD:-0}" != 1 ]]; then

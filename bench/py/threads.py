@@ -21,7 +21,7 @@ a = ap.parse_args()
 if a.torch_first:
     import torch  # noqa: F401
 import xkernels  # noqa: E402
-import xkernels.threading  # noqa: E402
+import xkernels.openmp  # noqa: E402
 
 xkernels.lib()
 import torch  # noqa: E402,F811
@@ -52,7 +52,7 @@ for i in range(a.iters + 100):
         xs.append((m - s) * 1e6)
         ts.append((e - m) * 1e6)
 print("torch %s, threads %d, runtimes: %s" % (torch.__version__, a.threads,
-                                              ", ".join(xkernels.threading.openmp_runtimes())))
+                                              ", ".join(xkernels.openmp.openmp_runtimes())))
 for name, v in (("xk rms_norm 64x2048", xs), ("torch add 256x2048", ts)):
     print("%-22s median %8.1f us  p99 %8.1f us  max %8.1f us  calls > 1 ms: %d / %d" % (
         name, statistics.median(v), pct(v, 99), max(v), sum(1 for t in v if t > 1000), len(v)))

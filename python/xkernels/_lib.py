@@ -158,8 +158,8 @@ def _candidates():
 
 
 def _prepare_openmp():
-    """Waiting policy of the OpenMP runtime libxk brings (see xkernels.threading)."""
-    from . import threading as _t
+    """Waiting policy of the OpenMP runtime libxk brings (see xkernels.openmp)."""
+    from . import openmp as _t
     _t.configure_before_load()
 
 
