@@ -28,7 +28,6 @@ import torch  # noqa: E402,F811
 import xkernels.torch  # noqa: E402
 
 xkernels.torch.set_num_threads(a.threads)
-xk = torch.ops.xk._ops  # noqa
 from xkernels.torch._ops import IMPLS  # noqa: E402
 
 rms = IMPLS["rms_norm"]
