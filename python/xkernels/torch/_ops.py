@@ -163,26 +163,39 @@ def _bias_f32(bias):
     return _derived.get1("bias32", bias, lambda: bias.detach().float().contiguous())
 
 
+_T32, _T16 = torch.float32, torch.bfloat16
+_GemmArgs = _lib.GemmArgs
+_byref = ctypes.byref
+_run_packed = L.gemm_plan_run_packed
+
+
 def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out):
     M = x2.shape[0]
-    res_type = None if residual is None else _XK[residual.dtype]
-    plan = _plan(M, N, K, t, t, 0 if bias is None else 1, act, res_type)
-    args = _lib.GemmArgs(A=x2.data_ptr(), C=out.data_ptr(), bias=None if bias is None else bias.data_ptr(),
-                         residual=None if residual is None else residual.data_ptr())
-    check(L.gemm_plan_run_packed(plan.h, ctypes.byref(args), packed.h))
+    res_type = None if residual is None else (F32 if residual.dtype is _T32 else BF16)
+    key = (M, N, K, t, t, 0 if bias is None else 1, act, res_type)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan(*key)
+    args = _GemmArgs(x2.data_ptr(), None, out.data_ptr(), None if bias is None else bias.data_ptr(),
+                     None if residual is None else residual.data_ptr())
+    st = _run_packed(plan.h, _byref(args), packed.h)
+    if st:
+        check(st)
 
 
 # ---- linear --------------------------------------------------------------------------------------
 
 def _linear_checks(x, weight, bias, residual, op):
-    t = _float_dtype(x, op)
-    _same(weight, x, op, "weight")
-    if weight.dim() != 2 or weight.shape[1] != x.shape[-1]:
-        raise ValueError("xk.%s: weight must be [N, %d], got %s" % (op, x.shape[-1], tuple(weight.shape)))
-    N = weight.shape[0]
-    if bias is not None and (bias.dim() != 1 or bias.shape[0] != N or not bias.is_floating_point()):
+    dt = x.dtype
+    t = F32 if dt is _T32 else (BF16 if dt is _T16 else _float_dtype(x, op))
+    ws = weight.shape
+    if weight.dtype is not dt or len(ws) != 2 or x.dim() == 0 or ws[1] != x.shape[-1]:
+        _same(weight, x, op, "weight")
+        raise ValueError("xk.%s: weight must be [N, %d], got %s" % (op, x.shape[-1] if x.dim() else 0, tuple(ws)))
+    N = ws[0]
+    if bias is not None and (bias.shape != (N,) or not bias.is_floating_point()):
         raise ValueError("xk.%s: bias must be a float vector of %d elements" % (op, N))
-    if residual is not None and (tuple(residual.shape) != tuple(x.shape[:-1]) + (N,) or
+    if residual is not None and (residual.shape != x.shape[:-1] + (N,) or
                                  residual.dtype not in (torch.float32, torch.bfloat16)):
         raise ValueError("xk.%s: residual must be a float32 / bfloat16 tensor of shape %s" %
                          (op, tuple(x.shape[:-1]) + (N,)))
@@ -193,19 +206,27 @@ def _linear(x, weight, bias=None, activation="none", residual=None):
     t, N = _linear_checks(x, weight, bias, residual, "linear")
     K = x.shape[-1]
     out = x.new_empty(x.shape[:-1] + (N,))
+    if K == 0 or out.numel() == 0:
+        return _linear_empty(out, bias, activation, residual)
+    x2 = (x if x.is_contiguous() else x.contiguous()).view(-1, K)
+    packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+    if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
+        bias = _bias_f32(bias)
+    if residual is not None and not residual.is_contiguous():
+        residual = residual.contiguous()
+    _gemm_packed(x2, packed, N, K, t, bias, _ACT[activation], residual, out)
+    return out
+
+
+def _linear_empty(out, bias, activation, residual):
+    """K == 0 (nothing to pack): act(bias) + residual."""
     if out.numel() == 0:
         return out
-    if K == 0:  # nothing to pack: act(bias) + residual
-        r = torch.zeros_like(out) if bias is None else bias.to(out.dtype).expand_as(out).clone()
-        act = {"none": lambda v: v, "relu": torch.relu, "silu": torch.nn.functional.silu,
-               "gelu": torch.nn.functional.gelu, "gelu_erf": torch.nn.functional.gelu,
-               "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[activation](r)
-        return act + residual.to(out.dtype) if residual is not None else act
-    x2 = _c(x).view(-1, K)
-    packed = _pack(weight, t)
-    _gemm_packed(x2, packed, N, K, t, None if bias is None else _bias_f32(bias), _ACT[activation],
-                 None if residual is None else _c(residual), out)
-    return out
+    r = torch.zeros_like(out) if bias is None else bias.to(out.dtype).expand_as(out).clone()
+    act = {"none": lambda v: v, "relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": torch.nn.functional.gelu, "gelu_erf": torch.nn.functional.gelu,
+           "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[activation](r)
+    return act + residual.to(out.dtype) if residual is not None else act
 
 
 def _linear_fake(x, weight, bias=None, activation="none", residual=None):
@@ -273,23 +294,46 @@ def _opt(v):
     return None if v is None else _c(v).data_ptr()
 
 
+_RMS = {_T32: L.rms_norm_f32, _T16: L.rms_norm_bf16}
+_LN = {_T32: L.layer_norm_f32, _T16: L.layer_norm_bf16}
+
+
+def _norm_prologue(x, weight, bias, table, op):
+    f = table.get(x.dtype)
+    if f is None or x.dim() == 0:
+        _float_dtype(x, op)
+        raise ValueError("xk.%s: x must have at least one dimension" % op)
+    H = x.shape[-1]
+    for v in (weight, bias):
+        if v is not None and (v.dtype is not x.dtype or v.shape != (H,)):
+            _norm_checks(x, weight, bias, op)
+    return f, H
+
+
 def _rms_norm(x, weight=None, eps=1e-6):
-    t, H = _norm_checks(x, weight, None, "rms_norm")
-    xc = _c(x)
-    out = torch.empty_like(xc)
-    if out.numel():
-        f = L.rms_norm_f32 if t == F32 else L.rms_norm_bf16
-        check(f(xc.numel() // H, H, xc.data_ptr(), 0, _opt(weight), eps, out.data_ptr(), 0))
+    f, H = _norm_prologue(x, weight, None, _RMS, "rms_norm")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        st = f(n // H, H, x.data_ptr(), 0, None if weight is None else _c(weight).data_ptr(), eps, out.data_ptr(), 0)
+        if st:
+            check(st)
     return out
 
 
 def _layer_norm(x, weight=None, bias=None, eps=1e-5):
-    t, H = _norm_checks(x, weight, bias, "layer_norm")
-    xc = _c(x)
-    out = torch.empty_like(xc)
-    if out.numel():
-        f = L.layer_norm_f32 if t == F32 else L.layer_norm_bf16
-        check(f(xc.numel() // H, H, xc.data_ptr(), 0, _opt(weight), _opt(bias), eps, out.data_ptr(), 0))
+    f, H = _norm_prologue(x, weight, bias, _LN, "layer_norm")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        st = f(n // H, H, x.data_ptr(), 0, None if weight is None else _c(weight).data_ptr(),
+               None if bias is None else _c(bias).data_ptr(), eps, out.data_ptr(), 0)
+        if st:
+            check(st)
     return out
 
 
@@ -400,14 +444,22 @@ def _glu_checks(x, op):
     return t
 
 
+_GLU = {_T32: L.glu_f32, _T16: L.glu_bf16}
+
+
 def _glu(x, act, op):
-    t = _glu_checks(x, op)
-    xc = _c(x)
+    f = _GLU.get(x.dtype)
+    if f is None or x.dim() == 0 or x.shape[-1] % 2:
+        _glu_checks(x, op)
+    if not x.is_contiguous():
+        x = x.contiguous()
     I = x.shape[-1] // 2
-    out = xc.new_empty(x.shape[:-1] + (I,))
-    if out.numel():
-        f = L.glu_f32 if t == F32 else L.glu_bf16
-        check(f(act, out.numel() // I, I, xc.data_ptr(), 0, out.data_ptr(), 0))
+    out = x.new_empty(x.shape[:-1] + (I,))
+    n = out.numel()
+    if n:
+        st = f(act, n // I, I, x.data_ptr(), 0, out.data_ptr(), 0)
+        if st:
+            check(st)
     return out
 
 
@@ -423,14 +475,22 @@ _define("gelu_and_mul(Tensor x, str approximate=\"none\") -> Tensor",
         lambda x, approximate="none": _glu_fake(x, "gelu_and_mul"))
 
 
+_SOFTMAX = {_T32: L.softmax_f32, _T16: L.softmax_bf16}
+
+
 def _softmax(x, scale=1.0, causal=False, causal_offset=0):
-    t = _float_dtype(x, "softmax")
-    xc = _c(x)
-    out = torch.empty_like(xc)
-    if out.numel():
+    f = _SOFTMAX.get(x.dtype)
+    if f is None:
+        _float_dtype(x, "softmax")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
         cols = x.shape[-1]
-        f = L.softmax_f32 if t == F32 else L.softmax_bf16
-        check(f(xc.numel() // cols, cols, xc.data_ptr(), 0, out.data_ptr(), 0, scale, int(causal), causal_offset))
+        st = f(n // cols, cols, x.data_ptr(), 0, out.data_ptr(), 0, scale, causal, causal_offset)
+        if st:
+            check(st)
     return out
 
 
