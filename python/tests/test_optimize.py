@@ -100,3 +100,14 @@ def test_compile_fullgraph(dtype, backend):
         got2 = compiled(_inputs(dtype, T=5))
     torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
     assert got2.shape == (2, 5, 64)
+
+
+def test_optimize_replaces_large_scale_bf16_mlp():
+    # bf16 roundings must not make the numeric pattern check refuse a genuine SwiGLU MLP
+    torch.manual_seed(0)
+    m = LlamaMLP(256, 688)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(8)
+    opt = xkt.optimize(m, dtype=torch.bfloat16)
+    assert type(opt).__name__ == "GatedMLP", xkt.info()

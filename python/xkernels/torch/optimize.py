@@ -55,13 +55,14 @@ def _rms_norm(m):
 
 
 def _same_output(old, new, in_features, dtype):
-    """Both modules on a small random input agree (catches look-alikes: Gemma's (1 + w) RMSNorm ...)."""
+    """Both modules on a small random input agree, normwise (catches look-alikes: Gemma's (1 + w)
+    RMSNorm, an MLP whose forward is not the plain pattern ...)."""
     try:
         with torch.no_grad():
             x = torch.randn(3, in_features, generator=torch.Generator().manual_seed(0)).to(dtype)
-            a, b = old(x), new(x)
-        tol = 1e-3 if dtype == torch.float32 else 3e-2
-        return torch.allclose(a.float(), b.float(), rtol=tol, atol=tol)
+            a, b = old(x).float(), new(x).float()
+        tol = 1e-3 if dtype == torch.float32 else 5e-2
+        return a.shape == b.shape and bool((a - b).norm() <= tol * b.norm() + 1e-6)
     except Exception:
         return False
 
