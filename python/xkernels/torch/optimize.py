@@ -73,41 +73,44 @@ def _param_dtype(m, default):
     return default
 
 
+def _replacement(child, path, dtype, skipped):
+    """The xk module replacing `child`, or None (then `skipped` may say why)."""
+    new, why = None, None
+    if isinstance(child, nn.Linear):
+        if child.weight.dtype in (torch.float32, torch.bfloat16):
+            new = modules.Linear.from_linear(child)
+        else:
+            why = "weight dtype %s" % child.weight.dtype
+    elif isinstance(child, nn.LayerNorm):
+        if len(child.normalized_shape) == 1:
+            new = modules.LayerNorm.from_layer_norm(child)
+        else:
+            why = "normalized_shape %s (only the last dimension is supported)" % (child.normalized_shape,)
+    elif type(child).__name__.endswith("RMSNorm"):
+        new = _rms_norm(child)
+        if new is None:
+            why = "no 1-D weight / eps attribute"
+        elif not _same_output(child, new, new.hidden_size, _param_dtype(child, dtype)):
+            new, why = None, "outputs differ from xk's RMSNorm (another formula)"
+    else:
+        new = _gated_mlp(child)
+        if new is not None and not _same_output(child, new, new.gate_proj.in_features,
+                                                _param_dtype(child.gate_proj, dtype)):
+            new, why = None, "has gate_proj / up_proj / down_proj, but its forward is not down(silu(gate(x)) * up(x))"
+    if why is not None:
+        skipped.append((path or "<root>", type(child).__name__, why))
+    return new
+
+
 def _replace(model, prefix, dtype, log, skipped):
     for name, child in list(model.named_children()):
         path = prefix + name
-        new, why = None, None
-        if isinstance(child, nn.Linear):
-            if child.weight.dtype in (torch.float32, torch.bfloat16):
-                new = modules.Linear.from_linear(child)
-            else:
-                why = "weight dtype %s" % child.weight.dtype
-        elif isinstance(child, nn.LayerNorm):
-            if len(child.normalized_shape) == 1:
-                new = modules.LayerNorm.from_layer_norm(child)
-            else:
-                why = "normalized_shape %s (only the last dimension is supported)" % (child.normalized_shape,)
-        elif type(child).__name__.endswith("RMSNorm"):
-            new = _rms_norm(child)
-            if new is not None and not _same_output(child, new, new.hidden_size, _param_dtype(child, dtype)):
-                new, why = None, "outputs differ from xk's RMSNorm (another formula)"
-            elif new is None:
-                why = "no 1-D weight / eps attribute"
-        else:
-            new = _gated_mlp(child)
-            if new is not None:
-                hidden = new.gate_proj.in_features
-                if not _same_output(child, new, hidden, _param_dtype(child.gate_proj, dtype)):
-                    new, why = None, "forward is not down(silu(gate(x)) * up(x))"
-                    skipped.append((path, type(child).__name__, why))
-                    why = None
+        new = _replacement(child, path, dtype, skipped)
         if new is not None:
             setattr(model, name, new)
             log.append((path, type(child).__name__, type(new).__name__))
-            continue
-        if why is not None:
-            skipped.append((path, type(child).__name__, why))
-        _replace(child, path + ".", dtype, log, skipped)
+        else:
+            _replace(child, path + ".", dtype, log, skipped)
 
 
 def optimize(model, dtype=torch.float32, quantization=None, inplace=False):
@@ -129,7 +132,12 @@ def optimize(model, dtype=torch.float32, quantization=None, inplace=False):
     model.eval()
     model.to(dtype)
     log, skipped = [], []
-    _replace(model, "", dtype, log, skipped)
+    root = _replacement(model, "", dtype, skipped)
+    if root is not None:
+        log.append(("<root>", type(model).__name__, type(root).__name__))
+        model = root
+    else:
+        _replace(model, "", dtype, log, skipped)
     _last.update(replaced=log, skipped=skipped, dtype=dtype, quantization=quantization)
     return model
 
