@@ -331,10 +331,12 @@ def rope(q, k, positions, *, cos_sin_cache=None, base=10000.0, scaling_factor=1.
     if q.ndim != 3 or not q.flags.c_contiguous or not q.flags.writeable:
         raise ValueError("rope: q must be a writable C-contiguous [tokens, heads, head_dim] array")
     t = xk_dtype(q)
+    if t not in (F32, BF16):
+        raise TypeError("rope: q must be float32 or bf16 (uint16), got %s" % q.dtype)
     tokens, qh, hd = q.shape
     kh = 0
     if k is not None:
-        if k.ndim != 3 or not k.flags.c_contiguous or k.shape[0] != tokens or k.shape[2] != hd or k.dtype != q.dtype:
+        if k.ndim != 3 or not k.flags.c_contiguous or not k.flags.writeable or k.shape[0] != tokens or k.shape[2] != hd or k.dtype != q.dtype:
             raise ValueError("rope: k must be a C-contiguous [tokens, heads, head_dim] array like q")
         kh = k.shape[1]
     positions = _arr(positions, "rope: positions", None, 1).astype(np.int64, copy=False)
