@@ -7,6 +7,7 @@ Rows: name, xk us, torch us, ratio torch/xk (> 1: xk faster). Threads: XK_BENCH_
 """
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -118,6 +119,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-blocks", action="store_true")
+    ap.add_argument("--rows", default="", help="regex: run only the rows whose name matches")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--cpu-clock", action="store_true",
                     help="time with this thread's CPU time (a shared machine; meaningful at 1 thread only)")
@@ -133,10 +135,13 @@ def main():
     with torch.inference_mode():
         for dt in a.dtypes.split(","):
             dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dt]
-            rows = op_rows(dtype) + ([] if a.no_blocks else block_rows(dtype, a.quick))
+            rows = ([] if a.rows and not any(re.search(a.rows, n) for n, _, _ in op_rows(dtype)) else op_rows(dtype))
+            rows += [] if a.no_blocks else block_rows(dtype, a.quick)
             for nt in threads:
                 xkt.set_num_threads(nt)
                 for name, fx, ft in rows:
+                    if a.rows and not re.search(a.rows, name):
+                        continue
                     tx, tt = bench(fx, min_time), bench(ft, min_time)
                     print("%-40s %4s %5d %11.1f %11.1f %7.2f" % (name, dt, nt, tx, tt, tt / tx), flush=True)
 
