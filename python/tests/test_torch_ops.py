@@ -230,7 +230,6 @@ def test_errors_carry_libxk_message():
 # ---- opcheck (schema, fake kernel, aot dispatch with static / dynamic shapes) ---------------------
 
 def _opcheck_cases():
-    f, b = torch.float32, torch.bfloat16
     cache = torch.randn(16, 8, generator=GEN)
     return [
         ("linear", lambda d: (rand(3, 16, dtype=d), rand(8, 16, dtype=d), rand(8), "relu", rand(3, 8, dtype=d))),

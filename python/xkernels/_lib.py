@@ -6,7 +6,6 @@ built by `pip install .`), then build/release/libxk.so of the source tree this p
 """
 import ctypes
 import os
-import sys
 
 c_i64 = ctypes.c_int64
 c_i32 = ctypes.c_int32
