@@ -111,3 +111,23 @@ def test_optimize_replaces_large_scale_bf16_mlp():
             p.mul_(8)
     opt = xkt.optimize(m, dtype=torch.bfloat16)
     assert type(opt).__name__ == "GatedMLP", xkt.info()
+
+
+def test_saved_module_loads_in_a_fresh_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+    torch.manual_seed(0)
+    opt = xkt.optimize(LlamaDecoderLayer().eval(), dtype=torch.bfloat16)
+    x = _inputs(torch.bfloat16)
+    with torch.no_grad():
+        y = opt(x)
+    torch.save({"model": opt, "x": x, "y": y}, tmp_path / "m.pt")
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import torch, sys; d = torch.load(sys.argv[1], weights_only=False)\n"
+            "with torch.no_grad(): y = d['model'](d['x'])\n"
+            "assert torch.equal(y, d['y']), (y - d['y']).abs().max()\nprint('ok')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), here]))
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.pt")], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
