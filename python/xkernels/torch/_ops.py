@@ -1,0 +1,679 @@
+"""torch.ops.xk.*: libxk ops registered with torch.library (schema, a CPU kernel calling libxk on
+data_ptr() through ctypes, and a fake kernel so torch.compile traces through them). Nothing here
+is compiled against torch: the same files work in every torch with torch.library.register_fake
+(>= 2.4)."""
+import ctypes
+import weakref
+from collections import OrderedDict
+
+import torch
+
+from .. import _lib
+from .._lib import BF16, F32, S8, U8, check
+
+L = _lib.lib()
+_XK = {torch.float32: F32, torch.bfloat16: BF16, torch.int8: S8, torch.uint8: U8}
+_ACT = _lib.ACTIVATIONS
+
+lib = torch.library.Library("xk", "DEF")  # noqa: the registrations live as long as this object
+
+
+IMPLS = {}  # name -> the CPU kernel (the xk modules call it directly in eager mode)
+
+
+def _define(schema, cpu, fake):
+    name = schema.split("(")[0]
+    IMPLS[name] = cpu
+    lib.define(schema)
+    lib.impl(name, cpu, "CPU")
+    torch.library.register_fake("xk::" + name, fake, lib=lib)
+
+
+def _float_dtype(x, op):
+    t = _XK.get(x.dtype)
+    if t not in (F32, BF16):
+        raise TypeError("xk.%s: x must be float32 or bfloat16, got %s" % (op, x.dtype))
+    return t
+
+
+def _same(t, ref, op, name):
+    if t is not None and t.dtype != ref.dtype:
+        raise TypeError("xk.%s: %s must be %s like x, got %s" % (op, name, ref.dtype, t.dtype))
+
+
+def _c(t):
+    return t if t.is_contiguous() else t.contiguous()
+
+
+# ---- per-process derived data of weight tensors (packed GEMM weights, f32 biases) ------------------
+# Keyed by the tensors' identity (one Python object per TensorImpl) and version counters, so an
+# in-place update (load_state_dict, copy_) repacks; entries go when a tensor is freed.
+
+class _Derived:
+    def __init__(self):
+        self._d = {}
+
+    @staticmethod
+    def _version(t):
+        try:
+            return t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return -1
+
+    def get(self, tag, tensors, make):
+        key = (tag,) + tuple(map(id, tensors))
+        versions = tuple(map(self._version, tensors))
+        e = self._d.get(key)
+        if e is not None and e[1] == versions and all(r() is t for r, t in zip(e[0], tensors)):
+            return e[2]
+        value = make()
+        pop = self._d.pop
+        refs = tuple(weakref.ref(t, lambda _, k=key: pop(k, None)) for t in tensors)
+        self._d[key] = (refs, versions, value)
+        return value
+
+    def get1(self, tag, t, make):
+        """get() of one tensor (the per-call path of linear)."""
+        key = (tag, id(t))
+        e = self._d.get(key)
+        try:
+            v = t._version
+        except RuntimeError:
+            v = -1
+        if e is not None and e[1][0] == v and e[0][0]() is t:
+            return e[2]
+        return self.get(tag, (t,), make)
+
+    def clear(self):
+        self._d.clear()
+
+
+_derived = _Derived()
+
+
+class _Packed:
+    __slots__ = ("h",)
+
+    def __init__(self, h):
+        self.h = h
+
+    def __del__(self):
+        if self.h:
+            L.gemm_packed_b_destroy(self.h)
+            self.h = None
+
+
+class _Plan:
+    __slots__ = ("h", "desc")
+
+    def __init__(self, desc):
+        self.desc = desc
+        h = ctypes.c_void_p()
+        check(L.gemm_plan_create(ctypes.byref(desc), ctypes.byref(h)))
+        self.h = h.value
+
+    def __del__(self):
+        if self.h:
+            L.gemm_plan_destroy(self.h)
+            self.h = None
+
+
+_plans = OrderedDict()
+_PLAN_CAPACITY = 512
+
+
+def _plan(M, N, K, ab_type, c_type, bias, act, res_type):
+    key = (M, N, K, ab_type, c_type, bias, act, res_type)
+    p = _plans.get(key)
+    if p is None:
+        d = _lib.GemmDesc()
+        L.gemm_desc_init(ctypes.byref(d))
+        d.M, d.N, d.K = M, N, K
+        d.trans_b = 1  # weight [N, K] = B^T
+        d.a_type = d.b_type = ab_type
+        d.c_type = c_type
+        d.bias = bias
+        d.act = act
+        if res_type is not None:
+            d.residual, d.residual_type = 1, res_type
+        p = _Plan(d)
+        _plans[key] = p
+        if len(_plans) > _PLAN_CAPACITY:
+            _plans.popitem(last=False)
+    return p
+
+
+def _pack_now(weight, t):
+    """weight [N, K] packed as B^T (any plan of this K, N, dtype reads it, whatever M)."""
+    w = _c(weight.detach())
+    N, K = w.shape
+    plan = _plan(1, N, K, t, t, 0, 0, None)
+    h = ctypes.c_void_p()
+    check(L.gemm_plan_pack_b(plan.h, w.data_ptr(), ctypes.byref(h)))
+    return _Packed(h.value)
+
+
+def _pack(weight, t):
+    return _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+
+
+def _bias_f32(bias):
+    if bias.dtype == torch.float32 and bias.is_contiguous():
+        return bias
+    return _derived.get1("bias32", bias, lambda: bias.detach().float().contiguous())
+
+
+_T32, _T16 = torch.float32, torch.bfloat16
+_GemmArgs = _lib.GemmArgs
+_byref = ctypes.byref
+_run_packed = L.gemm_plan_run_packed
+
+
+def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out):
+    M = x2.shape[0]
+    res_type = None if residual is None else (F32 if residual.dtype is _T32 else BF16)
+    key = (M, N, K, t, t, 0 if bias is None else 1, act, res_type)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan(*key)
+    args = _GemmArgs(x2.data_ptr(), None, out.data_ptr(), None if bias is None else bias.data_ptr(),
+                     None if residual is None else residual.data_ptr())
+    st = _run_packed(plan.h, _byref(args), packed.h)
+    if st:
+        check(st)
+
+
+# ---- linear --------------------------------------------------------------------------------------
+
+def _linear_checks(x, weight, bias, residual, op):
+    dt = x.dtype
+    t = F32 if dt is _T32 else (BF16 if dt is _T16 else _float_dtype(x, op))
+    ws = weight.shape
+    if weight.dtype is not dt or len(ws) != 2 or x.dim() == 0 or ws[1] != x.shape[-1]:
+        _same(weight, x, op, "weight")
+        raise ValueError("xk.%s: weight must be [N, %d], got %s" % (op, x.shape[-1] if x.dim() else 0, tuple(ws)))
+    N = ws[0]
+    if bias is not None and (bias.shape != (N,) or not bias.is_floating_point()):
+        raise ValueError("xk.%s: bias must be a float vector of %d elements" % (op, N))
+    if residual is not None and (residual.shape != x.shape[:-1] + (N,) or
+                                 residual.dtype not in (torch.float32, torch.bfloat16)):
+        raise ValueError("xk.%s: residual must be a float32 / bfloat16 tensor of shape %s" %
+                         (op, tuple(x.shape[:-1]) + (N,)))
+    return t, N
+
+
+def _linear(x, weight, bias=None, activation="none", residual=None):
+    t, N = _linear_checks(x, weight, bias, residual, "linear")
+    K = x.shape[-1]
+    out = x.new_empty(x.shape[:-1] + (N,))
+    if K == 0 or out.numel() == 0:
+        return _linear_empty(out, bias, activation, residual)
+    x2 = (x if x.is_contiguous() else x.contiguous()).view(-1, K)
+    packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+    if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
+        bias = _bias_f32(bias)
+    if residual is not None and not residual.is_contiguous():
+        residual = residual.contiguous()
+    _gemm_packed(x2, packed, N, K, t, bias, _ACT[activation], residual, out)
+    return out
+
+
+def _linear_empty(out, bias, activation, residual):
+    """K == 0 (nothing to pack): act(bias) + residual."""
+    if out.numel() == 0:
+        return out
+    r = torch.zeros_like(out) if bias is None else bias.to(out.dtype).expand_as(out).clone()
+    act = {"none": lambda v: v, "relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": torch.nn.functional.gelu, "gelu_erf": torch.nn.functional.gelu,
+           "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[activation](r)
+    return act + residual.to(out.dtype) if residual is not None else act
+
+
+def _linear_fake(x, weight, bias=None, activation="none", residual=None):
+    _linear_checks(x, weight, bias, residual, "linear")
+    return x.new_empty(x.shape[:-1] + (weight.shape[0],))
+
+
+_define("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation=\"none\", Tensor? residual=None) -> Tensor",
+        _linear, _linear_fake)
+
+
+def _gated_checks(x, w_gate, w_up, activation):
+    t = _float_dtype(x, "gated_linear")
+    _same(w_gate, x, "gated_linear", "w_gate")
+    _same(w_up, x, "gated_linear", "w_up")
+    if w_gate.dim() != 2 or tuple(w_gate.shape) != tuple(w_up.shape) or w_gate.shape[1] != x.shape[-1]:
+        raise ValueError("xk.gated_linear: w_gate and w_up must both be [I, %d], got %s and %s" %
+                         (x.shape[-1], tuple(w_gate.shape), tuple(w_up.shape)))
+    if activation not in _ACT:
+        raise ValueError("xk.gated_linear: unknown activation %r" % activation)
+    return t
+
+
+def _gated_linear(x, w_gate, w_up, activation="silu"):
+    """act(x w_gate^T) * (x w_up^T): one GEMM against the packed [w_gate; w_up], then the GLU."""
+    t = _gated_checks(x, w_gate, w_up, activation)
+    I, K = w_gate.shape
+    out = x.new_empty(x.shape[:-1] + (I,))
+    if out.numel() == 0:
+        return out
+    x2 = _c(x).view(-1, K)
+    M = x2.shape[0]
+    packed = _derived.get("pack_gate_up", (w_gate, w_up),
+                          lambda: _pack_now(torch.cat([w_gate.detach(), w_up.detach()]), t))
+    h = x.new_empty((M, 2 * I))
+    _gemm_packed(x2, packed, 2 * I, K, t, None, 0, None, h)
+    f = L.glu_f32 if t == F32 else L.glu_bf16
+    check(f(_ACT[activation], M, I, h.data_ptr(), 0, out.data_ptr(), 0))
+    return out
+
+
+def _gated_linear_fake(x, w_gate, w_up, activation="silu"):
+    _gated_checks(x, w_gate, w_up, activation)
+    return x.new_empty(x.shape[:-1] + (w_gate.shape[0],))
+
+
+_define("gated_linear(Tensor x, Tensor w_gate, Tensor w_up, str activation=\"silu\") -> Tensor",
+        _gated_linear, _gated_linear_fake)
+
+
+# ---- norms ---------------------------------------------------------------------------------------
+
+def _norm_checks(x, weight, bias, op):
+    t = _float_dtype(x, op)
+    H = x.shape[-1] if x.dim() else 1
+    for name, v in (("weight", weight), ("bias", bias)):
+        if v is not None:
+            _same(v, x, op, name)
+            if v.dim() != 1 or v.shape[0] != H:
+                raise ValueError("xk.%s: %s must have %d elements" % (op, name, H))
+    return t, H
+
+
+def _opt(v):
+    return None if v is None else _c(v).data_ptr()
+
+
+_RMS = {_T32: L.rms_norm_f32, _T16: L.rms_norm_bf16}
+_LN = {_T32: L.layer_norm_f32, _T16: L.layer_norm_bf16}
+
+
+def _norm_prologue(x, weight, bias, table, op):
+    f = table.get(x.dtype)
+    if f is None or x.dim() == 0:
+        _float_dtype(x, op)
+        raise ValueError("xk.%s: x must have at least one dimension" % op)
+    H = x.shape[-1]
+    for v in (weight, bias):
+        if v is not None and (v.dtype is not x.dtype or v.shape != (H,)):
+            _norm_checks(x, weight, bias, op)
+    return f, H
+
+
+def _rms_norm(x, weight=None, eps=1e-6):
+    f, H = _norm_prologue(x, weight, None, _RMS, "rms_norm")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        st = f(n // H, H, x.data_ptr(), 0, None if weight is None else _c(weight).data_ptr(), eps, out.data_ptr(), 0)
+        if st:
+            check(st)
+    return out
+
+
+def _layer_norm(x, weight=None, bias=None, eps=1e-5):
+    f, H = _norm_prologue(x, weight, bias, _LN, "layer_norm")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        st = f(n // H, H, x.data_ptr(), 0, None if weight is None else _c(weight).data_ptr(),
+               None if bias is None else _c(bias).data_ptr(), eps, out.data_ptr(), 0)
+        if st:
+            check(st)
+    return out
+
+
+def _norm_fake(x, weight=None, bias=None, eps=1e-5):
+    _norm_checks(x, weight, bias, "norm")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _rms_norm_fake(x, weight=None, eps=1e-6):
+    return _norm_fake(x, weight, None, eps)
+
+
+_define("rms_norm(Tensor x, Tensor? weight=None, float eps=1e-06) -> Tensor", _rms_norm, _rms_norm_fake)
+_define("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
+        _layer_norm, _norm_fake)
+
+
+def _residual_checks(x, residual, op):
+    if tuple(residual.shape) != tuple(x.shape) or residual.dtype != x.dtype or not residual.is_contiguous():
+        raise ValueError("xk.%s: residual must be a contiguous tensor of x's shape and dtype" % op)
+
+
+def _fused_add_rms_norm(x, residual, weight=None, eps=1e-6):
+    t, H = _norm_checks(x, weight, None, "fused_add_rms_norm")
+    _residual_checks(x, residual, "fused_add_rms_norm")
+    xc = _c(x)
+    out = torch.empty_like(xc)
+    if out.numel():
+        f = L.fused_add_rms_norm_f32 if t == F32 else L.fused_add_rms_norm_bf16
+        check(f(xc.numel() // H, H, xc.data_ptr(), 0, residual.data_ptr(), 0, _opt(weight), eps, out.data_ptr(), 0))
+    return out
+
+
+def _fused_add_layer_norm(x, residual, weight=None, bias=None, eps=1e-5):
+    t, H = _norm_checks(x, weight, bias, "fused_add_layer_norm")
+    _residual_checks(x, residual, "fused_add_layer_norm")
+    xc = _c(x)
+    out = torch.empty_like(xc)
+    if out.numel():
+        f = L.fused_add_layer_norm_f32 if t == F32 else L.fused_add_layer_norm_bf16
+        check(f(xc.numel() // H, H, xc.data_ptr(), 0, residual.data_ptr(), 0, _opt(weight), _opt(bias), eps,
+                out.data_ptr(), 0))
+    return out
+
+
+def _fused_add_norm_fake(x, residual, weight=None, bias=None, eps=1e-5):
+    _norm_checks(x, weight, bias, "fused_add_norm")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _fused_add_rms_norm_fake(x, residual, weight=None, eps=1e-6):
+    return _fused_add_norm_fake(x, residual, weight, None, eps)
+
+
+_define("fused_add_rms_norm(Tensor x, Tensor(a!) residual, Tensor? weight=None, float eps=1e-06) -> Tensor",
+        _fused_add_rms_norm, _fused_add_rms_norm_fake)
+_define("fused_add_layer_norm(Tensor x, Tensor(a!) residual, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1e-05) -> Tensor", _fused_add_layer_norm, _fused_add_norm_fake)
+
+
+# ---- rotary embedding (vLLM's rotary_embedding: query / key rotated in place) ------------------------
+
+def _rope_checks(positions, query, key, head_size, cos_sin_cache):
+    t = _float_dtype(query, "rotary_embedding")
+    tokens = positions.numel()
+    if query.numel() % (tokens * head_size if tokens else 1) or (key is not None and key.dtype != query.dtype):
+        raise ValueError("xk.rotary_embedding: query [tokens, heads * head_size] with tokens = positions.numel()")
+    if cos_sin_cache.dim() != 2:
+        raise ValueError("xk.rotary_embedding: cos_sin_cache must be [max_position, rotary_dim]")
+    return t
+
+
+def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=True):
+    t = _rope_checks(positions, query, key, head_size, cos_sin_cache)
+    tokens = positions.numel()
+    if tokens == 0:
+        return
+    for name, v in (("query", query), ("key", key)):
+        if v is not None and not v.is_contiguous():
+            raise ValueError("xk.rotary_embedding: %s must be contiguous (rotated in place)" % name)
+    qh = query.numel() // (tokens * head_size)
+    kh = 0 if key is None else key.numel() // (tokens * head_size)
+    pos = positions.reshape(-1)
+    pos = _c(pos if pos.dtype == torch.int64 else pos.long())
+    cache = cos_sin_cache
+    if cache.dtype != torch.float32 or not cache.is_contiguous():
+        cache = _derived.get("cache32", (cos_sin_cache,), lambda: cos_sin_cache.detach().float().contiguous())
+    f = L.rope_f32 if t == F32 else L.rope_bf16
+    check(f(0 if is_neox else 1, tokens, qh, kh, head_size, cache.shape[1], query.data_ptr(), qh * head_size, head_size,
+            None if key is None else key.data_ptr(), kh * head_size, head_size, pos.data_ptr(), cache.data_ptr(),
+            cache.shape[0]))
+
+
+def _rotary_embedding_fake(positions, query, key, head_size, cos_sin_cache, is_neox=True):
+    _rope_checks(positions, query, key, head_size, cos_sin_cache)
+
+
+_define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, Tensor cos_sin_cache, "
+        "bool is_neox=True) -> ()", _rotary_embedding, _rotary_embedding_fake)
+
+
+# ---- gated activations, softmax ------------------------------------------------------------------
+
+def _glu_checks(x, op):
+    t = _float_dtype(x, op)
+    if x.dim() == 0 or x.shape[-1] % 2:
+        raise ValueError("xk.%s: the last dimension must be even (the [gate | up] concatenation)" % op)
+    return t
+
+
+_GLU = {_T32: L.glu_f32, _T16: L.glu_bf16}
+
+
+def _glu(x, act, op):
+    f = _GLU.get(x.dtype)
+    if f is None or x.dim() == 0 or x.shape[-1] % 2:
+        _glu_checks(x, op)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    I = x.shape[-1] // 2
+    out = x.new_empty(x.shape[:-1] + (I,))
+    n = out.numel()
+    if n:
+        st = f(act, n // I, I, x.data_ptr(), 0, out.data_ptr(), 0)
+        if st:
+            check(st)
+    return out
+
+
+def _glu_fake(x, op):
+    _glu_checks(x, op)
+    return x.new_empty(x.shape[:-1] + (x.shape[-1] // 2,))
+
+
+_define("silu_and_mul(Tensor x) -> Tensor", lambda x: _glu(x, _ACT["silu"], "silu_and_mul"),
+        lambda x: _glu_fake(x, "silu_and_mul"))
+_define("gelu_and_mul(Tensor x, str approximate=\"none\") -> Tensor",
+        lambda x, approximate="none": _glu(x, _ACT["gelu_tanh" if approximate == "tanh" else "gelu_erf"], "gelu_and_mul"),
+        lambda x, approximate="none": _glu_fake(x, "gelu_and_mul"))
+
+
+_SOFTMAX = {_T32: L.softmax_f32, _T16: L.softmax_bf16}
+
+
+def _softmax(x, scale=1.0, causal=False, causal_offset=0):
+    f = _SOFTMAX.get(x.dtype)
+    if f is None:
+        _float_dtype(x, "softmax")
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        cols = x.shape[-1]
+        st = f(n // cols, cols, x.data_ptr(), 0, out.data_ptr(), 0, scale, causal, causal_offset)
+        if st:
+            check(st)
+    return out
+
+
+def _softmax_fake(x, scale=1.0, causal=False, causal_offset=0):
+    _float_dtype(x, "softmax")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+_define("softmax(Tensor x, float scale=1.0, bool causal=False, int causal_offset=0) -> Tensor", _softmax, _softmax_fake)
+
+
+# ---- quantize / dequantize -----------------------------------------------------------------------
+
+def _qdtype(dtype, op):
+    if dtype not in (torch.uint8, torch.int8):
+        raise TypeError("xk.%s: dtype must be torch.uint8 or torch.int8, got %s" % (op, dtype))
+    return dtype == torch.uint8
+
+
+def _quantize_per_tensor(x, scale, zero_point, dtype):
+    u8 = _qdtype(dtype, "quantize_per_tensor")
+    if x.dtype != torch.float32:
+        raise TypeError("xk.quantize_per_tensor: x must be float32")
+    xc = _c(x)
+    q = torch.empty(x.shape, dtype=dtype)
+    f = L.quantize_per_tensor_f32_u8 if u8 else L.quantize_per_tensor_f32_s8
+    check(f(xc.numel(), xc.data_ptr(), scale, zero_point, q.data_ptr()))
+    return q
+
+
+def _quantize_per_tensor_fake(x, scale, zero_point, dtype):
+    _qdtype(dtype, "quantize_per_tensor")
+    return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+
+_define("quantize_per_tensor(Tensor x, float scale, int zero_point, ScalarType dtype) -> Tensor",
+        _quantize_per_tensor, _quantize_per_tensor_fake)
+
+
+def _dequantize_per_tensor(q, scale, zero_point):
+    _qdtype(q.dtype, "dequantize_per_tensor")
+    qc = _c(q)
+    x = torch.empty(q.shape, dtype=torch.float32)
+    f = L.dequantize_per_tensor_u8_f32 if q.dtype == torch.uint8 else L.dequantize_per_tensor_s8_f32
+    check(f(qc.numel(), qc.data_ptr(), scale, zero_point, x.data_ptr()))
+    return x
+
+
+def _dequantize_per_tensor_fake(q, scale, zero_point):
+    _qdtype(q.dtype, "dequantize_per_tensor")
+    return torch.empty(q.shape, dtype=torch.float32, device=q.device)
+
+
+_define("dequantize_per_tensor(Tensor q, float scale, int zero_point) -> Tensor",
+        _dequantize_per_tensor, _dequantize_per_tensor_fake)
+
+
+def _per_channel_checks(x, scales, zero_points, axis, op):
+    if x.dim() != 2 or axis not in (0, 1):
+        raise ValueError("xk.%s: x must be 2-D and axis 0 or 1" % op)
+    n = x.shape[axis]
+    if scales.dtype != torch.float32 or scales.shape != (n,):
+        raise ValueError("xk.%s: scales must be float32 [%d]" % (op, n))
+    if zero_points is not None and (zero_points.dtype != torch.int32 or zero_points.shape != (n,)):
+        raise ValueError("xk.%s: zero_points must be int32 [%d]" % (op, n))
+
+
+def _quantize_per_channel(x, scales, zero_points, axis, dtype):
+    u8 = _qdtype(dtype, "quantize_per_channel")
+    if x.dtype != torch.float32:
+        raise TypeError("xk.quantize_per_channel: x must be float32")
+    _per_channel_checks(x, scales, zero_points, axis, "quantize_per_channel")
+    xc = _c(x)
+    q = torch.empty(x.shape, dtype=dtype)
+    f = L.quantize_per_channel_f32_u8 if u8 else L.quantize_per_channel_f32_s8
+    check(f(x.shape[0], x.shape[1], xc.data_ptr(), 0, _opt(scales), _opt(zero_points), axis, q.data_ptr(), 0))
+    return q
+
+
+def _quantize_per_channel_fake(x, scales, zero_points, axis, dtype):
+    _qdtype(dtype, "quantize_per_channel")
+    _per_channel_checks(x, scales, zero_points, axis, "quantize_per_channel")
+    return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+
+_define("quantize_per_channel(Tensor x, Tensor scales, Tensor? zero_points, int axis, ScalarType dtype) -> Tensor",
+        _quantize_per_channel, _quantize_per_channel_fake)
+
+
+def _dequantize_per_channel(q, scales, zero_points, axis):
+    _qdtype(q.dtype, "dequantize_per_channel")
+    _per_channel_checks(q, scales, zero_points, axis, "dequantize_per_channel")
+    qc = _c(q)
+    x = torch.empty(q.shape, dtype=torch.float32)
+    f = L.dequantize_per_channel_u8_f32 if q.dtype == torch.uint8 else L.dequantize_per_channel_s8_f32
+    check(f(q.shape[0], q.shape[1], qc.data_ptr(), 0, _opt(scales), _opt(zero_points), axis, x.data_ptr(), 0))
+    return x
+
+
+def _dequantize_per_channel_fake(q, scales, zero_points, axis):
+    _qdtype(q.dtype, "dequantize_per_channel")
+    _per_channel_checks(q, scales, zero_points, axis, "dequantize_per_channel")
+    return torch.empty(q.shape, dtype=torch.float32, device=q.device)
+
+
+_define("dequantize_per_channel(Tensor q, Tensor scales, Tensor? zero_points, int axis) -> Tensor",
+        _dequantize_per_channel, _dequantize_per_channel_fake)
+
+
+def _dynamic_quantize(x, dtype, symmetric=False):
+    u8 = _qdtype(dtype, "dynamic_quantize_per_token")
+    t = _float_dtype(x, "dynamic_quantize_per_token")
+    xc = _c(x)
+    cols = x.shape[-1]
+    rows = xc.numel() // cols if cols else 0
+    q = torch.empty(x.shape, dtype=dtype)
+    scales = torch.empty(x.shape[:-1], dtype=torch.float32)
+    zps = torch.full(x.shape[:-1], 128 if (u8 and symmetric) else 0, dtype=torch.int32)
+    if q.numel():
+        f = getattr(L, "quantize_dynamic_per_token_%s_%s" % ("f32" if t == F32 else "bf16", "u8" if u8 else "s8"))
+        check(f(rows, cols, xc.data_ptr(), 0, None, q.data_ptr(), 0, scales.data_ptr(),
+                None if symmetric else zps.data_ptr(), int(symmetric)))
+    return q, scales, zps
+
+
+def _dynamic_quantize_fake(x, dtype, symmetric=False):
+    _qdtype(dtype, "dynamic_quantize_per_token")
+    _float_dtype(x, "dynamic_quantize_per_token")
+    return (torch.empty(x.shape, dtype=dtype, device=x.device),
+            torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device),
+            torch.empty(x.shape[:-1], dtype=torch.int32, device=x.device))
+
+
+_define("dynamic_quantize_per_token(Tensor x, ScalarType dtype, bool symmetric=False) -> (Tensor, Tensor, Tensor)",
+        _dynamic_quantize, _dynamic_quantize_fake)
+
+
+# ---- embedding_bag -------------------------------------------------------------------------------
+
+def _eb_checks(weight, indices, offsets, mode, per_sample_weights, include_last_offset):
+    if weight.dim() != 2 or weight.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError("xk.embedding_bag: weight must be a 2-D float32 / bfloat16 table")
+    if indices.dim() != 1 or offsets.dim() != 1:
+        raise ValueError("xk.embedding_bag: indices and offsets must be 1-D")
+    if mode not in (0, 1, 2):
+        raise ValueError("xk.embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max)")
+    if per_sample_weights is not None and (per_sample_weights.shape != indices.shape or
+                                           per_sample_weights.dtype != torch.float32):
+        raise ValueError("xk.embedding_bag: per_sample_weights must be float32 like indices")
+    return offsets.shape[0] - (1 if include_last_offset else 0)
+
+
+def _embedding_bag(weight, indices, offsets, mode=0, per_sample_weights=None, include_last_offset=False,
+                   padding_idx=None):
+    bags = _eb_checks(weight, indices, offsets, mode, per_sample_weights, include_last_offset)
+    w = _c(weight)
+    d = _lib.EmbeddingBagDesc()
+    check(L.embedding_bag_desc_init(ctypes.byref(d), w.shape[0], w.shape[1]))
+    d.mode = mode
+    d.include_last_offset = int(include_last_offset)
+    d.padding_idx = -1 if padding_idx is None else (padding_idx + w.shape[0] if padding_idx < 0 else padding_idx)
+    out = torch.empty((bags, w.shape[1]), dtype=torch.float32)
+    i32 = indices.dtype == torch.int32 and offsets.dtype == torch.int32 and weight.dtype == torch.float32
+    if not i32:
+        indices, offsets = indices.long(), offsets.long()
+    indices, offsets = _c(indices), _c(offsets)
+    f = L.embedding_bag_f32_i32 if i32 else (L.embedding_bag_f32 if weight.dtype == torch.float32
+                                               else L.embedding_bag_bf16_f32)
+    check(f(ctypes.byref(d), w.data_ptr(), indices.shape[0], indices.data_ptr(), bags, offsets.data_ptr(),
+            _opt(per_sample_weights), out.data_ptr()))
+    return out
+
+
+def _embedding_bag_fake(weight, indices, offsets, mode=0, per_sample_weights=None, include_last_offset=False,
+                        padding_idx=None):
+    bags = _eb_checks(weight, indices, offsets, mode, per_sample_weights, include_last_offset)
+    return weight.new_empty((bags, weight.shape[1]), dtype=torch.float32)
+
+
+_define("embedding_bag(Tensor weight, Tensor indices, Tensor offsets, int mode=0, Tensor? per_sample_weights=None, "
+        "bool include_last_offset=False, int? padding_idx=None) -> Tensor", _embedding_bag, _embedding_bag_fake)
+
+
+# ---- an op that does nothing, for measuring the dispatcher's share of the per-call overhead ------
+
+_define("noop(Tensor x) -> Tensor", lambda x: x.new_empty(()), lambda x: x.new_empty(()))

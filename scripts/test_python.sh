@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Python package tests (python/tests, pytest) against build/release/libxk.so.
+# Uses the venv ${XK_PY_VENV:-$HOME/.cache/xkernels/venv} (outside the clone), creating it once when
+# it cannot import torch, pytest and numpy: pytest, numpy and PyTorch's CPU-only wheel from
+# https://download.pytorch.org/whl/cpu (~0.2 GB) — or, where that index is unreachable, PyPI's
+# default torch wheel, which brings its CUDA libraries (~5.8 GB installed).
+# XK_PY_TORCH: the torch requirement for a new venv (default "torch", e.g. "torch==2.5.1").
+# XK_PY_SKIP_BUILD=1: use build/release/libxk.so as it is. Extra arguments go to pytest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${XK_PY_VENV:-$HOME/.cache/xkernels/venv}
+torch_req=${XK_PY_TORCH:-torch}
+py=${XK_PY_PYTHON:-python3}
+
+if ! "$venv/bin/python" -c "import torch, pytest, numpy" >/dev/null 2>&1; then
+  echo "test_python.sh: creating $venv ($torch_req)"
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+  if ! "${pip[@]}" --timeout 20 --retries 1 --index-url https://download.pytorch.org/whl/cpu "$torch_req"; then
+    echo "test_python.sh: download.pytorch.org unreachable: PyPI's torch (with CUDA libraries, ~5.8 GB)"
+    "${pip[@]}" "$torch_req"
+  fi
+  "${pip[@]}" pytest numpy
+fi
+
+if [[ "${XK_PY_SKIP_BUILD:-0}" != 1 ]]; then
+  if [[ ! -f "$root/build/release/build.ninja" ]]; then
+    cmake --preset release -S "$root" >/dev/null
+  fi
+  ninja -C "$root/build/release" xk >/dev/null
+fi
+
+export XK_LIBRARY=${XK_LIBRARY:-$root/build/release/libxk.so}
+export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+cd "$root/python"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
