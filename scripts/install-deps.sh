@@ -8,6 +8,7 @@ PKGS=(
   libhwloc-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libxsmm-dev libclblast-dev
   clang libclang-rt-14-dev libomp-14-dev
+  python3 python3-venv python3-pip
 )
 missing=()
 for p in "${PKGS[@]}"; do

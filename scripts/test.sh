@@ -5,12 +5,15 @@
 #   2. ASan + UBSan build: every test;
 #   3. TSan build (std::thread parallel-for backend): every test;
 #   4. fuzz build (clang, libFuzzer + ASan + UBSan): every tests/fuzz target for XK_FUZZ_SECONDS
-#      (default 30) from its seed corpus (tests/fuzz/README.md: running them longer).
-# XK_TEST_CONFIGS="release asan tsan fuzz" selects the builds. Exits non-zero on any failure.
+#      (default 30) from its seed corpus (tests/fuzz/README.md: running them longer);
+#   5. python: the Python package's tests (python/tests, pytest) against the Release libxk, in a
+#      venv outside the clone (scripts/test_python.sh: created once with pytest, numpy and PyTorch
+#      — the CPU-only wheel, or PyPI's default torch where download.pytorch.org is unreachable).
+# XK_TEST_CONFIGS="release asan tsan fuzz python" selects the builds. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-CONFIGS=${XK_TEST_CONFIGS:-"release asan tsan fuzz"}
+CONFIGS=${XK_TEST_CONFIGS:-"release asan tsan fuzz python"}
 JOBS=$(nproc)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-"detect_leaks=1:abort_on_error=1"}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-"suppressions=$PWD/tests/lsan.supp:print_suppressions=0"}
@@ -19,6 +22,12 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-"halt_on_error=1:second_deadlock_stack=1"}
 start=$(date +%s)
 for cfg in $CONFIGS; do
   t0=$(date +%s)
+  if [[ $cfg == python ]]; then
+    echo "==================== python: package tests ===================="
+    bash scripts/test_python.sh
+    echo "==================== $cfg: done in $(( $(date +%s) - t0 )) s ===================="
+    continue
+  fi
   echo "==================== $cfg: configure + build ===================="
   cmake --preset "$cfg" >/dev/null
   cmake --build "build/$cfg" -j"$JOBS"
