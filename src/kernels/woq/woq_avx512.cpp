@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
