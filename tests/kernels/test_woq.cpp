@@ -528,3 +528,50 @@ TEST(Woq, BadInput) {
     }
     for (float v : y) ASSERT_EQ(v, 42.0f);
 }
+
+// The C API: pack, import, run, errors (status, message, *out = NULL, nothing written).
+TEST(Woq, CApi) {
+    const int64_t N = 40, K = 128, M = 3;
+    Weight w = make_weight(N, K, WoqWeightType::u4, 64, true, 21);
+    xk_woq_weight* cw = nullptr;
+    ASSERT_EQ(xk_woq_pack(XK_WOQ_U4, N, K, 64, w.q.data(), 0, w.scales.data(), w.zp.data(), &cw), XK_SUCCESS) << xk_last_error();
+    std::vector<float> a(static_cast<size_t>(N * K)), b(a.size());
+    ASSERT_EQ(xk_woq_dequantize(cw, a.data()), XK_SUCCESS);
+    woq_dequantize(w.packed, b.data());
+    EXPECT_EQ(a, b);
+    std::vector<float> x(static_cast<size_t>(M * K)), y1(static_cast<size_t>(M * N)), y2(y1.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1 * double(i));
+    xk_woq_desc d;
+    xk_woq_desc_init(&d);
+    d.M = M, d.N = N, d.K = K;
+    d.act = XK_ACT_RELU;
+    xk_woq_args args{x.data(), y1.data(), nullptr, nullptr};
+    ASSERT_EQ(xk_woq_gemm(&d, &args, cw), XK_SUCCESS) << xk_last_error();
+    WoqDesc pd;
+    pd.M = M, pd.N = N, pd.K = K, pd.weight_type = WoqWeightType::u4;
+    pd.epilogue.act = Activation::relu;
+    woq_gemm(pd, {x.data(), y2.data()}, w.packed);
+    EXPECT_EQ(y1, y2);
+    // errors
+    xk_woq_weight* bad = reinterpret_cast<xk_woq_weight*>(1);
+    EXPECT_EQ(xk_woq_pack(XK_WOQ_U4, N, K, 48, w.q.data(), 0, w.scales.data(), nullptr, &bad), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(bad, nullptr);
+    EXPECT_NE(std::string(xk_last_error()).find("group_size=48"), std::string::npos) << xk_last_error();
+    d.N = N + 1;
+    std::vector<float> y3(static_cast<size_t>(M * (N + 1)), 7.0f);
+    args.C = y3.data();
+    EXPECT_EQ(xk_woq_gemm(&d, &args, cw), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("weight="), std::string::npos) << xk_last_error();
+    for (float v : y3) ASSERT_EQ(v, 7.0f);
+    d.N = N;
+    int raw = 99;
+    std::memcpy(&d.act, &raw, sizeof raw);
+    EXPECT_EQ(xk_woq_gemm(&d, &args, cw), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_woq_gemm(&d, &args, nullptr), XK_INVALID_ARGUMENT);
+    std::vector<uint8_t> gg(static_cast<size_t>(2 * 34), 0);
+    xk_woq_weight* g8 = nullptr;
+    EXPECT_EQ(xk_woq_import_gguf(XK_GGUF_Q8_0, 2, 32, gg.data(), &g8), XK_SUCCESS);
+    xk_woq_weight_destroy(g8);
+    xk_woq_weight_destroy(cw);
+    xk_woq_weight_destroy(nullptr);
+}
