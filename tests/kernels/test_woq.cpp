@@ -575,3 +575,23 @@ TEST(Woq, CApi) {
     xk_woq_weight_destroy(cw);
     xk_woq_weight_destroy(nullptr);
 }
+
+// N wide enough that two threads split the blocks (the decode kernels' chunks are >= 256 KiB of
+// weights) and the prefill slabs: 1 and 2 threads bit for bit, and against the oracle.
+TEST(Woq, TwoThreadsSplitN) {
+    for (auto t : {WoqWeightType::u4, WoqWeightType::s8}) {
+        Weight w = make_weight(t == WoqWeightType::u4 ? 8200 : 4100, 128, t, 64, t == WoqWeightType::s8, 31);
+        for (int64_t M : {1, 3, 18}) {
+            Case cs;
+            cs.M = M;
+            cs.c = M == 3 ? DType::bf16 : DType::f32;
+            std::vector<uint8_t> r[2];
+            for (int th : {1, 2}) {
+                set_num_threads(th);
+                r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "split");
+            }
+            set_num_threads(0);
+            EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+        }
+    }
+}
