@@ -230,7 +230,7 @@ def cases(torch, F, threads):
         def mk_glu_d(nsets, t=t):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
-    return out + gemm_cases(torch, F, threads)
+    return out + gemm_cases(torch, F, threads) + woq_cases(torch, F, threads)
 
 
 # ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
@@ -269,6 +269,38 @@ def gemm_cases(torch, F, threads):
                     out.append((f"gemm/{dname}/torch/{M}x{N}x{K}_decode_bt/threads:{nt}", nt,
                                 {"GBPS": N * K * es, "GFLOPS": 2 * M * N * K}, sets_for(N * K * es), mk_dec,
                                 lambda x, w: F.linear(x, w)))
+    return out
+
+
+# ---- bench_woq's rows: PyTorch's weight-only quantized kernels (names woq/<w>/torch/M<M>xN<N>xK<K>/nt:<t>,
+# as bench_woq's; GBPS = packed weight bytes (q + scales [+ zeros]) / time, GFLOPS = 2 M N K / time):
+#   woq/s8/torch      torch._weight_int8pack_mm(x, w int8 [N x K], scales [N]), bf16 x
+#   woq/u4g128/torch  torch._weight_int4pack_mm_for_cpu(x, w, 128, scales_and_zeros), bf16 x, w from
+#                     torch._convert_weight_to_int4pack_for_cpu (weights rotated over XK_BENCH_ROTATE_MB)
+def woq_cases(torch, F, threads):
+    out = []
+    shapes = [(M, N, K) for N, K in DECODE_NK for M in (1, 16)] + [(512, 4096, 4096)]
+    for M, N, K in shapes:
+        shape = f"M{M}xN{N}xK{K}"
+        b8, b4 = N * K + N * 2, N * K // 2 + (K // 128) * N * 2 * 2
+        for nt in threads:
+            def mk8(nsets, M=M, N=N, K=K):
+                x = (torch.rand(M, K) * 2 - 1).to(torch.bfloat16)
+                return [(x, torch.randint(-128, 128, (N, K), dtype=torch.int8), (torch.rand(N) * 0.01 + 0.001).to(torch.bfloat16))
+                        for _ in range(nsets)]
+
+            def mk4(nsets, M=M, N=N, K=K):
+                x = (torch.rand(M, K) * 2 - 1).to(torch.bfloat16)
+                q = torch.randint(0, 16, (N, K), dtype=torch.int32)
+                w = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+                sz = torch.rand(K // 128, N, 2).to(torch.bfloat16)
+                return [(x, w.clone(), sz) for _ in range(nsets)]
+            rot = 1 if M > 16 else None
+            out.append((f"woq/s8/torch/{shape}/nt:{nt}", nt, {"GBPS": b8, "GFLOPS": 2 * M * N * K},
+                        rot or max(1, math.ceil(ROTATE_BYTES / b8)), mk8, lambda x, w, s: torch._weight_int8pack_mm(x, w, s)))
+            out.append((f"woq/u4g128/torch/{shape}/nt:{nt}", nt, {"GBPS": b4, "GFLOPS": 2 * M * N * K},
+                        rot or max(1, math.ceil(ROTATE_BYTES / b4)), mk4,
+                        lambda x, w, sz: torch._weight_int4pack_mm_for_cpu(x, w, 128, sz)))
     return out
 
 

@@ -1,5 +1,7 @@
 #include "tools/selections.hpp"
 
+#include <tuple>
+
 #include "kernels/conv/conv.hpp"
 #include "kernels/eltwise/eltwise.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
@@ -10,6 +12,7 @@
 #include "kernels/quant/quant.hpp"
 #include "kernels/rope/rope.hpp"
 #include "kernels/softmax/softmax.hpp"
+#include "kernels/woq/woq.hpp"
 #include "xk/isa.hpp"
 
 namespace xk::tools {
@@ -119,6 +122,14 @@ std::vector<Selection> selections() {
         d.x_dtype = d.y_dtype = DType::bf16;
         return softmax_kernel_desc(softmax_resolve("xk-info", d));
     }));
+    for (auto [name, wt, m] : {std::tuple{"woq int4 decode", WoqWeightType::u4, int64_t(1)},
+                               std::tuple{"woq int8 decode", WoqWeightType::s8, int64_t(1)},
+                               std::tuple{"woq int4 prefill", WoqWeightType::u4, int64_t(512)}})
+        v.push_back(pick(name, woq_registry(), [wt = wt, m = m] {
+            WoqDesc d;
+            d.M = m, d.N = 4096, d.K = 4096, d.weight_type = wt, d.a_type = DType::bf16;
+            return woq_check_desc("xk-info", d);
+        }));
     return v;
 }
 

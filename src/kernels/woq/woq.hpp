@@ -1,0 +1,98 @@
+// Internal interface of the weight-only quantized GEMM family (include/xk/woq.hpp), shared by its
+// implementations and the tests.
+//
+// Packed layout (one for every kernel): N in blocks of kWoqBlockN = 16 output channels (the last
+// block padded with q = 0, scale 0, offset 0). Block b holds
+//   q:       s8: K rows of 16 int8 (row k: channels 16b..16b+15 at k);
+//            u4: K/2 rows of 16 bytes, byte c of row j = q[16b+c][2j] | q[16b+c][2j+1] << 4
+//   scales:  G rows of 16 f32 (G = K / gs groups), and offsets likewise (when has_offset).
+// Blocks are contiguous, so a thread owning a range of blocks reads one stream.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dispatch/registry.hpp"
+#include "kernels/gemm/gemm.hpp"
+#include "xk/woq.hpp"
+
+namespace xk::detail {
+
+constexpr int64_t kWoqBlockN = 16;
+constexpr int64_t kWoqMaxDecodeM = 16;  // M <= this: the decode kernels
+
+struct WoqPacked {
+    WoqPacked(int64_t N, int64_t K, int64_t gs, WoqWeightType type, bool has_offset);
+    ~WoqPacked();
+    WoqPacked(const WoqPacked&) = delete;
+    WoqPacked& operator=(const WoqPacked&) = delete;
+
+    int64_t N = 0, K = 0, gs = 0, G = 0, nblk = 0;
+    WoqWeightType type = WoqWeightType::s8;
+    bool has_offset = false;
+    int64_t q_block_bytes = 0;  // bytes of one block's q (K*16 or K*8)
+    std::string layout;
+    size_t bytes = 0;
+    uint8_t* q = nullptr;        // nblk * q_block_bytes (64-byte aligned)
+    float* scales = nullptr;     // nblk * G * 16
+    float* offsets = nullptr;    // nblk * G * 16 (null without offsets)
+
+    const uint8_t* qb(int64_t b) const { return q + b * q_block_bytes; }
+    const float* sb(int64_t b) const { return scales + b * G * kWoqBlockN; }
+    const float* ob(int64_t b) const { return offsets ? offsets + b * G * kWoqBlockN : nullptr; }
+    // Element access (packing, reference): q value (s8 -128..127, u4 0..15), scale, offset.
+    int q_at(int64_t n, int64_t k) const;
+    float scale_at(int64_t n, int64_t g) const { return scales[(n / 16 * G + g) * 16 + n % 16]; }
+    float offset_at(int64_t n, int64_t g) const { return offsets ? offsets[(n / 16 * G + g) * 16 + n % 16] : 0.0f; }
+    float w_at(int64_t n, int64_t k) const;  // fma(q, scale, offset)
+};
+
+// Writable view used while packing.
+std::shared_ptr<WoqPacked> woq_alloc(const char* fn, int64_t N, int64_t K, int64_t gs, WoqWeightType type,
+                                     bool has_offset);
+void woq_set_q(WoqPacked& p, int64_t n, int64_t k, int q);
+
+// The validated problem (leading dimensions resolved). alpha / beta classes as GemmSpec's.
+struct WoqSpec {
+    int64_t M = 0, N = 0, K = 0;
+    WoqWeightType wtype = WoqWeightType::u4;
+    DType a_type = DType::f32, c_type = DType::f32;
+    int64_t lda = 0, ldc = 0, ld_residual = 0;
+    bool alpha_one = true;
+    BetaKind beta = BetaKind::zero;
+    GemmEpilogue epilogue;
+    DType residual_type = DType::f32;
+    std::string key() const;
+};
+
+struct WoqCall {
+    WoqArgs args;
+    float alpha = 1.0f, beta = 0.0f;
+    const WoqPacked* w = nullptr;
+};
+
+struct WoqKernel {
+    virtual ~WoqKernel() = default;
+    virtual void run(const WoqCall& call) const = 0;  // threads itself
+};
+
+const Registry<WoqSpec, WoqKernel>& woq_registry();
+WoqSpec woq_check_desc(const char* fn, const WoqDesc& d);
+
+// Reference: w dequantized (fma(q, s, o)), plain fp32 sums in increasing k, the GEMM epilogue.
+void woq_reference(const WoqSpec& s, const WoqCall& call);
+
+// The epilogue and store of rows [m0, m0 + mb) x columns [n0, n1) from acc[(m - m0) * ld + (n - n0)]
+// (the reference's expressions).
+void woq_epilogue(const WoqSpec& s, const WoqCall& call, const float* acc, int64_t ld, int64_t m0, int64_t mb,
+                  int64_t n0, int64_t n1);
+
+// Per-ISA kernels (woq_avx512.cpp / woq_avx2.cpp, one template compiled twice):
+//   decode: M <= 16, the weights dequantized in registers;
+//   prefill: blocks of W dequantized (f32 or bf16) and run through the GEMM kernels.
+std::shared_ptr<const WoqKernel> create_woq_gemv_avx512(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_gemv_avx2(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_prefill_avx512(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_prefill_avx2(const WoqSpec& s);
+
+}  // namespace xk::detail

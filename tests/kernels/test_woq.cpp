@@ -1,0 +1,597 @@
+// Weight-only quantized GEMM: every registry entry and every ISA's selection against a
+// double-precision oracle over the dequantized weights (woq_dequantize, itself checked against the
+// formulas of include/xk/woq.hpp: the native layouts, PyTorch's int8 / int4 inputs, llama.cpp's
+// Q8_0 / Q4_0 dequantize_row formulas bit for bit); int8 / int4, per channel / groups 32 / 64 / 128,
+// symmetric / zero points; M in {1, 3, 8, 16, 17, 67}, N and K tails, f32 / bf16 X and Y, every
+// epilogue; 1 and 2 threads bit for bit; bad input (nothing written).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "common/activation.hpp"
+#include "common/test_util.hpp"
+#include "kernels/woq/woq.hpp"
+#include "xk/runtime.hpp"
+#include "xk/woq.hpp"
+#include "xk/xk.h"
+
+using namespace xk;
+using xk::test::for_each_isa;
+
+// Tolerances, per output, against the oracle's exact sum over the dequantized weights:
+//   |got - want| <= rt * S + ct * |want| + 1e-6 * (|bias| + |residual| + |beta C|)
+//   S = sum_k |x_k| * (|q|max * |scale| + |offset|) of the row's groups: the decode kernels sum
+//       x * q per group and add scale * sum + offset * sum(x), so their rounding scales with S.
+//   rt = (K + 16) * 2^-24 for f32 weights; + 2^-8 where the prefill path rounds the weights to
+//       bf16 (bf16 X, M > 16).
+//   ct = 2^-8 for a bf16 Y (half an ulp, plus the activation), 4e-6 for f32 (activations).
+namespace {
+
+struct Weight {
+    WoqWeightDesc d;
+    std::vector<uint8_t> q;      // raw input bytes (N x ld_w)
+    std::vector<float> scales;   // N x G
+    std::vector<uint8_t> zp;     // N x G (int8 or uint8)
+    WoqPackedWeight packed;
+    std::vector<double> bound;   // per n: max over groups of |q|max |s| + |o|
+};
+
+int64_t groups(const WoqWeightDesc& d) { return d.group_size ? d.K / d.group_size : 1; }
+
+Weight make_weight(int64_t N, int64_t K, WoqWeightType t, int64_t gs, bool zp, uint64_t seed) {
+    Weight w;
+    w.d.N = N, w.d.K = K, w.d.type = t, w.d.group_size = gs, w.d.zero_points = zp;
+    const bool u4 = t == WoqWeightType::u4;
+    const int64_t row = u4 ? K / 2 : K, G = groups(w.d);
+    std::mt19937_64 g(seed);
+    w.q.resize(static_cast<size_t>(N * row));
+    for (auto& b : w.q) b = static_cast<uint8_t>(g());
+    w.scales.resize(static_cast<size_t>(N * G));
+    for (auto& s : w.scales) s = static_cast<float>(0.001 + (g() % 1000) * 1e-5);
+    w.zp.resize(static_cast<size_t>(N * G));
+    for (auto& z : w.zp) z = u4 ? static_cast<uint8_t>(g() % 16) : static_cast<uint8_t>(g());
+    w.packed = woq_pack(w.d, {w.q.data(), w.scales.data(), zp ? w.zp.data() : nullptr});
+    w.bound.assign(static_cast<size_t>(N), 0.0);
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t gg = 0; gg < G; ++gg) {
+            const double s = w.scales[n * G + gg];
+            const double z = zp ? (u4 ? w.zp[n * G + gg] : static_cast<int8_t>(w.zp[n * G + gg])) : (u4 ? 8 : 0);
+            w.bound[n] = std::max(w.bound[n], (u4 ? 15 : 128) * s + std::fabs(z * s));
+        }
+    return w;
+}
+
+// The formula of include/xk/woq.hpp from the raw inputs.
+float expect_w(const Weight& w, int64_t n, int64_t k) {
+    const bool u4 = w.d.type == WoqWeightType::u4;
+    const int64_t G = groups(w.d), gi = w.d.group_size ? k / w.d.group_size : 0;
+    const int64_t row = u4 ? w.d.K / 2 : w.d.K;
+    int q;
+    if (u4) {
+        const uint8_t b = w.q[n * row + k / 2];
+        q = (k & 1) ? b >> 4 : b & 15;
+    } else {
+        q = static_cast<int8_t>(w.q[n * row + k]);
+    }
+    const float s = w.scales[n * G + gi];
+    int z = u4 ? 8 : 0;
+    if (w.d.zero_points) z = u4 ? w.zp[n * G + gi] : static_cast<int8_t>(w.zp[n * G + gi]);
+    const float off = (u4 || w.d.zero_points) ? -(s * static_cast<float>(z)) : 0.0f;
+    return std::fma(static_cast<float>(q), s, off);
+}
+
+double exact_act(Activation a, double x) {
+    switch (a) {
+        case Activation::none: return x;
+        case Activation::relu: return x > 0 ? x : 0;
+        case Activation::silu: return x / (1 + std::exp(-x));
+        case Activation::gelu_erf: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+        case Activation::gelu_tanh:
+            return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    }
+    return 0;
+}
+
+struct Case {
+    int64_t M = 1;
+    DType a = DType::f32, c = DType::f32;
+    bool bias = false, residual = false;
+    Activation act = Activation::none;
+    float alpha = 1.0f, beta = 0.0f;
+    DType rtype = DType::f32;
+    int64_t lda_pad = 0, ldc_pad = 0;
+};
+
+// Runs the case through `run` (plan or forced kernel) and compares with the oracle. Returns Y's
+// bytes (for the thread comparison).
+std::vector<uint8_t> check_case(const Weight& w, const Case& cs, const std::function<void(const WoqDesc&, const WoqArgs&)>& run,
+                                const char* what) {
+    const int64_t M = cs.M, N = w.d.N, K = w.d.K;
+    WoqDesc d;
+    d.M = M, d.N = N, d.K = K, d.weight_type = w.d.type, d.a_type = cs.a, d.c_type = cs.c;
+    d.lda = K + cs.lda_pad, d.ldc = N + cs.ldc_pad;
+    d.alpha = cs.alpha, d.beta = cs.beta;
+    d.epilogue.bias = cs.bias, d.epilogue.residual = cs.residual, d.epilogue.act = cs.act;
+    d.residual_type = cs.rtype, d.ld_residual = N;
+    std::mt19937_64 g(static_cast<uint64_t>(M * 7 + N * 13 + K));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t asz = dtype_size(cs.a), csz = dtype_size(cs.c), rsz = dtype_size(cs.rtype);
+    test::Buffer<uint8_t> A(static_cast<size_t>(M * d.lda * asz), 4), C(static_cast<size_t>(M * d.ldc * csz), 4),
+        R(static_cast<size_t>(M * N * rsz));
+    std::vector<float> bias(static_cast<size_t>(N));
+    std::vector<double> xa(static_cast<size_t>(M * K)), c0(static_cast<size_t>(M * d.ldc)), r0(static_cast<size_t>(M * N));
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < d.lda; ++k) {
+            const float v = u(g);
+            if (cs.a == DType::bf16) {
+                const bf16 b(v);
+                std::memcpy(A.data() + (m * d.lda + k) * 2, &b.bits, 2);
+                if (k < K) xa[m * K + k] = b.to_float();
+            } else {
+                std::memcpy(A.data() + (m * d.lda + k) * 4, &v, 4);
+                if (k < K) xa[m * K + k] = v;
+            }
+        }
+    for (int64_t i = 0; i < M * d.ldc; ++i) {
+        const float v = u(g);
+        if (cs.c == DType::bf16) {
+            const bf16 b(v);
+            std::memcpy(C.data() + i * 2, &b.bits, 2);
+            c0[i] = b.to_float();
+        } else {
+            std::memcpy(C.data() + i * 4, &v, 4);
+            c0[i] = v;
+        }
+    }
+    for (int64_t i = 0; i < M * N; ++i) {
+        const float v = u(g);
+        if (cs.rtype == DType::bf16) {
+            const bf16 b(v);
+            std::memcpy(R.data() + i * 2, &b.bits, 2);
+            r0[i] = b.to_float();
+        } else {
+            std::memcpy(R.data() + i * 4, &v, 4);
+            r0[i] = v;
+        }
+    }
+    for (auto& b : bias) b = u(g);
+    std::vector<float> wd(static_cast<size_t>(N * K));
+    woq_dequantize(w.packed, wd.data());
+    WoqArgs a;
+    a.A = A.data(), a.C = C.data(), a.bias = bias.data(), a.residual = R.data();
+    run(d, a);
+    const bool bfw = cs.a == DType::bf16 && M > detail::kWoqMaxDecodeM;
+    const double rt = (K + 16) * 0x1p-24 + (bfw ? 0x1p-8 : 0.0);
+    const double ct = cs.c == DType::bf16 ? 0x1p-8 : 4e-6;
+    int bad = 0;
+    for (int64_t m = 0; m < M && bad < 5; ++m)
+        for (int64_t n = 0; n < d.ldc && bad < 5; ++n) {
+            const double got = cs.c == DType::bf16 ? bf16::from_bits(*reinterpret_cast<const uint16_t*>(C.data() + (m * d.ldc + n) * 2)).to_float()
+                                                   : *reinterpret_cast<const float*>(C.data() + (m * d.ldc + n) * 4);
+            if (n >= N) {  // padding untouched
+                if (got != c0[m * d.ldc + n]) {
+                    ADD_FAILURE() << what << ": C padding written at m=" << m << " n=" << n;
+                    ++bad;
+                }
+                continue;
+            }
+            double acc = 0, S = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                acc += xa[m * K + k] * wd[n * K + k];
+                S += std::fabs(xa[m * K + k]) * w.bound[n];
+            }
+            double x = cs.alpha * acc, extra = 0;
+            if (cs.beta != 0.0f) x += cs.beta * c0[m * d.ldc + n], extra += std::fabs(cs.beta * c0[m * d.ldc + n]);
+            if (cs.bias) x += bias[n], extra += std::fabs(bias[n]);
+            x = exact_act(cs.act, x);
+            if (cs.residual) x += r0[m * N + n], extra += std::fabs(r0[m * N + n]);
+            const double tol = rt * S * std::fabs(cs.alpha) * 1.5 + ct * std::fabs(x) + 1e-6 * extra + 1e-30;
+            if (!(std::fabs(got - x) <= tol)) {
+                ADD_FAILURE() << what << ": M=" << M << " N=" << N << " K=" << K << " m=" << m << " n=" << n << " got " << got
+                              << " want " << x << " tol " << tol << " (layout " << w.packed.layout() << ")";
+                ++bad;
+            }
+        }
+    return std::vector<uint8_t>(C.data(), C.data() + C.size());
+}
+
+void plan_run(const Weight& w, const WoqDesc& d, const WoqArgs& a) {
+    WoqPlan p(d);
+    p.run(a, w.packed);
+}
+
+}  // namespace
+
+// woq_pack's layout for every type / group / zero-point mode: woq_dequantize reads back the formula.
+TEST(Woq, PackDequantizeFormula) {
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 64, 128})
+            for (bool zp : {false, true}) {
+                const int64_t N = 37, K = gs ? 256 : (t == WoqWeightType::u4 ? 70 : 71);
+                Weight w = make_weight(N, K, t, gs, zp, 7);
+                std::vector<float> wd(static_cast<size_t>(N * K));
+                woq_dequantize(w.packed, wd.data());
+                int bad = 0;
+                for (int64_t n = 0; n < N; ++n)
+                    for (int64_t k = 0; k < K; ++k)
+                        if (wd[n * K + k] != expect_w(w, n, k) && bad++ < 3)
+                            ADD_FAILURE() << w.packed.layout() << " n=" << n << " k=" << k;
+                EXPECT_EQ(w.packed.N(), N);
+                EXPECT_EQ(w.packed.K(), K);
+                EXPECT_EQ(w.packed.group_size(), gs ? gs : K);
+            }
+}
+
+// Every registry entry this machine can run (each ISA's cap selects its decode entry for M <= 16
+// and its prefill entry above; the scalar cap the reference), every layout, M / N / K tails,
+// f32 / bf16 X and Y, leading dimensions past the row.
+TEST(Woq, EveryKernelEveryLayout) {
+    std::set<std::string> seen;
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 64, 128})
+            for (bool zp : {false, true}) {
+                const int64_t K = gs ? 2 * gs + (gs == 32 ? 64 : 0) : (t == WoqWeightType::u4 ? 90 : 77);
+                const int64_t N = gs == 64 ? 16 : 37;
+                Weight w = make_weight(N, K, t, gs, zp, 11 + gs);
+                for_each_isa([&](Isa isa) {
+                    for (int64_t M : {1, 3, 8, 16, 17, 67}) {
+                        Case cs;
+                        cs.M = M;
+                        cs.a = (M + gs / 32) % 2 ? DType::bf16 : DType::f32;
+                        cs.c = (M / 2 + (zp ? 1 : 0)) % 2 ? DType::bf16 : DType::f32;
+                        cs.lda_pad = M % 3, cs.ldc_pad = M % 2;
+                        std::string name;
+                        check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
+                            WoqPlan p(d);
+                            name = p.impl_name();
+                            p.run(a, w.packed);
+                        }, isa_name(isa));
+                        seen.insert(name);
+                        const bool dec = M <= detail::kWoqMaxDecodeM;
+                        if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
+                        else if (isa >= Isa::avx512)
+                            EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
+                                                : "avx512:woq:dequant_gemm");
+                        else
+                            EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx2:woq_u4:gemv" : "avx2:woq_s8:gemv")
+                                                : "avx2:woq:dequant_gemm");
+                    }
+                });
+            }
+    // Every entry of the registry this machine runs was exercised.
+    for (const auto& impl : detail::woq_registry().impls())
+        if (isa_supported(impl.isa)) EXPECT_TRUE(seen.count(impl.name)) << impl.name;
+}
+
+// Each ISA's selection with every epilogue, beta, alpha, bf16 residual; 1 and 2 threads bit for bit.
+TEST(Woq, EpiloguesAndThreads) {
+    for_each_isa([&](Isa) {
+        for (auto t : {WoqWeightType::s8, WoqWeightType::u4}) {
+            Weight w = make_weight(50, 256, t, 128, t == WoqWeightType::u4, 5);
+            for (int64_t M : {1, 5, 16, 20}) {
+                Case cs;
+                cs.M = M;
+                cs.bias = cs.residual = true;
+                cs.act = M % 2 ? Activation::gelu_erf : Activation::silu;
+                cs.alpha = 0.75f, cs.beta = M == 5 ? 0.0f : 0.5f;
+                cs.rtype = M % 2 ? DType::bf16 : DType::f32;
+                cs.a = M == 20 ? DType::f32 : DType::bf16;
+                std::vector<uint8_t> r[2];
+                for (int th : {1, 2}) {
+                    set_num_threads(th);
+                    r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "plan");
+                }
+                set_num_threads(0);
+                EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+            }
+        }
+    });
+}
+
+// A wide N (several threads' chunks, several prefill slabs) against the oracle.
+TEST(Woq, WideN) {
+    for_each_isa([&](Isa) {
+        Weight w = make_weight(1040, 128, WoqWeightType::u4, 32, false, 9);
+        for (int64_t M : {2, 33}) {
+            Case cs;
+            cs.M = M;
+            check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "wide");
+        }
+    });
+}
+
+// PyTorch: _weight_int8pack_mm's inputs (int8 W, per-channel scales f32 / bf16).
+TEST(Woq, ImportTorchInt8) {
+    const int64_t N = 33, K = 40;
+    std::vector<int8_t> q(static_cast<size_t>(N * K));
+    std::mt19937_64 g(3);
+    for (auto& v : q) v = static_cast<int8_t>(g());
+    std::vector<float> s(static_cast<size_t>(N));
+    std::vector<uint16_t> sb(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) s[n] = 0.01f + n * 1e-3f, sb[n] = bf16(s[n]).bits;
+    for (DType st : {DType::f32, DType::bf16}) {
+        auto w = woq_import_torch_int8pack(N, K, q.data(), st, st == DType::f32 ? static_cast<const void*>(s.data()) : sb.data());
+        std::vector<float> wd(static_cast<size_t>(N * K));
+        woq_dequantize(w, wd.data());
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k) {
+                const float sc = st == DType::f32 ? s[n] : bf16::to_float(sb[n]);
+                ASSERT_EQ(wd[n * K + k], static_cast<float>(q[n * K + k]) * sc);
+            }
+    }
+}
+
+// PyTorch: _weight_int4pack_mm_for_cpu's inputs, w packed by _convert_weight_to_int4pack_for_cpu
+// (the order of aten's weight_to_int4pack_kernel, block_n 64 and 32; checked against torch 2.15 on
+// this machine by packing int32 weights with torch and decoding them with this order),
+// scales_and_zeros [G x N x 2]: w = (q - 8) * scale + zero.
+TEST(Woq, ImportTorchInt4) {
+    for (int block_n : {64, 32})
+        for (int64_t N : {16, 64, 96, 144}) {
+            const int64_t K = 128, gs = 32, G = K / gs;
+            std::mt19937_64 g(static_cast<uint64_t>(N + block_n));
+            std::vector<int> q(static_cast<size_t>(N * K));
+            for (auto& v : q) v = static_cast<int>(g() % 16);
+            std::vector<uint8_t> packed(static_cast<size_t>(N * K / 2));
+            for (int64_t i = 0; i * block_n < N; ++i) {
+                const int64_t nb = std::min<int64_t>(block_n, N - i * block_n);
+                for (int64_t k = 0; k < K; ++k)
+                    for (int64_t j = 0; j < nb / 2; ++j) {
+                        const int64_t lo = nb == block_n ? j : 2 * j, hi = nb == block_n ? j + block_n / 2 : 2 * j + 1;
+                        packed[i * K * block_n / 2 + k * nb / 2 + j] =
+                            static_cast<uint8_t>(q[(i * block_n + lo) * K + k] | q[(i * block_n + hi) * K + k] << 4);
+                    }
+            }
+            std::vector<float> sz(static_cast<size_t>(G * N * 2));
+            for (int64_t i = 0; i < G * N; ++i) sz[2 * i] = 0.01f + (g() % 100) * 1e-4f, sz[2 * i + 1] = (static_cast<int>(g() % 200) - 100) * 1e-3f;
+            auto w = woq_import_torch_int4pack_cpu(N, K, gs, packed.data(), DType::f32, sz.data(), block_n);
+            std::vector<float> wd(static_cast<size_t>(N * K));
+            woq_dequantize(w, wd.data());
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t k = 0; k < K; ++k) {
+                    const float s = sz[((k / gs) * N + n) * 2], z = sz[((k / gs) * N + n) * 2 + 1];
+                    const double want = (q[n * K + k] - 8.0) * s + z;
+                    ASSERT_NEAR(wd[n * K + k], want, 2e-7 * (16 * s + std::fabs(z))) << "n=" << n << " k=" << k << " block_n=" << block_n;
+                }
+            // and a product through it
+            WoqDesc d;
+            d.M = 2, d.N = N, d.K = K;
+            std::vector<float> x(static_cast<size_t>(2 * K), 0.5f), y(static_cast<size_t>(2 * N));
+            woq_gemm(d, {x.data(), y.data()}, w);
+            double want = 0;
+            for (int64_t k = 0; k < K; ++k) want += 0.5 * wd[k];
+            EXPECT_NEAR(y[0], want, 1e-4 * (1 + std::fabs(want)));
+        }
+}
+
+// llama.cpp's dequantize_row_q8_0 / dequantize_row_q4_0 (ggml-quants.c):
+//   q8_0: y[i*32 + j] = x[i].qs[j] * d
+//   q4_0: x0 = (qs[j] & 0x0F) - 8, x1 = (qs[j] >> 4) - 8; y[i*32 + j] = x0 * d, y[i*32 + j + 16] = x1 * d
+// bit for bit, negative and zero d included.
+TEST(Woq, ImportGgufExact) {
+    const int64_t N = 21, K = 96, nbk = K / 32;
+    std::mt19937_64 g(17);
+    for (GgufType t : {GgufType::q8_0, GgufType::q4_0}) {
+        const bool q4 = t == GgufType::q4_0;
+        const int64_t bb = q4 ? 18 : 34;
+        std::vector<uint8_t> data(static_cast<size_t>(N * nbk * bb));
+        for (auto& b : data) b = static_cast<uint8_t>(g());
+        for (int64_t i = 0; i < N * nbk; ++i) {
+            const float dv = i % 7 == 0 ? 0.0f : ((g() % 2) ? -1.0f : 1.0f) * (0.0005f + (g() % 1000) * 3e-5f);
+            const uint16_t h = f16(dv).bits;
+            std::memcpy(data.data() + i * bb, &h, 2);
+        }
+        auto w = woq_import_gguf(t, N, K, data.data());
+        std::vector<float> wd(static_cast<size_t>(N * K));
+        woq_dequantize(w, wd.data());
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < nbk; ++i) {
+                const uint8_t* blk = data.data() + (n * nbk + i) * bb;
+                uint16_t h;
+                std::memcpy(&h, blk, 2);
+                const float d = f16::to_float(h);
+                float y[32];
+                if (q4) {
+                    for (int j = 0; j < 16; ++j) {
+                        const int x0 = (blk[2 + j] & 0x0F) - 8, x1 = (blk[2 + j] >> 4) - 8;
+                        y[j] = x0 * d;
+                        y[j + 16] = x1 * d;
+                    }
+                } else {
+                    for (int j = 0; j < 32; ++j) y[j] = static_cast<int8_t>(blk[2 + j]) * d;
+                }
+                for (int j = 0; j < 32; ++j) {
+                    float got = wd[n * K + i * 32 + j];
+                    ASSERT_EQ(std::memcmp(&got, &y[j], 4) == 0 || (got == 0 && y[j] == 0), true)
+                        << (q4 ? "q4_0" : "q8_0") << " n=" << n << " block " << i << " j=" << j << " got " << got << " want " << y[j];
+                }
+            }
+        // The product of a GGUF weight on each ISA.
+        for_each_isa([&](Isa) {
+            Weight ww;
+            ww.d.N = N, ww.d.K = K, ww.d.type = q4 ? WoqWeightType::u4 : WoqWeightType::s8;
+            ww.packed = w;
+            ww.bound.assign(static_cast<size_t>(N), 0.0);
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t i = 0; i < nbk; ++i) {
+                    uint16_t h;
+                    std::memcpy(&h, data.data() + (n * nbk + i) * bb, 2);
+                    ww.bound[n] = std::max(ww.bound[n], std::fabs(f16::to_float(h)) * (q4 ? 16.0 : 128.0));
+                }
+            for (int64_t M : {1, 4, 24}) {
+                Case cs;
+                cs.M = M;
+                check_case(ww, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(ww, d, a); }, "gguf");
+            }
+        });
+    }
+}
+
+TEST(Woq, BadInput) {
+    const int64_t N = 16, K = 64;
+    std::vector<uint8_t> q(static_cast<size_t>(N * K), 1);
+    std::vector<float> s(static_cast<size_t>(N * 2), 0.5f);
+    WoqWeightDesc d;
+    d.N = N, d.K = K, d.type = WoqWeightType::s8, d.group_size = 32;
+    EXPECT_NO_THROW(woq_pack(d, {q.data(), s.data(), nullptr}));
+    {
+        auto d2 = d;
+        d2.group_size = 48;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), nullptr}), "group_size=48");
+        d2.group_size = 128;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), nullptr}), "does not divide K=64");
+    }
+    for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        auto s2 = s;
+        s2[5] = bad;
+        XK_EXPECT_INVALID(woq_pack(d, {q.data(), s2.data(), nullptr}), "scales[5]");
+    }
+    XK_EXPECT_INVALID(woq_pack(d, {nullptr, s.data(), nullptr}), "weights=null");
+    XK_EXPECT_INVALID(woq_pack(d, {q.data(), nullptr, nullptr}), "scales=null");
+    {
+        auto d2 = d;
+        d2.zero_points = true;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), nullptr}), "zero_points=null");
+        d2.type = WoqWeightType::u4;
+        std::vector<uint8_t> z(static_cast<size_t>(N * 2), 3);
+        z[7] = 16;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), z.data()}), "zero_points[7]=16");
+        d2.K = 63, d2.group_size = 0;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), z.data()}), "K=63");
+    }
+    {
+        auto d2 = d;
+        d2.ld_w = 10;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), nullptr}), "ld_w=10");
+        d2.ld_w = 0;
+        d2.N = int64_t(1) << 62;
+        XK_EXPECT_INVALID(woq_pack(d2, {q.data(), s.data(), nullptr}), "overflows");
+    }
+    XK_EXPECT_INVALID(woq_import_gguf(static_cast<GgufType>(3), 4, 32, q.data()), "type=3");
+    XK_EXPECT_INVALID(woq_import_gguf(GgufType::q8_0, 4, 33, q.data()), "K=33");
+    {
+        std::vector<uint8_t> blk(34, 0);
+        const uint16_t nan_h = 0x7E00;
+        std::memcpy(blk.data(), &nan_h, 2);
+        XK_EXPECT_INVALID(woq_import_gguf(GgufType::q8_0, 1, 32, blk.data()), "must be finite");
+    }
+    {
+        std::vector<float> sz(static_cast<size_t>(2 * N * 2), 1.0f);
+        sz[2 * 3] = 0.0f;
+        XK_EXPECT_INVALID(woq_import_torch_int4pack_cpu(N, K, 32, q.data(), DType::f32, sz.data()), "scales_and_zeros[0][3][0]");
+        XK_EXPECT_INVALID(woq_import_torch_int4pack_cpu(N, K, 48, q.data(), DType::f32, sz.data()), "group_size=48");
+        std::vector<float> s1(static_cast<size_t>(N), 1.0f);
+        s1[2] = std::numeric_limits<float>::quiet_NaN();
+        XK_EXPECT_INVALID(woq_import_torch_int8pack(N, K, reinterpret_cast<const int8_t*>(q.data()), DType::f32, s1.data()), "scales[2]");
+    }
+
+    // The product: a weight of another shape, null pointers, bad strides, overlap — nothing written.
+    WoqPackedWeight w = woq_pack(d, {q.data(), s.data(), nullptr});
+    WoqDesc pd;
+    pd.M = 2, pd.N = N, pd.K = K, pd.weight_type = WoqWeightType::s8;
+    std::vector<float> x(static_cast<size_t>(2 * K), 1.0f), y(static_cast<size_t>(2 * N), 42.0f);
+    WoqPlan plan(pd);
+    {
+        auto pd2 = pd;
+        pd2.N = 32;
+        WoqPlan p2(pd2);
+        std::vector<float> y2(static_cast<size_t>(2 * 32), 42.0f);
+        XK_EXPECT_INVALID(p2.run({x.data(), y2.data()}, w), "weight='woq:s8:N16:K64:g32'");
+        for (float v : y2) ASSERT_EQ(v, 42.0f);
+        auto pd3 = pd;
+        pd3.weight_type = WoqWeightType::u4;
+        XK_EXPECT_INVALID(WoqPlan(pd3).run({x.data(), y.data()}, w), "type=s8");
+        XK_EXPECT_INVALID(plan.run({x.data(), y.data()}, WoqPackedWeight()), "weight=empty");
+    }
+    XK_EXPECT_INVALID(plan.run({nullptr, y.data()}, w), "A=null");
+    XK_EXPECT_INVALID(plan.run({x.data(), nullptr}, w), "C=null");
+    XK_EXPECT_INVALID(plan.run({x.data(), x.data()}, w), "overlaps A");
+    {
+        auto pd2 = pd;
+        pd2.epilogue.bias = true;
+        XK_EXPECT_INVALID(WoqPlan(pd2).run({x.data(), y.data()}, w), "bias=null");
+        pd2 = pd;
+        pd2.lda = 3;
+        XK_EXPECT_INVALID(WoqPlan{pd2}, "lda=3");
+        pd2 = pd;
+        pd2.a_type = DType::s8;
+        XK_EXPECT_ERROR(WoqPlan{pd2}, Status::unsupported, "a_type");
+        pd2 = pd;
+        pd2.weight_type = WoqWeightType::u4;
+        pd2.K = 65;
+        XK_EXPECT_INVALID(WoqPlan{pd2}, "K=65");
+        pd2 = pd;
+        pd2.weight_type = static_cast<WoqWeightType>(7);
+        XK_EXPECT_INVALID(WoqPlan{pd2}, "weight_type=7");
+    }
+    for (float v : y) ASSERT_EQ(v, 42.0f);
+}
+
+// The C API: pack, import, run, errors (status, message, *out = NULL, nothing written).
+TEST(Woq, CApi) {
+    const int64_t N = 40, K = 128, M = 3;
+    Weight w = make_weight(N, K, WoqWeightType::u4, 64, true, 21);
+    xk_woq_weight* cw = nullptr;
+    ASSERT_EQ(xk_woq_pack(XK_WOQ_U4, N, K, 64, w.q.data(), 0, w.scales.data(), w.zp.data(), &cw), XK_SUCCESS) << xk_last_error();
+    std::vector<float> a(static_cast<size_t>(N * K)), b(a.size());
+    ASSERT_EQ(xk_woq_dequantize(cw, a.data()), XK_SUCCESS);
+    woq_dequantize(w.packed, b.data());
+    EXPECT_EQ(a, b);
+    std::vector<float> x(static_cast<size_t>(M * K)), y1(static_cast<size_t>(M * N)), y2(y1.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1 * double(i));
+    xk_woq_desc d;
+    xk_woq_desc_init(&d);
+    d.M = M, d.N = N, d.K = K;
+    d.act = XK_ACT_RELU;
+    xk_woq_args args{x.data(), y1.data(), nullptr, nullptr};
+    ASSERT_EQ(xk_woq_gemm(&d, &args, cw), XK_SUCCESS) << xk_last_error();
+    WoqDesc pd;
+    pd.M = M, pd.N = N, pd.K = K, pd.weight_type = WoqWeightType::u4;
+    pd.epilogue.act = Activation::relu;
+    woq_gemm(pd, {x.data(), y2.data()}, w.packed);
+    EXPECT_EQ(y1, y2);
+    // errors
+    xk_woq_weight* bad = reinterpret_cast<xk_woq_weight*>(1);
+    EXPECT_EQ(xk_woq_pack(XK_WOQ_U4, N, K, 48, w.q.data(), 0, w.scales.data(), nullptr, &bad), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(bad, nullptr);
+    EXPECT_NE(std::string(xk_last_error()).find("group_size=48"), std::string::npos) << xk_last_error();
+    d.N = N + 1;
+    std::vector<float> y3(static_cast<size_t>(M * (N + 1)), 7.0f);
+    args.C = y3.data();
+    EXPECT_EQ(xk_woq_gemm(&d, &args, cw), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("weight="), std::string::npos) << xk_last_error();
+    for (float v : y3) ASSERT_EQ(v, 7.0f);
+    d.N = N;
+    int raw = 99;
+    std::memcpy(&d.act, &raw, sizeof raw);
+    EXPECT_EQ(xk_woq_gemm(&d, &args, cw), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_woq_gemm(&d, &args, nullptr), XK_INVALID_ARGUMENT);
+    std::vector<uint8_t> gg(static_cast<size_t>(2 * 34), 0);
+    xk_woq_weight* g8 = nullptr;
+    EXPECT_EQ(xk_woq_import_gguf(XK_GGUF_Q8_0, 2, 32, gg.data(), &g8), XK_SUCCESS);
+    xk_woq_weight_destroy(g8);
+    xk_woq_weight_destroy(cw);
+    xk_woq_weight_destroy(nullptr);
+}
+
+// N wide enough that two threads split the blocks (the decode kernels' chunks are >= 256 KiB of
+// weights) and the prefill slabs: 1 and 2 threads bit for bit, and against the oracle.
+TEST(Woq, TwoThreadsSplitN) {
+    for (auto t : {WoqWeightType::u4, WoqWeightType::s8}) {
+        Weight w = make_weight(t == WoqWeightType::u4 ? 8200 : 4100, 128, t, 64, t == WoqWeightType::s8, 31);
+        for (int64_t M : {1, 3, 18}) {
+            Case cs;
+            cs.M = M;
+            cs.c = M == 3 ? DType::bf16 : DType::f32;
+            std::vector<uint8_t> r[2];
+            for (int th : {1, 2}) {
+                set_num_threads(th);
+                r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "split");
+            }
+            set_num_threads(0);
+            EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+        }
+    }
+}
