@@ -14,3 +14,4 @@
 #include "xk/convert.hpp"
 #include "xk/llm.hpp"
 #include "xk/gpu.hpp"
+#include "xk/qlinear.hpp"
