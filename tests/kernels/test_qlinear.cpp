@@ -77,6 +77,7 @@ struct Case {
     Activation act;
     bool strided;
     int misalign;  // bytes
+    bool smooth = false;  // dynamic: x * smooth[k] first
 };
 
 // Everything one case needs: data, the plan's output, the reference's.
@@ -139,6 +140,12 @@ void make_run(QRun& r, uint64_t seed) {
         }
     r.bias.resize(c.N);
     for (auto& v : r.bias) v = u(g);
+    if (c.smooth) {
+        d.smooth = true;
+        r.smooth.resize(c.K);
+        for (auto& v : r.smooth) v = 0.5f + 0.75f * (u(g) + 1.0f);
+        r.a.smooth = r.smooth.data();
+    }
     r.a.x = r.x.data(), r.a.y = r.y.data();
     r.a.bias = c.bias ? r.bias.data() : nullptr;
     r.a.residual = c.residual ? r.res.data() : nullptr;
@@ -191,6 +198,7 @@ std::vector<float> reference(QRun& r, const std::vector<int8_t>& wq, const float
         qd.rows = M, qd.cols = K, qd.src_dtype = c.x, qd.ld_src = ldx;
         QuantArgs qa;
         qa.src = r.x.data();
+        qd.smooth = c.smooth, qa.smooth = c.smooth ? r.smooth.data() : nullptr;
         if (c.quant == QLinearQuant::dynamic_per_token) {
             std::vector<int8_t> q(M * K);
             qd.dst_dtype = DType::s8, qd.granularity = QuantGranularity::per_token_dynamic, qd.symmetric = true;
@@ -200,7 +208,10 @@ std::vector<float> reference(QRun& r, const std::vector<int8_t>& wq, const float
         } else {
             float mn = 0, mx = 0;
             for (int64_t m = 0; m < M; ++m)
-                for (int64_t k = 0; k < K; ++k) mn = std::min(mn, r.xf[m * ldx + k]), mx = std::max(mx, r.xf[m * ldx + k]);
+                for (int64_t k = 0; k < K; ++k) {
+                    const float v = r.xf[m * ldx + k] * (c.smooth ? r.smooth[k] : 1.0f);
+                    mn = std::min(mn, v), mx = std::max(mx, v);
+                }
             const QuantParams p = compute_quant_params(mn, mx, DType::u8, false);
             std::vector<uint8_t> q(M * K);
             qd.dst_dtype = DType::u8, qd.granularity = QuantGranularity::per_tensor;
@@ -266,7 +277,7 @@ void check_case(const Case& c, uint64_t seed) {
     QLinearPlan plan(r.d, w);
     const std::vector<int8_t> wq = ref_weights(r, plan.weight_scales());
     std::vector<double> bound, y32;
-    const bool fp_bound = c.quant != QLinearQuant::static_per_tensor && !c.bias && !c.residual &&
+    const bool fp_bound = c.quant != QLinearQuant::static_per_tensor && !c.smooth && !c.bias && !c.residual &&
                           c.act == Activation::none && c.y == DType::f32;
     const std::vector<float> want = reference(r, wq, plan.weight_scales(), fp_bound ? &bound : nullptr, &y32);
     for (int thr : {1, 2}) {
@@ -314,6 +325,10 @@ TEST(QLinear, DynamicPerTokenMatchesReference) {
                         check_case(c, ++seed);
                     }
             // activations with a tolerance
+            // SmoothQuant's smooth vector on x
+            check_case({13, 40, 77, QLinearQuant::dynamic_per_token, DType::f32, DType::f32, true, false, Activation::none, true, 4, true}, 7);
+            check_case({5, 33, 64, QLinearQuant::dynamic_per_token, DType::bf16, DType::bf16, false, true, Activation::relu, false, 2, true}, 8);
+            check_case({6, 20, 48, QLinearQuant::dynamic_per_tensor, DType::f32, DType::f32, false, false, Activation::none, false, 0, true}, 9);
             for (Activation act : {Activation::gelu_erf, Activation::silu})
                 check_case({9, 35, 50, QLinearQuant::dynamic_per_token, DType::f32, DType::f32, true, false, act, false, 0}, 99);
         },
@@ -413,6 +428,22 @@ TEST(QLinear, BadInputNamesTheArgumentAndWritesNothing) {
         XK_EXPECT_INVALID(pt.run(M, a), "x[3][1]");
         untouched();
         x[3 * K + 1] = 1.0f;
+    }
+    {  // a non-finite value in a later block of rows (the quantizer works block by block), 2 threads
+        const int64_t M2 = 64, K2 = 2048;
+        std::vector<float> W2(N * K2, 0.5f), x2(M2 * K2, 1.0f), y2(M2 * N, 7.0f);
+        QLinearDesc d2;
+        d2.N = N, d2.K = K2;
+        QLinearPlan p2(d2, {DType::f32, W2.data(), 0, nullptr});
+        x2[50 * K2 + 7] = -INFINITY;
+        QLinearArgs a2;
+        a2.x = x2.data(), a2.y = y2.data();
+        for (int thr : {1, 2}) {
+            set_num_threads(thr);
+            XK_EXPECT_INVALID(p2.run(M2, a2), "x[50][7]");
+        }
+        set_num_threads(0);
+        for (float v : y2) ASSERT_EQ(v, 7.0f);
     }
     // static: scales and zero points
     QLinearDesc ds = d;

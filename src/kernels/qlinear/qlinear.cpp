@@ -7,6 +7,7 @@
 #include "xk/qlinear.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,7 @@ struct QLinearState {
     std::string impl;
     std::vector<float> w_scales;  // [N]
     Isa packed_isa = Isa::scalar;
+    std::shared_ptr<const QuantKernel> qk;  // per-token quantizer (dynamic_per_token)
     mutable std::mutex mu;
     mutable std::map<std::pair<int64_t, int>, std::shared_ptr<const GemmKernel>> kernels;  // (M, cap)
 
@@ -194,6 +196,57 @@ void quantize_weights(const char* fn, const QLinearDesc& d, const T* W, int64_t 
     QuantPlan(qd).run(qa);
 }
 
+// Names the first non-finite v = x (* smooth) of row-major x (the error path only).
+[[noreturn]] __attribute__((noinline, cold)) void fail_nonfinite(const char* fn, const QuantDesc& d, const QuantArgs& a) {
+    for (int64_t r = 0; r < d.rows; ++r)
+        for (int64_t k = 0; k < d.cols; ++k) {
+            const int64_t off = r * d.ld_src + k;
+            float v = d.src_dtype == DType::bf16 ? static_cast<const bf16*>(a.src)[off].to_float()
+                                                 : static_cast<const float*>(a.src)[off];
+            if (d.smooth) v *= a.smooth[k];
+            if (!std::isfinite(v))
+                fail_arg(fn, ("x[" + std::to_string(r) + "][" + std::to_string(k) + "]" + (d.smooth ? "*smooth" : "")).c_str(),
+                         float_str(v), "must be finite (nothing was written)");
+        }
+    fail(Status::runtime_error, std::string(fn) + ": a non-finite value was reported but not found");
+}
+
+// Dynamic per token into the scratch, in one read of x: each block of rows (about 32 KiB of x,
+// still in L1 / L2) gets its range pass, its parameters and its quantize pass before the next
+// block is read. (xk::quantize reads all of x first, so as to reject a non-finite value before
+// writing its output; here the output is the scratch, and y is written only after all of x has
+// passed.) work: 4 arrays of M (inv, zero points, min, max) and M bytes (finite flags).
+void quantize_per_token_fused(const char* fn, const QuantKernel& k, const QuantDesc& d, const QuantArgs& a, int64_t M,
+                              uint8_t* work) {
+    float* inv = reinterpret_cast<float*>(work);
+    int32_t* zp = reinterpret_cast<int32_t*>(work + M * 4);
+    float* mn = reinterpret_cast<float*>(work + M * 8);
+    float* mx = reinterpret_cast<float*>(work + M * 12);
+    uint8_t* fin = work + M * 16;
+    const int64_t row_bytes = d.cols * dtype_size(d.src_dtype);
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(row_bytes, 1));
+    std::atomic<bool> bad{false};
+    const QuantPrep prep{inv, zp};
+    parallel_for(M, grain, [&](int64_t b, int64_t e) {
+        for (int64_t r0 = b; r0 < e && !bad.load(std::memory_order_relaxed); r0 += grain) {
+            const int64_t r1 = std::min(e, r0 + grain);
+            k.minmax(d, a, r0, r1, mn, mx, fin);
+            for (int64_t r = r0; r < r1; ++r) {
+                if (!fin[r]) {
+                    bad.store(true, std::memory_order_relaxed);
+                    return;
+                }
+                const QuantParams p = quant_params_from_range(mn[r], mx[r], DType::s8, true);
+                a.scales_out[r] = p.scale;
+                inv[r] = 1.0f / p.scale;
+                zp[r] = p.zero_point;
+            }
+            k.run(d, a, r0, r1, 0, d.cols, prep);
+        }
+    });
+    if (bad.load()) fail_nonfinite(fn, d, a);
+}
+
 [[noreturn]] void rethrow_quant(const char* fn, const Error& e) {
     // "xk::QLinearPlan::run: src[r][c] ..." -> name x
     std::string m = e.what();
@@ -258,6 +311,13 @@ QLinearPlan::QLinearPlan(const QLinearDesc& desc, const QLinearWeight& w) {
     st->layout = sel.kernel->packed_layout();
     st->packed = sel.kernel->pack_b(wq);
     st->packed_isa = max_isa();
+    if (d.quant == QLinearQuant::dynamic_per_token) {
+        detail::QuantKernelDesc kd;
+        kd.src_dtype = d.x_type, kd.dst_dtype = DType::s8;
+        kd.granularity = QuantGranularity::per_token_dynamic;
+        kd.symmetric = true, kd.smooth = d.smooth;
+        st->qk = detail::quant_registry().get(kd).kernel;
+    }
     st_ = std::move(st);
 }
 
@@ -333,7 +393,8 @@ void QLinearPlan::run(int64_t M, const QLinearArgs& a) const {
     }
     // Dynamic: quantize x into the scratch of this thread.
     const int64_t qbytes = (M * d.K + 63) / 64 * 64;
-    auto* scratch = static_cast<uint8_t*>(qlinear_scratch(static_cast<size_t>(qbytes + M * 4 + 64)));
+    // [qx: M x K][row scales: M][fused quantizer: inv M, zp M, min M, max M, finite M]
+    auto* scratch = static_cast<uint8_t*>(qlinear_scratch(static_cast<size_t>(qbytes + M * 25 + 256)));
     float* row_scales = reinterpret_cast<float*>(scratch + qbytes);
     g.A = scratch;
     QuantDesc qd;
@@ -350,7 +411,7 @@ void QLinearPlan::run(int64_t M, const QLinearArgs& a) const {
             qd.symmetric = true;
             qa.scales_out = row_scales;
             if (d.K > 0) {
-                quant_one_shot(fn, qd, qa, true);
+                quantize_per_token_fused(fn, *st.qk, qd, qa, M, scratch + qbytes + ((M * 4 + 63) / 64) * 64);
             } else {
                 std::fill(row_scales, row_scales + M, 1.0f);
             }
