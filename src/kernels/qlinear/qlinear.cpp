@@ -36,7 +36,8 @@ struct QLinearState {
     std::string impl;
     std::vector<float> w_scales;  // [N]
     Isa packed_isa = Isa::scalar;
-    std::shared_ptr<const QuantKernel> qk;  // per-token quantizer (dynamic_per_token)
+    std::shared_ptr<const QuantKernel> qk;  // dynamic: the per-token quantizer (its range pass for per tensor)
+    std::shared_ptr<const QuantKernel> qt;  // dynamic_per_tensor: the per-tensor u8 quantizer
     mutable std::mutex mu;
     mutable std::map<std::pair<int64_t, int>, std::shared_ptr<const GemmKernel>> kernels;  // (M, cap)
 
@@ -311,12 +312,17 @@ QLinearPlan::QLinearPlan(const QLinearDesc& desc, const QLinearWeight& w) {
     st->layout = sel.kernel->packed_layout();
     st->packed = sel.kernel->pack_b(wq);
     st->packed_isa = max_isa();
-    if (d.quant == QLinearQuant::dynamic_per_token) {
+    if (d.quant != QLinearQuant::static_per_tensor) {
+        const bool tok = d.quant == QLinearQuant::dynamic_per_token;
         detail::QuantKernelDesc kd;
-        kd.src_dtype = d.x_type, kd.dst_dtype = DType::s8;
+        kd.src_dtype = d.x_type, kd.dst_dtype = tok ? DType::s8 : DType::u8;
         kd.granularity = QuantGranularity::per_token_dynamic;
-        kd.symmetric = true, kd.smooth = d.smooth;
+        kd.symmetric = tok, kd.smooth = d.smooth;
         st->qk = detail::quant_registry().get(kd).kernel;
+        if (!tok) {
+            kd.granularity = QuantGranularity::per_tensor;
+            st->qt = detail::quant_registry().get(kd).kernel;
+        }
     }
     st_ = std::move(st);
 }
@@ -424,13 +430,15 @@ void QLinearPlan::run(int64_t M, const QLinearArgs& a) const {
                 QuantDesc rd = qd;
                 rd.dst_dtype = DType::u8;
                 rd.granularity = QuantGranularity::per_token_dynamic;
-                const auto rk = quant_registry().get(quant_kernel_desc(rd)).kernel;
-                std::vector<float> lo(static_cast<size_t>(M)), hi(static_cast<size_t>(M));
-                std::vector<uint8_t> fin(static_cast<size_t>(M));
+                const QuantKernel* rk = st.qk.get();
+                uint8_t* work = scratch + qbytes + ((M * 4 + 63) / 64) * 64;  // (see the scratch layout)
+                float* lo = reinterpret_cast<float*>(work);
+                float* hi = reinterpret_cast<float*>(work + M * 4);
+                uint8_t* fin = work + M * 8;
                 const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.K);
-                parallel_for(M, grain, [&](int64_t b, int64_t e) { rk->minmax(rd, qa, b, e, lo.data(), hi.data(), fin.data()); });
+                parallel_for(M, grain, [&](int64_t b, int64_t e) { rk->minmax(rd, qa, b, e, lo, hi, fin); });
                 for (int64_t r = 0; r < M; ++r) {
-                    if (!fin[static_cast<size_t>(r)]) {
+                    if (!fin[r]) {
                         // name the first non-finite value of the row
                         for (int64_t k = 0; k < d.K; ++k) {
                             const int64_t off = r * d.ldx + k;
@@ -442,8 +450,8 @@ void QLinearPlan::run(int64_t M, const QLinearArgs& a) const {
                                          float_str(v), "must be finite (nothing was written)");
                         }
                     }
-                    mn = std::min(mn, lo[static_cast<size_t>(r)]);
-                    mx = std::max(mx, hi[static_cast<size_t>(r)]);
+                    mn = std::min(mn, lo[r]);
+                    mx = std::max(mx, hi[r]);
                 }
             }
             const QuantParams p = quant_params_from_range(mn, mx, DType::u8, false);
@@ -453,7 +461,10 @@ void QLinearPlan::run(int64_t M, const QLinearArgs& a) const {
                 qd.dst_dtype = DType::u8;
                 qd.granularity = QuantGranularity::per_tensor;
                 qa.scales = &x_scale, qa.zero_points = &g.a_zero_point;
-                quant_one_shot(fn, qd, qa, true);
+                const float inv = 1.0f / x_scale;
+                const QuantPrep prep{&inv, &g.a_zero_point};
+                const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.K);
+                parallel_for(M, grain, [&](int64_t b, int64_t e) { st.qt->run(qd, qa, b, e, 0, d.K, prep); });
             }
         }
     } catch (const Error& e) {
