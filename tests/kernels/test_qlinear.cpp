@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -627,4 +628,42 @@ TEST(SmoothQuant, FactorsFoldingAndOutlierChannels) {
     ASSERT_EQ(xk_smoothquant_weight_absmax(N, K, W.data(), 0, wm.data()), XK_SUCCESS);
     ASSERT_EQ(xk_smoothquant_factors(K, am.data(), wm.data(), 0.5f, sc.data()), XK_SUCCESS);
     for (int64_t k = 0; k < K; ++k) EXPECT_NEAR(sc[k], s[k], 2e-3f * s[k]);  // (the bf16 batch above rounds)
+}
+
+TEST(QLinear, OnePlanFromSeveralThreadsAtOnce) {
+    // One plan run concurrently from 4 threads with different M (each its own scratch, the
+    // per-M kernel memo shared): bit for bit the results of one thread at a time.
+    const int64_t N = 40, K = 96;
+    std::vector<float> W(N * K), x(33 * K), bias(N);
+    std::mt19937_64 g(9);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : W) v = u(g);
+    for (auto& v : x) v = u(g) * 3.0f;
+    for (auto& v : bias) v = u(g);
+    for (QLinearQuant q : {QLinearQuant::dynamic_per_token, QLinearQuant::dynamic_per_tensor}) {
+        QLinearDesc d;
+        d.N = N, d.K = K, d.quant = q, d.epilogue.bias = true, d.epilogue.act = Activation::relu;
+        const QLinearPlan p(d, {DType::f32, W.data(), 0, nullptr});
+        const int64_t Ms[4] = {1, 7, 16, 33};
+        std::vector<std::vector<float>> want(4), got(4);
+        for (int t = 0; t < 4; ++t) {
+            want[t].assign(Ms[t] * N, 0.0f), got[t].assign(Ms[t] * N, 0.0f);
+            QLinearArgs a;
+            a.x = x.data(), a.y = want[t].data(), a.bias = bias.data();
+            p.run(Ms[t], a);
+        }
+        for (int rep = 0; rep < 3; ++rep) {
+            std::vector<std::thread> ts;
+            for (int t = 0; t < 4; ++t)
+                ts.emplace_back([&, t] {
+                    for (int i = 0; i < 5; ++i) {
+                        QLinearArgs a;
+                        a.x = x.data(), a.y = got[t].data(), a.bias = bias.data();
+                        p.run(Ms[t], a);
+                    }
+                });
+            for (auto& th : ts) th.join();
+            for (int t = 0; t < 4; ++t) EXPECT_EQ(0, std::memcmp(got[t].data(), want[t].data(), want[t].size() * 4)) << t;
+        }
+    }
 }
