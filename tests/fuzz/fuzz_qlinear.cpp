@@ -220,7 +220,7 @@ void op_qlinear(In& in) {
                 if (yt == XK_DTYPE_U8 || yt == XK_DTYPE_S8) { a.y_zero_point = 300; wrong = "y_zero_point out of range"; break; }
                 [[fallthrough]];
             case 6:
-                if (K > 0) { d.ldx = K - 1; wrong = "ldx < K"; at_create = true; break; }
+                if (K > 1) { d.ldx = K - 1; wrong = "ldx < K"; at_create = true; break; }  // (0 would mean packed)
                 [[fallthrough]];
             default:
                 if (wt == XK_DTYPE_S8 && N > 0) { wscales[in.pick(static_cast<int>(N))] = -1.0f; wrong = "negative weight scale"; at_create = true; break; }
