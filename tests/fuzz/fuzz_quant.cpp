@@ -603,12 +603,12 @@ void op_convert(In& in, bool two_d) {
     int64_t ld_s = two_d ? stride(in, cols) : 0, ld_d = two_d ? stride(in, cols) : 0;
     const int64_t lds = ld_s ? ld_s : cols, ldd = ld_d ? ld_d : cols;
     Values vals(in, rows * cols);
-    Buf<unsigned char> src(span(rows, cols, lds) * ss, in.pick(2) * 2);
+    Buf<unsigned char> src(span(rows, cols, lds) * ss, in.pick(2) * ss);  // (misaligned by whole elements)
     for (int64_t i = 0; i < span(rows, cols, lds); ++i) {
         const float f = i % lds >= cols ? kNaN : vals().any_value(st == XK_DTYPE_F16 ? 7e4f : 3e38f);
         conv_narrow(st, f, src.data() + i * ss);  // (f16: values past 65504 become inf: also valid)
     }
-    Buf<unsigned char> dst(span(rows, cols, ldd) * ds, in.pick(2) * 2);
+    Buf<unsigned char> dst(span(rows, cols, ldd) * ds, in.pick(2) * ds);
     std::vector<unsigned char> want = dst.snapshot();
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
