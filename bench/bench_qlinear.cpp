@@ -5,6 +5,7 @@
 //       Y[M x N] = X[M x K] W^T + bias, X f32 quantized inside each call (per token: s8 symmetric
 //       per row; per tensor: u8 asymmetric), int8 weights packed once, f32 Y.
 //   qlinear/u8/xk/static_per_tensor/<MxNxK>/nt:<N>   u8 X in, u8 Y out (requantized)
+//   smoothquant/<f32|bf16>/xk/observe/4096x4096/nt:<N>   SmoothQuantCalibrator::observe (GBPS)
 //
 // Counters: GFLOPS (2 M N K per call of the int8 Linear, quantization included), fp32_GFLOPS (the
 // fp32 Linear's, same loop), x_fp32 (their ratio: the target is >= 1.5 on VNNI / AMX).
@@ -79,7 +80,34 @@ void BM_qlinear(benchmark::State& state, Shape sh, xk::QLinearQuant q, int nt) {
     state.SetLabel(std::string(lin.impl_name()) + " vs " + fp.impl_name());
 }
 
+// SmoothQuant calibration: per-channel abs-max of a 4096 x 4096 f32 / bf16 activation matrix (not
+// rotated: 64 / 32 MiB, beyond the LLC of the dev host), GBPS = bytes of x per call.
+void BM_observe(benchmark::State& state, DType t, int nt) {
+    xb::ScopedThreads threads(nt);
+    const int64_t rows = 4096, K = 4096;
+    std::vector<float> x(rows * K);
+    for (int64_t i = 0; i < rows * K; ++i) x[i] = static_cast<float>(xb::detail::unit(5, i) - 0.5);
+    std::vector<xk::bf16> xbf;
+    if (t == DType::bf16) {
+        xbf.resize(rows * K);
+        for (int64_t i = 0; i < rows * K; ++i) xbf[i] = xk::bf16(x[i]);
+    }
+    xk::SmoothQuantCalibrator cal(K);
+    for (auto _ : state) {
+        if (t == DType::bf16) cal.observe(rows, xbf.data());
+        else cal.observe(rows, x.data());
+        benchmark::ClobberMemory();
+    }
+    xb::set_gbps(state, double(rows * K) * xk::dtype_size(t));
+}
+
 const bool registered = [] {
+    for (DType t : {DType::f32, DType::bf16})
+        for (int nt : xb::thread_counts())
+            benchmark::RegisterBenchmark(
+                xb::join_name({"smoothquant", xk::dtype_name(t), "xk", "observe", "4096x4096", "nt:" + std::to_string(nt)}).c_str(),
+                [t, nt](benchmark::State& st) { BM_observe(st, t, nt); })
+                ->UseRealTime();
     const std::vector<int> nts = xb::thread_counts();
     const Shape shapes[] = {{384, 3072, 768}, {128, 4096, 4096}, {1, 4096, 4096}};
     for (const Shape& s : shapes)

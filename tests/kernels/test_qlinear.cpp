@@ -667,3 +667,33 @@ TEST(QLinear, OnePlanFromSeveralThreadsAtOnce) {
         }
     }
 }
+
+TEST(SmoothQuant, CalibratorEveryIsaOddSizesNaNIgnored) {
+    for_each_isa([&](Isa) {
+        for (int64_t K : {1, 17, 1023}) {
+            const int64_t rows = 9, ld = K + 3;
+            std::mt19937_64 g(K);
+            std::uniform_real_distribution<float> u(-5.0f, 5.0f);
+            Buffer<float> x(rows * ld, 4);
+            Buffer<bf16> xb(rows * ld, 2);
+            for (int64_t i = 0; i < rows * ld; ++i) x[i] = u(g), xb[i] = bf16(u(g));
+            x[3 * ld + K / 2] = std::nanf(""), xb[2 * ld] = bf16(std::nanf(""));
+            for (int thr : {1, 2}) {
+                set_num_threads(thr);
+                SmoothQuantCalibrator cal(K);
+                cal.observe(rows, x.data(), ld);
+                cal.observe(rows, xb.data(), ld);
+                for (int64_t k = 0; k < K; ++k) {
+                    float want = 0;
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const float a = std::fabs(x[r * ld + k]), b = std::fabs(xb[r * ld + k].to_float());
+                        if (a > want) want = a;
+                        if (b > want) want = b;
+                    }
+                    ASSERT_EQ(cal.absmax()[k], want) << "K " << K << " k " << k << " threads " << thr;
+                }
+            }
+            set_num_threads(0);
+        }
+    });
+}

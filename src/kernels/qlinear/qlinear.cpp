@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <immintrin.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -477,8 +478,48 @@ void QLinearPlan::run(int64_t M, const QLinearArgs& a) const {
 
 namespace {
 
+// out[k] = max(out[k], |x[r][k]|) over the rows; NaN ignored (VMAXPS returns its second operand,
+// the running max, when the first is NaN; the scalar form compares). AVX-512 / AVX2 forms under
+// the ISA cap (xk::max_isa()), the scalar loop otherwise; all give the same values.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void absmax_rows_avx512(const void* x, bool bf, int64_t rows, int64_t K,
+                                                                    int64_t ld, float* out) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t k = 0;
+        for (; k < K; k += 16) {
+            const __mmask16 m = K - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (K - k)) - 1);
+            __m512 v;
+            if (bf) {
+                const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(x) + r * ld + k);
+                v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            } else {
+                v = _mm512_maskz_loadu_ps(m, static_cast<const float*>(x) + r * ld + k);
+            }
+            v = _mm512_and_ps(v, absmask);
+            const __m512 o = _mm512_maskz_loadu_ps(m, out + k);
+            _mm512_mask_storeu_ps(out + k, m, _mm512_max_ps(v, o));
+        }
+    }
+}
+__attribute__((target("avx2"))) void absmax_rows_avx2(const float* x, int64_t rows, int64_t K, int64_t ld, float* out) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const int64_t K8 = K / 8 * 8;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * ld;
+        for (int64_t k = 0; k < K8; k += 8)
+            _mm256_storeu_ps(out + k, _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(row + k), absmask), _mm256_loadu_ps(out + k)));
+        for (int64_t k = K8; k < K; ++k) {
+            const float v = std::fabs(row[k]);
+            out[k] = v > out[k] ? v : out[k];
+        }
+    }
+}
+
 template <class T>
 void absmax_rows(const T* x, int64_t rows, int64_t K, int64_t ld, float* out) {
+    if (max_isa() >= Isa::avx512) return absmax_rows_avx512(x, std::is_same_v<T, bf16>, rows, K, ld, out);
+    if constexpr (std::is_same_v<T, float>)
+        if (max_isa() >= Isa::avx2) return absmax_rows_avx2(x, rows, K, ld, out);
     for (int64_t r = 0; r < rows; ++r) {
         const T* row = x + r * ld;
         for (int64_t k = 0; k < K; ++k) {
