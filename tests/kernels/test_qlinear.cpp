@@ -77,7 +77,7 @@ struct Case {
     bool bias, residual;
     Activation act;
     bool strided;
-    int misalign;  // bytes
+    int misalign;  // elements (of each buffer's type) past a 64-byte boundary
     bool smooth = false;  // dynamic: x * smooth[k] first
 };
 
@@ -114,9 +114,9 @@ void make_run(QRun& r, uint64_t seed) {
     r.W.resize(c.N * c.K);
     for (auto& v : r.W) v = u(g) * 0.5f;
     for (int64_t k = 0; k < c.K; k += 5) r.W[k] = 3.0f;  // a row with one large weight
-    r.x.resize(c.M * ldx * dtype_size(c.x) + 64, c.misalign);
-    r.y.resize(c.M * ldy * dtype_size(c.y) + 64, c.misalign);
-    r.res.resize(c.M * ldr * dtype_size(d.residual_type) + 64, c.misalign);
+    r.x.resize(c.M * ldx * dtype_size(c.x) + 64, c.misalign * dtype_size(c.x));
+    r.y.resize(c.M * ldy * dtype_size(c.y) + 64, c.misalign * dtype_size(c.y));
+    r.res.resize(c.M * ldr * dtype_size(d.residual_type) + 64, c.misalign * dtype_size(d.residual_type));
     r.xf.assign(c.M * ldx, 0.0f);
     for (int64_t m = 0; m < c.M; ++m)
         for (int64_t k = 0; k < c.K; ++k) {
@@ -322,7 +322,7 @@ TEST(QLinear, DynamicPerTokenMatchesReference) {
                     for (DType y : {DType::f32, DType::bf16}) {
                         const bool epi = (seed % 2) == 0;
                         Case c{s[0], s[1], s[2], QLinearQuant::dynamic_per_token, x, y, epi, epi,
-                               epi ? Activation::relu : Activation::none, (seed % 3) == 1, int((seed % 4) * 4)};
+                               epi ? Activation::relu : Activation::none, (seed % 3) == 1, int(seed % 4)};
                         check_case(c, ++seed);
                     }
             // activations with a tolerance
