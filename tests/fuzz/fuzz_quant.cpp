@@ -3,8 +3,8 @@
 // dequantize, per channel (axis 0 / 1, with zero points or symmetric) quantize / dequantize,
 // dynamic per token f32 / bf16 -> u8 / s8 (with or without smooth, symmetric or not, zero points
 // given or not) — and the conversions xk_convert / xk_convert_2d (include/xk/c/convert.h: f32, bf16,
-// f16 each way, checked against clang's _Float16 and the bf16 rounding of fuzz_common.hpp, bit for
-// bit except NaN payloads), ISA cap and thread count changes. Every valid output is an integer, a float made
+// f16 each way, checked bit for bit (NaN payloads aside) against the half conversion written here and
+// the bf16 rounding of fuzz_common.hpp), ISA cap and thread count changes. Every valid output is an integer, a float made
 // by one fp32 multiply, or a scale computed in double and rounded once, so the oracle (the formula
 // of include/xk/quant.hpp in the fp32 steps it states; src/kernels/quant/reference.cpp, the
 // specification, where the header leaves a step open) must match exactly, bit for bit.
@@ -576,22 +576,44 @@ void op_dynamic(In& in) {
 // ---- conversions f32 <-> bf16 <-> f16 ----------------------------------------------------------------
 // Elements as uint32_t bit patterns of their type (f32: 4 bytes, bf16 / f16: 2). The oracle goes
 // through the exact f32 value: widening is exact; narrowing rounds to nearest even once (bf16:
-// fz::to_bf16, f16: clang's _Float16 conversion), overflow to inf, denormals kept.
+// fz::to_bf16, f16: f32_to_f16 below), overflow to inf, denormals kept.
 int conv_size(xk_dtype t) { return t == XK_DTYPE_F32 ? 4 : 2; }
+// IEEE half, written out here: widening exactly (ldexp of the integer significand), narrowing by
+// one round to nearest even of the exact double value (std::nearbyint in the default mode).
+float f16_to_f32(uint16_t h) {
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v;
+    if (e == 0) v = std::ldexp(double(m), -24);
+    else if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else v = std::ldexp(double(1024 + m), e - 25);
+    return static_cast<float>(h & 0x8000 ? -v : v);
+}
+uint16_t f32_to_f16(float f) {
+    const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+    if (std::isnan(f)) return sign | 0x7e00;
+    const double a = std::fabs(double(f));
+    if (a >= 65520.0) return sign | 0x7c00;  // overflows (or is inf)
+    if (a < std::ldexp(1.0, -14)) return sign | static_cast<uint16_t>(std::nearbyint(a * std::ldexp(1.0, 24)));  // 1024: the smallest normal
+    int ex;
+    std::frexp(a, &ex);  // a in [2^(ex-1), 2^ex)
+    const int e = ex - 1;
+    double q = std::nearbyint(std::ldexp(a, 10 - e));  // [1024, 2048]
+    int eb = e + 15;
+    if (q == 2048.0) q = 1024.0, ++eb;
+    return sign | static_cast<uint16_t>((eb << 10) | (static_cast<int>(q) - 1024));
+}
 float conv_widen(xk_dtype t, const unsigned char* p) {
     if (t == XK_DTYPE_F32) { float f; std::memcpy(&f, p, 4); return f; }
     uint16_t h;
     std::memcpy(&h, p, 2);
     if (t == XK_DTYPE_BF16) return fz::from_bf16(h);
-    _Float16 v;
-    std::memcpy(&v, &h, 2);
-    return static_cast<float>(v);
+    return f16_to_f32(h);
 }
 void conv_narrow(xk_dtype t, float f, unsigned char* p) {
     if (t == XK_DTYPE_F32) { std::memcpy(p, &f, 4); return; }
     if (t == XK_DTYPE_BF16) { const uint16_t h = fz::to_bf16(f); std::memcpy(p, &h, 2); return; }
-    const _Float16 v = static_cast<_Float16>(f);
-    std::memcpy(p, &v, 2);
+    const uint16_t h = f32_to_f16(f);
+    std::memcpy(p, &h, 2);
 }
 
 void op_convert(In& in, bool two_d) {
