@@ -230,7 +230,7 @@ def cases(torch, F, threads):
         def mk_glu_d(nsets, t=t):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
-    return out + gemm_cases(torch, F, threads) + woq_cases(torch, F, threads)
+    return out + gemm_cases(torch, F, threads) + woq_cases(torch, F, threads) + qlinear_cases(torch, F, threads)
 
 
 # ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
@@ -301,6 +301,50 @@ def woq_cases(torch, F, threads):
             out.append((f"woq/u4g128/torch/{shape}/nt:{nt}", nt, {"GBPS": b4, "GFLOPS": 2 * M * N * K},
                         rot or max(1, math.ceil(ROTATE_BYTES / b4)), mk4,
                         lambda x, w, sz: torch._weight_int4pack_mm_for_cpu(x, w, 128, sz)))
+# ---- bench_qlinear's int8 Linear layers (names qlinear/f32/torch/<mode>/<MxNxK>/nt:<t>, GFLOPS = 2 M N K
+# per call, quantization included; Y = X W^T + bias, f32 X and Y, weights quantized once):
+#   dynamic_per_token   torchao's int8-dynamic-activation / int8-weight recipe in eager ops: X quantized
+#                       per row (symmetric s8: amax / 127), torch._int_mm(Xq, Wq^T) -> s32, then
+#                       * x_scale[m] * w_scale[n] + bias
+#   dynamic_per_tensor  torch.ao.quantization.quantize_dynamic(nn.Linear, qint8): PyTorch's dynamic
+#                       quantized Linear (u8 activations per tensor, fbgemm / x86 engine)
+QLINEAR_SHAPES = [(384, 3072, 768), (128, 4096, 4096), (1, 4096, 4096)]
+
+
+def qlinear_cases(torch, F, threads):
+    out = []
+    for M, N, K in QLINEAR_SHAPES:
+        shape = f"{M}x{N}x{K}"
+        flops = 2 * M * N * K
+
+        def mk_tok(nsets, M=M, N=N, K=K):
+            w = (torch.rand(N, K) - 0.5) * 0.1
+            ws = w.abs().amax(dim=1).clamp(min=1e-8) / 127
+            wq_t = torch.round(w / ws[:, None]).clamp(-128, 127).to(torch.int8).t()  # [K x N] view of Wq [N x K]
+            x = (torch.rand(M, K) - 0.5) * 4
+            return [(x, wq_t, ws, torch.rand(N))]
+
+        def fwd_tok(x, wq_t, ws, b):
+            xs = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127
+            xq = torch.round(x / xs).clamp(-128, 127).to(torch.int8)
+            if xq.shape[0] <= 16:  # torch._int_mm needs M > 16 on CPU in some builds: pad
+                xq = torch.nn.functional.pad(xq, (0, 0, 0, 17 - xq.shape[0]))
+                acc = torch._int_mm(xq, wq_t)[: x.shape[0]]
+            else:
+                acc = torch._int_mm(xq, wq_t)
+            return acc.to(torch.float32) * xs * ws + b
+
+        def mk_ao(nsets, M=M, N=N, K=K):
+            lin = torch.nn.Linear(K, N)
+            with torch.no_grad():
+                lin.weight.copy_((torch.rand(N, K) - 0.5) * 0.1)
+            q = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
+            return [(q, (torch.rand(M, K) - 0.5) * 4)]
+
+        for nt in threads:
+            out.append((f"qlinear/f32/torch/dynamic_per_token/{shape}/nt:{nt}", nt, {"GFLOPS": flops}, 1, mk_tok, fwd_tok))
+            out.append((f"qlinear/f32/torch/dynamic_per_tensor/{shape}/nt:{nt}", nt, {"GFLOPS": flops}, 1, mk_ao,
+                        lambda q, x: q(x)))
     return out
 
 

@@ -14,6 +14,7 @@
 #include "kernels/softmax/softmax.hpp"
 #include "kernels/woq/woq.hpp"
 #include "xk/isa.hpp"
+#include "xk/qlinear.hpp"
 
 namespace xk::tools {
 
@@ -108,6 +109,15 @@ std::vector<Selection> selections() {
     }));
     for (auto [st, dt] : {std::pair{DType::f32, DType::bf16}, std::pair{DType::f32, DType::f16}, std::pair{DType::f16, DType::f32}})
         v.push_back({"convert", std::string(dtype_name(st)) + "->" + dtype_name(dt), convert_impl(st, dt, max_isa()).name});
+    try {  // int8 Linear: the int8 GEMM kernel its weights are packed for (a small plan)
+        std::vector<float> w(64 * 64, 0.5f);
+        QLinearDesc d;
+        d.N = d.K = 64;
+        const QLinearPlan p(d, {DType::f32, w.data(), 0, nullptr});
+        v.push_back({"qlinear", "dynamic_per_token,f32->f32", p.impl_name()});
+    } catch (const std::exception& e) {
+        v.push_back({"qlinear", "dynamic_per_token,f32->f32", std::string("none (") + e.what() + ")"});
+    }
     v.push_back(pick("glu", glu_registry(), [] {
         GluDesc d;
         d.rows = 16;

@@ -15,3 +15,4 @@
 #include "xk/llm.hpp"
 #include "xk/woq.hpp"
 #include "xk/gpu.hpp"
+#include "xk/qlinear.hpp"

@@ -2,7 +2,9 @@
 // the scheme. Calls: all 14 functions — xk_compute_quant_params u8 / s8, per tensor quantize /
 // dequantize, per channel (axis 0 / 1, with zero points or symmetric) quantize / dequantize,
 // dynamic per token f32 / bf16 -> u8 / s8 (with or without smooth, symmetric or not, zero points
-// given or not) — ISA cap and thread count changes. Every valid output is an integer, a float made
+// given or not) — and the conversions xk_convert / xk_convert_2d (include/xk/c/convert.h: f32, bf16,
+// f16 each way, checked bit for bit (NaN payloads aside) against the half conversion written here and
+// the bf16 rounding of fuzz_common.hpp), ISA cap and thread count changes. Every valid output is an integer, a float made
 // by one fp32 multiply, or a scale computed in double and rounded once, so the oracle (the formula
 // of include/xk/quant.hpp in the fp32 steps it states; src/kernels/quant/reference.cpp, the
 // specification, where the header leaves a step open) must match exactly, bit for bit.
@@ -571,6 +573,141 @@ void op_dynamic(In& in) {
     }
 }
 
+// ---- conversions f32 <-> bf16 <-> f16 ----------------------------------------------------------------
+// Elements as uint32_t bit patterns of their type (f32: 4 bytes, bf16 / f16: 2). The oracle goes
+// through the exact f32 value: widening is exact; narrowing rounds to nearest even once (bf16:
+// fz::to_bf16, f16: f32_to_f16 below), overflow to inf, denormals kept.
+int conv_size(xk_dtype t) { return t == XK_DTYPE_F32 ? 4 : 2; }
+// IEEE half, written out here: widening exactly (ldexp of the integer significand), narrowing by
+// one round to nearest even of the exact double value (std::nearbyint in the default mode).
+float f16_to_f32(uint16_t h) {
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v;
+    if (e == 0) v = std::ldexp(double(m), -24);
+    else if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else v = std::ldexp(double(1024 + m), e - 25);
+    return static_cast<float>(h & 0x8000 ? -v : v);
+}
+uint16_t f32_to_f16(float f) {
+    const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+    if (std::isnan(f)) return sign | 0x7e00;
+    const double a = std::fabs(double(f));
+    if (a >= 65520.0) return sign | 0x7c00;  // overflows (or is inf)
+    if (a < std::ldexp(1.0, -14)) return sign | static_cast<uint16_t>(std::nearbyint(a * std::ldexp(1.0, 24)));  // 1024: the smallest normal
+    int ex;
+    std::frexp(a, &ex);  // a in [2^(ex-1), 2^ex)
+    const int e = ex - 1;
+    double q = std::nearbyint(std::ldexp(a, 10 - e));  // [1024, 2048]
+    int eb = e + 15;
+    if (q == 2048.0) q = 1024.0, ++eb;
+    return sign | static_cast<uint16_t>((eb << 10) | (static_cast<int>(q) - 1024));
+}
+float conv_widen(xk_dtype t, const unsigned char* p) {
+    if (t == XK_DTYPE_F32) { float f; std::memcpy(&f, p, 4); return f; }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if (t == XK_DTYPE_BF16) return fz::from_bf16(h);
+    return f16_to_f32(h);
+}
+void conv_narrow(xk_dtype t, float f, unsigned char* p) {
+    if (t == XK_DTYPE_F32) { std::memcpy(p, &f, 4); return; }
+    if (t == XK_DTYPE_BF16) { const uint16_t h = fz::to_bf16(f); std::memcpy(p, &h, 2); return; }
+    const uint16_t h = f32_to_f16(f);
+    std::memcpy(p, &h, 2);
+}
+
+void op_convert(In& in, bool two_d) {
+    static const xk_dtype kTypes[] = {XK_DTYPE_F32, XK_DTYPE_BF16, XK_DTYPE_F16};
+    xk_dtype st = kTypes[in.pick(3)], dt = kTypes[in.pick(3)];
+    const int ss = conv_size(st), ds = conv_size(dt);
+    const char* what = two_d ? "xk_convert_2d" : "xk_convert";
+    int64_t rows = two_d ? in.dim(0, kMaxRows) : 1, cols = in.dim(0, kMaxCols);
+    int64_t ld_s = two_d ? stride(in, cols) : 0, ld_d = two_d ? stride(in, cols) : 0;
+    const int64_t lds = ld_s ? ld_s : cols, ldd = ld_d ? ld_d : cols;
+    Values vals(in, rows * cols);
+    Buf<unsigned char> src(span(rows, cols, lds) * ss, in.pick(2) * ss);  // (misaligned by whole elements)
+    for (int64_t i = 0; i < span(rows, cols, lds); ++i) {
+        const float f = i % lds >= cols ? kNaN : vals().any_value(st == XK_DTYPE_F16 ? 7e4f : 3e38f);
+        conv_narrow(st, f, src.data() + i * ss);  // (f16: values past 65504 become inf: also valid)
+    }
+    Buf<unsigned char> dst(span(rows, cols, ldd) * ds, in.pick(2) * ds);
+    std::vector<unsigned char> want = dst.snapshot();
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            conv_narrow(dt, conv_widen(st, src.data() + (r * lds + c) * ss), want.data() + (r * ldd + c) * ds);
+
+    const bool hostile = in.pick(3) == 2;
+    const void* sp = src.data();
+    void* dp = dst.data();
+    int st_i = static_cast<int>(st), dt_i = static_cast<int>(dt);
+    const char* wrong = "";
+    if (hostile) {
+        const bool any = rows > 0 && cols > 0;
+        switch (in.pick(5)) {
+            case 0:
+                (two_d && in.coin() ? rows : cols) = in.coin() ? -1 - in.pick(8) : std::numeric_limits<int64_t>::min();
+                wrong = "negative size";
+                break;
+            case 1:
+                if (any) {
+                    if (in.coin()) sp = nullptr, wrong = "src null";
+                    else dp = nullptr, wrong = "dst null";
+                    if (in.coin()) cols = kHuge;
+                    break;
+                }
+                [[fallthrough]];
+            case 2:
+                if (two_d && cols >= 2) {
+                    (in.coin() ? ld_s : ld_d) = 1 + in.pick(static_cast<int>(cols - 1));
+                    wrong = "row stride < cols";
+                    break;
+                }
+                [[fallthrough]];
+            case 3: {
+                static const int bad[] = {2, 3, 4, 6, -1, 1000};  // s8, u8, s32, unknown
+                (in.coin() ? st_i : dt_i) = bad[in.pick(6)];
+                wrong = "dtype not f32 / bf16 / f16";
+                break;
+            }
+            default:
+                if (any && ss == ds && st != dt) {  // in place is an overlap (same type would be a copy)
+                    sp = dst.data();
+                    wrong = "src overlaps dst";
+                    break;
+                }
+                if (cols > 0 && rows > 0) cols = std::numeric_limits<int64_t>::max(), wrong = "size overflow";
+                else cols = -1, wrong = "negative size";
+                break;
+        }
+    }
+    xk_dtype st_c, dt_c;
+    std::memcpy(&st_c, &st_i, sizeof st_c);
+    std::memcpy(&dt_c, &dt_i, sizeof dt_c);
+    const auto before = dst.snapshot();
+    const xk_status s = fz::timed(what, [&] {
+        return two_d ? xk_convert_2d(rows, cols, st_c, sp, ld_s, dt_c, dp, ld_d) : xk_convert(cols, st_c, sp, dt_c, dp);
+    });
+    if (hostile) {
+        fz::expect_rejected(s, what, wrong);
+        fz::expect_unchanged(dst, before, what, "dst");
+        return;
+    }
+    fz::expect_ok(s, what);
+    fz::expect_guards(dst, what, "dst");
+    if (dst.same_as(want)) return;
+    for (int64_t i = 0; i < span(rows, cols, ldd); ++i) {
+        const unsigned char* g = dst.data() + i * ds;
+        const unsigned char* w = want.data() + i * ds;
+        if (std::memcmp(g, w, ds) == 0) continue;
+        if (i % ldd < cols && std::isnan(conv_widen(dt, g)) && std::isnan(conv_widen(dt, w))) continue;  // NaN payloads
+        const int64_t r = i / ldd, c = i % ldd;
+        fz::finding("%s %d -> %d: [%lld][%lld] = %.9g, want %.9g (input %.9g; rows=%lld cols=%lld ld_src=%lld ld_dst=%lld)", what,
+                    st_i, dt_i, static_cast<long long>(r), static_cast<long long>(c), conv_widen(dt, g), conv_widen(dt, w),
+                    c < cols ? conv_widen(st, src.data() + (r * lds + c) * ss) : 0.0f, static_cast<long long>(rows),
+                    static_cast<long long>(cols), static_cast<long long>(ld_s), static_cast<long long>(ld_d));
+    }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -580,7 +717,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fz::set_cap(isas.back());
     xk_set_num_threads(1);
     for (int calls = 0; calls < 16 && in.more(); ++calls) {
-        switch (in.pick(16)) {
+        switch (in.pick(18)) {
             case 0: fz::set_cap(isas[in.pick(static_cast<int>(isas.size()))]); break;
             case 1: fz::expect_ok(fz::timed("xk_set_num_threads", [&] { return xk_set_num_threads(1 + in.pick(2)); }), "xk_set_num_threads"); break;
             case 2: op_params(in); break;
@@ -596,7 +733,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 12: op_dynamic<float, int8_t>(in); break;
             case 13: op_dynamic<uint16_t, uint8_t>(in); break;
             case 14: op_dynamic<uint16_t, int8_t>(in); break;
-            default: op_params(in); break;
+            case 15: op_params(in); break;
+            case 16: op_convert(in, false); break;
+            default: op_convert(in, true); break;
         }
     }
     return 0;

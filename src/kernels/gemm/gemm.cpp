@@ -87,6 +87,7 @@ std::string GemmSpec::key() const {
                     std::to_string(ldc) + (alpha_one ? ",a1" : ",aX") +
                     (beta == BetaKind::zero ? ",b0" : beta == BetaKind::one ? ",b1" : ",bX");
     if (b_scale_per_channel) k += ",bscale:n";
+    if (a_scale_per_row) k += ",ascale:m";
     if (epilogue.bias || epilogue.act != Activation::none || epilogue.residual) {
         k += ",ep:";
         if (epilogue.bias) k += "bias+";

@@ -28,6 +28,12 @@ struct GemmSpec {
     GemmEpilogue epilogue;
     bool b_scale_per_channel = false;
     DType residual_type = DType::f32;
+    // Internal (xk::QLinear's per-token dynamic quantization; not reachable through GemmDesc):
+    // int8 -> f32 | bf16 | u8 | s8 with one A scale per row of C, GemmCall::a_row_scales[M]
+    // instead of args.a_scale: x = (float(acc) * (alpha * b_scale[n])) * a_row_scales[m]. Only
+    // the JIT int8 kernels and the reference support it (AMX's supports() is false). Internal specs
+    // may also take c_type = bf16 with int8 inputs (rounded like the f32 kernels' bf16 C).
+    bool a_scale_per_row = false;
 
     bool int8() const { return a_type == DType::u8 || a_type == DType::s8; }
     // Canonical and unique per kernel, e.g. "f32f32f32,NT,M64N64K64,lda64,ldb64,ldc64,a1,b0,ep:bias+relu".
@@ -52,6 +58,7 @@ struct GemmCall {
     GemmArgs args;
     float alpha = 1.0f, beta = 0.0f;
     const GemmPacked* packed_b = nullptr;  // non-null: use it instead of args.B
+    const float* a_row_scales = nullptr;   // [M], read when the spec's a_scale_per_row (internal)
 };
 
 // A kernel's optional direct entry for plain runs (B unpacked): fn(A, B, C, &args, alpha_beta)

@@ -800,7 +800,10 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
     return std::make_shared<AmxGemm>(s);
 }
 
-bool gemm_amx_int8_any_supports(const GemmSpec& s) { return s.int8() && s.b_type == DType::s8 && s.M > 0 && s.N > 0 && s.K > 0; }
+bool gemm_amx_int8_any_supports(const GemmSpec& s) {
+    return s.int8() && s.b_type == DType::s8 && s.M > 0 && s.N > 0 && s.K > 0 && !s.a_scale_per_row &&
+           s.c_type != DType::bf16;  // (internal QLinear specs: per-row A scales, bf16 C)
+}
 
 bool gemm_amx_int8_supports(const GemmSpec& s) { return gemm_amx_int8_any_supports(s) && s.M >= kBlk; }
 

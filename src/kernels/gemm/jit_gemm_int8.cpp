@@ -125,6 +125,7 @@ struct Int8UkArgs {
     int64_t ldr = 0;  // bytes
     const GemmScalars* scal = nullptr;
     const float* rq = nullptr;  // {inv_c_scale, c_zero_point, lo, hi} (u8 / s8 C)
+    const float* rscale = nullptr;  // per-row A scales of the first panel's rows (row_scale)
 };
 using Int8UkFn = void (*)(const Int8UkArgs*);
 
@@ -136,10 +137,11 @@ struct Int8UkSpec {
     bool final = false;
     DType c = DType::s32;
     GemmEpi epi;  // f32 part of the epilogue (alpha folded into the scales)
+    bool row_scale = false;  // x *= rscale[row] after the column scales (GemmSpec::a_scale_per_row)
     std::string key() const {
         return std::string(isa_name(isa)) + (s16 ? ",s16" : isa < Isa::avx512 ? (vex ? ",vex" : ",evex") : "") + ",m" +
                std::to_string(mr) + "n" + std::to_string(ncols) +
-               (final ? ",final,c:" + std::string(dtype_name(c)) + "," + epi.key() : ",partial");
+               (final ? ",final,c:" + std::string(dtype_name(c)) + "," + epi.key() + (row_scale ? ",rs" : "") : ",partial");
     }
 };
 
@@ -174,7 +176,7 @@ private:
         const bool rq = s.final && (s.c == DType::u8 || s.c == DType::s8);
         const int tile_off = spill;
         const int slot_off = tile_off + (rq ? MR * NR * 4 : 0);
-        const int o_a = slot_off, o_rowc = slot_off + 8, o_ldt = slot_off + 16;
+        const int o_a = slot_off, o_rowc = slot_off + 8, o_ldt = slot_off + 16, o_rs = slot_off + 24;
         sub(rsp, slot_off + 64);
 
         set_tail_mask(w_last);  // (AVX-512; uses eax)
@@ -182,6 +184,10 @@ private:
         mov(ptr[rsp + o_a], rA);
         mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rowc)]);
         mov(ptr[rsp + o_rowc], rTmp);
+        if (s.row_scale) {
+            mov(rTmp, ptr[rP + offsetof(Int8UkArgs, rscale)]);
+            mov(ptr[rsp + o_rs], rTmp);
+        }
         mov(qword[rsp + o_ldt], NR * 4);
         mov(rB, ptr[rP + offsetof(Int8UkArgs, b)]);
         mov(rC, ptr[rP + offsetof(Int8UkArgs, c)]);
@@ -322,6 +328,18 @@ private:
                         vcvtdq2ps(acc(i, j), acc(i, j));
                         vmulps(acc(i, j), acc(i, j), top(j));
                     }
+                if (s.row_scale) {  // x = (float(acc) * col scale) * row scale, the reference's order
+                    mov(rTmp, ptr[rsp + o_rs]);
+                    for (int i = 0; i < mr; ++i) {
+                        if (z) {
+                            for (int j = 0; j < nv; ++j) vmulps(acc(i, j), acc(i, j), ptr_b[rTmp + i * 4]);
+                        } else {
+                            vbroadcastss(tmp, ptr[rTmp + i * 4]);
+                            for (int j = 0; j < nv; ++j) vmulps(acc(i, j), acc(i, j), tmp);
+                        }
+                    }
+                    add(qword[rsp + o_rs], MR * 4);
+                }
                 const Address ldr = ptr[rP + offsetof(Int8UkArgs, ldr)];
                 const Address ldt = ptr[rsp + o_ldt];
                 EpiRegs er;
@@ -330,7 +348,7 @@ private:
                 er.p_row = rK;
                 GemmEpi e = s.epi;
                 e.alpha_one = true;
-                e.c = DType::f32;
+                e.c = s.c == DType::bf16 ? DType::bf16 : DType::f32;
                 e.partial = false;
                 if (!rq) {
                     er.c_row = rC;
@@ -722,6 +740,7 @@ public:
                     Int8UkSpec us;
                     us.isa = isa_, us.s16 = s16_, us.vex = vex, us.mr = mr, us.ncols = fin ? ncols : static_cast<int>(NR);
                     us.final = fin != 0, us.c = s.c_type, us.epi = epi;
+                    us.row_scale = fin != 0 && s.a_scale_per_row;
                     uk_[fin][mt][nt] = int8_ukernel(us);
                 }
             }
@@ -821,7 +840,7 @@ public:
         }
         const bool fp = s.c_type != DType::s32;
         if (fp) {
-            const float as = call.alpha * a.a_scale[0];
+            const float as = s.a_scale_per_row ? call.alpha : call.alpha * a.a_scale[0];
             for (int64_t n = 0; n < npad; ++n)
                 scale[n] = n < N ? as * a.b_scales[s.b_scale_per_channel ? n : 0] : 0.0f;
         }
@@ -1100,6 +1119,7 @@ private:
                         ua.a = bufA + (r - ic) * kgt * 4 + k0 * MR;
                         ua.acc = accb ? accb + (r - ic) * NR : nullptr;
                         ua.rowc = rowc + (r - ic);
+                        ua.rscale = ctx.call.a_row_scales ? ctx.call.a_row_scales + r : nullptr;
                         ua.c = C + (r * s.ldc + n) * c_es;
                         ua.ldc = s.ldc * c_es;
                         ua.res = res ? res + (r * s.ld_residual + n) * res_es : nullptr;

@@ -100,7 +100,8 @@ void rows(const GemmSpec& s, const GemmCall& call, int64_t m_begin, int64_t m_en
             float x;
             if constexpr (kInt) {
                 const float bs = a.b_scales[s.b_scale_per_channel ? n : 0];
-                x = call.alpha * a.a_scale[0] * bs * static_cast<float>(acc[n]);
+                x = s.a_scale_per_row ? static_cast<float>(acc[n]) * (call.alpha * bs) * call.a_row_scales[m]
+                                      : call.alpha * a.a_scale[0] * bs * static_cast<float>(acc[n]);
             } else {
                 x = call.alpha * acc[n];
             }
