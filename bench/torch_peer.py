@@ -301,6 +301,9 @@ def woq_cases(torch, F, threads):
             out.append((f"woq/u4g128/torch/{shape}/nt:{nt}", nt, {"GBPS": b4, "GFLOPS": 2 * M * N * K},
                         rot or max(1, math.ceil(ROTATE_BYTES / b4)), mk4,
                         lambda x, w, sz: torch._weight_int4pack_mm_for_cpu(x, w, 128, sz)))
+    return out
+
+
 # ---- bench_qlinear's int8 Linear layers (names qlinear/f32/torch/<mode>/<MxNxK>/nt:<t>, GFLOPS = 2 M N K
 # per call, quantization included; Y = X W^T + bias, f32 X and Y, weights quantized once):
 #   dynamic_per_token   torchao's int8-dynamic-activation / int8-weight recipe in eager ops: X quantized
