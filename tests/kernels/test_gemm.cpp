@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <thread>
@@ -1018,4 +1019,51 @@ TEST(Gemm, CApiBadInput) {
     xk_gemm_plan_destroy(plan);
     xk_gemm_plan_destroy(nullptr);
     xk_gemm_packed_b_destroy(nullptr);
+}
+
+// Regression: an A row block of the blocked kernel clamped to 1024 rows (not a multiple of the
+// 14- / 6-row panels) was packed in whole panels past the end of its buffer (heap corruption at
+// 1024 / 2048 x N x 128). Rows of exactly one and two blocks, f32 and bf16, both B layouts; small
+// integers, so every sum is exact; C's guard band untouched.
+TEST(Gemm, RowBlocksOfTheClampPackWholePanels) {
+    for_each_isa([&](Isa isa) {
+        if (isa == Isa::scalar) return;
+        for (int64_t M : {1024, 2048})
+            for (DType dt : {DType::f32, DType::bf16})
+                for (Trans tb : {Trans::N, Trans::T}) {
+                    const int64_t N = 48, K = 128;
+                    GemmDesc d;
+                    d.M = M, d.N = N, d.K = K, d.trans_b = tb;
+                    d.a_type = d.b_type = dt;
+                    const size_t es = dt == DType::f32 ? 4 : 2;
+                    std::vector<unsigned char> A(static_cast<size_t>(M * K) * es), B(static_cast<size_t>(K * N) * es);
+                    auto put = [&](std::vector<unsigned char>& v, size_t i, float x) {
+                        if (dt == DType::f32) std::memcpy(&v[i * 4], &x, 4);
+                        else { const bf16 h(x); std::memcpy(&v[i * 2], &h, 2); }
+                    };
+                    auto a_at = [](int64_t m, int64_t k) { return float((m * 7 + k * 3) % 5) - 2.0f; };
+                    auto b_at = [](int64_t k, int64_t n) { return float((k * 5 + n) % 7) - 3.0f; };
+                    for (int64_t m = 0; m < M; ++m)
+                        for (int64_t k = 0; k < K; ++k) put(A, static_cast<size_t>(m * K + k), a_at(m, k));
+                    for (int64_t k = 0; k < K; ++k)
+                        for (int64_t n = 0; n < N; ++n)
+                            put(B, static_cast<size_t>(tb == Trans::N ? k * N + n : n * K + k), b_at(k, n));
+                    std::vector<float> C(static_cast<size_t>(M * N + 64), -7.0f);
+                    GemmArgs g;
+                    g.A = A.data(), g.B = B.data(), g.C = C.data();
+                    set_num_threads(1);
+                    gemm(d, g);
+                    set_num_threads(0);
+                    int bad = 0;
+                    for (int64_t m = 0; m < M && bad < 3; ++m)
+                        for (int64_t n = 0; n < N; ++n) {
+                            double want = 0;
+                            for (int64_t k = 0; k < K; ++k) want += double(a_at(m, k)) * b_at(k, n);
+                            if (C[static_cast<size_t>(m * N + n)] != float(want) && bad++ < 3)
+                                ADD_FAILURE() << "M " << M << " " << dtype_name(dt) << " C[" << m << "," << n << "] "
+                                              << C[static_cast<size_t>(m * N + n)] << " want " << want;
+                        }
+                    for (size_t i = static_cast<size_t>(M * N); i < C.size(); ++i) ASSERT_EQ(C[i], -7.0f) << "guard " << i;
+                }
+    });
 }

@@ -116,7 +116,7 @@ public:
         const Caches c = caches();
         kc_ = layout_.kc;
         nkb_ = ceil_div(s.K, kc_);
-        mc_ = std::clamp<int64_t>(c.l2 / 2 / (kc_ * eb) / g_.mr * g_.mr, g_.mr, 1024);
+        mc_ = std::clamp<int64_t>(c.l2 / 2 / (kc_ * eb) / g_.mr * g_.mr, g_.mr, 1024 / g_.mr * g_.mr);  // (a multiple of MR: A blocks are packed in whole panels)
         // A short K makes each C tile's stores the bulk of the work: keep the C block a column
         // strip sweeps (mc rows x N) within L2, so that its lines and pages stay cached / mapped
         // (tall strips over a wide C walk a new page per row). Measured on 2048 x 2048 x 16.
