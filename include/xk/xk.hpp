@@ -13,4 +13,5 @@
 #include "xk/quant.hpp"
 #include "xk/convert.hpp"
 #include "xk/llm.hpp"
+#include "xk/attention.hpp"
 #include "xk/gpu.hpp"
