@@ -50,6 +50,21 @@ inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, c
         for (int c = 0; c < CV; ++c) V::store(acc + i * hd + (c0 + c) * V::W, a[i][c]);
 }
 
+constexpr int64_t kPrefetchTiles = 2;
+
+template <class T>
+inline void attn_tile_ptrs(const AttnKvSource& kv, const T* kbase, const T* vbase, int64_t j0, const T*& kt,
+                           const T*& vt) {
+    if (kv.blocks) {
+        const int64_t boff = static_cast<int64_t>(kv.blocks[j0 / kv.block_size]) * kv.block_elems;
+        kt = kbase + boff + (j0 % kv.block_size) * kv.k_stride;
+        vt = vbase + boff + (j0 % kv.block_size) * kv.v_stride;
+    } else {
+        kt = kbase + j0 * kv.k_stride;
+        vt = vbase + j0 * kv.v_stride;
+    }
+}
+
 template <class V, class T, int NC>
 void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     constexpr int W = V::W;
@@ -75,17 +90,25 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);
+    const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(T));
     for (int64_t j0 = t.j_begin; j0 < jmax; j0 += 16) {
         const int64_t n = jmax - j0 < 16 ? jmax - j0 : 16;
         const T* kt;
         const T* vt;
-        if (t.kv.blocks) {
-            const int64_t boff = static_cast<int64_t>(t.kv.blocks[j0 / t.kv.block_size]) * t.kv.block_elems;
-            kt = kbase + boff + (j0 % t.kv.block_size) * t.kv.k_stride;
-            vt = vbase + boff + (j0 % t.kv.block_size) * t.kv.v_stride;
-        } else {
-            kt = kbase + j0 * t.kv.k_stride;
-            vt = vbase + j0 * t.kv.v_stride;
+        attn_tile_ptrs(t.kv, kbase, vbase, j0, kt, vt);
+        // Prefetch the keys / values kPrefetchTiles tiles ahead (decode is a stream through DRAM;
+        // the hardware prefetchers alone leave it latency-bound).
+        const int64_t jp = j0 + 16 * kPrefetchTiles;
+        if (jp < jmax) {
+            const T* kp;
+            const T* vp;
+            attn_tile_ptrs(t.kv, kbase, vbase, jp, kp, vp);
+            const int64_t np = jmax - jp < 16 ? jmax - jp : 16;
+            for (int64_t jj = 0; jj < np; ++jj)
+                for (int64_t b = 0; b < row_bytes; b += 64) {
+                    __builtin_prefetch(reinterpret_cast<const char*>(kp + jj * t.kv.k_stride) + b, 0, 3);
+                    __builtin_prefetch(reinterpret_cast<const char*>(vp + jj * t.kv.v_stride) + b, 0, 3);
+                }
         }
         // Scores.
         for (int64_t rb = 0; rb < R; rb += 8) {
