@@ -53,7 +53,7 @@ struct AttnTask {
     float* scratch = nullptr;        // attn_scratch_floats(rows) floats for the kernel
 };
 
-inline int64_t attn_scratch_floats(int64_t rows) { return rows * (kAttnTile + 2) + 8 * kAttnTile * kAttnTile + 64; }
+inline int64_t attn_scratch_floats(int64_t rows) { return rows * (kAttnTile + 2) + 256 * kAttnTile + 64; }
 
 struct AttnKernel {
     virtual ~AttnKernel() = default;
