@@ -50,7 +50,8 @@ inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, c
         for (int c = 0; c < CV; ++c) V::store(acc + i * hd + (c0 + c) * V::W, a[i][c]);
 }
 
-constexpr int64_t kPrefetchTiles = 2;
+constexpr int64_t kPrefetchTiles = 4;
+constexpr bool kDecodePrefetch = true;
 
 template <class T>
 inline void attn_tile_ptrs(const AttnKvSource& kv, const T* kbase, const T* vbase, int64_t j0, const T*& kt,
@@ -99,15 +100,15 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
         // Prefetch the keys / values kPrefetchTiles tiles ahead (decode is a stream through DRAM;
         // the hardware prefetchers alone leave it latency-bound).
         const int64_t jp = j0 + 16 * kPrefetchTiles;
-        if (R < 16 && jp < jmax) {  // (prefill tiles are reused by many rows: no prefetch)
+        if (kDecodePrefetch && R < 16 && jp < jmax) {  // (prefill tiles are reused by many rows: no prefetch)
             const T* kp;
             const T* vp;
             attn_tile_ptrs(t.kv, kbase, vbase, jp, kp, vp);
             const int64_t np = jmax - jp < 16 ? jmax - jp : 16;
             for (int64_t jj = 0; jj < np; ++jj)
                 for (int64_t b = 0; b < row_bytes; b += 64) {
-                    __builtin_prefetch(reinterpret_cast<const char*>(kp + jj * t.kv.k_stride) + b, 0, 3);
-                    __builtin_prefetch(reinterpret_cast<const char*>(vp + jj * t.kv.v_stride) + b, 0, 3);
+                    __builtin_prefetch(reinterpret_cast<const char*>(kp + jj * t.kv.k_stride) + b, 0, 2);
+                    __builtin_prefetch(reinterpret_cast<const char*>(vp + jj * t.kv.v_stride) + b, 0, 2);
                 }
         }
         // Scores.
