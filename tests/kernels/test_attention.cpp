@@ -17,6 +17,8 @@
 #include "kernels/attention/attention.hpp"
 #include "xk/attention.hpp"
 #include "xk/c/attention.h"
+#include "xk/llm.hpp"
+#include "kernels/softmax/softmax.hpp"
 #include "xk/runtime.hpp"
 
 using namespace xk;
@@ -617,6 +619,85 @@ TEST(Attention, CApiDecodeMatchesCpp) {
               XK_SUCCESS)
         << xk_last_error();
     EXPECT_EQ(o1, o2);
+}
+
+// ---- softmax: additive mask (broadcast over heads) and per-row valid lengths --------------------
+
+TEST(Attention, SoftmaxMaskAndValidLens) {
+    // rows = heads x queries (head-major), one [queries x cols] mask broadcast over the heads.
+    xk::test::for_each_isa([&](Isa) {
+        for (bool causal : {false, true})
+            for (bool has_mask : {false, true})
+                for (DType dt : {DType::f32, DType::bf16}) {
+                    const int64_t heads = 3, queries = 7, cols = 37, ld_mask = 40;
+                    const int64_t rows = heads * queries;
+                    std::mt19937_64 g(11);
+                    Tensor x(dt, static_cast<size_t>(rows * cols)), y(dt, static_cast<size_t>(rows * cols));
+                    x.fill(g, -3, 3);
+                    std::vector<float> mask(static_cast<size_t>(queries * ld_mask));
+                    for (auto& m : mask) m = (g() % 5 == 0) ? -std::numeric_limits<float>::infinity() : rnd(g, -2, 2);
+                    std::vector<int64_t> lens(static_cast<size_t>(rows));
+                    for (auto& l : lens) l = static_cast<int64_t>(g() % (cols + 1));
+                    lens[0] = 0;
+                    lens[1] = cols;
+                    SoftmaxDesc d;
+                    d.rows = rows;
+                    d.cols = cols;
+                    d.x_dtype = d.y_dtype = dt;
+                    d.scale = 0.7f;
+                    d.causal = causal;
+                    d.causal_offset = 20;
+                    d.has_mask = has_mask;
+                    d.ld_mask = ld_mask;
+                    d.mask_rows = queries;
+                    SoftmaxArgs a;
+                    a.x = x.data();
+                    a.y = y.data();
+                    a.mask = has_mask ? mask.data() : nullptr;
+                    a.valid_lens = lens.data();
+                    softmax(d, a);
+                    std::vector<double> want;
+                    std::vector<size_t> idx;
+                    for (int64_t r = 0; r < rows; ++r) {
+                        int64_t v = std::min<int64_t>(lens[r], cols);
+                        if (causal) v = std::min<int64_t>(v, std::max<int64_t>(0, r + 20 + 1));
+                        std::vector<double> sv(static_cast<size_t>(cols), kNinf);
+                        double mx = kNinf;
+                        for (int64_t j = 0; j < v; ++j) {
+                            sv[j] = 0.7 * x.value(r * cols + j) + (has_mask ? mask[(r % queries) * ld_mask + j] : 0.0);
+                            mx = std::max(mx, sv[j]);
+                        }
+                        double sum = 0;
+                        for (int64_t j = 0; j < v; ++j)
+                            if (mx != kNinf) sum += std::exp(sv[j] - mx);
+                        for (int64_t j = 0; j < cols; ++j) {
+                            want.push_back(j < v && mx != kNinf ? std::exp(sv[j] - mx) / sum : 0.0);
+                            idx.push_back(static_cast<size_t>(r * cols + j));
+                        }
+                    }
+                    SCOPED_TRACE(std::string("causal=") + (causal ? "1" : "0") + " mask=" + (has_mask ? "1" : "0") +
+                                 " " + dtype_name(dt));
+                    EXPECT_TRUE(close(y, want, idx, 1e-6, dt == DType::bf16 ? 1.0 / 256 + 1e-5 : 1e-5));
+                }
+    });
+    // Bad input: a valid length past cols, a mask without has_mask; nothing written.
+    std::vector<float> x(4 * 8, 1.0f), y(4 * 8, 5.0f), mask(4 * 8, 0.0f);
+    std::vector<int64_t> lens = {1, 2, 9, 0};
+    SoftmaxDesc d;
+    d.rows = 4;
+    d.cols = 8;
+    SoftmaxArgs a;
+    a.x = x.data();
+    a.y = y.data();
+    a.valid_lens = lens.data();
+    XK_EXPECT_INVALID(softmax(d, a), "valid_lens[2]=9");
+    a.valid_lens = nullptr;
+    a.mask = mask.data();
+    XK_EXPECT_INVALID(softmax(d, a), "has_mask is false");
+    d.has_mask = true;
+    d.ld_mask = 3;
+    XK_EXPECT_INVALID(softmax(d, a), "ld_mask=3");
+    for (float v : y) ASSERT_EQ(v, 5.0f);
 }
 
 }  // namespace
