@@ -1,5 +1,6 @@
 #include "tools/selections.hpp"
 
+#include "kernels/attention/attention.hpp"
 #include "kernels/conv/conv.hpp"
 #include "kernels/eltwise/eltwise.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
@@ -118,6 +119,12 @@ std::vector<Selection> selections() {
         d.cols = 4096;
         d.x_dtype = d.y_dtype = DType::bf16;
         return softmax_kernel_desc(softmax_resolve("xk-info", d));
+    }));
+    v.push_back(pick("attention", attention_registry(), [] {
+        AttnKernelDesc d;  // decode / prefill of head_dim 128 over a bf16 cache
+        d.head_dim = 128;
+        d.kv_dtype = DType::bf16;
+        return d;
     }));
     return v;
 }
