@@ -230,7 +230,8 @@ def cases(torch, F, threads):
         def mk_glu_d(nsets, t=t):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
-    return out + gemm_cases(torch, F, threads) + woq_cases(torch, F, threads) + qlinear_cases(torch, F, threads)
+    return (out + gemm_cases(torch, F, threads) + woq_cases(torch, F, threads) + qlinear_cases(torch, F, threads)
+            + attention_cases(torch, F, threads))
 
 
 # ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
@@ -348,6 +349,38 @@ def qlinear_cases(torch, F, threads):
             out.append((f"qlinear/f32/torch/dynamic_per_token/{shape}/nt:{nt}", nt, {"GFLOPS": flops}, 1, mk_tok, fwd_tok))
             out.append((f"qlinear/f32/torch/dynamic_per_tensor/{shape}/nt:{nt}", nt, {"GFLOPS": flops}, 1, mk_ao,
                         lambda q, x: q(x)))
+    return out
+
+
+# ---- bench_attention's rows (names attention/<dtype>/torch/..., as bench_attention's) ------------
+# decode:  F.scaled_dot_product_attention(q [B, 32, 1, 128], k / v [B, 8, L, 128], enable_gqa=True)
+#          over a padded cache of L tokens, rotated over XK_BENCH_ROTATE_MB / 2; GBPS = K + V bytes.
+# prefill: F.scaled_dot_product_attention(q / k / v [1, 32, T, 128], is_causal=True);
+#          GFLOPS = 4 T^2 128 32 / 2 (the causal half). XK_BENCH_PREFILL_8K=1 adds T = 8192.
+def attention_cases(torch, F, threads):
+    out = []
+    QH, KVH, D = 32, 8, 128
+    for dname, dt, es in (("bf16", torch.bfloat16, 2), ("f32", torch.float32, 4)):
+        for nt in threads:
+            for B in (1, 8):
+                for L in (2048, 8192, 32768):
+                    if dname == "f32" and B == 8 and L == 32768:
+                        continue  # as bench_attention: 2 GiB a cache copy
+                    kv_bytes = 2 * B * KVH * L * D * es
+                    nsets = max(1, min(8, (ROTATE_BYTES // 2) // kv_bytes))
+
+                    def mk(nsets, B=B, L=L, dt=dt):
+                        q = torch.rand(B, QH, 1, D).to(dt) * 2 - 1
+                        return [(q, (torch.rand(B, KVH, L, D) * 2 - 1).to(dt), (torch.rand(B, KVH, L, D) * 2 - 1).to(dt))
+                                for _ in range(nsets)]
+                    out.append((f"attention/{dname}/torch/decode/b:{B}/ctx:{L}/nt:{nt}", nt, {"GBPS": kv_bytes}, nsets, mk,
+                                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
+            Ts = [2048] + ([8192] if os.environ.get("XK_BENCH_PREFILL_8K") == "1" else [])
+            for T in Ts:
+                def mk_p(nsets, T=T, dt=dt):
+                    return [tuple((torch.rand(1, QH, T, D) * 2 - 1).to(dt) for _ in range(3))]
+                out.append((f"attention/{dname}/torch/prefill/T:{T}/nt:{nt}", nt, {"GFLOPS": 4 * T * T * D * QH / 2}, 1,
+                            mk_p, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
     return out
 
 

@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "kernels/attention/attention.hpp"
 #include "kernels/conv/conv.hpp"
 #include "kernels/eltwise/eltwise.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
@@ -140,6 +141,12 @@ std::vector<Selection> selections() {
             d.M = m, d.N = 4096, d.K = 4096, d.weight_type = wt, d.a_type = DType::bf16;
             return woq_check_desc("xk-info", d);
         }));
+    v.push_back(pick("attention", attention_registry(), [] {
+        AttnKernelDesc d;  // decode / prefill of head_dim 128 over a bf16 cache
+        d.head_dim = 128;
+        d.kv_dtype = DType::bf16;
+        return d;
+    }));
     return v;
 }
 

@@ -121,11 +121,21 @@ struct SoftmaxDesc {
     float scale = 1.0f;          // finite, > 0
     bool causal = false;
     int64_t causal_offset = 0;   // causal only: row r is the query at position r + causal_offset; |offset| <= 2^60
+    // Additive mask (f32, finite or -inf): t_j = scale * x_j + mask[(r % mask_rows) * ld_mask + j]
+    // (mask_rows 0 = rows; e.g. rows = heads x queries head-major with mask_rows = queries: one
+    // [queries x cols] mask broadcast over the heads). Runs the reference kernel.
+    bool has_mask = false;
+    int64_t ld_mask = 0;         // >= cols (0 = cols)
+    int64_t mask_rows = 0;       // >= 0 (0 = rows)
 };
 
 struct SoftmaxArgs {
     const void* x = nullptr;  // [rows x ld_x]
     void* y = nullptr;        // [rows x ld_y]
+    const float* mask = nullptr;         // iff has_mask: [mask_rows x ld_mask]
+    const int64_t* valid_lens = nullptr;  // optional [rows]: row r uses columns [0, valid_lens[r])
+                                          // (padding; with causal: the shorter), in [0, cols]; the
+                                          // other columns are 0; a row with none visible is all 0
 };
 
 class SoftmaxPlan {

@@ -14,5 +14,6 @@
 #include "xk/convert.hpp"
 #include "xk/llm.hpp"
 #include "xk/woq.hpp"
+#include "xk/attention.hpp"
 #include "xk/gpu.hpp"
 #include "xk/qlinear.hpp"

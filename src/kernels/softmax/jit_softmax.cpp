@@ -548,7 +548,7 @@ public:
         // exp of row r from element `from` on (standalone pass), continuing the per-lane sums in
         // `sums`; returns 1 / sum.
         auto exp_rest = [&](int64_t r, int64_t from, const float* sums) {
-            const int64_t v = softmax_visible(d, r);
+            const int64_t v = softmax_visible(d, a, r);
             std::memcpy(args.out, sums, sizeof(args.out));
             if (v > from) {
                 args.x = xrow(r) + from * xs;
@@ -568,17 +568,17 @@ public:
         // v / vn: the visible columns of rows r / r + 1 that the passes compute (0 for a wide row);
         // row r's exps are in ebuf(r) and 1 / sum in inv (v > 0); row r + 1's max is known.
         float inv = 0;
-        int64_t v = softmax_visible(d, row_begin);
+        int64_t v = softmax_visible(d, a, row_begin);
         bool wide = false;
         if (v > 0) {
             if (set_max(row_begin, max_range(row_begin, 0, v))) inv = exp_rest(row_begin, 0, zeros);
             else wide = true, v = 0;
         }
-        int64_t vn = row_begin + 1 < row_end ? softmax_visible(d, row_begin + 1) : 0;
+        int64_t vn = row_begin + 1 < row_end ? softmax_visible(d, a, row_begin + 1) : 0;
         bool wide_next = false;
         if (vn > 0 && !set_max(row_begin + 1, max_range(row_begin + 1, 0, vn))) wide_next = true, vn = 0;
         for (int64_t r = row_begin; r < row_end; ++r) {
-            const int64_t v2 = r + 2 < row_end ? softmax_visible(d, r + 2) : 0;
+            const int64_t v2 = r + 2 < row_end ? softmax_visible(d, a, r + 2) : 0;
             int64_t common = 0;
             if (vn > 0 && (v > 0 || !fy)) {
                 common = fy ? std::min(v, vn) : vn;

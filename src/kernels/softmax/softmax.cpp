@@ -20,9 +20,16 @@ struct RefSoftmax final : SoftmaxKernel {
 };
 
 void check_args(const char* fn, const SoftmaxDesc& d, const SoftmaxArgs& a) {
+    if (!d.has_mask && a.mask) fail_arg(fn, "mask", ptr_str(a.mask), "is given but has_mask is false");
     if (d.rows == 0) return;  // nothing is read or written
     check_not_null(fn, "x", a.x);
     check_not_null(fn, "y", a.y);
+    if (d.has_mask) check_not_null(fn, "mask", a.mask);
+    if (a.valid_lens)
+        for (int64_t r = 0; r < d.rows; ++r)
+            if (a.valid_lens[r] < 0 || a.valid_lens[r] > d.cols)
+                fail_arg(fn, ("valid_lens[" + std::to_string(r) + "]").c_str(), std::to_string(a.valid_lens[r]),
+                         "must be in [0, cols=" + std::to_string(d.cols) + "]");
     const MemRegion x = matrix_region(a.x, d.rows, d.cols, d.ld_x, dtype_size(d.x_dtype));
     const MemRegion y = matrix_region(a.y, d.rows, d.cols, d.ld_y, dtype_size(d.y_dtype));
     if (same_region(x, y) && d.x_dtype == d.y_dtype) return;  // in place
@@ -54,17 +61,28 @@ SoftmaxDesc softmax_resolve(const char* fn, const SoftmaxDesc& in) {
     if (!(std::isfinite(d.scale) && d.scale > 0.0f)) fail_arg(fn, "scale", float_str(d.scale), "must be finite and > 0");
     if (d.causal) check_range(fn, "causal_offset", d.causal_offset, -(int64_t(1) << 60), int64_t(1) << 60);
     else d.causal_offset = 0;
+    check_nonnegative(fn, "ld_mask", d.ld_mask);
+    check_nonnegative(fn, "mask_rows", d.mask_rows);
+    if (d.has_mask) {
+        if (d.ld_mask == 0) d.ld_mask = d.cols;
+        else check_ld(fn, "ld_mask", d.ld_mask, d.cols, "cols");
+        if (d.mask_rows == 0) d.mask_rows = std::max<int64_t>(d.rows, 1);
+        checked_mul(fn, "mask_rows*ld_mask", d.mask_rows, d.ld_mask);
+    } else {
+        d.ld_mask = d.mask_rows = 0;
+    }
     return d;
 }
 
 std::string SoftmaxKernelDesc::key() const {
-    return std::string("x=") + dtype_name(x_dtype) + ",y=" + dtype_name(y_dtype);
+    return std::string("x=") + dtype_name(x_dtype) + ",y=" + dtype_name(y_dtype) + (mask ? ",mask" : "");
 }
 
 SoftmaxKernelDesc softmax_kernel_desc(const SoftmaxDesc& d) {
     SoftmaxKernelDesc k;
     k.x_dtype = d.x_dtype;
     k.y_dtype = d.y_dtype;
+    k.mask = d.has_mask;
     return k;
 }
 
@@ -72,11 +90,11 @@ const Registry<SoftmaxKernelDesc, SoftmaxKernel>& softmax_registry() {
     static const Registry<SoftmaxKernelDesc, SoftmaxKernel> r(
         "softmax", {
                        {"jit:avx512_bf16", Isa::avx512_bf16,
-                        [](const SoftmaxKernelDesc& kd) { return kd.y_dtype == DType::bf16; },
+                        [](const SoftmaxKernelDesc& kd) { return kd.y_dtype == DType::bf16 && !kd.mask; },
                         [](const SoftmaxKernelDesc& kd) { return create_jit_softmax(kd, Isa::avx512_bf16); }},
-                       {"jit:avx512", Isa::avx512, nullptr,
+                       {"jit:avx512", Isa::avx512, [](const SoftmaxKernelDesc& kd) { return !kd.mask; },
                         [](const SoftmaxKernelDesc& kd) { return create_jit_softmax(kd, Isa::avx512); }},
-                       {"jit:avx2", Isa::avx2, nullptr,
+                       {"jit:avx2", Isa::avx2, [](const SoftmaxKernelDesc& kd) { return !kd.mask; },
                         [](const SoftmaxKernelDesc& kd) { return create_jit_softmax(kd, Isa::avx2); }},
                        {"ref:scalar", Isa::scalar, nullptr,
                         [](const SoftmaxKernelDesc&) -> std::shared_ptr<const SoftmaxKernel> {

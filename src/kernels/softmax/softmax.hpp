@@ -13,6 +13,7 @@ namespace xk::detail {
 // has its own visible length under the causal mask), so one kernel serves every shape.
 struct SoftmaxKernelDesc {
     DType x_dtype = DType::f32, y_dtype = DType::f32;
+    bool mask = false;  // additive mask (the reference only)
     std::string key() const;
 };
 
@@ -29,10 +30,12 @@ const Registry<SoftmaxKernelDesc, SoftmaxKernel>& softmax_registry();
 SoftmaxDesc softmax_resolve(const char* fn, const SoftmaxDesc& d);
 void softmax_one_shot(const char* fn, const SoftmaxDesc& desc, const SoftmaxArgs& args);
 
-// Columns of row r that are visible: [0, softmax_visible(d, r)).
-inline int64_t softmax_visible(const SoftmaxDesc& d, int64_t r) {
-    if (!d.causal) return d.cols;
-    return std::clamp<int64_t>(r + d.causal_offset + 1, 0, d.cols);  // no overflow: validated
+// Columns of row r that are visible: [0, softmax_visible(d, a, r)) (causal and valid_lens).
+inline int64_t softmax_visible(const SoftmaxDesc& d, const SoftmaxArgs& a, int64_t r) {
+    int64_t v = d.cols;
+    if (d.causal) v = std::clamp<int64_t>(r + d.causal_offset + 1, 0, d.cols);  // no overflow: validated
+    if (a.valid_lens) v = std::min(v, a.valid_lens[r]);                          // validated in [0, cols]
+    return v;
 }
 
 // Reference (specification): rows [row_begin, row_end); d resolved.

@@ -1,0 +1,137 @@
+// C API: attention family.
+#include <cstring>
+
+#include "capi/capi_common.hpp"
+#include "common/check.hpp"
+#include "xk/attention.hpp"
+#include "xk/c/attention.h"
+
+using xk::detail::c_enum;
+using xk::detail::capi_call;
+
+namespace {
+
+xk::KvCacheDesc to_cpp(const char* fn, const xk_kv_cache_desc* c) {
+    xk::detail::check_not_null(fn, "desc", c);
+    xk::KvCacheDesc d;
+    d.layout = static_cast<xk::KvLayout>(c_enum(c->layout));
+    d.dtype = static_cast<xk::DType>(c_enum(c->dtype));
+    d.batch = c->batch;
+    d.kv_heads = c->kv_heads;
+    d.head_dim = c->head_dim;
+    d.capacity = c->capacity;
+    d.block_size = c->block_size;
+    d.num_blocks = c->num_blocks;
+    d.max_blocks_per_seq = c->max_blocks_per_seq;
+    return d;
+}
+
+template <class T>
+xk_status c_cached(const char* fn, const xk_kv_cache_desc* desc, const void* kc, const void* vc, const int32_t* table,
+                   int64_t q_tokens, int64_t q_heads, const T* q, T* o, float* lse, const int64_t* cu,
+                   const int64_t* ctx, float scale) {
+    return capi_call([&] {
+        xk::CachedAttentionDesc d;
+        d.cache = to_cpp(fn, desc);
+        d.q_tokens = q_tokens;
+        d.q_heads = q_heads;
+        d.q_dtype = d.o_dtype = sizeof(T) == 2 ? xk::DType::bf16 : xk::DType::f32;
+        d.scale = scale;
+        xk::CachedAttentionArgs a;
+        a.q = q;
+        a.o = o;
+        a.lse = lse;
+        a.cu_seqlens_q = cu;
+        a.context_lens = ctx;
+        a.cache = xk::KvCache{const_cast<void*>(kc), const_cast<void*>(vc), table};
+        xk::cached_attention(d, a);
+    });
+}
+
+template <class T>
+xk_status c_sdpa(int64_t batch, int64_t q_tokens, int64_t kv_tokens, int64_t q_heads, int64_t kv_heads,
+                 int64_t head_dim, const T* q, const T* k, const T* v, T* o, float* lse, const int64_t* cu_q,
+                 const int64_t* cu_k, float scale, int causal, int64_t causal_offset, const float* mask,
+                 int64_t mask_stride) {
+    return capi_call([&] {
+        xk::AttentionDesc d;
+        d.batch = batch;
+        d.q_tokens = q_tokens;
+        d.kv_tokens = kv_tokens;
+        d.q_heads = q_heads;
+        d.kv_heads = kv_heads;
+        d.head_dim = head_dim;
+        d.dtype = d.o_dtype = sizeof(T) == 2 ? xk::DType::bf16 : xk::DType::f32;
+        d.scale = scale;
+        d.causal = causal != 0;
+        d.causal_offset = causal_offset;
+        d.has_mask = mask != nullptr;
+        d.mask_stride = mask_stride;
+        xk::AttentionArgs a;
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.o = o;
+        a.lse = lse;
+        a.mask = mask;
+        a.cu_seqlens_q = cu_q;
+        a.cu_seqlens_k = cu_k;
+        xk::attention(d, a);
+    });
+}
+
+}  // namespace
+
+extern "C" {
+
+void xk_kv_cache_desc_init(xk_kv_cache_desc* desc) {
+    if (desc) std::memset(desc, 0, sizeof *desc);
+}
+
+xk_status xk_kv_cache_append(const xk_kv_cache_desc* desc, void* k_cache, void* v_cache, const int32_t* block_table,
+                             int64_t tokens, xk_dtype src_dtype, const void* k_new, const void* v_new,
+                             const int64_t* seq_ids, const int64_t* positions) {
+    return capi_call([&] {
+        const xk::KvCacheDesc d = to_cpp("xk_kv_cache_append", desc);
+        xk::KvAppendArgs a;
+        a.tokens = tokens;
+        a.src_dtype = static_cast<xk::DType>(c_enum(src_dtype));
+        a.k_new = k_new;
+        a.v_new = v_new;
+        a.seq_ids = seq_ids;
+        a.positions = positions;
+        xk::kv_cache_append(d, xk::KvCache{k_cache, v_cache, block_table}, a);
+    });
+}
+
+xk_status xk_cached_attention_f32(const xk_kv_cache_desc* desc, const void* k_cache, const void* v_cache,
+                                  const int32_t* block_table, int64_t q_tokens, int64_t q_heads, const float* q,
+                                  float* o, float* lse, const int64_t* cu_seqlens_q, const int64_t* context_lens,
+                                  float scale) {
+    return c_cached("xk_cached_attention_f32", desc, k_cache, v_cache, block_table, q_tokens, q_heads, q, o, lse,
+                    cu_seqlens_q, context_lens, scale);
+}
+xk_status xk_cached_attention_bf16(const xk_kv_cache_desc* desc, const void* k_cache, const void* v_cache,
+                                   const int32_t* block_table, int64_t q_tokens, int64_t q_heads, const uint16_t* q,
+                                   uint16_t* o, float* lse, const int64_t* cu_seqlens_q, const int64_t* context_lens,
+                                   float scale) {
+    return c_cached("xk_cached_attention_bf16", desc, k_cache, v_cache, block_table, q_tokens, q_heads, q, o, lse,
+                    cu_seqlens_q, context_lens, scale);
+}
+
+xk_status xk_attention_f32(int64_t batch, int64_t q_tokens, int64_t kv_tokens, int64_t q_heads, int64_t kv_heads,
+                           int64_t head_dim, const float* q, const float* k, const float* v, float* o, float* lse,
+                           const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, float scale, int causal,
+                           int64_t causal_offset, const float* mask, int64_t mask_stride) {
+    return c_sdpa(batch, q_tokens, kv_tokens, q_heads, kv_heads, head_dim, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                  scale, causal, causal_offset, mask, mask_stride);
+}
+xk_status xk_attention_bf16(int64_t batch, int64_t q_tokens, int64_t kv_tokens, int64_t q_heads, int64_t kv_heads,
+                            int64_t head_dim, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* o,
+                            float* lse, const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, float scale,
+                            int causal, int64_t causal_offset, const float* mask, int64_t mask_stride) {
+    return c_sdpa(batch, q_tokens, kv_tokens, q_heads, kv_heads, head_dim, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                  scale, causal, causal_offset, mask, mask_stride);
+}
+
+}  // extern "C"

@@ -1,0 +1,555 @@
+// Attention family: validation, the KV cache (append), the task driver (query blocks x kv heads x
+// key splits over threads, exact merge of split states) and the registry.
+#include "kernels/attention/attention.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/check.hpp"
+#include "common/parallel.hpp"
+#include "xk/runtime.hpp"
+
+namespace xk {
+namespace detail {
+namespace {
+
+struct RefAttention final : AttnKernel {
+    AttnKernelDesc kd;
+    explicit RefAttention(const AttnKernelDesc& d) : kd(d) {}
+    void run(const AttnTask& t, float* m, float* l, float* acc) const override { attention_reference(kd, t, m, l, acc); }
+};
+
+std::string idx_name(const char* arr, int64_t i) { return std::string(arr) + "[" + std::to_string(i) + "]"; }
+
+// [tokens x heads x head_dim]: resolves 0 strides to packed and checks token-major layout.
+void resolve_tensor(const char* fn, const char* name, int64_t tokens, int64_t heads, int64_t head_dim,
+                    int64_t& ts, int64_t& hs) {
+    const std::string tsn = std::string(name) + "_token_stride", hsn = std::string(name) + "_head_stride";
+    check_nonnegative(fn, tsn.c_str(), ts);
+    check_nonnegative(fn, hsn.c_str(), hs);
+    if (hs == 0) hs = head_dim;
+    if (heads > 1) check_ld(fn, hsn.c_str(), hs, head_dim, "head_dim");
+    const int64_t row = checked_add(fn, (std::string(name) + " row").c_str(),
+                                    checked_mul(fn, (std::string(name) + " row").c_str(), heads - 1, hs), head_dim);
+    if (ts == 0) ts = row;
+    if (tokens > 1) check_ld(fn, tsn.c_str(), ts, row, "(heads-1)*head_stride+head_dim");
+    checked_mul(fn, (std::string(name) + " extent").c_str(), std::max<int64_t>(tokens, 1), ts);
+}
+
+float resolve_scale(const char* fn, float scale, int64_t head_dim) {
+    if (!std::isfinite(scale)) fail_arg(fn, "scale", float_str(scale), "must be finite (0 = 1/sqrt(head_dim))");
+    return scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))) : scale;
+}
+
+void check_heads(const char* fn, int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
+    check_positive(fn, "q_heads", q_heads);
+    check_positive(fn, "kv_heads", kv_heads);
+    check_positive(fn, "head_dim", head_dim);
+    if (q_heads % kv_heads != 0)
+        fail_arg(fn, "q_heads", std::to_string(q_heads),
+                 "must be a multiple of kv_heads=" + std::to_string(kv_heads) + " (MHA / GQA / MQA)");
+}
+
+// cu_seqlens [batch + 1]: starts at 0, non-decreasing, ends at total.
+void check_cu(const char* fn, const char* name, const int64_t* cu, int64_t batch, int64_t total, const char* total_name) {
+    check_not_null(fn, name, cu);
+    if (cu[0] != 0) fail_arg(fn, idx_name(name, 0).c_str(), std::to_string(cu[0]), "must be 0");
+    for (int64_t b = 1; b <= batch; ++b)
+        if (cu[b] < cu[b - 1])
+            fail_arg(fn, idx_name(name, b).c_str(), std::to_string(cu[b]),
+                     "must be >= " + idx_name(name, b - 1) + "=" + std::to_string(cu[b - 1]));
+    if (cu[batch] != total)
+        fail_arg(fn, idx_name(name, batch).c_str(), std::to_string(cu[batch]),
+                 std::string("must equal ") + total_name + "=" + std::to_string(total));
+}
+
+// ---- the task driver ---------------------------------------------------------------------------
+
+struct SeqInfo {
+    int64_t q_begin = 0, nq = 0;  // global first query token, count
+    int64_t nk = 0;               // keys used
+    int64_t pos0 = 0;             // causal: query i sees keys j <= pos0 + i
+    int64_t mask_row = 0;         // global token of query 0 (mask rows)
+};
+
+struct Problem {
+    int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+    float scale = 1.0f;
+    DType q_dtype = DType::f32, o_dtype = DType::f32, kv_dtype = DType::f32;
+    const void* q = nullptr;
+    void* o = nullptr;
+    float* lse = nullptr;
+    int64_t q_ts = 0, q_hs = 0, o_ts = 0, o_hs = 0;
+    bool causal = false;
+    const float* mask = nullptr;
+    int64_t mask_stride = 0;
+    int64_t kv_splits = 0;
+    std::vector<SeqInfo> seqs;
+    std::function<AttnKvSource(int64_t b, int64_t h)> kv;
+};
+
+struct Unit {
+    int64_t b, h, t0, nt;  // sequence, kv head, query tokens [t0, t0 + nt) of the sequence
+    int64_t j0, j1;        // key range
+    int64_t split, splits; // index of this piece, pieces of its key range
+    int64_t part;          // offset of its state in the partial buffer (splits > 1)
+};
+
+inline int64_t limit_of(const Problem& p, const SeqInfo& s, int64_t i) {
+    if (!p.causal) return s.nk;
+    return std::clamp<int64_t>(s.pos0 + i + 1, 0, s.nk);
+}
+
+inline float load_el(const void* base, int64_t off, DType t) {
+    if (t == DType::bf16) return bf16::from_bits(static_cast<const uint16_t*>(base)[off]).to_float();
+    return static_cast<const float*>(base)[off];
+}
+
+void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t t0, int64_t group, float m, float l,
+               const float* acc) {
+    const int64_t tok = s.q_begin + t0 + r / group, qh = h * group + r % group;
+    const int64_t hd = p.head_dim;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t off = tok * p.o_ts + qh * p.o_hs;
+    if (p.o_dtype == DType::bf16) {
+        uint16_t* o = static_cast<uint16_t*>(p.o) + off;
+        for (int64_t d = 0; d < hd; ++d) o[d] = bf16(acc[d] * inv).bits;
+    } else {
+        float* o = static_cast<float*>(p.o) + off;
+        for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+    }
+    if (p.lse) p.lse[tok * p.q_heads + qh] = l > 0.0f ? m + std::log(l) : -std::numeric_limits<float>::infinity();
+}
+
+void execute(const AttnKernel& kernel, const Problem& p) {
+    const int64_t group = p.q_heads / p.kv_heads, hd = p.head_dim;
+    const int64_t tq = std::max<int64_t>(1, 64 / group);  // query tokens per task: ~64 rows
+    // Units before splitting.
+    std::vector<Unit> base;
+    for (int64_t b = 0; b < static_cast<int64_t>(p.seqs.size()); ++b) {
+        const SeqInfo& s = p.seqs[b];
+        for (int64_t h = 0; h < p.kv_heads; ++h)
+            for (int64_t t0 = 0; t0 < s.nq; t0 += tq) {
+                const int64_t nt = std::min(tq, s.nq - t0);
+                int64_t jmax = 0;
+                for (int64_t i = t0; i < t0 + nt; ++i) jmax = std::max(jmax, limit_of(p, s, i));
+                base.push_back(Unit{b, h, t0, nt, 0, jmax, 0, 1, 0});
+            }
+    }
+    if (base.empty()) return;
+    const int threads = get_num_threads();
+    // Split granule: 64 keys (a multiple of the tile and of every paged block size / 16).
+    constexpr int64_t kGranule = 64;
+    int64_t want = p.kv_splits;
+    if (want == 0) {
+        const int64_t u = static_cast<int64_t>(base.size());
+        want = u >= 2 * threads ? 1 : (2 * threads + u - 1) / u;
+    }
+    std::vector<Unit> units;
+    int64_t part_floats = 0;
+    for (const Unit& u : base) {
+        int64_t splits = std::max<int64_t>(1, want);
+        if (p.kv_splits == 0) splits = std::min(splits, (u.j1 + 255) / 256);  // >= 256 keys a piece
+        splits = std::max<int64_t>(1, std::min(splits, (u.j1 + kGranule - 1) / kGranule));
+        const int64_t granules = (u.j1 + kGranule - 1) / kGranule;
+        for (int64_t s = 0; s < splits; ++s) {
+            Unit v = u;
+            v.j0 = std::min(u.j1, granules * s / splits * kGranule);
+            v.j1 = std::min(u.j1, granules * (s + 1) / splits * kGranule);
+            v.split = s;
+            v.splits = splits;
+            v.part = part_floats;
+            if (splits > 1) part_floats += u.nt * group * (hd + 2);
+            units.push_back(v);
+        }
+    }
+    std::vector<float> parts(static_cast<size_t>(part_floats));
+    const int64_t nunits = static_cast<int64_t>(units.size());
+    std::atomic<int64_t> next{0};
+    const int nthr = static_cast<int>(std::min<int64_t>(threads, nunits));
+    parallel_for(nthr, 1, [&](int64_t, int64_t) {
+        const int64_t max_rows = tq * group;
+        std::vector<float> qbuf(static_cast<size_t>(max_rows * hd)), acc(static_cast<size_t>(max_rows * hd));
+        std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
+        std::vector<float> scratch(static_cast<size_t>(attn_scratch_floats(max_rows)));
+        std::vector<int64_t> lim(static_cast<size_t>(tq));
+        for (;;) {
+            const int64_t ui = next.fetch_add(1);
+            if (ui >= nunits) break;
+            const Unit& u = units[ui];
+            const SeqInfo& s = p.seqs[u.b];
+            const int64_t rows = u.nt * group;
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t tok = s.q_begin + u.t0 + r / group, qh = u.h * group + r % group;
+                const int64_t off = tok * p.q_ts + qh * p.q_hs;
+                for (int64_t d = 0; d < hd; ++d) qbuf[r * hd + d] = load_el(p.q, off + d, p.q_dtype) * p.scale;
+            }
+            for (int64_t i = 0; i < u.nt; ++i) lim[i] = limit_of(p, s, u.t0 + i);
+            AttnTask t;
+            t.tokens = u.nt;
+            t.group = group;
+            t.head_dim = hd;
+            t.q = qbuf.data();
+            t.limit = lim.data();
+            if (p.mask) {
+                t.mask = p.mask + (s.mask_row + u.t0) * p.mask_stride;
+                t.mask_stride = p.mask_stride;
+            }
+            t.kv = p.kv(u.b, u.h);
+            t.j_begin = u.j0;
+            t.j_end = u.j1;
+            t.scratch = scratch.data();
+            if (u.j1 > u.j0) {
+                kernel.run(t, m.data(), l.data(), acc.data());
+            } else {
+                std::fill(m.begin(), m.begin() + rows, -std::numeric_limits<float>::infinity());
+                std::fill(l.begin(), l.begin() + rows, 0.0f);
+                std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
+            }
+            if (u.splits == 1) {
+                for (int64_t r = 0; r < rows; ++r) write_row(p, s, u.h, r, u.t0, group, m[r], l[r], acc.data() + r * hd);
+            } else {
+                float* dst = parts.data() + u.part;
+                for (int64_t r = 0; r < rows; ++r) {
+                    dst[r * (hd + 2)] = m[r];
+                    dst[r * (hd + 2) + 1] = l[r];
+                    std::copy(acc.data() + r * hd, acc.data() + (r + 1) * hd, dst + r * (hd + 2) + 2);
+                }
+            }
+        }
+    });
+    if (part_floats == 0) return;
+    // Merge the split states exactly: M = max m_s, l = sum l_s e^(m_s - M), acc likewise.
+    std::vector<int64_t> firsts;
+    for (int64_t i = 0; i < nunits; ++i)
+        if (units[i].splits > 1 && units[i].split == 0) firsts.push_back(i);
+    parallel_for(static_cast<int64_t>(firsts.size()), 1, [&](int64_t b, int64_t e) {
+        std::vector<float> acc(static_cast<size_t>(hd));
+        for (int64_t f = b; f < e; ++f) {
+            const Unit& u0 = units[firsts[f]];
+            const SeqInfo& s = p.seqs[u0.b];
+            const int64_t rows = u0.nt * group;
+            for (int64_t r = 0; r < rows; ++r) {
+                float mx = -std::numeric_limits<float>::infinity();
+                for (int64_t k = 0; k < u0.splits; ++k) mx = std::max(mx, parts[units[firsts[f] + k].part + r * (hd + 2)]);
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                float l = 0.0f;
+                if (mx != -std::numeric_limits<float>::infinity()) {
+                    for (int64_t k = 0; k < u0.splits; ++k) {
+                        const float* st = parts.data() + units[firsts[f] + k].part + r * (hd + 2);
+                        if (st[0] == -std::numeric_limits<float>::infinity()) continue;
+                        const float c = std::exp(st[0] - mx);
+                        l += st[1] * c;
+                        for (int64_t d = 0; d < hd; ++d) acc[d] += st[2 + d] * c;
+                    }
+                }
+                write_row(p, s, u0.h, r, u0.t0, group, mx, l, acc.data());
+            }
+        }
+    });
+}
+
+std::shared_ptr<const AttnKernel> select_kernel(int64_t head_dim, DType kv_dtype) {
+    AttnKernelDesc kd;
+    kd.head_dim = head_dim;
+    kd.kv_dtype = kv_dtype;
+    return attention_registry().get(kd).kernel;
+}
+
+// ---- KV cache ----------------------------------------------------------------------------------
+
+void check_cache_desc(const char* fn, const KvCacheDesc& c) {
+    if (c.layout != KvLayout::contiguous && c.layout != KvLayout::paged)
+        fail_arg(fn, "cache.layout", std::to_string(static_cast<int>(c.layout)), "is not a KvLayout (contiguous=0, paged=1)");
+    check_io_dtype(fn, "cache.dtype", c.dtype);
+    check_positive(fn, "cache.batch", c.batch);
+    check_positive(fn, "cache.kv_heads", c.kv_heads);
+    check_positive(fn, "cache.head_dim", c.head_dim);
+    const int64_t row = checked_mul(fn, "kv_heads*head_dim", c.kv_heads, c.head_dim);
+    if (c.layout == KvLayout::contiguous) {
+        check_positive(fn, "cache.capacity", c.capacity);
+        checked_mul(fn, "batch*kv_heads*capacity*head_dim", checked_mul(fn, "batch*capacity", c.batch, c.capacity), row);
+    } else {
+        if (c.block_size != 16 && c.block_size != 32 && c.block_size != 64)
+            fail_arg(fn, "cache.block_size", std::to_string(c.block_size), "must be 16, 32 or 64");
+        check_positive(fn, "cache.num_blocks", c.num_blocks);
+        check_positive(fn, "cache.max_blocks_per_seq", c.max_blocks_per_seq);
+        checked_mul(fn, "num_blocks*block_size*kv_heads*head_dim", checked_mul(fn, "num_blocks*block_size", c.num_blocks, c.block_size), row);
+        checked_mul(fn, "batch*max_blocks_per_seq", c.batch, c.max_blocks_per_seq);
+        checked_mul(fn, "max_blocks_per_seq*block_size", c.max_blocks_per_seq, c.block_size);
+    }
+}
+
+void check_cache_ptrs(const char* fn, const KvCacheDesc& c, const KvCache& k) {
+    check_not_null(fn, "cache.k", k.k);
+    check_not_null(fn, "cache.v", k.v);
+    if (c.layout == KvLayout::paged) check_not_null(fn, "cache.block_table", k.block_table);
+}
+
+// The block of token `pos` of sequence `b`, checked against the pool.
+int64_t checked_block(const char* fn, const KvCacheDesc& c, const KvCache& k, int64_t b, int64_t pos) {
+    const int64_t col = pos / c.block_size;
+    const int64_t blk = k.block_table[b * c.max_blocks_per_seq + col];
+    if (blk < 0 || blk >= c.num_blocks)
+        fail_arg(fn, ("block_table[" + std::to_string(b) + "][" + std::to_string(col) + "]").c_str(), std::to_string(blk),
+                 "is a block index past the pool: must be in [0, num_blocks=" + std::to_string(c.num_blocks) + ")");
+    return blk;
+}
+
+AttnKvSource cache_source(const KvCacheDesc& c, const KvCache& k, int64_t b, int64_t h) {
+    AttnKvSource s;
+    const int es = dtype_size(c.dtype);
+    s.k_stride = s.v_stride = c.head_dim;
+    if (c.layout == KvLayout::contiguous) {
+        const int64_t off = ((b * c.kv_heads + h) * c.capacity) * c.head_dim * es;
+        s.k = static_cast<const char*>(k.k) + off;
+        s.v = static_cast<const char*>(k.v) + off;
+    } else {
+        const int64_t off = h * c.block_size * c.head_dim * es;
+        s.k = static_cast<const char*>(k.k) + off;
+        s.v = static_cast<const char*>(k.v) + off;
+        s.blocks = k.block_table + b * c.max_blocks_per_seq;
+        s.block_size = c.block_size;
+        s.block_elems = c.kv_heads * c.block_size * c.head_dim;
+    }
+    return s;
+}
+
+}  // namespace
+
+std::string AttnKernelDesc::key() const {
+    return "head_dim=" + std::to_string(head_dim) + ",kv=" + dtype_name(kv_dtype);
+}
+
+const Registry<AttnKernelDesc, AttnKernel>& attention_registry() {
+    static const Registry<AttnKernelDesc, AttnKernel> r(
+        "attention",
+        {
+            {"intr:avx512", Isa::avx512,
+             [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
+             create_attention_avx512},
+            {"intr:avx2", Isa::avx2,
+             [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
+             create_attention_avx2},
+            {"ref:scalar", Isa::scalar, nullptr,
+             [](const AttnKernelDesc& kd) -> std::shared_ptr<const AttnKernel> { return std::make_shared<RefAttention>(kd); }},
+        });
+    return r;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+int64_t kv_cache_capacity(const KvCacheDesc& c) {
+    check_cache_desc("xk::kv_cache_capacity", c);
+    return c.layout == KvLayout::contiguous ? c.capacity : c.max_blocks_per_seq * c.block_size;
+}
+
+int64_t kv_cache_elements(const KvCacheDesc& c) {
+    check_cache_desc("xk::kv_cache_elements", c);
+    return c.layout == KvLayout::contiguous ? c.batch * c.kv_heads * c.capacity * c.head_dim
+                                            : c.num_blocks * c.kv_heads * c.block_size * c.head_dim;
+}
+
+void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendArgs& a) {
+    const char* fn = "xk::kv_cache_append";
+    check_cache_desc(fn, c);
+    check_nonnegative(fn, "tokens", a.tokens);
+    check_io_dtype(fn, "src_dtype", a.src_dtype);
+    int64_t kts = a.k_token_stride, khs = a.k_head_stride, vts = a.v_token_stride, vhs = a.v_head_stride;
+    resolve_tensor(fn, "k", a.tokens, c.kv_heads, c.head_dim, kts, khs);
+    resolve_tensor(fn, "v", a.tokens, c.kv_heads, c.head_dim, vts, vhs);
+    if (a.tokens == 0) return;
+    check_cache_ptrs(fn, c, cache);
+    check_not_null(fn, "k_new", a.k_new);
+    check_not_null(fn, "v_new", a.v_new);
+    check_not_null(fn, "seq_ids", a.seq_ids);
+    check_not_null(fn, "positions", a.positions);
+    const int64_t cap = c.layout == KvLayout::contiguous ? c.capacity : c.max_blocks_per_seq * c.block_size;
+    std::vector<int64_t> dst(static_cast<size_t>(a.tokens));  // element offset of (token, head 0)
+    for (int64_t t = 0; t < a.tokens; ++t) {
+        const int64_t b = a.seq_ids[t], pos = a.positions[t];
+        if (b < 0 || b >= c.batch)
+            fail_arg(fn, idx_name("seq_ids", t).c_str(), std::to_string(b),
+                     "must be in [0, batch=" + std::to_string(c.batch) + ")");
+        if (pos < 0 || pos >= cap)
+            fail_arg(fn, idx_name("positions", t).c_str(), std::to_string(pos),
+                     "is past the cache capacity: must be in [0, " + std::to_string(cap) + ")");
+        if (c.layout == KvLayout::contiguous) {
+            dst[t] = (b * c.kv_heads * c.capacity + pos) * c.head_dim;
+        } else {
+            const int64_t blk = checked_block(fn, c, cache, b, pos);
+            dst[t] = (blk * c.kv_heads * c.block_size + pos % c.block_size) * c.head_dim;
+        }
+    }
+    const int64_t head_step = (c.layout == KvLayout::contiguous ? c.capacity : c.block_size) * c.head_dim;
+    const int64_t hd = c.head_dim;
+    parallel_for(a.tokens, std::max<int64_t>(1, 4096 / (c.kv_heads * hd)), [&](int64_t tb, int64_t te) {
+        for (int64_t t = tb; t < te; ++t)
+            for (int64_t h = 0; h < c.kv_heads; ++h)
+                for (int which = 0; which < 2; ++which) {
+                    const void* src = which ? a.v_new : a.k_new;
+                    const int64_t soff = which ? t * vts + h * vhs : t * kts + h * khs;
+                    const int64_t doff = dst[t] + h * head_step;
+                    void* base = which ? cache.v : cache.k;
+                    if (c.dtype == DType::f32) {
+                        float* d = static_cast<float*>(base) + doff;
+                        for (int64_t i = 0; i < hd; ++i) d[i] = load_el(src, soff + i, a.src_dtype);
+                    } else if (a.src_dtype == DType::bf16) {
+                        uint16_t* d = static_cast<uint16_t*>(base) + doff;
+                        const uint16_t* s = static_cast<const uint16_t*>(src) + soff;
+                        for (int64_t i = 0; i < hd; ++i) d[i] = s[i];
+                    } else {
+                        uint16_t* d = static_cast<uint16_t*>(base) + doff;
+                        const float* s = static_cast<const float*>(src) + soff;
+                        for (int64_t i = 0; i < hd; ++i) d[i] = bf16(s[i]).bits;
+                    }
+                }
+    });
+}
+
+void attention(const AttentionDesc& desc, const AttentionArgs& a) {
+    const char* fn = "xk::attention";
+    AttentionDesc d = desc;
+    check_nonnegative(fn, "batch", d.batch);
+    check_nonnegative(fn, "q_tokens", d.q_tokens);
+    check_nonnegative(fn, "kv_tokens", d.kv_tokens);
+    check_heads(fn, d.q_heads, d.kv_heads, d.head_dim);
+    check_io_dtype(fn, "dtype", d.dtype);
+    check_io_dtype(fn, "o_dtype", d.o_dtype);
+    const float scale = resolve_scale(fn, d.scale, d.head_dim);
+    resolve_tensor(fn, "q", d.q_tokens, d.q_heads, d.head_dim, d.q_token_stride, d.q_head_stride);
+    resolve_tensor(fn, "k", d.kv_tokens, d.kv_heads, d.head_dim, d.k_token_stride, d.k_head_stride);
+    resolve_tensor(fn, "v", d.kv_tokens, d.kv_heads, d.head_dim, d.v_token_stride, d.v_head_stride);
+    resolve_tensor(fn, "o", d.q_tokens, d.q_heads, d.head_dim, d.o_token_stride, d.o_head_stride);
+    check_nonnegative(fn, "mask_stride", d.mask_stride);
+    if (d.has_mask && d.mask_stride == 0) d.mask_stride = d.kv_tokens;
+    if (d.has_mask) checked_mul(fn, "q_tokens*mask_stride", d.q_tokens, d.mask_stride);
+    if (!d.has_mask && a.mask) fail_arg(fn, "mask", ptr_str(a.mask), "is given but has_mask is false");
+    if (d.q_tokens == 0 || d.batch == 0) return;
+    check_not_null(fn, "q", a.q);
+    check_not_null(fn, "o", a.o);
+    if (d.kv_tokens > 0) {
+        check_not_null(fn, "k", a.k);
+        check_not_null(fn, "v", a.v);
+    }
+    if (d.has_mask) check_not_null(fn, "mask", a.mask);
+    int64_t one_q[2] = {0, d.q_tokens}, one_k[2] = {0, d.kv_tokens};
+    const int64_t* cq = a.cu_seqlens_q;
+    const int64_t* ck = a.cu_seqlens_k;
+    if (d.batch == 1 && !cq) cq = one_q;
+    if (d.batch == 1 && !ck) ck = one_k;
+    check_cu(fn, "cu_seqlens_q", cq, d.batch, d.q_tokens, "q_tokens");
+    check_cu(fn, "cu_seqlens_k", ck, d.batch, d.kv_tokens, "kv_tokens");
+    Problem p;
+    p.seqs.resize(static_cast<size_t>(d.batch));
+    for (int64_t b = 0; b < d.batch; ++b) {
+        SeqInfo& s = p.seqs[b];
+        s.q_begin = s.mask_row = cq[b];
+        s.nq = cq[b + 1] - cq[b];
+        s.nk = ck[b + 1] - ck[b];
+        if (a.seqused_k) {
+            const int64_t u = a.seqused_k[b];
+            if (u < 0 || u > s.nk)
+                fail_arg(fn, idx_name("seqused_k", b).c_str(), std::to_string(u),
+                         "must be in [0, " + std::to_string(s.nk) + "] (the keys of sequence " + std::to_string(b) + ")");
+            s.nk = u;
+        }
+        if (d.has_mask && s.nk > d.mask_stride)
+            fail_arg(fn, "mask_stride", std::to_string(d.mask_stride),
+                     "must be >= the keys of sequence " + std::to_string(b) + " (" + std::to_string(s.nk) + ")");
+        s.pos0 = d.causal_offset;
+    }
+    p.q_heads = d.q_heads;
+    p.kv_heads = d.kv_heads;
+    p.head_dim = d.head_dim;
+    p.scale = scale;
+    p.q_dtype = d.dtype;
+    p.kv_dtype = d.dtype;
+    p.o_dtype = d.o_dtype;
+    p.q = a.q;
+    p.o = a.o;
+    p.lse = a.lse;
+    p.q_ts = d.q_token_stride;
+    p.q_hs = d.q_head_stride;
+    p.o_ts = d.o_token_stride;
+    p.o_hs = d.o_head_stride;
+    p.causal = d.causal;
+    p.mask = d.has_mask ? a.mask : nullptr;
+    p.mask_stride = d.mask_stride;
+    p.kv_splits = 1;
+    const int es = dtype_size(d.dtype);
+    p.kv = [&](int64_t b, int64_t h) {
+        AttnKvSource s;
+        s.k = static_cast<const char*>(a.k) + (ck[b] * d.k_token_stride + h * d.k_head_stride) * es;
+        s.v = static_cast<const char*>(a.v) + (ck[b] * d.v_token_stride + h * d.v_head_stride) * es;
+        s.k_stride = d.k_token_stride;
+        s.v_stride = d.v_token_stride;
+        return s;
+    };
+    execute(*select_kernel(d.head_dim, d.dtype), p);
+}
+
+void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& a) {
+    const char* fn = "xk::cached_attention";
+    CachedAttentionDesc d = desc;
+    const KvCacheDesc& c = d.cache;
+    check_cache_desc(fn, c);
+    check_nonnegative(fn, "q_tokens", d.q_tokens);
+    check_heads(fn, d.q_heads, c.kv_heads, c.head_dim);
+    check_io_dtype(fn, "q_dtype", d.q_dtype);
+    check_io_dtype(fn, "o_dtype", d.o_dtype);
+    check_nonnegative(fn, "kv_splits", d.kv_splits);
+    const float scale = resolve_scale(fn, d.scale, c.head_dim);
+    resolve_tensor(fn, "q", d.q_tokens, d.q_heads, c.head_dim, d.q_token_stride, d.q_head_stride);
+    resolve_tensor(fn, "o", d.q_tokens, d.q_heads, c.head_dim, d.o_token_stride, d.o_head_stride);
+    if (d.q_tokens == 0) return;
+    check_not_null(fn, "q", a.q);
+    check_not_null(fn, "o", a.o);
+    check_cache_ptrs(fn, c, a.cache);
+    check_not_null(fn, "context_lens", a.context_lens);
+    check_cu(fn, "cu_seqlens_q", a.cu_seqlens_q, c.batch, d.q_tokens, "q_tokens");
+    const int64_t cap = c.layout == KvLayout::contiguous ? c.capacity : c.max_blocks_per_seq * c.block_size;
+    Problem p;
+    p.seqs.resize(static_cast<size_t>(c.batch));
+    for (int64_t b = 0; b < c.batch; ++b) {
+        SeqInfo& s = p.seqs[b];
+        s.q_begin = a.cu_seqlens_q[b];
+        s.nq = a.cu_seqlens_q[b + 1] - s.q_begin;
+        const int64_t ctx = a.context_lens[b];
+        if (ctx < s.nq || ctx > cap)
+            fail_arg(fn, idx_name("context_lens", b).c_str(), std::to_string(ctx),
+                     "must be in [" + std::to_string(s.nq) + " (the queries of sequence " + std::to_string(b) +
+                         "), capacity=" + std::to_string(cap) + "]");
+        s.nk = s.nq > 0 ? ctx : 0;
+        s.pos0 = ctx - s.nq;
+        if (c.layout == KvLayout::paged)
+            for (int64_t pos = 0; pos < s.nk; pos += c.block_size) checked_block(fn, c, a.cache, b, pos);
+    }
+    p.q_heads = d.q_heads;
+    p.kv_heads = c.kv_heads;
+    p.head_dim = c.head_dim;
+    p.scale = scale;
+    p.q_dtype = d.q_dtype;
+    p.kv_dtype = c.dtype;
+    p.o_dtype = d.o_dtype;
+    p.q = a.q;
+    p.o = a.o;
+    p.lse = a.lse;
+    p.q_ts = d.q_token_stride;
+    p.q_hs = d.q_head_stride;
+    p.o_ts = d.o_token_stride;
+    p.o_hs = d.o_head_stride;
+    p.causal = true;
+    p.kv_splits = d.kv_splits;
+    p.kv = [&](int64_t b, int64_t h) { return cache_source(c, a.cache, b, h); };
+    execute(*select_kernel(c.head_dim, c.dtype), p);
+}
+
+}  // namespace xk

@@ -1,0 +1,75 @@
+// Internal interface of the attention family, shared by its implementations and the tests.
+//
+// Every public entry point (attention, cached_attention) is cut by the driver (attention.cpp)
+// into tasks: one kv head of one sequence, a block of query tokens (rows = tokens x the q heads
+// sharing the kv head, so K / V bytes are read once for the whole group), and a range of keys.
+// A kernel runs one task and returns the unnormalised flash state per row: the running max m,
+// the sum l = sum_j exp(s_j - m) and acc = sum_j exp(s_j - m) v_j. The driver merges the states
+// of a split key range exactly (flash-decoding) and writes o = acc / l, lse = m + log(l).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dispatch/registry.hpp"
+#include "xk/attention.hpp"
+
+namespace xk::detail {
+
+// What a kernel is created for.
+struct AttnKernelDesc {
+    int64_t head_dim = 0;
+    DType kv_dtype = DType::f32;
+    std::string key() const;
+};
+
+// Where the keys / values of one (sequence, kv head) live. Key j's row:
+//   strided (blocks == nullptr): k + j*k_stride
+//   paged: k + blocks[j / block_size]*block_elems + (j % block_size)*k_stride
+// (k / v already offset to the kv head). Elements of kv_dtype.
+struct AttnKvSource {
+    const void* k = nullptr;
+    const void* v = nullptr;
+    int64_t k_stride = 0, v_stride = 0;  // elements between consecutive keys (inside a block)
+    const int32_t* blocks = nullptr;     // paged: the sequence's block-table row
+    int64_t block_size = 0;              // paged: a multiple of kAttnTile
+    int64_t block_elems = 0;             // paged: elements between blocks of the pool
+};
+
+// Keys are processed in tiles of kAttnTile; a task's key range starts at a multiple of it, so a
+// tile never crosses a block of a paged cache.
+constexpr int64_t kAttnTile = 16;
+
+struct AttnTask {
+    int64_t tokens = 0;         // query tokens; rows r = t*group + g
+    int64_t group = 0;          // q heads per kv head
+    int64_t head_dim = 0;
+    const float* q = nullptr;   // [tokens*group x head_dim] f32, already multiplied by the scale
+    const int64_t* limit = nullptr;  // [tokens]: token t sees keys j < limit[t] (and in the range)
+    const float* mask = nullptr;     // optional: additive, token t / key j at mask[t*mask_stride + j]
+    int64_t mask_stride = 0;
+    AttnKvSource kv;
+    int64_t j_begin = 0, j_end = 0;  // the key range (j_begin a multiple of kAttnTile)
+    float* scratch = nullptr;        // attn_scratch_floats(rows) floats for the kernel
+};
+
+inline int64_t attn_scratch_floats(int64_t rows) { return rows * (kAttnTile + 2) + 256 * kAttnTile + 64; }
+
+struct AttnKernel {
+    virtual ~AttnKernel() = default;
+    // Writes m[rows], l[rows] and acc[rows x head_dim] for the task's key range (rows that see no
+    // key there: m = -inf, l = 0, acc = 0). Single-threaded.
+    virtual void run(const AttnTask& t, float* m, float* l, float* acc) const = 0;
+};
+
+const Registry<AttnKernelDesc, AttnKernel>& attention_registry();
+
+// Reference (specification): plain fp32 loops, the whole range at once (two passes).
+void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, float* l, float* acc);
+
+// Vector kernels (attn_avx512.cpp, attn_avx2.cpp): head_dim a multiple of 16 (avx512) / 8 (avx2),
+// up to 256.
+std::shared_ptr<const AttnKernel> create_attention_avx512(const AttnKernelDesc& kd);
+std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd);
+
+}  // namespace xk::detail

@@ -1,0 +1,153 @@
+// AVX-512 attention kernel (intrinsics, target pragma): the body is attn_simd.hpp over 16 lanes.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/attention/attention.hpp"
+
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#endif
+
+namespace xk::detail {
+namespace {
+
+struct V512 {
+    using reg = __m512;
+    static constexpr int W = 16;
+    static constexpr int kDotChunks = 8;
+    static constexpr int kPvRows = 8;
+    static constexpr bool kPvWide = true;  // 4 vectors of head_dim x 6 rows in the P.V loop
+    static constexpr bool kTransposeQK = true;
+    static inline reg zero() { return _mm512_setzero_ps(); }
+    static inline reg set1(float v) { return _mm512_set1_ps(v); }
+    static inline reg load(const float* p) { return _mm512_loadu_ps(p); }
+    static inline reg loadkv(const float* p) { return _mm512_loadu_ps(p); }
+    static inline reg loadkv(const uint16_t* p) {
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    }
+    static inline void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+    static inline reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+    static inline reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+    static inline reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+    static inline reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+    static inline reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+    static inline float hmax(reg v) { return _mm512_reduce_max_ps(v); }
+    static inline float hsum(reg v) { return _mm512_reduce_add_ps(v); }
+    // exp(x) for x <= 0 (Cephes polynomial, ~1 ulp), lanes where s is -inf exactly 0.
+    static inline reg exp_masked(reg x, reg s) {
+        x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+        const reg fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        reg r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+        reg y = _mm512_set1_ps(1.9875691500e-4f);
+        y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+        y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+        y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+        y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+        y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+        y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        y = _mm512_scalef_ps(y, fx);
+        const __mmask16 k = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ);
+        return _mm512_maskz_mov_ps(k, y);
+    }
+    static inline __m256 hsum8(const __m256* y) {
+        const __m256 a0 = _mm256_hadd_ps(y[0], y[1]), a1 = _mm256_hadd_ps(y[2], y[3]);
+        const __m256 a2 = _mm256_hadd_ps(y[4], y[5]), a3 = _mm256_hadd_ps(y[6], y[7]);
+        const __m256 b0 = _mm256_hadd_ps(a0, a1), b1 = _mm256_hadd_ps(a2, a3);
+        return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+    }
+    // Columns [16c, 16c + 16) of the tile's n key rows (rows >= n as 0), transposed: out[i*16 + j]
+    // = k[j][16c + i].
+    template <class T>
+    static inline void transpose_tile(const T* k, int64_t ks, int64_t n, int c, float* out) {
+        __m512 r[16], u[16], v[16];
+        for (int j = 0; j < 16; ++j) r[j] = j < n ? loadkv(k + j * ks + c * 16) : _mm512_setzero_ps();
+        for (int g = 0; g < 16; g += 4) {
+            const __m512 t0 = _mm512_unpacklo_ps(r[g], r[g + 1]), t1 = _mm512_unpackhi_ps(r[g], r[g + 1]);
+            const __m512 t2 = _mm512_unpacklo_ps(r[g + 2], r[g + 3]), t3 = _mm512_unpackhi_ps(r[g + 2], r[g + 3]);
+            u[g] = _mm512_shuffle_ps(t0, t2, 0x44);
+            u[g + 1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+            u[g + 2] = _mm512_shuffle_ps(t1, t3, 0x44);
+            u[g + 3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+        }
+        for (int h = 0; h < 16; h += 8)
+            for (int m = 0; m < 4; ++m) {
+                v[h + m] = _mm512_shuffle_f32x4(u[h + m], u[h + 4 + m], 0x88);
+                v[h + 4 + m] = _mm512_shuffle_f32x4(u[h + m], u[h + 4 + m], 0xDD);
+            }
+        for (int m = 0; m < 8; ++m) {
+            _mm512_storeu_ps(out + m * 16, _mm512_shuffle_f32x4(v[m], v[m + 8], 0x88));
+            _mm512_storeu_ps(out + (m + 8) * 16, _mm512_shuffle_f32x4(v[m], v[m + 8], 0xDD));
+        }
+    }
+    // s[i*16 + j] = sum_d q[i*hd + d] * kt[d*16 + j], i < NB (NB independent 16-key accumulators).
+    template <int NB>
+    static inline void qkt(const float* q, int64_t hd, const float* kt, float* s) {
+        __m512 a[NB];
+        for (int i = 0; i < NB; ++i) a[i] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; ++d) {
+            const __m512 k = _mm512_loadu_ps(kt + d * 16);
+            for (int i = 0; i < NB; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * hd + d]), k, a[i]);
+        }
+        for (int i = 0; i < NB; ++i) _mm512_storeu_ps(s + i * 16, a[i]);
+    }
+    // out[j] = sum of the 16 lanes of z[j*16 ...], j < 16.
+    static inline void reduce_tile(const float* z, float* out) {
+        __m256 y[16];
+        for (int j = 0; j < 16; ++j) {
+            const __m512 v = _mm512_loadu_ps(z + j * 16);
+            y[j] = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+        }
+        _mm256_storeu_ps(out, hsum8(y));
+        _mm256_storeu_ps(out + 8, hsum8(y + 8));
+    }
+};
+
+#define XK_ATTN_CASES                                                                                           \
+    XK_ATTN_NC(1) XK_ATTN_NC(2) XK_ATTN_NC(3) XK_ATTN_NC(4) XK_ATTN_NC(5) XK_ATTN_NC(6) XK_ATTN_NC(7)          \
+    XK_ATTN_NC(8) XK_ATTN_NC(9) XK_ATTN_NC(10) XK_ATTN_NC(11) XK_ATTN_NC(12) XK_ATTN_NC(13) XK_ATTN_NC(14)     \
+    XK_ATTN_NC(15) XK_ATTN_NC(16)
+#include "kernels/attention/attn_simd.hpp"
+#undef XK_ATTN_CASES
+
+void run_avx512(DType kv, const AttnTask& t, float* m, float* l, float* acc) {
+    if (kv == DType::bf16)
+        attn_dispatch<V512, uint16_t>(t, m, l, acc);
+    else
+        attn_dispatch<V512, float>(t, m, l, acc);
+}
+
+}  // namespace
+}  // namespace xk::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace xk::detail {
+namespace {
+struct Avx512Attention final : AttnKernel {
+    DType kv;
+    explicit Avx512Attention(DType t) : kv(t) {}
+    void run(const AttnTask& t, float* m, float* l, float* acc) const override { run_avx512(kv, t, m, l, acc); }
+};
+}  // namespace
+
+std::shared_ptr<const AttnKernel> create_attention_avx512(const AttnKernelDesc& kd) {
+    return std::make_shared<Avx512Attention>(kd.kv_dtype);
+}
+
+}  // namespace xk::detail

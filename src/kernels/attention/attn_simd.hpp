@@ -1,0 +1,234 @@
+// The vector attention kernel, written once over a small SIMD wrapper V (attn_avx512.cpp: 16
+// lanes, attn_avx2.cpp: 8 lanes). Included inside a target-pragma region of those files, in an
+// anonymous namespace: nothing here may use the standard library's templates.
+//
+// One task = rows (query tokens x the q heads of one kv head) against a key range, in tiles of 16
+// keys:
+//   scores:  for each key row k_j (widened once from bf16), for blocks of up to 8 q rows, the
+//            products q_r * k_j summed into one vector per (row, key) — dot products along
+//            head_dim, the q rows read from L1 — then 16 such vectors reduced at once into the
+//            16 scores of the row (a transpose-and-add tree, ~3 instructions a score);
+//   softmax: online: per row, the tile max, the correction exp(m_old - m_new) of the running
+//            state, p = exp(s - m_new) (vector exp, masked lanes exactly 0), l updated;
+//   values:  acc[r] = acc[r] * corr[r] + sum_j p[r][j] v_j: head_dim in pairs of vectors, rows in
+//            blocks held in registers, each v_j chunk loaded (widened) once per row block and
+//            multiplied by the broadcast p.
+// K and V are each read once per task (decode: once per kv head, shared by its q heads: GQA).
+
+template <class V, class T, int NB, int CG, int NC>
+inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
+    // z[i*16*W ...]: the vector of row i (of NB) for this key.
+    typename V::reg a[NB];
+    for (int i = 0; i < NB; ++i) a[i] = V::zero();
+    for (int c0 = 0; c0 < NC; c0 += CG) {
+        typename V::reg kv[CG];
+        for (int c = 0; c < CG; ++c) kv[c] = c0 + c < NC ? V::loadkv(kr + (c0 + c) * V::W) : V::zero();
+        for (int i = 0; i < NB; ++i)
+            for (int c = 0; c < CG; ++c)
+                if (c0 + c < NC) a[i] = V::fma(V::load(q + i * hd + (c0 + c) * V::W), kv[c], a[i]);
+    }
+    for (int i = 0; i < NB; ++i) V::store(z + i * 16 * V::W, a[i]);
+}
+
+template <class V, class T, int NB, int CV, int NC>
+inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, const T* vt, int64_t vs, int64_t n,
+                    int c0) {
+    typename V::reg a[NB][CV];
+    for (int i = 0; i < NB; ++i) {
+        const typename V::reg cr = V::set1(corr[i]);
+        for (int c = 0; c < CV; ++c) a[i][c] = V::mul(V::load(acc + i * hd + (c0 + c) * V::W), cr);
+    }
+    for (int64_t jj = 0; jj < n; ++jj) {
+        typename V::reg vr[CV];
+        for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * vs + (c0 + c) * V::W);
+        for (int i = 0; i < NB; ++i) {
+            const typename V::reg p = V::set1(P[i * 16 + jj]);
+            for (int c = 0; c < CV; ++c) a[i][c] = V::fma(p, vr[c], a[i][c]);
+        }
+    }
+    for (int i = 0; i < NB; ++i)
+        for (int c = 0; c < CV; ++c) V::store(acc + i * hd + (c0 + c) * V::W, a[i][c]);
+}
+
+constexpr int64_t kPrefetchTiles = 4;
+constexpr bool kDecodePrefetch = true;
+
+template <class T>
+inline void attn_tile_ptrs(const AttnKvSource& kv, const T* kbase, const T* vbase, int64_t j0, const T*& kt,
+                           const T*& vt) {
+    if (kv.blocks) {
+        const int64_t boff = static_cast<int64_t>(kv.blocks[j0 / kv.block_size]) * kv.block_elems;
+        kt = kbase + boff + (j0 % kv.block_size) * kv.k_stride;
+        vt = vbase + boff + (j0 % kv.block_size) * kv.v_stride;
+    } else {
+        kt = kbase + j0 * kv.k_stride;
+        vt = vbase + j0 * kv.v_stride;
+    }
+}
+
+template <class V, class T, int NC>
+void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
+    constexpr int W = V::W;
+    constexpr int CG = V::kDotChunks;   // k chunks held in registers by the dot loop
+    constexpr int CV = (V::kPvWide && NC % 4 == 0) ? 4 : (NC % 2 == 0 ? 2 : 1);
+    constexpr int RB = CV == 4 ? 6 : V::kPvRows;  // rows per block of the P.V loop
+    const int64_t hd = static_cast<int64_t>(NC) * W;
+    const int64_t R = t.tokens * t.group;
+    float* S = t.scratch;        // [R x 16]: scores, then probabilities
+    float* corr = S + R * 16;    // [R]
+    float* z = corr + R + 16;    // [8 x 16 x W] dot vectors, or K^T of the tile [head_dim x 16]
+    const float ninf = -__builtin_inff();
+    for (int64_t r = 0; r < R; ++r) {
+        m[r] = ninf;
+        l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    int64_t lim_max = 0, lim_min = t.j_end;
+    for (int64_t i = 0; i < t.tokens; ++i) {
+        if (t.limit[i] > lim_max) lim_max = t.limit[i];
+        if (t.limit[i] < lim_min) lim_min = t.limit[i];
+    }
+    const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
+    const T* kbase = static_cast<const T*>(t.kv.k);
+    const T* vbase = static_cast<const T*>(t.kv.v);
+    const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(T));
+    for (int64_t j0 = t.j_begin; j0 < jmax; j0 += 16) {
+        const int64_t n = jmax - j0 < 16 ? jmax - j0 : 16;
+        const T* kt;
+        const T* vt;
+        attn_tile_ptrs(t.kv, kbase, vbase, j0, kt, vt);
+        // Prefetch the keys / values kPrefetchTiles tiles ahead (decode is a stream through DRAM;
+        // the hardware prefetchers alone leave it latency-bound).
+        const int64_t jp = j0 + 16 * kPrefetchTiles;
+        if (kDecodePrefetch && R < 16 && jp < jmax) {  // (prefill tiles are reused by many rows: no prefetch)
+            const T* kp;
+            const T* vp;
+            attn_tile_ptrs(t.kv, kbase, vbase, jp, kp, vp);
+            const int64_t np = jmax - jp < 16 ? jmax - jp : 16;
+            for (int64_t jj = 0; jj < np; ++jj)
+                for (int64_t b = 0; b < row_bytes; b += 64) {
+                    __builtin_prefetch(reinterpret_cast<const char*>(kp + jj * t.kv.k_stride) + b, 0, 2);
+                    __builtin_prefetch(reinterpret_cast<const char*>(vp + jj * t.kv.v_stride) + b, 0, 2);
+                }
+        }
+        // Scores.
+        if (V::kTransposeQK && R >= 16) {
+            // Many rows: K^T of the tile once (16 x 16 transposes), then per 8 rows a register
+            // tile of 8 x 16 scores: acc[i] += q[i][d] (broadcast) * Kt[d][0..16).
+            for (int c = 0; c < NC; ++c) V::transpose_tile(kt, t.kv.k_stride, n, c, z + c * V::W * 16);
+            for (int64_t rb = 0; rb < R; rb += 8) {
+                const int64_t nb = R - rb < 8 ? R - rb : 8;
+                const float* qb = t.q + rb * hd;
+                float* sb = S + rb * 16;
+                switch (nb) {
+                    case 1: V::template qkt<1>(qb, hd, z, sb); break;
+                    case 2: V::template qkt<2>(qb, hd, z, sb); break;
+                    case 3: V::template qkt<3>(qb, hd, z, sb); break;
+                    case 4: V::template qkt<4>(qb, hd, z, sb); break;
+                    case 5: V::template qkt<5>(qb, hd, z, sb); break;
+                    case 6: V::template qkt<6>(qb, hd, z, sb); break;
+                    case 7: V::template qkt<7>(qb, hd, z, sb); break;
+                    default: V::template qkt<8>(qb, hd, z, sb); break;
+                }
+            }
+        } else {
+            for (int64_t rb = 0; rb < R; rb += 8) {
+                const int64_t nb = R - rb < 8 ? R - rb : 8;
+                const float* qb = t.q + rb * hd;
+                for (int64_t jj = 0; jj < n; ++jj) {
+                    const T* kr = kt + jj * t.kv.k_stride;
+                    float* zj = z + jj * W;
+                    switch (nb) {
+                        case 1: attn_dots<V, T, 1, CG, NC>(qb, hd, kr, zj); break;
+                        case 2: attn_dots<V, T, 2, CG, NC>(qb, hd, kr, zj); break;
+                        case 3: attn_dots<V, T, 3, CG, NC>(qb, hd, kr, zj); break;
+                        case 4: attn_dots<V, T, 4, CG, NC>(qb, hd, kr, zj); break;
+                        case 5: attn_dots<V, T, 5, CG, NC>(qb, hd, kr, zj); break;
+                        case 6: attn_dots<V, T, 6, CG, NC>(qb, hd, kr, zj); break;
+                        case 7: attn_dots<V, T, 7, CG, NC>(qb, hd, kr, zj); break;
+                        default: attn_dots<V, T, 8, CG, NC>(qb, hd, kr, zj); break;
+                    }
+                }
+                for (int64_t i = 0; i < nb; ++i) {
+                    for (int64_t jj = n; jj < 16; ++jj) V::store(z + (i * 16 + jj) * W, V::zero());
+                    V::reduce_tile(z + i * 16 * W, S + (rb + i) * 16);
+                }
+            }
+        }
+        // Mask (only where some lane of the tile is not plainly visible).
+        const bool plain = !t.mask && n == 16 && j0 + 16 <= lim_min;
+        if (!plain) {
+            for (int64_t r = 0; r < R; ++r) {
+                const int64_t tok = r / t.group;
+                const int64_t lim = t.limit[tok];
+                const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
+                float* s = S + r * 16;
+                for (int64_t jj = 0; jj < 16; ++jj) {
+                    if (jj >= n || j0 + jj >= lim)
+                        s[jj] = ninf;
+                    else if (mrow)
+                        s[jj] += mrow[jj];
+                }
+            }
+        }
+        // Online softmax.
+        for (int64_t r = 0; r < R; ++r) {
+            float* s = S + r * 16;
+            typename V::reg sv[16 / W];
+            typename V::reg mx = V::set1(ninf);
+            for (int k = 0; k < 16 / W; ++k) {
+                sv[k] = V::load(s + k * W);
+                mx = V::max(mx, sv[k]);
+            }
+            const float mt = V::hmax(mx);
+            const float mo = m[r];
+            const float mn = mo > mt ? mo : mt;
+            if (mn == ninf) {  // nothing visible yet
+                for (int k = 0; k < 16 / W; ++k) V::store(s + k * W, V::zero());
+                corr[r] = 1.0f;
+                continue;
+            }
+            const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
+            typename V::reg sum = V::zero();
+            const typename V::reg mnv = V::set1(mn);
+            for (int k = 0; k < 16 / W; ++k) {
+                const typename V::reg p = V::exp_masked(V::sub(sv[k], mnv), sv[k]);
+                sum = V::add(sum, p);
+                V::store(s + k * W, p);
+            }
+            l[r] = l[r] * c + V::hsum(sum);
+            corr[r] = c;
+            m[r] = mn;
+        }
+        // Values.
+        for (int c0 = 0; c0 < NC; c0 += CV) {
+            for (int64_t rb = 0; rb < R; rb += RB) {
+                const int64_t nb = R - rb < RB ? R - rb : RB;
+                float* ab = acc + rb * hd;
+                const float* Pb = S + rb * 16;
+                const float* cb = corr + rb;
+                switch (nb) {
+                    case 1: attn_pv<V, T, 1, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    case 2: attn_pv<V, T, 2, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    case 3: attn_pv<V, T, 3, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    case 4: attn_pv<V, T, 4, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    case 5: attn_pv<V, T, (RB >= 5 ? 5 : 4), CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    case 6: attn_pv<V, T, (RB >= 6 ? 6 : 4), CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    case 7: attn_pv<V, T, (RB >= 7 ? 7 : 4), CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                    default: attn_pv<V, T, RB, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
+                }
+            }
+        }
+    }
+}
+
+template <class V, class T>
+void attn_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
+    switch (t.head_dim / V::W) {
+#define XK_ATTN_NC(nc) \
+    case nc: attn_task<V, T, nc>(t, m, l, acc); return;
+        XK_ATTN_CASES
+#undef XK_ATTN_NC
+    }
+    __builtin_trap();
+}

@@ -1,0 +1,716 @@
+// Attention: every ISA's selection against a naive double-precision attention: varlen batches,
+// causal with offsets, additive masks (incl. -inf), seqused_k padding, MHA / GQA / MQA, head_dim
+// 64 / 80 / 96 / 128 / 256 and odd ones (reference only), lengths 1 and odd, strided q / k / v /
+// o, misaligned pointers; the KV cache (contiguous and paged with shuffled block tables, f32 and
+// bf16), append, decode and chunked prefill over it (equal to one-shot prefill), decode split over
+// threads (flash-decoding) equal to unsplit, 1 and 2 threads; bad input naming the argument with
+// nothing written.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "kernels/attention/attention.hpp"
+#include "xk/attention.hpp"
+#include "xk/c/attention.h"
+#include "xk/llm.hpp"
+#include "kernels/softmax/softmax.hpp"
+#include "xk/runtime.hpp"
+
+using namespace xk;
+
+// for_each_isa, skipping the ISA levels that select an attention implementation an earlier level
+// of the same sweep already ran (avx512, avx512_vnni and avx512_bf16 all pick intr:avx512).
+static void for_each_isa(const std::function<void(xk::Isa)>& body) {
+    std::vector<std::string> seen;
+    xk::test::for_each_isa([&](xk::Isa isa) {
+        xk::detail::AttnKernelDesc kd;
+        kd.head_dim = 64;
+        const std::string name = xk::detail::attention_registry().select(kd, isa).name;
+        if (std::find(seen.begin(), seen.end(), name) != seen.end()) return;
+        seen.push_back(name);
+        body(isa);
+    });
+}
+
+// Tolerances against the exact (double) attention of the stored inputs (values in [-1, 1), q
+// and k scaled so scores span a few units):
+//   f32 output:  fp32 dot products and sums over <= ~600 keys, a vector exp of ~2 ulp:
+//                atol 2e-5, rtol 2e-4 on o; lse atol 1e-4.
+//   bf16 output: one more rounding to bf16 (<= 2^-8 relative): atol 2e-5, rtol 2^-8 + 2e-4.
+//   (bf16 q / k / v are exact inputs: the oracle reads the same bf16 values.)
+constexpr double kF32Atol = 2e-5, kF32Rtol = 2e-4, kLseAtol = 1e-4;
+constexpr double kBf16Atol = 2e-5, kBf16Rtol = 1.0 / 256 + 2e-4;
+
+namespace {
+
+// Sanitizer builds run smaller sweeps (every path still taken).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+const double kNinf = -std::numeric_limits<double>::infinity();
+
+float rnd(std::mt19937_64& g, double lo = -1, double hi = 1) {
+    return static_cast<float>(std::uniform_real_distribution<double>(lo, hi)(g));
+}
+
+// Storage of f32 or bf16 values (bf16: rounded at creation; value() reads what is stored).
+struct Tensor {
+    DType t = DType::f32;
+    std::vector<float> f;
+    std::vector<uint16_t> h;
+    size_t misalign = 0;  // elements of offset inside the storage
+    Tensor() = default;
+    Tensor(DType type, size_t n, size_t mis = 0) : t(type), misalign(mis) {
+        if (t == DType::f32) f.assign(n + mis, 0.0f); else h.assign(n + mis, 0);
+    }
+    void fill(std::mt19937_64& g, double lo = -1, double hi = 1) {
+        for (auto& x : f) x = rnd(g, lo, hi);
+        for (auto& x : h) x = bf16(rnd(g, lo, hi)).bits;
+    }
+    void* data() { return t == DType::f32 ? static_cast<void*>(f.data() + misalign) : static_cast<void*>(h.data() + misalign); }
+    double value(size_t i) const {
+        return t == DType::f32 ? f[i + misalign] : bf16::from_bits(h[i + misalign]).to_float();
+    }
+    void set(size_t i, float v) {
+        if (t == DType::f32) f[i + misalign] = v; else h[i + misalign] = bf16(v).bits;
+    }
+    size_t size() const { return (t == DType::f32 ? f.size() : h.size()) - misalign; }
+};
+
+// Naive attention of one query row over keys [0, nk) with visibility vis(j) and mask(j).
+template <class K, class Vf, class Vis, class Mask>
+void naive_row(const std::vector<double>& q, int64_t nk, int64_t hd, double scale, K key, Vf val, Vis vis, Mask mask,
+               std::vector<double>& o, double& lse) {
+    std::vector<double> s(static_cast<size_t>(nk), kNinf);
+    double mx = kNinf;
+    for (int64_t j = 0; j < nk; ++j) {
+        if (!vis(j)) continue;
+        double d = 0;
+        for (int64_t e = 0; e < hd; ++e) d += q[e] * key(j, e);
+        s[j] = scale * d + mask(j);
+        mx = std::max(mx, s[j]);
+    }
+    o.assign(static_cast<size_t>(hd), 0.0);
+    if (mx == kNinf) {
+        lse = kNinf;
+        return;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < nk; ++j) {
+        if (s[j] == kNinf) continue;
+        const double p = std::exp(s[j] - mx);
+        sum += p;
+        for (int64_t e = 0; e < hd; ++e) o[e] += p * val(j, e);
+    }
+    for (auto& x : o) x /= sum;
+    lse = mx + std::log(sum);
+}
+
+::testing::AssertionResult close(const Tensor& got, const std::vector<double>& want, const std::vector<size_t>& idx,
+                                 double atol, double rtol) {
+    size_t bad = 0;
+    std::string msg;
+    for (size_t i = 0; i < idx.size(); ++i) {
+        const double g = got.value(idx[i]), w = want[i];
+        if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+            if (bad < 5) msg += "\n  [" + std::to_string(idx[i]) + "] got " + std::to_string(g) + " want " + std::to_string(w);
+            ++bad;
+        }
+    }
+    if (!bad) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << bad << " of " << idx.size() << " differ:" << msg;
+}
+
+::testing::AssertionResult close_lse(const std::vector<float>& got, const std::vector<double>& want) {
+    for (size_t i = 0; i < got.size(); ++i) {
+        const bool ok = (want[i] == kNinf && got[i] == -std::numeric_limits<float>::infinity()) ||
+                        std::fabs(got[i] - want[i]) <= kLseAtol;
+        if (!ok)
+            return ::testing::AssertionFailure() << "lse[" << i << "] got " << got[i] << " want " << want[i];
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// ---- xk::attention -----------------------------------------------------------------------------
+
+struct SdpaCase {
+    std::vector<int64_t> lq, lk;       // per sequence
+    std::vector<int64_t> used;         // seqused_k (empty = none)
+    int64_t q_heads = 4, kv_heads = 2, hd = 64;
+    DType dtype = DType::f32, o_dtype = DType::f32;
+    bool causal = false;
+    int64_t offset = 0;
+    bool mask = false;
+    int64_t pad = 0;                   // extra elements per token row (strides)
+    size_t misalign = 0;
+};
+
+void run_sdpa(const SdpaCase& c, uint64_t seed) {
+    std::mt19937_64 g(seed);
+    const int64_t B = static_cast<int64_t>(c.lq.size());
+    std::vector<int64_t> cq(B + 1, 0), ck(B + 1, 0);
+    for (int64_t b = 0; b < B; ++b) {
+        cq[b + 1] = cq[b] + c.lq[b];
+        ck[b + 1] = ck[b] + c.lk[b];
+    }
+    const int64_t Tq = cq[B], Tk = ck[B], hd = c.hd;
+    const int64_t qts = c.q_heads * hd + c.pad, kts = c.kv_heads * hd + c.pad;
+    Tensor q(c.dtype, Tq * qts, c.misalign), k(c.dtype, Tk * kts, c.misalign), v(c.dtype, Tk * kts, c.misalign);
+    q.fill(g);
+    k.fill(g);
+    v.fill(g);
+    Tensor o(c.o_dtype, Tq * qts, c.misalign);
+    const int64_t max_k = Tk + 1;
+    std::vector<float> mask;
+    if (c.mask) {
+        mask.resize(static_cast<size_t>(Tq * max_k));
+        for (auto& x : mask) x = (g() % 7 == 0) ? -std::numeric_limits<float>::infinity() : rnd(g, -2, 2);
+    }
+    std::vector<float> lse(static_cast<size_t>(Tq * c.q_heads), 123.0f);
+    AttentionDesc d;
+    d.batch = B;
+    d.q_tokens = Tq;
+    d.kv_tokens = Tk;
+    d.q_heads = c.q_heads;
+    d.kv_heads = c.kv_heads;
+    d.head_dim = hd;
+    d.dtype = c.dtype;
+    d.o_dtype = c.o_dtype;
+    d.scale = 0.3f;
+    d.causal = c.causal;
+    d.causal_offset = c.offset;
+    d.has_mask = c.mask;
+    d.mask_stride = c.mask ? max_k : 0;
+    d.q_token_stride = d.o_token_stride = qts;
+    d.k_token_stride = d.v_token_stride = kts;
+    AttentionArgs a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.o = o.data();
+    a.lse = lse.data();
+    a.mask = c.mask ? mask.data() : nullptr;
+    a.cu_seqlens_q = cq.data();
+    a.cu_seqlens_k = ck.data();
+    a.seqused_k = c.used.empty() ? nullptr : c.used.data();
+    attention(d, a);
+
+    const int64_t group = c.q_heads / c.kv_heads;
+    std::vector<double> want, want_lse;
+    std::vector<size_t> idx;
+    std::vector<double> qr(static_cast<size_t>(hd)), orow;
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t nk = c.used.empty() ? c.lk[b] : c.used[b];
+        for (int64_t i = 0; i < c.lq[b]; ++i) {
+            const int64_t tok = cq[b] + i;
+            for (int64_t h = 0; h < c.q_heads; ++h) {
+                const int64_t kh = h / group;
+                for (int64_t e = 0; e < hd; ++e) qr[e] = q.value(tok * qts + h * hd + e);
+                double l = 0;
+                naive_row(
+                    qr, nk, hd, 0.3, [&](int64_t j, int64_t e) { return k.value((ck[b] + j) * kts + kh * hd + e); },
+                    [&](int64_t j, int64_t e) { return v.value((ck[b] + j) * kts + kh * hd + e); },
+                    [&](int64_t j) { return !c.causal || j <= i + c.offset; },
+                    [&](int64_t j) { return c.mask ? static_cast<double>(mask[tok * max_k + j]) : 0.0; }, orow, l);
+                for (int64_t e = 0; e < hd; ++e) {
+                    want.push_back(orow[e]);
+                    idx.push_back(static_cast<size_t>(tok * qts + h * hd + e));
+                }
+                want_lse.push_back(l);
+            }
+        }
+    }
+    const bool bf = c.o_dtype == DType::bf16;
+    EXPECT_TRUE(close(o, want, idx, bf ? kBf16Atol : kF32Atol, bf ? kBf16Rtol : kF32Rtol));
+    EXPECT_TRUE(close_lse(lse, want_lse));
+    // Padding between rows untouched.
+    if (c.pad > 0 && Tq > 0) EXPECT_EQ(o.value(static_cast<size_t>(c.q_heads * hd)), 0.0);
+}
+
+TEST(Attention, SdpaShapesAgainstNaive) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t seed = 1;
+            for (DType dt : {DType::f32, DType::bf16})
+                for (int64_t hd : std::vector<int64_t>(kSanitized ? std::vector<int64_t>{80, 256, 7}
+                                                                  : std::vector<int64_t>{64, 80, 96, 128, 256, 24, 7})) {
+                    SdpaCase c;
+                    c.lq = {1, 17, 5};
+                    c.lk = {1, 33, 70};
+                    c.hd = hd;
+                    c.dtype = dt;
+                    c.o_dtype = dt;
+                    c.q_heads = 4;
+                    c.kv_heads = 2;
+                    SCOPED_TRACE("hd=" + std::to_string(hd) + " dtype=" + dtype_name(dt));
+                    run_sdpa(c, seed++);
+                    c.causal = true;
+                    c.offset = 40;
+                    run_sdpa(c, seed++);
+                }
+        });
+    }
+    set_num_threads(0);
+}
+
+TEST(Attention, SdpaCausalMaskPaddingGqaMqa) {
+    for_each_isa([&](Isa) {
+        uint64_t seed = 100;
+        for (auto heads : std::vector<std::pair<int64_t, int64_t>>{{3, 3}, {8, 2}, {6, 1}, {1, 1}})
+            for (int variant = 0; variant < 6; ++variant) {
+                SdpaCase c;
+                c.q_heads = heads.first;
+                c.kv_heads = heads.second;
+                c.hd = 128;
+                c.lq = {7, 1, 130};
+                c.lk = {7, 19, 130};
+                c.dtype = variant % 2 ? DType::bf16 : DType::f32;
+                c.o_dtype = variant == 3 ? DType::f32 : c.dtype;
+                c.causal = variant != 2;
+                c.offset = variant == 4 ? -3 : (variant == 5 ? 5 : 0);  // -3: first rows see nothing
+                c.mask = variant >= 2;
+                if (variant == 1 || variant == 5) c.used = {5, 0, 77};
+                c.pad = variant == 3 ? 5 : 0;
+                c.misalign = variant == 4 ? 1 : 0;
+                SCOPED_TRACE("heads=" + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
+                             " variant=" + std::to_string(variant));
+                run_sdpa(c, seed++);
+            }
+    });
+}
+
+// ---- KV cache, decode, chunked prefill ---------------------------------------------------------
+
+struct CacheFixture {
+    KvCacheDesc cd;
+    Tensor kc, vc;
+    std::vector<int32_t> table;
+    // Per sequence, the K / V rows (as stored in the cache dtype) in position order: [pos][h][d].
+    std::vector<Tensor> ks, vs;
+
+    CacheFixture(KvLayout layout, DType dtype, int64_t batch, int64_t kv_heads, int64_t hd, int64_t capacity,
+                 int64_t block_size, uint64_t seed) {
+        std::mt19937_64 g(seed);
+        cd.layout = layout;
+        cd.dtype = dtype;
+        cd.batch = batch;
+        cd.kv_heads = kv_heads;
+        cd.head_dim = hd;
+        if (layout == KvLayout::contiguous) {
+            cd.capacity = capacity;
+        } else {
+            cd.block_size = block_size;
+            cd.max_blocks_per_seq = (capacity + block_size - 1) / block_size;
+            cd.num_blocks = batch * cd.max_blocks_per_seq + 3;
+            std::vector<int32_t> perm(static_cast<size_t>(cd.num_blocks));
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), g);
+            table.assign(perm.begin(), perm.begin() + batch * cd.max_blocks_per_seq);
+        }
+        const int64_t n = kv_cache_elements(cd);
+        kc = Tensor(dtype, static_cast<size_t>(n));
+        vc = Tensor(dtype, static_cast<size_t>(n));
+        const int64_t cap = kv_cache_capacity(cd);
+        for (int64_t b = 0; b < batch; ++b) {
+            ks.emplace_back(dtype, static_cast<size_t>(cap * kv_heads * hd));
+            vs.emplace_back(dtype, static_cast<size_t>(cap * kv_heads * hd));
+            ks.back().fill(g);
+            vs.back().fill(g);
+        }
+    }
+    KvCache cache() { return KvCache{kc.data(), vc.data(), table.empty() ? nullptr : table.data()}; }
+    // Appends positions [p0, p1) of sequence b (from ks / vs, same dtype) with one call.
+    void append(int64_t b, int64_t p0, int64_t p1) {
+        const int64_t row = cd.kv_heads * cd.head_dim;
+        KvAppendArgs a;
+        a.tokens = p1 - p0;
+        a.src_dtype = cd.dtype;
+        const int es = dtype_size(cd.dtype);
+        a.k_new = static_cast<char*>(ks[b].data()) + p0 * row * es;
+        a.v_new = static_cast<char*>(vs[b].data()) + p0 * row * es;
+        std::vector<int64_t> seq(static_cast<size_t>(a.tokens), b), pos(static_cast<size_t>(a.tokens));
+        std::iota(pos.begin(), pos.end(), p0);
+        a.seq_ids = seq.data();
+        a.positions = pos.data();
+        kv_cache_append(cd, cache(), a);
+    }
+};
+
+// Queries: n_b per sequence with context ctx_b; returns o (f32) and checks against naive.
+void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::vector<int64_t>& ctx, int64_t q_heads,
+                  DType q_dtype, int64_t splits, uint64_t seed, std::vector<float>* out = nullptr,
+                  const std::vector<float>* qin = nullptr) {
+    std::mt19937_64 g(seed);
+    const int64_t B = f.cd.batch, hd = f.cd.head_dim, kvh = f.cd.kv_heads;
+    std::vector<int64_t> cu(B + 1, 0);
+    for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + nq[b];
+    const int64_t T = cu[B];
+    Tensor q(q_dtype, static_cast<size_t>(T * q_heads * hd));
+    if (qin) {
+        for (size_t i = 0; i < qin->size(); ++i) q.set(i, (*qin)[i]);
+    } else {
+        q.fill(g);
+    }
+    Tensor o(DType::f32, static_cast<size_t>(T * q_heads * hd));
+    std::vector<float> lse(static_cast<size_t>(T * q_heads));
+    CachedAttentionDesc d;
+    d.cache = f.cd;
+    d.q_tokens = T;
+    d.q_heads = q_heads;
+    d.q_dtype = q_dtype;
+    d.kv_splits = splits;
+    CachedAttentionArgs a;
+    a.q = q.data();
+    a.o = o.data();
+    a.lse = lse.data();
+    a.cu_seqlens_q = cu.data();
+    a.context_lens = ctx.data();
+    a.cache = f.cache();
+    cached_attention(d, a);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const int64_t group = q_heads / kvh;
+    std::vector<double> want, want_lse, qr(static_cast<size_t>(hd)), orow;
+    std::vector<size_t> idx;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < nq[b]; ++i) {
+            const int64_t tok = cu[b] + i, pos = ctx[b] - nq[b] + i;
+            for (int64_t h = 0; h < q_heads; ++h) {
+                const int64_t kh = h / group;
+                for (int64_t e = 0; e < hd; ++e) qr[e] = q.value(static_cast<size_t>((tok * q_heads + h) * hd + e));
+                double l = 0;
+                naive_row(
+                    qr, ctx[b], hd, scale, [&](int64_t j, int64_t e) { return f.ks[b].value((j * kvh + kh) * hd + e); },
+                    [&](int64_t j, int64_t e) { return f.vs[b].value((j * kvh + kh) * hd + e); },
+                    [&](int64_t j) { return j <= pos; }, [](int64_t) { return 0.0; }, orow, l);
+                for (int64_t e = 0; e < hd; ++e) {
+                    want.push_back(orow[e]);
+                    idx.push_back(static_cast<size_t>((tok * q_heads + h) * hd + e));
+                }
+                want_lse.push_back(l);
+            }
+        }
+    EXPECT_TRUE(close(o, want, idx, kF32Atol, kF32Rtol));
+    EXPECT_TRUE(close_lse(lse, want_lse));
+    if (out) *out = o.f;
+}
+
+TEST(Attention, DecodeOverCacheContiguousAndPaged) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t seed = 7;
+            for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+                for (DType dt : {DType::f32, DType::bf16})
+                    for (int64_t bs : {16, 64}) {
+                        if (layout == KvLayout::contiguous && bs == 64) continue;
+                        SCOPED_TRACE(std::string(kv_layout_name(layout)) + " " + dtype_name(dt) + " bs=" + std::to_string(bs));
+                        const int64_t cap = kSanitized ? 300 : 600;
+                        CacheFixture f(layout, dt, 3, 2, 128, cap, bs, seed++);
+                        const std::vector<int64_t> ctx = {1, cap / 2 + 33, cap};
+                        for (int64_t b = 0; b < 3; ++b) f.append(b, 0, ctx[b]);
+                        std::vector<float> o1, o7;
+                        check_cached(f, {1, 1, 1}, ctx, 8, dt, 1, seed, &o1);
+                        check_cached(f, {1, 1, 1}, ctx, 8, dt, 7, seed, &o7);  // flash-decoding split
+                        check_cached(f, {1, 1, 1}, ctx, 8, dt, 0, seed);
+                        // split equals unsplit (within the f32 tolerance)
+                        std::vector<double> w(o1.begin(), o1.end());
+                        std::vector<size_t> idx(o1.size());
+                        std::iota(idx.begin(), idx.end(), 0);
+                        Tensor t7(DType::f32, o7.size());
+                        t7.f = o7;
+                        EXPECT_TRUE(close(t7, w, idx, 1e-6, 1e-5));
+                    }
+        });
+    }
+    set_num_threads(0);
+}
+
+TEST(Attention, ChunkedPrefillEqualsOneShot) {
+    for_each_isa([&](Isa) {
+        uint64_t seed = 50;
+        for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+            for (DType dt : {DType::f32, DType::bf16}) {
+                SCOPED_TRACE(std::string(kv_layout_name(layout)) + " " + dtype_name(dt));
+                const int64_t L = 77, n1 = 30, q_heads = 4, hd = 64;
+                CacheFixture f(layout, dt, 2, 1, hd, 128, 32, seed++);  // MQA
+                std::mt19937_64 g(seed);
+                std::vector<float> qall(static_cast<size_t>(2 * L * q_heads * hd));
+                for (auto& x : qall) x = rnd(g);
+                // One shot: both sequences, all L tokens.
+                f.append(0, 0, L);
+                f.append(1, 0, L);
+                std::vector<float> one;
+                check_cached(f, {L, L}, {L, L}, q_heads, dt, 0, seed, &one, &qall);
+                // Chunked: first n1 tokens at context n1, then the rest at context L (sequence 0),
+                // sequence 1 idle (0 queries) in the first call.
+                std::vector<float> q1(qall.begin(), qall.begin() + n1 * q_heads * hd), c1, c2;
+                check_cached(f, {n1, 0}, {n1, L}, q_heads, dt, 0, seed, &c1, &q1);
+                std::vector<float> q2(qall.begin() + n1 * q_heads * hd, qall.begin() + L * q_heads * hd);
+                check_cached(f, {L - n1, 0}, {L, 0}, q_heads, dt, 0, seed, &c2, &q2);
+                c1.insert(c1.end(), c2.begin(), c2.end());
+                ASSERT_EQ(c1.size(), static_cast<size_t>(L * q_heads * hd));
+                for (size_t i = 0; i < c1.size(); ++i) ASSERT_NEAR(c1[i], one[i], 1e-6) << i;
+            }
+    });
+}
+
+TEST(Attention, AppendConvertsAndPlaces) {
+    // f32 rows into a bf16 paged cache: rounded to nearest even, placed by the block table.
+    KvCacheDesc cd;
+    cd.layout = KvLayout::paged;
+    cd.dtype = DType::bf16;
+    cd.batch = 2;
+    cd.kv_heads = 2;
+    cd.head_dim = 16;
+    cd.block_size = 16;
+    cd.num_blocks = 4;
+    cd.max_blocks_per_seq = 2;
+    std::vector<int32_t> table = {3, 1, 0, 2};
+    std::vector<uint16_t> kc(static_cast<size_t>(kv_cache_elements(cd))), vc(kc.size());
+    std::vector<float> kn(2 * 32), vn(2 * 32);
+    for (size_t i = 0; i < kn.size(); ++i) {
+        kn[i] = 0.1f * static_cast<float>(i) + 0.01f;
+        vn[i] = -kn[i];
+    }
+    std::vector<int64_t> seq = {1, 0}, pos = {17, 3};
+    KvAppendArgs a;
+    a.tokens = 2;
+    a.src_dtype = DType::f32;
+    a.k_new = kn.data();
+    a.v_new = vn.data();
+    a.seq_ids = seq.data();
+    a.positions = pos.data();
+    kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a);
+    for (int64_t h = 0; h < 2; ++h)
+        for (int64_t e = 0; e < 16; ++e) {
+            // token 0: seq 1, pos 17 -> block table[1][1] = 2, slot 1
+            EXPECT_EQ(kc[((2 * 2 + h) * 16 + 1) * 16 + e], bf16(kn[h * 16 + e]).bits);
+            EXPECT_EQ(vc[((2 * 2 + h) * 16 + 1) * 16 + e], bf16(vn[h * 16 + e]).bits);
+            // token 1: seq 0, pos 3 -> block 3, slot 3
+            EXPECT_EQ(kc[((3 * 2 + h) * 16 + 3) * 16 + e], bf16(kn[32 + h * 16 + e]).bits);
+        }
+}
+
+// ---- bad input ---------------------------------------------------------------------------------
+
+TEST(Attention, BadInputNamesArgumentWritesNothing) {
+    CacheFixture f(KvLayout::paged, DType::f32, 2, 2, 64, 64, 16, 3);
+    const std::vector<float> k0 = f.kc.f;
+    std::vector<float> kn(2 * 2 * 64, 1.0f);
+    std::vector<int64_t> seq = {0, 1}, pos = {5, 64};
+    KvAppendArgs a;
+    a.tokens = 2;
+    a.k_new = kn.data();
+    a.v_new = kn.data();
+    a.seq_ids = seq.data();
+    a.positions = pos.data();
+    XK_EXPECT_INVALID(kv_cache_append(f.cd, f.cache(), a), "positions[1]=64");
+    EXPECT_EQ(f.kc.f, k0);  // the valid token 0 was not written either
+    pos[1] = 3;
+    f.table[1 * f.cd.max_blocks_per_seq] = static_cast<int32_t>(f.cd.num_blocks);  // past the pool
+    XK_EXPECT_INVALID(kv_cache_append(f.cd, f.cache(), a), "block_table[1][0]");
+    EXPECT_EQ(f.kc.f, k0);
+    f.table[1 * f.cd.max_blocks_per_seq] = 0;
+    seq[0] = 2;
+    XK_EXPECT_INVALID(kv_cache_append(f.cd, f.cache(), a), "seq_ids[0]=2");
+    seq[0] = 0;
+    a.k_new = nullptr;
+    XK_EXPECT_INVALID(kv_cache_append(f.cd, f.cache(), a), "k_new=null");
+    a.k_new = kn.data();
+    KvCacheDesc bad = f.cd;
+    bad.block_size = 24;
+    XK_EXPECT_INVALID(kv_cache_append(bad, f.cache(), a), "cache.block_size=24");
+    EXPECT_EQ(f.kc.f, k0);
+
+    // cached_attention
+    std::vector<float> q(2 * 6 * 64, 0.5f), o(q.size(), 7.0f);
+    std::vector<int64_t> cu = {0, 1, 2}, ctx = {10, 65};
+    CachedAttentionDesc d;
+    d.cache = f.cd;
+    d.q_tokens = 2;
+    d.q_heads = 6;
+    CachedAttentionArgs ca;
+    ca.q = q.data();
+    ca.o = o.data();
+    ca.cu_seqlens_q = cu.data();
+    ca.context_lens = ctx.data();
+    ca.cache = f.cache();
+    XK_EXPECT_INVALID(cached_attention(d, ca), "context_lens[1]=65");
+    ctx[1] = 20;
+    f.table[1 * f.cd.max_blocks_per_seq + 1] = -1;
+    XK_EXPECT_INVALID(cached_attention(d, ca), "block_table[1][1]=-1");
+    d.q_heads = 5;
+    XK_EXPECT_INVALID(cached_attention(d, ca), "q_heads=5");
+    d.q_heads = 6;
+    ca.q = nullptr;
+    XK_EXPECT_INVALID(cached_attention(d, ca), "q=null");
+    ca.q = q.data();
+    cu[2] = 3;
+    XK_EXPECT_INVALID(cached_attention(d, ca), "cu_seqlens_q[2]=3");
+    for (float x : o) ASSERT_EQ(x, 7.0f);
+
+    // attention
+    AttentionDesc s;
+    s.q_tokens = 2;
+    s.kv_tokens = 2;
+    s.q_heads = 4;
+    s.kv_heads = 3;
+    s.head_dim = 64;
+    AttentionArgs sa;
+    sa.q = sa.k = sa.v = q.data();
+    sa.o = o.data();
+    XK_EXPECT_INVALID(attention(s, sa), "q_heads=4");
+    s.kv_heads = 2;
+    sa.v = nullptr;
+    XK_EXPECT_INVALID(attention(s, sa), "v=null");
+    sa.v = q.data();
+    s.scale = std::numeric_limits<float>::infinity();
+    XK_EXPECT_INVALID(attention(s, sa), "scale=inf");
+    s.scale = 0.0f;
+    s.q_head_stride = 10;
+    XK_EXPECT_INVALID(attention(s, sa), "q_head_stride=10");
+    for (float x : o) ASSERT_EQ(x, 7.0f);
+
+    // C API
+    xk_kv_cache_desc ccd;
+    xk_kv_cache_desc_init(&ccd);
+    { const int bad_layout = 7; std::memcpy(&ccd.layout, &bad_layout, sizeof bad_layout); }
+    ccd.dtype = XK_DTYPE_F32;
+    ccd.batch = 1;
+    ccd.kv_heads = 1;
+    ccd.head_dim = 16;
+    ccd.capacity = 4;
+    EXPECT_EQ(xk_kv_cache_append(&ccd, kn.data(), kn.data(), nullptr, 0, XK_DTYPE_F32, nullptr, nullptr, nullptr, nullptr),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("cache.layout=7"), std::string::npos) << xk_last_error();
+}
+
+TEST(Attention, CApiDecodeMatchesCpp) {
+    CacheFixture f(KvLayout::contiguous, DType::bf16, 2, 2, 64, 40, 0, 9);
+    f.append(0, 0, 40);
+    f.append(1, 0, 11);
+    std::vector<float> q(2 * 4 * 64), o1(q.size()), o2(q.size());
+    std::mt19937_64 g(4);
+    for (auto& x : q) x = rnd(g);
+    std::vector<int64_t> cu = {0, 1, 2}, ctx = {40, 11};
+    CachedAttentionDesc d;
+    d.cache = f.cd;
+    d.q_tokens = 2;
+    d.q_heads = 4;
+    CachedAttentionArgs a;
+    a.q = q.data();
+    a.o = o1.data();
+    a.cu_seqlens_q = cu.data();
+    a.context_lens = ctx.data();
+    a.cache = f.cache();
+    cached_attention(d, a);
+    xk_kv_cache_desc cd;
+    xk_kv_cache_desc_init(&cd);
+    cd.layout = XK_KV_CONTIGUOUS;
+    cd.dtype = XK_DTYPE_BF16;
+    cd.batch = 2;
+    cd.kv_heads = 2;
+    cd.head_dim = 64;
+    cd.capacity = 40;
+    ASSERT_EQ(xk_cached_attention_f32(&cd, f.kc.data(), f.vc.data(), nullptr, 2, 4, q.data(), o2.data(), nullptr,
+                                      cu.data(), ctx.data(), 0.0f),
+              XK_SUCCESS)
+        << xk_last_error();
+    EXPECT_EQ(o1, o2);
+}
+
+// ---- softmax: additive mask (broadcast over heads) and per-row valid lengths --------------------
+
+TEST(Attention, SoftmaxMaskAndValidLens) {
+    // rows = heads x queries (head-major), one [queries x cols] mask broadcast over the heads.
+    xk::test::for_each_isa([&](Isa) {
+        for (bool causal : {false, true})
+            for (bool has_mask : {false, true})
+                for (DType dt : {DType::f32, DType::bf16}) {
+                    const int64_t heads = 3, queries = 7, cols = 37, ld_mask = 40;
+                    const int64_t rows = heads * queries;
+                    std::mt19937_64 g(11);
+                    Tensor x(dt, static_cast<size_t>(rows * cols)), y(dt, static_cast<size_t>(rows * cols));
+                    x.fill(g, -3, 3);
+                    std::vector<float> mask(static_cast<size_t>(queries * ld_mask));
+                    for (auto& m : mask) m = (g() % 5 == 0) ? -std::numeric_limits<float>::infinity() : rnd(g, -2, 2);
+                    std::vector<int64_t> lens(static_cast<size_t>(rows));
+                    for (auto& l : lens) l = static_cast<int64_t>(g() % (cols + 1));
+                    lens[0] = 0;
+                    lens[1] = cols;
+                    SoftmaxDesc d;
+                    d.rows = rows;
+                    d.cols = cols;
+                    d.x_dtype = d.y_dtype = dt;
+                    d.scale = 0.7f;
+                    d.causal = causal;
+                    d.causal_offset = 20;
+                    d.has_mask = has_mask;
+                    d.ld_mask = ld_mask;
+                    d.mask_rows = queries;
+                    SoftmaxArgs a;
+                    a.x = x.data();
+                    a.y = y.data();
+                    a.mask = has_mask ? mask.data() : nullptr;
+                    a.valid_lens = lens.data();
+                    softmax(d, a);
+                    std::vector<double> want;
+                    std::vector<size_t> idx;
+                    for (int64_t r = 0; r < rows; ++r) {
+                        int64_t v = std::min<int64_t>(lens[r], cols);
+                        if (causal) v = std::min<int64_t>(v, std::max<int64_t>(0, r + 20 + 1));
+                        std::vector<double> sv(static_cast<size_t>(cols), kNinf);
+                        double mx = kNinf;
+                        for (int64_t j = 0; j < v; ++j) {
+                            sv[j] = 0.7 * x.value(r * cols + j) + (has_mask ? mask[(r % queries) * ld_mask + j] : 0.0);
+                            mx = std::max(mx, sv[j]);
+                        }
+                        double sum = 0;
+                        for (int64_t j = 0; j < v; ++j)
+                            if (mx != kNinf) sum += std::exp(sv[j] - mx);
+                        for (int64_t j = 0; j < cols; ++j) {
+                            want.push_back(j < v && mx != kNinf ? std::exp(sv[j] - mx) / sum : 0.0);
+                            idx.push_back(static_cast<size_t>(r * cols + j));
+                        }
+                    }
+                    SCOPED_TRACE(std::string("causal=") + (causal ? "1" : "0") + " mask=" + (has_mask ? "1" : "0") +
+                                 " " + dtype_name(dt));
+                    EXPECT_TRUE(close(y, want, idx, 1e-6, dt == DType::bf16 ? 1.0 / 256 + 1e-5 : 1e-5));
+                }
+    });
+    // Bad input: a valid length past cols, a mask without has_mask; nothing written.
+    std::vector<float> x(4 * 8, 1.0f), y(4 * 8, 5.0f), mask(4 * 8, 0.0f);
+    std::vector<int64_t> lens = {1, 2, 9, 0};
+    SoftmaxDesc d;
+    d.rows = 4;
+    d.cols = 8;
+    SoftmaxArgs a;
+    a.x = x.data();
+    a.y = y.data();
+    a.valid_lens = lens.data();
+    XK_EXPECT_INVALID(softmax(d, a), "valid_lens[2]=9");
+    a.valid_lens = nullptr;
+    a.mask = mask.data();
+    XK_EXPECT_INVALID(softmax(d, a), "has_mask is false");
+    d.has_mask = true;
+    d.ld_mask = 3;
+    XK_EXPECT_INVALID(softmax(d, a), "ld_mask=3");
+    for (float v : y) ASSERT_EQ(v, 5.0f);
+}
+
+}  // namespace
