@@ -3,6 +3,7 @@
 // include_last_offset (with unread garbage after the last offset), int32 and int64 indices, f32
 // and bf16 tables and outputs, row strides > dim, dim in {1, 7, 16, 17, 128}, misaligned
 // pointers, 1 and 2 threads, plans, the merged (multi-table) op, bad input, the C API.
+#include <cstring>
 #include <thread>
 
 #include "common/test_util.hpp"
@@ -315,6 +316,33 @@ TEST(EmbeddingBag, MaxPropagatesNaNAndKeepsNegatives) {
     });
 }
 
+// Max-pooling ties: equal values keep the first entry's (so +0 / -0 keep the sign of the first).
+TEST(EmbeddingBag, MaxTiesKeepTheFirst) {
+    for_each_isa([&](Isa) {
+        for (int64_t dim : {3, 40}) {
+            std::vector<float> table(static_cast<size_t>(2 * dim));
+            for (int64_t k = 0; k < dim; ++k) {
+                table[k] = k % 2 ? 0.0f : 1.5f;
+                table[dim + k] = k % 2 ? -0.0f : 1.5f;
+            }
+            for (auto order : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, 0}}) {
+                const int64_t offsets[1] = {0};
+                EmbeddingBagDesc d;
+                d.num_embeddings = 2;
+                d.dim = dim;
+                d.mode = EmbeddingBagMode::max;
+                std::vector<float> out(static_cast<size_t>(dim));
+                EmbeddingBagArgs a{1, 2, table.data(), order.data(), offsets, nullptr, out.data()};
+                embedding_bag(d, a);
+                for (int64_t k = 0; k < dim; ++k) {
+                    EXPECT_EQ(out[k], table[order[0] * dim + k]);
+                    EXPECT_EQ(std::signbit(out[k]), std::signbit(table[order[0] * dim + k])) << "k=" << k;
+                }
+            }
+        }
+    });
+}
+
 TEST(EmbeddingBag, NullPointersAllowedWhereNothingIsRead) {
     EmbeddingBagDesc d;
     d.num_embeddings = 4;
@@ -346,7 +374,7 @@ TEST(EmbeddingBag, EveryImplementationMatchesReference) {
         if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
         SCOPED_TRACE(impl.name);
         uint64_t k = 0;
-        for (int64_t dim : {1, 7, 16, 17, 128})
+        for (int64_t dim : {1, 7, 16, 17, 33, 64, 128, 300})
             for (EmbeddingBagMode mode : kModes)
                 for (IndexType it : {IndexType::i32, IndexType::i64})
                     for (DType tdt : {DType::f32, DType::bf16}) {
@@ -378,7 +406,8 @@ TEST(EmbeddingBag, EveryImplementationMatchesReference) {
                         detail::EmbeddingBagCall ref = call;
                         ref.a.out = want.data();
                         detail::embedding_bag_reference(ref, 0, 19);
-                        EXPECT_TRUE(test::all_close(got.data(), want.data(), got.size(), 1e-5, 1e-5)) << cfg.key();
+                        // Same accumulation order as the reference: bit for bit.
+                        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << cfg.key();
                     }
     }
 }

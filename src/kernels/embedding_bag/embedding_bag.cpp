@@ -53,7 +53,16 @@ struct RefEmbeddingBag final : EmbeddingBagKernel {
 
 void run_call(const EmbeddingBagCall& c, const EmbeddingBagKernel& k) {
     embedding_bag_validate_indices(c);  // before anything is written, whatever the kernel checks
-    parallel_for(c.a.num_bags, embedding_bag_grain(c), [&](int64_t b0, int64_t b1) { k.run(c, b0, b1); });
+    // One chunk per thread, balanced by index count (bags may have very different lengths).
+    const int64_t n = parallel_threads(c.a.num_bags, embedding_bag_grain(c));
+    if (n <= 1) {
+        if (c.a.num_bags > 0) k.run(c, 0, c.a.num_bags);
+        return;
+    }
+    parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+        const int64_t b0 = embedding_bag_split(c, i0, n), b1 = embedding_bag_split(c, i1, n);
+        if (b1 > b0) k.run(c, b0, b1);
+    });
 }
 
 }  // namespace
@@ -181,8 +190,46 @@ void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_
                  ")");
 }
 
+namespace {
+// min / max of v[0, n) (a loop the compiler vectorises).
+template <typename I>
+void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
+    I mn = v[0], mx = v[0];
+    for (int64_t i = 1; i < n; ++i) {
+        mn = v[i] < mn ? v[i] : mn;
+        mx = v[i] > mx ? v[i] : mx;
+    }
+    lo = mn;
+    hi = mx;
+}
+}  // namespace
+
+int64_t embedding_bag_split(const EmbeddingBagCall& c, int64_t i, int64_t n) {
+    const int64_t B = c.a.num_bags;
+    if (i <= 0) return 0;
+    if (i >= n) return B;
+    // Work before bag b: offset(b) + b (strictly increasing in b). First b with work >= target.
+    const int64_t total = c.bag_end(B - 1) + B;
+    const int64_t target = static_cast<int64_t>(static_cast<double>(total) * static_cast<double>(i) / static_cast<double>(n));
+    int64_t lo = 0, hi = B;  // answer in [lo, hi]
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (c.offset(mid) + mid >= target) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 void embedding_bag_validate_indices(const EmbeddingBagCall& c) {
     const int64_t ne = c.d.num_embeddings;
+    // The indices the bags read are indices[0, end of the last bag): one min / max pass; the
+    // per-bag scan below runs only to name the first bad one.
+    const int64_t used = c.a.num_bags > 0 ? c.bag_end(c.a.num_bags - 1) : 0;
+    if (used == 0) return;
+    int64_t lo = 0, hi = 0;
+    if (c.d.index_type == IndexType::i64) min_max(static_cast<const int64_t*>(c.a.indices), used, lo, hi);
+    else min_max(static_cast<const int32_t*>(c.a.indices), used, lo, hi);
+    if (lo >= 0 && hi < ne) return;
     for (int64_t b = 0; b < c.a.num_bags; ++b) {
         for (int64_t j = c.bag_begin(b), end = c.bag_end(b); j < end; ++j) {
             const int64_t v = c.index(j);
@@ -201,6 +248,10 @@ int64_t embedding_bag_grain(const EmbeddingBagCall& c) {
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry() {
     static const Registry<EmbeddingBagConfig, EmbeddingBagKernel> r(
         "embedding_bag", {
+                             {"intrin:avx512", Isa::avx512, nullptr,
+                              [](const EmbeddingBagConfig& k) { return create_embedding_bag_simd(k, Isa::avx512); }},
+                             {"intrin:avx2", Isa::avx2, nullptr,
+                              [](const EmbeddingBagConfig& k) { return create_embedding_bag_simd(k, Isa::avx2); }},
                              {"ref:scalar", Isa::scalar, nullptr,
                               [](const EmbeddingBagConfig&) -> std::shared_ptr<const EmbeddingBagKernel> {
                                   return std::make_shared<RefEmbeddingBag>();

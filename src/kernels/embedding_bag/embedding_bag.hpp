@@ -70,6 +70,13 @@ struct EmbeddingBagKernel {
 
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry();
 
+// Vectorised kernels (embedding_bag_simd.cpp): isa = avx512 or avx2.
+std::shared_ptr<const EmbeddingBagKernel> create_embedding_bag_simd(const EmbeddingBagConfig& k, Isa isa);
+
+// The bag ranges of a call's parallel chunks, balanced by index count (entries + 1 per bag):
+// chunk i of n covers bags [split(i), split(i+1)).
+int64_t embedding_bag_split(const EmbeddingBagCall& c, int64_t i, int64_t n);
+
 // Reference (specification): per bag, f32 accumulation in index order, then mean / bf16 rounding.
 void embedding_bag_reference(const EmbeddingBagCall& c, int64_t bag_begin, int64_t bag_end);
 
