@@ -1,7 +1,8 @@
 // xkernels — embedding bag (torch.nn.EmbeddingBag / at::embedding_bag forward; FBGEMM's SpMDM;
 // IPEX's merged embedding bag for DLRM).
 //
-//   table    num_embeddings x dim, row stride ld_table >= dim (0 = dim); f32 or bf16
+//   table    num_embeddings x dim, row stride ld_table >= dim (0 = dim); f32 or bf16, or row-wise
+//            quantized 8-bit / 4-bit rows (row_quant, below; ld_table then in bytes)
 //   indices  num_indices rows of the table, int32 or int64 (IndexType)
 //   offsets  bag starts, same integer type as indices (PyTorch semantics, see below)
 //   out      num_bags x dim, row stride ld_out >= dim (0 = dim); f32 or bf16
@@ -39,6 +40,24 @@ enum class EmbeddingBagMode : int { sum = 0, mean = 1, max = 2 };  // PyTorch's 
 
 enum class IndexType : int { i32 = 0, i64 = 1 };
 
+// Row-wise quantized tables in FBGEMM's fused layouts (table_dtype must then be u8; ld_table is
+// in bytes, 0 = the fused row size):
+//   int8_rowwise  row = uint8 q[dim], float scale, float bias            (dim + 8 bytes; FBGEMM's
+//                 "fused 8-bit rowwise", PyTorch's embedding_bag_byte_prepack)
+//   int4_rowwise  row = uint8 [ceil(dim/2)] (element 2i in the low nibble of byte i, 2i+1 in the
+//                 high nibble), fp16 scale, fp16 bias                     (ceil(dim/2) + 4 bytes;
+//                 FBGEMM's "fused 4-bit rowwise SBHalf", PyTorch's embedding_bag_4bit_prepack)
+// Element value: v = q * scale + bias, computed in f32 (the product rounded, then the sum; scale
+// and bias as stored, fp16 ones converted exactly). The bag then pools v exactly as an f32 table's
+// values (so a quantized table gives bit for bit the result of its dequantized f32 copy).
+// (FBGEMM's own kernels fold scale and bias into one FMA with the weight; results differ from ours
+// in the last bits.) The scale / bias need no alignment.
+enum class EmbeddingRowQuant : int { none = 0, int8_rowwise = 1, int4_rowwise = 2 };
+
+const char* embedding_row_quant_name(EmbeddingRowQuant q) noexcept;
+// Bytes of one fused row (no padding) for `dim` values.
+int64_t embedding_row_quant_bytes(EmbeddingRowQuant q, int64_t dim) noexcept;
+
 const char* embedding_bag_mode_name(EmbeddingBagMode m) noexcept;
 const char* index_type_name(IndexType t) noexcept;
 
@@ -54,6 +73,7 @@ struct EmbeddingBagDesc {
     bool include_last_offset = false;
     bool per_sample_weights = false;  // args.per_sample_weights is given (mode sum only)
     int64_t padding_idx = -1;         // -1 = none
+    EmbeddingRowQuant row_quant = EmbeddingRowQuant::none;  // != none: table_dtype = u8, fused rows
 };
 
 struct EmbeddingBagArgs {

@@ -511,6 +511,140 @@ TEST(EmbeddingBag, MergedTablesMatchSingleTables) {
     set_num_threads(0);
 }
 
+// Row-wise quantized tables (FBGEMM's fused 8-bit / 4-bit rows) against the same call on the
+// dequantized f32 table (v = q * scale + bias in f32, the product rounded first): bit for bit, for
+// every implementation, odd dims (4-bit: a garbage high nibble in the last byte of odd rows), row
+// strides with garbage padding bytes, a byte-misaligned table, 1 and 2 threads.
+namespace {
+struct QTable {
+    std::vector<uint8_t> bytes;  // E rows of ld bytes (+1 for the misalignment)
+    std::vector<float> deq;      // E x dim
+    int64_t ld = 0;
+};
+QTable make_qtable(EmbeddingRowQuant q, int64_t E, int64_t dim, int64_t extra, uint64_t seed) {
+    QTable t;
+    const int64_t rb = embedding_row_quant_bytes(q, dim);
+    t.ld = rb + extra;
+    std::mt19937_64 g(seed);
+    t.bytes.resize(static_cast<size_t>(E * t.ld + 1));
+    for (auto& b : t.bytes) b = static_cast<uint8_t>(g());  // garbage everywhere first
+    t.deq.resize(static_cast<size_t>(E * dim));
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int64_t r = 0; r < E; ++r) {
+        uint8_t* row = t.bytes.data() + 1 + r * t.ld;
+        float scale = u(g) * 0.05f, bias = u(g);
+        if (q == EmbeddingRowQuant::int8_rowwise) {
+            std::memcpy(row + dim, &scale, 4);
+            std::memcpy(row + dim + 4, &bias, 4);
+        } else {
+            const uint16_t hs = f16::from_float(scale), hb = f16::from_float(bias);
+            scale = f16::to_float(hs);
+            bias = f16::to_float(hb);
+            std::memcpy(row + (dim + 1) / 2, &hs, 2);
+            std::memcpy(row + (dim + 1) / 2 + 2, &hb, 2);
+        }
+        for (int64_t k = 0; k < dim; ++k) {
+            const int qv = q == EmbeddingRowQuant::int8_rowwise ? row[k] : (row[k / 2] >> (4 * (k % 2))) & 15;
+            volatile float p = static_cast<float>(qv) * scale;  // rounded, then the sum
+            t.deq[r * dim + k] = p + bias;
+        }
+    }
+    return t;
+}
+}  // namespace
+
+TEST(EmbeddingBag, QuantizedTablesMatchDequantizedReference) {
+    const auto& reg = detail::embedding_bag_registry();
+    const int64_t E = 29;
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        uint64_t k = 0;
+        for (EmbeddingRowQuant q : {EmbeddingRowQuant::int8_rowwise, EmbeddingRowQuant::int4_rowwise})
+            for (int64_t dim : {1, 7, 16, 17, 33, 64, 128, 300})
+                for (EmbeddingBagMode mode : kModes)
+                    for (IndexType it : {IndexType::i32, IndexType::i64}) {
+                        ++k;
+                        const QTable qt = make_qtable(q, E, dim, k % 3 == 0 ? 5 : 0, 700 + k);
+                        EmbeddingBagDesc d;
+                        d.num_embeddings = E;
+                        d.dim = dim;
+                        d.mode = mode;
+                        d.index_type = it;
+                        d.padding_idx = k % 4 == 0 ? 2 : -1;
+                        d.include_last_offset = k % 2 == 1;
+                        d.per_sample_weights = mode == EmbeddingBagMode::sum && k % 3 != 2;
+                        d.out_dtype = k % 5 == 0 ? DType::bf16 : DType::f32;
+                        EmbeddingBagDesc dq = d;  // the quantized table
+                        dq.row_quant = q;
+                        dq.table_dtype = DType::u8;
+                        dq.ld_table = k % 3 == 0 ? qt.ld : 0;
+                        const Case c = make_case(d, 23, 800 + k);
+                        Ints idx, off;
+                        idx.make(it, c.indices, 0);
+                        off.make(it, c.offsets, 0);
+                        const int64_t n = 23 * dim;
+                        Out want, got;
+                        want.make(d.out_dtype, 23, dim, 0);
+                        EmbeddingBagArgs a{23, static_cast<int64_t>(c.indices.size()), qt.deq.data(), idx.data(),
+                                           off.data(), d.per_sample_weights ? c.psw.data() : nullptr, want.data()};
+                        embedding_bag(d, a);  // f32 table
+                        a.table = qt.bytes.data() + 1;
+                        const EmbeddingBagDesc rq = detail::embedding_bag_validate_desc("test", dq);
+                        const detail::EmbeddingBagConfig cfg = detail::embedding_bag_config(rq);
+                        for (const auto& impl : reg.impls()) {
+                            if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
+                            got.make(d.out_dtype, 23, dim, 1);
+                            a.out = got.data();
+                            const detail::EmbeddingBagCall call = detail::embedding_bag_validate_args("test", rq, a);
+                            reg.get(cfg, impl).kernel->run(call, 0, 23);
+                            const size_t bytes = static_cast<size_t>(n) * (d.out_dtype == DType::bf16 ? 2 : 4);
+                            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << impl.name << " " << cfg.key();
+                        }
+                        // Through the public entry (the selected kernel, threads).
+                        got.make(d.out_dtype, 23, dim, 0);
+                        a.out = got.data();
+                        EmbeddingBagPlan(dq).run(a);
+                        const size_t bytes = static_cast<size_t>(n) * (d.out_dtype == DType::bf16 ? 2 : 4);
+                        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << cfg.key();
+                    }
+    }
+    set_num_threads(0);
+}
+
+TEST(EmbeddingBag, QuantizedDescriptorErrors) {
+    EmbeddingBagDesc d;
+    d.num_embeddings = 4;
+    d.dim = 6;
+    d.row_quant = EmbeddingRowQuant::int8_rowwise;  // table_dtype still f32
+    try {
+        EmbeddingBagPlan p(d);
+        FAIL() << "accepted a f32 table_dtype with row_quant";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("table_dtype=f32 must be u8"), std::string::npos) << e.what();
+    }
+    d.table_dtype = DType::u8;
+    d.ld_table = 13;  // < 6 + 8
+    try {
+        EmbeddingBagPlan p(d);
+        FAIL() << "accepted a short ld_table";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("ld_table=13 must be >= the fused row size 14"), std::string::npos) << e.what();
+    }
+    d.ld_table = 0;
+    EXPECT_EQ(EmbeddingBagPlan(d).desc().ld_table, 14);
+    d.row_quant = EmbeddingRowQuant::int4_rowwise;
+    EXPECT_EQ(EmbeddingBagPlan(d).desc().ld_table, 7);
+    d.row_quant = static_cast<EmbeddingRowQuant>(3);
+    EXPECT_THROW(EmbeddingBagPlan p(d), Error);
+    d.row_quant = EmbeddingRowQuant::none;  // u8 without row_quant
+    try {
+        EmbeddingBagPlan p(d);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Status::unsupported);
+    }
+}
+
 TEST(EmbeddingBag, BadDescriptor) {
     EmbeddingBagDesc good;
     good.num_embeddings = 10;

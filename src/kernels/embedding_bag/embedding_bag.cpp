@@ -26,7 +26,33 @@ const char* index_type_name(IndexType t) noexcept {
     return "?";
 }
 
+const char* embedding_row_quant_name(EmbeddingRowQuant q) noexcept {
+    switch (q) {
+        case EmbeddingRowQuant::none: return "none";
+        case EmbeddingRowQuant::int8_rowwise: return "int8_rowwise";
+        case EmbeddingRowQuant::int4_rowwise: return "int4_rowwise";
+    }
+    return "?";
+}
+
+int64_t embedding_row_quant_bytes(EmbeddingRowQuant q, int64_t dim) noexcept {
+    switch (q) {
+        case EmbeddingRowQuant::int8_rowwise: return dim + 8;
+        case EmbeddingRowQuant::int4_rowwise: return (dim + 1) / 2 + 4;
+        default: return 0;
+    }
+}
+
 namespace detail {
+
+int64_t embedding_bag_row_bytes(const EmbeddingBagDesc& d) {
+    return d.row_quant == EmbeddingRowQuant::none ? d.dim * dtype_size(d.table_dtype)
+                                                  : embedding_row_quant_bytes(d.row_quant, d.dim);
+}
+int64_t embedding_bag_row_stride_bytes(const EmbeddingBagDesc& d) {
+    return d.row_quant == EmbeddingRowQuant::none ? d.ld_table * dtype_size(d.table_dtype) : d.ld_table;
+}
+
 namespace {
 
 int64_t index_size(IndexType t) { return t == IndexType::i64 ? 8 : 4; }
@@ -71,7 +97,8 @@ std::string EmbeddingBagConfig::key() const {
     std::ostringstream os;
     os << "dim" << dim << "_ldt" << ld_table << "_ldo" << ld_out << "_" << embedding_bag_mode_name(mode) << "_"
        << dtype_name(table_dtype) << ":" << dtype_name(out_dtype) << "_" << index_type_name(index_type)
-       << (include_last_offset ? "_lastoff" : "") << (weighted ? "_psw" : "") << (has_padding ? "_pad" : "");
+       << (include_last_offset ? "_lastoff" : "") << (weighted ? "_psw" : "") << (has_padding ? "_pad" : "")
+       << (row_quant != EmbeddingRowQuant::none ? std::string("_") + embedding_row_quant_name(row_quant) : "");
     return os.str();
 }
 
@@ -81,21 +108,42 @@ EmbeddingBagDesc embedding_bag_validate_desc(const char* fn, const EmbeddingBagD
     if (mode < 0 || mode > 2) fail_arg(fn, "mode", std::to_string(mode), "is not a valid value (valid: sum=0, mean=1, max=2)");
     const int it = static_cast<int>(d.index_type);
     if (it < 0 || it > 1) fail_arg(fn, "index_type", std::to_string(it), "is not a valid value (valid: i32=0, i64=1)");
+    const int rq = static_cast<int>(d.row_quant);
+    if (rq < 0 || rq > 2)
+        fail_arg(fn, "row_quant", std::to_string(rq),
+                 "is not a valid value (valid: none=0, int8_rowwise=1, int4_rowwise=2)");
+    const bool quant = d.row_quant != EmbeddingRowQuant::none;
     for (auto [arg, t] : {std::pair<const char*, DType>{"table_dtype", d.table_dtype}, {"out_dtype", d.out_dtype}}) {
         const int v = static_cast<int>(t);
-        if (v < 0 || v > static_cast<int>(DType::s32))
+        if (v < 0 || v > static_cast<int>(DType::f16))
             fail_arg(fn, arg, std::to_string(v), "is not a valid DType");
+        if (quant && std::string(arg) == "table_dtype") {
+            if (t != DType::u8)
+                fail_arg(fn, arg, dtype_name(t),
+                         std::string("must be u8 with row_quant=") + embedding_row_quant_name(d.row_quant) +
+                             " (fused quantized rows are bytes)");
+            continue;
+        }
         if (t != DType::f32 && t != DType::bf16)
             fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) +
-                                          " is not supported (supported: f32, bf16)");
+                                          " is not supported (supported: f32, bf16" +
+                                          (std::string(arg) == "table_dtype" ? "; u8 with row_quant int8_rowwise / int4_rowwise)" : ")"));
     }
     check_nonnegative(fn, "num_embeddings", d.num_embeddings);
     check_positive(fn, "dim", d.dim);
     check_nonnegative(fn, "ld_table", d.ld_table);
     check_nonnegative(fn, "ld_out", d.ld_out);
-    if (d.ld_table == 0) d.ld_table = d.dim;
+    if (quant) checked_add(fn, "dim+8", d.dim, 8);  // the fused row size fits
+    if (d.ld_table == 0) d.ld_table = quant ? embedding_row_quant_bytes(d.row_quant, d.dim) : d.dim;
     if (d.ld_out == 0) d.ld_out = d.dim;
-    check_ld(fn, "ld_table", d.ld_table, d.dim, "dim");
+    if (quant) {
+        if (d.ld_table < embedding_row_quant_bytes(d.row_quant, d.dim))
+            fail_arg(fn, "ld_table", std::to_string(d.ld_table),
+                     "must be >= the fused row size " + std::to_string(embedding_row_quant_bytes(d.row_quant, d.dim)) +
+                         " bytes (row_quant=" + embedding_row_quant_name(d.row_quant) + ", dim=" + std::to_string(d.dim) + ")");
+    } else {
+        check_ld(fn, "ld_table", d.ld_table, d.dim, "dim");
+    }
     check_ld(fn, "ld_out", d.ld_out, d.dim, "dim");
     checked_mul(fn, "num_embeddings*ld_table", d.num_embeddings, d.ld_table);
     if (d.padding_idx < -1 || d.padding_idx >= d.num_embeddings)
@@ -120,6 +168,7 @@ EmbeddingBagConfig embedding_bag_config(const EmbeddingBagDesc& d) {
     c.include_last_offset = d.include_last_offset;
     c.weighted = d.per_sample_weights;
     c.has_padding = d.padding_idx >= 0;
+    c.row_quant = d.row_quant;
     return c;
 }
 
@@ -162,7 +211,7 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
     }
     if (a.num_bags > 0) check_not_null(fn, "out", a.out);
     check_aligned(fn, "indices", a.indices, isz);
-    check_aligned(fn, "table", a.table, dtype_size(d.table_dtype));
+    check_aligned(fn, "table", a.table, d.row_quant == EmbeddingRowQuant::none ? dtype_size(d.table_dtype) : 1);
     check_aligned(fn, "per_sample_weights", a.per_sample_weights, 4);
     check_aligned(fn, "out", a.out, dtype_size(d.out_dtype));
 
@@ -172,7 +221,9 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
         const void* p;
         int64_t bytes;
     } inputs[] = {
-        {"table", a.table, span_bytes(d.num_embeddings, d.dim, d.ld_table, dtype_size(d.table_dtype))},
+        {"table", a.table,
+         d.num_embeddings == 0 ? 0
+                               : (d.num_embeddings - 1) * embedding_bag_row_stride_bytes(d) + embedding_bag_row_bytes(d)},
         {"indices", a.indices, a.num_indices * isz},
         {"offsets", a.offsets, n_offsets * isz},
         {"per_sample_weights", a.per_sample_weights, a.num_indices * 4},

@@ -27,9 +27,14 @@ struct EmbeddingBagConfig {
     bool include_last_offset = false;
     bool weighted = false;     // per_sample_weights
     bool has_padding = false;  // padding_idx >= 0
+    EmbeddingRowQuant row_quant = EmbeddingRowQuant::none;
 
     std::string key() const;
 };
+
+// Bytes of a table row's stored values (fused row for quantized tables) and the row stride in bytes.
+int64_t embedding_bag_row_bytes(const EmbeddingBagDesc& d);
+int64_t embedding_bag_row_stride_bytes(const EmbeddingBagDesc& d);
 
 // One validated call: the descriptor (ld_table / ld_out resolved) and the arguments.
 struct EmbeddingBagCall {

@@ -41,6 +41,17 @@ XK_T inline VF load_f32(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p
 XK_T inline VF load_bf16(const uint16_t* p, M m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+// q = uint8 p[0, lanes): 16 lanes.
+XK_T inline VF load_q8(const uint8_t* p, M m) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p))); }
+// Nibbles from p (low first): 16 lanes from 8 bytes (ceil(lanes / 2) of them read).
+XK_T inline VF load_q4(const uint8_t* p, M m) {
+    const int n = __builtin_popcount(static_cast<unsigned>(m));
+    const __mmask16 bm = static_cast<__mmask16>((1u << ((n + 1) / 2)) - 1);
+    const __m128i w = _mm_cvtepu8_epi16(_mm_maskz_loadu_epi8(bm, p));  // byte i in 16-bit lane i
+    const __m128i lo = _mm_and_si128(w, _mm_set1_epi16(15));
+    const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));  // bytes lo0 hi0 lo1 hi1 ...
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
+}
 XK_T inline void store_f32(float* p, VF v, M m) { _mm512_mask_storeu_ps(p, m, v); }
 // Round to nearest even; NaN -> quiet NaN (bf16::from_float).
 XK_T inline void store_bf16(uint16_t* p, VF v, M m) {
@@ -92,6 +103,21 @@ XK_T inline VF load_bf16(const uint16_t* p, M m) {
         h = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
     }
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+XK_T inline VF load_q8(const uint8_t* p, M m) {
+    uint64_t t = 0;
+    if (m.n == 8) std::memcpy(&t, p, 8);
+    else if (m.n > 0) std::memcpy(&t, p, static_cast<size_t>(m.n));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(t))));
+}
+XK_T inline VF load_q4(const uint8_t* p, M m) {
+    uint32_t t = 0;
+    if (m.n == 8) std::memcpy(&t, p, 4);
+    else if (m.n > 0) std::memcpy(&t, p, static_cast<size_t>((m.n + 1) / 2));
+    const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(static_cast<int>(t)));
+    const __m128i lo = _mm_and_si128(w, _mm_set1_epi16(15));
+    const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
 }
 XK_T inline void store_f32(float* p, VF v, M m) {
     if (m.n == 8) _mm256_storeu_ps(p, v);
