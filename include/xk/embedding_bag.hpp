@@ -104,6 +104,20 @@ private:
 // One-shot: validate, select (kernel cached per descriptor), run.
 void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args);
 
+// Embedding lookup (torch.nn.functional.embedding forward): out[i] = table[indices[i]] for
+// i < num_indices, converted to out_dtype (f32 / bf16 rows copied exactly, a bf16 out rounded to
+// nearest even; quantized rows dequantized as above). The descriptor is the bag's, with mode sum,
+// include_last_offset and per_sample_weights false; padding_idx is checked but, as in PyTorch's
+// forward, its row is returned like any other. Every index must be in [0, num_embeddings)
+// (checked before anything is written). Same kernels and threading as the bags.
+struct EmbeddingArgs {
+    int64_t num_indices = 0;
+    const void* table = nullptr;    // required when num_indices > 0
+    const void* indices = nullptr;  // index_type[num_indices]; required when num_indices > 0
+    void* out = nullptr;            // out_dtype[num_indices rows of ld_out]; required when num_indices > 0
+};
+void embedding(const EmbeddingBagDesc& desc, const EmbeddingArgs& args);
+
 // Merged embedding bag (IPEX's MergedEmbeddingBag, DLRM): T tables looked up in one call, every
 // table with the same number of bags B, written side by side into one output
 //   out: B x ld_out (ld_out >= sum of dims, 0 = packed), table t in columns [col_t, col_t + dim_t)

@@ -645,6 +645,128 @@ TEST(EmbeddingBag, QuantizedDescriptorErrors) {
     }
 }
 
+// Embedding lookup: every row copied exactly (-0 and NaN kept), converted to bf16 by rounding to
+// nearest even, quantized rows as their dequantized copy; 1 and 2 threads, every ISA; a bad index
+// is rejected naming its position before anything is written.
+TEST(EmbeddingBag, LookupGathersRows) {
+    const int64_t E = 37;
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t k = 0;
+            for (int64_t dim : {1, 7, 16, 17, 64, 300})
+                for (int tt = 0; tt < 4; ++tt)  // f32, bf16, int8 rows, int4 rows
+                    for (IndexType it : {IndexType::i32, IndexType::i64})
+                        for (DType odt : {DType::f32, DType::bf16}) {
+                            ++k;
+                            EmbeddingBagDesc d;
+                            d.num_embeddings = E;
+                            d.dim = dim;
+                            d.index_type = it;
+                            d.out_dtype = odt;
+                            d.padding_idx = k % 3 == 0 ? 5 : -1;  // returned like any row
+                            std::vector<float> rows(static_cast<size_t>(E * dim));  // the values (f32)
+                            std::vector<float> tf;
+                            std::vector<bf16> tb;
+                            QTable qt;
+                            const void* table = nullptr;
+                            if (tt == 0 || tt == 1) {
+                                test::fill_uniform(rows.data(), rows.size(), -3, 3, 40 + k);
+                                rows[0] = -0.0f;
+                                if (rows.size() > 3) rows[3] = std::numeric_limits<float>::quiet_NaN();
+                                if (tt == 0) {
+                                    tf = rows;
+                                    table = tf.data();
+                                } else {
+                                    d.table_dtype = DType::bf16;
+                                    for (float& v : rows) tb.push_back(bf16(v));
+                                    for (size_t i = 0; i < rows.size(); ++i) rows[i] = tb[i].to_float();
+                                    table = tb.data();
+                                }
+                            } else {
+                                d.table_dtype = DType::u8;
+                                d.row_quant = tt == 2 ? EmbeddingRowQuant::int8_rowwise : EmbeddingRowQuant::int4_rowwise;
+                                qt = make_qtable(d.row_quant, E, dim, 0, 50 + k);
+                                rows = qt.deq;
+                                table = qt.bytes.data() + 1;
+                            }
+                            const int64_t n = static_cast<int64_t>(k % 40);
+                            std::vector<int64_t> iv(static_cast<size_t>(n));
+                            for (int64_t i = 0; i < n; ++i) iv[i] = (i * 7 + static_cast<int64_t>(k)) % E;
+                            Ints idx;
+                            idx.make(it, iv, 0);
+                            Out out;
+                            out.make(odt, n, dim, 0);
+                            embedding(d, EmbeddingArgs{n, table, idx.data(), out.data()});
+                            for (int64_t i = 0; i < n; ++i)
+                                for (int64_t c = 0; c < dim; ++c) {
+                                    const float v = rows[iv[i] * dim + c];
+                                    if (odt == DType::f32) {
+                                        const float g = out.f[i * dim + c];
+                                        ASSERT_EQ(0, std::memcmp(&g, &v, 4)) << "k=" << k << " i=" << i << " c=" << c;
+                                    } else {
+                                        ASSERT_EQ(out.h[i * dim + c].bits, bf16::from_float(v)) << "k=" << k;
+                                    }
+                                }
+                            for (size_t i = static_cast<size_t>(n * dim); i < out.size(); ++i) ASSERT_EQ(out.at(i), Out::kGuard);
+                            if (n > 2) {  // a bad index: rejected, nothing written
+                                iv[2] = k % 2 ? -1 : E;
+                                idx.make(it, iv, 0);
+                                out.make(odt, n, dim, 0);
+                                try {
+                                    embedding(d, EmbeddingArgs{n, table, idx.data(), out.data()});
+                                    FAIL() << "accepted a bad index";
+                                } catch (const Error& e) {
+                                    EXPECT_NE(std::string(e.what()).find("indices[2]=" + std::to_string(iv[2])), std::string::npos)
+                                        << e.what();
+                                }
+                                for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out.at(i), Out::kGuard);
+                            }
+                        }
+        });
+    }
+    set_num_threads(0);
+    EmbeddingBagDesc d;
+    d.num_embeddings = 3;
+    d.mode = EmbeddingBagMode::mean;
+    EXPECT_THROW(embedding(d, EmbeddingArgs{}), Error);
+}
+
+TEST(EmbeddingBag, CApiQuantizedAndLookup) {
+    const int64_t E = 11, dim = 9;
+    xk_embedding_bag_desc cd;
+    ASSERT_EQ(xk_embedding_bag_desc_init(&cd, E, dim), XK_SUCCESS);
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    const std::vector<int64_t> idx = {3, 1, 10, 0, 3}, off = {0, 2, 2};
+    const std::vector<float> psw = {0.5f, -1.0f, 2.0f, 1.0f, 0.25f};
+    for (EmbeddingRowQuant q : {EmbeddingRowQuant::int8_rowwise, EmbeddingRowQuant::int4_rowwise}) {
+        const QTable qt = make_qtable(q, E, dim, 0, 9);
+        std::vector<float> want(3 * dim), got(3 * dim);
+        embedding_bag(d, EmbeddingBagArgs{3, 5, qt.deq.data(), idx.data(), off.data(), nullptr, want.data()});
+        const auto fn = q == EmbeddingRowQuant::int8_rowwise ? xk_embedding_bag_q8_f32 : xk_embedding_bag_q4_f32;
+        ASSERT_EQ(fn(&cd, qt.bytes.data() + 1, 5, idx.data(), 3, off.data(), nullptr, got.data()), XK_SUCCESS) << xk_last_error();
+        EXPECT_EQ(got, want);
+        d.per_sample_weights = true;
+        embedding_bag(d, EmbeddingBagArgs{3, 5, qt.deq.data(), idx.data(), off.data(), psw.data(), want.data()});
+        d.per_sample_weights = false;
+        ASSERT_EQ(fn(&cd, qt.bytes.data() + 1, 5, idx.data(), 3, off.data(), psw.data(), got.data()), XK_SUCCESS);
+        EXPECT_EQ(got, want);
+        const std::vector<int64_t> badidx = {3, 1, 11, 0, 3};
+        EXPECT_EQ(fn(&cd, qt.bytes.data() + 1, 5, badidx.data(), 3, off.data(), nullptr, got.data()), XK_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(xk_last_error()).find("indices[2]=11 (bag 2)"), std::string::npos) << xk_last_error();
+    }
+    std::vector<float> table(E * dim), out(5 * dim);
+    test::fill_uniform(table.data(), table.size(), -1, 1, 3);
+    ASSERT_EQ(xk_embedding_f32(&cd, table.data(), 5, idx.data(), out.data()), XK_SUCCESS) << xk_last_error();
+    for (int64_t i = 0; i < 5; ++i)
+        for (int64_t c = 0; c < dim; ++c) EXPECT_EQ(out[i * dim + c], table[idx[i] * dim + c]);
+    cd.mode = XK_EMBEDDING_BAG_MAX;
+    EXPECT_EQ(xk_embedding_f32(&cd, table.data(), 5, idx.data(), out.data()), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk::embedding: mode=max must be sum"), std::string::npos) << xk_last_error();
+}
+
 TEST(EmbeddingBag, BadDescriptor) {
     EmbeddingBagDesc good;
     good.num_embeddings = 10;

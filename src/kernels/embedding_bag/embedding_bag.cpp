@@ -237,7 +237,7 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
 void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_t bag, int64_t value) {
     const std::string arg = "indices[" + std::to_string(position) + "]";
     fail_arg(c.fn, arg.c_str(), std::to_string(value),
-             "(bag " + std::to_string(bag) + ") must be in [0, num_embeddings=" + std::to_string(c.d.num_embeddings) +
+             (c.lookup ? std::string() : "(bag " + std::to_string(bag) + ") ") + "must be in [0, num_embeddings=" + std::to_string(c.d.num_embeddings) +
                  ")");
 }
 
@@ -342,6 +342,52 @@ void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args) {
     constexpr const char* fn = "xk::embedding_bag";
     const EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
     const detail::EmbeddingBagCall c = detail::embedding_bag_validate_args(fn, d, args);
+    const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(d));
+    detail::run_call(c, *sel.kernel);
+}
+
+// ---- lookup ------------------------------------------------------------------------------------
+
+void embedding(const EmbeddingBagDesc& desc, const EmbeddingArgs& args) {
+    constexpr const char* fn = "xk::embedding";
+    if (desc.mode != EmbeddingBagMode::sum)
+        detail::fail_arg(fn, "mode", embedding_bag_mode_name(desc.mode), "must be sum (the default: a lookup has no pooling)");
+    if (desc.include_last_offset) detail::fail_arg(fn, "include_last_offset", "true", "must be false (a lookup has no offsets)");
+    if (desc.per_sample_weights) detail::fail_arg(fn, "per_sample_weights", "true", "must be false (a lookup has no weights)");
+    EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
+    const int64_t n = args.num_indices;
+    detail::check_nonnegative(fn, "num_indices", n);
+    detail::checked_mul(fn, "num_indices*ld_out", n, d.ld_out);
+    detail::checked_mul(fn, "num_indices*sizeof(index)", n, 8);
+    if (n > 0) {
+        detail::check_not_null(fn, "table", args.table);
+        detail::check_not_null(fn, "indices", args.indices);
+        detail::check_not_null(fn, "out", args.out);
+    }
+    const int64_t isz = detail::index_size(d.index_type);
+    detail::check_aligned(fn, "indices", args.indices, isz);
+    detail::check_aligned(fn, "table", args.table, d.row_quant == EmbeddingRowQuant::none ? dtype_size(d.table_dtype) : 1);
+    detail::check_aligned(fn, "out", args.out, dtype_size(d.out_dtype));
+    const int64_t out_bytes = detail::span_bytes(n, d.dim, d.ld_out, dtype_size(d.out_dtype));
+    const int64_t table_bytes = d.num_embeddings == 0 ? 0
+                                                      : (d.num_embeddings - 1) * detail::embedding_bag_row_stride_bytes(d) +
+                                                            detail::embedding_bag_row_bytes(d);
+    if (detail::overlaps(args.out, out_bytes, args.table, table_bytes))
+        detail::fail_arg(fn, "out", detail::ptr_str(args.out), "overlaps table=" + detail::ptr_str(args.table));
+    if (detail::overlaps(args.out, out_bytes, args.indices, n * isz))
+        detail::fail_arg(fn, "out", detail::ptr_str(args.out), "overlaps indices=" + detail::ptr_str(args.indices));
+    // A lookup is a max-pooling bag of one entry each: the row converted exactly (no 0 + x).
+    d.mode = EmbeddingBagMode::max;
+    d.padding_idx = -1;
+    detail::EmbeddingBagCall c;
+    c.fn = fn;
+    c.d = d;
+    c.a.num_bags = n;
+    c.a.num_indices = n;
+    c.a.table = args.table;
+    c.a.indices = args.indices;
+    c.a.out = args.out;
+    c.lookup = true;
     const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(d));
     detail::run_call(c, *sel.kernel);
 }

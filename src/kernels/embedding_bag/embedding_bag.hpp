@@ -41,8 +41,10 @@ struct EmbeddingBagCall {
     const char* fn = "";  // public function name, for error messages
     EmbeddingBagDesc d;
     EmbeddingBagArgs a;
+    bool lookup = false;  // embedding(): bag i is index i (no offsets array)
 
     int64_t offset(int64_t i) const {
+        if (lookup) return i;
         return d.index_type == IndexType::i64 ? static_cast<const int64_t*>(a.offsets)[i]
                                               : static_cast<const int32_t*>(a.offsets)[i];
     }
