@@ -767,6 +767,51 @@ TEST(EmbeddingBag, CApiQuantizedAndLookup) {
     EXPECT_NE(std::string(xk_last_error()).find("xk::embedding: mode=max must be sum"), std::string::npos) << xk_last_error();
 }
 
+// Enough merged work that two threads split it (balanced by bytes, chunks crossing tables):
+// bit for bit the single-table calls.
+TEST(EmbeddingBag, MergedManyBagsTwoThreads) {
+    const int64_t B = 600, T = 5;
+    const int64_t dims[T] = {64, 16, 128, 7, 64};
+    std::vector<EmbeddingBagDesc> ds(T);
+    std::vector<Case> cs;
+    std::vector<Table> tabs(T);
+    std::vector<Ints> idx(T), off(T);
+    std::vector<EmbeddingBagArgs> args(T);
+    int64_t total = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        ds[t].num_embeddings = 300 + 50 * t;
+        ds[t].dim = dims[t];
+        ds[t].mode = kModes[t % 3];
+        ds[t].table_dtype = t == 1 ? DType::bf16 : DType::f32;
+        total += dims[t];
+    }
+    for (int64_t t = 0; t < T; ++t) {
+        cs.push_back(make_case(ds[t], B, 300 + t));
+        tabs[t].make(ds[t], 0, 310 + t);
+        idx[t].make(ds[t].index_type, cs[t].indices, 0);
+        off[t].make(ds[t].index_type, cs[t].offsets, 0);
+        args[t] = {B, static_cast<int64_t>(cs[t].indices.size()), tabs[t].data(), idx[t].data(), off[t].data(), nullptr, nullptr};
+    }
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            std::vector<float> out(static_cast<size_t>(B * total), -1.0f), one(static_cast<size_t>(B * total), -2.0f);
+            embedding_bag_multi(ds, args.data(), T, out.data());
+            int64_t col = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                EmbeddingBagDesc d = ds[t];
+                d.ld_out = total;
+                EmbeddingBagArgs a = args[t];
+                a.out = one.data() + col;
+                embedding_bag(d, a);
+                col += dims[t];
+            }
+            EXPECT_EQ(0, std::memcmp(out.data(), one.data(), out.size() * 4));
+        });
+    }
+    set_num_threads(0);
+}
+
 TEST(EmbeddingBag, BadDescriptor) {
     EmbeddingBagDesc good;
     good.num_embeddings = 10;

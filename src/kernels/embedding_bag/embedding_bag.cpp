@@ -464,17 +464,49 @@ void EmbeddingBagMultiPlan::run(const EmbeddingBagArgs* args, int64_t num_tables
     }
     for (int64_t t = 0; t < T; ++t) detail::embedding_bag_validate_indices(calls[t]);  // every table's, before any write
 
-    // All (table, bag) items in one parallel region, table-major.
+    // All (table, bag) items in one parallel region, table-major, split into one chunk per thread
+    // balanced by bytes gathered: table t's work before its bag b is (offset(b) + b) * row bytes.
+    std::vector<double> cum(static_cast<size_t>(T) + 1, 0.0), cost(static_cast<size_t>(T));
     int64_t grain = 1 << 30;
-    for (const auto& c : calls) grain = std::min(grain, detail::embedding_bag_grain(c));
+    for (int64_t t = 0; t < T; ++t) {
+        const auto& c = calls[static_cast<size_t>(t)];
+        grain = std::min(grain, detail::embedding_bag_grain(c));
+        cost[t] = static_cast<double>(std::max<int64_t>(detail::embedding_bag_row_bytes(c.d), 1));
+        const int64_t units = B > 0 ? c.bag_end(B - 1) + B : 0;
+        cum[t + 1] = cum[t] + static_cast<double>(units) * cost[t];
+    }
     const int64_t items = detail::checked_mul(fn, "num_tables*num_bags", T, B);
-    detail::parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
+    if (items == 0) return;
+    const int64_t n = detail::parallel_threads(items, grain);
+    // Chunk boundary i of n as a global item t * B + b.
+    auto split = [&](int64_t i) -> int64_t {
+        if (i <= 0) return 0;
+        if (i >= n) return items;
+        const double target = cum[T] * static_cast<double>(i) / static_cast<double>(n);
+        int64_t t = 0;
+        while (t + 1 < T && cum[t + 1] <= target) ++t;
+        const auto& c = calls[static_cast<size_t>(t)];
+        const double local = (target - cum[t]) / cost[t];
+        int64_t lo = 0, hi = B;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (static_cast<double>(c.offset(mid) + mid) >= local) hi = mid;
+            else lo = mid + 1;
+        }
+        return t * B + lo;
+    };
+    auto run_items = [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1;) {
             const int64_t t = i / B, b0 = i % B, b1 = std::min(B, b0 + (i1 - i));
             s_->tables[static_cast<size_t>(t)].kernel->run(calls[static_cast<size_t>(t)], b0, b1);
             i += b1 - b0;
         }
-    });
+    };
+    if (n <= 1) {
+        run_items(0, items);
+        return;
+    }
+    detail::parallel_for(n, 1, [&](int64_t c0, int64_t c1) { run_items(split(c0), split(c1)); });
 }
 
 int64_t EmbeddingBagMultiPlan::num_tables() const { return static_cast<int64_t>(s_->tables.size()); }
