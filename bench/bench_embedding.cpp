@@ -4,18 +4,25 @@
 //   embedding_bag/f32/xk/sum_dim:<D>_<dist>/nt:<N>       xk::EmbeddingBagPlan, f32 table, mode sum
 //   embedding_bag/bf16/xk/sum_dim:<D>_<dist>/nt:<N>      bf16 table (f32 out)
 //   embedding_bag/f32/xk/gather_limit_dim:<D>_<dist>/nt:<N>   the plain gather loop (f32)
+//   embedding_bag/u8|u4/xk/sum_int8rows|int4rows_dim:<D>_<dist>/nt:<N>   row-wise quantized tables
+//                                                     (GBPS of fused rows, and Mrows/s)
+//   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
+//                                                     28 B/element, Copy% = vs the interleaved copy
+//   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
 //
-// One 1 GiB table (2^28 f32 = 2^26 rows of dim 64 or 2^27 rows... viewed as E = 2^28 / D rows of
-// D floats; the bf16 rows view the same bytes as 2^29 / D rows), 2048 bags of 100 indices,
+// One 1 GiB table viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
+// 2^29 / D rows, the quantized ones as 2^30 / row bytes rows), 2048 bags of 100 indices,
 // uniform or Zipf(1.05) over the rows (ranks scattered by an odd multiplier modulo E), i64
 // indices. GBPS = bytes of gathered rows per second (num_indices * D * element size; the output,
 // 2048 x D, is not counted). PyTorch's F.embedding_bag on the same shapes: bench/torch_peer.py.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 
 #include "bench_util.hpp"
 #include "xk/embedding_bag.hpp"
+#include "xk/optim.hpp"
 
 namespace {
 
@@ -95,6 +102,106 @@ void BM_bag(benchmark::State& state, int64_t dim, bool zipf, bool bf16, int nt) 
     state.SetLabel(plan.impl_name());
 }
 
+// Row-wise quantized tables: the same 1 GiB viewed as fused rows of dim + 8 (int8) or
+// dim / 2 + 4 (int4) bytes, every row's scale / bias set; rows per second beside f32's.
+uint8_t* qtable(xk::EmbeddingRowQuant q, int64_t dim) {
+    static std::map<std::pair<int, int64_t>, bool> done;
+    uint8_t* t = reinterpret_cast<uint8_t*>(table());
+    if (!done[{static_cast<int>(q), dim}]) {
+        done[{static_cast<int>(q), dim}] = true;
+        const int64_t rb = xk::embedding_row_quant_bytes(q, dim), E = kTableBytes / rb;
+        for (int64_t r = 0; r < E; ++r) {
+            uint8_t* row = t + r * rb;
+            if (q == xk::EmbeddingRowQuant::int8_rowwise) {
+                const float sb[2] = {0.01f, -0.5f};
+                std::memcpy(row + dim, sb, 8);
+            } else {
+                const uint16_t sb[2] = {xk::f16::from_float(0.01f), xk::f16::from_float(-0.5f)};
+                std::memcpy(row + (dim + 1) / 2, sb, 4);
+            }
+        }
+    }
+    return t;
+}
+
+void BM_qbag(benchmark::State& state, int64_t dim, bool zipf, xk::EmbeddingRowQuant q, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t rb = xk::embedding_row_quant_bytes(q, dim), E = kTableBytes / rb;
+    const uint8_t* t = qtable(q, dim);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    d.table_dtype = xk::DType::u8;
+    d.row_quant = q;
+    const xk::EmbeddingBagPlan plan(d);
+    std::vector<float> out(static_cast<size_t>(kBags * dim));
+    xk::EmbeddingBagArgs a;
+    a.num_bags = kBags;
+    a.num_indices = kBags * kPool;
+    a.table = t;
+    a.indices = idx.data();
+    a.offsets = offsets().data();
+    a.out = out.data();
+    for (auto _ : state) {
+        plan.run(a);
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * rb));
+    state.counters["Mrows/s"] = benchmark::Counter(static_cast<double>(kBags * kPool) * 1e-6 * static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate);
+    state.SetLabel(plan.impl_name());
+}
+
+// Fused AdamW step over n f32 parameters (p, g, m, v: 28 bytes moved per element: 16 read, 12
+// written) beside the copy yardstick interleaved (Copy%), and SGD with momentum on bf16 split
+// params (p_hi, p_lo, g bf16, b: 10 read + 8 written).
+void BM_optim(benchmark::State& state, bool adamw, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t n = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
+    static std::map<int64_t, std::vector<xk::bench::AlignedArray<float>>> bufs;
+    auto& b = bufs[n];
+    if (b.empty())
+        for (int i = 0; i < 4; ++i) {
+            b.push_back(xk::bench::alloc_aligned<float>(static_cast<size_t>(n)));
+            xk::bench::fill_value(b.back().get(), static_cast<size_t>(n), i == 0 ? 0.5f : (i == 1 ? 1e-3f : 0.0f));
+        }
+    xk::OptimTensors t;
+    t.n = n;
+    int64_t step = 1;
+    double bytes;
+    if (adamw) {
+        t.param = b[0].get();
+        t.grad = b[1].get();
+        bytes = 28.0 * static_cast<double>(n);
+    } else {  // split params: the halves and the bf16 grad carved out of the same buffers
+        t.param_type = xk::OptimParamType::bf16_split;
+        t.param = b[0].get();
+        t.param_lo = reinterpret_cast<uint16_t*>(b[0].get()) + n;
+        t.grad_dtype = xk::DType::bf16;
+        t.grad = b[1].get();
+        bytes = 18.0 * static_cast<double>(n);
+    }
+    xk::bench::CopyYardstick copy(state, true, bytes);
+    for (auto _ : state) {
+        copy.begin();
+        if (adamw) {
+            xk::AdamOptions o;
+            o.adamw = true;
+            o.weight_decay = 1e-2;
+            xk::adam_step(o, t, b[2].get(), b[3].get(), nullptr, step++);
+        } else {
+            xk::SgdOptions o;
+            o.lr = 1e-3;
+            o.momentum = 0.9;
+            xk::sgd_step(o, t, b[2].get(), step++);
+        }
+        copy.end();
+    }
+    copy.finish();
+    xk::bench::set_gbps(state, bytes);
+}
+
 // The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched, bags split
 // evenly over the threads. dim is a multiple of 16.
 __attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
@@ -146,7 +253,21 @@ const bool registered = [] {
                 benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "bf16", "xk", "sum_" + shape, ntp}).c_str(),
                                              BM_bag, dim, zipf, true, nt)
                     ->UseRealTime();
+                benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "u8", "xk", "sum_int8rows_" + shape, ntp}).c_str(),
+                                             BM_qbag, dim, zipf, xk::EmbeddingRowQuant::int8_rowwise, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "u4", "xk", "sum_int4rows_" + shape, ntp}).c_str(),
+                                             BM_qbag, dim, zipf, xk::EmbeddingRowQuant::int4_rowwise, nt)
+                    ->UseRealTime();
             }
+    for (int nt : xk::bench::thread_counts()) {
+        const std::string ntp = "nt:" + std::to_string(nt);
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "adamw_n:1e8", ntp}).c_str(), BM_optim, true, nt)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "bf16", "xk", "sgd_momentum_split_n:1e8", ntp}).c_str(),
+                                     BM_optim, false, nt)
+            ->UseRealTime();
+    }
     return true;
 }();
 

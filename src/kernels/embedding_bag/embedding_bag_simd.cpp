@@ -19,7 +19,7 @@
 namespace xk::detail {
 
 // ---- AVX-512 ------------------------------------------------------------------------------------
-#define XK_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#define XK_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 namespace eb_avx512 {
 constexpr int W = 16, NVMAX = 8;
 using VF = __m512;
@@ -69,7 +69,7 @@ XK_T inline void store_bf16(uint16_t* p, VF v, M m) {
 #undef XK_T
 
 // ---- AVX2 ---------------------------------------------------------------------------------------
-#define XK_T __attribute__((target("avx2,fma")))
+#define XK_T __attribute__((target("avx2,fma,f16c")))
 namespace eb_avx2 {
 constexpr int W = 8, NVMAX = 8;
 using VF = __m256;
