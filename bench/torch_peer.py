@@ -230,7 +230,7 @@ def cases(torch, F, threads):
         def mk_glu_d(nsets, t=t):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
-    return out + gemm_cases(torch, F, threads)
+    return out + gemm_cases(torch, F, threads) + embedding_cases(torch, F, threads)
 
 
 # ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
@@ -269,6 +269,62 @@ def gemm_cases(torch, F, threads):
                     out.append((f"gemm/{dname}/torch/{M}x{N}x{K}_decode_bt/threads:{nt}", nt,
                                 {"GBPS": N * K * es, "GFLOPS": 2 * M * N * K}, sets_for(N * K * es), mk_dec,
                                 lambda x, w: F.linear(x, w)))
+    return out
+
+
+# ---- bench_embedding's peers (issue 30): F.embedding_bag and torch.optim.AdamW(foreach=True) ------
+#   embedding_bag/<f32|bf16>/torch/sum_dim:<D>_<uniform|zipf1.05>/nt:<N>   F.embedding_bag(mode="sum"),
+#       a 1 GiB table, 2048 bags x 100 indices (int64), GBPS = gathered row bytes per call
+#   optim/f32/torch/adamw_n:1e8/nt:<N>   AdamW(foreach=True, weight_decay=1e-2).step() over 100
+#       tensors of 1e6 f32 params with grads set, GBPS = 28 bytes per parameter (as bench_embedding)
+def embedding_cases(torch, F, threads):
+    import numpy as np
+    out = []
+    table_bytes, bags, pool = 1 << 30, 2048, 100
+
+    def idx_for(E, zipf):
+        n = bags * pool
+        if not zipf:
+            return torch.randint(0, E, (n,), dtype=torch.int64)
+        r = np.arange(1, E + 1, dtype=np.float64) ** -1.05
+        cdf = np.cumsum(r)
+        u = np.random.default_rng(0x2F).random(n) * cdf[-1]
+        rank = np.minimum(np.searchsorted(cdf, u), E - 1).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            v = (rank * np.uint64(0x9E3779B97F4A7C15)) & np.uint64(E - 1)
+        return torch.from_numpy(v.astype(np.int64))
+
+    offsets = torch.arange(0, bags * pool, pool, dtype=torch.int64)
+    for dim in (64, 128):
+        for zipf in (False, True):
+            for dt, es in (("f32", 4), ("bf16", 2)):
+                E = table_bytes // (dim * es)
+                shape = f"sum_dim:{dim}_{'zipf1.05' if zipf else 'uniform'}"
+
+                def mk(nsets, E=E, dt=dt, dim=dim, zipf=zipf):
+                    w = torch.rand(E, dim, dtype=torch.float32 if dt == "f32" else torch.bfloat16)
+                    return [(w, idx_for(E, zipf))]
+
+                for nt in threads:
+                    out.append((f"embedding_bag/{dt}/torch/{shape}/nt:{nt}", nt, bags * pool * dim * es, 1, mk,
+                                lambda w, i: F.embedding_bag(i, w, offsets, mode="sum")))
+
+    n_total, n_each = 100_000_000, 1_000_000
+
+    def mk_opt(nsets):
+        with torch.inference_mode(False):
+            ps = [torch.nn.Parameter(torch.full((n_each,), 0.5)) for _ in range(n_total // n_each)]
+            for p in ps:
+                p.grad = torch.full((n_each,), 1e-3)
+            opt = torch.optim.AdamW(ps, lr=1e-3, weight_decay=1e-2, foreach=True)
+        return [(opt,)]
+
+    def step(opt):
+        with torch.inference_mode(False):
+            opt.step()
+
+    for nt in threads:
+        out.append((f"optim/f32/torch/adamw_n:1e8/nt:{nt}", nt, 28 * n_total, 1, mk_opt, step))
     return out
 
 
