@@ -118,6 +118,32 @@ struct EmbeddingArgs {
 };
 void embedding(const EmbeddingBagDesc& desc, const EmbeddingArgs& args);
 
+// Backward of sum / mean pooling w.r.t. the table, fused with a sparse optimizer step on the rows
+// the bags read (IPEX's MergedEmbeddingBagWithSGD / WithAdagrad semantics; no dense gradient):
+//   grad_row[r] = sum over the entries j of every bag b with indices[j] == r (padding_idx
+//                 skipped) of s_j * grad_out[b],  s_j = per_sample_weights[j] (sum), 1 (sum),
+//                 or 1.0f / count_b (mean; count_b = the bag's entries that are not padding)
+//   sgd       table[r] = table[r] - lr * grad_row[r]
+//   adagrad   state[r] = state[r] + grad_row[r]^2;  table[r] = table[r] - lr * (grad_row[r] / (sqrt(state[r]) + eps))
+//             (element-wise accumulator, torch.optim.Adagrad's formula without lr_decay / weight_decay)
+// for every row r that some entry references (other rows untouched). f32 table (row_quant none);
+// grad_out is out_dtype (f32 / bf16), num_bags rows of ld_out. grad_row is summed in f32 in entry
+// order, so the result does not depend on the thread count; rows are sorted and deduplicated
+// first and each unique row is updated by one thread (no write conflicts on hot rows).
+// args.table is the table that is updated (it is written through a const_cast of that pointer)
+// and args.out must be null. Everything is validated (indices, offsets, sizes, overlaps) before
+// anything is written.
+enum class EmbeddingOptimizer : int { sgd = 0, adagrad = 1 };
+struct EmbeddingBagUpdate {
+    EmbeddingOptimizer optimizer = EmbeddingOptimizer::sgd;
+    float lr = 0.01f;
+    float eps = 1e-10f;          // adagrad
+    float* state = nullptr;      // adagrad: f32 num_embeddings x dim, row stride ld_state
+    int64_t ld_state = 0;        // 0 = dim
+};
+void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
+                                   const EmbeddingBagUpdate& update);
+
 // Merged embedding bag (IPEX's MergedEmbeddingBag, DLRM): T tables looked up in one call, every
 // table with the same number of bags B, written side by side into one output
 //   out: B x ld_out (ld_out >= sum of dims, 0 = packed), table t in columns [col_t, col_t + dim_t)

@@ -812,6 +812,112 @@ TEST(EmbeddingBag, MergedManyBagsTwoThreads) {
     set_num_threads(0);
 }
 
+// Backward + fused SGD / Adagrad: against a double oracle of the documented formulas (gradient
+// per row summed over its entries, then the update), with hot rows (a third of the entries hit
+// row 0), padding, weights, mean, bf16 grad_out; untouched rows unchanged; 1 and 2 threads give
+// the same bits; bad input writes nothing.
+TEST(EmbeddingBag, BackwardFusedUpdateMatchesOracle) {
+    const int64_t E = 50, B = 300;
+    uint64_t k = 0;
+    for (EmbeddingOptimizer opt : {EmbeddingOptimizer::sgd, EmbeddingOptimizer::adagrad})
+        for (EmbeddingBagMode mode : {EmbeddingBagMode::sum, EmbeddingBagMode::mean})
+            for (int64_t dim : {1, 17, 64})
+                for (DType gdt : {DType::f32, DType::bf16}) {
+                    ++k;
+                    EmbeddingBagDesc d;
+                    d.num_embeddings = E;
+                    d.dim = dim;
+                    d.mode = mode;
+                    d.out_dtype = gdt;
+                    d.padding_idx = k % 2 ? 7 : -1;
+                    d.per_sample_weights = mode == EmbeddingBagMode::sum && k % 4 < 2;
+                    d.ld_table = k % 3 == 0 ? dim + 2 : 0;
+                    Case c = make_case(d, B, 1200 + k);
+                    for (size_t j = 0; j < c.indices.size(); j += 3)
+                        if (c.indices[j] != d.padding_idx) c.indices[j] = 0;  // a hot row
+                    const int64_t ldt = d.ld_table ? d.ld_table : dim;
+                    std::vector<float> t0(static_cast<size_t>(E * ldt)), st0(static_cast<size_t>(E * dim));
+                    test::fill_uniform(t0.data(), t0.size(), -1, 1, 5 + k);
+                    test::fill_uniform(st0.data(), st0.size(), 0, 0.5, 6 + k);
+                    std::vector<float> gof(static_cast<size_t>(B * dim));
+                    test::fill_uniform(gof.data(), gof.size(), -1, 1, 7 + k);
+                    std::vector<bf16> gob(gof.size());
+                    for (size_t i = 0; i < gof.size(); ++i) {
+                        gob[i] = bf16(gof[i]);
+                        if (gdt == DType::bf16) gof[i] = gob[i].to_float();
+                    }
+                    const void* go = gdt == DType::bf16 ? static_cast<const void*>(gob.data()) : gof.data();
+                    // Oracle.
+                    std::vector<double> grad(static_cast<size_t>(E * dim), 0.0);
+                    std::vector<bool> touched(static_cast<size_t>(E), false);
+                    const int64_t n_idx = static_cast<int64_t>(c.indices.size());
+                    for (int64_t b = 0; b < B; ++b) {
+                        const int64_t j0 = c.offsets[b], j1 = b + 1 < B ? c.offsets[b + 1] : n_idx;
+                        int64_t count = 0;
+                        for (int64_t j = j0; j < j1; ++j) count += c.indices[j] != d.padding_idx;
+                        for (int64_t j = j0; j < j1; ++j) {
+                            const int64_t r = c.indices[j];
+                            if (r == d.padding_idx) continue;
+                            touched[r] = true;
+                            const double w = mode == EmbeddingBagMode::mean ? 1.0 / count : (d.per_sample_weights ? c.psw[j] : 1.0);
+                            for (int64_t q = 0; q < dim; ++q) grad[r * dim + q] += w * gof[b * dim + q];
+                        }
+                    }
+                    EmbeddingBagUpdate u;
+                    u.optimizer = opt;
+                    u.lr = 0.05f;
+                    std::vector<float> results[2], states[2];
+                    for (int threads : {1, 2}) {
+                        set_num_threads(threads);
+                        std::vector<float> t = t0, st = st0;
+                        u.state = opt == EmbeddingOptimizer::adagrad ? st.data() : nullptr;
+                        EmbeddingBagArgs a{B, n_idx, t.data(), c.indices.data(), c.offsets.data(),
+                                           d.per_sample_weights ? c.psw.data() : nullptr, nullptr};
+                        embedding_bag_backward_update(d, a, go, u);
+                        results[threads - 1] = t;
+                        states[threads - 1] = st;
+                    }
+                    set_num_threads(0);
+                    ASSERT_EQ(results[0], results[1]) << "thread count changed the result";
+                    ASSERT_EQ(states[0], states[1]);
+                    const std::vector<float>& t = results[0];
+                    for (int64_t r = 0; r < E; ++r)
+                        for (int64_t q = 0; q < ldt; ++q) {
+                            const size_t ti = static_cast<size_t>(r * ldt + q);
+                            if (!touched[r] || q >= dim) {
+                                ASSERT_EQ(t[ti], t0[ti]) << "untouched value changed r=" << r;
+                                continue;
+                            }
+                            const double g = grad[r * dim + q];
+                            double want;
+                            if (opt == EmbeddingOptimizer::sgd) {
+                                want = t0[ti] - 0.05 * g;
+                            } else {
+                                const double s = st0[r * dim + q] + g * g;
+                                want = t0[ti] - 0.05 * g / (std::sqrt(s) + 1e-10);
+                                ASSERT_NEAR(states[0][r * dim + q], s, 1e-5 * (1 + s));
+                            }
+                            ASSERT_NEAR(t[ti], want, 2e-6 * (1 + std::fabs(want)) + 1e-5 * std::fabs(g)) << "r=" << r << " k=" << k;
+                        }
+                }
+    // Bad input: nothing written.
+    EmbeddingBagDesc d;
+    d.num_embeddings = 4;
+    d.dim = 3;
+    std::vector<float> t(12, 1.0f), go(6, 1.0f);
+    const std::vector<int64_t> idx = {0, 4}, off = {0, 1};
+    EmbeddingBagArgs a{2, 2, t.data(), idx.data(), off.data(), nullptr, nullptr};
+    try {
+        embedding_bag_backward_update(d, a, go.data(), EmbeddingBagUpdate{});
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("indices[1]=4 (bag 1)"), std::string::npos) << e.what();
+    }
+    for (float v : t) EXPECT_EQ(v, 1.0f);
+    d.mode = EmbeddingBagMode::max;
+    EXPECT_THROW(embedding_bag_backward_update(d, a, go.data(), EmbeddingBagUpdate{}), Error);
+}
+
 TEST(EmbeddingBag, BadDescriptor) {
     EmbeddingBagDesc good;
     good.num_embeddings = 10;
