@@ -52,6 +52,19 @@ XK_T inline VF load_q4(const uint8_t* p, M m) {
     const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));  // bytes lo0 hi0 lo1 hi1 ...
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
 }
+XK_T inline VF load_f32_full(const float* p) { return _mm512_loadu_ps(p); }
+XK_T inline VF load_bf16_full(const uint16_t* p) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+XK_T inline VF load_q8_full(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+XK_T inline VF load_q4_full(const uint8_t* p) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i q = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(15)), _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
+}
 XK_T inline void store_f32(float* p, VF v, M m) { _mm512_mask_storeu_ps(p, m, v); }
 // Round to nearest even; NaN -> quiet NaN (bf16::from_float).
 XK_T inline void store_bf16(uint16_t* p, VF v, M m) {
@@ -117,6 +130,20 @@ XK_T inline VF load_q4(const uint8_t* p, M m) {
     const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(static_cast<int>(t)));
     const __m128i lo = _mm_and_si128(w, _mm_set1_epi16(15));
     const __m128i q = _mm_or_si128(lo, _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+}
+XK_T inline VF load_f32_full(const float* p) { return _mm256_loadu_ps(p); }
+XK_T inline VF load_bf16_full(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+XK_T inline VF load_q8_full(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+XK_T inline VF load_q4_full(const uint8_t* p) {
+    uint32_t t;
+    std::memcpy(&t, p, 4);
+    const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(static_cast<int>(t)));
+    const __m128i q = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(15)), _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
 }
 XK_T inline void store_f32(float* p, VF v, M m) {
