@@ -6,6 +6,8 @@
 //   embedding_bag/f32/xk/gather_limit_dim:<D>_<dist>/nt:<N>   the plain gather loop (f32)
 //   embedding_bag/u8|u4/xk/sum_int8rows|int4rows_dim:<D>_<dist>/nt:<N>   row-wise quantized tables
 //                                                     (GBPS of fused rows, and Mrows/s)
+//   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
+//                                                     the forward's gathered bytes, for comparing times)
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
@@ -206,6 +208,36 @@ void BM_optim(benchmark::State& state, bool adamw, int nt) {
     xk::bench::set_gbps(state, bytes);
 }
 
+// One training step of a table: forward (sum) + backward fused with SGD (lr 1e-6, the values
+// barely move), grad_out = the forward output. GBPS counts the gathered rows once (as the
+// forward rows) so the time compares directly with the torch row (forward + backward + sparse SGD).
+void BM_train(benchmark::State& state, int64_t dim, bool zipf, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    const xk::EmbeddingBagPlan plan(d);
+    std::vector<float> out(static_cast<size_t>(kBags * dim));
+    xk::EmbeddingBagArgs a;
+    a.num_bags = kBags;
+    a.num_indices = kBags * kPool;
+    a.table = table();
+    a.indices = idx.data();
+    a.offsets = offsets().data();
+    xk::EmbeddingBagUpdate u;
+    u.lr = 1e-6f;
+    for (auto _ : state) {
+        a.out = out.data();
+        plan.run(a);
+        a.out = nullptr;
+        xk::embedding_bag_backward_update(d, a, out.data(), u);
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
+}
+
 // The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched, bags split
 // evenly over the threads. dim is a multiple of 16.
 __attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
@@ -262,6 +294,15 @@ const bool registered = [] {
                     ->UseRealTime();
                 benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "u4", "xk", "sum_int4rows_" + shape, ntp}).c_str(),
                                              BM_qbag, dim, zipf, xk::EmbeddingRowQuant::int4_rowwise, nt)
+                    ->UseRealTime();
+            }
+    for (int64_t dim : {64, 128})
+        for (bool zipf : {false, true})
+            for (int nt : xk::bench::thread_counts()) {
+                const std::string shape = "dim:" + std::to_string(dim) + (zipf ? "_zipf1.05" : "_uniform");
+                benchmark::RegisterBenchmark(
+                    xk::bench::join_name({"embedding_train", "f32", "xk", "sum_sgd_" + shape, "nt:" + std::to_string(nt)}).c_str(),
+                    BM_train, dim, zipf, nt)
                     ->UseRealTime();
             }
     const int64_t on = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);

@@ -275,6 +275,8 @@ def gemm_cases(torch, F, threads):
 # ---- bench_embedding's peers (issue 30): F.embedding_bag and torch.optim.AdamW(foreach=True) ------
 #   embedding_bag/<f32|bf16>/torch/sum_dim:<D>_<uniform|zipf1.05>/nt:<N>   F.embedding_bag(mode="sum"),
 #       a 1 GiB table, 2048 bags x 100 indices (int64), GBPS = gathered row bytes per call
+#   embedding_train/f32/torch/sum_sgd_dim:<D>_<dist>/nt:<N>   forward + backward (sparse=True) +
+#       torch.optim.SGD(lr=1e-6).step(), GBPS = the forward's gathered bytes (as bench_embedding)
 #   optim/f32/torch/adamw_n:1e8/nt:<N>   AdamW(foreach=True, weight_decay=1e-2).step() over 100
 #       tensors of 1e6 f32 params with grads set, GBPS = 28 bytes per parameter (as bench_embedding)
 def embedding_cases(torch, F, threads):
@@ -308,6 +310,29 @@ def embedding_cases(torch, F, threads):
                 for nt in threads:
                     out.append((f"embedding_bag/{dt}/torch/{shape}/nt:{nt}", nt, bags * pool * dim * es, 1, mk,
                                 lambda w, i: F.embedding_bag(i, w, offsets, mode="sum")))
+
+    # One training step: forward + backward (sparse grad) + torch.optim.SGD step (lr 1e-6).
+    for dim in (64, 128):
+        for zipf in (False, True):
+            E = table_bytes // (dim * 4)
+            shape = f"sum_sgd_dim:{dim}_{'zipf1.05' if zipf else 'uniform'}"
+
+            def mk_train(nsets, E=E, dim=dim, zipf=zipf):
+                with torch.inference_mode(False):  # normal tensors: autograd saves them
+                    w = torch.nn.Parameter(torch.rand(E, dim))
+                    opt = torch.optim.SGD([w], lr=1e-6)
+                    i, o = idx_for(E, zipf).clone(), offsets.clone()
+                return [(w, opt, i, o)]
+
+            def train(w, opt, i, offs):
+                with torch.inference_mode(False):
+                    o = F.embedding_bag(i, w, offs, mode="sum", sparse=True)
+                    o.backward(o.detach())
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+
+            for nt in threads:
+                out.append((f"embedding_train/f32/torch/{shape}/nt:{nt}", nt, bags * pool * dim * 4, 1, mk_train, train))
 
     n_total, n_each = 100_000_000, 1_000_000
 

@@ -11,6 +11,9 @@
 #include "kernels/embedding_bag/embedding_bag.hpp"
 
 namespace xk {
+namespace {
+constexpr int64_t kPrefetch = 8;  // unique rows ahead
+}  // namespace
 
 void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
                                    const EmbeddingBagUpdate& u) {
@@ -98,7 +101,18 @@ void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const Embedding
     const int64_t grain = std::max<int64_t>(1, 16384 / (dim * (1 + static_cast<int64_t>(e.size()) / std::max<int64_t>(U, 1))));
     detail::parallel_for(U, grain, [&](int64_t u0, int64_t u1) {
         std::vector<float> acc(static_cast<size_t>(dim)), g(static_cast<size_t>(dim));
+        const int64_t row_bytes = dim * 4;
         for (int64_t s = u0; s < u1; ++s) {
+            // The rows (and Adagrad states) of the unique rows kPrefetch ahead, for writing.
+            if (s + kPrefetch < u1) {
+                const int64_t r = e[seg[s + kPrefetch]].first;
+                const char* t = reinterpret_cast<const char*>(table + r * d.ld_table);
+                for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(t + l, 1, 3);
+                if (u.state) {
+                    const char* st = reinterpret_cast<const char*>(u.state + r * ld_state);
+                    for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(st + l, 1, 3);
+                }
+            }
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t i = seg[s]; i < seg[s + 1]; ++i) {
                 const int64_t j = e[i].second, b = bag_of[j];
