@@ -8,6 +8,8 @@
 //                                                     (GBPS of fused rows, and Mrows/s)
 //   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
 //                                                     the forward's gathered bytes, for comparing times)
+//   embedding_merged/f32/xk/<merged|separate>_26x2048_dim:64/nt:<N>  26 tables (slices of the 1 GiB
+//                                                     table, pooling 1 + 4t): one merged call vs 26 calls
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
@@ -238,6 +240,62 @@ void BM_train(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
 }
 
+// 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
+// pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
+// every bag of every table) beside 26 separate plan runs writing the same merged output columns.
+void BM_merged(benchmark::State& state, bool merged, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    constexpr int T = 26;
+    constexpr int64_t dim = 64;
+    const int64_t rows_total = kTableBytes / (dim * 4), E = rows_total / T;
+    static std::vector<std::vector<int64_t>> idx, off;
+    if (idx.empty())
+        for (int t = 0; t < T; ++t) {
+            const int64_t pool = 1 + 4 * t;
+            std::vector<int64_t> iv(static_cast<size_t>(kBags * pool)), ov(kBags);
+            for (int64_t i = 0; i < kBags * pool; ++i)
+                iv[i] = static_cast<int64_t>(xk::bench::detail::splitmix64(0x77u * (t + 1) + static_cast<uint64_t>(i)) %
+                                             static_cast<uint64_t>(E));
+            for (int64_t b = 0; b < kBags; ++b) ov[b] = b * pool;
+            idx.push_back(std::move(iv));
+            off.push_back(std::move(ov));
+        }
+    std::vector<xk::EmbeddingBagDesc> ds(T);
+    std::vector<xk::EmbeddingBagArgs> args(T);
+    int64_t n_rows = 0;
+    for (int t = 0; t < T; ++t) {
+        ds[t].num_embeddings = E;
+        ds[t].dim = dim;
+        args[t].num_bags = kBags;
+        args[t].num_indices = static_cast<int64_t>(idx[t].size());
+        args[t].table = table() + static_cast<int64_t>(t) * E * dim;
+        args[t].indices = idx[t].data();
+        args[t].offsets = off[t].data();
+        n_rows += args[t].num_indices;
+    }
+    std::vector<float> out(static_cast<size_t>(kBags * T * dim));
+    const xk::EmbeddingBagMultiPlan mp(ds);
+    std::vector<xk::EmbeddingBagPlan> plans;
+    for (int t = 0; t < T; ++t) {
+        xk::EmbeddingBagDesc d = ds[t];
+        d.ld_out = T * dim;
+        plans.emplace_back(d);
+    }
+    for (auto _ : state) {
+        if (merged) {
+            mp.run(args.data(), T, out.data());
+        } else {
+            for (int t = 0; t < T; ++t) {
+                xk::EmbeddingBagArgs a = args[t];
+                a.out = out.data() + t * dim;
+                plans[t].run(a);
+            }
+        }
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(n_rows * dim * 4));
+}
+
 // The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched, bags split
 // evenly over the threads. dim is a multiple of 16.
 __attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
@@ -305,6 +363,14 @@ const bool registered = [] {
                     BM_train, dim, zipf, nt)
                     ->UseRealTime();
             }
+    for (int nt : xk::bench::thread_counts())
+        for (bool merged : {true, false})
+            benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_merged", "f32", "xk",
+                                                               merged ? "merged_26x2048_dim:64" : "separate_26x2048_dim:64",
+                                                               "nt:" + std::to_string(nt)})
+                                             .c_str(),
+                                         BM_merged, merged, nt)
+                ->UseRealTime();
     const int64_t on = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
     const std::string ns = on == 100000000 ? "1e8" : std::to_string(on);
     for (int nt : xk::bench::thread_counts()) {
