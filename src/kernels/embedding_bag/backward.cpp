@@ -13,6 +13,24 @@
 namespace xk {
 namespace {
 constexpr int64_t kPrefetch = 8;  // unique rows ahead
+
+// Sorts (row, position) pairs listed in increasing position by row, keeping position order within
+// a row: stable LSD radix sort on 16-bit digits of the row (rows < 2^32), else std::sort.
+void sort_entries(std::vector<std::pair<int64_t, int64_t>>& e, int64_t num_rows) {
+    if (num_rows > (int64_t(1) << 32) || e.size() < 256) {
+        std::sort(e.begin(), e.end());
+        return;
+    }
+    std::vector<std::pair<int64_t, int64_t>> tmp(e.size());
+    std::vector<int64_t> count(65536 + 1);
+    for (int shift = 0; shift < 32 && (num_rows - 1) >> shift; shift += 16) {
+        std::fill(count.begin(), count.end(), 0);
+        for (const auto& x : e) ++count[((x.first >> shift) & 0xFFFF) + 1];
+        for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+        for (const auto& x : e) tmp[static_cast<size_t>(count[(x.first >> shift) & 0xFFFF]++)] = x;
+        e.swap(tmp);
+    }
+}
 }  // namespace
 
 void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
@@ -88,7 +106,7 @@ void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const Embedding
             scale[j] = d.mode == EmbeddingBagMode::mean ? inv : (d.per_sample_weights ? args.per_sample_weights[j] : 1.0f);
         }
     }
-    std::sort(e.begin(), e.end());
+    sort_entries(e, d.num_embeddings);
     std::vector<int64_t> seg;  // starts of the unique rows in e, then e.size()
     for (size_t i = 0; i < e.size(); ++i)
         if (i == 0 || e[i].first != e[i - 1].first) seg.push_back(static_cast<int64_t>(i));
