@@ -6,6 +6,7 @@
 //   embedding_bag/f32/xk/gather_limit_dim:<D>_<dist>/nt:<N>   the plain gather loop (f32)
 //   embedding_bag/u8|u4/xk/sum_int8rows|int4rows_dim:<D>_<dist>/nt:<N>   row-wise quantized tables
 //                                                     (GBPS of fused rows, and Mrows/s)
+//   embedding_lookup/f32/xk/rows_dim:<D>_<dist>/nt:<N>  xk::embedding of the same 204800 indices
 //   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
 //                                                     the forward's gathered bytes, for comparing times)
 //   embedding_merged/f32/xk/<merged|separate>_26x2048_dim:64/nt:<N>  26 tables (slices of the 1 GiB
@@ -210,6 +211,24 @@ void BM_optim(benchmark::State& state, bool adamw, int nt) {
     xk::bench::set_gbps(state, bytes);
 }
 
+// Lookup (F.embedding) of the same 204800 indices: 204800 x D rows written (GBPS = gathered bytes).
+void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    const int64_t n = kBags * kPool;
+    static std::vector<float> out;
+    out.resize(static_cast<size_t>(n * dim));
+    for (auto _ : state) {
+        xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.data()});
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(n * dim * 4));
+}
+
 // One training step of a table: forward (sum) + backward fused with SGD (lr 1e-6, the values
 // barely move), grad_out = the forward output. GBPS counts the gathered rows once (as the
 // forward rows) so the time compares directly with the torch row (forward + backward + sparse SGD).
@@ -361,6 +380,10 @@ const bool registered = [] {
                 benchmark::RegisterBenchmark(
                     xk::bench::join_name({"embedding_train", "f32", "xk", "sum_sgd_" + shape, "nt:" + std::to_string(nt)}).c_str(),
                     BM_train, dim, zipf, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(
+                    xk::bench::join_name({"embedding_lookup", "f32", "xk", "rows_" + shape, "nt:" + std::to_string(nt)}).c_str(),
+                    BM_lookup, dim, zipf, nt)
                     ->UseRealTime();
             }
     for (int nt : xk::bench::thread_counts())
