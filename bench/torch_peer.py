@@ -230,7 +230,7 @@ def cases(torch, F, threads):
         def mk_glu_d(nsets, t=t):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
-    return out + gemm_cases(torch, F, threads) + embedding_cases(torch, F, threads)
+    return out + gemm_cases(torch, F, threads)
 
 
 # ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
@@ -270,6 +270,62 @@ def gemm_cases(torch, F, threads):
                                 {"GBPS": N * K * es, "GFLOPS": 2 * M * N * K}, sets_for(N * K * es), mk_dec,
                                 lambda x, w: F.linear(x, w)))
     return out
+
+
+def run(args):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        sys.exit("torch_peer.py: PyTorch is not installed here; see the top of this file "
+                 "(python3 -m venv /opt/torchpeer && /opt/torchpeer/bin/pip install torch numpy)")
+
+    threads = [int(x) for x in args.threads.split(",")] if args.threads else env_threads()
+    rx = re.compile(args.filter) if args.filter else None
+    results = []
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for name, nt, units, nsets, make, fn in cases(torch, F, threads):
+            if rx and not rx.search(name):
+                continue
+            if not isinstance(units, dict):
+                units = {"GBPS": units}  # bench_llm's rows: bytes per call
+            torch.set_num_threads(nt)
+            try:
+                sets = make(nsets)
+                for _ in range(2):  # warm-up (allocator, first touch)
+                    fn(*sets[0])
+            except (RuntimeError, NotImplementedError) as e:  # e.g. an op this build lacks on CPU
+                print(f"{name:60s} skipped: {e}", file=sys.stderr)
+                continue
+            for rep in range(args.repetitions):
+                it, k, t0 = 0, 0, time.perf_counter()
+                while True:
+                    fn(*sets[k])
+                    k = (k + 1) % len(sets)
+                    it += 1
+                    el = time.perf_counter() - t0
+                    if el >= args.min_time and it >= 2:
+                        break
+                per = el / it
+                entry = {
+                    "name": name + "/real_time", "run_name": name + "/real_time", "run_type": "iteration",
+                    "repetitions": args.repetitions, "repetition_index": rep, "threads": 1, "iterations": it,
+                    "real_time": per * 1e9, "cpu_time": per * 1e9, "time_unit": "ns",
+                    "label": f"torch {torch.__version__}, {len(sets)} sets",
+                }
+                text = ""
+                for c, v in units.items():
+                    entry[c] = v / per * 1e-9
+                    text += f" {v / per * 1e-9:9.2f} {'GB/s' if c == 'GBPS' else 'GFLOP/s'}"
+                results.append(entry)
+                print(f"{name:60s} {per * 1e6:12.1f} us{text}", file=sys.stderr)
+            del sets
+    ctx = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "executable": "bench/torch_peer.py",
+           "torch": torch.__version__, "num_cpus": os.cpu_count(), "library_build_type": "release",
+           "rotate_bytes": ROTATE_BYTES}
+    json.dump({"context": ctx, "benchmarks": results}, sys.stdout, indent=1)
+    print()
 
 
 # ---- bench_embedding's peers (issue 30): F.embedding_bag and torch.optim.AdamW(foreach=True) ------
@@ -353,60 +409,11 @@ def embedding_cases(torch, F, threads):
     return out
 
 
-def run(args):
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        sys.exit("torch_peer.py: PyTorch is not installed here; see the top of this file "
-                 "(python3 -m venv /opt/torchpeer && /opt/torchpeer/bin/pip install torch numpy)")
+_cases_without_embedding = cases
 
-    threads = [int(x) for x in args.threads.split(",")] if args.threads else env_threads()
-    rx = re.compile(args.filter) if args.filter else None
-    results = []
-    torch.manual_seed(0)
-    with torch.inference_mode():
-        for name, nt, units, nsets, make, fn in cases(torch, F, threads):
-            if rx and not rx.search(name):
-                continue
-            if not isinstance(units, dict):
-                units = {"GBPS": units}  # bench_llm's rows: bytes per call
-            torch.set_num_threads(nt)
-            try:
-                sets = make(nsets)
-                for _ in range(2):  # warm-up (allocator, first touch)
-                    fn(*sets[0])
-            except (RuntimeError, NotImplementedError) as e:  # e.g. an op this build lacks on CPU
-                print(f"{name:60s} skipped: {e}", file=sys.stderr)
-                continue
-            for rep in range(args.repetitions):
-                it, k, t0 = 0, 0, time.perf_counter()
-                while True:
-                    fn(*sets[k])
-                    k = (k + 1) % len(sets)
-                    it += 1
-                    el = time.perf_counter() - t0
-                    if el >= args.min_time and it >= 2:
-                        break
-                per = el / it
-                entry = {
-                    "name": name + "/real_time", "run_name": name + "/real_time", "run_type": "iteration",
-                    "repetitions": args.repetitions, "repetition_index": rep, "threads": 1, "iterations": it,
-                    "real_time": per * 1e9, "cpu_time": per * 1e9, "time_unit": "ns",
-                    "label": f"torch {torch.__version__}, {len(sets)} sets",
-                }
-                text = ""
-                for c, v in units.items():
-                    entry[c] = v / per * 1e-9
-                    text += f" {v / per * 1e-9:9.2f} {'GB/s' if c == 'GBPS' else 'GFLOP/s'}"
-                results.append(entry)
-                print(f"{name:60s} {per * 1e6:12.1f} us{text}", file=sys.stderr)
-            del sets
-    ctx = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "executable": "bench/torch_peer.py",
-           "torch": torch.__version__, "num_cpus": os.cpu_count(), "library_build_type": "release",
-           "rotate_bytes": ROTATE_BYTES}
-    json.dump({"context": ctx, "benchmarks": results}, sys.stdout, indent=1)
-    print()
+
+def cases(torch, F, threads):  # noqa: F811  (the rows above appended to every other family's)
+    return _cases_without_embedding(torch, F, threads) + embedding_cases(torch, F, threads)
 
 
 def median_by_name(path):
