@@ -440,6 +440,94 @@ def run(args):
     print()
 
 
+# ---- bench_embedding's peers (issue 30): F.embedding_bag and torch.optim.AdamW(foreach=True) ------
+#   embedding_bag/<f32|bf16>/torch/sum_dim:<D>_<uniform|zipf1.05>/nt:<N>   F.embedding_bag(mode="sum"),
+#       a 1 GiB table, 2048 bags x 100 indices (int64), GBPS = gathered row bytes per call
+#   embedding_train/f32/torch/sum_sgd_dim:<D>_<dist>/nt:<N>   forward + backward (sparse=True) +
+#       torch.optim.SGD(lr=1e-6).step(), GBPS = the forward's gathered bytes (as bench_embedding)
+#   optim/f32/torch/adamw_n:1e8/nt:<N>   AdamW(foreach=True, weight_decay=1e-2).step() over 100
+#       tensors of 1e6 f32 params with grads set, GBPS = 28 bytes per parameter (as bench_embedding)
+def embedding_cases(torch, F, threads):
+    import numpy as np
+    out = []
+    table_bytes, bags, pool = 1 << 30, 2048, 100
+
+    def idx_for(E, zipf):
+        n = bags * pool
+        if not zipf:
+            return torch.randint(0, E, (n,), dtype=torch.int64)
+        r = np.arange(1, E + 1, dtype=np.float64) ** -1.05
+        cdf = np.cumsum(r)
+        u = np.random.default_rng(0x2F).random(n) * cdf[-1]
+        rank = np.minimum(np.searchsorted(cdf, u), E - 1).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            v = (rank * np.uint64(0x9E3779B97F4A7C15)) & np.uint64(E - 1)
+        return torch.from_numpy(v.astype(np.int64))
+
+    offsets = torch.arange(0, bags * pool, pool, dtype=torch.int64)
+    for dim in (64, 128):
+        for zipf in (False, True):
+            for dt, es in (("f32", 4), ("bf16", 2)):
+                E = table_bytes // (dim * es)
+                shape = f"sum_dim:{dim}_{'zipf1.05' if zipf else 'uniform'}"
+
+                def mk(nsets, E=E, dt=dt, dim=dim, zipf=zipf):
+                    w = torch.rand(E, dim, dtype=torch.float32 if dt == "f32" else torch.bfloat16)
+                    return [(w, idx_for(E, zipf))]
+
+                for nt in threads:
+                    out.append((f"embedding_bag/{dt}/torch/{shape}/nt:{nt}", nt, bags * pool * dim * es, 1, mk,
+                                lambda w, i: F.embedding_bag(i, w, offsets, mode="sum")))
+
+    # One training step: forward + backward (sparse grad) + torch.optim.SGD step (lr 1e-6).
+    for dim in (64, 128):
+        for zipf in (False, True):
+            E = table_bytes // (dim * 4)
+            shape = f"sum_sgd_dim:{dim}_{'zipf1.05' if zipf else 'uniform'}"
+
+            def mk_train(nsets, E=E, dim=dim, zipf=zipf):
+                with torch.inference_mode(False):  # normal tensors: autograd saves them
+                    w = torch.nn.Parameter(torch.rand(E, dim))
+                    opt = torch.optim.SGD([w], lr=1e-6)
+                    i, o = idx_for(E, zipf).clone(), offsets.clone()
+                return [(w, opt, i, o)]
+
+            def train(w, opt, i, offs):
+                with torch.inference_mode(False):
+                    o = F.embedding_bag(i, w, offs, mode="sum", sparse=True)
+                    o.backward(o.detach())
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+
+            for nt in threads:
+                out.append((f"embedding_train/f32/torch/{shape}/nt:{nt}", nt, bags * pool * dim * 4, 1, mk_train, train))
+
+    n_total, n_each = 100_000_000, 1_000_000
+
+    def mk_opt(nsets):
+        with torch.inference_mode(False):
+            ps = [torch.nn.Parameter(torch.full((n_each,), 0.5)) for _ in range(n_total // n_each)]
+            for p in ps:
+                p.grad = torch.full((n_each,), 1e-3)
+            opt = torch.optim.AdamW(ps, lr=1e-3, weight_decay=1e-2, foreach=True)
+        return [(opt,)]
+
+    def step(opt):
+        with torch.inference_mode(False):
+            opt.step()
+
+    for nt in threads:
+        out.append((f"optim/f32/torch/adamw_n:1e8/nt:{nt}", nt, 28 * n_total, 1, mk_opt, step))
+    return out
+
+
+_cases_without_embedding = cases
+
+
+def cases(torch, F, threads):  # noqa: F811  (the rows above appended to every other family's)
+    return _cases_without_embedding(torch, F, threads) + embedding_cases(torch, F, threads)
+
+
 def median_by_name(path):
     """{(key, provider): (median, unit)}: GB/s where a row has GBPS (memory-bound), else GFLOP/s.
     The key is the name without the provider (and real_time); PyTorch's s8s8s32 GEMM rows are keyed

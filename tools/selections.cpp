@@ -9,6 +9,7 @@
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/glu/glu.hpp"
 #include "kernels/norm/norm.hpp"
+#include "kernels/optim/optim.hpp"
 #include "kernels/convert/convert.hpp"
 #include "kernels/quant/quant.hpp"
 #include "kernels/rope/rope.hpp"
@@ -83,6 +84,11 @@ std::vector<Selection> selections() {
         d.num_embeddings = 1000000;
         d.dim = 128;
         return embedding_bag_config(embedding_bag_validate_desc("xk-info", d));
+    }));
+    v.push_back(pick("optim", optim_registry(), [] {
+        OptimConfig k;
+        k.kind = OptimKind::adam;
+        return k;
     }));
     v.push_back(pick("rms_norm", norm_registry(), [] {
         NormDesc d;

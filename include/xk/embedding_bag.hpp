@@ -1,7 +1,8 @@
 // xkernels — embedding bag (torch.nn.EmbeddingBag / at::embedding_bag forward; FBGEMM's SpMDM;
 // IPEX's merged embedding bag for DLRM).
 //
-//   table    num_embeddings x dim, row stride ld_table >= dim (0 = dim); f32 or bf16
+//   table    num_embeddings x dim, row stride ld_table >= dim (0 = dim); f32 or bf16, or row-wise
+//            quantized 8-bit / 4-bit rows (row_quant, below; ld_table then in bytes)
 //   indices  num_indices rows of the table, int32 or int64 (IndexType)
 //   offsets  bag starts, same integer type as indices (PyTorch semantics, see below)
 //   out      num_bags x dim, row stride ld_out >= dim (0 = dim); f32 or bf16
@@ -39,6 +40,24 @@ enum class EmbeddingBagMode : int { sum = 0, mean = 1, max = 2 };  // PyTorch's 
 
 enum class IndexType : int { i32 = 0, i64 = 1 };
 
+// Row-wise quantized tables in FBGEMM's fused layouts (table_dtype must then be u8; ld_table is
+// in bytes, 0 = the fused row size):
+//   int8_rowwise  row = uint8 q[dim], float scale, float bias            (dim + 8 bytes; FBGEMM's
+//                 "fused 8-bit rowwise", PyTorch's embedding_bag_byte_prepack)
+//   int4_rowwise  row = uint8 [ceil(dim/2)] (element 2i in the low nibble of byte i, 2i+1 in the
+//                 high nibble), fp16 scale, fp16 bias                     (ceil(dim/2) + 4 bytes;
+//                 FBGEMM's "fused 4-bit rowwise SBHalf", PyTorch's embedding_bag_4bit_prepack)
+// Element value: v = q * scale + bias, computed in f32 (the product rounded, then the sum; scale
+// and bias as stored, fp16 ones converted exactly). The bag then pools v exactly as an f32 table's
+// values (so a quantized table gives bit for bit the result of its dequantized f32 copy).
+// (FBGEMM's own kernels fold scale and bias into one FMA with the weight; results differ from ours
+// in the last bits.) The scale / bias need no alignment.
+enum class EmbeddingRowQuant : int { none = 0, int8_rowwise = 1, int4_rowwise = 2 };
+
+const char* embedding_row_quant_name(EmbeddingRowQuant q) noexcept;
+// Bytes of one fused row (no padding) for `dim` values.
+int64_t embedding_row_quant_bytes(EmbeddingRowQuant q, int64_t dim) noexcept;
+
 const char* embedding_bag_mode_name(EmbeddingBagMode m) noexcept;
 const char* index_type_name(IndexType t) noexcept;
 
@@ -54,6 +73,7 @@ struct EmbeddingBagDesc {
     bool include_last_offset = false;
     bool per_sample_weights = false;  // args.per_sample_weights is given (mode sum only)
     int64_t padding_idx = -1;         // -1 = none
+    EmbeddingRowQuant row_quant = EmbeddingRowQuant::none;  // != none: table_dtype = u8, fused rows
 };
 
 struct EmbeddingBagArgs {
@@ -83,6 +103,46 @@ private:
 
 // One-shot: validate, select (kernel cached per descriptor), run.
 void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args);
+
+// Embedding lookup (torch.nn.functional.embedding forward): out[i] = table[indices[i]] for
+// i < num_indices, converted to out_dtype (f32 / bf16 rows copied exactly, a bf16 out rounded to
+// nearest even; quantized rows dequantized as above). The descriptor is the bag's, with mode sum,
+// include_last_offset and per_sample_weights false; padding_idx is checked but, as in PyTorch's
+// forward, its row is returned like any other. Every index must be in [0, num_embeddings)
+// (checked before anything is written). Same kernels and threading as the bags.
+struct EmbeddingArgs {
+    int64_t num_indices = 0;
+    const void* table = nullptr;    // required when num_indices > 0
+    const void* indices = nullptr;  // index_type[num_indices]; required when num_indices > 0
+    void* out = nullptr;            // out_dtype[num_indices rows of ld_out]; required when num_indices > 0
+};
+void embedding(const EmbeddingBagDesc& desc, const EmbeddingArgs& args);
+
+// Backward of sum / mean pooling w.r.t. the table, fused with a sparse optimizer step on the rows
+// the bags read (IPEX's MergedEmbeddingBagWithSGD / WithAdagrad semantics; no dense gradient):
+//   grad_row[r] = sum over the entries j of every bag b with indices[j] == r (padding_idx
+//                 skipped) of s_j * grad_out[b],  s_j = per_sample_weights[j] (sum), 1 (sum),
+//                 or 1.0f / count_b (mean; count_b = the bag's entries that are not padding)
+//   sgd       table[r] = table[r] - lr * grad_row[r]
+//   adagrad   state[r] = state[r] + grad_row[r]^2;  table[r] = table[r] - lr * (grad_row[r] / (sqrt(state[r]) + eps))
+//             (element-wise accumulator, torch.optim.Adagrad's formula without lr_decay / weight_decay)
+// for every row r that some entry references (other rows untouched). f32 table (row_quant none);
+// grad_out is out_dtype (f32 / bf16), num_bags rows of ld_out. grad_row is summed in f32 in entry
+// order, so the result does not depend on the thread count; rows are sorted and deduplicated
+// first and each unique row is updated by one thread (no write conflicts on hot rows).
+// args.table is the table that is updated (it is written through a const_cast of that pointer)
+// and args.out must be null. Everything is validated (indices, offsets, sizes, overlaps) before
+// anything is written.
+enum class EmbeddingOptimizer : int { sgd = 0, adagrad = 1 };
+struct EmbeddingBagUpdate {
+    EmbeddingOptimizer optimizer = EmbeddingOptimizer::sgd;
+    float lr = 0.01f;
+    float eps = 1e-10f;          // adagrad
+    float* state = nullptr;      // adagrad: f32 num_embeddings x dim, row stride ld_state
+    int64_t ld_state = 0;        // 0 = dim
+};
+void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
+                                   const EmbeddingBagUpdate& update);
 
 // Merged embedding bag (IPEX's MergedEmbeddingBag, DLRM): T tables looked up in one call, every
 // table with the same number of bags B, written side by side into one output

@@ -8,6 +8,7 @@
 #include "xk/gemm.hpp"
 #include "xk/conv.hpp"
 #include "xk/embedding_bag.hpp"
+#include "xk/optim.hpp"
 #include "xk/norm.hpp"
 #include "xk/rope.hpp"
 #include "xk/quant.hpp"

@@ -9,7 +9,8 @@ namespace {
 
 xk_status embedding_bag(const char* fn, const xk_embedding_bag_desc* desc, xk::DType table_t, xk::IndexType index_t,
                         const void* table, int64_t num_indices, const void* indices, int64_t num_bags,
-                        const void* offsets, const float* per_sample_weights, float* out) {
+                        const void* offsets, const float* per_sample_weights, float* out,
+                        xk::EmbeddingRowQuant rq = xk::EmbeddingRowQuant::none) {
     return capi_call([&] {
         xk::detail::check_not_null(fn, "desc", desc);
         xk::EmbeddingBagDesc d;
@@ -24,6 +25,7 @@ xk_status embedding_bag(const char* fn, const xk_embedding_bag_desc* desc, xk::D
         d.include_last_offset = desc->include_last_offset != 0;
         d.per_sample_weights = per_sample_weights != nullptr;
         d.padding_idx = desc->padding_idx;
+        d.row_quant = rq;
         xk::EmbeddingBagArgs a;
         a.num_bags = num_bags;
         a.num_indices = num_indices;
@@ -71,6 +73,36 @@ xk_status xk_embedding_bag_bf16_f32(const xk_embedding_bag_desc* desc, const uin
                                     const float* per_sample_weights, float* out) {
     return embedding_bag("xk_embedding_bag_bf16_f32", desc, xk::DType::bf16, xk::IndexType::i64, table, num_indices,
                          indices, num_bags, offsets, per_sample_weights, out);
+}
+
+xk_status xk_embedding_bag_q8_f32(const xk_embedding_bag_desc* desc, const uint8_t* table, int64_t num_indices,
+                                  const int64_t* indices, int64_t num_bags, const int64_t* offsets,
+                                  const float* per_sample_weights, float* out) {
+    return embedding_bag("xk_embedding_bag_q8_f32", desc, xk::DType::u8, xk::IndexType::i64, table, num_indices,
+                         indices, num_bags, offsets, per_sample_weights, out, xk::EmbeddingRowQuant::int8_rowwise);
+}
+
+xk_status xk_embedding_bag_q4_f32(const xk_embedding_bag_desc* desc, const uint8_t* table, int64_t num_indices,
+                                  const int64_t* indices, int64_t num_bags, const int64_t* offsets,
+                                  const float* per_sample_weights, float* out) {
+    return embedding_bag("xk_embedding_bag_q4_f32", desc, xk::DType::u8, xk::IndexType::i64, table, num_indices,
+                         indices, num_bags, offsets, per_sample_weights, out, xk::EmbeddingRowQuant::int4_rowwise);
+}
+
+xk_status xk_embedding_f32(const xk_embedding_bag_desc* desc, const float* table, int64_t num_indices,
+                           const int64_t* indices, float* out) {
+    return capi_call([&] {
+        xk::detail::check_not_null("xk_embedding_f32", "desc", desc);
+        xk::EmbeddingBagDesc d;
+        d.num_embeddings = desc->num_embeddings;
+        d.dim = desc->dim;
+        d.ld_table = desc->ld_table;
+        d.ld_out = desc->ld_out;
+        d.mode = static_cast<xk::EmbeddingBagMode>(xk::detail::c_enum(desc->mode));
+        d.include_last_offset = desc->include_last_offset != 0;
+        d.padding_idx = desc->padding_idx;
+        xk::embedding(d, xk::EmbeddingArgs{num_indices, table, indices, out});
+    });
 }
 
 }  // extern "C"

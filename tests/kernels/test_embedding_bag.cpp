@@ -3,6 +3,7 @@
 // include_last_offset (with unread garbage after the last offset), int32 and int64 indices, f32
 // and bf16 tables and outputs, row strides > dim, dim in {1, 7, 16, 17, 128}, misaligned
 // pointers, 1 and 2 threads, plans, the merged (multi-table) op, bad input, the C API.
+#include <cstring>
 #include <thread>
 
 #include "common/test_util.hpp"
@@ -315,6 +316,33 @@ TEST(EmbeddingBag, MaxPropagatesNaNAndKeepsNegatives) {
     });
 }
 
+// Max-pooling ties: equal values keep the first entry's (so +0 / -0 keep the sign of the first).
+TEST(EmbeddingBag, MaxTiesKeepTheFirst) {
+    for_each_isa([&](Isa) {
+        for (int64_t dim : {3, 40}) {
+            std::vector<float> table(static_cast<size_t>(2 * dim));
+            for (int64_t k = 0; k < dim; ++k) {
+                table[k] = k % 2 ? 0.0f : 1.5f;
+                table[dim + k] = k % 2 ? -0.0f : 1.5f;
+            }
+            for (auto order : {std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, 0}}) {
+                const int64_t offsets[1] = {0};
+                EmbeddingBagDesc d;
+                d.num_embeddings = 2;
+                d.dim = dim;
+                d.mode = EmbeddingBagMode::max;
+                std::vector<float> out(static_cast<size_t>(dim));
+                EmbeddingBagArgs a{1, 2, table.data(), order.data(), offsets, nullptr, out.data()};
+                embedding_bag(d, a);
+                for (int64_t k = 0; k < dim; ++k) {
+                    EXPECT_EQ(out[k], table[order[0] * dim + k]);
+                    EXPECT_EQ(std::signbit(out[k]), std::signbit(table[order[0] * dim + k])) << "k=" << k;
+                }
+            }
+        }
+    });
+}
+
 TEST(EmbeddingBag, NullPointersAllowedWhereNothingIsRead) {
     EmbeddingBagDesc d;
     d.num_embeddings = 4;
@@ -346,7 +374,7 @@ TEST(EmbeddingBag, EveryImplementationMatchesReference) {
         if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
         SCOPED_TRACE(impl.name);
         uint64_t k = 0;
-        for (int64_t dim : {1, 7, 16, 17, 128})
+        for (int64_t dim : {1, 7, 16, 17, 33, 64, 128, 300})
             for (EmbeddingBagMode mode : kModes)
                 for (IndexType it : {IndexType::i32, IndexType::i64})
                     for (DType tdt : {DType::f32, DType::bf16}) {
@@ -378,7 +406,8 @@ TEST(EmbeddingBag, EveryImplementationMatchesReference) {
                         detail::EmbeddingBagCall ref = call;
                         ref.a.out = want.data();
                         detail::embedding_bag_reference(ref, 0, 19);
-                        EXPECT_TRUE(test::all_close(got.data(), want.data(), got.size(), 1e-5, 1e-5)) << cfg.key();
+                        // Same accumulation order as the reference: bit for bit.
+                        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << cfg.key();
                     }
     }
 }
@@ -480,6 +509,414 @@ TEST(EmbeddingBag, MergedTablesMatchSingleTables) {
         });
     }
     set_num_threads(0);
+}
+
+// Row-wise quantized tables (FBGEMM's fused 8-bit / 4-bit rows) against the same call on the
+// dequantized f32 table (v = q * scale + bias in f32, the product rounded first): bit for bit, for
+// every implementation, odd dims (4-bit: a garbage high nibble in the last byte of odd rows), row
+// strides with garbage padding bytes, a byte-misaligned table, 1 and 2 threads.
+namespace {
+struct QTable {
+    std::vector<uint8_t> bytes;  // E rows of ld bytes (+1 for the misalignment)
+    std::vector<float> deq;      // E x dim
+    int64_t ld = 0;
+};
+QTable make_qtable(EmbeddingRowQuant q, int64_t E, int64_t dim, int64_t extra, uint64_t seed) {
+    QTable t;
+    const int64_t rb = embedding_row_quant_bytes(q, dim);
+    t.ld = rb + extra;
+    std::mt19937_64 g(seed);
+    t.bytes.resize(static_cast<size_t>(E * t.ld + 1));
+    for (auto& b : t.bytes) b = static_cast<uint8_t>(g());  // garbage everywhere first
+    t.deq.resize(static_cast<size_t>(E * dim));
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int64_t r = 0; r < E; ++r) {
+        uint8_t* row = t.bytes.data() + 1 + r * t.ld;
+        float scale = u(g) * 0.05f, bias = u(g);
+        if (q == EmbeddingRowQuant::int8_rowwise) {
+            std::memcpy(row + dim, &scale, 4);
+            std::memcpy(row + dim + 4, &bias, 4);
+        } else {
+            const uint16_t hs = f16::from_float(scale), hb = f16::from_float(bias);
+            scale = f16::to_float(hs);
+            bias = f16::to_float(hb);
+            std::memcpy(row + (dim + 1) / 2, &hs, 2);
+            std::memcpy(row + (dim + 1) / 2 + 2, &hb, 2);
+        }
+        for (int64_t k = 0; k < dim; ++k) {
+            const int qv = q == EmbeddingRowQuant::int8_rowwise ? row[k] : (row[k / 2] >> (4 * (k % 2))) & 15;
+            volatile float p = static_cast<float>(qv) * scale;  // rounded, then the sum
+            t.deq[r * dim + k] = p + bias;
+        }
+    }
+    return t;
+}
+}  // namespace
+
+TEST(EmbeddingBag, QuantizedTablesMatchDequantizedReference) {
+    const auto& reg = detail::embedding_bag_registry();
+    const int64_t E = 29;
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        uint64_t k = 0;
+        for (EmbeddingRowQuant q : {EmbeddingRowQuant::int8_rowwise, EmbeddingRowQuant::int4_rowwise})
+            for (int64_t dim : {1, 7, 16, 17, 33, 64, 128, 300})
+                for (EmbeddingBagMode mode : kModes)
+                    for (IndexType it : {IndexType::i32, IndexType::i64}) {
+                        ++k;
+                        const QTable qt = make_qtable(q, E, dim, k % 3 == 0 ? 5 : 0, 700 + k);
+                        EmbeddingBagDesc d;
+                        d.num_embeddings = E;
+                        d.dim = dim;
+                        d.mode = mode;
+                        d.index_type = it;
+                        d.padding_idx = k % 4 == 0 ? 2 : -1;
+                        d.include_last_offset = k % 2 == 1;
+                        d.per_sample_weights = mode == EmbeddingBagMode::sum && k % 3 != 2;
+                        d.out_dtype = k % 5 == 0 ? DType::bf16 : DType::f32;
+                        EmbeddingBagDesc dq = d;  // the quantized table
+                        dq.row_quant = q;
+                        dq.table_dtype = DType::u8;
+                        dq.ld_table = k % 3 == 0 ? qt.ld : 0;
+                        const Case c = make_case(d, 23, 800 + k);
+                        Ints idx, off;
+                        idx.make(it, c.indices, 0);
+                        off.make(it, c.offsets, 0);
+                        const int64_t n = 23 * dim;
+                        Out want, got;
+                        want.make(d.out_dtype, 23, dim, 0);
+                        EmbeddingBagArgs a{23, static_cast<int64_t>(c.indices.size()), qt.deq.data(), idx.data(),
+                                           off.data(), d.per_sample_weights ? c.psw.data() : nullptr, want.data()};
+                        embedding_bag(d, a);  // f32 table
+                        a.table = qt.bytes.data() + 1;
+                        const EmbeddingBagDesc rq = detail::embedding_bag_validate_desc("test", dq);
+                        const detail::EmbeddingBagConfig cfg = detail::embedding_bag_config(rq);
+                        for (const auto& impl : reg.impls()) {
+                            if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
+                            got.make(d.out_dtype, 23, dim, 1);
+                            a.out = got.data();
+                            const detail::EmbeddingBagCall call = detail::embedding_bag_validate_args("test", rq, a);
+                            reg.get(cfg, impl).kernel->run(call, 0, 23);
+                            const size_t bytes = static_cast<size_t>(n) * (d.out_dtype == DType::bf16 ? 2 : 4);
+                            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << impl.name << " " << cfg.key();
+                        }
+                        // Through the public entry (the selected kernel, threads).
+                        got.make(d.out_dtype, 23, dim, 0);
+                        a.out = got.data();
+                        EmbeddingBagPlan(dq).run(a);
+                        const size_t bytes = static_cast<size_t>(n) * (d.out_dtype == DType::bf16 ? 2 : 4);
+                        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), bytes)) << cfg.key();
+                    }
+    }
+    set_num_threads(0);
+}
+
+TEST(EmbeddingBag, QuantizedDescriptorErrors) {
+    EmbeddingBagDesc d;
+    d.num_embeddings = 4;
+    d.dim = 6;
+    d.row_quant = EmbeddingRowQuant::int8_rowwise;  // table_dtype still f32
+    try {
+        EmbeddingBagPlan p(d);
+        FAIL() << "accepted a f32 table_dtype with row_quant";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("table_dtype=f32 must be u8"), std::string::npos) << e.what();
+    }
+    d.table_dtype = DType::u8;
+    d.ld_table = 13;  // < 6 + 8
+    try {
+        EmbeddingBagPlan p(d);
+        FAIL() << "accepted a short ld_table";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("ld_table=13 must be >= the fused row size 14"), std::string::npos) << e.what();
+    }
+    d.ld_table = 0;
+    EXPECT_EQ(EmbeddingBagPlan(d).desc().ld_table, 14);
+    d.row_quant = EmbeddingRowQuant::int4_rowwise;
+    EXPECT_EQ(EmbeddingBagPlan(d).desc().ld_table, 7);
+    d.row_quant = static_cast<EmbeddingRowQuant>(3);
+    EXPECT_THROW(EmbeddingBagPlan p(d), Error);
+    d.row_quant = EmbeddingRowQuant::none;  // u8 without row_quant
+    try {
+        EmbeddingBagPlan p(d);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Status::unsupported);
+    }
+}
+
+// Embedding lookup: every row copied exactly (-0 and NaN kept), converted to bf16 by rounding to
+// nearest even, quantized rows as their dequantized copy; 1 and 2 threads, every ISA; a bad index
+// is rejected naming its position before anything is written.
+TEST(EmbeddingBag, LookupGathersRows) {
+    const int64_t E = 37;
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t k = 0;
+            for (int64_t dim : {1, 7, 16, 17, 64, 300})
+                for (int tt = 0; tt < 4; ++tt)  // f32, bf16, int8 rows, int4 rows
+                    for (IndexType it : {IndexType::i32, IndexType::i64})
+                        for (DType odt : {DType::f32, DType::bf16}) {
+                            ++k;
+                            EmbeddingBagDesc d;
+                            d.num_embeddings = E;
+                            d.dim = dim;
+                            d.index_type = it;
+                            d.out_dtype = odt;
+                            d.padding_idx = k % 3 == 0 ? 5 : -1;  // returned like any row
+                            std::vector<float> rows(static_cast<size_t>(E * dim));  // the values (f32)
+                            std::vector<float> tf;
+                            std::vector<bf16> tb;
+                            QTable qt;
+                            const void* table = nullptr;
+                            if (tt == 0 || tt == 1) {
+                                test::fill_uniform(rows.data(), rows.size(), -3, 3, 40 + k);
+                                rows[0] = -0.0f;
+                                if (rows.size() > 3) rows[3] = std::numeric_limits<float>::quiet_NaN();
+                                if (tt == 0) {
+                                    tf = rows;
+                                    table = tf.data();
+                                } else {
+                                    d.table_dtype = DType::bf16;
+                                    for (float& v : rows) tb.push_back(bf16(v));
+                                    for (size_t i = 0; i < rows.size(); ++i) rows[i] = tb[i].to_float();
+                                    table = tb.data();
+                                }
+                            } else {
+                                d.table_dtype = DType::u8;
+                                d.row_quant = tt == 2 ? EmbeddingRowQuant::int8_rowwise : EmbeddingRowQuant::int4_rowwise;
+                                qt = make_qtable(d.row_quant, E, dim, 0, 50 + k);
+                                rows = qt.deq;
+                                table = qt.bytes.data() + 1;
+                            }
+                            const int64_t n = static_cast<int64_t>(k % 40);
+                            std::vector<int64_t> iv(static_cast<size_t>(n));
+                            for (int64_t i = 0; i < n; ++i) iv[i] = (i * 7 + static_cast<int64_t>(k)) % E;
+                            Ints idx;
+                            idx.make(it, iv, 0);
+                            Out out;
+                            out.make(odt, n, dim, 0);
+                            embedding(d, EmbeddingArgs{n, table, idx.data(), out.data()});
+                            for (int64_t i = 0; i < n; ++i)
+                                for (int64_t c = 0; c < dim; ++c) {
+                                    const float v = rows[iv[i] * dim + c];
+                                    if (odt == DType::f32) {
+                                        const float g = out.f[i * dim + c];
+                                        ASSERT_EQ(0, std::memcmp(&g, &v, 4)) << "k=" << k << " i=" << i << " c=" << c;
+                                    } else {
+                                        ASSERT_EQ(out.h[i * dim + c].bits, bf16::from_float(v)) << "k=" << k;
+                                    }
+                                }
+                            for (size_t i = static_cast<size_t>(n * dim); i < out.size(); ++i) ASSERT_EQ(out.at(i), Out::kGuard);
+                            if (n > 2) {  // a bad index: rejected, nothing written
+                                iv[2] = k % 2 ? -1 : E;
+                                idx.make(it, iv, 0);
+                                out.make(odt, n, dim, 0);
+                                try {
+                                    embedding(d, EmbeddingArgs{n, table, idx.data(), out.data()});
+                                    FAIL() << "accepted a bad index";
+                                } catch (const Error& e) {
+                                    EXPECT_NE(std::string(e.what()).find("indices[2]=" + std::to_string(iv[2])), std::string::npos)
+                                        << e.what();
+                                }
+                                for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out.at(i), Out::kGuard);
+                            }
+                        }
+        });
+    }
+    set_num_threads(0);
+    EmbeddingBagDesc d;
+    d.num_embeddings = 3;
+    d.mode = EmbeddingBagMode::mean;
+    EXPECT_THROW(embedding(d, EmbeddingArgs{}), Error);
+}
+
+TEST(EmbeddingBag, CApiQuantizedAndLookup) {
+    const int64_t E = 11, dim = 9;
+    xk_embedding_bag_desc cd;
+    ASSERT_EQ(xk_embedding_bag_desc_init(&cd, E, dim), XK_SUCCESS);
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    const std::vector<int64_t> idx = {3, 1, 10, 0, 3}, off = {0, 2, 2};
+    const std::vector<float> psw = {0.5f, -1.0f, 2.0f, 1.0f, 0.25f};
+    for (EmbeddingRowQuant q : {EmbeddingRowQuant::int8_rowwise, EmbeddingRowQuant::int4_rowwise}) {
+        const QTable qt = make_qtable(q, E, dim, 0, 9);
+        std::vector<float> want(3 * dim), got(3 * dim);
+        embedding_bag(d, EmbeddingBagArgs{3, 5, qt.deq.data(), idx.data(), off.data(), nullptr, want.data()});
+        const auto fn = q == EmbeddingRowQuant::int8_rowwise ? xk_embedding_bag_q8_f32 : xk_embedding_bag_q4_f32;
+        ASSERT_EQ(fn(&cd, qt.bytes.data() + 1, 5, idx.data(), 3, off.data(), nullptr, got.data()), XK_SUCCESS) << xk_last_error();
+        EXPECT_EQ(got, want);
+        d.per_sample_weights = true;
+        embedding_bag(d, EmbeddingBagArgs{3, 5, qt.deq.data(), idx.data(), off.data(), psw.data(), want.data()});
+        d.per_sample_weights = false;
+        ASSERT_EQ(fn(&cd, qt.bytes.data() + 1, 5, idx.data(), 3, off.data(), psw.data(), got.data()), XK_SUCCESS);
+        EXPECT_EQ(got, want);
+        const std::vector<int64_t> badidx = {3, 1, 11, 0, 3};
+        EXPECT_EQ(fn(&cd, qt.bytes.data() + 1, 5, badidx.data(), 3, off.data(), nullptr, got.data()), XK_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(xk_last_error()).find("indices[2]=11 (bag 2)"), std::string::npos) << xk_last_error();
+    }
+    std::vector<float> table(E * dim), out(5 * dim);
+    test::fill_uniform(table.data(), table.size(), -1, 1, 3);
+    ASSERT_EQ(xk_embedding_f32(&cd, table.data(), 5, idx.data(), out.data()), XK_SUCCESS) << xk_last_error();
+    for (int64_t i = 0; i < 5; ++i)
+        for (int64_t c = 0; c < dim; ++c) EXPECT_EQ(out[i * dim + c], table[idx[i] * dim + c]);
+    cd.mode = XK_EMBEDDING_BAG_MAX;
+    EXPECT_EQ(xk_embedding_f32(&cd, table.data(), 5, idx.data(), out.data()), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("xk::embedding: mode=max must be sum"), std::string::npos) << xk_last_error();
+}
+
+// Enough merged work that two threads split it (balanced by bytes, chunks crossing tables):
+// bit for bit the single-table calls.
+TEST(EmbeddingBag, MergedManyBagsTwoThreads) {
+    const int64_t B = 600, T = 5;
+    const int64_t dims[T] = {64, 16, 128, 7, 64};
+    std::vector<EmbeddingBagDesc> ds(T);
+    std::vector<Case> cs;
+    std::vector<Table> tabs(T);
+    std::vector<Ints> idx(T), off(T);
+    std::vector<EmbeddingBagArgs> args(T);
+    int64_t total = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        ds[t].num_embeddings = 300 + 50 * t;
+        ds[t].dim = dims[t];
+        ds[t].mode = kModes[t % 3];
+        ds[t].table_dtype = t == 1 ? DType::bf16 : DType::f32;
+        total += dims[t];
+    }
+    for (int64_t t = 0; t < T; ++t) {
+        cs.push_back(make_case(ds[t], B, 300 + t));
+        tabs[t].make(ds[t], 0, 310 + t);
+        idx[t].make(ds[t].index_type, cs[t].indices, 0);
+        off[t].make(ds[t].index_type, cs[t].offsets, 0);
+        args[t] = {B, static_cast<int64_t>(cs[t].indices.size()), tabs[t].data(), idx[t].data(), off[t].data(), nullptr, nullptr};
+    }
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            std::vector<float> out(static_cast<size_t>(B * total), -1.0f), one(static_cast<size_t>(B * total), -2.0f);
+            embedding_bag_multi(ds, args.data(), T, out.data());
+            int64_t col = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                EmbeddingBagDesc d = ds[t];
+                d.ld_out = total;
+                EmbeddingBagArgs a = args[t];
+                a.out = one.data() + col;
+                embedding_bag(d, a);
+                col += dims[t];
+            }
+            EXPECT_EQ(0, std::memcmp(out.data(), one.data(), out.size() * 4));
+        });
+    }
+    set_num_threads(0);
+}
+
+// Backward + fused SGD / Adagrad: against a double oracle of the documented formulas (gradient
+// per row summed over its entries, then the update), with hot rows (a third of the entries hit
+// row 0), padding, weights, mean, bf16 grad_out; untouched rows unchanged; 1 and 2 threads give
+// the same bits; bad input writes nothing.
+TEST(EmbeddingBag, BackwardFusedUpdateMatchesOracle) {
+    const int64_t B = 300;
+    uint64_t k = 0;
+    for (EmbeddingOptimizer opt : {EmbeddingOptimizer::sgd, EmbeddingOptimizer::adagrad})
+        for (EmbeddingBagMode mode : {EmbeddingBagMode::sum, EmbeddingBagMode::mean})
+            for (int64_t dim : {1, 17, 64})
+                for (DType gdt : {DType::f32, DType::bf16}) {
+                    ++k;
+                    const int64_t E = (k % 2 || dim > 17) ? 50 : 70001;  // 70001: two radix passes over the rows
+                    EmbeddingBagDesc d;
+                    d.num_embeddings = E;
+                    d.dim = dim;
+                    d.mode = mode;
+                    d.out_dtype = gdt;
+                    d.padding_idx = k % 2 ? 7 : -1;
+                    d.per_sample_weights = mode == EmbeddingBagMode::sum && k % 4 < 2;
+                    d.ld_table = k % 3 == 0 ? dim + 2 : 0;
+                    Case c = make_case(d, B, 1200 + k);
+                    for (size_t j = 0; j < c.indices.size(); j += 3)
+                        if (c.indices[j] != d.padding_idx) c.indices[j] = 0;  // a hot row
+                    const int64_t ldt = d.ld_table ? d.ld_table : dim;
+                    std::vector<float> t0(static_cast<size_t>(E * ldt)), st0(static_cast<size_t>(E * dim));
+                    test::fill_uniform(t0.data(), t0.size(), -1, 1, 5 + k);
+                    test::fill_uniform(st0.data(), st0.size(), 0, 0.5, 6 + k);
+                    std::vector<float> gof(static_cast<size_t>(B * dim));
+                    test::fill_uniform(gof.data(), gof.size(), -1, 1, 7 + k);
+                    std::vector<bf16> gob(gof.size());
+                    for (size_t i = 0; i < gof.size(); ++i) {
+                        gob[i] = bf16(gof[i]);
+                        if (gdt == DType::bf16) gof[i] = gob[i].to_float();
+                    }
+                    const void* go = gdt == DType::bf16 ? static_cast<const void*>(gob.data()) : gof.data();
+                    // Oracle.
+                    std::vector<double> grad(static_cast<size_t>(E * dim), 0.0);
+                    std::vector<bool> touched(static_cast<size_t>(E), false);
+                    const int64_t n_idx = static_cast<int64_t>(c.indices.size());
+                    for (int64_t b = 0; b < B; ++b) {
+                        const int64_t j0 = c.offsets[b], j1 = b + 1 < B ? c.offsets[b + 1] : n_idx;
+                        int64_t count = 0;
+                        for (int64_t j = j0; j < j1; ++j) count += c.indices[j] != d.padding_idx;
+                        for (int64_t j = j0; j < j1; ++j) {
+                            const int64_t r = c.indices[j];
+                            if (r == d.padding_idx) continue;
+                            touched[r] = true;
+                            const double w = mode == EmbeddingBagMode::mean ? 1.0 / count : (d.per_sample_weights ? c.psw[j] : 1.0);
+                            for (int64_t q = 0; q < dim; ++q) grad[r * dim + q] += w * gof[b * dim + q];
+                        }
+                    }
+                    EmbeddingBagUpdate u;
+                    u.optimizer = opt;
+                    u.lr = 0.05f;
+                    std::vector<float> results[2], states[2];
+                    for (int threads : {1, 2}) {
+                        set_num_threads(threads);
+                        std::vector<float> t = t0, st = st0;
+                        u.state = opt == EmbeddingOptimizer::adagrad ? st.data() : nullptr;
+                        EmbeddingBagArgs a{B, n_idx, t.data(), c.indices.data(), c.offsets.data(),
+                                           d.per_sample_weights ? c.psw.data() : nullptr, nullptr};
+                        embedding_bag_backward_update(d, a, go, u);
+                        results[threads - 1] = t;
+                        states[threads - 1] = st;
+                    }
+                    set_num_threads(0);
+                    ASSERT_EQ(results[0], results[1]) << "thread count changed the result";
+                    ASSERT_EQ(states[0], states[1]);
+                    const std::vector<float>& t = results[0];
+                    for (int64_t r = 0; r < E; ++r)
+                        for (int64_t q = 0; q < ldt; ++q) {
+                            const size_t ti = static_cast<size_t>(r * ldt + q);
+                            if (!touched[r] || q >= dim) {
+                                ASSERT_EQ(t[ti], t0[ti]) << "untouched value changed r=" << r;
+                                continue;
+                            }
+                            const double g = grad[r * dim + q];
+                            double want;
+                            if (opt == EmbeddingOptimizer::sgd) {
+                                want = t0[ti] - 0.05 * g;
+                            } else {
+                                const double s = st0[r * dim + q] + g * g;
+                                want = t0[ti] - 0.05 * g / (std::sqrt(s) + 1e-10);
+                                ASSERT_NEAR(states[0][r * dim + q], s, 1e-5 * (1 + s));
+                            }
+                            ASSERT_NEAR(t[ti], want, 2e-6 * (1 + std::fabs(want)) + 1e-5 * std::fabs(g)) << "r=" << r << " k=" << k;
+                        }
+                }
+    // Bad input: nothing written.
+    EmbeddingBagDesc d;
+    d.num_embeddings = 4;
+    d.dim = 3;
+    std::vector<float> t(12, 1.0f), go(6, 1.0f);
+    const std::vector<int64_t> idx = {0, 4}, off = {0, 1};
+    EmbeddingBagArgs a{2, 2, t.data(), idx.data(), off.data(), nullptr, nullptr};
+    try {
+        embedding_bag_backward_update(d, a, go.data(), EmbeddingBagUpdate{});
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("indices[1]=4 (bag 1)"), std::string::npos) << e.what();
+    }
+    for (float v : t) EXPECT_EQ(v, 1.0f);
+    d.mode = EmbeddingBagMode::max;
+    EXPECT_THROW(embedding_bag_backward_update(d, a, go.data(), EmbeddingBagUpdate{}), Error);
 }
 
 TEST(EmbeddingBag, BadDescriptor) {

@@ -41,6 +41,19 @@ xk_status xk_embedding_bag_f32_i32(const xk_embedding_bag_desc* desc, const floa
 xk_status xk_embedding_bag_bf16_f32(const xk_embedding_bag_desc* desc, const uint16_t* table, int64_t num_indices,
                                     const int64_t* indices, int64_t num_bags, const int64_t* offsets,
                                     const float* per_sample_weights, float* out);
+/* Row-wise quantized tables (xk/embedding_bag.hpp, EmbeddingRowQuant): FBGEMM's fused rows of
+ * ld_table bytes (0 = packed): q8 = uint8 q[dim], float scale, float bias; q4 = ceil(dim/2) bytes of
+ * nibbles (low first), fp16 scale, fp16 bias. Element value q * scale + bias. */
+xk_status xk_embedding_bag_q8_f32(const xk_embedding_bag_desc* desc, const uint8_t* table, int64_t num_indices,
+                                  const int64_t* indices, int64_t num_bags, const int64_t* offsets,
+                                  const float* per_sample_weights, float* out);
+xk_status xk_embedding_bag_q4_f32(const xk_embedding_bag_desc* desc, const uint8_t* table, int64_t num_indices,
+                                  const int64_t* indices, int64_t num_bags, const int64_t* offsets,
+                                  const float* per_sample_weights, float* out);
+/* Embedding lookup (F.embedding): out[i] = table[indices[i]], num_indices x dim (row stride ld_out).
+ * desc->mode must be SUM and include_last_offset 0. */
+xk_status xk_embedding_f32(const xk_embedding_bag_desc* desc, const float* table, int64_t num_indices,
+                           const int64_t* indices, float* out);
 
 #ifdef __cplusplus
 }

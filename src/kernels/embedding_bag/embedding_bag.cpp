@@ -26,7 +26,33 @@ const char* index_type_name(IndexType t) noexcept {
     return "?";
 }
 
+const char* embedding_row_quant_name(EmbeddingRowQuant q) noexcept {
+    switch (q) {
+        case EmbeddingRowQuant::none: return "none";
+        case EmbeddingRowQuant::int8_rowwise: return "int8_rowwise";
+        case EmbeddingRowQuant::int4_rowwise: return "int4_rowwise";
+    }
+    return "?";
+}
+
+int64_t embedding_row_quant_bytes(EmbeddingRowQuant q, int64_t dim) noexcept {
+    switch (q) {
+        case EmbeddingRowQuant::int8_rowwise: return dim + 8;
+        case EmbeddingRowQuant::int4_rowwise: return (dim + 1) / 2 + 4;
+        default: return 0;
+    }
+}
+
 namespace detail {
+
+int64_t embedding_bag_row_bytes(const EmbeddingBagDesc& d) {
+    return d.row_quant == EmbeddingRowQuant::none ? d.dim * dtype_size(d.table_dtype)
+                                                  : embedding_row_quant_bytes(d.row_quant, d.dim);
+}
+int64_t embedding_bag_row_stride_bytes(const EmbeddingBagDesc& d) {
+    return d.row_quant == EmbeddingRowQuant::none ? d.ld_table * dtype_size(d.table_dtype) : d.ld_table;
+}
+
 namespace {
 
 int64_t index_size(IndexType t) { return t == IndexType::i64 ? 8 : 4; }
@@ -53,7 +79,16 @@ struct RefEmbeddingBag final : EmbeddingBagKernel {
 
 void run_call(const EmbeddingBagCall& c, const EmbeddingBagKernel& k) {
     embedding_bag_validate_indices(c);  // before anything is written, whatever the kernel checks
-    parallel_for(c.a.num_bags, embedding_bag_grain(c), [&](int64_t b0, int64_t b1) { k.run(c, b0, b1); });
+    // One chunk per thread, balanced by index count (bags may have very different lengths).
+    const int64_t n = parallel_threads(c.a.num_bags, embedding_bag_grain(c));
+    if (n <= 1) {
+        if (c.a.num_bags > 0) k.run(c, 0, c.a.num_bags);
+        return;
+    }
+    parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+        const int64_t b0 = embedding_bag_split(c, i0, n), b1 = embedding_bag_split(c, i1, n);
+        if (b1 > b0) k.run(c, b0, b1);
+    });
 }
 
 }  // namespace
@@ -62,7 +97,8 @@ std::string EmbeddingBagConfig::key() const {
     std::ostringstream os;
     os << "dim" << dim << "_ldt" << ld_table << "_ldo" << ld_out << "_" << embedding_bag_mode_name(mode) << "_"
        << dtype_name(table_dtype) << ":" << dtype_name(out_dtype) << "_" << index_type_name(index_type)
-       << (include_last_offset ? "_lastoff" : "") << (weighted ? "_psw" : "") << (has_padding ? "_pad" : "");
+       << (include_last_offset ? "_lastoff" : "") << (weighted ? "_psw" : "") << (has_padding ? "_pad" : "")
+       << (row_quant != EmbeddingRowQuant::none ? std::string("_") + embedding_row_quant_name(row_quant) : "");
     return os.str();
 }
 
@@ -72,21 +108,42 @@ EmbeddingBagDesc embedding_bag_validate_desc(const char* fn, const EmbeddingBagD
     if (mode < 0 || mode > 2) fail_arg(fn, "mode", std::to_string(mode), "is not a valid value (valid: sum=0, mean=1, max=2)");
     const int it = static_cast<int>(d.index_type);
     if (it < 0 || it > 1) fail_arg(fn, "index_type", std::to_string(it), "is not a valid value (valid: i32=0, i64=1)");
+    const int rq = static_cast<int>(d.row_quant);
+    if (rq < 0 || rq > 2)
+        fail_arg(fn, "row_quant", std::to_string(rq),
+                 "is not a valid value (valid: none=0, int8_rowwise=1, int4_rowwise=2)");
+    const bool quant = d.row_quant != EmbeddingRowQuant::none;
     for (auto [arg, t] : {std::pair<const char*, DType>{"table_dtype", d.table_dtype}, {"out_dtype", d.out_dtype}}) {
         const int v = static_cast<int>(t);
-        if (v < 0 || v > static_cast<int>(DType::s32))
+        if (v < 0 || v > static_cast<int>(DType::f16))
             fail_arg(fn, arg, std::to_string(v), "is not a valid DType");
+        if (quant && std::string(arg) == "table_dtype") {
+            if (t != DType::u8)
+                fail_arg(fn, arg, dtype_name(t),
+                         std::string("must be u8 with row_quant=") + embedding_row_quant_name(d.row_quant) +
+                             " (fused quantized rows are bytes)");
+            continue;
+        }
         if (t != DType::f32 && t != DType::bf16)
             fail(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) +
-                                          " is not supported (supported: f32, bf16)");
+                                          " is not supported (supported: f32, bf16" +
+                                          (std::string(arg) == "table_dtype" ? "; u8 with row_quant int8_rowwise / int4_rowwise)" : ")"));
     }
     check_nonnegative(fn, "num_embeddings", d.num_embeddings);
     check_positive(fn, "dim", d.dim);
     check_nonnegative(fn, "ld_table", d.ld_table);
     check_nonnegative(fn, "ld_out", d.ld_out);
-    if (d.ld_table == 0) d.ld_table = d.dim;
+    if (quant) checked_add(fn, "dim+8", d.dim, 8);  // the fused row size fits
+    if (d.ld_table == 0) d.ld_table = quant ? embedding_row_quant_bytes(d.row_quant, d.dim) : d.dim;
     if (d.ld_out == 0) d.ld_out = d.dim;
-    check_ld(fn, "ld_table", d.ld_table, d.dim, "dim");
+    if (quant) {
+        if (d.ld_table < embedding_row_quant_bytes(d.row_quant, d.dim))
+            fail_arg(fn, "ld_table", std::to_string(d.ld_table),
+                     "must be >= the fused row size " + std::to_string(embedding_row_quant_bytes(d.row_quant, d.dim)) +
+                         " bytes (row_quant=" + embedding_row_quant_name(d.row_quant) + ", dim=" + std::to_string(d.dim) + ")");
+    } else {
+        check_ld(fn, "ld_table", d.ld_table, d.dim, "dim");
+    }
     check_ld(fn, "ld_out", d.ld_out, d.dim, "dim");
     checked_mul(fn, "num_embeddings*ld_table", d.num_embeddings, d.ld_table);
     if (d.padding_idx < -1 || d.padding_idx >= d.num_embeddings)
@@ -111,6 +168,7 @@ EmbeddingBagConfig embedding_bag_config(const EmbeddingBagDesc& d) {
     c.include_last_offset = d.include_last_offset;
     c.weighted = d.per_sample_weights;
     c.has_padding = d.padding_idx >= 0;
+    c.row_quant = d.row_quant;
     return c;
 }
 
@@ -153,7 +211,7 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
     }
     if (a.num_bags > 0) check_not_null(fn, "out", a.out);
     check_aligned(fn, "indices", a.indices, isz);
-    check_aligned(fn, "table", a.table, dtype_size(d.table_dtype));
+    check_aligned(fn, "table", a.table, d.row_quant == EmbeddingRowQuant::none ? dtype_size(d.table_dtype) : 1);
     check_aligned(fn, "per_sample_weights", a.per_sample_weights, 4);
     check_aligned(fn, "out", a.out, dtype_size(d.out_dtype));
 
@@ -163,7 +221,9 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
         const void* p;
         int64_t bytes;
     } inputs[] = {
-        {"table", a.table, span_bytes(d.num_embeddings, d.dim, d.ld_table, dtype_size(d.table_dtype))},
+        {"table", a.table,
+         d.num_embeddings == 0 ? 0
+                               : (d.num_embeddings - 1) * embedding_bag_row_stride_bytes(d) + embedding_bag_row_bytes(d)},
         {"indices", a.indices, a.num_indices * isz},
         {"offsets", a.offsets, n_offsets * isz},
         {"per_sample_weights", a.per_sample_weights, a.num_indices * 4},
@@ -177,12 +237,50 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
 void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_t bag, int64_t value) {
     const std::string arg = "indices[" + std::to_string(position) + "]";
     fail_arg(c.fn, arg.c_str(), std::to_string(value),
-             "(bag " + std::to_string(bag) + ") must be in [0, num_embeddings=" + std::to_string(c.d.num_embeddings) +
+             (c.lookup ? std::string() : "(bag " + std::to_string(bag) + ") ") + "must be in [0, num_embeddings=" + std::to_string(c.d.num_embeddings) +
                  ")");
+}
+
+namespace {
+// min / max of v[0, n) (a loop the compiler vectorises).
+template <typename I>
+void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
+    I mn = v[0], mx = v[0];
+    for (int64_t i = 1; i < n; ++i) {
+        mn = v[i] < mn ? v[i] : mn;
+        mx = v[i] > mx ? v[i] : mx;
+    }
+    lo = mn;
+    hi = mx;
+}
+}  // namespace
+
+int64_t embedding_bag_split(const EmbeddingBagCall& c, int64_t i, int64_t n) {
+    const int64_t B = c.a.num_bags;
+    if (i <= 0) return 0;
+    if (i >= n) return B;
+    // Work before bag b: offset(b) + b (strictly increasing in b). First b with work >= target.
+    const int64_t total = c.bag_end(B - 1) + B;
+    const int64_t target = static_cast<int64_t>(static_cast<double>(total) * static_cast<double>(i) / static_cast<double>(n));
+    int64_t lo = 0, hi = B;  // answer in [lo, hi]
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (c.offset(mid) + mid >= target) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
 }
 
 void embedding_bag_validate_indices(const EmbeddingBagCall& c) {
     const int64_t ne = c.d.num_embeddings;
+    // The indices the bags read are indices[0, end of the last bag): one min / max pass; the
+    // per-bag scan below runs only to name the first bad one.
+    const int64_t used = c.a.num_bags > 0 ? c.bag_end(c.a.num_bags - 1) : 0;
+    if (used == 0) return;
+    int64_t lo = 0, hi = 0;
+    if (c.d.index_type == IndexType::i64) min_max(static_cast<const int64_t*>(c.a.indices), used, lo, hi);
+    else min_max(static_cast<const int32_t*>(c.a.indices), used, lo, hi);
+    if (lo >= 0 && hi < ne) return;
     for (int64_t b = 0; b < c.a.num_bags; ++b) {
         for (int64_t j = c.bag_begin(b), end = c.bag_end(b); j < end; ++j) {
             const int64_t v = c.index(j);
@@ -201,6 +299,10 @@ int64_t embedding_bag_grain(const EmbeddingBagCall& c) {
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry() {
     static const Registry<EmbeddingBagConfig, EmbeddingBagKernel> r(
         "embedding_bag", {
+                             {"intrin:avx512", Isa::avx512, nullptr,
+                              [](const EmbeddingBagConfig& k) { return create_embedding_bag_simd(k, Isa::avx512); }},
+                             {"intrin:avx2", Isa::avx2, nullptr,
+                              [](const EmbeddingBagConfig& k) { return create_embedding_bag_simd(k, Isa::avx2); }},
                              {"ref:scalar", Isa::scalar, nullptr,
                               [](const EmbeddingBagConfig&) -> std::shared_ptr<const EmbeddingBagKernel> {
                                   return std::make_shared<RefEmbeddingBag>();
@@ -240,6 +342,52 @@ void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args) {
     constexpr const char* fn = "xk::embedding_bag";
     const EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
     const detail::EmbeddingBagCall c = detail::embedding_bag_validate_args(fn, d, args);
+    const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(d));
+    detail::run_call(c, *sel.kernel);
+}
+
+// ---- lookup ------------------------------------------------------------------------------------
+
+void embedding(const EmbeddingBagDesc& desc, const EmbeddingArgs& args) {
+    constexpr const char* fn = "xk::embedding";
+    if (desc.mode != EmbeddingBagMode::sum)
+        detail::fail_arg(fn, "mode", embedding_bag_mode_name(desc.mode), "must be sum (the default: a lookup has no pooling)");
+    if (desc.include_last_offset) detail::fail_arg(fn, "include_last_offset", "true", "must be false (a lookup has no offsets)");
+    if (desc.per_sample_weights) detail::fail_arg(fn, "per_sample_weights", "true", "must be false (a lookup has no weights)");
+    EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
+    const int64_t n = args.num_indices;
+    detail::check_nonnegative(fn, "num_indices", n);
+    detail::checked_mul(fn, "num_indices*ld_out", n, d.ld_out);
+    detail::checked_mul(fn, "num_indices*sizeof(index)", n, 8);
+    if (n > 0) {
+        detail::check_not_null(fn, "table", args.table);
+        detail::check_not_null(fn, "indices", args.indices);
+        detail::check_not_null(fn, "out", args.out);
+    }
+    const int64_t isz = detail::index_size(d.index_type);
+    detail::check_aligned(fn, "indices", args.indices, isz);
+    detail::check_aligned(fn, "table", args.table, d.row_quant == EmbeddingRowQuant::none ? dtype_size(d.table_dtype) : 1);
+    detail::check_aligned(fn, "out", args.out, dtype_size(d.out_dtype));
+    const int64_t out_bytes = detail::span_bytes(n, d.dim, d.ld_out, dtype_size(d.out_dtype));
+    const int64_t table_bytes = d.num_embeddings == 0 ? 0
+                                                      : (d.num_embeddings - 1) * detail::embedding_bag_row_stride_bytes(d) +
+                                                            detail::embedding_bag_row_bytes(d);
+    if (detail::overlaps(args.out, out_bytes, args.table, table_bytes))
+        detail::fail_arg(fn, "out", detail::ptr_str(args.out), "overlaps table=" + detail::ptr_str(args.table));
+    if (detail::overlaps(args.out, out_bytes, args.indices, n * isz))
+        detail::fail_arg(fn, "out", detail::ptr_str(args.out), "overlaps indices=" + detail::ptr_str(args.indices));
+    // A lookup is a max-pooling bag of one entry each: the row converted exactly (no 0 + x).
+    d.mode = EmbeddingBagMode::max;
+    d.padding_idx = -1;
+    detail::EmbeddingBagCall c;
+    c.fn = fn;
+    c.d = d;
+    c.a.num_bags = n;
+    c.a.num_indices = n;
+    c.a.table = args.table;
+    c.a.indices = args.indices;
+    c.a.out = args.out;
+    c.lookup = true;
     const auto sel = detail::embedding_bag_registry().get(detail::embedding_bag_config(d));
     detail::run_call(c, *sel.kernel);
 }
@@ -316,17 +464,49 @@ void EmbeddingBagMultiPlan::run(const EmbeddingBagArgs* args, int64_t num_tables
     }
     for (int64_t t = 0; t < T; ++t) detail::embedding_bag_validate_indices(calls[t]);  // every table's, before any write
 
-    // All (table, bag) items in one parallel region, table-major.
+    // All (table, bag) items in one parallel region, table-major, split into one chunk per thread
+    // balanced by bytes gathered: table t's work before its bag b is (offset(b) + b) * row bytes.
+    std::vector<double> cum(static_cast<size_t>(T) + 1, 0.0), cost(static_cast<size_t>(T));
     int64_t grain = 1 << 30;
-    for (const auto& c : calls) grain = std::min(grain, detail::embedding_bag_grain(c));
+    for (int64_t t = 0; t < T; ++t) {
+        const auto& c = calls[static_cast<size_t>(t)];
+        grain = std::min(grain, detail::embedding_bag_grain(c));
+        cost[t] = static_cast<double>(std::max<int64_t>(detail::embedding_bag_row_bytes(c.d), 1));
+        const int64_t units = B > 0 ? c.bag_end(B - 1) + B : 0;
+        cum[t + 1] = cum[t] + static_cast<double>(units) * cost[t];
+    }
     const int64_t items = detail::checked_mul(fn, "num_tables*num_bags", T, B);
-    detail::parallel_for(items, grain, [&](int64_t i0, int64_t i1) {
+    if (items == 0) return;
+    const int64_t n = detail::parallel_threads(items, grain);
+    // Chunk boundary i of n as a global item t * B + b.
+    auto split = [&](int64_t i) -> int64_t {
+        if (i <= 0) return 0;
+        if (i >= n) return items;
+        const double target = cum[T] * static_cast<double>(i) / static_cast<double>(n);
+        int64_t t = 0;
+        while (t + 1 < T && cum[t + 1] <= target) ++t;
+        const auto& c = calls[static_cast<size_t>(t)];
+        const double local = (target - cum[t]) / cost[t];
+        int64_t lo = 0, hi = B;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (static_cast<double>(c.offset(mid) + mid) >= local) hi = mid;
+            else lo = mid + 1;
+        }
+        return t * B + lo;
+    };
+    auto run_items = [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1;) {
             const int64_t t = i / B, b0 = i % B, b1 = std::min(B, b0 + (i1 - i));
             s_->tables[static_cast<size_t>(t)].kernel->run(calls[static_cast<size_t>(t)], b0, b1);
             i += b1 - b0;
         }
-    });
+    };
+    if (n <= 1) {
+        run_items(0, items);
+        return;
+    }
+    detail::parallel_for(n, 1, [&](int64_t c0, int64_t c1) { run_items(split(c0), split(c1)); });
 }
 
 int64_t EmbeddingBagMultiPlan::num_tables() const { return static_cast<int64_t>(s_->tables.size()); }

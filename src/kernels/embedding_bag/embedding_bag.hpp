@@ -27,17 +27,24 @@ struct EmbeddingBagConfig {
     bool include_last_offset = false;
     bool weighted = false;     // per_sample_weights
     bool has_padding = false;  // padding_idx >= 0
+    EmbeddingRowQuant row_quant = EmbeddingRowQuant::none;
 
     std::string key() const;
 };
+
+// Bytes of a table row's stored values (fused row for quantized tables) and the row stride in bytes.
+int64_t embedding_bag_row_bytes(const EmbeddingBagDesc& d);
+int64_t embedding_bag_row_stride_bytes(const EmbeddingBagDesc& d);
 
 // One validated call: the descriptor (ld_table / ld_out resolved) and the arguments.
 struct EmbeddingBagCall {
     const char* fn = "";  // public function name, for error messages
     EmbeddingBagDesc d;
     EmbeddingBagArgs a;
+    bool lookup = false;  // embedding(): bag i is index i (no offsets array)
 
     int64_t offset(int64_t i) const {
+        if (lookup) return i;
         return d.index_type == IndexType::i64 ? static_cast<const int64_t*>(a.offsets)[i]
                                               : static_cast<const int32_t*>(a.offsets)[i];
     }
@@ -69,6 +76,13 @@ struct EmbeddingBagKernel {
 };
 
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry();
+
+// Vectorised kernels (embedding_bag_simd.cpp): isa = avx512 or avx2.
+std::shared_ptr<const EmbeddingBagKernel> create_embedding_bag_simd(const EmbeddingBagConfig& k, Isa isa);
+
+// The bag ranges of a call's parallel chunks, balanced by index count (entries + 1 per bag):
+// chunk i of n covers bags [split(i), split(i+1)).
+int64_t embedding_bag_split(const EmbeddingBagCall& c, int64_t i, int64_t n);
 
 // Reference (specification): per bag, f32 accumulation in index order, then mean / bf16 rounding.
 void embedding_bag_reference(const EmbeddingBagCall& c, int64_t bag_begin, int64_t bag_end);

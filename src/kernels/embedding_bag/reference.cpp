@@ -1,5 +1,6 @@
 // Reference embedding bag: the specification every other implementation is tested against.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/embedding_bag/embedding_bag.hpp"
@@ -13,7 +14,31 @@ void embedding_bag_reference(const EmbeddingBagCall& c, int64_t bag_begin, int64
     std::vector<float> row(static_cast<size_t>(dim));
 
     auto load_row = [&](int64_t idx) {
-        if (d.table_dtype == DType::bf16) {
+        if (d.row_quant != EmbeddingRowQuant::none) {
+            // Fused rows (xk/embedding_bag.hpp): v = q * scale + bias, product rounded, then the sum.
+            const uint8_t* r = static_cast<const uint8_t*>(c.a.table) + idx * d.ld_table;
+            float scale, bias;
+            if (d.row_quant == EmbeddingRowQuant::int8_rowwise) {
+                std::memcpy(&scale, r + dim, 4);
+                std::memcpy(&bias, r + dim + 4, 4);
+                for (int64_t k = 0; k < dim; ++k) {
+                    const float p = static_cast<float>(r[k]) * scale;
+                    row[k] = p + bias;
+                }
+            } else {
+                const int64_t nb = (dim + 1) / 2;
+                uint16_t hs, hb;
+                std::memcpy(&hs, r + nb, 2);
+                std::memcpy(&hb, r + nb + 2, 2);
+                scale = f16::to_float(hs);
+                bias = f16::to_float(hb);
+                for (int64_t k = 0; k < dim; ++k) {
+                    const int q = (r[k / 2] >> (4 * (k % 2))) & 15;
+                    const float p = static_cast<float>(q) * scale;
+                    row[k] = p + bias;
+                }
+            }
+        } else if (d.table_dtype == DType::bf16) {
             const uint16_t* r = static_cast<const uint16_t*>(c.a.table) + idx * d.ld_table;
             for (int64_t k = 0; k < dim; ++k) row[k] = bf16::to_float(r[k]);
         } else {

@@ -1,0 +1,410 @@
+// Embedding bag forward (issue 30) beside the limit: a plain loop that gathers the same random
+// rows (sums each bag's rows into registers, prefetching 16 rows ahead), in the same process.
+//
+//   embedding_bag/f32/xk/sum_dim:<D>_<dist>/nt:<N>       xk::EmbeddingBagPlan, f32 table, mode sum
+//   embedding_bag/bf16/xk/sum_dim:<D>_<dist>/nt:<N>      bf16 table (f32 out)
+//   embedding_bag/f32/xk/gather_limit_dim:<D>_<dist>/nt:<N>   the plain gather loop (f32)
+//   embedding_bag/u8|u4/xk/sum_int8rows|int4rows_dim:<D>_<dist>/nt:<N>   row-wise quantized tables
+//                                                     (GBPS of fused rows, and Mrows/s)
+//   embedding_lookup/f32/xk/rows_dim:<D>_<dist>/nt:<N>  xk::embedding of the same 204800 indices
+//   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
+//                                                     the forward's gathered bytes, for comparing times)
+//   embedding_merged/f32/xk/<merged|separate>_26x2048_dim:64/nt:<N>  26 tables (slices of the 1 GiB
+//                                                     table, pooling 1 + 4t): one merged call vs 26 calls
+//   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
+//                                                     28 B/element, Copy% = vs the interleaved copy
+//   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
+//
+// One 1 GiB table viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
+// 2^29 / D rows, the quantized ones as 2^30 / row bytes rows), 2048 bags of 100 indices,
+// uniform or Zipf(1.05) over the rows (ranks scattered by an odd multiplier modulo E), i64
+// indices. GBPS = bytes of gathered rows per second (num_indices * D * element size; the output,
+// 2048 x D, is not counted). PyTorch's F.embedding_bag on the same shapes: bench/torch_peer.py.
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "bench_util.hpp"
+#include "xk/embedding_bag.hpp"
+#include "xk/optim.hpp"
+
+namespace {
+
+constexpr int64_t kTableBytes = int64_t(1) << 30;
+constexpr int64_t kBags = 2048, kPool = 100;
+
+float* table() {
+    static xk::bench::AlignedArray<float> t = [] {
+        auto a = xk::bench::alloc_aligned<float>(static_cast<size_t>(kTableBytes / 4));
+        const int64_t n = kTableBytes / 4;
+        xk::detail::parallel_for(n, int64_t(1) << 20, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i)
+                a[i] = static_cast<float>(xk::bench::detail::splitmix64(static_cast<uint64_t>(i)) >> 40) * 0x1.0p-24f - 0.5f;
+        });
+        return a;
+    }();
+    return t.get();
+}
+
+// 2048 x 100 indices over E rows: uniform, or Zipf(1.05) ranks (inverse CDF) scattered over E.
+const std::vector<int64_t>& indices(int64_t E, bool zipf) {
+    static std::map<std::pair<int64_t, bool>, std::vector<int64_t>> cache;
+    auto& v = cache[{E, zipf}];
+    if (!v.empty()) return v;
+    const int64_t n = kBags * kPool;
+    v.resize(static_cast<size_t>(n));
+    if (!zipf) {
+        for (int64_t i = 0; i < n; ++i)
+            v[i] = static_cast<int64_t>(xk::bench::detail::splitmix64(0x51u + static_cast<uint64_t>(i)) % static_cast<uint64_t>(E));
+        return v;
+    }
+    std::vector<double> cdf(static_cast<size_t>(E));
+    double s = 0;
+    for (int64_t r = 0; r < E; ++r) cdf[r] = s += std::pow(static_cast<double>(r + 1), -1.05);
+    for (int64_t i = 0; i < n; ++i) {
+        const double u = xk::bench::detail::unit(0x2f, static_cast<uint64_t>(i)) * s;
+        const int64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+        // E is a power of two: an odd multiplier is a bijection of [0, E).
+        v[i] = static_cast<int64_t>((static_cast<uint64_t>(std::min(rank, E - 1)) * 0x9E3779B97F4A7C15ull) &
+                                    static_cast<uint64_t>(E - 1));
+    }
+    return v;
+}
+
+const std::vector<int64_t>& offsets() {
+    static std::vector<int64_t> o = [] {
+        std::vector<int64_t> v(kBags);
+        for (int64_t b = 0; b < kBags; ++b) v[b] = b * kPool;
+        return v;
+    }();
+    return o;
+}
+
+void BM_bag(benchmark::State& state, int64_t dim, bool zipf, bool bf16, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t esize = bf16 ? 2 : 4;
+    const int64_t E = kTableBytes / (dim * esize);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    d.table_dtype = bf16 ? xk::DType::bf16 : xk::DType::f32;
+    const xk::EmbeddingBagPlan plan(d);
+    std::vector<float> out(static_cast<size_t>(kBags * dim));
+    xk::EmbeddingBagArgs a;
+    a.num_bags = kBags;
+    a.num_indices = kBags * kPool;
+    a.table = table();
+    a.indices = idx.data();
+    a.offsets = offsets().data();
+    a.out = out.data();
+    for (auto _ : state) {
+        plan.run(a);
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * esize));
+    state.SetLabel(plan.impl_name());
+}
+
+// Row-wise quantized tables: the same 1 GiB viewed as fused rows of dim + 8 (int8) or
+// dim / 2 + 4 (int4) bytes, every row's scale / bias set; rows per second beside f32's.
+uint8_t* qtable(xk::EmbeddingRowQuant q, int64_t dim) {
+    static std::map<std::pair<int, int64_t>, bool> done;
+    uint8_t* t = reinterpret_cast<uint8_t*>(table());
+    if (!done[{static_cast<int>(q), dim}]) {
+        done[{static_cast<int>(q), dim}] = true;
+        const int64_t rb = xk::embedding_row_quant_bytes(q, dim), E = kTableBytes / rb;
+        for (int64_t r = 0; r < E; ++r) {
+            uint8_t* row = t + r * rb;
+            if (q == xk::EmbeddingRowQuant::int8_rowwise) {
+                const float sb[2] = {0.01f, -0.5f};
+                std::memcpy(row + dim, sb, 8);
+            } else {
+                const uint16_t sb[2] = {xk::f16::from_float(0.01f), xk::f16::from_float(-0.5f)};
+                std::memcpy(row + (dim + 1) / 2, sb, 4);
+            }
+        }
+    }
+    return t;
+}
+
+void BM_qbag(benchmark::State& state, int64_t dim, bool zipf, xk::EmbeddingRowQuant q, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t rb = xk::embedding_row_quant_bytes(q, dim), E = kTableBytes / rb;
+    const uint8_t* t = qtable(q, dim);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    d.table_dtype = xk::DType::u8;
+    d.row_quant = q;
+    const xk::EmbeddingBagPlan plan(d);
+    std::vector<float> out(static_cast<size_t>(kBags * dim));
+    xk::EmbeddingBagArgs a;
+    a.num_bags = kBags;
+    a.num_indices = kBags * kPool;
+    a.table = t;
+    a.indices = idx.data();
+    a.offsets = offsets().data();
+    a.out = out.data();
+    for (auto _ : state) {
+        plan.run(a);
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * rb));
+    state.counters["Mrows/s"] = benchmark::Counter(static_cast<double>(kBags * kPool) * 1e-6 * static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate);
+    state.SetLabel(plan.impl_name());
+}
+
+// Fused AdamW step over n f32 parameters (p, g, m, v: 28 bytes moved per element: 16 read, 12
+// written) beside the copy yardstick interleaved (Copy%), and SGD with momentum on bf16 split
+// params (p_hi, p_lo, g bf16, b: 10 read + 8 written).
+void BM_optim(benchmark::State& state, bool adamw, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t n = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
+    static std::map<int64_t, std::vector<xk::bench::AlignedArray<float>>> bufs;
+    auto& b = bufs[n];
+    if (b.empty())
+        for (int i = 0; i < 4; ++i) {
+            b.push_back(xk::bench::alloc_aligned<float>(static_cast<size_t>(n)));
+            xk::bench::fill_value(b.back().get(), static_cast<size_t>(n), i == 0 ? 0.5f : (i == 1 ? 1e-3f : 0.0f));
+        }
+    xk::OptimTensors t;
+    t.n = n;
+    int64_t step = 1;
+    double bytes;
+    if (adamw) {
+        t.param = b[0].get();
+        t.grad = b[1].get();
+        bytes = 28.0 * static_cast<double>(n);
+    } else {  // split params: the halves and the bf16 grad carved out of the same buffers
+        t.param_type = xk::OptimParamType::bf16_split;
+        t.param = b[0].get();
+        t.param_lo = reinterpret_cast<uint16_t*>(b[0].get()) + n;
+        t.grad_dtype = xk::DType::bf16;
+        t.grad = b[1].get();
+        bytes = 18.0 * static_cast<double>(n);
+    }
+    auto run = [&] {
+        if (adamw) {
+            xk::AdamOptions o;
+            o.adamw = true;
+            o.weight_decay = 1e-2;
+            xk::adam_step(o, t, b[2].get(), b[3].get(), nullptr, step++);
+        } else {
+            xk::SgdOptions o;
+            o.lr = 1e-3;
+            o.momentum = 0.9;
+            xk::sgd_step(o, t, b[2].get(), step++);
+        }
+    };
+    run();  // warm-up (first touch of the split halves / states, outside the timing)
+    xk::bench::CopyYardstick copy(state, true, bytes);
+    for (auto _ : state) {
+        copy.begin();
+        run();
+        copy.end();
+    }
+    copy.finish();
+    xk::bench::set_gbps(state, bytes);
+}
+
+// Lookup (F.embedding) of the same 204800 indices: 204800 x D rows written (GBPS = gathered bytes).
+void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    const int64_t n = kBags * kPool;
+    static std::vector<float> out;
+    out.resize(static_cast<size_t>(n * dim));
+    for (auto _ : state) {
+        xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.data()});
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(n * dim * 4));
+}
+
+// One training step of a table: forward (sum) + backward fused with SGD (lr 1e-6, the values
+// barely move), grad_out = the forward output. GBPS counts the gathered rows once (as the
+// forward rows) so the time compares directly with the torch row (forward + backward + sparse SGD).
+void BM_train(benchmark::State& state, int64_t dim, bool zipf, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    const xk::EmbeddingBagPlan plan(d);
+    std::vector<float> out(static_cast<size_t>(kBags * dim));
+    xk::EmbeddingBagArgs a;
+    a.num_bags = kBags;
+    a.num_indices = kBags * kPool;
+    a.table = table();
+    a.indices = idx.data();
+    a.offsets = offsets().data();
+    xk::EmbeddingBagUpdate u;
+    u.lr = 1e-6f;
+    for (auto _ : state) {
+        a.out = out.data();
+        plan.run(a);
+        a.out = nullptr;
+        xk::embedding_bag_backward_update(d, a, out.data(), u);
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
+}
+
+// 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
+// pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
+// every bag of every table) beside 26 separate plan runs writing the same merged output columns.
+void BM_merged(benchmark::State& state, bool merged, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    constexpr int T = 26;
+    constexpr int64_t dim = 64;
+    const int64_t rows_total = kTableBytes / (dim * 4), E = rows_total / T;
+    static std::vector<std::vector<int64_t>> idx, off;
+    if (idx.empty())
+        for (int t = 0; t < T; ++t) {
+            const int64_t pool = 1 + 4 * t;
+            std::vector<int64_t> iv(static_cast<size_t>(kBags * pool)), ov(kBags);
+            for (int64_t i = 0; i < kBags * pool; ++i)
+                iv[i] = static_cast<int64_t>(xk::bench::detail::splitmix64(0x77u * (t + 1) + static_cast<uint64_t>(i)) %
+                                             static_cast<uint64_t>(E));
+            for (int64_t b = 0; b < kBags; ++b) ov[b] = b * pool;
+            idx.push_back(std::move(iv));
+            off.push_back(std::move(ov));
+        }
+    std::vector<xk::EmbeddingBagDesc> ds(T);
+    std::vector<xk::EmbeddingBagArgs> args(T);
+    int64_t n_rows = 0;
+    for (int t = 0; t < T; ++t) {
+        ds[t].num_embeddings = E;
+        ds[t].dim = dim;
+        args[t].num_bags = kBags;
+        args[t].num_indices = static_cast<int64_t>(idx[t].size());
+        args[t].table = table() + static_cast<int64_t>(t) * E * dim;
+        args[t].indices = idx[t].data();
+        args[t].offsets = off[t].data();
+        n_rows += args[t].num_indices;
+    }
+    std::vector<float> out(static_cast<size_t>(kBags * T * dim));
+    const xk::EmbeddingBagMultiPlan mp(ds);
+    std::vector<xk::EmbeddingBagPlan> plans;
+    for (int t = 0; t < T; ++t) {
+        xk::EmbeddingBagDesc d = ds[t];
+        d.ld_out = T * dim;
+        plans.emplace_back(d);
+    }
+    for (auto _ : state) {
+        if (merged) {
+            mp.run(args.data(), T, out.data());
+        } else {
+            for (int t = 0; t < T; ++t) {
+                xk::EmbeddingBagArgs a = args[t];
+                a.out = out.data() + t * dim;
+                plans[t].run(a);
+            }
+        }
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(n_rows * dim * 4));
+}
+
+// The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched, bags split
+// evenly over the threads. dim is a multiple of 16.
+__attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
+                                                    int64_t b1, float* out) {
+    const int64_t j_end = b1 * kPool;
+    for (int64_t b = b0; b < b1; ++b) {
+        __m512 acc[8];
+        const int nv = static_cast<int>(dim / 16);
+        for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_ps();
+        for (int64_t j = b * kPool; j < (b + 1) * kPool; ++j) {
+            if (j + 16 < j_end) {
+                const char* p = reinterpret_cast<const char*>(t + idx[j + 16] * dim);
+                for (int64_t l = 0; l < dim * 4; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+            }
+            const float* r = t + idx[j] * dim;
+            for (int v = 0; v < nv; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
+        }
+        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(out + b * dim + 16 * v, acc[v]);
+    }
+}
+
+void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    std::vector<float> out(static_cast<size_t>(kBags * dim));
+    const float* t = table();
+    for (auto _ : state) {
+        xk::detail::parallel_for(kBags, 1, [&](int64_t b0, int64_t b1) { gather_rows(t, idx.data(), dim, b0, b1, out.data()); });
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
+}
+
+const bool registered = [] {
+    if (!xk::isa_supported(xk::Isa::avx512)) return true;  // the limit loop is AVX-512
+    for (int64_t dim : {64, 128})
+        for (bool zipf : {false, true})
+            for (int nt : xk::bench::thread_counts()) {
+                const std::string shape = "dim:" + std::to_string(dim) + (zipf ? "_zipf1.05" : "_uniform");
+                const std::string ntp = "nt:" + std::to_string(nt);
+                benchmark::RegisterBenchmark(
+                    xk::bench::join_name({"embedding_bag", "f32", "xk", "gather_limit_" + shape, ntp}).c_str(), BM_limit,
+                    dim, zipf, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "f32", "xk", "sum_" + shape, ntp}).c_str(),
+                                             BM_bag, dim, zipf, false, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "bf16", "xk", "sum_" + shape, ntp}).c_str(),
+                                             BM_bag, dim, zipf, true, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "u8", "xk", "sum_int8rows_" + shape, ntp}).c_str(),
+                                             BM_qbag, dim, zipf, xk::EmbeddingRowQuant::int8_rowwise, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_bag", "u4", "xk", "sum_int4rows_" + shape, ntp}).c_str(),
+                                             BM_qbag, dim, zipf, xk::EmbeddingRowQuant::int4_rowwise, nt)
+                    ->UseRealTime();
+            }
+    for (int64_t dim : {64, 128})
+        for (bool zipf : {false, true})
+            for (int nt : xk::bench::thread_counts()) {
+                const std::string shape = "dim:" + std::to_string(dim) + (zipf ? "_zipf1.05" : "_uniform");
+                benchmark::RegisterBenchmark(
+                    xk::bench::join_name({"embedding_train", "f32", "xk", "sum_sgd_" + shape, "nt:" + std::to_string(nt)}).c_str(),
+                    BM_train, dim, zipf, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(
+                    xk::bench::join_name({"embedding_lookup", "f32", "xk", "rows_" + shape, "nt:" + std::to_string(nt)}).c_str(),
+                    BM_lookup, dim, zipf, nt)
+                    ->UseRealTime();
+            }
+    for (int nt : xk::bench::thread_counts())
+        for (bool merged : {true, false})
+            benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_merged", "f32", "xk",
+                                                               merged ? "merged_26x2048_dim:64" : "separate_26x2048_dim:64",
+                                                               "nt:" + std::to_string(nt)})
+                                             .c_str(),
+                                         BM_merged, merged, nt)
+                ->UseRealTime();
+    const int64_t on = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
+    const std::string ns = on == 100000000 ? "1e8" : std::to_string(on);
+    for (int nt : xk::bench::thread_counts()) {
+        const std::string ntp = "nt:" + std::to_string(nt);
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "adamw_n:" + ns, ntp}).c_str(), BM_optim, true, nt)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "bf16", "xk", "sgd_momentum_split_n:" + ns, ntp}).c_str(),
+                                     BM_optim, false, nt)
+            ->UseRealTime();
+    }
+    return true;
+}();
+
+}  // namespace

@@ -1,0 +1,162 @@
+// Embedding-bag backward fused with a sparse SGD / Adagrad update (xk/embedding_bag.hpp):
+// entries sorted by (row, position), each unique row's gradient summed in entry order and applied
+// once, unique rows split over the threads. Portable C++ (the compiler vectorises the row loops);
+// the time goes to the random row accesses and the sort.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/check.hpp"
+#include "common/parallel.hpp"
+#include "kernels/embedding_bag/embedding_bag.hpp"
+
+namespace xk {
+namespace {
+constexpr int64_t kPrefetch = 8;  // unique rows ahead
+
+// Sorts (row, position) pairs listed in increasing position by row, keeping position order within
+// a row: stable LSD radix sort on 16-bit digits of the row (rows < 2^32), else std::sort.
+void sort_entries(std::vector<std::pair<int64_t, int64_t>>& e, int64_t num_rows) {
+    if (num_rows > (int64_t(1) << 32) || e.size() < 256) {
+        std::sort(e.begin(), e.end());
+        return;
+    }
+    std::vector<std::pair<int64_t, int64_t>> tmp(e.size());
+    std::vector<int64_t> count(65536 + 1);
+    for (int shift = 0; shift < 32 && (num_rows - 1) >> shift; shift += 16) {
+        std::fill(count.begin(), count.end(), 0);
+        for (const auto& x : e) ++count[((x.first >> shift) & 0xFFFF) + 1];
+        for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+        for (const auto& x : e) tmp[static_cast<size_t>(count[(x.first >> shift) & 0xFFFF]++)] = x;
+        e.swap(tmp);
+    }
+}
+}  // namespace
+
+void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
+                                   const EmbeddingBagUpdate& u) {
+    constexpr const char* fn = "xk::embedding_bag_backward_update";
+    const EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
+    if (d.mode == EmbeddingBagMode::max)
+        detail::fail(Status::unsupported, std::string(fn) + ": mode=max is not supported (sum, mean)");
+    if (d.row_quant != EmbeddingRowQuant::none || d.table_dtype != DType::f32)
+        detail::fail(Status::unsupported, std::string(fn) + ": table_dtype=" + dtype_name(d.table_dtype) +
+                                              (d.row_quant != EmbeddingRowQuant::none ? " (row-wise quantized)" : "") +
+                                              " is not supported (f32 tables)");
+    const int opt = static_cast<int>(u.optimizer);
+    if (opt < 0 || opt > 1) detail::fail_arg(fn, "update.optimizer", std::to_string(opt), "is not a valid value (sgd=0, adagrad=1)");
+    if (!(u.lr >= 0) || !std::isfinite(u.lr)) detail::fail_arg(fn, "update.lr", std::to_string(u.lr), "must be finite and >= 0");
+    if (!(u.eps >= 0) || !std::isfinite(u.eps)) detail::fail_arg(fn, "update.eps", std::to_string(u.eps), "must be finite and >= 0");
+    if (args.out) detail::fail_arg(fn, "args.out", detail::ptr_str(args.out), "must be null (the table is what is written)");
+    const int64_t B = args.num_bags;
+    if (B > 0) detail::check_not_null(fn, "grad_out", grad_out);
+    const int64_t osz = dtype_size(d.out_dtype);
+    if (grad_out && reinterpret_cast<uintptr_t>(grad_out) % static_cast<uintptr_t>(osz) != 0)
+        detail::fail_arg(fn, "grad_out", detail::ptr_str(grad_out), "must be aligned to its element size");
+    const int64_t table_bytes = d.num_embeddings == 0 ? 0 : ((d.num_embeddings - 1) * d.ld_table + d.dim) * 4;
+    auto overlap = [](const void* a, int64_t an, const void* b, int64_t bn) {
+        if (!a || !b || an <= 0 || bn <= 0) return false;
+        const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+        return pa < pb + static_cast<uintptr_t>(bn) && pb < pa + static_cast<uintptr_t>(an);
+    };
+    const int64_t go_bytes = B == 0 ? 0 : ((B - 1) * d.ld_out + d.dim) * osz;
+    if (overlap(grad_out, go_bytes, args.table, table_bytes))
+        detail::fail_arg(fn, "grad_out", detail::ptr_str(grad_out), "overlaps table=" + detail::ptr_str(args.table));
+    const int64_t ld_state = u.ld_state == 0 ? d.dim : u.ld_state;
+    if (u.optimizer == EmbeddingOptimizer::adagrad) {
+        detail::check_nonnegative(fn, "update.ld_state", u.ld_state);
+        detail::check_ld(fn, "update.ld_state", ld_state, d.dim, "dim");
+        detail::checked_mul(fn, "num_embeddings*ld_state", d.num_embeddings, ld_state);
+        if (args.num_indices > 0) detail::check_not_null(fn, "update.state", u.state);
+        if (u.state && reinterpret_cast<uintptr_t>(u.state) % 4 != 0)
+            detail::fail_arg(fn, "update.state", detail::ptr_str(u.state), "must be aligned to 4 bytes");
+        const int64_t st_bytes = d.num_embeddings == 0 ? 0 : ((d.num_embeddings - 1) * ld_state + d.dim) * 4;
+        if (overlap(u.state, st_bytes, args.table, table_bytes))
+            detail::fail_arg(fn, "update.state", detail::ptr_str(u.state), "overlaps table=" + detail::ptr_str(args.table));
+        if (overlap(u.state, st_bytes, grad_out, go_bytes))
+            detail::fail_arg(fn, "update.state", detail::ptr_str(u.state), "overlaps grad_out=" + detail::ptr_str(grad_out));
+    } else if (u.state) {
+        detail::fail_arg(fn, "update.state", detail::ptr_str(u.state), "must be null with optimizer sgd");
+    }
+    // Sizes, offsets, pointers, overlaps of the inputs (grad_out in the role of out: only read).
+    EmbeddingBagArgs a = args;
+    a.out = const_cast<void*>(grad_out);
+    const detail::EmbeddingBagCall c = detail::embedding_bag_validate_args(fn, d, a);
+    detail::embedding_bag_validate_indices(c);
+    if (B == 0) return;
+
+    // Entries (row, position) that are not padding, sorted; the bag of each position and the
+    // scale of its gradient.
+    const int64_t used = c.bag_end(B - 1);
+    std::vector<std::pair<int64_t, int64_t>> e;
+    e.reserve(static_cast<size_t>(used));
+    std::vector<float> scale(static_cast<size_t>(used));
+    std::vector<int64_t> bag_of(static_cast<size_t>(used));
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t j0 = c.bag_begin(b), j1 = c.bag_end(b);
+        int64_t count = 0;
+        for (int64_t j = j0; j < j1; ++j)
+            if (c.index(j) != d.padding_idx) ++count;
+        const float inv = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+        for (int64_t j = j0; j < j1; ++j) {
+            const int64_t r = c.index(j);
+            if (r == d.padding_idx) continue;
+            e.emplace_back(r, j);
+            bag_of[j] = b;
+            scale[j] = d.mode == EmbeddingBagMode::mean ? inv : (d.per_sample_weights ? args.per_sample_weights[j] : 1.0f);
+        }
+    }
+    sort_entries(e, d.num_embeddings);
+    std::vector<int64_t> seg;  // starts of the unique rows in e, then e.size()
+    for (size_t i = 0; i < e.size(); ++i)
+        if (i == 0 || e[i].first != e[i - 1].first) seg.push_back(static_cast<int64_t>(i));
+    const int64_t U = static_cast<int64_t>(seg.size());
+    seg.push_back(static_cast<int64_t>(e.size()));
+
+    float* table = static_cast<float*>(const_cast<void*>(args.table));
+    const int64_t dim = d.dim;
+    const bool bf16_go = d.out_dtype == DType::bf16;
+    const int64_t grain = std::max<int64_t>(1, 16384 / (dim * (1 + static_cast<int64_t>(e.size()) / std::max<int64_t>(U, 1))));
+    detail::parallel_for(U, grain, [&](int64_t u0, int64_t u1) {
+        std::vector<float> acc(static_cast<size_t>(dim)), g(static_cast<size_t>(dim));
+        const int64_t row_bytes = dim * 4;
+        for (int64_t s = u0; s < u1; ++s) {
+            // The rows (and Adagrad states) of the unique rows kPrefetch ahead, for writing.
+            if (s + kPrefetch < u1) {
+                const int64_t r = e[seg[s + kPrefetch]].first;
+                const char* t = reinterpret_cast<const char*>(table + r * d.ld_table);
+                for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(t + l, 1, 3);
+                if (u.state) {
+                    const char* st = reinterpret_cast<const char*>(u.state + r * ld_state);
+                    for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(st + l, 1, 3);
+                }
+            }
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t i = seg[s]; i < seg[s + 1]; ++i) {
+                const int64_t j = e[i].second, b = bag_of[j];
+                const float w = scale[j];
+                if (bf16_go) {
+                    const uint16_t* go = static_cast<const uint16_t*>(grad_out) + b * d.ld_out;
+                    for (int64_t k = 0; k < dim; ++k) g[k] = bf16::to_float(go[k]);
+                } else {
+                    const float* go = static_cast<const float*>(grad_out) + b * d.ld_out;
+                    for (int64_t k = 0; k < dim; ++k) g[k] = go[k];
+                }
+                for (int64_t k = 0; k < dim; ++k) acc[k] += w * g[k];
+            }
+            float* t = table + e[seg[s]].first * d.ld_table;
+            if (u.optimizer == EmbeddingOptimizer::sgd) {
+                for (int64_t k = 0; k < dim; ++k) t[k] = t[k] - u.lr * acc[k];
+            } else {
+                float* st = u.state + e[seg[s]].first * ld_state;
+                for (int64_t k = 0; k < dim; ++k) {
+                    const float sum = st[k] + acc[k] * acc[k];
+                    st[k] = sum;
+                    t[k] = t[k] - u.lr * (acc[k] / (std::sqrt(sum) + u.eps));
+                }
+            }
+        }
+    });
+}
+
+}  // namespace xk
