@@ -1,0 +1,178 @@
+// conv2d on xk's GEMM: the "gemm:conv" registry entry (channels-last activations).
+//
+// With NHWC activations, output pixel p = (n, oy, ox) is row p of a P x OC matrix (P = N*OH*OW)
+// and, per group g, row p of the convolution is a dot of an im2col row with each of the group's
+// weight rows: dst[p, g*OCg + o] = sum_k col_g[p, k] * Wg[o, k], i.e. C = A * B^T with B^T the
+// weights as given ([OCg][K] per group in both layouts: ohwi orders k as (kh, kw, ic), oihw as
+// (ic, kh, kw), and the im2col row follows the weight order).
+//   1x1, stride 1, no padding: A is the source itself (rows of C channels, lda = C) — one GEMM
+//   per group, no copy.
+//   otherwise: im2col of a block of MB rows (all groups; zeros outside the input) into a
+//   per-thread buffer sized to stay in cache (~256 KiB), then one GEMM per group on that block.
+// The epilogue is the GEMM's: bias and activation; add_after_activation is the GEMM residual
+// (ld_residual = OC); add_before_activation is beta = 1 on dst holding the residual (copied in
+// first unless residual == dst). f32 and bf16 (f32 accumulation) as the GEMM runs them, under the
+// same ISA cap.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "kernels/conv/conv.hpp"
+#include "xk/gemm.hpp"
+
+namespace xk::detail {
+namespace {
+
+constexpr int64_t kColBytes = 256 * 1024;
+
+template <class T>
+void im2col(const ConvProblem& pb, const T* src, T* col, int64_t p0, int64_t mb) {
+    const ConvDesc& d = pb.d;
+    const int64_t G = d.groups, I = pb.icg(), K = I * d.kh * d.kw, ld = G * K;
+    const bool ohwi = d.weight_layout == ConvWeightLayout::ohwi;
+    const int64_t per_img = pb.oh * pb.ow;
+    const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, ld));
+    parallel_for(mb, grain, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t p = p0 + r, n = p / per_img, oy = (p % per_img) / pb.ow, ox = p % pb.ow;
+            T* row = col + r * ld;
+            for (int64_t ky = 0; ky < d.kh; ++ky) {
+                const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
+                for (int64_t kx = 0; kx < d.kw; ++kx) {
+                    const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
+                    const bool in = y >= 0 && y < d.h && x >= 0 && x < d.w;
+                    const T* s = in ? src + ((n * d.h + y) * d.w + x) * d.c : nullptr;
+                    for (int64_t g = 0; g < G; ++g) {
+                        T* rg = row + g * K;
+                        if (ohwi) {
+                            T* o = rg + (ky * d.kw + kx) * I;
+                            if (in) std::memcpy(o, s + g * I, static_cast<size_t>(I) * sizeof(T));
+                            else std::memset(o, 0, static_cast<size_t>(I) * sizeof(T));
+                        } else {
+                            const int64_t tap = ky * d.kw + kx, KK = d.kh * d.kw;
+                            for (int64_t i = 0; i < I; ++i) rg[i * KK + tap] = in ? s[g * I + i] : T{};
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+GemmDesc gemm_desc(const ConvProblem& pb, int64_t M, int64_t lda) {
+    const ConvDesc& d = pb.d;
+    GemmDesc g;
+    g.M = M;
+    g.N = pb.ocg();
+    g.K = pb.icg() * d.kh * d.kw;
+    g.trans_b = Trans::T;
+    g.lda = lda;
+    g.ldb = g.K;
+    g.ldc = d.oc;
+    g.a_type = d.src_dtype;
+    g.b_type = d.weight_dtype;
+    g.c_type = d.dst_dtype;
+    g.epilogue.bias = d.with_bias;
+    g.epilogue.act = d.activation;
+    if (d.residual == ConvResidual::add_before_activation) g.beta = 1.0f;
+    if (d.residual == ConvResidual::add_after_activation) {
+        g.epilogue.residual = true;
+        g.residual_type = d.dst_dtype;
+        g.ld_residual = d.oc;
+    }
+    return g;
+}
+
+bool is_direct(const ConvProblem& p) {
+    const ConvDesc& d = p.d;
+    return d.kh == 1 && d.kw == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_top == 0 && d.pad_bottom == 0 &&
+           d.pad_left == 0 && d.pad_right == 0;
+}
+
+class GemmConv final : public ConvKernel {
+public:
+    explicit GemmConv(const ConvProblem& p) : ConvKernel(p) {
+        const ConvDesc& d = p.d;
+        P_ = d.n * p.oh * p.ow;
+        K_ = p.icg() * d.kh * d.kw;
+        direct_ = is_direct(p);
+        if (direct_) {
+            mb_ = P_;
+            full_ = std::make_unique<GemmPlan>(gemm_desc(p, P_, d.c));
+        } else {
+            const int64_t row_bytes = d.groups * K_ * static_cast<int64_t>(dtype_size(d.src_dtype));
+            mb_ = std::clamp<int64_t>(kColBytes / row_bytes, 64, 1024);
+            mb_ = std::min(mb_, P_);
+            full_ = std::make_unique<GemmPlan>(gemm_desc(p, mb_, d.groups * K_));
+            if (P_ % mb_) tail_ = std::make_unique<GemmPlan>(gemm_desc(p, P_ % mb_, d.groups * K_));
+        }
+    }
+
+    void run(const ConvArgs& a, const ConvPacked* packed) const override {
+        const ConvDesc& d = p_.d;
+        const void* W = conv_plain_weights(a, packed);
+        const int64_t es = static_cast<int64_t>(dtype_size(d.src_dtype)), ed = static_cast<int64_t>(dtype_size(d.dst_dtype));
+        const int64_t G = d.groups, I = p_.icg(), O = p_.ocg();
+        if (d.residual == ConvResidual::add_before_activation && a.residual != a.dst) {
+            const int64_t bytes = P_ * d.oc * ed;
+            const auto* from = static_cast<const unsigned char*>(a.residual);
+            auto* to = static_cast<unsigned char*>(a.dst);
+            parallel_for(bytes, int64_t{1} << 18, [&](int64_t b, int64_t e) { std::memcpy(to + b, from + b, e - b); });
+        }
+        const bool res_after = d.residual == ConvResidual::add_after_activation;
+        // The GEMM's residual may not be its C: an in-place residual after the activation is
+        // copied aside first.
+        const void* res = a.residual;
+        thread_local std::vector<unsigned char> res_copy;
+        if (res_after && a.residual == a.dst) {
+            const size_t bytes = static_cast<size_t>(P_ * d.oc * ed);
+            if (res_copy.size() < bytes) res_copy.resize(bytes);
+            std::memcpy(res_copy.data(), a.dst, bytes);
+            res = res_copy.data();
+        }
+        auto run_block = [&](const GemmPlan& plan, const unsigned char* A, int64_t lda_bytes_per_group, int64_t p0) {
+            for (int64_t g = 0; g < G; ++g) {
+                GemmArgs ga;
+                ga.A = A + g * lda_bytes_per_group;
+                ga.B = static_cast<const unsigned char*>(W) + g * O * K_ * es;
+                ga.C = static_cast<unsigned char*>(a.dst) + (p0 * d.oc + g * O) * ed;
+                ga.bias = d.with_bias ? a.bias + g * O : nullptr;
+                if (res_after) ga.residual = static_cast<const unsigned char*>(res) + (p0 * d.oc + g * O) * ed;
+                plan.run(ga);
+            }
+        };
+        if (direct_) {
+            run_block(*full_, static_cast<const unsigned char*>(a.src), I * es, 0);
+            return;
+        }
+        const int64_t ld = G * K_;
+        thread_local std::vector<unsigned char> buf;
+        if (buf.size() < static_cast<size_t>(mb_ * ld * es)) buf.resize(static_cast<size_t>(mb_ * ld * es));
+        for (int64_t p0 = 0; p0 < P_; p0 += mb_) {
+            const int64_t mb = std::min(mb_, P_ - p0);
+            if (es == 2)
+                im2col(p_, static_cast<const uint16_t*>(a.src), reinterpret_cast<uint16_t*>(buf.data()), p0, mb);
+            else
+                im2col(p_, static_cast<const float*>(a.src), reinterpret_cast<float*>(buf.data()), p0, mb);
+            run_block(mb == mb_ ? *full_ : *tail_, buf.data(), K_ * es, p0);
+        }
+    }
+
+    std::string backend_info() const override {
+        return std::string(direct_ ? "1x1 direct" : "im2col") + " over gemm " + full_->impl_name();
+    }
+
+private:
+    int64_t P_ = 0, K_ = 0, mb_ = 0;
+    bool direct_ = false;
+    std::unique_ptr<GemmPlan> full_, tail_;
+};
+
+}  // namespace
+
+bool gemm_conv_supports(const ConvProblem& p) { return p.d.layout == ConvLayout::nhwc; }
+
+std::shared_ptr<const ConvKernel> create_gemm_conv(const ConvProblem& p) { return std::make_shared<GemmConv>(p); }
+
+}  // namespace xk::detail
