@@ -692,8 +692,8 @@ void sweep_impl(const char* name, bool bf16) {
                          name, /*packed*/ k % 2 == 1);
             }
     }
-    // Every entry runs at least the channels-last f32 cases of the sweep here.
-    if (!bf16) EXPECT_GT(ran, 10) << name;
+    // Every entry runs at least the channels-last cases of the sweep here.
+    EXPECT_GT(ran, 10) << name << (bf16 ? " bf16" : " f32");
 }
 
 }  // namespace
@@ -706,6 +706,8 @@ TEST(Conv2dRouted, EveryPathEveryEpilogueF32AndBf16) {
             for (const char* name : {"onednn:conv", "gemm:conv"}) {
                 const auto& impl = detail::conv_registry().find(name);
                 if (impl.isa > isa || !isa_supported(impl.isa)) continue;
+                // oneDNN dispatches by itself (the cap does not reach it): sweep it once, at the top.
+                if (std::string(name) == "onednn:conv" && isa != available_isas().back()) continue;
                 SCOPED_TRACE(name);
                 sweep_impl(name, false);
                 sweep_impl(name, true);
