@@ -668,6 +668,7 @@ std::vector<ConvDesc> routed_sweep() {
     { auto d = shape(2, 12, 9, 11, 18, 1, 1); d.groups = 3; v.push_back(d); }
     v.push_back(shape(1, 32, 9, 9, 40, 1, 1).set_stride(2, 2));
     { auto d = shape(3, 32, 10, 10, 32, 3, 3).set_padding(1, 1); d.groups = 32; v.push_back(d); }  // depthwise, batch 3
+    { auto d = shape(2, 80, 9, 8, 80, 5, 3).set_stride(2, 1).set_padding(2, 1).set_dilation(1, 2); d.groups = 80; v.push_back(d); }  // depthwise, channel tail
     return v;
 }
 
@@ -692,18 +693,26 @@ void sweep_impl(const char* name, bool bf16) {
                          name, /*packed*/ k % 2 == 1);
             }
     }
-    // Every entry runs at least the channels-last cases of the sweep here.
-    EXPECT_GT(ran, 10) << name << (bf16 ? " bf16" : " f32");
+    // Every entry runs at least the channels-last cases of the sweep here (depthwise: its 3 shapes).
+    EXPECT_GT(ran, std::string(name).find("dwconv") != std::string::npos ? 3 : 10) << name << (bf16 ? " bf16" : " f32");
 }
 
 }  // namespace
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kUnderSanitizer = true;  // sanitizers: 2 threads, avx2 and the top ISA only
+#else
+constexpr bool kUnderSanitizer = false;
+#endif
+
 TEST(Conv2dRouted, EveryPathEveryEpilogueF32AndBf16) {
     for (int threads : {1, 2}) {
+        if (kUnderSanitizer && threads == 1) continue;
         set_num_threads(threads);
         SCOPED_TRACE("threads=" + std::to_string(threads));
         for_each_isa([&](Isa isa) {
-            for (const char* name : {"onednn:conv", "gemm:conv"}) {
+            if (kUnderSanitizer && isa != Isa::avx2 && isa != available_isas().back()) return;
+            for (const char* name : {"onednn:conv", "avx512:dwconv", "avx2:dwconv", "gemm:conv"}) {
                 const auto& impl = detail::conv_registry().find(name);
                 if (impl.isa > isa || !isa_supported(impl.isa)) continue;
                 // oneDNN dispatches by itself (the cap does not reach it): sweep it once, at the top.
@@ -815,6 +824,23 @@ TEST(Conv2dRouted, FoldBatchNormMatchesConvThenBn) {
                                     fw2.data(), fb2.data());
                 EXPECT_EQ(w2, fw2);
                 EXPECT_EQ(b2, fb2);
+            }
+            // The C API gives the same bits.
+            {
+                xk_conv2d_desc cd;
+                ASSERT_EQ(xk_conv2d_desc_init(&cd, d.n, d.c, d.h, d.w, d.oc, d.kh, d.kw), XK_SUCCESS);
+                cd.groups = d.groups;
+                cd.layout = XK_CONV_NHWC;
+                cd.weight_layout = wl == ConvWeightLayout::ohwi ? XK_CONV_OHWI : XK_CONV_OIHW;
+                std::vector<float> cw(nw), cb(10);
+                ASSERT_EQ(xk_conv2d_fold_batchnorm(&cd, w.data(), with_bias ? b.data() : nullptr, gamma.data(),
+                                                   beta.data(), mean.data(), var.data(), eps, cw.data(), cb.data()),
+                          XK_SUCCESS);
+                EXPECT_EQ(cw, fw);
+                EXPECT_EQ(cb, fb);
+                EXPECT_NE(xk_conv2d_fold_batchnorm(&cd, w.data(), nullptr, gamma.data(), beta.data(), mean.data(),
+                                                   var.data(), -1.0f, cw.data(), cb.data()),
+                          XK_SUCCESS);
             }
             std::vector<float> badvar = var;
             badvar[3] = -1.0f;

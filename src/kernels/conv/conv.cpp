@@ -227,6 +227,9 @@ const Registry<ConvProblem, ConvKernel>& conv_registry() {
                       // oneDNN where it has a non-reference implementation (f32 and bf16 at
                       // AVX-512; its own ISA dispatch, so only offered under an avx512+ cap).
                       {"onednn:conv", Isa::avx512, onednn_conv_supports, create_onednn_conv},
+                      // Depthwise NHWC: vectorised over channels (no GEMM in a depthwise conv).
+                      {"avx512:dwconv", Isa::avx512, dw_conv_supports, create_dw_conv_avx512},
+                      {"avx2:dwconv", Isa::avx2, dw_conv_supports, create_dw_conv_avx2},
                       // xk's GEMM on channels-last rows (1x1 direct, else im2col blocks).
                       {"gemm:conv", Isa::avx2, gemm_conv_supports, create_gemm_conv},
                       {"ref:scalar", Isa::scalar, nullptr,

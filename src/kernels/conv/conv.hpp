@@ -75,6 +75,10 @@ std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p);
 // xk's GEMM on channels-last rows (gemm_conv.cpp): 1x1 / stride 1 / no padding as one GEMM per
 // group, anything else through im2col row blocks into a per-thread buffer. NHWC activations.
 bool gemm_conv_supports(const ConvProblem& p);
+// Depthwise (groups == C == OC), NHWC, vectorised over channels (dw_conv.cpp).
+bool dw_conv_supports(const ConvProblem& p);
+std::shared_ptr<const ConvKernel> create_dw_conv_avx2(const ConvProblem& p);
+std::shared_ptr<const ConvKernel> create_dw_conv_avx512(const ConvProblem& p);
 std::shared_ptr<const ConvKernel> create_gemm_conv(const ConvProblem& p);
 
 const Registry<ConvProblem, ConvKernel>& conv_registry();
