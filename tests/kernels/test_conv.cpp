@@ -665,6 +665,8 @@ std::vector<ConvDesc> routed_sweep() {
     std::vector<ConvDesc> v = shape_sweep();
     // Several im2col row blocks with a tail (P = 2*20*19 = 760 rows), 1x1 grouped, 1x1 strided.
     v.push_back(shape(2, 16, 20, 19, 24, 3, 3).set_padding(1, 1));
+    // K = 1152: 64-row im2col blocks, 5 of them (a 32-row tail): gemm:conv's parallel-over-blocks path.
+    v.push_back(shape(2, 128, 12, 12, 16, 3, 3).set_padding(1, 1));
     { auto d = shape(2, 12, 9, 11, 18, 1, 1); d.groups = 3; v.push_back(d); }
     v.push_back(shape(1, 32, 9, 9, 40, 1, 1).set_stride(2, 2));
     { auto d = shape(3, 32, 10, 10, 32, 3, 3).set_padding(1, 1); d.groups = 32; v.push_back(d); }  // depthwise, batch 3

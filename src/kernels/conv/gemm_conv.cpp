@@ -8,7 +8,9 @@
 //   1x1, stride 1, no padding: A is the source itself (rows of C channels, lda = C) — one GEMM
 //   per group, no copy.
 //   otherwise: im2col of a block of MB rows (all groups; zeros outside the input) into a
-//   per-thread buffer sized to stay in cache (~256 KiB), then one GEMM per group on that block.
+//   per-thread buffer sized to stay in cache (~256 KiB), then one GEMM per group on that block;
+//   with at least 2 blocks per thread, one parallel region over the blocks (each thread its own
+//   im2col + single-threaded GEMMs), else block after block with the threads inside each step.
 // The epilogue is the GEMM's: bias and activation; add_after_activation is the GEMM residual
 // (ld_residual = OC); add_before_activation is beta = 1 on dst holding the residual (copied in
 // first unless residual == dst). f32 and bf16 (f32 accumulation) as the GEMM runs them, under the
@@ -147,15 +149,27 @@ public:
             return;
         }
         const int64_t ld = G * K_;
-        thread_local std::vector<unsigned char> buf;
-        if (buf.size() < static_cast<size_t>(mb_ * ld * es)) buf.resize(static_cast<size_t>(mb_ * ld * es));
-        for (int64_t p0 = 0; p0 < P_; p0 += mb_) {
-            const int64_t mb = std::min(mb_, P_ - p0);
+        const size_t buf_bytes = static_cast<size_t>(mb_ * ld * es);
+        auto do_block = [&](int64_t b) {
+            thread_local std::vector<unsigned char> buf;
+            if (buf.size() < buf_bytes) buf.resize(buf_bytes);
+            const int64_t p0 = b * mb_, mb = std::min(mb_, P_ - p0);
             if (es == 2)
                 im2col(p_, static_cast<const uint16_t*>(a.src), reinterpret_cast<uint16_t*>(buf.data()), p0, mb);
             else
                 im2col(p_, static_cast<const float*>(a.src), reinterpret_cast<float*>(buf.data()), p0, mb);
             run_block(mb == mb_ ? *full_ : *tail_, buf.data(), K_ * es, p0);
+        };
+        const int64_t blocks = (P_ + mb_ - 1) / mb_;
+        if (get_num_threads() > 1 && blocks >= 2 * get_num_threads()) {
+            // Enough blocks: one parallel region over them, each thread im2col-ing into its own
+            // buffer and running the block's GEMMs on itself (nested parallel_for runs inline).
+            parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+                for (int64_t b = b0; b < b1; ++b) do_block(b);
+            });
+        } else {
+            // Few blocks (small outputs): block after block, each im2col and GEMM on all threads.
+            for (int64_t b = 0; b < blocks; ++b) do_block(b);
         }
     }
 
