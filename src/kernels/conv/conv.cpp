@@ -225,8 +225,9 @@ const Registry<ConvProblem, ConvKernel>& conv_registry() {
     static const Registry<ConvProblem, ConvKernel> r(
         "conv2d", {
                       // oneDNN where it has a non-reference implementation (f32 and bf16 at
-                      // AVX-512; its own ISA dispatch, so only offered under an avx512+ cap).
-                      {"onednn:conv", Isa::avx512, onednn_conv_supports, create_onednn_conv},
+                      // AVX-512; its own ISA dispatch, so only offered under an avx512+ cap),
+                      // except bf16 on CPUs without AMX (gemm:conv measured faster there).
+                      {"onednn:conv", Isa::avx512, onednn_conv_preferred, create_onednn_conv},
                       // Depthwise NHWC: vectorised over channels (no GEMM in a depthwise conv).
                       {"avx512:dwconv", Isa::avx512, dw_conv_supports, create_dw_conv_avx512},
                       {"avx2:dwconv", Isa::avx2, dw_conv_supports, create_dw_conv_avx2},

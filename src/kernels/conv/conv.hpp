@@ -71,6 +71,10 @@ std::string conv_plain_layout(const ConvProblem& p);
 // (once per descriptor, remembered) and accepts it only when oneDNN picks a non-reference
 // implementation for this shape, dtype and epilogue.
 bool onednn_conv_supports(const ConvProblem& p);
+// What selection offers oneDNN: onednn_conv_supports() minus bf16 non-depthwise NHWC on machines
+// without AMX, where xk's bf16 GEMM path measured faster than oneDNN 2.6's brgconv bf16
+// (bench_conv, docs/conv.md).
+bool onednn_conv_preferred(const ConvProblem& p);
 std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p);
 // xk's GEMM on channels-last rows (gemm_conv.cpp): 1x1 / stride 1 / no padding as one GEMM per
 // group, anything else through im2col row blocks into a per-thread buffer. NHWC activations.

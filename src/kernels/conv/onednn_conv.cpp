@@ -320,6 +320,14 @@ bool onednn_conv_supports(const ConvProblem& p) {
     return ok;
 }
 
+bool onednn_conv_preferred(const ConvProblem& p) {
+    const ConvDesc& d = p.d;
+    const bool depthwise = d.groups == d.c && d.oc == d.c;
+    if (d.src_dtype == DType::bf16 && d.layout == ConvLayout::nhwc && !depthwise && !isa_supported(Isa::amx))
+        return false;
+    return onednn_conv_supports(p);
+}
+
 std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p) {
     return std::make_shared<OnednnConv>(p);
 }
