@@ -771,6 +771,21 @@ TEST(Conv2dRouted, PackedWeights) {
         plan.run({s.data(), nullptr, b.data(), out.data(), nullptr}, pw);
         plan.run({s.data(), w.data(), b.data(), ref.data(), nullptr});
         EXPECT_EQ(out, ref);  // same primitive, same weights
+        // Another batch size: the same packed layout is accepted (and gives the unpacked result);
+        // oneDNN may pick another blocked layout per batch, which is then rejected, not misread.
+        {
+            ConvDesc d1 = d;
+            d1.n = 1;
+            const ConvPlan p1(d1);
+            std::vector<float> o1(static_cast<size_t>(d1.dst_elements())), r1(o1.size());
+            if (p1.pack_weights(w.data()).layout() == pw.layout()) {
+                p1.run({s.data(), nullptr, b.data(), o1.data(), nullptr}, pw);
+                p1.run({s.data(), w.data(), b.data(), r1.data(), nullptr});
+                EXPECT_EQ(o1, r1);
+            } else {
+                EXPECT_THROW(p1.run({s.data(), nullptr, b.data(), o1.data(), nullptr}, pw), Error);
+            }
+        }
         ConvDesc other = d;
         other.oc = 32;
         const ConvPlan p2(other);
