@@ -92,6 +92,18 @@ bool is_direct(const ConvProblem& p) {
            d.pad_left == 0 && d.pad_right == 0;
 }
 
+// Packed: the plain weights (the tail block's plan reads them) and each group's B packed by the
+// full-block plan (GemmPlan::pack_b), so blocks never repack B.
+struct GemmConvPacked final : ConvPacked {
+    GemmConvPacked(std::string l, const void* w, size_t n) : ConvPacked(std::move(l)), plain(n) {
+        std::memcpy(plain.data(), w, n);
+        data = plain.data();
+        bytes = n;
+    }
+    std::vector<unsigned char> plain;
+    std::vector<PackedB> pb;  // one per group
+};
+
 class GemmConv final : public ConvKernel {
 public:
     explicit GemmConv(const ConvProblem& p) : ConvKernel(p) {
@@ -111,9 +123,29 @@ public:
         }
     }
 
+    std::string packed_layout() const override {
+        return conv_plain_layout(p_) + "|gemm:" + full_->impl_name() + ":mb" + std::to_string(mb_);
+    }
+
+    std::shared_ptr<const ConvPacked> pack(const void* weights) const override {
+        const ConvDesc& d = p_.d;
+        const size_t es = dtype_size(d.weight_dtype);
+        auto out = std::make_shared<GemmConvPacked>(packed_layout(), weights,
+                                                    static_cast<size_t>(d.oc * K_) * es);
+        out->pb = pack_groups(out->plain.data());
+        for (const PackedB& b : out->pb) out->bytes += b.size_bytes();
+        return out;
+    }
+
     void run(const ConvArgs& a, const ConvPacked* packed) const override {
         const ConvDesc& d = p_.d;
         const void* W = conv_plain_weights(a, packed);
+        // Full-block B packed: from the packed weights, or once per call when several blocks
+        // share it (otherwise the GEMM packs B itself, as it would anyway).
+        std::vector<PackedB> local;
+        const std::vector<PackedB>* pbs = nullptr;
+        if (packed) pbs = &static_cast<const GemmConvPacked*>(packed)->pb;
+        else if (!direct_ && P_ / mb_ >= 2) pbs = &(local = pack_groups(W));
         const int64_t es = static_cast<int64_t>(dtype_size(d.src_dtype)), ed = static_cast<int64_t>(dtype_size(d.dst_dtype));
         const int64_t G = d.groups, I = p_.icg(), O = p_.ocg();
         if (d.residual == ConvResidual::add_before_activation && a.residual != a.dst) {
@@ -141,7 +173,8 @@ public:
                 ga.C = static_cast<unsigned char*>(a.dst) + (p0 * d.oc + g * O) * ed;
                 ga.bias = d.with_bias ? a.bias + g * O : nullptr;
                 if (res_after) ga.residual = static_cast<const unsigned char*>(res) + (p0 * d.oc + g * O) * ed;
-                plan.run(ga);
+                if (pbs && &plan == full_.get()) plan.run(ga, (*pbs)[static_cast<size_t>(g)]);
+                else plan.run(ga);
             }
         };
         if (direct_) {
@@ -178,6 +211,15 @@ public:
     }
 
 private:
+    std::vector<PackedB> pack_groups(const void* W) const {
+        const int64_t es = static_cast<int64_t>(dtype_size(p_.d.weight_dtype)), O = p_.ocg();
+        std::vector<PackedB> v;
+        v.reserve(static_cast<size_t>(p_.d.groups));
+        for (int64_t g = 0; g < p_.d.groups; ++g)
+            v.push_back(full_->pack_b(static_cast<const unsigned char*>(W) + g * O * K_ * es));
+        return v;
+    }
+
     int64_t P_ = 0, K_ = 0, mb_ = 0;
     bool direct_ = false;
     std::unique_ptr<GemmPlan> full_, tail_;
