@@ -730,25 +730,27 @@ TEST(Conv2dRouted, EveryPathEveryEpilogueF32AndBf16) {
     set_num_threads(0);
 }
 
-// Selection: oneDNN at AVX-512 for channels-last f32 / bf16, xk's GEMM path at AVX2 (bf16 too:
-// oneDNN 2.6 has no AVX2 bf16 convolution), never the reference for NHWC at avx2 and above.
+// Selection: oneDNN or xk's paths at AVX-512, xk's GEMM path at AVX2 (bf16 too: oneDNN 2.6 has
+// no AVX2 bf16 convolution), never the reference at avx2 and above (NCHW included).
 TEST(Conv2dRouted, SelectionPerIsa) {
-    for (DType t : {DType::f32, DType::bf16}) {
-        ConvDesc d = shape(1, 64, 14, 14, 64, 3, 3).set_padding(1, 1);
-        d.layout = ConvLayout::nhwc;
-        d.weight_layout = ConvWeightLayout::ohwi;
-        d.src_dtype = d.weight_dtype = d.dst_dtype = t;
-        d.with_bias = true;
-        d.activation = Activation::relu;
-        for_each_isa([&](Isa isa) {
-            const ConvPlan plan(d);
-            const std::string impl = plan.impl_name();
-            if (isa == Isa::scalar) EXPECT_EQ(impl, "ref:scalar");
-            else if (isa < Isa::avx512) EXPECT_EQ(impl, "gemm:conv");
-            else EXPECT_NE(impl, "ref:scalar") << plan.backend_info();
-            if (impl == "onednn:conv") EXPECT_EQ(plan.backend_info().find("ref"), std::string::npos) << plan.backend_info();
-        });
-    }
+    for (DType t : {DType::f32, DType::bf16})
+        for (ConvLayout l : kLayouts) {
+            ConvDesc d = shape(1, 64, 14, 14, 64, 3, 3).set_padding(1, 1);
+            d.layout = l;
+            d.weight_layout = l == ConvLayout::nhwc ? ConvWeightLayout::ohwi : ConvWeightLayout::oihw;
+            d.src_dtype = d.weight_dtype = d.dst_dtype = t;
+            d.with_bias = true;
+            d.activation = Activation::relu;
+            for_each_isa([&](Isa isa) {
+                const ConvPlan plan(d);
+                const std::string impl = plan.impl_name();
+                if (isa == Isa::scalar) EXPECT_EQ(impl, "ref:scalar");
+                else if (isa < Isa::avx512) EXPECT_EQ(impl, "gemm:conv");
+                else EXPECT_NE(impl, "ref:scalar") << plan.backend_info();
+                if (impl == "onednn:conv")
+                    EXPECT_EQ(plan.backend_info().find("ref"), std::string::npos) << plan.backend_info();
+            });
+        }
 }
 
 // Packed weights: reused across calls and batch sizes where the layout agrees, rejected by a plan

@@ -77,7 +77,7 @@ bool onednn_conv_supports(const ConvProblem& p);
 bool onednn_conv_preferred(const ConvProblem& p);
 std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p);
 // xk's GEMM on channels-last rows (gemm_conv.cpp): 1x1 / stride 1 / no padding as one GEMM per
-// group, anything else through im2col row blocks into a per-thread buffer. NHWC activations.
+// group, anything else through im2col row blocks into a per-thread buffer. NHWC activations (NCHW transposed to NHWC around it per call).
 bool gemm_conv_supports(const ConvProblem& p);
 // Depthwise (groups == C == OC), NHWC, vectorised over channels (dw_conv.cpp).
 bool dw_conv_supports(const ConvProblem& p);

@@ -1,4 +1,5 @@
-// conv2d on xk's GEMM: the "gemm:conv" registry entry (channels-last activations).
+// conv2d on xk's GEMM: the "gemm:conv" registry entry (channels-last activations; NCHW is
+// transposed to NHWC around it, per call).
 //
 // With NHWC activations, output pixel p = (n, oy, ox) is row p of a P x OC matrix (P = N*OH*OW)
 // and, per group g, row p of the convolution is a dot of an im2col row with each of the group's
@@ -225,10 +226,71 @@ private:
     std::unique_ptr<GemmPlan> full_, tail_;
 };
 
+// [N][A][B] -> [N][B][A] for 2- or 4-byte elements, in 32 x 32 tiles, parallel over (n, tile row).
+template <class T>
+void transpose(const T* in, T* out, int64_t N, int64_t A, int64_t B) {
+    constexpr int64_t t = 32;
+    const int64_t ta = (A + t - 1) / t;
+    parallel_for(N * ta, 4, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t n = i / ta, a0 = (i % ta) * t, a1 = std::min(A, a0 + t);
+            const T* src = in + n * A * B;
+            T* dst = out + n * A * B;
+            for (int64_t b0 = 0; b0 < B; b0 += t) {
+                const int64_t b1 = std::min(B, b0 + t);
+                for (int64_t a = a0; a < a1; ++a)
+                    for (int64_t b = b0; b < b1; ++b) dst[b * A + a] = src[a * B + b];
+            }
+        }
+    });
+}
+
+void transpose_any(const void* in, void* out, size_t es, int64_t N, int64_t A, int64_t B) {
+    if (es == 2) transpose(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), N, A, B);
+    else transpose(static_cast<const float*>(in), static_cast<float*>(out), N, A, B);
+}
+
+// NCHW activations: transposed to NHWC into per-call buffers around the NHWC kernel (the residual
+// too), so NCHW never falls back to the reference. Costs one pass over src and two over dst.
+class NchwGemmConv final : public ConvKernel {
+public:
+    explicit NchwGemmConv(const ConvProblem& p) : ConvKernel(p) {
+        ConvProblem q = p;
+        q.d.layout = ConvLayout::nhwc;
+        inner_ = std::make_unique<GemmConv>(q);
+    }
+    void run(const ConvArgs& a, const ConvPacked* packed) const override {
+        const ConvDesc& d = p_.d;
+        const size_t es = dtype_size(d.src_dtype), ed = dtype_size(d.dst_dtype);
+        const int64_t HW = d.h * d.w, OHW = p_.oh * p_.ow;
+        std::vector<unsigned char> src(static_cast<size_t>(d.n * d.c * HW) * es),
+            dst(static_cast<size_t>(d.n * d.oc * OHW) * ed);
+        transpose_any(a.src, src.data(), es, d.n, d.c, HW);
+        ConvArgs b = a;
+        b.src = src.data();
+        b.dst = dst.data();
+        if (d.residual != ConvResidual::none) {
+            transpose_any(a.residual, dst.data(), ed, d.n, d.oc, OHW);
+            b.residual = dst.data();  // in place
+        }
+        inner_->run(b, packed);
+        transpose_any(dst.data(), a.dst, ed, d.n, OHW, d.oc);
+    }
+    std::shared_ptr<const ConvPacked> pack(const void* w) const override { return inner_->pack(w); }
+    std::string packed_layout() const override { return inner_->packed_layout(); }
+    std::string backend_info() const override { return "nchw<->nhwc around " + inner_->backend_info(); }
+
+private:
+    std::unique_ptr<GemmConv> inner_;
+};
+
 }  // namespace
 
-bool gemm_conv_supports(const ConvProblem& p) { return p.d.layout == ConvLayout::nhwc; }
+bool gemm_conv_supports(const ConvProblem&) { return true; }
 
-std::shared_ptr<const ConvKernel> create_gemm_conv(const ConvProblem& p) { return std::make_shared<GemmConv>(p); }
+std::shared_ptr<const ConvKernel> create_gemm_conv(const ConvProblem& p) {
+    if (p.d.layout == ConvLayout::nchw) return std::make_shared<NchwGemmConv>(p);
+    return std::make_shared<GemmConv>(p);
+}
 
 }  // namespace xk::detail
