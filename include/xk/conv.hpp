@@ -112,6 +112,27 @@ struct ConvArgs {
     const void* residual = nullptr;  // dst_dtype[N*OC*OH*OW]; required iff residual != none; may == dst
 };
 
+namespace detail {
+struct ConvPacked;
+}
+
+// Weights repacked once into the layout a plan's implementation prefers (ConvPlan::pack_weights;
+// oneDNN's blocked layout for "onednn:conv"), reused across calls. Immutable, opaque; copies share
+// the data. Accepted by plans whose implementation uses the same packed layout (same weight
+// shape; typically any batch size / spatial size / epilogue), rejected with an xk::Error naming
+// `packed_weights` by any other plan.
+class ConvPackedWeights {
+public:
+    ConvPackedWeights() = default;
+    bool empty() const noexcept { return !data_; }
+    std::string layout() const;  // "" when empty
+    size_t size_bytes() const noexcept;
+
+private:
+    friend class ConvPlan;
+    std::shared_ptr<const detail::ConvPacked> data_;
+};
+
 // Validates the descriptor, selects the best implementation for this machine and ISA cap and
 // creates its kernel once (through the process-wide kernel cache). Immutable; run() may be
 // called concurrently from several threads.
@@ -121,11 +142,16 @@ public:
 
     // Validates the pointers (null, alignment, overlap) and runs the convolution.
     void run(const ConvArgs& args) const;
+    // Same with the weights taken from `packed_weights` (args.weights is not read and may be null).
+    void run(const ConvArgs& args, const ConvPackedWeights& packed_weights) const;
+    // Repacks weights (weight_dtype, weight_layout of the descriptor) once for run(args, packed).
+    ConvPackedWeights pack_weights(const void* weights) const;
 
     const ConvDesc& desc() const;
     int64_t oh() const;
     int64_t ow() const;
-    const char* impl_name() const;  // e.g. "ref:scalar"
+    const char* impl_name() const;  // e.g. "onednn:conv", "gemm:conv", "ref:scalar"
+    std::string backend_info() const;  // e.g. oneDNN's implementation "brg:avx512_core"; may be ""
 
 private:
     struct State;
@@ -134,5 +160,16 @@ private:
 
 // One-shot: validate, select (kernel cached per descriptor), run.
 void conv2d(const ConvDesc& desc, const ConvArgs& args);
+
+// Folds an inference BatchNorm that follows the convolution into its weights and bias:
+//   scale[o]   = gamma[o] / sqrt(var[o] + eps)
+//   w'[o, ...] = w[o, ...] * scale[o]
+//   b'[o]      = (b[o] - mean[o]) * scale[o] + beta[o]      (b = 0 when bias is null)
+// so conv(x, w', b') == bn(conv(x, w, b)) up to rounding. desc gives the weight shape and layout
+// (weight_dtype must be f32; fold in f32, then convert). out_weights / out_bias may equal weights
+// / bias (in place). Errors: null pointers, eps < 0 or NaN, var[o] + eps <= 0.
+void conv_fold_batchnorm(const ConvDesc& desc, const float* weights, const float* bias, const float* gamma,
+                         const float* beta, const float* mean, const float* var, float eps, float* out_weights,
+                         float* out_bias);
 
 }  // namespace xk

@@ -76,4 +76,13 @@ xk_status xk_conv2d_bf16_f32(const xk_conv2d_desc* desc, const uint16_t* src, co
     return conv("xk_conv2d_bf16_f32", desc, xk::DType::bf16, xk::DType::f32, src, weights, bias, dst, residual);
 }
 
+xk_status xk_conv2d_fold_batchnorm(const xk_conv2d_desc* desc, const float* weights, const float* bias,
+                                   const float* gamma, const float* beta, const float* mean, const float* var,
+                                   float eps, float* out_weights, float* out_bias) {
+    return capi_call([&] {
+        const xk::ConvDesc d = to_desc("xk_conv2d_fold_batchnorm", desc, xk::DType::f32, xk::DType::f32, bias != nullptr);
+        xk::conv_fold_batchnorm(d, weights, bias, gamma, beta, mean, var, eps, out_weights, out_bias);
+    });
+}
+
 }  // extern "C"

@@ -176,7 +176,10 @@ std::string describe(const ConvDesc& d) {
 
 // Runs one case (one-shot or plan) with misaligned buffers and checks it against the oracle.
 // Returns the dst tensor for further comparisons.
-Tensor run_case(const ConvDesc& d, size_t misalign, bool use_plan, bool residual_in_place = false) {
+// force_impl: run that registry entry's kernel directly (validated arguments); packed: through
+// the kernel's packed weights (ConvPlan::pack_weights with a plan, ConvKernel::pack when forced).
+Tensor run_case(const ConvDesc& d, size_t misalign, bool use_plan, bool residual_in_place = false,
+                const char* force_impl = nullptr, bool packed = false) {
     const int64_t OH = conv_output_size(d.h, d.kh, d.stride_h, d.pad_top, d.pad_bottom, d.dilation_h);
     const int64_t OW = conv_output_size(d.w, d.kw, d.stride_w, d.pad_left, d.pad_right, d.dilation_w);
     const size_t ns = d.n * d.c * d.h * d.w, nw = d.oc * (d.c / d.groups) * d.kh * d.kw, nd = d.n * d.oc * OH * OW;
@@ -200,15 +203,37 @@ Tensor run_case(const ConvDesc& d, size_t misalign, bool use_plan, bool residual
     const Oracle o = oracle(d, src, wei, d.with_bias ? bias.data() : nullptr, with_res ? &res : nullptr);
     ConvArgs a{src.data(), wei.data(), d.with_bias ? bias.data() : nullptr, dst.data(),
                with_res ? (residual_in_place ? dst.data() : res.data()) : nullptr};
-    if (use_plan) {
+    if (force_impl) {
+        const auto& reg = detail::conv_registry();
+        const detail::ConvProblem p = detail::conv_validate_desc("test", d);
+        detail::conv_validate_args("test", p, a);
+        const auto k = reg.get(p, reg.find(force_impl)).kernel;
+        if (packed) {
+            const auto pw = k->pack(a.weights);
+            EXPECT_EQ(pw->layout, k->packed_layout());
+            ConvArgs b = a;
+            b.weights = nullptr;
+            k->run(b, pw.get());
+        } else {
+            k->run(a);
+        }
+    } else if (use_plan) {
         ConvPlan plan(d);
         EXPECT_EQ(plan.oh(), OH);
         EXPECT_EQ(plan.ow(), OW);
-        plan.run(a);
+        if (packed) {
+            const ConvPackedWeights pw = plan.pack_weights(a.weights);
+            ConvArgs b = a;
+            b.weights = nullptr;
+            plan.run(b, pw);
+        } else {
+            plan.run(a);
+        }
     } else {
         conv2d(d, a);
     }
-    EXPECT_TRUE(matches(d, o, dst)) << describe(d) << " misalign=" << misalign << " plan=" << use_plan;
+    EXPECT_TRUE(matches(d, o, dst)) << describe(d) << " misalign=" << misalign << " plan=" << use_plan
+                                    << " impl=" << (force_impl ? force_impl : "selected") << " packed=" << packed;
     for (size_t i = nd; i < nd + 16; ++i) EXPECT_EQ(dst.get(i), 640.0) << "wrote past dst at " << i;
     return dst;
 }
@@ -628,4 +653,223 @@ TEST(Conv2d, CApi) {
     bad = cd;
     bad.n = INT64_MAX / 4;
     expect(xk_conv2d_f32(&bad, s.data(), w.data(), b.data(), got.data(), r.data()), XK_INVALID_ARGUMENT, "overflows");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The routed paths (onednn:conv, gemm:conv), each forced, over the sweep, every epilogue and
+// dtype, packed and not, 1 and 2 threads. An entry that does not support a case (oneDNN's
+// reference-only shapes, NCHW for gemm:conv) is skipped for it — selection does the same.
+namespace {
+
+std::vector<ConvDesc> routed_sweep() {
+    std::vector<ConvDesc> v = shape_sweep();
+    // Several im2col row blocks with a tail (P = 2*20*19 = 760 rows), 1x1 grouped, 1x1 strided.
+    v.push_back(shape(2, 16, 20, 19, 24, 3, 3).set_padding(1, 1));
+    // K = 1152: 64-row im2col blocks, 5 of them (a 32-row tail): gemm:conv's parallel-over-blocks path.
+    v.push_back(shape(2, 128, 12, 12, 16, 3, 3).set_padding(1, 1));
+    { auto d = shape(2, 12, 9, 11, 18, 1, 1); d.groups = 3; v.push_back(d); }
+    v.push_back(shape(1, 32, 9, 9, 40, 1, 1).set_stride(2, 2));
+    { auto d = shape(3, 32, 10, 10, 32, 3, 3).set_padding(1, 1); d.groups = 32; v.push_back(d); }  // depthwise, batch 3
+    { auto d = shape(2, 80, 9, 8, 80, 5, 3).set_stride(2, 1).set_padding(2, 1).set_dilation(1, 2); d.groups = 80; v.push_back(d); }  // depthwise, channel tail
+    return v;
+}
+
+void sweep_impl(const char* name, bool bf16) {
+    const auto& reg = detail::conv_registry();
+    const auto& impl = reg.find(name);
+    int k = 0, ran = 0;
+    for (ConvDesc d : routed_sweep()) {
+        for (ConvLayout l : kLayouts)
+            for (ConvWeightLayout wl : kWeightLayouts) {
+                d.layout = l;
+                d.weight_layout = wl;
+                d.with_bias = k % 2 == 0;
+                d.activation = kActs[k % 5];
+                d.residual = kResiduals[(k / 2) % 3];
+                d.src_dtype = d.weight_dtype = bf16 ? DType::bf16 : DType::f32;
+                d.dst_dtype = bf16 && k % 3 == 0 ? DType::f32 : d.src_dtype;
+                ++k;
+                // oneDNN: everything it can run (its selection preference aside).
+                const auto sup = std::string(name) == "onednn:conv" ? detail::onednn_conv_supports : impl.supports;
+                if (sup && !sup(detail::conv_validate_desc("test", d))) continue;
+                ++ran;
+                run_case(d, static_cast<size_t>(k % 4), false, /*in place*/ k % 5 == 0 && d.residual != ConvResidual::none,
+                         name, /*packed*/ k % 2 == 1);
+            }
+    }
+    // Every entry runs at least the channels-last cases of the sweep here (depthwise: its 3 shapes).
+    EXPECT_GT(ran, std::string(name).find("dwconv") != std::string::npos ? 3 : 10) << name << (bf16 ? " bf16" : " f32");
+}
+
+}  // namespace
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kUnderSanitizer = true;  // sanitizers: 2 threads, avx2 and the top ISA only
+#else
+constexpr bool kUnderSanitizer = false;
+#endif
+
+TEST(Conv2dRouted, EveryPathEveryEpilogueF32AndBf16) {
+    for (int threads : {1, 2}) {
+        if (kUnderSanitizer && threads == 1) continue;
+        set_num_threads(threads);
+        SCOPED_TRACE("threads=" + std::to_string(threads));
+        for_each_isa([&](Isa isa) {
+            if (kUnderSanitizer && isa != Isa::avx2 && isa != available_isas().back()) return;
+            for (const char* name : {"onednn:conv", "avx512:dwconv", "avx2:dwconv", "gemm:conv"}) {
+                const auto& impl = detail::conv_registry().find(name);
+                if (impl.isa > isa || !isa_supported(impl.isa)) continue;
+                // oneDNN dispatches by itself (the cap does not reach it): sweep it once, at the top.
+                if (std::string(name) == "onednn:conv" && isa != available_isas().back()) continue;
+                SCOPED_TRACE(name);
+                sweep_impl(name, false);
+                sweep_impl(name, true);
+            }
+        });
+    }
+    set_num_threads(0);
+}
+
+// Selection: oneDNN or xk's paths at AVX-512, xk's GEMM path at AVX2 (bf16 too: oneDNN 2.6 has
+// no AVX2 bf16 convolution), never the reference at avx2 and above (NCHW included).
+TEST(Conv2dRouted, SelectionPerIsa) {
+    for (DType t : {DType::f32, DType::bf16})
+        for (ConvLayout l : kLayouts) {
+            ConvDesc d = shape(1, 64, 14, 14, 64, 3, 3).set_padding(1, 1);
+            d.layout = l;
+            d.weight_layout = l == ConvLayout::nhwc ? ConvWeightLayout::ohwi : ConvWeightLayout::oihw;
+            d.src_dtype = d.weight_dtype = d.dst_dtype = t;
+            d.with_bias = true;
+            d.activation = Activation::relu;
+            for_each_isa([&](Isa isa) {
+                const ConvPlan plan(d);
+                const std::string impl = plan.impl_name();
+                if (isa == Isa::scalar) EXPECT_EQ(impl, "ref:scalar");
+                else if (isa < Isa::avx512) EXPECT_EQ(impl, "gemm:conv");
+                else EXPECT_NE(impl, "ref:scalar") << plan.backend_info();
+                if (impl == "onednn:conv")
+                    EXPECT_EQ(plan.backend_info().find("ref"), std::string::npos) << plan.backend_info();
+            });
+        }
+}
+
+// Packed weights: reused across calls and batch sizes where the layout agrees, rejected by a plan
+// of another weight shape; an empty one is rejected.
+TEST(Conv2dRouted, PackedWeights) {
+    for_each_isa([&](Isa) {
+        ConvDesc d = shape(2, 16, 9, 9, 24, 3, 3).set_padding(1, 1);
+        d.layout = ConvLayout::nhwc;
+        d.weight_layout = ConvWeightLayout::ohwi;
+        d.with_bias = true;
+        d.activation = Activation::relu;
+        run_case(d, 0, true, false, nullptr, /*packed*/ true);
+        const ConvPlan plan(d);
+        std::vector<float> w(static_cast<size_t>(d.weight_elements()), 0.5f);
+        const ConvPackedWeights pw = plan.pack_weights(w.data());
+        EXPECT_FALSE(pw.empty());
+        EXPECT_GE(pw.size_bytes(), w.size() * 4);
+        std::vector<float> s(static_cast<size_t>(d.src_elements()), 1.0f), b(24, 0.0f),
+            out(static_cast<size_t>(d.dst_elements())), ref(out.size());
+        plan.run({s.data(), nullptr, b.data(), out.data(), nullptr}, pw);
+        plan.run({s.data(), w.data(), b.data(), ref.data(), nullptr});
+        EXPECT_EQ(out, ref);  // same primitive, same weights
+        // Another batch size: the same packed layout is accepted (and gives the unpacked result);
+        // oneDNN may pick another blocked layout per batch, which is then rejected, not misread.
+        {
+            ConvDesc d1 = d;
+            d1.n = 1;
+            const ConvPlan p1(d1);
+            std::vector<float> o1(static_cast<size_t>(d1.dst_elements())), r1(o1.size());
+            if (p1.pack_weights(w.data()).layout() == pw.layout()) {
+                p1.run({s.data(), nullptr, b.data(), o1.data(), nullptr}, pw);
+                p1.run({s.data(), w.data(), b.data(), r1.data(), nullptr});
+                EXPECT_EQ(o1, r1);
+            } else {
+                EXPECT_THROW(p1.run({s.data(), nullptr, b.data(), o1.data(), nullptr}, pw), Error);
+            }
+        }
+        ConvDesc other = d;
+        other.oc = 32;
+        const ConvPlan p2(other);
+        std::vector<float> out2(static_cast<size_t>(other.dst_elements())), b2(32, 0.0f);
+        EXPECT_THROW(p2.run({s.data(), nullptr, b2.data(), out2.data(), nullptr}, pw), Error);
+        try {
+            p2.run({s.data(), nullptr, b2.data(), out2.data(), nullptr}, pw);
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("packed_weights"), std::string::npos) << e.what();
+        }
+        EXPECT_THROW(plan.run({s.data(), nullptr, b.data(), out.data(), nullptr}, ConvPackedWeights()), Error);
+        EXPECT_THROW(plan.pack_weights(nullptr), Error);
+    });
+}
+
+// BN folding: conv(x, w', b') == bn(conv(x, w, b)), bn computed in double from the unfolded conv.
+TEST(Conv2dRouted, FoldBatchNormMatchesConvThenBn) {
+    for (ConvWeightLayout wl : kWeightLayouts)
+        for (bool with_bias : {false, true}) {
+            ConvDesc d = shape(2, 6, 7, 8, 10, 3, 3).set_padding(1, 1);
+            d.groups = 2;
+            d.layout = ConvLayout::nhwc;
+            d.weight_layout = wl;
+            d.with_bias = true;  // the folded conv always has a bias
+            const size_t nw = static_cast<size_t>(d.weight_elements()), ns = static_cast<size_t>(d.src_elements()),
+                         nd = static_cast<size_t>(d.dst_elements());
+            std::vector<float> s(ns), w(nw), b(10), gamma(10), beta(10), mean(10), var(10), zeros(10, 0.0f);
+            test::fill_uniform(s.data(), ns, -1, 1, 11);
+            test::fill_uniform(w.data(), nw, -1, 1, 12);
+            test::fill_uniform(b.data(), 10, -1, 1, 13);
+            test::fill_uniform(gamma.data(), 10, 0.5, 2, 14);
+            test::fill_uniform(beta.data(), 10, -1, 1, 15);
+            test::fill_uniform(mean.data(), 10, -1, 1, 16);
+            test::fill_uniform(var.data(), 10, 0.1, 3, 17);
+            const float eps = 1e-5f;
+            std::vector<float> conv_out(nd), folded_out(nd), fw(nw), fb(10);
+            conv2d(d, {s.data(), w.data(), with_bias ? b.data() : zeros.data(), conv_out.data(), nullptr});
+            conv_fold_batchnorm(d, w.data(), with_bias ? b.data() : nullptr, gamma.data(), beta.data(), mean.data(),
+                                var.data(), eps, fw.data(), fb.data());
+            conv2d(d, {s.data(), fw.data(), fb.data(), folded_out.data(), nullptr});
+            for (size_t i = 0; i < nd; ++i) {
+                const size_t o = i % 10;  // NHWC: channel fastest
+                const double sc = gamma[o] / std::sqrt(static_cast<double>(var[o]) + eps);
+                const double want = (conv_out[i] - static_cast<double>(mean[o])) * sc + beta[o];
+                // K = 27 terms of magnitude <= 1 scaled by sc <= 2/sqrt(0.1): a few 1e-6 absolute.
+                ASSERT_NEAR(folded_out[i], want, 2e-5 * (1 + std::fabs(want))) << "i=" << i;
+            }
+            // In place, and bad input.
+            std::vector<float> w2 = w, b2 = b;
+            conv_fold_batchnorm(d, w2.data(), b2.data(), gamma.data(), beta.data(), mean.data(), var.data(), eps,
+                                w2.data(), b2.data());
+            if (with_bias) {
+                std::vector<float> fw2(nw), fb2(10);
+                conv_fold_batchnorm(d, w.data(), b.data(), gamma.data(), beta.data(), mean.data(), var.data(), eps,
+                                    fw2.data(), fb2.data());
+                EXPECT_EQ(w2, fw2);
+                EXPECT_EQ(b2, fb2);
+            }
+            // The C API gives the same bits.
+            {
+                xk_conv2d_desc cd;
+                ASSERT_EQ(xk_conv2d_desc_init(&cd, d.n, d.c, d.h, d.w, d.oc, d.kh, d.kw), XK_SUCCESS);
+                cd.groups = d.groups;
+                cd.layout = XK_CONV_NHWC;
+                cd.weight_layout = wl == ConvWeightLayout::ohwi ? XK_CONV_OHWI : XK_CONV_OIHW;
+                std::vector<float> cw(nw), cb(10);
+                ASSERT_EQ(xk_conv2d_fold_batchnorm(&cd, w.data(), with_bias ? b.data() : nullptr, gamma.data(),
+                                                   beta.data(), mean.data(), var.data(), eps, cw.data(), cb.data()),
+                          XK_SUCCESS);
+                EXPECT_EQ(cw, fw);
+                EXPECT_EQ(cb, fb);
+                EXPECT_NE(xk_conv2d_fold_batchnorm(&cd, w.data(), nullptr, gamma.data(), beta.data(), mean.data(),
+                                                   var.data(), -1.0f, cw.data(), cb.data()),
+                          XK_SUCCESS);
+            }
+            std::vector<float> badvar = var;
+            badvar[3] = -1.0f;
+            EXPECT_THROW(conv_fold_batchnorm(d, w.data(), nullptr, gamma.data(), beta.data(), mean.data(),
+                                             badvar.data(), eps, fw.data(), fb.data()),
+                         Error);
+            EXPECT_THROW(conv_fold_batchnorm(d, w.data(), nullptr, nullptr, beta.data(), mean.data(), var.data(), eps,
+                                             fw.data(), fb.data()),
+                         Error);
+        }
 }

@@ -50,6 +50,14 @@ xk_status xk_conv2d_bf16(const xk_conv2d_desc* desc, const uint16_t* src, const 
 xk_status xk_conv2d_bf16_f32(const xk_conv2d_desc* desc, const uint16_t* src, const uint16_t* weights,
                              const float* bias, float* dst, const float* residual);
 
+/* Folds an inference BatchNorm (gamma, beta, mean, var, eps; f32[oc] each) into f32 weights and
+ * bias as xk::conv_fold_batchnorm: w' = w * gamma / sqrt(var + eps), b' = (b - mean) * that + beta.
+ * bias may be NULL (0); out_weights / out_bias may equal weights / bias. The desc gives the weight
+ * shape and layout. */
+xk_status xk_conv2d_fold_batchnorm(const xk_conv2d_desc* desc, const float* weights, const float* bias,
+                                   const float* gamma, const float* beta, const float* mean, const float* var,
+                                   float eps, float* out_weights, float* out_bias);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,10 @@
 // Conv family: validation, registry and public entry points.
 #include "kernels/conv/conv.hpp"
 
+#include <cmath>
+#include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "common/activation.hpp"
 #include "common/check.hpp"
@@ -95,9 +98,21 @@ bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 }
 
 struct RefConv final : ConvKernel {
-    explicit RefConv(const ConvProblem& p) : p_(p) {}
-    void run(const ConvArgs& a) const override { conv2d_reference(p_, a); }
-    ConvProblem p_;
+    explicit RefConv(const ConvProblem& p) : ConvKernel(p) {}
+    void run(const ConvArgs& a, const ConvPacked* packed) const override {
+        ConvArgs b = a;
+        b.weights = conv_plain_weights(a, packed);
+        conv2d_reference(p_, b);
+    }
+};
+
+struct PlainPacked final : ConvPacked {
+    PlainPacked(std::string l, const void* w, size_t n) : ConvPacked(std::move(l)), buf(n) {
+        std::memcpy(buf.data(), w, n);
+        data = buf.data();
+        bytes = n;
+    }
+    std::vector<unsigned char> buf;
 };
 
 }  // namespace
@@ -192,9 +207,32 @@ void conv_validate_args(const char* fn, const ConvProblem& p, const ConvArgs& a)
                  "partially overlaps dst=" + ptr_str(a.dst) + " (only residual == dst is allowed)");
 }
 
+std::string conv_plain_layout(const ConvProblem& p) {
+    std::ostringstream os;
+    os << "plain:" << conv_weight_layout_name(p.d.weight_layout) << ":" << dtype_name(p.d.weight_dtype) << ":o"
+       << p.d.oc << "i" << p.icg() << "k" << p.d.kh << "x" << p.d.kw;
+    return os.str();
+}
+
+std::shared_ptr<const ConvPacked> ConvKernel::pack(const void* weights) const {
+    const size_t n = static_cast<size_t>(p_.d.oc * p_.icg() * p_.d.kh * p_.d.kw * elem_size(p_.d.weight_dtype));
+    return std::make_shared<PlainPacked>(packed_layout(), weights, n);
+}
+
+std::string ConvKernel::packed_layout() const { return conv_plain_layout(p_); }
+
 const Registry<ConvProblem, ConvKernel>& conv_registry() {
     static const Registry<ConvProblem, ConvKernel> r(
         "conv2d", {
+                      // oneDNN where it has a non-reference implementation (f32 and bf16 at
+                      // AVX-512; its own ISA dispatch, so only offered under an avx512+ cap),
+                      // except bf16 on CPUs without AMX (gemm:conv measured faster there).
+                      {"onednn:conv", Isa::avx512, onednn_conv_preferred, create_onednn_conv},
+                      // Depthwise NHWC: vectorised over channels (no GEMM in a depthwise conv).
+                      {"avx512:dwconv", Isa::avx512, dw_conv_supports, create_dw_conv_avx512},
+                      {"avx2:dwconv", Isa::avx2, dw_conv_supports, create_dw_conv_avx2},
+                      // xk's GEMM on channels-last rows (1x1 direct, else im2col blocks).
+                      {"gemm:conv", Isa::avx2, gemm_conv_supports, create_gemm_conv},
                       {"ref:scalar", Isa::scalar, nullptr,
                        [](const ConvProblem& p) -> std::shared_ptr<const ConvKernel> { return std::make_shared<RefConv>(p); }},
                   });
@@ -246,6 +284,65 @@ ConvPlan::ConvPlan(const ConvDesc& desc) {
 void ConvPlan::run(const ConvArgs& args) const {
     detail::conv_validate_args("xk::ConvPlan::run", s_->p, args);
     s_->kernel->run(args);
+}
+
+void ConvPlan::run(const ConvArgs& args, const ConvPackedWeights& packed_weights) const {
+    constexpr const char* fn = "xk::ConvPlan::run";
+    if (packed_weights.empty()) detail::fail_arg(fn, "packed_weights", "empty", "must come from ConvPlan::pack_weights");
+    const std::string want = s_->kernel->packed_layout();
+    if (packed_weights.data_->layout != want)
+        detail::fail_arg(fn, "packed_weights", packed_weights.data_->layout,
+                         "was packed for another layout or shape (this plan, " + std::string(s_->impl) + ", needs " +
+                             want + ")");
+    // Validate the other pointers as usual; the packed data stands in for args.weights.
+    ConvArgs a = args;
+    a.weights = packed_weights.data_->data;
+    detail::conv_validate_args(fn, s_->p, a);
+    s_->kernel->run(args, packed_weights.data_.get());
+}
+
+ConvPackedWeights ConvPlan::pack_weights(const void* weights) const {
+    constexpr const char* fn = "xk::ConvPlan::pack_weights";
+    detail::check_not_null(fn, "weights", weights);
+    if (reinterpret_cast<uintptr_t>(weights) % static_cast<uintptr_t>(dtype_size(s_->p.d.weight_dtype)) != 0)
+        detail::fail_arg(fn, "weights", detail::ptr_str(weights), "must be aligned to its element size");
+    ConvPackedWeights w;
+    w.data_ = s_->kernel->pack(weights);
+    return w;
+}
+
+std::string ConvPlan::backend_info() const { return s_->kernel->backend_info(); }
+
+std::string ConvPackedWeights::layout() const { return data_ ? data_->layout : std::string(); }
+size_t ConvPackedWeights::size_bytes() const noexcept { return data_ ? data_->bytes : 0; }
+
+void conv_fold_batchnorm(const ConvDesc& desc, const float* weights, const float* bias, const float* gamma,
+                         const float* beta, const float* mean, const float* var, float eps, float* out_weights,
+                         float* out_bias) {
+    constexpr const char* fn = "xk::conv_fold_batchnorm";
+    const detail::ConvProblem p = detail::conv_validate_desc(fn, desc);
+    if (desc.weight_dtype != DType::f32)
+        detail::fail(Status::unsupported, std::string(fn) + ": weight_dtype=" + dtype_name(desc.weight_dtype) +
+                                              " is not supported (fold f32 weights, then convert)");
+    detail::check_not_null(fn, "weights", weights);
+    detail::check_not_null(fn, "gamma", gamma);
+    detail::check_not_null(fn, "beta", beta);
+    detail::check_not_null(fn, "mean", mean);
+    detail::check_not_null(fn, "var", var);
+    detail::check_not_null(fn, "out_weights", out_weights);
+    detail::check_not_null(fn, "out_bias", out_bias);
+    if (!(eps >= 0.0f)) detail::fail_arg(fn, "eps", std::to_string(eps), "must be >= 0");
+    const int64_t per_oc = p.icg() * desc.kh * desc.kw;  // both weight layouts keep one output channel contiguous
+    for (int64_t o = 0; o < desc.oc; ++o)
+        if (!(var[o] + eps > 0.0f))
+            detail::fail_arg(fn, "var", "var[" + std::to_string(o) + "]=" + std::to_string(var[o]),
+                             "must satisfy var + eps > 0 (eps=" + std::to_string(eps) + ")");
+    for (int64_t o = 0; o < desc.oc; ++o) {
+        const float scale = gamma[o] / std::sqrt(var[o] + eps);
+        const float b = bias ? bias[o] : 0.0f;
+        for (int64_t i = 0; i < per_oc; ++i) out_weights[o * per_oc + i] = weights[o * per_oc + i] * scale;
+        out_bias[o] = (b - mean[o]) * scale + beta[o];
+    }
 }
 
 const ConvDesc& ConvPlan::desc() const { return s_->p.d; }

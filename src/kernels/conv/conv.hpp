@@ -28,12 +28,62 @@ ConvProblem conv_validate_desc(const char* fn, const ConvDesc& d);
 // aligned to their element size, dst not overlapping an input (residual == dst is allowed).
 void conv_validate_args(const char* fn, const ConvProblem& p, const ConvArgs& a);
 
+// Weights packed by a kernel (ConvPlan::pack_weights). `layout` names the packed format and the
+// weight shape; a kernel accepts exactly the layouts it produces (ConvKernel::packed_layout).
+struct ConvPacked {
+    explicit ConvPacked(std::string l) : layout(std::move(l)) {}
+    virtual ~ConvPacked() = default;
+    ConvPacked(const ConvPacked&) = delete;
+    ConvPacked& operator=(const ConvPacked&) = delete;
+    std::string layout;
+    const void* data = nullptr;  // the packed bytes (owned by the derived object)
+    size_t bytes = 0;
+};
+
 struct ConvKernel {
     virtual ~ConvKernel() = default;
     // The whole convolution of the problem it was created for, on validated arguments. The
-    // kernel splits the work itself (detail::parallel_for, or oneDNN's own threading).
-    virtual void run(const ConvArgs& a) const = 0;
+    // kernel splits the work itself (detail::parallel_for, or oneDNN's own threading). With
+    // `packed` (of this kernel's packed_layout()), args.weights is not read.
+    virtual void run(const ConvArgs& a, const ConvPacked* packed = nullptr) const = 0;
+    // Weights repacked once for run(a, packed). Default: a plain copy of the weights as given
+    // (layout "plain:" + the weight shape), which conv_plain_packed_weights() reads back.
+    virtual std::shared_ptr<const ConvPacked> pack(const void* weights) const;
+    virtual std::string packed_layout() const;
+    // Where the work runs (e.g. oneDNN's implementation name); "" when nothing more to say.
+    virtual std::string backend_info() const { return ""; }
+
+    explicit ConvKernel(const ConvProblem& p) : p_(p) {}
+    const ConvProblem& problem() const { return p_; }
+
+protected:
+    ConvProblem p_;
 };
+
+// The weights a plain-layout kernel reads: packed->data when given, else args.weights.
+inline const void* conv_plain_weights(const ConvArgs& a, const ConvPacked* packed) {
+    return packed ? packed->data : a.weights;
+}
+// "plain:" + the weight shape (OC, C/groups, KH, KW, weight layout, dtype).
+std::string conv_plain_layout(const ConvProblem& p);
+
+// oneDNN's convolution primitive (onednn_conv.cpp): supports() creates the primitive descriptor
+// (once per descriptor, remembered) and accepts it only when oneDNN picks a non-reference
+// implementation for this shape, dtype and epilogue.
+bool onednn_conv_supports(const ConvProblem& p);
+// What selection offers oneDNN: onednn_conv_supports() minus bf16 non-depthwise NHWC on machines
+// without AMX, where xk's bf16 GEMM path measured faster than oneDNN 2.6's brgconv bf16
+// (bench_conv, docs/conv.md).
+bool onednn_conv_preferred(const ConvProblem& p);
+std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p);
+// xk's GEMM on channels-last rows (gemm_conv.cpp): 1x1 / stride 1 / no padding as one GEMM per
+// group, anything else through im2col row blocks into a per-thread buffer. NHWC activations (NCHW transposed to NHWC around it per call).
+bool gemm_conv_supports(const ConvProblem& p);
+// Depthwise (groups == C == OC), NHWC, vectorised over channels (dw_conv.cpp).
+bool dw_conv_supports(const ConvProblem& p);
+std::shared_ptr<const ConvKernel> create_dw_conv_avx2(const ConvProblem& p);
+std::shared_ptr<const ConvKernel> create_dw_conv_avx512(const ConvProblem& p);
+std::shared_ptr<const ConvKernel> create_gemm_conv(const ConvProblem& p);
 
 const Registry<ConvProblem, ConvKernel>& conv_registry();
 

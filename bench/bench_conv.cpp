@@ -1,0 +1,178 @@
+// conv2d on ResNet-50 layers, channels-last (NHWC activations, OHWI weights), bias + ReLU fused,
+// weights prepacked once (ConvPlan::pack_weights / oneDNN's reorder into its preferred layout).
+//
+//   conv/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>        xk::ConvPlan, the implementation selection picks
+//   conv/<f32|bf16>/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's convolution primitive used directly
+//                                                  (weights "any" reordered once, NHWC src / dst,
+//                                                  bias, eltwise_relu post-op), same process
+//   convgemm/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>    xk's own path forced ("gemm:conv": 1x1 as one
+//                                                  GEMM, 3x3 im2col row blocks over xk's GEMM)
+// layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K.
+// The label names the implementation that ran (oneDNN's impl_info_str for both oneDNN rows).
+// Batches 1 and 8 (XK_BENCH_CONV_BATCHES="1,8,32" to change).
+#include <dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "kernels/conv/conv.hpp"
+#include "xk/conv.hpp"
+
+namespace {
+
+namespace xb = xk::bench;
+using xk::DType;
+
+struct Layer {
+    int64_t h, w, c, oc, k;
+    std::string name() const {
+        return "r50_" + std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) + "_k" + std::to_string(k) +
+               "_oc" + std::to_string(oc);
+    }
+};
+
+const Layer kLayers[] = {
+    {56, 56, 64, 64, 3},    // conv2_x 3x3
+    {56, 56, 64, 256, 1},   // conv2_x 1x1 expand
+    {28, 28, 128, 128, 3},  // conv3_x 3x3
+    {7, 7, 512, 512, 3},    // conv5_x 3x3
+};
+
+xk::ConvDesc desc_of(const Layer& l, int64_t n, DType t) {
+    xk::ConvDesc d;
+    d.n = n, d.c = l.c, d.h = l.h, d.w = l.w, d.oc = l.oc, d.kh = d.kw = l.k;
+    d.set_padding((l.k - 1) / 2, (l.k - 1) / 2);
+    d.layout = xk::ConvLayout::nhwc;
+    d.weight_layout = xk::ConvWeightLayout::ohwi;
+    d.src_dtype = d.weight_dtype = d.dst_dtype = t;
+    d.with_bias = true;
+    d.activation = xk::Activation::relu;
+    return d;
+}
+
+double flops(const xk::ConvDesc& d) { return 2.0 * d.n * d.oh() * d.ow() * d.oc * d.c * d.kh * d.kw / d.groups; }
+
+struct Data {
+    std::vector<unsigned char> src, wei, dst;
+    std::vector<float> bias;
+};
+
+Data make_data(const xk::ConvDesc& d) {
+    const size_t es = xk::dtype_size(d.src_dtype);
+    Data x;
+    x.src.resize(static_cast<size_t>(d.src_elements()) * es);
+    x.wei.resize(static_cast<size_t>(d.weight_elements()) * es);
+    x.dst.resize(static_cast<size_t>(d.dst_elements()) * es);
+    x.bias.resize(static_cast<size_t>(d.oc));
+    auto fill = [&](std::vector<unsigned char>& v, uint64_t seed) {
+        const size_t n = v.size() / es;
+        for (size_t i = 0; i < n; ++i) {
+            const float f = static_cast<float>(xb::detail::unit(seed, i) * 2 - 1);
+            if (es == 2) reinterpret_cast<uint16_t*>(v.data())[i] = xk::bf16::from_float(f);
+            else reinterpret_cast<float*>(v.data())[i] = f;
+        }
+    };
+    fill(x.src, 1);
+    fill(x.wei, 2);
+    for (size_t i = 0; i < x.bias.size(); ++i) x.bias[i] = static_cast<float>(xb::detail::unit(3, i) - 0.5);
+    return x;
+}
+
+void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, bool force_gemm) {
+    xb::ScopedThreads threads(nt);
+    const xk::ConvDesc d = desc_of(l, n, t);
+    Data x = make_data(d);
+    const xk::ConvArgs a{x.src.data(), nullptr, x.bias.data(), x.dst.data(), nullptr};
+    if (force_gemm) {
+        const auto& reg = xk::detail::conv_registry();
+        const auto p = xk::detail::conv_validate_desc("bench", d);
+        const auto k = reg.get(p, reg.find("gemm:conv")).kernel;
+        const auto pw = k->pack(x.wei.data());
+        for (auto _ : state) k->run(a, pw.get());
+        state.SetLabel("gemm:conv " + k->backend_info());
+    } else {
+        const xk::ConvPlan plan(d);
+        const xk::ConvPackedWeights pw = plan.pack_weights(x.wei.data());
+        for (auto _ : state) plan.run(a, pw);
+        state.SetLabel(std::string(plan.impl_name()) + " " + plan.backend_info());
+    }
+    xb::set_gflops(state, flops(d));
+}
+
+void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
+    xb::ScopedThreads threads(nt);
+    const xk::ConvDesc d = desc_of(l, n, t);
+    Data x = make_data(d);
+    using tag = dnnl::memory::format_tag;
+    const auto dtt = t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream st(eng);
+        const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtt, tag::nhwc), dst({n, l.oc, d.oh(), d.ow()}, dtt, tag::nhwc),
+            wany({l.oc, l.c, l.k, l.k}, dtt, tag::any), wuser({l.oc, l.c, l.k, l.k}, dtt, tag::ohwi),
+            bias({l.oc}, dnnl::memory::data_type::f32, tag::a);
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(po);
+        const int64_t p = (l.k - 1) / 2;
+        const dnnl::convolution_forward::primitive_desc pd(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                            wany, bias, dst, {1, 1}, {0, 0}, {p, p}, {p, p}),
+            attr, eng);
+        dnnl::memory wu(wuser, eng, x.wei.data()), wp(pd.weights_desc(), eng);
+        dnnl::reorder(wu, wp).execute(st, wu, wp);
+        st.wait();
+        const dnnl::convolution_forward prim(pd);
+        const std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(src, eng, x.src.data())},
+                                                            {DNNL_ARG_WEIGHTS, wp},
+                                                            {DNNL_ARG_BIAS, dnnl::memory(bias, eng, x.bias.data())},
+                                                            {DNNL_ARG_DST, dnnl::memory(dst, eng, x.dst.data())}};
+        for (auto _ : state) {
+            prim.execute(st, args);
+            st.wait();
+        }
+        state.SetLabel(pd.impl_info_str());
+    } catch (const dnnl::error& e) {
+        state.SkipWithError(e.what());
+        return;
+    }
+    xb::set_gflops(state, flops(d));
+}
+
+std::vector<int64_t> batches() {
+    std::vector<int64_t> v;
+    if (const char* e = std::getenv("XK_BENCH_CONV_BATCHES")) {
+        std::string s(e);
+        size_t pos = 0;
+        while (pos <= s.size()) {
+            const size_t comma = std::min(s.find(',', pos), s.size());
+            const long n = std::atol(s.substr(pos, comma - pos).c_str());
+            if (n > 0) v.push_back(n);
+            pos = comma + 1;
+        }
+    }
+    if (v.empty()) v = {1, 8};
+    return v;
+}
+
+const bool registered = [] {
+    auto reg = [](const std::string& name, auto fn) { benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime(); };
+    for (DType t : {DType::f32, DType::bf16})
+        for (const Layer& l : kLayers)
+            for (int64_t n : batches())
+                for (int nt : xb::thread_counts()) {
+                    const std::string dt = xk::dtype_name(t), sh = l.name(), ns = "n:" + std::to_string(n),
+                                      nts = "nt:" + std::to_string(nt);
+                    reg(xb::join_name({"conv", dt, "xk", sh, ns, nts}),
+                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, false); });
+                    reg(xb::join_name({"conv", dt, "onednn", sh, ns, nts}),
+                        [=](benchmark::State& s) { BM_onednn(s, l, n, t, nt); });
+                    reg(xb::join_name({"convgemm", dt, "xk", sh, ns, nts}),
+                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, true); });
+                }
+    return true;
+}();
+
+}  // namespace

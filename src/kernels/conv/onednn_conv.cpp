@@ -1,0 +1,335 @@
+// conv2d through oneDNN's convolution primitive: the "onednn:conv" registry entry.
+//
+// Mapping of ConvDesc onto one primitive (forward_inference, convolution_direct):
+//   src / dst   {N, C, H, W} / {N, OC, OH, OW} in the user's layout (nhwc = "acdb", nchw =
+//               "abcd"): read and written in place, never reordered
+//   weights     format "any": oneDNN picks its preferred (blocked) layout; the user's oihw / ohwi
+//               weights ({G,} OCg, ICg, KH, KW with explicit strides) are reordered into it once by
+//               ConvPlan::pack_weights, or per call into a per-thread buffer when run unpacked
+//   bias        the primitive's f32 bias
+//   epilogue    post-ops: add_before_activation = [sum, eltwise], add_after_activation =
+//               [eltwise, sum]; the sum reads dst, so a residual other than dst is first copied
+//               into dst (residual == dst, the ResNet in-place case, costs nothing)
+//   dilation    oneDNN counts from 0 (ours - 1)
+// Gaps: a shape / dtype / epilogue for which oneDNN 2.6 offers only a reference implementation
+// ("ref:any", "gemm:ref" ...) or nothing is refused by onednn_conv_supports() (checked once per
+// descriptor when the primitive descriptor is created, the answer remembered), and selection
+// moves on to xk's own path. bf16 is offered only where oneDNN runs it with AVX-512 code.
+//
+// Threads: like onednn_gemm.cpp, each primitive is created and executed with the calling thread's
+// OpenMP thread count set to xk::get_num_threads(); one primitive per thread count, made on first
+// use under a mutex. Each execution passes a per-thread scratchpad and stream, so run() may be
+// called from several threads at once.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <mutex>
+#include <new>
+#include <sstream>
+#include <unordered_map>
+
+#include "common/check.hpp"
+#include "common/parallel.hpp"
+#include "kernels/conv/conv.hpp"
+
+namespace xk::detail {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+const dnnl::engine& engine() {
+    static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+class OmpThreads {
+public:
+    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
+        if (n != saved_) omp_set_num_threads(n);
+    }
+    ~OmpThreads() {
+        if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+    }
+    OmpThreads(const OmpThreads&) = delete;
+    OmpThreads& operator=(const OmpThreads&) = delete;
+
+private:
+    int saved_;
+};
+
+// Per-thread growing 64-byte aligned buffers: [0] the scratchpad, [1] per-call reordered weights.
+void* thread_buffer(int which, size_t bytes) {
+    struct Buf {
+        void* p = nullptr;
+        size_t cap = 0;
+        ~Buf() { std::free(p); }
+    };
+    thread_local Buf b[2];
+    Buf& x = b[which];
+    if (x.cap < bytes) {
+        const size_t n = (bytes + 4095) / 4096 * 4096;
+        void* p = std::aligned_alloc(64, n);
+        if (!p) throw std::bad_alloc();
+        std::free(x.p);
+        x.p = p, x.cap = n;
+    }
+    return x.p;
+}
+
+dnnl::stream& thread_stream() {
+    thread_local dnnl::stream s(engine());
+    return s;
+}
+
+dnnl::algorithm eltwise_alg(Activation a, float& alpha) {
+    alpha = 0.0f;
+    switch (a) {
+        case Activation::relu: return dnnl::algorithm::eltwise_relu;
+        case Activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
+        case Activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
+        case Activation::silu: alpha = 1.0f; return dnnl::algorithm::eltwise_swish;
+        case Activation::none: break;
+    }
+    return dnnl::algorithm::undef;
+}
+
+dt to_dt(DType t) { return t == DType::bf16 ? dt::bf16 : dt::f32; }
+
+// The user's weights as a oneDNN memory descriptor (explicit strides).
+dnnl::memory::desc user_weights_md(const ConvProblem& p) {
+    const ConvDesc& d = p.d;
+    const int64_t I = p.icg(), O = p.ocg(), KH = d.kh, KW = d.kw;
+    const bool oihw = d.weight_layout == ConvWeightLayout::oihw;
+    // Strides of (o, i, kh, kw) within one group; groups are outermost.
+    const dims s4 = oihw ? dims{I * KH * KW, KH * KW, KW, 1} : dims{KH * KW * I, 1, KW * I, I};
+    if (d.groups == 1) return dnnl::memory::desc({d.oc, I, KH, KW}, to_dt(d.weight_dtype), s4);
+    return dnnl::memory::desc({d.groups, O, I, KH, KW}, to_dt(d.weight_dtype),
+                              dims{O * I * KH * KW, s4[0], s4[1], s4[2], s4[3]});
+}
+
+dnnl::memory::desc act_md(const ConvProblem& p, int64_t C, int64_t H, int64_t W, DType t) {
+    const auto tag = p.d.layout == ConvLayout::nhwc ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::nchw;
+    return dnnl::memory::desc({p.d.n, C, H, W}, to_dt(t), tag);
+}
+
+// A readable, comparable description of a (blocked) weights descriptor.
+std::string md_layout(const dnnl::memory::desc& md) {
+    const dnnl_memory_desc_t& c = md.data;
+    std::ostringstream os;
+    os << "dt" << static_cast<int>(c.data_type) << ":d";
+    for (int i = 0; i < c.ndims; ++i) os << c.dims[i] << (i + 1 < c.ndims ? "x" : "");
+    os << ":p";
+    for (int i = 0; i < c.ndims; ++i) os << c.padded_dims[i] << (i + 1 < c.ndims ? "x" : "");
+    if (c.format_kind == dnnl_blocked) {
+        const auto& b = c.format_desc.blocking;
+        os << ":s";
+        for (int i = 0; i < c.ndims; ++i) os << b.strides[i] << (i + 1 < c.ndims ? "," : "");
+        os << ":b";
+        for (int i = 0; i < b.inner_nblks; ++i) os << b.inner_idxs[i] << "." << b.inner_blks[i] << ";";
+    } else {
+        os << ":fk" << static_cast<int>(c.format_kind);
+    }
+    os << ":x" << static_cast<int>(c.extra.flags);
+    return os.str();
+}
+
+struct Prim {
+    int threads = 0;
+    dnnl::memory::desc src_md, wei_md, bias_md, dst_md, scratch_md;
+    size_t scratch_bytes = 0;
+    dnnl::convolution_forward prim;
+    std::string impl;
+};
+
+dnnl::convolution_forward::primitive_desc make_pd(const ConvProblem& p) {
+    const ConvDesc& d = p.d;
+    const dnnl::memory::desc src = act_md(p, d.c, d.h, d.w, d.src_dtype);
+    const dnnl::memory::desc dst = act_md(p, d.oc, p.oh, p.ow, d.dst_dtype);
+    const dims wdims = d.groups == 1 ? dims{d.oc, p.icg(), d.kh, d.kw} : dims{d.groups, p.ocg(), p.icg(), d.kh, d.kw};
+    const dnnl::memory::desc wei(wdims, to_dt(d.weight_dtype), dnnl::memory::format_tag::any);
+    const dnnl::memory::desc bias({d.oc}, dt::f32, dnnl::memory::format_tag::a);
+    const dims strides{d.stride_h, d.stride_w}, dil{d.dilation_h - 1, d.dilation_w - 1};
+    const dims pl{d.pad_top, d.pad_left}, pr{d.pad_bottom, d.pad_right};
+    const auto desc = d.with_bias
+                          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct, src, wei, bias, dst,
+                                                            strides, dil, pl, pr)
+                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                            dnnl::algorithm::convolution_direct, src, wei, dst,
+                                                            strides, dil, pl, pr);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::post_ops po;
+    float alpha = 0.0f;
+    const dnnl::algorithm alg = eltwise_alg(d.activation, alpha);
+    if (d.residual == ConvResidual::add_before_activation) po.append_sum(1.0f);
+    if (d.activation != Activation::none) po.append_eltwise(1.0f, alg, alpha, 0.0f);
+    if (d.residual == ConvResidual::add_after_activation) po.append_sum(1.0f);
+    attr.set_post_ops(po);
+    return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
+}
+
+bool is_reference_impl(const std::string& impl) {
+    return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos;
+}
+
+struct OnednnPacked final : ConvPacked {
+    OnednnPacked(std::string l, size_t n) : ConvPacked(std::move(l)) {
+        p = std::aligned_alloc(64, (n + 63) / 64 * 64);
+        if (!p) throw std::bad_alloc();
+        data = p;
+        bytes = n;
+    }
+    ~OnednnPacked() override { std::free(p); }
+    void* p = nullptr;
+};
+
+class OnednnConv final : public ConvKernel {
+public:
+    explicit OnednnConv(const ConvProblem& p) : ConvKernel(p), user_wei_md_(user_weights_md(p)) {
+        first_ = create(get_num_threads());
+        packed_md_ = first_->wei_md;
+        layout_ = "onednn:" + md_layout(packed_md_);
+    }
+
+    void run(const ConvArgs& a, const ConvPacked* packed) const override {
+        const std::shared_ptr<const Prim> pr = prim_for(get_num_threads());
+        const dnnl::engine& eng = engine();
+        const ConvDesc& d = p_.d;
+        // The sum post-op reads dst: a residual elsewhere is copied in first.
+        if (d.residual != ConvResidual::none && a.residual != a.dst) {
+            const int64_t bytes = d.n * d.oc * p_.oh * p_.ow * static_cast<int64_t>(dtype_size(d.dst_dtype));
+            const auto* from = static_cast<const unsigned char*>(a.residual);
+            auto* to = static_cast<unsigned char*>(a.dst);
+            parallel_for(bytes, int64_t{1} << 18, [&](int64_t b, int64_t e) { std::memcpy(to + b, from + b, e - b); });
+        }
+        try {
+            OmpThreads omp(pr->threads);
+            dnnl::stream& st = thread_stream();
+            // Weights in the primitive's layout: the packed ones as they are (or reordered if this
+            // thread count's primitive wants another layout), else the user's reordered per call.
+            const dnnl::memory::desc& have = packed ? packed_md_ : user_wei_md_;
+            const void* wsrc = packed ? packed->data : a.weights;
+            void* wptr = const_cast<void*>(wsrc);
+            if (have != pr->wei_md) {
+                wptr = thread_buffer(1, pr->wei_md.get_size());
+                dnnl::memory from(have, eng, const_cast<void*>(wsrc)), to(pr->wei_md, eng, wptr);
+                dnnl::reorder(from, to).execute(st, from, to);
+            }
+            std::unordered_map<int, dnnl::memory> args;
+            args.reserve(6);
+            args.emplace(DNNL_ARG_SRC, dnnl::memory(pr->src_md, eng, const_cast<void*>(a.src)));
+            args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(pr->wei_md, eng, wptr));
+            args.emplace(DNNL_ARG_DST, dnnl::memory(pr->dst_md, eng, a.dst));
+            if (d.with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr->bias_md, eng, const_cast<float*>(a.bias)));
+            if (pr->scratch_bytes)
+                args.emplace(DNNL_ARG_SCRATCHPAD,
+                             dnnl::memory(pr->scratch_md, eng, thread_buffer(0, pr->scratch_bytes)));
+            pr->prim.execute(st, args);
+            st.wait();
+        } catch (const dnnl::error& e) {
+            throw Error(Status::runtime_error,
+                        "conv2d onednn: oneDNN convolution for " + p_.key() + " failed to execute: " + e.what());
+        }
+    }
+
+    std::shared_ptr<const ConvPacked> pack(const void* weights) const override {
+        auto out = std::make_shared<OnednnPacked>(layout_, packed_md_.get_size());
+        try {
+            OmpThreads omp(get_num_threads());
+            dnnl::stream& st = thread_stream();
+            dnnl::memory from(user_wei_md_, engine(), const_cast<void*>(weights)), to(packed_md_, engine(), out->p);
+            dnnl::reorder(from, to).execute(st, from, to);
+            st.wait();
+        } catch (const dnnl::error& e) {
+            throw Error(Status::runtime_error, "conv2d onednn: weight reorder for " + p_.key() + " failed: " + e.what());
+        }
+        return out;
+    }
+    std::string packed_layout() const override { return layout_; }
+    std::string backend_info() const override { return "onednn:" + first_->impl; }
+
+private:
+    std::shared_ptr<const Prim> create(int threads) const {
+        auto pr = std::make_shared<Prim>();
+        pr->threads = threads;
+        try {
+            OmpThreads omp(threads);
+            const auto pd = make_pd(p_);
+            pr->src_md = pd.src_desc();
+            pr->wei_md = pd.weights_desc();
+            pr->bias_md = pd.bias_desc();
+            pr->dst_md = pd.dst_desc();
+            pr->scratch_md = pd.scratchpad_desc();
+            pr->scratch_bytes = pr->scratch_md.get_size();
+            pr->impl = pd.impl_info_str();
+            pr->prim = dnnl::convolution_forward(pd);
+        } catch (const dnnl::error& e) {
+            throw Error(e.status == dnnl_unimplemented ? Status::unsupported : Status::runtime_error,
+                        "conv2d onednn: oneDNN convolution for " + p_.key() + " failed: " + e.what());
+        }
+        return pr;
+    }
+
+    std::shared_ptr<const Prim> prim_for(int threads) const {
+        if (first_->threads == threads) return first_;
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& p : prims_)
+            if (p->threads == threads) return p;
+        auto p = create(threads);
+        if (prims_.size() >= 8) prims_.erase(prims_.begin());
+        prims_.push_back(p);
+        return p;
+    }
+
+    dnnl::memory::desc user_wei_md_, packed_md_;
+    std::string layout_;
+    std::shared_ptr<const Prim> first_;
+    mutable std::mutex mu_;
+    mutable std::vector<std::shared_ptr<const Prim>> prims_;
+};
+
+}  // namespace
+
+bool onednn_conv_supports(const ConvProblem& p) {
+    const ConvDesc& d = p.d;
+    constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+    if (d.n * d.c * d.h * d.w > kMax || d.n * d.oc * p.oh * p.ow > kMax) return false;
+    // The answer per descriptor (and thread count: oneDNN may pick by it), remembered.
+    static std::mutex mu;
+    static std::unordered_map<std::string, bool> known;
+    const std::string key = p.key() + "|t" + std::to_string(get_num_threads());
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = known.find(key);
+        if (it != known.end()) return it->second;
+    }
+    bool ok = false;
+    try {
+        OmpThreads omp(get_num_threads());
+        const auto pd = make_pd(p);
+        ok = !is_reference_impl(pd.impl_info_str());
+    } catch (const dnnl::error&) {
+        ok = false;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    known[key] = ok;
+    return ok;
+}
+
+bool onednn_conv_preferred(const ConvProblem& p) {
+    const ConvDesc& d = p.d;
+    const bool depthwise = d.groups == d.c && d.oc == d.c;
+    if (d.src_dtype == DType::bf16 && d.layout == ConvLayout::nhwc && !depthwise && !isa_supported(Isa::amx))
+        return false;
+    return onednn_conv_supports(p);
+}
+
+std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p) {
+    return std::make_shared<OnednnConv>(p);
+}
+
+}  // namespace xk::detail
