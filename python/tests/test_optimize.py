@@ -54,14 +54,6 @@ def test_optimize_llama_patterns():
     assert isinstance(m["mlp"].gate_proj, torch.nn.Linear)
 
 
-def test_quantization_not_yet():
-    for q in ("dynamic_int8", "woq_int8", "woq_int4"):
-        with pytest.raises(NotImplementedError, match=q):
-            xkt.optimize(torch.nn.Linear(4, 4), quantization=q)
-    with pytest.raises(ValueError):
-        xkt.optimize(torch.nn.Linear(4, 4), quantization="fp4")
-
-
 def test_state_dict_and_save_load():
     torch.manual_seed(0)
     ref = LlamaDecoderLayer().eval()

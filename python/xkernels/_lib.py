@@ -70,6 +70,49 @@ class Conv2dDesc(ctypes.Structure):
                [("layout", c_int), ("weight_layout", c_int), ("residual", c_int), ("activation", c_int)]
 
 
+# include/xk/c/qlinear.h (no size / version field in these structs: fill them with the *_init functions)
+# xk_qlinear_quant
+QLINEAR_DYNAMIC_PER_TOKEN, QLINEAR_DYNAMIC_PER_TENSOR, QLINEAR_STATIC_PER_TENSOR = range(3)
+
+
+class QLinearDesc(ctypes.Structure):
+    _fields_ = [("N", c_i64), ("K", c_i64), ("quant", c_int), ("x_type", c_int), ("y_type", c_int),
+                ("ldx", c_i64), ("ldy", c_i64), ("smooth", c_int), ("bias", c_int), ("act", c_int),
+                ("residual", c_int), ("residual_type", c_int), ("ld_residual", c_i64)]
+
+
+class QLinearWeight(ctypes.Structure):
+    _fields_ = [("type", c_int), ("data", c_p), ("ld", c_i64), ("scales", c_p)]
+
+
+class QLinearArgs(ctypes.Structure):
+    _fields_ = [("x", c_p), ("y", c_p), ("bias", c_p), ("residual", c_p), ("smooth", c_p),
+                ("x_scale", c_f32), ("x_zero_point", c_i32), ("y_scale", c_f32), ("y_zero_point", c_i32)]
+
+
+# include/xk/c/woq.h: xk_woq_type
+WOQ_S8, WOQ_U4 = 0, 1
+
+
+class WoqDesc(ctypes.Structure):
+    _fields_ = [("M", c_i64), ("N", c_i64), ("K", c_i64), ("weight_type", c_int), ("a_type", c_int),
+                ("c_type", c_int), ("lda", c_i64), ("ldc", c_i64), ("alpha", c_f32), ("beta", c_f32),
+                ("bias", c_int), ("act", c_int), ("residual", c_int), ("residual_type", c_int),
+                ("ld_residual", c_i64)]
+
+
+class WoqArgs(ctypes.Structure):
+    _fields_ = [("A", c_p), ("C", c_p), ("bias", c_p), ("residual", c_p)]
+
+
+# sizeof / offsetof of the C structs (x86-64), checked by the tests against the ctypes layouts above
+C_LAYOUTS = {"QLinearDesc": (80, {"ldx": 32, "smooth": 48, "ld_residual": 72}),
+             "QLinearWeight": (32, {"data": 8, "ld": 16, "scales": 24}),
+             "QLinearArgs": (56, {"x_scale": 40, "y_zero_point": 52}),
+             "WoqDesc": (88, {"lda": 40, "alpha": 56, "ld_residual": 80}),
+             "WoqArgs": (32, {"residual": 24})}
+
+
 P = c_p
 # name: argument types (every function returns xk_status unless listed in _OTHER_RESTYPES)
 _SIGNATURES = {
@@ -141,7 +184,16 @@ _OTHER = {
     "xk_gemm_plan_impl_name": ([P], c_str), "xk_get_gemm_autotune": ([], c_int),
 }
 # optional entry points (newer libraries): absent ones are None on the Lib object
-_OPTIONAL = {"xk_get_num_threads": ([], c_int)}
+_OPTIONAL = {"xk_get_num_threads": ([], c_int),
+             # qlinear (include/xk/c/qlinear.h)
+             "xk_qlinear_desc_init": ([P], None), "xk_qlinear_args_init": ([P], None),
+             "xk_qlinear_create": ([P, P, P], c_int), "xk_qlinear_destroy": ([P], None),
+             "xk_qlinear_run": ([P, c_i64, P], c_int), "xk_qlinear_weight_scales": ([P], P),
+             "xk_qlinear_impl_name": ([P], c_str),
+             # woq (include/xk/c/woq.h)
+             "xk_woq_pack": ([c_int, c_i64, c_i64, c_i64, P, c_i64, P, P, P], c_int),
+             "xk_woq_weight_destroy": ([P], None), "xk_woq_dequantize": ([P, P], c_int),
+             "xk_woq_desc_init": ([P], None), "xk_woq_gemm": ([P, P, P], c_int)}
 
 
 def _candidates():

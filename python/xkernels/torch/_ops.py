@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import torch
 
-from .. import _lib
+from .. import _lib, _quant
 from .._lib import BF16, F32, S8, U8, check
 
 L = _lib.lib()
@@ -672,6 +672,112 @@ def _embedding_bag_fake(weight, indices, offsets, mode=0, per_sample_weights=Non
 
 _define("embedding_bag(Tensor weight, Tensor indices, Tensor offsets, int mode=0, Tensor? per_sample_weights=None, "
         "bool include_last_offset=False, int? padding_idx=None) -> Tensor", _embedding_bag, _embedding_bag_fake)
+
+
+# ---- quantized Linears: dynamic per-token int8, weight-only int8 / int4 ----------------------------
+# The quantized weights and scales are plain tensors (module buffers); the C plan / packed weight is
+# derived from them per process, cached like the GEMM's packed weights (tensor identity + version).
+
+def _bias_arg(bias):
+    return None if bias is None else _bias_f32(bias)
+
+
+def _qlinear_checks(x, qweight, scales, bias, activation, op):
+    t = _float_dtype(x, op)
+    if qweight.dtype != torch.int8 or qweight.dim() != 2 or x.dim() == 0 or qweight.shape[1] != x.shape[-1]:
+        raise ValueError("xk.%s: qweight must be int8 [N, %d], got %s %s" % (
+            op, x.shape[-1] if x.dim() else 0, qweight.dtype, tuple(qweight.shape)))
+    N = qweight.shape[0]
+    if scales.dtype != torch.float32 or tuple(scales.shape) != (N,):
+        raise ValueError("xk.%s: w_scales must be float32 [%d]" % (op, N))
+    if bias is not None and (tuple(bias.shape) != (N,) or not bias.is_floating_point()):
+        raise ValueError("xk.%s: bias must be a float vector of %d elements" % (op, N))
+    if activation not in _ACT:
+        raise ValueError("xk.%s: unknown activation %r" % (op, activation))
+    return t, N
+
+
+def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none"):
+    t, N = _qlinear_checks(x, qweight, w_scales, bias, activation, "dynamic_int8_linear")
+    K = x.shape[-1]
+    out = x.new_empty(x.shape[:-1] + (N,))
+    if out.numel() == 0 or K == 0:
+        return _linear_empty(out, bias, activation, None)
+    x2 = _c(x).view(-1, K)
+    act = _ACT[activation]
+    has_bias = bias is not None
+
+    def make():
+        w, s = _c(qweight.detach()), _c(w_scales.detach())
+        return _quant.QLinearPlan(N, K, w.data_ptr(), s.data_ptr(), S8, t, t, has_bias, act)
+
+    plan = _derived.get(("qlinear", t, has_bias, act), (qweight, w_scales), make)
+    b = _bias_arg(bias)
+    plan.run(x2.shape[0], x2.data_ptr(), out.data_ptr(), None if b is None else b.data_ptr())
+    return out
+
+
+def _dynamic_int8_linear_fake(x, qweight, w_scales, bias=None, activation="none"):
+    _, N = _qlinear_checks(x, qweight, w_scales, bias, activation, "dynamic_int8_linear")
+    return x.new_empty(x.shape[:-1] + (N,))
+
+
+_define("dynamic_int8_linear(Tensor x, Tensor qweight, Tensor w_scales, Tensor? bias=None, "
+        "str activation=\"none\") -> Tensor", _dynamic_int8_linear, _dynamic_int8_linear_fake)
+
+
+def _woq_checks(x, qweight, scales, group_size, bits, bias, activation, op):
+    t = _float_dtype(x, op)
+    K = x.shape[-1] if x.dim() else 0
+    if bits not in (4, 8):
+        raise ValueError("xk.%s: bits=%r must be 4 or 8" % (op, bits))
+    qd, qk = (torch.int8, K) if bits == 8 else (torch.uint8, K // 2)
+    if qweight.dtype != qd or qweight.dim() != 2 or qweight.shape[1] != qk or (bits == 4 and K % 2):
+        raise ValueError("xk.%s: qweight must be %s [N, %d] for int%d and in_features %d, got %s %s" % (
+            op, qd, qk, bits, K, qweight.dtype, tuple(qweight.shape)))
+    N = qweight.shape[0]
+    G = 1 if group_size == 0 else (K // group_size if group_size > 0 else -1)
+    if scales.dtype != torch.float32 or tuple(scales.shape) != (N, G):
+        raise ValueError("xk.%s: scales must be float32 [%d, %d] (group_size %d), got %s %s" % (
+            op, N, G, group_size, scales.dtype, tuple(scales.shape)))
+    if bias is not None and (tuple(bias.shape) != (N,) or not bias.is_floating_point()):
+        raise ValueError("xk.%s: bias must be a float vector of %d elements" % (op, N))
+    if activation not in _ACT:
+        raise ValueError("xk.%s: unknown activation %r" % (op, activation))
+    return t, N
+
+
+def _woq_weight(qweight, scales, group_size, bits):
+    """The packed xk weight of (qweight, scales), made once per process and tensor version."""
+    def make():
+        w, s = _c(qweight.detach()), _c(scales.detach())
+        K = w.shape[1] * (2 if bits == 4 else 1)
+        return _quant.WoqWeight(bits, w.shape[0], K, group_size, w.data_ptr(), s.data_ptr())
+
+    return _derived.get(("woq", bits, group_size), (qweight, scales), make)
+
+
+def _woq_linear(x, qweight, scales, group_size, bits, bias=None, activation="none"):
+    t, N = _woq_checks(x, qweight, scales, group_size, bits, bias, activation, "woq_linear")
+    K = x.shape[-1]
+    out = x.new_empty(x.shape[:-1] + (N,))
+    if out.numel() == 0 or K == 0:
+        return _linear_empty(out, bias, activation, None)
+    x2 = _c(x).view(-1, K)
+    w = _woq_weight(qweight, scales, group_size, bits)
+    b = _bias_arg(bias)
+    w.gemm(x2.shape[0], x2.data_ptr(), out.data_ptr(), t, t, None if b is None else b.data_ptr(),
+           _ACT[activation])
+    return out
+
+
+def _woq_linear_fake(x, qweight, scales, group_size, bits, bias=None, activation="none"):
+    _, N = _woq_checks(x, qweight, scales, group_size, bits, bias, activation, "woq_linear")
+    return x.new_empty(x.shape[:-1] + (N,))
+
+
+_define("woq_linear(Tensor x, Tensor qweight, Tensor scales, int group_size, int bits, Tensor? bias=None, "
+        "str activation=\"none\") -> Tensor", _woq_linear, _woq_linear_fake)
 
 
 # ---- an op that does nothing, for measuring the dispatcher's share of the per-call overhead ------

@@ -134,3 +134,126 @@ class GatedMLP(nn.Module):
 
     def extra_repr(self):
         return "activation=%s" % self.activation
+
+
+# ---- quantized Linears (optimize(model, quantization=...)) ------------------------------------------
+
+def quantize_weight_int8(w):
+    """Symmetric per-output-channel int8 (xk/qlinear.hpp): scale[n] = max_k |w[n,k]| / 127 (1 for an
+    all-zero row), q = round_half_even(w * (1 / scale)) saturated. Returns (q int8 [N, K], scale f32 [N])."""
+    w = w.detach().float()
+    amax = w.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.round(w * (1.0 / scale)[:, None]).clamp_(-128, 127).to(torch.int8)
+    return q.contiguous(), scale.contiguous()
+
+
+def quantize_weight_woq(w, bits, group_size):
+    """Symmetric weight-only quantization per group of `group_size` input features (0: per output
+    channel). int8: scale = amax / 127, q = round(w / scale) in [-127, 127] -> int8 [N, K]. int4:
+    scale = amax / 7, q = round(w / scale) in [-8, 7] stored + 8 as 0..15, two per byte (even k in
+    the low nibble) -> uint8 [N, K / 2]. Groups of zeros get scale 1. Returns (qweight, scales f32 [N, G])."""
+    w = w.detach().float()
+    N, K = w.shape
+    g = K if group_size == 0 else group_size
+    if K % g or (bits == 4 and K % 2):
+        raise ValueError("quantize_weight_woq: in_features %d is not a multiple of group_size %d" % (K, g))
+    wg = w.view(N, K // g, g)
+    amax = wg.abs().amax(dim=2)
+    qmax = 127 if bits == 8 else 7
+    scale = torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+    q = torch.round(wg / scale[:, :, None]).clamp_(-qmax - (0 if bits == 8 else 1), qmax).view(N, K)
+    if bits == 8:
+        return q.to(torch.int8).contiguous(), scale.contiguous()
+    u = (q + 8).to(torch.uint8).view(N, K // 2, 2)
+    return (u[:, :, 0] | (u[:, :, 1] << 4)).contiguous(), scale.contiguous()
+
+
+def dequantize_weight_woq(qweight, scales, bits, group_size):
+    """The f32 [N, K] weight xk's WOQ GEMM multiplies by (the reference of the tests)."""
+    if bits == 8:
+        q = qweight.float()
+    else:
+        q = torch.stack([qweight & 15, qweight >> 4], dim=2).view(qweight.shape[0], -1).float() - 8
+    N, K = q.shape
+    g = K if group_size == 0 else group_size
+    return (q.view(N, K // g, g) * scales[:, :, None]).view(N, K)
+
+
+class XkDynamicInt8Linear(nn.Module):
+    """nn.Linear with int8 weights (symmetric, per output channel) and int8 activations quantized per
+    token inside the call (xk_qlinear, dynamic_per_token): y = (acc * w_scale[n]) * x_scale[m] + bias.
+    Buffers: qweight int8 [N, K], w_scales f32 [N] (and the bias parameter): state_dict / torch.save
+    keep the quantized weight; the xk plan is built per process on first use. x float32 / bfloat16,
+    y in x's dtype."""
+
+    def __init__(self, in_features, out_features, bias=True, activation="none", dtype=torch.float32):
+        super().__init__()
+        self.in_features, self.out_features, self.activation = in_features, out_features, activation
+        self.register_buffer("qweight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("w_scales", torch.ones(out_features, dtype=torch.float32))
+        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
+
+    @classmethod
+    def from_linear(cls, m, activation="none"):
+        new = cls(m.in_features, m.out_features, m.bias is not None, activation, m.weight.dtype)
+        q, s = quantize_weight_int8(m.weight)
+        new.qweight.copy_(q)
+        new.w_scales.copy_(s)
+        if m.bias is not None:
+            new.bias = m.bias
+        return new
+
+    def forward(self, x):
+        dtype = x.dtype
+        xx = x if dtype in (torch.float32, torch.bfloat16) else x.float()
+        return _match_dtype(xk.dynamic_int8_linear(xx, self.qweight, self.w_scales, self.bias, self.activation), dtype)
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s, int8 per-channel weights, int8 per-token x" % (
+            self.in_features, self.out_features, self.bias is not None)
+
+
+class XkWoqLinear(nn.Module):
+    """nn.Linear with weight-only int8 / int4 weights (symmetric, one f32 scale per group of
+    group_size input features, 0 = per output channel), activations kept in float (xk_woq_gemm).
+    Buffers: qweight (int8 [N, K] or uint8 [N, K/2], two int4 per byte), scales f32 [N, G] (and the
+    bias parameter); the packed xk weight is built per process on first use."""
+
+    def __init__(self, in_features, out_features, bias=True, bits=4, group_size=128, activation="none",
+                 dtype=torch.float32):
+        super().__init__()
+        if bits not in (4, 8):
+            raise ValueError("XkWoqLinear: bits=%r must be 4 or 8" % (bits,))
+        g = in_features if group_size == 0 else group_size
+        if g <= 0 or in_features % g or (bits == 4 and in_features % 2):
+            raise ValueError("XkWoqLinear: in_features=%d is not a multiple of group_size=%d" % (in_features, g))
+        self.in_features, self.out_features, self.activation = in_features, out_features, activation
+        self.bits, self.group_size = bits, group_size
+        qshape = (out_features, in_features if bits == 8 else in_features // 2)
+        self.register_buffer("qweight", torch.zeros(qshape, dtype=torch.int8 if bits == 8 else torch.uint8))
+        self.register_buffer("scales", torch.ones(out_features, in_features // g, dtype=torch.float32))
+        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
+
+    @classmethod
+    def from_linear(cls, m, bits=4, group_size=128, activation="none"):
+        new = cls(m.in_features, m.out_features, m.bias is not None, bits, group_size, activation, m.weight.dtype)
+        q, s = quantize_weight_woq(m.weight, bits, group_size)
+        new.qweight.copy_(q)
+        new.scales.copy_(s)
+        if m.bias is not None:
+            new.bias = m.bias
+        return new
+
+    def dequantized_weight(self):
+        return dequantize_weight_woq(self.qweight, self.scales, self.bits, self.group_size)
+
+    def forward(self, x):
+        dtype = x.dtype
+        xx = x if dtype in (torch.float32, torch.bfloat16) else x.float()
+        y = xk.woq_linear(xx, self.qweight, self.scales, self.group_size, self.bits, self.bias, self.activation)
+        return _match_dtype(y, dtype)
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s, int%d weights, group_size=%d" % (
+            self.in_features, self.out_features, self.bias is not None, self.bits, self.group_size)

@@ -73,14 +73,28 @@ def _param_dtype(m, default):
     return default
 
 
-def _replacement(child, path, dtype, skipped):
+def _quantized_linear(child, quant):
+    """(module, None) or (None, why) for nn.Linear `child` under quant = (name, group_size)."""
+    name, group_size = quant
+    if name == "dynamic_int8":
+        return modules.XkDynamicInt8Linear.from_linear(child), None
+    bits = 8 if name == "woq_int8" else 4
+    K = child.in_features
+    if (group_size and K % group_size) or (bits == 4 and K % 2):
+        return None, "in_features %d is not a multiple of group_size %d (%s): kept in float" % (K, group_size, name)
+    return modules.XkWoqLinear.from_linear(child, bits, group_size), None
+
+
+def _replacement(child, path, dtype, skipped, quant=None):
     """The xk module replacing `child`, or None (then `skipped` may say why)."""
     new, why = None, None
     if isinstance(child, nn.Linear):
-        if child.weight.dtype in (torch.float32, torch.bfloat16):
-            new = modules.Linear.from_linear(child)
-        else:
+        if child.weight.dtype not in (torch.float32, torch.bfloat16):
             why = "weight dtype %s" % child.weight.dtype
+        elif quant is not None:
+            new, why = _quantized_linear(child, quant)
+        else:
+            new = modules.Linear.from_linear(child)
     elif isinstance(child, nn.LayerNorm):
         if len(child.normalized_shape) == 1:
             new = modules.LayerNorm.from_layer_norm(child)
@@ -92,7 +106,7 @@ def _replacement(child, path, dtype, skipped):
             why = "no 1-D weight / eps attribute"
         elif not _same_output(child, new, new.hidden_size, _param_dtype(child, dtype)):
             new, why = None, "outputs differ from xk's RMSNorm (another formula)"
-    else:
+    elif quant is None:  # quantized: the MLP's Linears are replaced one by one instead
         new = _gated_mlp(child)
         if new is not None and not _same_output(child, new, new.gate_proj.in_features,
                                                 _param_dtype(child.gate_proj, dtype)):
@@ -102,29 +116,46 @@ def _replacement(child, path, dtype, skipped):
     return new
 
 
-def _replace(model, prefix, dtype, log, skipped):
+def _replace(model, prefix, dtype, log, skipped, quant=None):
     for name, child in list(model.named_children()):
         path = prefix + name
-        new = _replacement(child, path, dtype, skipped)
+        new = _replacement(child, path, dtype, skipped, quant)
         if new is not None:
             setattr(model, name, new)
             log.append((path, type(child).__name__, type(new).__name__))
         else:
-            _replace(child, path + ".", dtype, log, skipped)
+            _replace(child, path + ".", dtype, log, skipped, quant)
 
 
-def optimize(model, dtype=torch.float32, quantization=None, inplace=False):
+DEFAULT_GROUP_SIZE = {"dynamic_int8": 0, "woq_int8": 0, "woq_int4": 128}
+
+
+def optimize(model, dtype=torch.float32, quantization=None, inplace=False, group_size=None):
     """Returns `model` (a deep copy unless inplace=True) in eval mode with its parameters in `dtype`
     (float32 or bfloat16: feed it inputs of that dtype) and its nn.Linear, nn.LayerNorm, RMSNorm
     (nn.RMSNorm, Hugging Face LlamaRMSNorm-style) modules and SwiGLU MLPs (gate_proj / up_proj /
     down_proj with SiLU) replaced by xk modules on torch.ops.xk. Weights are packed once per process,
-    on first use. info() says what was replaced."""
-    if quantization is not None:
-        if quantization in QUANTIZATIONS:
-            raise NotImplementedError("xkernels.torch.optimize: quantization=%r is not available yet (its "
-                                      "xk ops are being built); use quantization=None" % quantization)
+    on first use. info() says what was replaced.
+
+    quantization (weights quantized once, here; kept as int buffers in state_dict):
+      "dynamic_int8": every nn.Linear -> XkDynamicInt8Linear (int8 weights per output channel, x
+                      quantized to int8 per token in each call);
+      "woq_int8":     every nn.Linear -> XkWoqLinear(bits=8), int8 weights per output channel
+                      (group_size 0 unless given), float activations;
+      "woq_int4":     every nn.Linear whose in_features is a multiple of group_size (default 128) ->
+                      XkWoqLinear(bits=4); the others stay float (info() lists them).
+    The SwiGLU MLP fusion is not applied when quantizing (its three Linears are quantized instead)."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError("xkernels.torch.optimize: quantization=%r: expected None or one of %s" %
                          (quantization, ", ".join(QUANTIZATIONS)))
+    quant = None
+    if quantization is not None:
+        g = DEFAULT_GROUP_SIZE[quantization] if group_size is None else group_size
+        if quantization == "dynamic_int8" and g != 0:
+            raise ValueError("xkernels.torch.optimize: dynamic_int8 quantizes per output channel (group_size 0)")
+        if g not in (0, 32, 64, 128, 256):
+            raise ValueError("xkernels.torch.optimize: group_size=%r: expected 0 (per channel), 32, 64, 128 or 256" % g)
+        quant = (quantization, g)
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError("xkernels.torch.optimize: dtype must be torch.float32 or torch.bfloat16, got %s" % dtype)
     if not inplace:
@@ -132,12 +163,12 @@ def optimize(model, dtype=torch.float32, quantization=None, inplace=False):
     model.eval()
     model.to(dtype)
     log, skipped = [], []
-    root = _replacement(model, "", dtype, skipped)
+    root = _replacement(model, "", dtype, skipped, quant)
     if root is not None:
         log.append(("<root>", type(model).__name__, type(root).__name__))
         model = root
     else:
-        _replace(model, "", dtype, log, skipped)
+        _replace(model, "", dtype, log, skipped, quant)
     _last.update(replaced=log, skipped=skipped, dtype=dtype, quantization=quantization)
     return model
 
