@@ -298,6 +298,11 @@ bool onednn_conv_supports(const ConvProblem& p) {
     const ConvDesc& d = p.d;
     constexpr int64_t kMax = (int64_t(1) << 31) - 1;
     if (d.n * d.c * d.h * d.w > kMax || d.n * d.oc * p.oh * p.ow > kMax) return false;
+    // Padding as wide as the (dilated) kernel gives output pixels that see only padding: oneDNN
+    // 2.6's JIT read through a null pointer on such a shape (fuzz_conv: 1 x 1 input, 1 x 1 kernel,
+    // left padding 2, residual + gelu_tanh post-ops). Those go to our GEMM path.
+    const int64_t ekh = (d.kh - 1) * d.dilation_h + 1, ekw = (d.kw - 1) * d.dilation_w + 1;
+    if (d.pad_top >= ekh || d.pad_bottom >= ekh || d.pad_left >= ekw || d.pad_right >= ekw) return false;
     // The answer per descriptor (and thread count: oneDNN may pick by it), remembered.
     static std::mutex mu;
     static std::unordered_map<std::string, bool> known;
