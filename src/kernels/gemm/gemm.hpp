@@ -170,6 +170,11 @@ constexpr int64_t kGemvBf16MaxM = 16;
 bool gemv_bf16_supports(const GemmSpec& s);
 bool gemv_bf16_dp_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemv_bf16(const GemmSpec& s, Isa isa);
+// Shared by both: op(A) widened to f32 once per call (rows of kpad >= K floats, a multiple of
+// `align`, zero past K; the calling thread's gemm_thread_buffer slot 2), and the reference's
+// epilogue and store of acc[m * ld + j] into columns [c0, c1) of C.
+float* gemv_bf16_widen_a(const GemmSpec& s, const void* A, int64_t align, int64_t& kpad);
+void gemv_bf16_epilogue(const GemmSpec& s, const GemmCall& call, const float* acc, int64_t ld, int64_t c0, int64_t c1);
 // The AVX2 + FMA form (gemv_bf16_avx2.cpp), same M range, the AVX2 blocked kernel's PackedB.
 bool gemv_bf16_avx2_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemv_bf16_avx2(const GemmSpec& s);

@@ -63,18 +63,8 @@ public:
         // op(A) widened once: af[m * kpad + k], zero past K (the pair pad and the dot's last step).
         // (Rows 64 bytes off a multiple of 4 KiB apart: 16 rows at a 16 KiB stride (K = 4096)
         // shared one L1 set.)
-        int64_t kpad = (K + 31) / 32 * 32;
-        if (kpad % 1024 == 0) kpad += 16;
-        float* af = gemm_thread_buffer(2, static_cast<size_t>(M * kpad));
-        const auto* A = static_cast<const uint16_t*>(call.args.A);
-        for (int64_t m = 0; m < M; ++m) {
-            float* d = af + m * kpad;
-            for (int64_t k = 0; k < K; ++k) {
-                const uint32_t u = static_cast<uint32_t>(s.trans_a == Trans::N ? A[m * s.lda + k] : A[k * s.lda + m]) << 16;
-                std::memcpy(d + k, &u, 4);
-            }
-            std::fill(d + K, d + kpad, 0.0f);
-        }
+        int64_t kpad = 0;
+        const float* af = gemv_bf16_widen_a(s, call.args.A, 32, kpad);
         const int64_t groups = ceil_div(N, 32);
         // Chunks of at least ~256 KiB of weights (fewer threads for small B).
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * 32));
@@ -167,29 +157,8 @@ public:
     }
 
 private:
-    // acc[m * ld + j] for columns [c0, c1): the reference's epilogue and store.
     void epilogue(const GemmCall& call, const float* acc, int64_t ld, int64_t c0, int64_t c1) const {
-        const GemmSpec& s = s_;
-        const GemmArgs& a = call.args;
-        for (int64_t m = 0; m < s.M; ++m)
-            for (int64_t n = c0; n < c1; ++n) {
-                float x = call.alpha * acc[m * ld + (n - c0)];
-                if (s.beta != BetaKind::zero) {
-                    const float c = s.c_type == DType::bf16 ? static_cast<const bf16*>(a.C)[m * s.ldc + n].to_float()
-                                                            : static_cast<const float*>(a.C)[m * s.ldc + n];
-                    x = x + call.beta * c;
-                }
-                if (s.epilogue.bias) x = x + a.bias[n];
-                x = apply_activation(s.epilogue.act, x);
-                if (s.epilogue.residual)
-                    x = x + (s.residual_type == DType::bf16
-                                 ? static_cast<const bf16*>(a.residual)[m * s.ld_residual + n].to_float()
-                                 : static_cast<const float*>(a.residual)[m * s.ld_residual + n]);
-                if (s.c_type == DType::bf16)
-                    static_cast<bf16*>(a.C)[m * s.ldc + n] = bf16(x);
-                else
-                    static_cast<float*>(a.C)[m * s.ldc + n] = x;
-            }
+        gemv_bf16_epilogue(s_, call, acc, ld, c0, c1);
     }
 
     // Packed, widened layout: one K block of a panel (rows of 32 bf16, kcb rows at src), rows
@@ -444,6 +413,47 @@ private:
 };
 
 }  // namespace
+
+float* gemv_bf16_widen_a(const GemmSpec& s, const void* Av, int64_t align, int64_t& kpad) {
+    // (Rows 64 bytes off a multiple of 4 KiB apart: 16 rows at a 16 KiB stride (K = 4096) shared
+    // one L1 set.)
+    kpad = (s.K + align - 1) / align * align;
+    if (kpad % 1024 == 0) kpad += 16;
+    float* af = gemm_thread_buffer(2, static_cast<size_t>(s.M * kpad));
+    const auto* A = static_cast<const uint16_t*>(Av);
+    for (int64_t m = 0; m < s.M; ++m) {
+        float* d = af + m * kpad;
+        for (int64_t k = 0; k < s.K; ++k) {
+            const uint32_t u = static_cast<uint32_t>(s.trans_a == Trans::N ? A[m * s.lda + k] : A[k * s.lda + m]) << 16;
+            std::memcpy(d + k, &u, 4);
+        }
+        std::fill(d + s.K, d + kpad, 0.0f);
+    }
+    return af;
+}
+
+void gemv_bf16_epilogue(const GemmSpec& s, const GemmCall& call, const float* acc, int64_t ld, int64_t c0, int64_t c1) {
+    const GemmArgs& a = call.args;
+    for (int64_t m = 0; m < s.M; ++m)
+        for (int64_t n = c0; n < c1; ++n) {
+            float x = call.alpha * acc[m * ld + (n - c0)];
+            if (s.beta != BetaKind::zero) {
+                const float c = s.c_type == DType::bf16 ? static_cast<const bf16*>(a.C)[m * s.ldc + n].to_float()
+                                                        : static_cast<const float*>(a.C)[m * s.ldc + n];
+                x = x + call.beta * c;
+            }
+            if (s.epilogue.bias) x = x + a.bias[n];
+            x = apply_activation(s.epilogue.act, x);
+            if (s.epilogue.residual)
+                x = x + (s.residual_type == DType::bf16
+                             ? static_cast<const bf16*>(a.residual)[m * s.ld_residual + n].to_float()
+                             : static_cast<const float*>(a.residual)[m * s.ld_residual + n]);
+            if (s.c_type == DType::bf16)
+                static_cast<bf16*>(a.C)[m * s.ldc + n] = bf16(x);
+            else
+                static_cast<float*>(a.C)[m * s.ldc + n] = x;
+        }
+}
 
 bool gemv_bf16_supports(const GemmSpec& s) { return gemm_jit_bf16_any_supports(s) && s.M <= kGemvBf16MaxM; }
 bool gemv_bf16_dp_supports(const GemmSpec& s) { return gemv_bf16_supports(s) && gemm_bf16_dp_fast(); }

@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/activation.hpp"
 #include "common/parallel.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "kernels/gemm/jit_gemm_common.hpp"
@@ -62,18 +61,8 @@ public:
         const GemmSpec& s = s_;
         const int64_t M = s.M, K = s.K, N = s.N;
         // op(A) widened once: af[m * kpad + k], zero past K (rows off a multiple of 4 KiB apart).
-        int64_t kpad = (K + 15) / 16 * 16;
-        if (kpad % 1024 == 0) kpad += 16;
-        float* af = gemm_thread_buffer(2, static_cast<size_t>(M * kpad));
-        const auto* A = static_cast<const uint16_t*>(call.args.A);
-        for (int64_t m = 0; m < M; ++m) {
-            float* d = af + m * kpad;
-            for (int64_t k = 0; k < K; ++k) {
-                const uint32_t u = static_cast<uint32_t>(s.trans_a == Trans::N ? A[m * s.lda + k] : A[k * s.lda + m]) << 16;
-                std::memcpy(d + k, &u, 4);
-            }
-            std::fill(d + K, d + kpad, 0.0f);
-        }
+        int64_t kpad = 0;
+        const float* af = gemv_bf16_widen_a(s, call.args.A, 16, kpad);
         const int64_t groups = ceil_div(N, kG);
         // Chunks of at least ~256 KiB of weights (fewer threads for small B).
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * kG));
@@ -136,29 +125,8 @@ public:
     }
 
 private:
-    // acc[m * ld + j] for columns [c0, c1): the reference's epilogue and store.
     void epilogue(const GemmCall& call, const float* acc, int64_t ld, int64_t c0, int64_t c1) const {
-        const GemmSpec& s = s_;
-        const GemmArgs& a = call.args;
-        for (int64_t m = 0; m < s.M; ++m)
-            for (int64_t n = c0; n < c1; ++n) {
-                float x = call.alpha * acc[m * ld + (n - c0)];
-                if (s.beta != BetaKind::zero) {
-                    const float c = s.c_type == DType::bf16 ? static_cast<const bf16*>(a.C)[m * s.ldc + n].to_float()
-                                                            : static_cast<const float*>(a.C)[m * s.ldc + n];
-                    x = x + call.beta * c;
-                }
-                if (s.epilogue.bias) x = x + a.bias[n];
-                x = apply_activation(s.epilogue.act, x);
-                if (s.epilogue.residual)
-                    x = x + (s.residual_type == DType::bf16
-                                 ? static_cast<const bf16*>(a.residual)[m * s.ld_residual + n].to_float()
-                                 : static_cast<const float*>(a.residual)[m * s.ld_residual + n]);
-                if (s.c_type == DType::bf16)
-                    static_cast<bf16*>(a.C)[m * s.ldc + n] = bf16(x);
-                else
-                    static_cast<float*>(a.C)[m * s.ldc + n] = x;
-            }
+        gemv_bf16_epilogue(s_, call, acc, ld, c0, c1);
     }
 
     // Packed layout: one K block of PP consecutive panels (rows of 16 bf16, panel stride kcb * 16),

@@ -35,6 +35,11 @@
 #include <vector>
 #include <immintrin.h>
 
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands) when they are
+// inlined into target-attribute functions: a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include "common/parallel.hpp"
 #include "xk/runtime.hpp"
 #include "dispatch/kernel_cache.hpp"
@@ -52,23 +57,10 @@ namespace {
 // 16 rows of 64 bytes (row stride `stride` bytes) into 16 rows of 16 dwords: out[p * 16 + c] =
 // dword p of row c.
 __attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_t* src, int64_t stride, uint32_t* out) {
-    __m512i r[16], u[16];
+    __m512i r[16], t[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
-    for (int q = 0; q < 4; ++q) {
-        const __m512i t0 = _mm512_unpacklo_epi32(r[4 * q], r[4 * q + 1]), t1 = _mm512_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), t3 = _mm512_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
-        u[4 * q + 0] = _mm512_unpacklo_epi64(t0, t2), u[4 * q + 1] = _mm512_unpackhi_epi64(t0, t2);
-        u[4 * q + 2] = _mm512_unpacklo_epi64(t1, t3), u[4 * q + 3] = _mm512_unpackhi_epi64(t1, t3);
-    }
-    // u[4q + j], 128-bit lane L: dword 4L + j of rows 4q .. 4q + 3
-    for (int j = 0; j < 4; ++j) {
-        const __m512i ab_lo = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), ab_hi = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-        const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), cd_hi = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-        _mm512_storeu_si512(out + (0 + j) * 16, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88));
-        _mm512_storeu_si512(out + (4 + j) * 16, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xDD));
-        _mm512_storeu_si512(out + (8 + j) * 16, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88));
-        _mm512_storeu_si512(out + (12 + j) * 16, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xDD));
-    }
+    transpose16x16_epi32(r, t);
+    for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + p * 16, t[p]);
 }
 
 // Column sums (wrapping int32) of a packed int8 block's 32 columns: VPDPBUSD of ones with each

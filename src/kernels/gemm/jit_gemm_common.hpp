@@ -6,6 +6,7 @@
 //     (alpha, beta, bias, activation, residual, masked N tails) in one pass over C,
 //   - the packing routines (gemm_pack.cpp) shared by both kernels.
 #pragma once
+#include <immintrin.h>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -172,5 +173,27 @@ std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmB
 // int8 column terms, 4 the accumulators of a task's column blocks.
 constexpr int kGemmThreadBufferSlots = 5;
 float* gemm_thread_buffer(int slot, size_t floats);
+
+
+// A 16 x 16 dword transpose in registers: out[p] = dword p of r[0..15] (AVX-512 F; callers are
+// target-attribute functions). Used by the int8 A packer and the AMX B packer.
+__attribute__((target("avx512f"), always_inline)) inline void transpose16x16_epi32(const __m512i r[16], __m512i out[16]) {
+    __m512i u[16];
+    for (int q = 0; q < 4; ++q) {
+        const __m512i t0 = _mm512_unpacklo_epi32(r[4 * q], r[4 * q + 1]), t1 = _mm512_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), t3 = _mm512_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
+        u[4 * q + 0] = _mm512_unpacklo_epi64(t0, t2), u[4 * q + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * q + 2] = _mm512_unpacklo_epi64(t1, t3), u[4 * q + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    // u[4q + j], 128-bit lane L: dword 4L + j of rows 4q .. 4q + 3
+    for (int j = 0; j < 4; ++j) {
+        const __m512i ab_lo = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), ab_hi = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), cd_hi = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        out[0 + j] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88);
+        out[4 + j] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xDD);
+        out[8 + j] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88);
+        out[12 + j] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xDD);
+    }
+}
 
 }  // namespace xk::detail

@@ -682,23 +682,10 @@ __attribute__((target("avx512f,avx512bw"))) int64_t pack_a_panel_avx512(const ui
             r[i] = i < rows ? _mm512_xor_si512(_mm512_loadu_si512(A + i * lda + k), xv) : zero;
             if (sums && i < rows) acc[i] = _mm512_add_epi64(acc[i], _mm512_sad_epu8(r[i], zero));
         }
-        __m512i u[16];
-        for (int q = 0; q < 4; ++q) {
-            const __m512i t0 = _mm512_unpacklo_epi32(r[4 * q], r[4 * q + 1]), t1 = _mm512_unpackhi_epi32(r[4 * q], r[4 * q + 1]);
-            const __m512i t2 = _mm512_unpacklo_epi32(r[4 * q + 2], r[4 * q + 3]), t3 = _mm512_unpackhi_epi32(r[4 * q + 2], r[4 * q + 3]);
-            u[4 * q + 0] = _mm512_unpacklo_epi64(t0, t2), u[4 * q + 1] = _mm512_unpackhi_epi64(t0, t2);
-            u[4 * q + 2] = _mm512_unpacklo_epi64(t1, t3), u[4 * q + 3] = _mm512_unpackhi_epi64(t1, t3);
-        }
-        // u[4q + j], 128-bit lane L: group 4L + j of rows 4q .. 4q + 3
+        __m512i t[16];
+        transpose16x16_epi32(r, t);
         uint8_t* o = pd + (k / 4) * MR * 4;
-        for (int j = 0; j < 4; ++j) {
-            const __m512i ab_lo = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), ab_hi = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-            const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), cd_hi = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-            _mm512_mask_storeu_epi32(o + (0 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88));
-            _mm512_mask_storeu_epi32(o + (4 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xDD));
-            _mm512_mask_storeu_epi32(o + (8 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88));
-            _mm512_mask_storeu_epi32(o + (12 + j) * MR * 4, mask, _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xDD));
-        }
+        for (int g = 0; g < 16; ++g) _mm512_mask_storeu_epi32(o + g * MR * 4, mask, t[g]);
     }
     if (sums)
         for (int i = 0; i < rows; ++i) sums[i] = static_cast<uint32_t>(_mm512_reduce_add_epi64(acc[i]));
