@@ -390,3 +390,80 @@ TEST(GpuOps, Rope) {
     d.rotary_dim = 3;
     XK_EXPECT_INVALID(gpu::rope(ctx, d, {q2, {}, pos, cache}), "rotary_dim=3 must be even");
 }
+
+// ---- the C API -----------------------------------------------------------------------------------
+#include "xk/c/gpu.h"
+
+TEST(GpuCapi, RuntimeAndOps) {
+    int count = -1;
+    ASSERT_EQ(xk_gpu_device_count(&count), XK_SUCCESS);
+    xk_gpu_context c = nullptr;
+    if (count == 0) {
+        EXPECT_NE(xk_gpu_context_create(-1, &c), XK_SUCCESS);
+        EXPECT_EQ(c, nullptr);
+        GTEST_SKIP() << "no OpenCL device: the C API's device calls skipped";
+    }
+    char name[256];
+    ASSERT_EQ(xk_gpu_device_name(0, name, sizeof name), XK_SUCCESS);
+    EXPECT_NE(std::string(name).find(" / "), std::string::npos);
+    char tiny[4];
+    ASSERT_EQ(xk_gpu_device_name(0, tiny, sizeof tiny), XK_SUCCESS);
+    EXPECT_EQ(std::strlen(tiny), 3u);
+    EXPECT_EQ(xk_gpu_device_name(count, name, sizeof name), XK_INVALID_ARGUMENT);
+    int sel = -1;
+    ASSERT_EQ(xk_gpu_selected_device(&sel), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_context_create(-1, &c), XK_SUCCESS) << xk_last_error();
+    // rms_norm through C against the C++ CPU op
+    const int64_t rows = 3, n = 19;
+    std::mt19937 rng(9);
+    const auto x = randv(rows * n, rng), w = randv(n, rng);
+    xk_gpu_buffer bx = nullptr, bw = nullptr, by = nullptr;
+    ASSERT_EQ(xk_gpu_buffer_create(c, rows * n * 4, &bx), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_buffer_create(c, n * 4, &bw), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_buffer_create(c, rows * n * 4, &by), XK_SUCCESS);
+    int64_t bytes = 0;
+    ASSERT_EQ(xk_gpu_buffer_bytes(by, &bytes), XK_SUCCESS);
+    EXPECT_EQ(bytes, rows * n * 4);
+    ASSERT_EQ(xk_gpu_buffer_write(bx, 0, x.data(), rows * n * 4), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_buffer_write(bw, 0, w.data(), n * 4), XK_SUCCESS);
+    const xk_gpu_tensor none{nullptr, 0};
+    ASSERT_EQ(xk_gpu_rms_norm(c, XK_DTYPE_F32, rows, n, {bx, 0}, 0, none, 0, {bw, 0}, 1e-5f, {by, 0}, 0), XK_SUCCESS)
+        << xk_last_error();
+    ASSERT_EQ(xk_gpu_finish(c), XK_SUCCESS);
+    std::vector<float> y(rows * n), ref(rows * n);
+    ASSERT_EQ(xk_gpu_buffer_read(by, 0, y.data(), rows * n * 4), XK_SUCCESS);
+    xk::rms_norm(rows, n, x.data(), w.data(), 1e-5f, ref.data());
+    expect_close(y, ref, rows, n, n, DType::f32, "C rms_norm");
+    // softmax, glu, rope, layer_norm: run and succeed (the C++ tests check the numbers)
+    EXPECT_EQ(xk_gpu_softmax(c, XK_DTYPE_F32, rows, n, {bx, 0}, 0, {by, 0}, 0, 1.0f, 1, 0), XK_SUCCESS) << xk_last_error();
+    EXPECT_EQ(xk_gpu_layer_norm(c, XK_DTYPE_F32, rows, n, {bx, 0}, 0, none, 0, {bw, 0}, {bw, 0}, 1e-5f, {by, 0}, 0), XK_SUCCESS);
+    EXPECT_EQ(xk_gpu_glu(c, XK_ACT_SILU, XK_DTYPE_BF16, rows, 9, {bx, 0}, 0, {by, 0}, 0), XK_SUCCESS) << xk_last_error();
+    std::vector<int64_t> pos = {0, 1, 2};
+    xk_gpu_buffer bp = nullptr, bc = nullptr;
+    ASSERT_EQ(xk_gpu_buffer_create(c, 3 * 8, &bp), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_buffer_write(bp, 0, pos.data(), 24), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_buffer_create(c, 3 * 4 * 4, &bc), XK_SUCCESS);
+    EXPECT_EQ(xk_gpu_rope(c, XK_DTYPE_F32, 1, 3, 1, 0, 4, 0, {bx, 0}, none, {bp, 0}, {bc, 0}, 3), XK_SUCCESS) << xk_last_error();
+    ASSERT_EQ(xk_gpu_finish(c), XK_SUCCESS);
+    // hostile
+    EXPECT_EQ(xk_gpu_rms_norm(c, static_cast<xk_dtype>(77), rows, n, {bx, 0}, 0, none, 0, {bw, 0}, 1e-5f, {by, 0}, 0),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("dtype=77"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_gpu_rms_norm(c, XK_DTYPE_F32, rows, n, {bx, 1}, 0, none, 0, {bw, 0}, 1e-5f, {by, 0}, 0), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("x=(buffer of 228 bytes, offset 1) is too small"), std::string::npos);
+    EXPECT_EQ(xk_gpu_glu(c, static_cast<xk_activation>(9), XK_DTYPE_F32, rows, 9, {bx, 0}, 0, {by, 0}, 0), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_gpu_softmax(nullptr, XK_DTYPE_F32, rows, n, {bx, 0}, 0, {by, 0}, 0, 1.0f, 0, 0), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(xk_gpu_buffer_read(by, 8, y.data(), rows * n * 4), XK_INVALID_ARGUMENT);
+    xk_gpu_buffer huge = nullptr;
+    EXPECT_EQ(xk_gpu_buffer_create(c, int64_t(1) << 60, &huge), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(huge, nullptr);
+    xk_gpu_memory_stats st;
+    ASSERT_EQ(xk_gpu_memory_stats_get(c, &st), XK_SUCCESS);
+    EXPECT_GT(st.allocated_bytes, 0);
+    EXPECT_EQ(xk_gpu_set_memory_limit(c, -1), XK_INVALID_ARGUMENT);
+    for (xk_gpu_buffer b : {bx, bw, by, bp, bc}) xk_gpu_buffer_destroy(b);
+    ASSERT_EQ(xk_gpu_memory_stats_get(c, &st), XK_SUCCESS);
+    EXPECT_EQ(st.allocated_bytes, 0);
+    EXPECT_EQ(xk_gpu_empty_cache(c), XK_SUCCESS);
+    xk_gpu_context_destroy(c);
+}
