@@ -106,7 +106,11 @@ cl_ulong U(int64_t v) { return static_cast<cl_ulong>(v); }
 // An empty tensor's slot gets some valid buffer (never read).
 cl_mem mem_or(const Tensor& t, cl_mem fallback) { return t.buffer.empty() ? fallback : mem_of(t); }
 int dcode(DType t) { return static_cast<int>(t); }
-cl_kernel ops_kernel(const Context& ctx, const char* name) { return detail::get_kernel(ctx, "ops", name, ""); }
+// One program per op (-DXK_OP=n: see ops.cl).
+cl_kernel ops_kernel(const Context& ctx, const char* name, int op) {
+    static const std::string opts[] = {"", "-DXK_OP=1", "-DXK_OP=2", "-DXK_OP=3", "-DXK_OP=4"};
+    return detail::get_kernel(ctx, "ops", name, opts[op]);
+}
 #endif
 
 #if !XK_WITH_OPENCL
@@ -176,7 +180,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
         no_overlap(fn, "residual_out", ro, "weight", w);
         no_overlap(fn, "residual_out", ro, "bias", b);
     }
-    cl_kernel k = ops_kernel(ctx, "xk_norm");
+    cl_kernel k = ops_kernel(ctx, "xk_norm", 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -228,7 +232,7 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
     const bool in_place = same(y, gate) && d.y_dtype == d.x_dtype;
     if (!in_place && overlap(y, x))
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x's gate half: same offset, stride and dtype)");
-    cl_kernel k = ops_kernel(ctx, "xk_glu");
+    cl_kernel k = ops_kernel(ctx, "xk_glu", 2);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -272,7 +276,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const bool in_place = same(y, x) && d.y_dtype == d.x_dtype;
     if (!in_place && overlap(y, x))
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x: same offset, stride and dtype)");
-    cl_kernel k = ops_kernel(ctx, "xk_softmax");
+    cl_kernel k = ops_kernel(ctx, "xk_softmax", 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -394,7 +398,7 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     no_overlap(fn, "k", k, "positions", p);
     no_overlap(fn, "q", q, "cos_sin_cache", c);
     no_overlap(fn, "k", k, "cos_sin_cache", c);
-    cl_kernel kk = ops_kernel(ctx, "xk_rope");
+    cl_kernel kk = ops_kernel(ctx, "xk_rope", 4);
     const cl_mem any = mem_of(t.positions);
     cl_uint i = 0;
     set_arg(kk, i++, mem_or(t.q, any)); set_arg(kk, i++, U(t.q.offset)); set_arg(kk, i++, U(d.q_token_stride));
