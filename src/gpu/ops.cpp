@@ -2,6 +2,7 @@
 // Validation at the door like the CPU ops (sizes, dtypes, strides, flags, aliasing) plus the
 // buffers: each must belong to the context and hold the descriptor's extent from its offset.
 #include <cmath>
+#include <initializer_list>
 #include <mutex>
 #include <unordered_set>
 
@@ -106,6 +107,12 @@ cl_ulong U(int64_t v) { return static_cast<cl_ulong>(v); }
 // An empty tensor's slot gets some valid buffer (never read).
 cl_mem mem_or(const Tensor& t, cl_mem fallback) { return t.buffer.empty() ? fallback : mem_of(t); }
 int dcode(DType t) { return static_cast<int>(t); }
+// Every value a multiple of 4 (elements): row bases aligned for one vector access of 4.
+bool all4(std::initializer_list<int64_t> v) {
+    for (int64_t x : v)
+        if (x % 4 != 0) return false;
+    return true;
+}
 // One program per op (-DXK_OP=n: see ops.cl).
 cl_kernel ops_kernel(const Context& ctx, const char* name, int op) {
     static const std::string opts[] = {"", "-DXK_OP=1", "-DXK_OP=2", "-DXK_OP=3", "-DXK_OP=4"};
@@ -192,8 +199,10 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     set_arg(k, i++, U(d.hidden));
     set_arg(k, i++, d.eps);
     const cl_int dts = dcode(d.x_dtype) | dcode(d.y_dtype) << 8 | dcode(d.residual_dtype) << 16 | dcode(d.weight_dtype) << 24;
+    const bool al = all4({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
+                          d.ld_residual, t.residual_out.offset, d.ld_residual_out});
     const cl_int flags = (d.has_weight ? 1 : 0) | (d.has_bias ? 2 : 0) | (d.fused_residual ? 4 : 0) |
-                         (d.kind == NormKind::layer_norm ? 8 : 0);
+                         (d.kind == NormKind::layer_norm ? 8 : 0) | (al ? 16 : 0);
     set_arg(k, i++, dts);
     set_arg(k, i++, flags);
     const size_t local = kWg, global = static_cast<size_t>(d.rows) * kWg;
@@ -239,6 +248,7 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
     set_arg(k, i++, U(d.inner));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
     set_arg(k, i++, static_cast<cl_int>(a));
+    set_arg(k, i++, static_cast<cl_int>(all4({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y}) ? 1 : 0));
     const size_t lx = 64;
     const size_t gx = (static_cast<size_t>((d.inner + 3) / 4) + lx - 1) / lx * lx;
     const size_t global[2] = {gx, static_cast<size_t>(d.rows)}, local[2] = {lx, 1};
@@ -285,6 +295,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_int>(d.causal ? 1 : 0));
     set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
+    set_arg(k, i++, static_cast<cl_int>(all4({t.x.offset, d.ld_x, t.y.offset, d.ld_y}) ? 1 : 0));
     const size_t local = kWg, global = static_cast<size_t>(d.rows) * kWg;
     verbose_pick("softmax", "ocl:xk_softmax,wg=128,cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);

@@ -36,7 +36,7 @@ gpu::Context* shared_ctx() {
     const gpu::Context& ctx = *shared_ctx()
 
 const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
-const int64_t kSizes[] = {1, 7, 17, 1023, 4097};
+const int64_t kSizes[] = {1, 7, 17, 64, 1023, 4097};  // 64: rows aligned to 4 elements (the vector path)
 
 float rtol(DType t) { return t == DType::f32 ? 2e-5f : t == DType::bf16 ? 1.0f / 128 : 1.0f / 512; }
 float atol(DType t) { return t == DType::f32 ? 1e-6f : t == DType::bf16 ? 1e-6f : 2e-5f; }
@@ -127,7 +127,8 @@ TEST(GpuOps, Norm) {
                     d.eps = 1e-5f;
                     d.has_bias = variant == 1 && kind == 1;
                     d.fused_residual = variant == 1;
-                    const int64_t ld = variant == 1 ? n + 3 : n, off = variant == 1 ? 5 : 0;
+                    const bool a4 = n % 4 == 0;  // aligned layouts for n = 64
+                    const int64_t ld = variant == 1 ? (a4 ? n + 8 : n + 3) : n, off = variant == 1 ? (a4 ? 8 : 5) : 0;
                     d.ld_x = d.ld_y = d.ld_residual = d.ld_residual_out = ld;
                     const int es = xk::dtype_size(t);
                     const size_t m = static_cast<size_t>((rows - 1) * ld + n);
@@ -228,7 +229,8 @@ TEST(GpuOps, Glu) {
         for (int64_t n : kSizes)
             for (xk::Activation act : acts) {
                 if (act != xk::Activation::silu && (t != DType::f32 || n > 17)) continue;  // the others: f32, small
-                const int64_t rows = 3, ldx = 2 * n + 1, ldy = n + 2, off = 3;
+                const bool a4 = n % 4 == 0;
+                const int64_t rows = 3, ldx = a4 ? 2 * n + 4 : 2 * n + 1, ldy = a4 ? n + 4 : n + 2, off = a4 ? 4 : 3;
                 xk::GluDesc d;
                 d.activation = act;
                 d.rows = rows;
@@ -273,7 +275,8 @@ TEST(GpuOps, Softmax) {
     for (DType t : kDtypes)
         for (int64_t n : kSizes)
             for (int causal = 0; causal < 2; ++causal) {
-                const int64_t rows = 4, ld = n + 1, off = 1;
+                const bool a4 = n % 4 == 0;
+                const int64_t rows = 4, ld = a4 ? n + 4 : n + 1, off = a4 ? 12 : 1;
                 xk::SoftmaxDesc d;
                 d.rows = rows;
                 d.cols = n;

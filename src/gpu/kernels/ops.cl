@@ -39,21 +39,28 @@ inline void st1(__global uchar* p, ulong i, int dt, float v) {
     else if (dt == DT_BF16) ((__global ushort*)p)[i] = f_to_bf16(v);
     else vstore_half_rte(v, i, (__global half*)p);
 }
-// 4 consecutive elements starting at element i (any i).
-inline float4 ld4(__global const uchar* p, ulong i, int dt) {
-    if (dt == DT_F32) return vload4(0, (__global const float*)p + i);
+// 4 consecutive elements starting at element i. al: the address is aligned to 4 elements (the
+// host checked every row base), so one vector access serves (else vloadn: any element offset).
+inline float4 ld4(__global const uchar* p, ulong i, int dt, bool al) {
+    if (dt == DT_F32) return al ? *((__global const float4*)((__global const float*)p + i)) : vload4(0, (__global const float*)p + i);
     if (dt == DT_BF16) {
-        const ushort4 b = vload4(0, (__global const ushort*)p + i);
+        const ushort4 b = al ? *((__global const ushort4*)((__global const ushort*)p + i)) : vload4(0, (__global const ushort*)p + i);
         return as_float4(convert_uint4(b) << 16);
     }
-    return vload_half4(0, (__global const half*)p + i);
+    return al ? vloada_half4(0, (__global const half*)p + i) : vload_half4(0, (__global const half*)p + i);
 }
-inline void st4(__global uchar* p, ulong i, int dt, float4 v) {
-    if (dt == DT_F32) vstore4(v, 0, (__global float*)p + i);
-    else if (dt == DT_BF16) {
+inline void st4(__global uchar* p, ulong i, int dt, float4 v, bool al) {
+    if (dt == DT_F32) {
+        if (al) *((__global float4*)((__global float*)p + i)) = v;
+        else vstore4(v, 0, (__global float*)p + i);
+    } else if (dt == DT_BF16) {
         const ushort4 b = (ushort4)(f_to_bf16(v.x), f_to_bf16(v.y), f_to_bf16(v.z), f_to_bf16(v.w));
-        vstore4(b, 0, (__global ushort*)p + i);
-    } else vstore_half4_rte(v, 0, (__global half*)p + i);
+        if (al) *((__global ushort4*)((__global ushort*)p + i)) = b;
+        else vstore4(b, 0, (__global ushort*)p + i);
+    } else {
+        if (al) vstorea_half4_rte(v, 0, (__global half*)p + i);
+        else vstore_half4_rte(v, 0, (__global half*)p + i);
+    }
 }
 
 // Sum over the work-group (all XK_WG work-items call it); buf has XK_WG floats.
@@ -89,7 +96,7 @@ inline float wg_max(float v, __local float* buf) {
 #if XK_OP == 0 || XK_OP == 1
 // ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
 // One work-group per row. dts = x | y << 8 | res << 16 | w << 24. flags: 1 weight, 2 bias,
-// 4 fused residual, 8 layer_norm. With the residual, h = round_res(x + residual) is written to
+// 4 fused residual, 8 layer_norm, 16 aligned (every row base a multiple of 4 elements). With the residual, h = round_res(x + residual) is written to
 // residual_out in the first pass and read back (by the same work-item) in the later ones.
 __kernel __attribute__((reqd_work_group_size(XK_WG, 1, 1)))
 void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
@@ -104,7 +111,7 @@ void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
     const int lid = get_local_id(0);
     const ulong n4 = hidden / 4, tail = hidden - n4 * 4;
     const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    const bool fused = (flags & 4) != 0;
+    const bool fused = (flags & 4) != 0, al = (flags & 16) != 0;
     const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
     // h source for the later passes
     __global const uchar* hp = fused ? (__global const uchar*)res_out : x;
@@ -113,11 +120,11 @@ void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
 
     float s1 = 0.0f, s2 = 0.0f;
     for (ulong c = lid; c < n4; c += XK_WG) {
-        float4 h = ld4(x, xr + c * 4, dx);
+        float4 h = ld4(x, xr + c * 4, dx, al);
         if (fused) {
-            h += ld4(res, rr + c * 4, dr);
-            st4(res_out, ror + c * 4, dr, h);
-            h = ld4(res_out, ror + c * 4, dr);  // the rounded h
+            h += ld4(res, rr + c * 4, dr, al);
+            st4(res_out, ror + c * 4, dr, h, al);
+            h = ld4(res_out, ror + c * 4, dr, al);  // the rounded h
         }
         s1 += h.x + h.y + h.z + h.w;
         s2 += h.x * h.x + h.y * h.y + h.z * h.z + h.w * h.w;
@@ -139,7 +146,7 @@ void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
         mean = wg_sum(s1, buf) / (float)hidden;
         float v = 0.0f;  // second pass: centred squares (no cancellation)
         for (ulong c = lid; c < n4; c += XK_WG) {
-            const float4 d = ld4(hp, hr + c * 4, dh) - mean;
+            const float4 d = ld4(hp, hr + c * 4, dh, al) - mean;
             v += d.x * d.x + d.y * d.y + d.z * d.z + d.w * d.w;
         }
         if ((ulong)lid < tail) {
@@ -152,10 +159,10 @@ void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
     }
     const bool hw = (flags & 1) != 0, hb = (flags & 2) != 0;
     for (ulong c = lid; c < n4; c += XK_WG) {
-        float4 o = (ld4(hp, hr + c * 4, dh) - mean) * rstd;
-        if (hw) o *= ld4(w, w_off + c * 4, dw);
-        if (hb) o += ld4(b, b_off + c * 4, dw);
-        st4(y, yr + c * 4, dy, o);
+        float4 o = (ld4(hp, hr + c * 4, dh, al) - mean) * rstd;
+        if (hw) o *= ld4(w, w_off + c * 4, dw, al);
+        if (hb) o += ld4(b, b_off + c * 4, dw, al);
+        st4(y, yr + c * 4, dy, o, al);
     }
     if ((ulong)lid < tail) {
         const ulong i = n4 * 4 + lid;
@@ -181,20 +188,21 @@ inline float act(float g, int a) {
 }
 // global (ceil(inner / 4), rows): each work-item 4 consecutive columns.
 __kernel void xk_glu(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     ulong inner, int dts, int activation) {
+                     ulong inner, int dts, int activation, int aligned) {
     const int dx = dts & 0xff, dy = (dts >> 8) & 0xff;
+    const bool al = aligned != 0;
     const ulong c = get_global_id(0) * 4, row = get_global_id(1);
     if (c >= inner) return;
     const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
     if (c + 4 <= inner) {
-        const float4 g = ld4(x, xr + c, dx), u = ld4(x, xr + inner + c, dx);
+        const float4 g = ld4(x, xr + c, dx, al), u = ld4(x, xr + inner + c, dx, al);
         float4 o;
         if (activation == 4) {
             o = g / (1.0f + exp(-g)) * u;
         } else {
             o = (float4)(act(g.x, activation), act(g.y, activation), act(g.z, activation), act(g.w, activation)) * u;
         }
-        st4(y, yr + c, dy, o);
+        st4(y, yr + c, dy, o, al);
     } else {
         for (ulong i = c; i < inner; ++i) st1(y, yr + i, dy, act(ld1(x, xr + i, dx), activation) * ld1(x, xr + inner + i, dx));
     }
@@ -208,9 +216,10 @@ __kernel void xk_glu(__global const uchar* x, ulong x_off, ulong ld_x, __global 
 // clamp(row + causal_offset + 1, 0, cols).
 __kernel __attribute__((reqd_work_group_size(XK_WG, 1, 1)))
 void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                ulong cols, float scale, int causal, long causal_offset, int dts) {
+                ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
     __local float buf[XK_WG];
     const int dx = dts & 0xff, dy = (dts >> 8) & 0xff;
+    const bool al = aligned != 0;
     const ulong row = get_group_id(0);
     const int lid = get_local_id(0);
     const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
@@ -222,14 +231,14 @@ void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar
     const ulong n4 = vis / 4, tail = vis - n4 * 4;
     float m = -INFINITY;
     for (ulong c = lid; c < n4; c += XK_WG) {
-        const float4 t = ld4(x, xr + c * 4, dx);
+        const float4 t = ld4(x, xr + c * 4, dx, al);
         m = fmax(m, fmax(fmax(t.x, t.y), fmax(t.z, t.w)));
     }
     if ((ulong)lid < tail) m = fmax(m, ld1(x, xr + n4 * 4 + lid, dx));
     m = wg_max(m, buf) * scale;  // scale > 0: max(scale x) = scale max(x)
     float s = 0.0f;
     for (ulong c = lid; c < n4; c += XK_WG) {
-        const float4 e = exp(ld4(x, xr + c * 4, dx) * scale - m);
+        const float4 e = exp(ld4(x, xr + c * 4, dx, al) * scale - m);
         s += e.x + e.y + e.z + e.w;
     }
     if ((ulong)lid < tail) s += exp(ld1(x, xr + n4 * 4 + lid, dx) * scale - m);
@@ -239,14 +248,14 @@ void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar
         const ulong j = c * 4;
         float4 o;
         if (j + 4 <= vis) {
-            o = exp(ld4(x, xr + j, dx) * scale - m) * inv;
+            o = exp(ld4(x, xr + j, dx, al) * scale - m) * inv;
         } else {
             o = (float4)(0.0f);
             if (j + 0 < vis) o.x = exp(ld1(x, xr + j + 0, dx) * scale - m) * inv;
             if (j + 1 < vis) o.y = exp(ld1(x, xr + j + 1, dx) * scale - m) * inv;
             if (j + 2 < vis) o.z = exp(ld1(x, xr + j + 2, dx) * scale - m) * inv;
         }
-        st4(y, yr + j, dy, o);
+        st4(y, yr + j, dy, o, al);
     }
     const ulong ctail = cols - c4 * 4;
     if ((ulong)lid < ctail) {
