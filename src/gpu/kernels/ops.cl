@@ -29,6 +29,14 @@ inline ushort f_to_bf16(float f) {
     return (ushort)(u >> 16);
 }
 
+// Four at once, branch-free (vectorizes on CPU devices): NaN -> quiet NaN, else nearest even.
+inline ushort4 f4_to_bf16(float4 f) {
+    const uint4 u = as_uint4(f);
+    const uint4 r = (u + (uint4)(0x7fffu) + ((u >> 16) & (uint4)(1u))) >> 16;
+    const uint4 q = (u >> 16) | (uint4)(0x40u);
+    return convert_ushort4(select(r, q, as_uint4(isnan(f))));
+}
+
 inline float ld1(__global const uchar* p, ulong i, int dt) {
     if (dt == DT_F32) return ((__global const float*)p)[i];
     if (dt == DT_BF16) return bf16_to_f(((__global const ushort*)p)[i]);
@@ -54,7 +62,7 @@ inline void st4(__global uchar* p, ulong i, int dt, float4 v, bool al) {
         if (al) *((__global float4*)((__global float*)p + i)) = v;
         else vstore4(v, 0, (__global float*)p + i);
     } else if (dt == DT_BF16) {
-        const ushort4 b = (ushort4)(f_to_bf16(v.x), f_to_bf16(v.y), f_to_bf16(v.z), f_to_bf16(v.w));
+        const ushort4 b = f4_to_bf16(v);
         if (al) *((__global ushort4*)((__global ushort*)p + i)) = b;
         else vstore4(b, 0, (__global ushort*)p + i);
     } else {
