@@ -11,6 +11,7 @@
 //   f16  rtol 2^-9, atol 2e-5   (one f16 ulp plus the f16 rounding of intermediate h / inputs)
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "common/test_util.hpp"
 #include "xk/gpu.hpp"
@@ -469,4 +470,44 @@ TEST(GpuCapi, RuntimeAndOps) {
     EXPECT_EQ(st.allocated_bytes, 0);
     EXPECT_EQ(xk_gpu_empty_cache(c), XK_SUCCESS);
     xk_gpu_context_destroy(c);
+}
+
+// Several threads on one context: each allocates, runs ops and frees (per-thread kernels, the
+// allocator's lock, the shared in-order queue); results bit for bit equal to one thread's.
+TEST(GpuOps, ConcurrentThreads) {
+    XK_NEED_GPU();
+    std::mt19937 rng(7);
+    const int64_t rows = 5, n = 300;
+    const auto x = randv(rows * n, rng), w = randv(n, rng);
+    xk::NormDesc d;
+    d.rows = rows;
+    d.hidden = n;
+    xk::SoftmaxDesc sd;
+    sd.rows = rows;
+    sd.cols = n;
+    auto run = [&](std::vector<float>& ny, std::vector<float>& sy) {
+        gpu::Buffer bx = gpu::Buffer::from_host(ctx, x), bw = gpu::Buffer::from_host(ctx, w);
+        gpu::Buffer by(ctx, rows * n * 4), bs(ctx, rows * n * 4);
+        gpu::norm(ctx, d, {bx, by, bw, {}, {}, {}});
+        gpu::softmax(ctx, sd, {bx, bs});
+        ny = by.to_host<float>();
+        sy = bs.to_host<float>();
+    };
+    std::vector<float> ny0, sy0;
+    run(ny0, sy0);
+    const int T = 4;
+    std::vector<int> ok(T, 0);
+    std::vector<std::thread> th;
+    for (int t = 0; t < T; ++t)
+        th.emplace_back([&, t] {
+            int good = 0;
+            for (int it = 0; it < 3; ++it) {
+                std::vector<float> ny, sy;
+                run(ny, sy);
+                good += ny == ny0 && sy == sy0;
+            }
+            ok[static_cast<size_t>(t)] = good;
+        });
+    for (auto& t : th) t.join();
+    for (int t = 0; t < T; ++t) EXPECT_EQ(ok[static_cast<size_t>(t)], 3) << "thread " << t;
 }
