@@ -30,7 +30,6 @@ using xk::detail::checked_add;
 using xk::detail::checked_mul;
 using xk::detail::fail_arg;
 
-constexpr int kWg = 128;  // XK_WG of ops.cl
 
 // f32, bf16 or f16 storage.
 void check_gpu_dtype(const char* fn, const char* arg, DType t) {
@@ -48,6 +47,9 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
     check_ld(fn, arg, ld, min_ld, what);
     return ld;
 }
+
+#if XK_WITH_OPENCL
+constexpr int kWg = 128;  // XK_WG of ops.cl
 
 // A used tensor: a buffer of this context holding `extent` elements of `dt` from its offset.
 // (An unused one must be empty.) Returns the byte range for the aliasing checks.
@@ -100,7 +102,6 @@ void verbose_pick(const char* op, const std::string& what) {
     xk::detail::verbose_log(lvl >= 2 ? "gpu_exec" : "gpu_select", op, what, 0.0);
 }
 
-#if XK_WITH_OPENCL
 using detail::set_arg;
 cl_mem mem_of(const Tensor& t) { return detail::cl_buffer(t.buffer); }
 cl_ulong U(int64_t v) { return static_cast<cl_ulong>(v); }
