@@ -113,6 +113,17 @@ WoqPackedWeight woq_import_gguf(GgufType type, int64_t N, int64_t K, const void*
 // The dequantized weights w[n, k] (f32 [N x K], ld = K): the formula above, for checks.
 void woq_dequantize(const WoqPackedWeight& w, float* out);
 
+// How the sums are computed.
+//   exact: X as given (f32, or bf16 widened), fp32 sums of x * w (the formula above).
+//   int8:  IPEX's lowp_mode INT8: each row of X is quantized to s8 symmetric inside the call,
+//          sx[m] = max_k |x[m, k]| / 127 (1 for a zero row), xq = round_half_even(x * (1 / sx))
+//          clamped to [-127, 127], and each group's integer sums are exact:
+//            acc = sum_g scale[n,g] * (sx[m] * sum_k xq q) + offset[n,g] * (sx[m] * sum_k xq)
+//          (VPDPBUSD on the packed weights: 4x the multiply-adds of an FMA a cycle). Errors are
+//          those of the activation quantization (relative ~ 1/254 of max|x[m,:]| per element).
+//          X must be finite. Kernels: avx512_vnni (with AVX512-VBMI); elsewhere the reference.
+enum class WoqCompute : int { exact = 0, int8 = 1 };
+
 // The product.
 struct WoqDesc {
     int64_t M = 0, N = 0, K = 0;
@@ -123,6 +134,7 @@ struct WoqDesc {
     GemmEpilogue epilogue;
     DType residual_type = DType::f32;                // f32 or bf16
     int64_t ld_residual = 0;                         // 0 = packed (N)
+    WoqCompute compute = WoqCompute::exact;
 };
 
 struct WoqArgs {

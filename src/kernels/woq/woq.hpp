@@ -62,6 +62,7 @@ struct WoqSpec {
     BetaKind beta = BetaKind::zero;
     GemmEpilogue epilogue;
     DType residual_type = DType::f32;
+    WoqCompute compute = WoqCompute::exact;
     std::string key() const;
 };
 
@@ -94,5 +95,11 @@ std::shared_ptr<const WoqKernel> create_woq_gemv_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_gemv_avx2(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx2(const WoqSpec& s);
+// WoqCompute::int8 (woq_vnni.cpp): X quantized per row to s8, VPDPBUSD on the packed q, any M.
+bool woq_vnni_supported();
+std::shared_ptr<const WoqKernel> create_woq_vnni(const WoqSpec& s);
+// The int8 mode's activation quantization of one row (the reference's, shared by the kernels):
+// sx = max|x| / 127 (1 when 0), q[k] = clamp(round_half_even(x[k] * (1 / sx)), -127, 127).
+float woq_quantize_row(const WoqSpec& s, const void* a_row, int8_t* q);
 
 }  // namespace xk::detail
