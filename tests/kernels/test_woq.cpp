@@ -251,6 +251,7 @@ TEST(Woq, EveryKernelEveryLayout) {
                         seen.insert(name);
                         const bool dec = M <= detail::kWoqMaxDecodeM;
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
+                        else if (isa == Isa::amx && !dec && cs.a == DType::bf16) EXPECT_EQ(name, "amx:woq:dequant_gemm");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
                                                 : "avx512:woq:dequant_gemm");
@@ -265,6 +266,35 @@ TEST(Woq, EveryKernelEveryLayout) {
     for (const auto& impl : detail::woq_registry().impls())
         if (isa_supported(impl.isa) && std::string(impl.name) != "avx512_vnni:woq:int8")  // (Woq.Int8Compute)
             EXPECT_TRUE(seen.count(impl.name)) << impl.name;
+}
+
+// The AMX prefill's producer (amx:woq:dequant_gemm) writes, for every block, the bytes the AMX
+// bf16 GEMM's own packer writes for the dequantized weights rounded to bf16 (B = W^T, K x N):
+// checked here bit for bit on any machine (packing needs no tiles); the product runs on AMX hosts.
+TEST(Woq, AmxProducerLayout) {
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 128})
+            for (int64_t N : {16, 37, 64}) {
+                const int64_t K = gs ? 256 : (t == WoqWeightType::u4 ? 90 : 77);
+                Weight w = make_weight(N, K, t, gs, gs == 32, 3 + N);
+                std::vector<float> wd(static_cast<size_t>(N * K));
+                woq_dequantize(w.packed, wd.data());
+                std::vector<uint16_t> B(static_cast<size_t>(K * N));
+                for (int64_t n = 0; n < N; ++n)
+                    for (int64_t k = 0; k < K; ++k) B[k * N + n] = bf16(wd[n * K + k]).bits;
+                GemmDesc gd;
+                gd.M = 64, gd.N = N, gd.K = K, gd.a_type = gd.b_type = DType::bf16;
+                const auto gemm = detail::create_gemm_amx_bf16(detail::gemm_check_desc("test", gd));
+                const auto ref = gemm->pack_b(B.data());
+                std::vector<uint8_t> got(ref->bytes, 0xEE);
+                detail::WoqAmxCtx ctx;
+                ctx.w = detail::woq_packed(w.packed);
+                ctx.nkb = (K + 31) / 32;
+                const int64_t nblocks = (N + 31) / 32;
+                ASSERT_EQ(ref->bytes, static_cast<size_t>(nblocks * ctx.nkb * 2048));
+                for (int64_t nb = 0; nb < nblocks; ++nb) detail::woq_amx_pack_block(&ctx, nb, got.data());
+                EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout();
+            }
 }
 
 // WoqCompute::int8: every ISA's selection bit for bit against the reference (the scalar cap; the
@@ -390,9 +420,12 @@ TEST(Woq, WideN) {
     for_each_isa([&](Isa) {
         Weight w = make_weight(1040, 128, WoqWeightType::u4, 32, false, 9);
         for (int64_t M : {2, 33}) {
-            Case cs;
-            cs.M = M;
-            check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "wide");
+            for (DType at : {DType::f32, DType::bf16}) {  // (bf16, M = 33: the AMX prefill on AMX hosts)
+                Case cs;
+                cs.M = M;
+                cs.a = at;
+                check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "wide");
+            }
         }
     });
 }

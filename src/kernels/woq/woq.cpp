@@ -321,6 +321,7 @@ bool int8_mode(const WoqSpec& s) { return s.compute == WoqCompute::int8 && s.K >
 const Registry<WoqSpec, WoqKernel>& woq_registry() {
     static const Registry<WoqSpec, WoqKernel> reg(
         "woq", {
+                   {"amx:woq:dequant_gemm", Isa::amx, woq_amx_prefill_supports, create_woq_amx_prefill},
                    {"avx512_vnni:woq:int8", Isa::avx512_vnni, int8_mode, create_woq_vnni},
                    {"avx512:woq_s8:gemv", Isa::avx512, decode_s8, create_woq_gemv_avx512},
                    {"avx512:woq_u4:gemv", Isa::avx512, decode_u4, create_woq_gemv_avx512},
@@ -345,6 +346,8 @@ struct WoqAccess {
         return w;
     }
 };
+
+const detail::WoqPacked* detail::woq_packed(const WoqPackedWeight& w) { return WoqAccess::get(w); }
 
 int64_t WoqPackedWeight::N() const noexcept { return data_ ? data_->N : 0; }
 int64_t WoqPackedWeight::K() const noexcept { return data_ ? data_->K : 0; }
