@@ -24,7 +24,10 @@
 //     acc = sum_g scale[n,g] * (sum_k X q) + offset[n,g] * (sum_k X) — the same value as the
 //     formula above up to fp32 rounding. Threads split N.
 //   M > 16 (prefill): blocks of W are dequantized (f32 for f32 X; rounded to bf16 for bf16 X, as
-//     IPEX's lowp_mode BF16) into a cache-resident panel that runs through the GEMM kernels.
+//     IPEX's lowp_mode BF16) into a cache-resident panel that runs through the GEMM kernels; on AMX
+//     (bf16 X) straight into the AMX GEMM's tile layout, block by block inside its one call.
+//   WoqDesc::compute = WoqCompute::int8 (opt-in, any M): X quantized per row to s8, exact integer
+//     group sums with VPDPBUSD (see WoqCompute).
 // Results do not depend on the thread count.
 //
 // Usage:
