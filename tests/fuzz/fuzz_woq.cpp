@@ -44,9 +44,17 @@ struct Ref {
     int64_t N = 0, K = 0;
     int type = XK_WOQ_S8;
     std::vector<float> w;  // [N x K]
+    std::vector<float> b;  // [N x K]: |q * scale| + |offset| (the decode kernels' rounding scales with it)
 };
 
 // A positive finite scale: 2^e * (1 + j/64), e in [-12, 3].
+// A hostile size: negative (a huge positive one whose products fit is a valid claim about the
+// caller's buffers, which the library cannot check).
+int64_t neg_size(In& in) {
+    static const int64_t v[] = {-1, -7, -32, std::numeric_limits<int64_t>::min()};
+    return v[in.pick(4)];
+}
+
 float scale_value(In& in) { return std::ldexp(1.0f + in.pick(64) / 64.0f, in.pick(16) - 12); }
 
 // ---- packing -------------------------------------------------------------------------------------
@@ -57,6 +65,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
     Values vals(in, N * K + N * 8);
     ref.N = N, ref.K = K, ref.type = type;
     ref.w.assign(static_cast<size_t>(N * K), 0.0f);
+    ref.b.assign(static_cast<size_t>(N * K), 0.0f);
     xk_woq_weight* out = reinterpret_cast<xk_woq_weight*>(uintptr_t(1));  // must become NULL on failure
     xk_status s = XK_SUCCESS;
     const char* wrong = "";
@@ -77,6 +86,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
                 const int8_t q = vals().p.ConsumeIntegral<int8_t>();
                 w[n * K + k] = q;
                 ref.w[n * K + k] = static_cast<float>(q) * sc;  // fma(q, s, 0)
+                ref.b[n * K + k] = std::fabs(ref.w[n * K + k]);
             }
         }
         const void* sp = st == XK_DTYPE_F32 ? static_cast<const void*>(s32.data()) : s16.data();
@@ -85,7 +95,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
         const int8_t* wp = w.data();
         if (hostile) {
             switch (in.pick(4)) {
-                case 0: n_arg = in.bad_size(); wrong = "bad N"; break;
+                case 0: n_arg = neg_size(in); wrong = "negative N"; break;
                 case 1: st_arg = in.coin() ? XK_DTYPE_S8 : in.bad_enum(6); wrong = "bad scale_type"; break;
                 case 2:
                     if (N > 0) {
@@ -100,7 +110,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
                     [[fallthrough]];
                 default:
                     if (N > 0 && K > 0) { wp = nullptr; wrong = "w null"; break; }
-                    k_arg = in.bad_size(); wrong = "bad K";
+                    k_arg = neg_size(in); wrong = "negative K";
                     break;
             }
         }
@@ -147,6 +157,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
                 const int64_t g = k / gs;
                 const float off = ze[g * N + n] - 8.0f * sc[g * N + n];
                 ref.w[n * K + k] = std::fma(static_cast<float>(q[n * K + k]), sc[g * N + n], off);
+                ref.b[n * K + k] = q[n * K + k] * sc[g * N + n] + std::fabs(off);
             }
         int64_t gs_arg = gs, n_arg = N;
         int bn_arg = block_n;
@@ -197,6 +208,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
                         v = static_cast<float>(static_cast<int8_t>(blk[2 + j])) * d;
                     }
                     ref.w[n * K + b * 32 + j] = v;
+                    ref.b[n * K + b * 32 + j] = q4 ? 16 * std::fabs(d) : std::fabs(v);
                 }
             }
         int64_t k_arg = K;
@@ -248,6 +260,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
                 const float s = sc[n * G + g];
                 const int zv = zp ? (u4 ? z[n * G + g] : static_cast<int8_t>(z[n * G + g])) : (u4 ? 8 : 0);
                 ref.w[n * K + k] = std::fma(static_cast<float>(q[n * K + k]), s, -(s * static_cast<float>(zv)));
+                ref.b[n * K + k] = std::fabs(q[n * K + k] * s) + std::fabs(s * static_cast<float>(zv));
             }
         int t_arg = type;
         int64_t n_arg = N, k_arg = K, gs_arg = gs, ld_arg = ld == row ? (in.coin() ? 0 : ld) : ld;
@@ -256,7 +269,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
         if (hostile) {
             switch (in.pick(9)) {
                 case 0: t_arg = in.bad_enum(2); wrong = "bad type"; break;
-                case 1: n_arg = in.bad_size(); wrong = "bad N"; break;
+                case 1: n_arg = neg_size(in); wrong = "negative N"; break;
                 case 2: gs_arg = in.coin() ? 33 : (K % 64 ? 64 : 512); if (gs_arg == 64 && K == 0) gs_arg = 33; wrong = "bad group_size"; break;
                 case 3:
                     if (N * G > 0) {
@@ -280,7 +293,7 @@ xk_woq_weight* make_weight(In& in, int64_t N, int64_t K, int type, Ref& ref, boo
                     [[fallthrough]];
                 default:
                     if (u4) { k_arg = K + 1; gs_arg = 0; wrong = "odd K for u4"; break; }
-                    k_arg = in.bad_size(); wrong = "bad K";
+                    k_arg = neg_size(in); wrong = "negative K";
                     break;
             }
         }
@@ -388,7 +401,7 @@ void op_gemm(In& in) {
     if (hostile) {
         const bool any = M > 0 && N > 0;
         switch (in.pick(8)) {
-            case 0: d.M = in.bad_size(); wrong = "bad M"; break;
+            case 0: d.M = neg_size(in); wrong = "negative M"; break;
             case 1: act_arg = in.bad_enum(5); wrong = "bad act"; break;
             case 2: wt_arg = 1 - type; wrong = "weight of another type"; break;
             case 3: {  // a weight of another shape
@@ -440,13 +453,14 @@ void op_gemm(In& in) {
                     fz::finding("%s: wrote C[%lld][%lld] past N", what, (long long)m, (long long)n);
     // Accuracy: fp32 sums (K terms, relative 2^-24 each, plus the per-group scaling), weights
     // rounded to bf16 (2^-9) in the prefill path with bf16 X; then the epilogue in fp32.
-    const double eps_acc = (abf && M > 16 ? 1.0 / 256 : 0.0) + (K + 8) * 1.2e-7;
+    const double eps_bf = abf && M > 16 ? 1.0 / 256 : 0.0, eps_acc = (K + 8) * 1.2e-7;
     for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
-            double acc = 0, mag = 0;
+            double acc = 0, mag = 0, bnd = 0;
             for (int64_t k = 0; k < K; ++k) {
                 acc += xa[m * K + k] * ref.w[n * K + k];
                 mag += std::fabs(xa[m * K + k] * ref.w[n * K + k]);
+                bnd += std::fabs(xa[m * K + k]) * ref.b[n * K + k];
             }
             double g = alpha * acc;
             if (beta != 0.0f) g += beta * c0[m * N + n];
@@ -454,7 +468,7 @@ void op_gemm(In& in) {
             const double lin = std::fabs(g) + 1e-30;
             double y = fz::act_exact(act, g);
             if (residual) y += rv[m * N + n];
-            const double tol = 1.3 * std::fabs(alpha) * mag * eps_acc +
+            const double tol = 1.3 * std::fabs(alpha) * (mag * eps_bf + (bnd + mag) * eps_acc) +
                                4e-7 * (lin + std::fabs(beta * c0[m * N + n]) + (bias ? std::fabs(bs[n]) : 0) + std::fabs(y) +
                                        (residual ? std::fabs(rv[m * N + n]) : 0)) +
                                (act ? 1e-6 * lin : 0.0) + (cbf ? std::fabs(y) / 256 : 0.0) + 1e-30;
