@@ -446,7 +446,7 @@ void op_gemm(In& in) {
     fz::expect_ok(s, what);
     fz::expect_guards(C, what, "C");
     // Padding between rows of C untouched.
-    for (int64_t m = 0; m + 1 < M; ++m)
+    for (int64_t m = 0; m + 1 < M && N > 0; ++m)
         for (int64_t n = N; n < ldc; ++n)
             for (int b = 0; b < (cbf ? 2 : 4); ++b)
                 if (C.data()[(m * ldc + n) * (cbf ? 2 : 4) + b] != before[(m * ldc + n) * (cbf ? 2 : 4) + b])
