@@ -13,8 +13,8 @@
 //       (>> 4) AND 0x0F those at k+1, k+3, k+5, k+7 — the quantized X is stored in that order
 //       (per 8 k: the even ones, then the odd ones), so each dword of X matches its weights.
 // K is padded to 8 with zero activations: the weight bytes read past K (within the packed buffer,
-// whose q part is rounded up to 64 bytes) multiply zeros. Rows of X in passes of up to 8 (the
-// accumulators: 8 int32 + 8 f32 vectors); threads split the blocks of 16 channels.
+// whose q part is rounded up to 64 bytes) multiply zeros. Rows of X in passes of up to 16 (the
+// accumulators: up to 16 int32 vectors, the f32 sums in registers up to 8 rows, in L1 above); threads split the blocks of 16 channels.
 #include <immintrin.h>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
@@ -39,7 +39,7 @@ bool woq_vnni_supported() {
 
 namespace {
 
-constexpr int kMaxMB = 8;
+constexpr int kMaxMB = 16;  // rows a pass: up to 8 with y in registers, 9..16 with y in L1
 
 // Quantized X: xq[m * ldq + k'] (k' in the kernel's order), sx[m], group sums xs[m * G + g].
 struct XQ {
@@ -89,8 +89,12 @@ XK_VNNI_TARGET void block(const WoqPacked& w, int64_t b, const int8_t* xq, int64
     const __m512i idx = _mm512_load_si512(idx_b);
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512 y[MB];
-    for (int m = 0; m < MB; ++m) y[m] = _mm512_setzero_ps();
+    // y in registers up to 8 rows; above, in L1 (the 16 int32 accumulators take the registers)
+    constexpr bool kYMem = MB > 8;
+    __m512 y[kYMem ? 1 : MB];
+    alignas(64) float ym[kYMem ? MB * 16 : 16];
+    for (int m = 0; m < (kYMem ? 1 : MB); ++m) y[m] = _mm512_setzero_ps();
+    if constexpr (kYMem) std::memset(ym, 0, sizeof ym);
     for (int64_t g = 0; g < G; ++g) {
         __m512i acc[MB];
         for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_si512();
@@ -126,11 +130,14 @@ XK_VNNI_TARGET void block(const WoqPacked& w, int64_t b, const int8_t* xq, int64
             const int32_t xsum = xs[m * G + g];
             __m512i a = acc[m];
             if constexpr (!U4) a = _mm512_sub_epi32(a, _mm512_set1_epi32(128 * xsum));
-            y[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(s, _mm512_set1_ps(sx[m])), y[m]);
-            if (of) y[m] = _mm512_fmadd_ps(o, _mm512_set1_ps(sx[m] * static_cast<float>(xsum)), y[m]);
+            __m512 ymv = kYMem ? _mm512_load_ps(ym + m * 16) : y[kYMem ? 0 : m];
+            ymv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(s, _mm512_set1_ps(sx[m])), ymv);
+            if (of) ymv = _mm512_fmadd_ps(o, _mm512_set1_ps(sx[m] * static_cast<float>(xsum)), ymv);
+            if constexpr (kYMem) _mm512_store_ps(ym + m * 16, ymv);
+            else y[m] = ymv;
         }
     }
-    for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, y[m]);
+    for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, kYMem ? _mm512_load_ps(ym + m * 16) : y[kYMem ? 0 : m]);
 }
 
 using BlockFn = void (*)(const WoqPacked&, int64_t, const int8_t*, int64_t, const float*, const int32_t*, float*);
@@ -145,7 +152,15 @@ BlockFn pick(int mb) {
         case 5: return &block<U4, 5>;
         case 6: return &block<U4, 6>;
         case 7: return &block<U4, 7>;
-        default: return &block<U4, 8>;
+        case 8: return &block<U4, 8>;
+        case 9: return &block<U4, 9>;
+        case 10: return &block<U4, 10>;
+        case 11: return &block<U4, 11>;
+        case 12: return &block<U4, 12>;
+        case 13: return &block<U4, 13>;
+        case 14: return &block<U4, 14>;
+        case 15: return &block<U4, 15>;
+        default: return &block<U4, 16>;
     }
 }
 
