@@ -3,7 +3,8 @@
 // Rows (per thread count, XK_BENCH_THREADS, default 1,2):
 //   woq/<w>/xk/M<M>xN<N>xK<K>/nt:<t>   w = u4g128 (int4, groups of 128, symmetric) or s8 (int8 per
 //       channel); decode M = 1 and 16 on (N, K) = (4096, 4096), (11008, 4096), (4096, 11008), and
-//       prefill M = 512 on (4096, 4096). Weights rotated over copies of >= XK_BENCH_ROTATE_MB
+//       prefill M = 512 on (4096, 4096). w = u4g128_i8 / s8_i8: the same weights with
+//       WoqCompute::int8 (X quantized per row to s8 in the call, VPDPBUSD). Weights rotated over copies of >= XK_BENCH_ROTATE_MB
 //       (default 1 GiB) in all, for both ours and the bf16 GEMM's packed weights, so both come
 //       from DRAM.
 // Counters:
@@ -116,12 +117,13 @@ WoqSet& weights(bool u4, const Shape& s) {
     return *set;
 }
 
-void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threads) {
+void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threads, bool i8 = false) {
     xb::set_threads(threads);
     WoqSet& W = weights(u4, s);
     xk::WoqDesc d;
     d.M = s.M, d.N = s.N, d.K = s.K, d.weight_type = u4 ? xk::WoqWeightType::u4 : xk::WoqWeightType::s8;
     d.a_type = bf16_x ? xk::DType::bf16 : xk::DType::f32;
+    if (i8) d.compute = xk::WoqCompute::int8;
     const xk::WoqPlan plan(d);
     std::vector<xk::bf16> xb16(size_t(s.M * s.K));
     std::vector<float> x32(size_t(s.M * s.K));
@@ -161,20 +163,23 @@ const bool registered = [] {
     const std::vector<int> nts = xb::thread_counts();
     auto reg = [](const std::string& name, auto fn) { benchmark::RegisterBenchmark(name.c_str(), fn)->UseRealTime(); };
     const std::pair<int64_t, int64_t> nk[] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
-    for (bool u4 : {true, false})
-        for (auto [N, K] : nk)
-            for (int64_t M : {1, 16})
-                for (int nt : nts) {
-                    const Shape s{M, N, K};
-                    reg(xb::join_name({"woq", u4 ? "u4g128" : "s8", "xk", s.name(), "nt:" + std::to_string(nt)}),
-                        [u4, s, nt](benchmark::State& st) { bench_woq(st, u4, true, s, nt); });
-                }
-    for (bool u4 : {true, false})
-        for (int nt : nts) {
-            const Shape s{512, 4096, 4096};
-            reg(xb::join_name({"woq", u4 ? "u4g128" : "s8", "xk", s.name(), "nt:" + std::to_string(nt)}),
-                [u4, s, nt](benchmark::State& st) { bench_woq(st, u4, true, s, nt); });
-        }
+    for (bool i8 : {false, true}) {
+        auto wname = [i8](bool u4) { return std::string(u4 ? "u4g128" : "s8") + (i8 ? "_i8" : ""); };
+        for (bool u4 : {true, false})
+            for (auto [N, K] : nk)
+                for (int64_t M : {1, 16})
+                    for (int nt : nts) {
+                        const Shape s{M, N, K};
+                        reg(xb::join_name({"woq", wname(u4), "xk", s.name(), "nt:" + std::to_string(nt)}),
+                            [u4, s, nt, i8](benchmark::State& st) { bench_woq(st, u4, true, s, nt, i8); });
+                    }
+        for (bool u4 : {true, false})
+            for (int nt : nts) {
+                const Shape s{512, 4096, 4096};
+                reg(xb::join_name({"woq", wname(u4), "xk", s.name(), "nt:" + std::to_string(nt)}),
+                    [u4, s, nt, i8](benchmark::State& st) { bench_woq(st, u4, true, s, nt, i8); });
+            }
+    }
     return true;
 }();
 

@@ -147,6 +147,12 @@ std::vector<Selection> selections() {
             d.M = m, d.N = 4096, d.K = 4096, d.weight_type = wt, d.a_type = DType::bf16;
             return woq_check_desc("xk-info", d);
         }));
+    v.push_back(pick("woq int4 int8-compute", woq_registry(), [] {
+        WoqDesc d;
+        d.M = 16, d.N = 4096, d.K = 4096, d.weight_type = WoqWeightType::u4, d.a_type = DType::bf16;
+        d.compute = WoqCompute::int8;
+        return woq_check_desc("xk-info", d);
+    }));
     v.push_back(pick("attention", attention_registry(), [] {
         AttnKernelDesc d;  // decode / prefill of head_dim 128 over a bf16 cache
         d.head_dim = 128;

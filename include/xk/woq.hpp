@@ -24,7 +24,10 @@
 //     acc = sum_g scale[n,g] * (sum_k X q) + offset[n,g] * (sum_k X) — the same value as the
 //     formula above up to fp32 rounding. Threads split N.
 //   M > 16 (prefill): blocks of W are dequantized (f32 for f32 X; rounded to bf16 for bf16 X, as
-//     IPEX's lowp_mode BF16) into a cache-resident panel that runs through the GEMM kernels.
+//     IPEX's lowp_mode BF16) into a cache-resident panel that runs through the GEMM kernels; on AMX
+//     (bf16 X) straight into the AMX GEMM's tile layout, block by block inside its one call.
+//   WoqDesc::compute = WoqCompute::int8 (opt-in, any M): X quantized per row to s8, exact integer
+//     group sums with VPDPBUSD (see WoqCompute).
 // Results do not depend on the thread count.
 //
 // Usage:
@@ -113,6 +116,17 @@ WoqPackedWeight woq_import_gguf(GgufType type, int64_t N, int64_t K, const void*
 // The dequantized weights w[n, k] (f32 [N x K], ld = K): the formula above, for checks.
 void woq_dequantize(const WoqPackedWeight& w, float* out);
 
+// How the sums are computed.
+//   exact: X as given (f32, or bf16 widened), fp32 sums of x * w (the formula above).
+//   int8:  IPEX's lowp_mode INT8: each row of X is quantized to s8 symmetric inside the call,
+//          sx[m] = max_k |x[m, k]| / 127 (1 for a zero row), xq = round_half_even(x * (1 / sx))
+//          clamped to [-127, 127], and each group's integer sums are exact:
+//            acc = sum_g scale[n,g] * (sx[m] * sum_k xq q) + offset[n,g] * (sx[m] * sum_k xq)
+//          (VPDPBUSD on the packed weights: 4x the multiply-adds of an FMA a cycle). Errors are
+//          those of the activation quantization (relative ~ 1/254 of max|x[m,:]| per element).
+//          X must be finite. Kernels: avx512_vnni (with AVX512-VBMI); elsewhere the reference.
+enum class WoqCompute : int { exact = 0, int8 = 1 };
+
 // The product.
 struct WoqDesc {
     int64_t M = 0, N = 0, K = 0;
@@ -123,6 +137,7 @@ struct WoqDesc {
     GemmEpilogue epilogue;
     DType residual_type = DType::f32;                // f32 or bf16
     int64_t ld_residual = 0;                         // 0 = packed (N)
+    WoqCompute compute = WoqCompute::exact;
 };
 
 struct WoqArgs {

@@ -251,6 +251,7 @@ TEST(Woq, EveryKernelEveryLayout) {
                         seen.insert(name);
                         const bool dec = M <= detail::kWoqMaxDecodeM;
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
+                        else if (isa == Isa::amx && !dec && cs.a == DType::bf16) EXPECT_EQ(name, "amx:woq:dequant_gemm");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
                                                 : "avx512:woq:dequant_gemm");
@@ -263,7 +264,130 @@ TEST(Woq, EveryKernelEveryLayout) {
     // Every entry of the registry this machine runs was exercised (TSan builds sweep only some ISAs).
     if (xk::test::kTsanSweep) return;
     for (const auto& impl : detail::woq_registry().impls())
-        if (isa_supported(impl.isa)) EXPECT_TRUE(seen.count(impl.name)) << impl.name;
+        if (isa_supported(impl.isa) && std::string(impl.name) != "avx512_vnni:woq:int8")  // (Woq.Int8Compute)
+            EXPECT_TRUE(seen.count(impl.name)) << impl.name;
+}
+
+// The AMX prefill's producer (amx:woq:dequant_gemm) writes, for every block, the bytes the AMX
+// bf16 GEMM's own packer writes for the dequantized weights rounded to bf16 (B = W^T, K x N):
+// checked here bit for bit on any machine (packing needs no tiles); the product runs on AMX hosts.
+TEST(Woq, AmxProducerLayout) {
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 128})
+            for (int64_t N : {16, 37, 64}) {
+                const int64_t K = gs ? 256 : (t == WoqWeightType::u4 ? 90 : 77);
+                Weight w = make_weight(N, K, t, gs, gs == 32, 3 + N);
+                std::vector<float> wd(static_cast<size_t>(N * K));
+                woq_dequantize(w.packed, wd.data());
+                std::vector<uint16_t> B(static_cast<size_t>(K * N));
+                for (int64_t n = 0; n < N; ++n)
+                    for (int64_t k = 0; k < K; ++k) B[k * N + n] = bf16(wd[n * K + k]).bits;
+                GemmDesc gd;
+                gd.M = 64, gd.N = N, gd.K = K, gd.a_type = gd.b_type = DType::bf16;
+                const auto gemm = detail::create_gemm_amx_bf16(detail::gemm_check_desc("test", gd));
+                const auto ref = gemm->pack_b(B.data());
+                std::vector<uint8_t> got(ref->bytes, 0xEE);
+                detail::WoqAmxCtx ctx;
+                ctx.w = detail::woq_packed(w.packed);
+                ctx.nkb = (K + 31) / 32;
+                const int64_t nblocks = (N + 31) / 32;
+                ASSERT_EQ(ref->bytes, static_cast<size_t>(nblocks * ctx.nkb * 2048));
+                for (int64_t nb = 0; nb < nblocks; ++nb) detail::woq_amx_pack_block(&ctx, nb, got.data());
+                EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout();
+            }
+}
+
+// WoqCompute::int8: every ISA's selection bit for bit against the reference (the scalar cap; the
+// integer sums are exact), 1 and 2 threads; the reference against the exact double product within
+// the activation quantization's bound: |error| <= (max_k |x[m,k]| / 254) * sum_k |w[n,k]| (+ fp32).
+TEST(Woq, Int8Compute) {
+    std::set<std::string> seen;
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 128})
+            for (bool zp : {false, true}) {
+                const int64_t K = gs ? 2 * gs + (gs == 32 ? 64 : 0) : (t == WoqWeightType::u4 ? 90 : 77);
+                const int64_t N = gs == 32 ? 16 : 37;
+                Weight w = make_weight(N, K, t, gs, zp, 21 + gs);
+                std::vector<float> wd(static_cast<size_t>(N * K));
+                woq_dequantize(w.packed, wd.data());
+                for (int64_t M : {1, 5, 9, 17}) {
+                    const bool abf = (M + gs / 32 + zp) % 2 == 1;
+                    const DType at = abf ? DType::bf16 : DType::f32, ct = M == 9 ? DType::bf16 : DType::f32;
+                    const int64_t lda = K + M % 3, ldc = N + M % 2, esz = abf ? 2 : 4, csz = ct == DType::bf16 ? 2 : 4;
+                    std::mt19937_64 g(static_cast<uint64_t>(M * 31 + K));
+                    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+                    test::Buffer<uint8_t> A(static_cast<size_t>(M * lda * esz), 4);
+                    std::vector<double> xa(static_cast<size_t>(M * K));
+                    for (int64_t m = 0; m < M; ++m)
+                        for (int64_t k = 0; k < lda; ++k) {
+                            const float v = u(g) * (m == 2 ? 0.0f : 1.0f) * (k == 3 ? 9.0f : 1.0f);  // a zero row, an outlier
+                            if (abf) {
+                                const bf16 b(v);
+                                std::memcpy(A.data() + (m * lda + k) * 2, &b.bits, 2);
+                                if (k < K) xa[m * K + k] = b.to_float();
+                            } else {
+                                std::memcpy(A.data() + (m * lda + k) * 4, &v, 4);
+                                if (k < K) xa[m * K + k] = v;
+                            }
+                        }
+                    std::vector<float> bias(static_cast<size_t>(N));
+                    for (auto& b : bias) b = u(g);
+                    WoqDesc d;
+                    d.M = M, d.N = N, d.K = K, d.weight_type = t, d.a_type = at, d.c_type = ct, d.lda = lda, d.ldc = ldc;
+                    d.compute = WoqCompute::int8;
+                    d.epilogue.bias = true;
+                    std::vector<uint8_t> ref;
+                    for_each_isa([&](Isa isa) {
+                        for (int th : {1, 2}) {
+                            if (isa != Isa::scalar && th == 2 && M != 17) continue;
+                            set_num_threads(th);
+                            test::Buffer<uint8_t> C(static_cast<size_t>(M * ldc * csz));
+                            std::memset(C.data(), 0x5a, C.size());
+                            WoqPlan p(d);
+                            p.run({A.data(), C.data(), bias.data()}, w.packed);
+                            seen.insert(p.impl_name());
+                            const bool vnni = isa >= Isa::avx512_vnni && detail::woq_vnni_supported();
+                            EXPECT_STREQ(p.impl_name(), vnni ? "avx512_vnni:woq:int8" : "ref:scalar");
+                            std::vector<uint8_t> got(C.data(), C.data() + C.size());
+                            if (ref.empty()) {
+                                ref = got;
+                                // the reference against the exact product
+                                for (int64_t m = 0; m < M; ++m) {
+                                    double amax = 0;
+                                    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(xa[m * K + k]));
+                                    for (int64_t n = 0; n < ldc; ++n) {
+                                        const uint8_t* e = got.data() + (m * ldc + n) * csz;
+                                        if (n >= N) {
+                                            EXPECT_EQ(*e, 0x5a) << "padding written";
+                                            continue;
+                                        }
+                                        double acc = bias[n], S = 0, W = 0;
+                                        for (int64_t k = 0; k < K; ++k) {
+                                            acc += xa[m * K + k] * wd[n * K + k];
+                                            S += std::fabs(xa[m * K + k]) * w.bound[n];
+                                            W += std::fabs(wd[n * K + k]);
+                                        }
+                                        const double y = csz == 2 ? bf16::from_bits(*reinterpret_cast<const uint16_t*>(e)).to_float()
+                                                                  : *reinterpret_cast<const float*>(e);
+                                        const double tol = amax / 254 * W * 1.01 + 4 * (K + 16) * 0x1p-24 * S +
+                                                           (csz == 2 ? 0x1p-8 : 4e-6) * std::fabs(acc) + 1e-6;
+                                        EXPECT_NEAR(y, acc, tol) << "M=" << M << " m=" << m << " n=" << n << " " << w.packed.layout();
+                                    }
+                                }
+                            } else {
+                                EXPECT_EQ(got, ref) << isa_name(isa) << " threads " << th << " M=" << M << " " << w.packed.layout();
+                            }
+                        }
+                    });
+                    set_num_threads(0);
+                }
+            }
+    if (detail::woq_vnni_supported() && isa_supported(Isa::avx512_vnni)) EXPECT_TRUE(seen.count("avx512_vnni:woq:int8"));
+    // bad input
+    WoqDesc d;
+    d.M = 1, d.N = 16, d.K = 32;
+    d.compute = static_cast<WoqCompute>(5);
+    XK_EXPECT_INVALID(WoqPlan{d}, "compute=5");
 }
 
 // Each ISA's selection with every epilogue, beta, alpha, bf16 residual; 1 and 2 threads bit for bit.
@@ -296,9 +420,12 @@ TEST(Woq, WideN) {
     for_each_isa([&](Isa) {
         Weight w = make_weight(1040, 128, WoqWeightType::u4, 32, false, 9);
         for (int64_t M : {2, 33}) {
-            Case cs;
-            cs.M = M;
-            check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "wide");
+            for (DType at : {DType::f32, DType::bf16}) {  // (bf16, M = 33: the AMX prefill on AMX hosts)
+                Case cs;
+                cs.M = M;
+                cs.a = at;
+                check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "wide");
+            }
         }
     });
 }

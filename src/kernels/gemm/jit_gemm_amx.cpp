@@ -742,7 +742,10 @@ public:
                             uint32_t st = f.load(std::memory_order_acquire);
                             if (st == 2 || (pass == 0 && st != 0)) continue;
                             if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
-                                pack_block(args.B, nb, lazy, za != 0);
+                                if (call.b_block_fn && !int8_)
+                                    call.b_block_fn(call.b_block_ctx, nb, lazy);  // (xk::woq's dequantizing producer)
+                                else
+                                    pack_block(args.B, nb, lazy, za != 0);
                                 if (int8_ && za != 0) {
                                     const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
                                     const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);

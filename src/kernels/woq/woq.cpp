@@ -106,6 +106,7 @@ std::string WoqSpec::key() const {
                     dtype_name(c_type) + ",M" + std::to_string(M) + "N" + std::to_string(N) + "K" + std::to_string(K) +
                     ",lda" + std::to_string(lda) + ",ldc" + std::to_string(ldc) + (alpha_one ? ",a1" : ",aX") +
                     (beta == BetaKind::zero ? ",b0" : beta == BetaKind::one ? ",b1" : ",bX");
+    if (compute == WoqCompute::int8) k += ",i8";
     if (epilogue.bias || epilogue.act != Activation::none || epilogue.residual) {
         k += ",ep:";
         if (epilogue.bias) k += "bias+";
@@ -123,6 +124,8 @@ WoqSpec woq_check_desc(const char* fn, const WoqDesc& d) {
     if (!valid_activation(d.epilogue.act))
         fail_arg(fn, "epilogue.act", std::to_string(static_cast<int>(d.epilogue.act)), "is not a valid xk::Activation");
     if (d.epilogue.residual) check_io_dtype(fn, "residual_type", d.residual_type);
+    if (static_cast<int>(d.compute) != 0 && static_cast<int>(d.compute) != 1)
+        fail_arg(fn, "compute", std::to_string(static_cast<int>(d.compute)), "is not a valid xk::WoqCompute (exact=0, int8=1)");
     check_nonnegative(fn, "M", d.M);
     check_nonnegative(fn, "N", d.N);
     check_nonnegative(fn, "K", d.K);
@@ -148,6 +151,7 @@ WoqSpec woq_check_desc(const char* fn, const WoqDesc& d) {
     s.beta = d.beta == 0.0f ? BetaKind::zero : d.beta == 1.0f ? BetaKind::one : BetaKind::other;
     s.epilogue = d.epilogue;
     s.residual_type = d.residual_type;
+    s.compute = d.compute;
     return s;
 }
 
@@ -218,7 +222,59 @@ void woq_epilogue(const WoqSpec& s, const WoqCall& call, const float* acc, int64
         }
 }
 
+float woq_quantize_row(const WoqSpec& s, const void* a_row, int8_t* q) {
+    auto at = [&](int64_t k) {
+        return s.a_type == DType::bf16 ? static_cast<const bf16*>(a_row)[k].to_float() : static_cast<const float*>(a_row)[k];
+    };
+    float amax = 0.0f;
+    for (int64_t k = 0; k < s.K; ++k) amax = std::max(amax, std::fabs(at(k)));
+    float sx = amax / 127.0f;
+    if (!(sx > 0.0f) || !std::isfinite(sx)) sx = 1.0f;  // a zero row (a non-finite X is the caller's error)
+    const float inv = 1.0f / sx;
+    for (int64_t k = 0; k < s.K; ++k) {
+        const float t = std::nearbyint(at(k) * inv);
+        q[k] = static_cast<int8_t>(t >= 127.0f ? 127 : t <= -127.0f ? -127 : t == t ? static_cast<int>(t) : 0);
+    }
+    return sx;
+}
+
+namespace {
+// WoqCompute::int8: the activations quantized per row, exact integer sums per group.
+void woq_reference_int8(const WoqSpec& s, const WoqCall& call) {
+    const WoqPacked& w = *call.w;
+    const int64_t esz = dtype_size(s.a_type);
+    std::vector<int8_t> xq(static_cast<size_t>(s.M * s.K));
+    std::vector<float> sx(static_cast<size_t>(s.M));
+    for (int64_t m = 0; m < s.M; ++m)
+        sx[m] = woq_quantize_row(s, static_cast<const char*>(call.args.A) + m * s.lda * esz, xq.data() + m * s.K);
+    parallel_for(w.nblk, 1, [&](int64_t b0, int64_t b1) {
+        std::vector<float> acc(static_cast<size_t>(kWoqBlockN));
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t n0 = b * kWoqBlockN, n1 = std::min(s.N, n0 + kWoqBlockN);
+            for (int64_t m = 0; m < s.M; ++m) {
+                const int8_t* xr = xq.data() + m * s.K;
+                for (int64_t n = n0; n < n1; ++n) {
+                    float y = 0.0f;
+                    for (int64_t g = 0; g < w.G; ++g) {
+                        int64_t isum = 0, xs = 0;
+                        for (int64_t k = g * w.gs; k < std::min(s.K, (g + 1) * w.gs); ++k) {
+                            isum += int64_t(xr[k]) * w.q_at(n, k);
+                            xs += xr[k];
+                        }
+                        y = std::fma(static_cast<float>(isum), w.scale_at(n, g) * sx[m], y);
+                        y = std::fma(w.offset_at(n, g), sx[m] * static_cast<float>(xs), y);
+                    }
+                    acc[n - n0] = y;
+                }
+                woq_epilogue(s, call, acc.data(), 0, m, 1, n0, n1);
+            }
+        }
+    });
+}
+}  // namespace
+
 void woq_reference(const WoqSpec& s, const WoqCall& call) {
+    if (s.compute == WoqCompute::int8) return woq_reference_int8(s, call);
     const WoqPacked& w = *call.w;
     // Columns in chunks: each chunk's weights dequantized once (w_at), then the plain sums.
     parallel_for(w.nblk, 1, [&](int64_t b0, int64_t b1) {
@@ -254,15 +310,19 @@ struct WoqRef final : WoqKernel {
 };
 
 std::shared_ptr<const WoqKernel> create_ref(const WoqSpec& s) { return std::make_shared<WoqRef>(s); }
-bool decode_s8(const WoqSpec& s) { return s.wtype == WoqWeightType::s8 && s.M <= kWoqMaxDecodeM; }
-bool decode_u4(const WoqSpec& s) { return s.wtype == WoqWeightType::u4 && s.M <= kWoqMaxDecodeM; }
-bool prefill(const WoqSpec& s) { return s.M > kWoqMaxDecodeM; }
+bool exact(const WoqSpec& s) { return s.compute == WoqCompute::exact; }
+bool decode_s8(const WoqSpec& s) { return exact(s) && s.wtype == WoqWeightType::s8 && s.M <= kWoqMaxDecodeM; }
+bool decode_u4(const WoqSpec& s) { return exact(s) && s.wtype == WoqWeightType::u4 && s.M <= kWoqMaxDecodeM; }
+bool prefill(const WoqSpec& s) { return exact(s) && s.M > kWoqMaxDecodeM; }
+bool int8_mode(const WoqSpec& s) { return s.compute == WoqCompute::int8 && s.K > 0 && woq_vnni_supported(); }
 
 }  // namespace
 
 const Registry<WoqSpec, WoqKernel>& woq_registry() {
     static const Registry<WoqSpec, WoqKernel> reg(
         "woq", {
+                   {"amx:woq:dequant_gemm", Isa::amx, woq_amx_prefill_supports, create_woq_amx_prefill},
+                   {"avx512_vnni:woq:int8", Isa::avx512_vnni, int8_mode, create_woq_vnni},
                    {"avx512:woq_s8:gemv", Isa::avx512, decode_s8, create_woq_gemv_avx512},
                    {"avx512:woq_u4:gemv", Isa::avx512, decode_u4, create_woq_gemv_avx512},
                    {"avx512:woq:dequant_gemm", Isa::avx512, prefill, create_woq_prefill_avx512},
@@ -286,6 +346,8 @@ struct WoqAccess {
         return w;
     }
 };
+
+const detail::WoqPacked* detail::woq_packed(const WoqPackedWeight& w) { return WoqAccess::get(w); }
 
 int64_t WoqPackedWeight::N() const noexcept { return data_ ? data_->N : 0; }
 int64_t WoqPackedWeight::K() const noexcept { return data_ ? data_->K : 0; }

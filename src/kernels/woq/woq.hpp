@@ -47,6 +47,9 @@ struct WoqPacked {
     float w_at(int64_t n, int64_t k) const;  // fma(q, scale, offset)
 };
 
+// The packed data of a weight (null when empty), for tests.
+const WoqPacked* woq_packed(const WoqPackedWeight& w);
+
 // Writable view used while packing.
 std::shared_ptr<WoqPacked> woq_alloc(const char* fn, int64_t N, int64_t K, int64_t gs, WoqWeightType type,
                                      bool has_offset);
@@ -62,6 +65,7 @@ struct WoqSpec {
     BetaKind beta = BetaKind::zero;
     GemmEpilogue epilogue;
     DType residual_type = DType::f32;
+    WoqCompute compute = WoqCompute::exact;
     std::string key() const;
 };
 
@@ -94,5 +98,23 @@ std::shared_ptr<const WoqKernel> create_woq_gemv_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_gemv_avx2(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx2(const WoqSpec& s);
+// Prefill on AMX (woq_amx.cpp): bf16 X, M > 16: one call of the AMX bf16 GEMM kernel whose B
+// column blocks (32 columns = two of ours) are produced dequantized, rounded to bf16, straight in
+// its tile layout (woq_amx_pack_block: GemmCall::b_block_fn), each block once per call inside the
+// GEMM's one parallel region.
+struct WoqAmxCtx {
+    const WoqPacked* w = nullptr;
+    int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
+};
+void woq_amx_pack_block(const void* ctx, int64_t nb, void* packed);
+bool woq_amx_prefill_supports(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s);
+
+// WoqCompute::int8 (woq_vnni.cpp): X quantized per row to s8, VPDPBUSD on the packed q, any M.
+bool woq_vnni_supported();
+std::shared_ptr<const WoqKernel> create_woq_vnni(const WoqSpec& s);
+// The int8 mode's activation quantization of one row (the reference's, shared by the kernels):
+// sx = max|x| / 127 (1 when 0), q[k] = clamp(round_half_even(x[k] * (1 / sx)), -127, 127).
+float woq_quantize_row(const WoqSpec& s, const void* a_row, int8_t* q);
 
 }  // namespace xk::detail

@@ -1,0 +1,128 @@
+// WOQ prefill on AMX (entry amx:woq:dequant_gemm): bf16 X, M > 16. One call of the AMX bf16 GEMM
+// kernel (jit_gemm_amx.cpp) over the whole N with the caller's epilogue; its lazily packed B is
+// produced by woq_amx_pack_block instead of packed from a bf16 copy: the tile layout's 32-column
+// block nb is our blocks 2nb and 2nb + 1 (16 channels each), k step kb's tile t row p = the k-pair
+// (2p, 2p + 1) of 16 channels as bf16 pairs in dwords — exactly one u4 row of our block (16 bytes:
+// the pair's nibbles), or two s8 rows. Each pair is widened, fma(q, scale, offset) (the header's
+// weight), rounded to bf16 (nearest even, as the vector prefill's bf16 panel) and interleaved: a
+// few instructions per 64-byte tile row, once per call, claimed inside the GEMM's one parallel
+// region (the first task that needs a block produces it; the others wait on its flag).
+#include <immintrin.h>
+
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/woq/woq.hpp"
+
+#define XK_AMXW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+namespace xk::detail {
+
+namespace {
+constexpr int64_t kStep = 2048;  // bytes of one k step of a packed block (two 1 KiB tiles)
+
+XK_AMXW_TARGET inline __m512i rne_hi(__m512 v) {  // f32 rounded to bf16 (nearest even), in the high half
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+}
+}  // namespace
+
+XK_AMXW_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, void* packed) {
+    const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
+    const WoqPacked& w = *ctx.w;
+    const int64_t K = w.K, nkb = ctx.nkb;
+    auto* blk = static_cast<uint8_t*>(packed) + nb * nkb * kStep;
+    const bool u4 = w.type == WoqWeightType::u4;
+    for (int t = 0; t < 2; ++t) {
+        const int64_t b = 2 * nb + t;
+        if (b >= w.nblk) {  // past N: zeros
+            for (int64_t kb = 0; kb < nkb; ++kb) std::memset(blk + kb * kStep + t * 1024, 0, 1024);
+            continue;
+        }
+        const uint8_t* q = w.qb(b);
+        const float* sc = w.sb(b);
+        const float* of = w.ob(b);
+        for (int64_t kb = 0; kb < nkb; ++kb)
+            for (int p = 0; p < 16; ++p) {
+                uint8_t* dst = blk + kb * kStep + t * 1024 + p * 64;
+                const int64_t k = kb * 32 + 2 * p;
+                if (k >= K) {
+                    _mm512_storeu_si512(dst, _mm512_setzero_si512());
+                    continue;
+                }
+                const int64_t g = k / w.gs;  // (k + 1 is in the same group: group sizes are even or K)
+                const __m512 s = _mm512_loadu_ps(sc + g * 16);
+                const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
+                __m512 lo, hi;
+                if (u4) {
+                    const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k / 2) * 16)));
+                    lo = _mm512_cvtepi32_ps(_mm512_and_si512(bb, _mm512_set1_epi32(15)));
+                    hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bb, 4));
+                } else {
+                    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 16))));
+                    hi = k + 1 < K ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k + 1) * 16))))
+                                   : _mm512_setzero_ps();
+                }
+                const __m512i wl = rne_hi(_mm512_fmadd_ps(lo, s, o));
+                __m512i wh = rne_hi(_mm512_fmadd_ps(hi, s, o));
+                if (!u4 && k + 1 >= K) wh = _mm512_setzero_si512();  // (zero past K, not the offset)
+                _mm512_storeu_si512(dst, _mm512_or_si512(_mm512_srli_epi32(wl, 16), wh));
+            }
+    }
+}
+
+namespace {
+
+GemmDesc gemm_desc(const WoqSpec& s) {
+    GemmDesc gd;
+    gd.M = s.M, gd.N = s.N, gd.K = s.K;
+    gd.lda = s.lda, gd.ldb = s.N, gd.ldc = s.ldc;
+    gd.a_type = gd.b_type = DType::bf16;
+    gd.c_type = s.c_type;
+    gd.alpha = s.alpha_one ? 1.0f : 2.0f;  // (the class only: the values come with each call)
+    gd.beta = s.beta == BetaKind::zero ? 0.0f : s.beta == BetaKind::one ? 1.0f : 0.5f;
+    gd.epilogue = s.epilogue;
+    gd.residual_type = s.residual_type;
+    gd.ld_residual = s.ld_residual;
+    return gd;
+}
+
+class WoqAmxPrefill final : public WoqKernel {
+public:
+    explicit WoqAmxPrefill(const WoqSpec& s) : s_(s) {
+        gemm_ = create_gemm_amx_bf16(gemm_check_desc("xk::WoqPlan", gemm_desc(s)));
+    }
+    void run(const WoqCall& c) const override {
+        WoqAmxCtx ctx;
+        ctx.w = c.w;
+        ctx.nkb = (s_.K + 31) / 32;
+        GemmCall call;
+        call.args.A = c.args.A;
+        call.args.C = c.args.C;
+        call.args.bias = c.args.bias;
+        call.args.residual = c.args.residual;
+        call.alpha = c.alpha, call.beta = c.beta;
+        call.b_block_fn = &woq_amx_pack_block;
+        call.b_block_ctx = &ctx;
+        gemm_->run(call);
+    }
+
+private:
+    WoqSpec s_;
+    std::shared_ptr<const GemmKernel> gemm_;
+};
+
+}  // namespace
+
+bool woq_amx_prefill_supports(const WoqSpec& s) {
+    return s.compute == WoqCompute::exact && s.M > kWoqMaxDecodeM && s.a_type == DType::bf16 && s.K > 0 && s.N > 0;
+}
+
+std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s) { return std::make_shared<WoqAmxPrefill>(s); }
+
+}  // namespace xk::detail
