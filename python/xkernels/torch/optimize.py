@@ -35,6 +35,56 @@ def _gated_mlp(m):
                             modules.Linear.from_linear(d), "silu")
 
 
+_ATTN_CHILDREN = {"q_proj", "k_proj", "v_proj", "o_proj", "rotary_emb"}
+
+
+def _llama_attention(m):
+    """(xk LlamaAttention, None), (None, why) or (None, None) when `m` is no Llama-style attention:
+    q_proj / k_proj / v_proj / o_proj Linears and nothing else (no q / k norms ...), head counts
+    from its config or attributes."""
+    lin = [getattr(m, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    if not type(m).__name__.endswith("Attention") or not all(isinstance(v, nn.Linear) for v in lin):
+        return None, None
+    extra = sorted(set(n for n, _ in m.named_children()) - _ATTN_CHILDREN)
+    if extra:
+        return None, "has submodules %s beside q / k / v / o projections" % ", ".join(extra)
+    cfg = getattr(m, "config", None)
+    heads = getattr(m, "num_heads", None) or getattr(cfg, "num_attention_heads", None)
+    kv_heads = getattr(m, "num_key_value_heads", None) or getattr(cfg, "num_key_value_heads", None) or heads
+    q, k, v, o = lin
+    if not heads:
+        return None, "no num_heads / config.num_attention_heads"
+    head_dim = getattr(m, "head_dim", None) or q.out_features // heads
+    if q.out_features != heads * head_dim or k.out_features != kv_heads * head_dim or \
+            v.out_features != kv_heads * head_dim or heads % kv_heads or head_dim % 2 or \
+            o.in_features != heads * head_dim or (q.bias is None) != (k.bias is None) or \
+            (q.bias is None) != (v.bias is None):
+        return None, "projection shapes do not match %s heads / %s kv heads of %s" % (heads, kv_heads, head_dim)
+    new = modules.LlamaAttention(*(modules.Linear.from_linear(t) for t in lin), heads, kv_heads, head_dim,
+                                 getattr(m, "scaling", None), getattr(m, "layer_idx", 0) or 0,
+                                 getattr(m, "rotary_emb", None))
+    return new, None
+
+
+def _same_attention(old, new, dtype):
+    """Both attention modules agree on a random input with random RoPE angles and a causal mask."""
+    try:
+        g = torch.Generator().manual_seed(0)
+        H, T, D = new.q_proj.in_features, 5, new.head_dim
+        x = torch.randn(2, T, H, generator=g).to(dtype)
+        ang = torch.rand(1, T, D // 2, generator=g) * 6
+        cos, sin = torch.cat([ang.cos()] * 2, -1).to(dtype), torch.cat([ang.sin()] * 2, -1).to(dtype)
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None].to(dtype)
+        with torch.no_grad():
+            a = old(hidden_states=x, position_embeddings=(cos, sin), attention_mask=mask)
+            b = new(hidden_states=x, position_embeddings=(cos, sin), attention_mask=mask)
+        a, b = (a[0] if isinstance(a, tuple) else a).float(), b[0].float()
+        tol = 1e-3 if dtype == torch.float32 else 5e-2
+        return a.shape == b.shape and bool((a - b).norm() <= tol * b.norm() + 1e-6)
+    except Exception:
+        return False
+
+
 def _rms_norm(m):
     if not type(m).__name__.endswith("RMSNorm"):
         return None
@@ -106,6 +156,10 @@ def _replacement(child, path, dtype, skipped, quant=None):
             why = "no 1-D weight / eps attribute"
         elif not _same_output(child, new, new.hidden_size, _param_dtype(child, dtype)):
             new, why = None, "outputs differ from xk's RMSNorm (another formula)"
+    elif quant is None and type(child).__name__.endswith("Attention"):
+        new, why = _llama_attention(child)
+        if new is not None and not _same_attention(child, new, _param_dtype(child.q_proj, dtype)):
+            new, why = None, "q / k / v / o projections, but its forward is not Llama's RoPE + SDPA"
     elif quant is None:  # quantized: the MLP's Linears are replaced one by one instead
         new = _gated_mlp(child)
         if new is not None and not _same_output(child, new, new.gate_proj.in_features,
