@@ -14,7 +14,7 @@ from .. import _lib
 from . import _ops  # noqa: F401  (registers torch.ops.xk)
 from .modules import (GatedMLP, KVCache, LayerNorm, Linear, LlamaAttention, RMSNorm, XkDynamicInt8Linear,  # noqa: F401
                       XkWoqLinear)
-from .optimize import last_report, optimize  # noqa: F401
+from .optimize import last_report, optimize, smoothquant_factors  # noqa: F401
 
 OPS = ("linear", "gated_linear", "rms_norm", "layer_norm", "fused_add_rms_norm", "fused_add_layer_norm",
        "rotary_embedding", "silu_and_mul", "gelu_and_mul", "softmax", "quantize_per_tensor",

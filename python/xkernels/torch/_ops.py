@@ -697,8 +697,14 @@ def _qlinear_checks(x, qweight, scales, bias, activation, op):
     return t, N
 
 
-def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none"):
+def _smooth_checks(smooth, K):
+    if smooth is not None and (smooth.dtype != torch.float32 or tuple(smooth.shape) != (K,)):
+        raise ValueError("xk.dynamic_int8_linear: smooth must be float32 [%d]" % K)
+
+
+def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none", smooth=None):
     t, N = _qlinear_checks(x, qweight, w_scales, bias, activation, "dynamic_int8_linear")
+    _smooth_checks(smooth, x.shape[-1])
     K = x.shape[-1]
     out = x.new_empty(x.shape[:-1] + (N,))
     if out.numel() == 0 or K == 0:
@@ -706,24 +712,27 @@ def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none"):
     x2 = _c(x).view(-1, K)
     act = _ACT[activation]
     has_bias = bias is not None
+    has_smooth = smooth is not None
 
     def make():
         w, s = _c(qweight.detach()), _c(w_scales.detach())
-        return _quant.QLinearPlan(N, K, w.data_ptr(), s.data_ptr(), S8, t, t, has_bias, act)
+        return _quant.QLinearPlan(N, K, w.data_ptr(), s.data_ptr(), S8, t, t, has_bias, act, has_smooth)
 
-    plan = _derived.get(("qlinear", t, has_bias, act), (qweight, w_scales), make)
+    plan = _derived.get(("qlinear", t, has_bias, act, has_smooth), (qweight, w_scales), make)
     b = _bias_arg(bias)
-    plan.run(x2.shape[0], x2.data_ptr(), out.data_ptr(), None if b is None else b.data_ptr())
+    plan.run(x2.shape[0], x2.data_ptr(), out.data_ptr(), None if b is None else b.data_ptr(),
+             None if smooth is None else _c(smooth).data_ptr())
     return out
 
 
-def _dynamic_int8_linear_fake(x, qweight, w_scales, bias=None, activation="none"):
+def _dynamic_int8_linear_fake(x, qweight, w_scales, bias=None, activation="none", smooth=None):
     _, N = _qlinear_checks(x, qweight, w_scales, bias, activation, "dynamic_int8_linear")
+    _smooth_checks(smooth, x.shape[-1])
     return x.new_empty(x.shape[:-1] + (N,))
 
 
 _define("dynamic_int8_linear(Tensor x, Tensor qweight, Tensor w_scales, Tensor? bias=None, "
-        "str activation=\"none\") -> Tensor", _dynamic_int8_linear, _dynamic_int8_linear_fake)
+        "str activation=\"none\", Tensor? smooth=None) -> Tensor", _dynamic_int8_linear, _dynamic_int8_linear_fake)
 
 
 def _woq_checks(x, qweight, scales, group_size, bits, bias, activation, op):

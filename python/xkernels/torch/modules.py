@@ -187,17 +187,29 @@ class XkDynamicInt8Linear(nn.Module):
     keep the quantized weight; the xk plan is built per process on first use. x float32 / bfloat16,
     y in x's dtype."""
 
-    def __init__(self, in_features, out_features, bias=True, activation="none", dtype=torch.float32):
+    def __init__(self, in_features, out_features, bias=True, activation="none", dtype=torch.float32, smooth=False):
         super().__init__()
         self.in_features, self.out_features, self.activation = in_features, out_features, activation
         self.register_buffer("qweight", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("w_scales", torch.ones(out_features, dtype=torch.float32))
+        # SmoothQuant: f32 [K] 1 / s (x * smooth is quantized; the weights carry s); None otherwise
+        self.register_buffer("smooth", torch.ones(in_features, dtype=torch.float32) if smooth else None)
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False) if bias else None
 
     @classmethod
-    def from_linear(cls, m, activation="none"):
-        new = cls(m.in_features, m.out_features, m.bias is not None, activation, m.weight.dtype)
-        q, s = quantize_weight_int8(m.weight)
+    def from_linear(cls, m, activation="none", smooth_factors=None):
+        """smooth_factors: SmoothQuant's s [K] (f32): the weights are quantized as W diag(s) and each
+        call quantizes x diag(1 / s), the `smooth` buffer (see smoothquant_factors())."""
+        new = cls(m.in_features, m.out_features, m.bias is not None, activation, m.weight.dtype,
+                  smooth_factors is not None)
+        w = m.weight.detach()
+        if smooth_factors is not None:
+            s = smooth_factors.float().contiguous()
+            w = w.float().contiguous().clone()
+            from .. import _quant
+            _quant.smoothquant_fold_weight(w.shape[0], w.shape[1], w.data_ptr(), s.data_ptr())
+            new.smooth.copy_(1.0 / s)
+        q, s = quantize_weight_int8(w)
         new.qweight.copy_(q)
         new.w_scales.copy_(s)
         if m.bias is not None:
@@ -207,11 +219,13 @@ class XkDynamicInt8Linear(nn.Module):
     def forward(self, x):
         dtype = x.dtype
         xx = x if dtype in (torch.float32, torch.bfloat16) else x.float()
-        return _match_dtype(xk.dynamic_int8_linear(xx, self.qweight, self.w_scales, self.bias, self.activation), dtype)
+        y = xk.dynamic_int8_linear(xx, self.qweight, self.w_scales, self.bias, self.activation, self.smooth)
+        return _match_dtype(y, dtype)
 
     def extra_repr(self):
-        return "in_features=%d, out_features=%d, bias=%s, int8 per-channel weights, int8 per-token x" % (
-            self.in_features, self.out_features, self.bias is not None)
+        return "in_features=%d, out_features=%d, bias=%s, int8 per-channel weights, int8 per-token x%s" % (
+            self.in_features, self.out_features, self.bias is not None,
+            ", SmoothQuant" if self.smooth is not None else "")
 
 
 class XkWoqLinear(nn.Module):

@@ -8,7 +8,55 @@ from torch import nn
 from . import modules
 
 _last = {"replaced": [], "skipped": [], "dtype": None, "quantization": None}
-QUANTIZATIONS = ("dynamic_int8", "woq_int8", "woq_int4")
+QUANTIZATIONS = ("dynamic_int8", "woq_int8", "woq_int4", "smoothquant")
+
+
+def _run_calibration(model, calib_data):
+    for batch in calib_data:
+        if isinstance(batch, dict):
+            model(**batch)
+        elif isinstance(batch, (tuple, list)):
+            model(*batch)
+        else:
+            model(batch)
+
+
+def smoothquant_factors(model, calib_data, alpha=0.5):
+    """SmoothQuant calibration (Xiao et al. 2023; include/xk/qlinear.hpp): runs `model` on every item
+    of calib_data (a tensor, a tuple of positional arguments or a dict of keyword arguments) and
+    returns {nn.Linear: s [in_features] f32} with s_j = max|X_j|^alpha / max|W_j|^(1 - alpha), X the
+    Linear's inputs seen (per input channel abs-max over all batches, xk_smoothquant_observe)."""
+    from .. import _quant
+    stats, hooks = {}, []
+
+    def observe(mod, args):
+        x = args[0].detach()
+        if x.dtype not in (torch.float32, torch.bfloat16):
+            x = x.float()
+        x = x.contiguous()
+        K = x.shape[-1]
+        a = stats.setdefault(mod, torch.zeros(K, dtype=torch.float32))
+        if x.numel():
+            _quant.smoothquant_observe(x.numel() // K, K, x.data_ptr(), x.dtype == torch.bfloat16, a.data_ptr())
+
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            hooks.append(m.register_forward_pre_hook(observe))
+    try:
+        with torch.no_grad():
+            _run_calibration(model, calib_data)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = {}
+    for m, act in stats.items():
+        w = m.weight.detach().float().contiguous()
+        wmax = torch.zeros(w.shape[1], dtype=torch.float32)
+        _quant.smoothquant_weight_absmax(w.shape[0], w.shape[1], w.data_ptr(), wmax.data_ptr())
+        s = torch.empty_like(wmax)
+        _quant.smoothquant_factors(w.shape[1], act.data_ptr(), wmax.data_ptr(), float(alpha), s.data_ptr())
+        out[m] = s
+    return out
 
 
 def _is_silu(act):
@@ -125,9 +173,14 @@ def _param_dtype(m, default):
 
 def _quantized_linear(child, quant):
     """(module, None) or (None, why) for nn.Linear `child` under quant = (name, group_size)."""
-    name, group_size = quant
+    name, group_size = quant[:2]
     if name == "dynamic_int8":
         return modules.XkDynamicInt8Linear.from_linear(child), None
+    if name == "smoothquant":
+        s = quant[2].get(child)
+        if s is None:
+            return None, "not reached by the calibration data: kept in float"
+        return modules.XkDynamicInt8Linear.from_linear(child, smooth_factors=s), None
     bits = 8 if name == "woq_int8" else 4
     K = child.in_features
     if (group_size and K % group_size) or (bits == 4 and K % 2):
@@ -181,10 +234,11 @@ def _replace(model, prefix, dtype, log, skipped, quant=None):
             _replace(child, path + ".", dtype, log, skipped, quant)
 
 
-DEFAULT_GROUP_SIZE = {"dynamic_int8": 0, "woq_int8": 0, "woq_int4": 128}
+DEFAULT_GROUP_SIZE = {"dynamic_int8": 0, "woq_int8": 0, "woq_int4": 128, "smoothquant": 0}
 
 
-def optimize(model, dtype=torch.float32, quantization=None, inplace=False, group_size=None):
+def optimize(model, dtype=torch.float32, quantization=None, inplace=False, group_size=None, calib_data=None,
+             alpha=0.5):
     """Returns `model` (a deep copy unless inplace=True) in eval mode with its parameters in `dtype`
     (float32 or bfloat16: feed it inputs of that dtype) and its nn.Linear, nn.LayerNorm, RMSNorm
     (nn.RMSNorm, Hugging Face LlamaRMSNorm-style) modules and SwiGLU MLPs (gate_proj / up_proj /
@@ -198,6 +252,13 @@ def optimize(model, dtype=torch.float32, quantization=None, inplace=False, group
                       (group_size 0 unless given), float activations;
       "woq_int4":     every nn.Linear whose in_features is a multiple of group_size (default 128) ->
                       XkWoqLinear(bits=4); the others stay float (info() lists them).
+      "smoothquant":  SmoothQuant W8A8 (dynamic per-token int8 activations): calib_data (an iterable of
+                      model inputs: tensors, tuples of arguments or dicts of keyword arguments) is
+                      run through the float model first; each nn.Linear gets s_j = max|X_j|^alpha /
+                      max|W_j|^(1 - alpha) (alpha default 0.5), its weights are quantized as W diag(s)
+                      and each call quantizes x diag(1 / s) per token (the smoothing is applied inside
+                      xk's quantize step, nothing is folded into the norms: exact for any producer of
+                      x). Linears the calibration never reached stay float.
     The SwiGLU MLP fusion is not applied when quantizing (its three Linears are quantized instead)."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError("xkernels.torch.optimize: quantization=%r: expected None or one of %s" %
@@ -205,8 +266,8 @@ def optimize(model, dtype=torch.float32, quantization=None, inplace=False, group
     quant = None
     if quantization is not None:
         g = DEFAULT_GROUP_SIZE[quantization] if group_size is None else group_size
-        if quantization == "dynamic_int8" and g != 0:
-            raise ValueError("xkernels.torch.optimize: dynamic_int8 quantizes per output channel (group_size 0)")
+        if quantization in ("dynamic_int8", "smoothquant") and g != 0:
+            raise ValueError("xkernels.torch.optimize: %s quantizes per output channel (group_size 0)" % quantization)
         if g not in (0, 32, 64, 128, 256):
             raise ValueError("xkernels.torch.optimize: group_size=%r: expected 0 (per channel), 32, 64, 128 or 256" % g)
         quant = (quantization, g)
@@ -215,6 +276,12 @@ def optimize(model, dtype=torch.float32, quantization=None, inplace=False, group
     if not inplace:
         model = copy.deepcopy(model)
     model.eval()
+    if quantization == "smoothquant":
+        if calib_data is None:
+            raise ValueError("xkernels.torch.optimize: quantization='smoothquant' needs calib_data")
+        quant = quant + (smoothquant_factors(model.float(), calib_data, alpha),)
+    elif calib_data is not None:
+        raise ValueError("xkernels.torch.optimize: calib_data is only used with quantization='smoothquant'")
     model.to(dtype)
     log, skipped = [], []
     root = _replacement(model, "", dtype, skipped, quant)
