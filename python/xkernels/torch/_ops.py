@@ -3,6 +3,7 @@ data_ptr() through ctypes, and a fake kernel so torch.compile traces through the
 is compiled against torch: the same files work in every torch with torch.library.register_fake
 (>= 2.4)."""
 import ctypes
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -169,18 +170,41 @@ _byref = ctypes.byref
 _run_packed = L.gemm_plan_run_packed
 
 
-def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out):
-    M = x2.shape[0]
+_tls = threading.local()  # one reusable xk_gemm_args per thread (filling it beats building one)
+
+
+def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out, M=None):
+    """out[M, N] = x2[M, K] packed^T (+ bias, act, residual): x2 / out contiguous (x2 any shape when M
+    is given: its rows are read as M x K)."""
+    if M is None:
+        M = x2.shape[0]
     res_type = None if residual is None else (F32 if residual.dtype is _T32 else BF16)
     key = (M, N, K, t, t, 0 if bias is None else 1, act, res_type)
     plan = _plans.get(key)
     if plan is None:
         plan = _plan(*key)
-    args = _GemmArgs(x2.data_ptr(), None, out.data_ptr(), None if bias is None else bias.data_ptr(),
-                     None if residual is None else residual.data_ptr())
-    st = _run_packed(plan.h, _byref(args), packed.h)
+    try:
+        args = _tls.gemm_args
+    except AttributeError:
+        args = _tls.gemm_args = _GemmArgs()
+        _tls.gemm_args_ref = _byref(args)
+    args.A = x2.data_ptr()
+    args.C = out.data_ptr()
+    args.bias = None if bias is None else bias.data_ptr()
+    args.residual = None if residual is None else residual.data_ptr()
+    st = _run_packed(plan.h, _tls.gemm_args_ref, packed.h)
     if st:
         check(st)
+
+
+def _out_shape(shape, N):
+    """shape[:-1] + (N,) as a tuple (slicing a torch.Size costs more than this)."""
+    nd = len(shape)
+    if nd == 2:
+        return (shape[0], N)
+    if nd == 3:
+        return (shape[0], shape[1], N)
+    return (N,) if nd == 1 else tuple(shape)[:-1] + (N,)
 
 
 # ---- linear --------------------------------------------------------------------------------------
@@ -203,18 +227,26 @@ def _linear_checks(x, weight, bias, residual, op):
 
 
 def _linear(x, weight, bias=None, activation="none", residual=None):
-    t, N = _linear_checks(x, weight, bias, residual, "linear")
-    K = x.shape[-1]
-    out = x.new_empty(x.shape[:-1] + (N,))
-    if K == 0 or out.numel() == 0:
+    # the per-call path: checks inlined for the common case, no views, one allocation
+    dt, xs, ws = x.dtype, x.shape, weight.shape
+    if weight.dtype is not dt or len(ws) != 2 or not xs or ws[1] != xs[-1] or (dt is not _T32 and dt is not _T16) \
+            or (bias is not None and (bias.shape != (ws[0],) or not bias.is_floating_point())) or residual is not None:
+        t, N = _linear_checks(x, weight, bias, residual, "linear")
+    else:
+        t, N = (F32 if dt is _T32 else BF16), ws[0]
+    K = xs[-1]
+    out = x.new_empty(_out_shape(xs, N))
+    M = x.numel() // K if K else 0
+    if M == 0 or N == 0:
         return _linear_empty(out, bias, activation, residual)
-    x2 = (x if x.is_contiguous() else x.contiguous()).view(-1, K)
+    if not x.is_contiguous():
+        x = x.contiguous()
     packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t))
     if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
         bias = _bias_f32(bias)
     if residual is not None and not residual.is_contiguous():
         residual = residual.contiguous()
-    _gemm_packed(x2, packed, N, K, t, bias, _ACT[activation], residual, out)
+    _gemm_packed(x, packed, N, K, t, bias, _ACT[activation], residual, out, M)
     return out
 
 
