@@ -18,9 +18,13 @@ if minilm.model_zip() is None:
 import xkernels.torch as xkt  # noqa: E402
 
 
+TOK = []
+
+
 @pytest.fixture(scope="module")
 def loaded():
     model, tok = minilm.load()
+    TOK[:] = [tok]
     ids, mask = tok.batch(minilm.SENTENCES)
     with torch.inference_mode():
         ref = model(ids, mask)
@@ -36,10 +40,14 @@ def test_reference_is_sensible(loaded):
 
 @pytest.mark.parametrize("dtype,quantization,min_cos", [(torch.float32, None, 0.99999),
                                                          (torch.bfloat16, None, 0.999),
-                                                         (torch.float32, "dynamic_int8", 0.99)])
+                                                         (torch.float32, "dynamic_int8", 0.99),
+                                                         (torch.float32, "smoothquant", 0.99)])
 def test_optimized_matches_stock(loaded, dtype, quantization, min_cos):
     model, ids, mask, ref = loaded
-    opt = xkt.optimize(model, dtype=dtype, quantization=quantization)
+    calib = [TOK[0].batch(minilm.CALIBRATION)] if quantization == "smoothquant" else None
+    opt = xkt.optimize(model, dtype=dtype, quantization=quantization, calib_data=calib)
+    if quantization is None:
+        assert sum(isinstance(m, xkt.BertSelfAttention) for m in opt.modules()) == 6, xkt.info()
     assert not any(isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)) for m in opt.modules())
     with torch.inference_mode():
         got = opt(ids, mask).float()
@@ -65,3 +73,9 @@ def test_same_as_transformers_bert(loaded):
         m = mask[..., None].float()
         emb = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1)
     torch.testing.assert_close(emb, ref, rtol=0, atol=1e-5)
+    # optimize() on transformers' own BertModel: its self-attention modules are recognised too
+    opt = xkt.optimize(hf)
+    assert sum(isinstance(m, xkt.BertSelfAttention) for m in opt.modules()) == 6, xkt.info()
+    with torch.inference_mode():
+        got = opt(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[mask.bool()], h[mask.bool()], rtol=0, atol=1e-4)

@@ -12,7 +12,7 @@ import torch
 
 from .. import _lib
 from . import _ops  # noqa: F401  (registers torch.ops.xk)
-from .modules import (GatedMLP, KVCache, LayerNorm, Linear, LlamaAttention, RMSNorm, XkDynamicInt8Linear,  # noqa: F401
+from .modules import (BertSelfAttention, GatedMLP, KVCache, LayerNorm, Linear, LlamaAttention, RMSNorm, XkDynamicInt8Linear,  # noqa: F401
                       XkWoqLinear)
 from .optimize import last_report, optimize, smoothquant_factors  # noqa: F401
 

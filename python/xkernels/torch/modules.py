@@ -421,3 +421,39 @@ class LlamaAttention(nn.Module):
 
     def extra_repr(self):
         return "heads=%d, kv_heads=%d, head_dim=%d" % (self.num_heads, self.num_kv_heads, self.head_dim)
+
+
+class BertSelfAttention(nn.Module):
+    """Bidirectional multi-head self-attention over query / key / value Linears (Hugging Face's
+    BertSelfAttention and its look-alikes: RoBERTa, MiniLM ...) on xk: the three projections as one
+    GEMM, then fused SDPA with the (padding) mask; forward(hidden_states, attention_mask=None, ...)
+    returns what the replaced module returned (a tensor, or a tuple led by the context)."""
+
+    def __init__(self, query, key, value, num_heads, scaling=None, tuple_len=0):
+        super().__init__()
+        self.query, self.key, self.value = query, key, value
+        self.num_heads = num_heads
+        self.head_dim = query.out_features // num_heads
+        self.scaling = self.head_dim ** -0.5 if scaling is None else float(scaling)
+        self.tuple_len = tuple_len
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        B, T, _ = hidden_states.shape
+        H, D = self.num_heads, self.head_dim
+        w = self.query.weight
+        x = _match_dtype(hidden_states, w.dtype)
+        bs = [self.query.bias, self.key.bias, self.value.bias]
+        qkv = xk.fused_linear(x, [w, self.key.weight, self.value.weight], None if bs[0] is None else bs)
+        q = qkv[..., :H * D].reshape(B, T, H, D)
+        k = qkv[..., H * D:2 * H * D].reshape(B, T, H, D)
+        v = qkv[..., 2 * H * D:].reshape(B, T, H, D)
+        mask = None if attention_mask is None else _additive_mask(attention_mask, B, T, T)
+        if attention_mask is not None and mask is None:
+            raise ValueError("xk BertSelfAttention: attention_mask of shape %s is not supported" %
+                             (tuple(attention_mask.shape),))
+        o = xk.attention(q, k, v, None, None, self.scaling, False, 0, mask)
+        o = _match_dtype(o.reshape(B, T, H * D), hidden_states.dtype)
+        return o if not self.tuple_len else (o,) + (None,) * (self.tuple_len - 1)
+
+    def extra_repr(self):
+        return "heads=%d, head_dim=%d" % (self.num_heads, self.head_dim)

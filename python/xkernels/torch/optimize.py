@@ -133,6 +133,46 @@ def _same_attention(old, new, dtype):
         return False
 
 
+def _bert_self_attention(m, dtype):
+    """(xk BertSelfAttention, None), (None, why) or (None, None) when `m` is no BERT-style
+    self-attention: query / key / value Linears (dropout aside, nothing else), not causal / decoder;
+    checked numerically against the module on a padded batch (which also tells its return form)."""
+    lin = [getattr(m, n, None) for n in ("query", "key", "value")]
+    if not type(m).__name__.endswith("SelfAttention") or not all(isinstance(v, nn.Linear) for v in lin):
+        return None, None
+    extra = sorted(n for n, c in m.named_children() if n not in ("query", "key", "value")
+                   and not isinstance(c, nn.Dropout))
+    if extra:
+        return None, "has submodules %s beside query / key / value" % ", ".join(extra)
+    if getattr(m, "is_decoder", False) or getattr(m, "is_causal", False):
+        return None, "decoder / causal self-attention"
+    cfg = getattr(m, "config", None)
+    heads = getattr(m, "num_attention_heads", None) or getattr(m, "heads", None) or getattr(m, "num_heads", None) \
+        or getattr(cfg, "num_attention_heads", None)
+    q, k, v = lin
+    if not heads or q.out_features % heads or k.out_features != q.out_features or v.out_features != q.out_features \
+            or (q.bias is None) != (k.bias is None) or (q.bias is None) != (v.bias is None):
+        return None, "projection shapes do not match %s heads" % heads
+    new = modules.BertSelfAttention(*(modules.Linear.from_linear(t) for t in lin), heads, getattr(m, "scaling", None))
+    try:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 5, q.in_features, generator=g).to(dtype)
+        mask = torch.zeros(2, 1, 1, 5, dtype=dtype)
+        mask[1, ..., 3:] = torch.finfo(dtype).min
+        with torch.no_grad():
+            a = m(x, mask)
+            n = len(a) if isinstance(a, tuple) else 0
+            a = (a[0] if n else a).float()
+            b = new(x, mask).float()
+        tol = 1e-3 if dtype == torch.float32 else 5e-2
+        if a.shape != b.shape or not bool((a - b).norm() <= tol * a.norm() + 1e-6):
+            return None, "query / key / value, but its forward is not softmax(q k^T / sqrt(d) + mask) v"
+    except Exception as e:  # another signature or semantics
+        return None, "query / key / value, but calling it like BERT's self-attention failed (%s)" % type(e).__name__
+    new.tuple_len = n
+    return new, None
+
+
 def _rms_norm(m):
     if not type(m).__name__.endswith("RMSNorm"):
         return None
@@ -209,10 +249,13 @@ def _replacement(child, path, dtype, skipped, quant=None):
             why = "no 1-D weight / eps attribute"
         elif not _same_output(child, new, new.hidden_size, _param_dtype(child, dtype)):
             new, why = None, "outputs differ from xk's RMSNorm (another formula)"
-    elif quant is None and type(child).__name__.endswith("Attention"):
+    elif quant is None and type(child).__name__.endswith("Attention") and not type(child).__name__.endswith(
+            "SelfAttention"):
         new, why = _llama_attention(child)
         if new is not None and not _same_attention(child, new, _param_dtype(child.q_proj, dtype)):
             new, why = None, "q / k / v / o projections, but its forward is not Llama's RoPE + SDPA"
+    elif quant is None and type(child).__name__.endswith("SelfAttention"):
+        new, why = _bert_self_attention(child, _param_dtype(child.query, dtype) if hasattr(child, "query") else dtype)
     elif quant is None:  # quantized: the MLP's Linears are replaced one by one instead
         new = _gated_mlp(child)
         if new is not None and not _same_output(child, new, new.gate_proj.in_features,
