@@ -257,10 +257,11 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8, help="sentences per forward (the 8 examples, repeated)")
+    ap.add_argument("--model-zip", default=None, help="the package's model.zip where the package is not installed")
     a = ap.parse_args()
     import xkernels.torch as xkt
     xkt.set_num_threads(a.threads)
-    model, tok = load()
+    model, tok = load(a.model_zip)
     texts = (SENTENCES * (a.batch // len(SENTENCES) + 1))[:a.batch]
     ids, mask = tok.batch(texts)
     with torch.inference_mode():
