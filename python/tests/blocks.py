@@ -111,3 +111,120 @@ class BertLayer(nn.Module):
         a = (s @ v).transpose(1, 2).reshape(B, T, H)
         x = self.attn_norm(x + self.attn_out(a))
         return self.out_norm(x + self.output(self.act(self.intermediate(x))))
+
+
+# ---- Hugging Face transformers >= 4.48 style Llama (LlamaAttention takes position_embeddings and a
+# cache object with update(); the decoder layer passes them through) ------------------------------
+
+class LlamaConfig:
+    def __init__(self, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=160,
+                 rope_theta=10000.0, rms_norm_eps=1e-6):
+        self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
+        self.num_key_value_heads, self.intermediate_size = num_key_value_heads, intermediate_size
+        self.rope_theta, self.rms_norm_eps = rope_theta, rms_norm_eps
+        self.head_dim = hidden_size // num_attention_heads
+
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d = config.head_dim
+        self.register_buffer("inv_freq", 1.0 / (config.rope_theta ** (torch.arange(0, d, 2).float() / d)),
+                             persistent=False)
+
+    def forward(self, x, position_ids):
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class HFLlamaAttention(nn.Module):
+    """transformers' LlamaAttention (sdpa path), same attributes and forward signature."""
+
+    def __init__(self, config, layer_idx=0):
+        super().__init__()
+        self.config, self.layer_idx = config, layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim ** -0.5
+        self.is_causal = True
+        H, hq, hkv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+        self.q_proj = nn.Linear(H, hq * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(H, hkv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(H, hkv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(hq * self.head_dim, H, bias=False)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask=None, past_key_value=None,
+                cache_position=None, **kwargs):
+        shape = hidden_states.shape[:-1] + (-1, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
+        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if past_key_value is not None:
+            k, v = past_key_value.update(k, v, self.layer_idx, {"sin": sin, "cos": cos})
+        k = k.repeat_interleave(self.num_key_value_groups, dim=1)
+        v = v.repeat_interleave(self.num_key_value_groups, dim=1)
+        causal = attention_mask is None and q.shape[2] > 1
+        o = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, is_causal=causal,
+                                                       scale=self.scaling)
+        o = o.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1).contiguous()
+        return self.o_proj(o), None
+
+
+class HFLlamaDecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx=0):
+        super().__init__()
+        self.self_attn = HFLlamaAttention(config, layer_idx)
+        self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask=None, past_key_value=None, **kwargs):
+        h, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), position_embeddings=position_embeddings,
+                              attention_mask=attention_mask, past_key_value=past_key_value)
+        hidden_states = hidden_states + h
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+class HFLlamaModel(nn.Module):
+    """Layers + rotary embedding + final norm (no embedding table: takes hidden states)."""
+
+    def __init__(self, config, layers=2):
+        super().__init__()
+        self.config = config
+        self.layers = nn.ModuleList(HFLlamaDecoderLayer(config, i) for i in range(layers))
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+        self.norm = LlamaRMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, past_key_values=None, attention_mask=None):
+        start = 0 if past_key_values is None else past_key_values.get_seq_length()
+        pos = torch.arange(start, start + x.shape[1])[None]
+        pe = self.rotary_emb(x, pos)
+        for layer in self.layers:
+            x = layer(x, pe, attention_mask, past_key_values)
+        return self.norm(x)
+
+
+class DynamicCache:
+    """transformers' DynamicCache, reduced to what the attention modules call."""
+
+    def __init__(self):
+        self.k, self.v = {}, {}
+
+    def get_seq_length(self, layer_idx=0):
+        return 0 if layer_idx not in self.k else self.k[layer_idx].shape[2]
+
+    def update(self, k, v, layer_idx, cache_kwargs=None, **kwargs):
+        if layer_idx in self.k:
+            self.k[layer_idx] = torch.cat([self.k[layer_idx], k], 2)
+            self.v[layer_idx] = torch.cat([self.v[layer_idx], v], 2)
+        else:
+            self.k[layer_idx], self.v[layer_idx] = k, v
+        return self.k[layer_idx], self.v[layer_idx]

@@ -105,12 +105,22 @@ class WoqArgs(ctypes.Structure):
     _fields_ = [("A", c_p), ("C", c_p), ("bias", c_p), ("residual", c_p)]
 
 
+# include/xk/c/attention.h: xk_kv_layout
+KV_CONTIGUOUS, KV_PAGED = 0, 1
+
+
+class KvCacheDesc(ctypes.Structure):
+    _fields_ = [("layout", c_int), ("dtype", c_int), ("batch", c_i64), ("kv_heads", c_i64), ("head_dim", c_i64),
+                ("capacity", c_i64), ("block_size", c_i64), ("num_blocks", c_i64), ("max_blocks_per_seq", c_i64)]
+
+
 # sizeof / offsetof of the C structs (x86-64), checked by the tests against the ctypes layouts above
 C_LAYOUTS = {"QLinearDesc": (80, {"ldx": 32, "smooth": 48, "ld_residual": 72}),
              "QLinearWeight": (32, {"data": 8, "ld": 16, "scales": 24}),
              "QLinearArgs": (56, {"x_scale": 40, "y_zero_point": 52}),
              "WoqDesc": (88, {"lda": 40, "alpha": 56, "ld_residual": 80}),
-             "WoqArgs": (32, {"residual": 24})}
+             "WoqArgs": (32, {"residual": 24}),
+             "KvCacheDesc": (64, {"batch": 8, "capacity": 32, "max_blocks_per_seq": 56})}
 
 
 P = c_p
@@ -193,7 +203,21 @@ _OPTIONAL = {"xk_get_num_threads": ([], c_int),
              # woq (include/xk/c/woq.h)
              "xk_woq_pack": ([c_int, c_i64, c_i64, c_i64, P, c_i64, P, P, P], c_int),
              "xk_woq_weight_destroy": ([P], None), "xk_woq_dequantize": ([P, P], c_int),
-             "xk_woq_desc_init": ([P], None), "xk_woq_gemm": ([P, P, P], c_int)}
+             "xk_woq_desc_init": ([P], None), "xk_woq_gemm": ([P, P, P], c_int),
+             "xk_smoothquant_observe_f32": ([c_i64, c_i64, P, c_i64, P], c_int),
+             "xk_smoothquant_observe_bf16": ([c_i64, c_i64, P, c_i64, P], c_int),
+             "xk_smoothquant_weight_absmax": ([c_i64, c_i64, P, c_i64, P], c_int),
+             "xk_smoothquant_factors": ([c_i64, P, P, c_f32, P], c_int),
+             "xk_smoothquant_fold_weight": ([c_i64, c_i64, P, c_i64, P], c_int),
+             # attention (include/xk/c/attention.h)
+             "xk_kv_cache_desc_init": ([P], None),
+             "xk_kv_cache_append": ([P, P, P, P, c_i64, c_int, P, P, P, P], c_int),
+             "xk_cached_attention_f32": ([P, P, P, P, c_i64, c_i64, P, P, P, P, P, c_f32], c_int),
+             "xk_cached_attention_bf16": ([P, P, P, P, c_i64, c_i64, P, P, P, P, P, c_f32], c_int),
+             "xk_attention_f32": ([c_i64, c_i64, c_i64, c_i64, c_i64, c_i64, P, P, P, P, P, P, P, c_f32, c_int,
+                                   c_i64, P, c_i64], c_int),
+             "xk_attention_bf16": ([c_i64, c_i64, c_i64, c_i64, c_i64, c_i64, P, P, P, P, P, P, P, c_f32, c_int,
+                                    c_i64, P, c_i64], c_int)}
 
 
 def _candidates():

@@ -21,26 +21,28 @@ class QLinearPlan:
     (weight_type F32 / BF16, scales None: quantized by the plan). The plan copies and packs the
     weights: the buffers may go once it is made."""
 
-    __slots__ = ("h", "N", "K", "x_type", "y_type", "bias", "act")
+    __slots__ = ("h", "N", "K", "x_type", "y_type", "bias", "act", "smooth")
 
     def __init__(self, N, K, weight, scales=None, weight_type=_lib.S8, x_type=_lib.F32, y_type=_lib.F32,
-                 bias=False, act=0):
+                 bias=False, act=0, smooth=False):
         L = _lib.lib()
         self.h = None
         _need(L, "qlinear_create")
         d = _lib.QLinearDesc()
         L.qlinear_desc_init(_byref(d))
         d.N, d.K, d.quant, d.x_type, d.y_type = N, K, _lib.QLINEAR_DYNAMIC_PER_TOKEN, x_type, y_type
-        d.bias, d.act = int(bool(bias)), act
+        d.bias, d.act, d.smooth = int(bool(bias)), act, int(bool(smooth))
         w = _lib.QLinearWeight(weight_type, weight, 0, scales)
         h = ctypes.c_void_p()
         check(L.qlinear_create(_byref(d), _byref(w), _byref(h)))
         self.h = h.value
         self.N, self.K, self.x_type, self.y_type, self.bias, self.act = N, K, x_type, y_type, bool(bias), act
+        self.smooth = bool(smooth)
 
-    def run(self, M, x, y, bias=None):
-        """x [M, K] -> y [M, N] (contiguous rows); bias: f32 [N] address when the plan has one."""
-        a = _lib.QLinearArgs(x, y, bias, None, None, 1.0, 0, 1.0, 0)
+    def run(self, M, x, y, bias=None, smooth=None):
+        """x [M, K] -> y [M, N] (contiguous rows); bias: f32 [N] address when the plan has one; smooth:
+        f32 [K] address (x[m, k] * smooth[k] before quantizing) when the plan was made with smooth."""
+        a = _lib.QLinearArgs(x, y, bias, None, smooth, 1.0, 0, 1.0, 0)
         st = _lib.lib().qlinear_run(self.h, M, _byref(a))
         if st:
             check(st)
@@ -98,3 +100,24 @@ class WoqWeight:
         if self.h:
             _lib.lib().woq_weight_destroy(self.h)
             self.h = None
+
+
+# ---- SmoothQuant (include/xk/c/qlinear.h): raw addresses, f32 buffers -----------------------------------
+
+def smoothquant_observe(rows, K, x, bf16, absmax):
+    """absmax[j] = max(absmax[j], max |x[:, j]|) over `rows` contiguous rows of K (f32 or bf16)."""
+    L = _lib.lib()
+    f = L.smoothquant_observe_bf16 if bf16 else L.smoothquant_observe_f32
+    check(f(rows, K, x, 0, absmax))
+
+
+def smoothquant_weight_absmax(N, K, w, absmax):
+    check(_lib.lib().smoothquant_weight_absmax(N, K, w, 0, absmax))
+
+
+def smoothquant_factors(K, act_absmax, weight_absmax, alpha, s):
+    check(_lib.lib().smoothquant_factors(K, act_absmax, weight_absmax, alpha, s))
+
+
+def smoothquant_fold_weight(N, K, w, s):
+    check(_lib.lib().smoothquant_fold_weight(N, K, w, 0, s))

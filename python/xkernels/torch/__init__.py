@@ -12,13 +12,15 @@ import torch
 
 from .. import _lib
 from . import _ops  # noqa: F401  (registers torch.ops.xk)
-from .modules import GatedMLP, LayerNorm, Linear, RMSNorm, XkDynamicInt8Linear, XkWoqLinear  # noqa: F401
-from .optimize import last_report, optimize  # noqa: F401
+from .modules import (BertSelfAttention, GatedMLP, KVCache, LayerNorm, Linear, LlamaAttention, RMSNorm, XkDynamicInt8Linear,  # noqa: F401
+                      XkWoqLinear)
+from .optimize import last_report, optimize, smoothquant_factors  # noqa: F401
 
 OPS = ("linear", "gated_linear", "rms_norm", "layer_norm", "fused_add_rms_norm", "fused_add_layer_norm",
        "rotary_embedding", "silu_and_mul", "gelu_and_mul", "softmax", "quantize_per_tensor",
        "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel", "dynamic_quantize_per_token",
-       "embedding_bag", "dynamic_int8_linear", "woq_linear")
+       "embedding_bag", "dynamic_int8_linear", "woq_linear", "attention", "kv_cache_append", "cached_attention",
+       "fused_linear")
 
 
 def set_num_threads(n):

@@ -3,6 +3,7 @@ data_ptr() through ctypes, and a fake kernel so torch.compile traces through the
 is compiled against torch: the same files work in every torch with torch.library.register_fake
 (>= 2.4)."""
 import ctypes
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -169,18 +170,41 @@ _byref = ctypes.byref
 _run_packed = L.gemm_plan_run_packed
 
 
-def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out):
-    M = x2.shape[0]
+_tls = threading.local()  # one reusable xk_gemm_args per thread (filling it beats building one)
+
+
+def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out, M=None):
+    """out[M, N] = x2[M, K] packed^T (+ bias, act, residual): x2 / out contiguous (x2 any shape when M
+    is given: its rows are read as M x K)."""
+    if M is None:
+        M = x2.shape[0]
     res_type = None if residual is None else (F32 if residual.dtype is _T32 else BF16)
     key = (M, N, K, t, t, 0 if bias is None else 1, act, res_type)
     plan = _plans.get(key)
     if plan is None:
         plan = _plan(*key)
-    args = _GemmArgs(x2.data_ptr(), None, out.data_ptr(), None if bias is None else bias.data_ptr(),
-                     None if residual is None else residual.data_ptr())
-    st = _run_packed(plan.h, _byref(args), packed.h)
+    try:
+        args = _tls.gemm_args
+    except AttributeError:
+        args = _tls.gemm_args = _GemmArgs()
+        _tls.gemm_args_ref = _byref(args)
+    args.A = x2.data_ptr()
+    args.C = out.data_ptr()
+    args.bias = None if bias is None else bias.data_ptr()
+    args.residual = None if residual is None else residual.data_ptr()
+    st = _run_packed(plan.h, _tls.gemm_args_ref, packed.h)
     if st:
         check(st)
+
+
+def _out_shape(shape, N):
+    """shape[:-1] + (N,) as a tuple (slicing a torch.Size costs more than this)."""
+    nd = len(shape)
+    if nd == 2:
+        return (shape[0], N)
+    if nd == 3:
+        return (shape[0], shape[1], N)
+    return (N,) if nd == 1 else tuple(shape)[:-1] + (N,)
 
 
 # ---- linear --------------------------------------------------------------------------------------
@@ -203,18 +227,26 @@ def _linear_checks(x, weight, bias, residual, op):
 
 
 def _linear(x, weight, bias=None, activation="none", residual=None):
-    t, N = _linear_checks(x, weight, bias, residual, "linear")
-    K = x.shape[-1]
-    out = x.new_empty(x.shape[:-1] + (N,))
-    if K == 0 or out.numel() == 0:
+    # the per-call path: checks inlined for the common case, no views, one allocation
+    dt, xs, ws = x.dtype, x.shape, weight.shape
+    if weight.dtype is not dt or len(ws) != 2 or not xs or ws[1] != xs[-1] or (dt is not _T32 and dt is not _T16) \
+            or (bias is not None and (bias.shape != (ws[0],) or not bias.is_floating_point())) or residual is not None:
+        t, N = _linear_checks(x, weight, bias, residual, "linear")
+    else:
+        t, N = (F32 if dt is _T32 else BF16), ws[0]
+    K = xs[-1]
+    out = x.new_empty(_out_shape(xs, N))
+    M = x.numel() // K if K else 0
+    if M == 0 or N == 0:
         return _linear_empty(out, bias, activation, residual)
-    x2 = (x if x.is_contiguous() else x.contiguous()).view(-1, K)
+    if not x.is_contiguous():
+        x = x.contiguous()
     packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t))
     if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
         bias = _bias_f32(bias)
     if residual is not None and not residual.is_contiguous():
         residual = residual.contiguous()
-    _gemm_packed(x2, packed, N, K, t, bias, _ACT[activation], residual, out)
+    _gemm_packed(x, packed, N, K, t, bias, _ACT[activation], residual, out, M)
     return out
 
 
@@ -697,8 +729,14 @@ def _qlinear_checks(x, qweight, scales, bias, activation, op):
     return t, N
 
 
-def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none"):
+def _smooth_checks(smooth, K):
+    if smooth is not None and (smooth.dtype != torch.float32 or tuple(smooth.shape) != (K,)):
+        raise ValueError("xk.dynamic_int8_linear: smooth must be float32 [%d]" % K)
+
+
+def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none", smooth=None):
     t, N = _qlinear_checks(x, qweight, w_scales, bias, activation, "dynamic_int8_linear")
+    _smooth_checks(smooth, x.shape[-1])
     K = x.shape[-1]
     out = x.new_empty(x.shape[:-1] + (N,))
     if out.numel() == 0 or K == 0:
@@ -706,24 +744,27 @@ def _dynamic_int8_linear(x, qweight, w_scales, bias=None, activation="none"):
     x2 = _c(x).view(-1, K)
     act = _ACT[activation]
     has_bias = bias is not None
+    has_smooth = smooth is not None
 
     def make():
         w, s = _c(qweight.detach()), _c(w_scales.detach())
-        return _quant.QLinearPlan(N, K, w.data_ptr(), s.data_ptr(), S8, t, t, has_bias, act)
+        return _quant.QLinearPlan(N, K, w.data_ptr(), s.data_ptr(), S8, t, t, has_bias, act, has_smooth)
 
-    plan = _derived.get(("qlinear", t, has_bias, act), (qweight, w_scales), make)
+    plan = _derived.get(("qlinear", t, has_bias, act, has_smooth), (qweight, w_scales), make)
     b = _bias_arg(bias)
-    plan.run(x2.shape[0], x2.data_ptr(), out.data_ptr(), None if b is None else b.data_ptr())
+    plan.run(x2.shape[0], x2.data_ptr(), out.data_ptr(), None if b is None else b.data_ptr(),
+             None if smooth is None else _c(smooth).data_ptr())
     return out
 
 
-def _dynamic_int8_linear_fake(x, qweight, w_scales, bias=None, activation="none"):
+def _dynamic_int8_linear_fake(x, qweight, w_scales, bias=None, activation="none", smooth=None):
     _, N = _qlinear_checks(x, qweight, w_scales, bias, activation, "dynamic_int8_linear")
+    _smooth_checks(smooth, x.shape[-1])
     return x.new_empty(x.shape[:-1] + (N,))
 
 
 _define("dynamic_int8_linear(Tensor x, Tensor qweight, Tensor w_scales, Tensor? bias=None, "
-        "str activation=\"none\") -> Tensor", _dynamic_int8_linear, _dynamic_int8_linear_fake)
+        "str activation=\"none\", Tensor? smooth=None) -> Tensor", _dynamic_int8_linear, _dynamic_int8_linear_fake)
 
 
 def _woq_checks(x, qweight, scales, group_size, bits, bias, activation, op):
@@ -778,6 +819,229 @@ def _woq_linear_fake(x, qweight, scales, group_size, bits, bias=None, activation
 
 _define("woq_linear(Tensor x, Tensor qweight, Tensor scales, int group_size, int bits, Tensor? bias=None, "
         "str activation=\"none\") -> Tensor", _woq_linear, _woq_linear_fake)
+
+
+# ---- attention (include/xk/c/attention.h): fused SDPA, KV cache append, attention over the cache -----
+# Layouts as the C API: q / o [tokens, heads, head_dim], k / v [kv_tokens, kv_heads, head_dim], packed
+# (copied when not contiguous); variable-length batches through cu_seqlens (int64 [batch + 1]).
+
+_ATTN = {_T32: L.attention_f32, _T16: L.attention_bf16}
+_CACHED = {_T32: L.cached_attention_f32, _T16: L.cached_attention_bf16}
+_I64 = torch.int64
+
+
+def _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask):
+    if _ATTN.get(q.dtype) is None:
+        _float_dtype(q, "attention")
+    if k.dtype is not q.dtype or v.dtype is not q.dtype:
+        raise TypeError("xk.attention: q, k, v must share one dtype, got %s, %s, %s" % (q.dtype, k.dtype, v.dtype))
+    nd = q.dim()
+    if nd not in (3, 4) or k.dim() != nd or v.shape != k.shape:
+        raise ValueError("xk.attention: q [tokens, heads, head_dim] (or [batch, tokens, heads, head_dim]), k and v "
+                         "alike with kv heads, got %s, %s, %s" % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+    Hq, D, Hkv = q.shape[-2], q.shape[-1], k.shape[-2]
+    if k.shape[-1] != D or Hkv < 1 or Hq % Hkv:
+        raise ValueError("xk.attention: k / v head_dim must be %d and kv_heads must divide %d, got %s" %
+                         (D, Hq, tuple(k.shape)))
+    if nd == 4:
+        if q.shape[0] != k.shape[0] or cu_seqlens_q is not None or cu_seqlens_k is not None:
+            raise ValueError("xk.attention: 4-D q / k / v share the batch dimension and take no cu_seqlens")
+        batch = q.shape[0]
+    else:
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise ValueError("xk.attention: give both cu_seqlens_q and cu_seqlens_k or neither")
+        batch = 1
+        if cu_seqlens_q is not None:
+            if cu_seqlens_q.dtype != _I64 or cu_seqlens_k.dtype != _I64 or cu_seqlens_q.dim() != 1 or \
+                    cu_seqlens_q.shape != cu_seqlens_k.shape or cu_seqlens_q.shape[0] < 1:
+                raise ValueError("xk.attention: cu_seqlens_q / cu_seqlens_k must be int64 [batch + 1]")
+            batch = cu_seqlens_q.shape[0] - 1
+    q_tokens = q.shape[0] * q.shape[1] if nd == 4 else q.shape[0]
+    if mask is not None and (mask.dtype != torch.float32 or mask.dim() != 2 or mask.shape[0] != q_tokens):
+        raise ValueError("xk.attention: mask must be float32 [%d (query tokens), key positions], got %s %s" %
+                         (q_tokens, mask.dtype, tuple(mask.shape)))
+    return batch, Hq, Hkv, D
+
+
+def _attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, scale=0.0, causal=False, causal_offset=0,
+               mask=None):
+    batch, Hq, Hkv, D = _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask)
+    q, k, v = _c(q), _c(k), _c(v)
+    out = torch.empty_like(q)
+    if q.dim() == 4:  # [batch, tokens, heads, D]: equal lengths
+        B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+        if B > 1:
+            cu_seqlens_q = torch.arange(0, (B + 1) * Tq, Tq, dtype=_I64) if Tq else torch.zeros(B + 1, dtype=_I64)
+            cu_seqlens_k = torch.arange(0, (B + 1) * Tk, Tk, dtype=_I64) if Tk else torch.zeros(B + 1, dtype=_I64)
+        q_tokens, kv_tokens = B * Tq, B * Tk
+    else:
+        q_tokens, kv_tokens = q.shape[0], k.shape[0]
+        if cu_seqlens_q is not None:
+            cu_seqlens_q, cu_seqlens_k = _c(cu_seqlens_q), _c(cu_seqlens_k)
+    if out.numel() == 0:
+        return out
+    if mask is not None:
+        mask = _c(mask)
+    st = _ATTN[q.dtype](batch, q_tokens, kv_tokens, Hq, Hkv, D, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                        out.data_ptr(), None, None if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                        None if cu_seqlens_k is None else cu_seqlens_k.data_ptr(), scale, int(causal), causal_offset,
+                        None if mask is None else mask.data_ptr(), 0 if mask is None else mask.shape[1])
+    if st:
+        check(st)
+    return out
+
+
+def _attention_fake(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, scale=0.0, causal=False, causal_offset=0,
+                    mask=None):
+    _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+_define("attention(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
+        "float scale=0.0, bool causal=False, int causal_offset=0, Tensor? mask=None) -> Tensor",
+        _attention, _attention_fake)
+
+
+def _kv_desc(k_cache, v_cache, block_table, batch, op):
+    """xk_kv_cache_desc of a contiguous cache [slots, kv_heads, capacity, head_dim] (block_table None)
+    or a paged pool [num_blocks, kv_heads, block_size, head_dim] with block_table int32 [batch, max_blocks]."""
+    if k_cache.dtype not in (_T32, _T16) or v_cache.dtype is not k_cache.dtype or k_cache.dim() != 4 or \
+            v_cache.shape != k_cache.shape:
+        raise ValueError("xk.%s: k_cache / v_cache must be float32 / bfloat16 tensors of one 4-D shape, got %s %s, "
+                         "%s %s" % (op, k_cache.dtype, tuple(k_cache.shape), v_cache.dtype, tuple(v_cache.shape)))
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("xk.%s: k_cache / v_cache must be contiguous" % op)
+    d = _lib.KvCacheDesc()
+    d.dtype = _XK[k_cache.dtype]
+    d.kv_heads, d.head_dim = k_cache.shape[1], k_cache.shape[3]
+    if block_table is None:
+        d.layout = _lib.KV_CONTIGUOUS
+        d.capacity = k_cache.shape[2]
+        if batch is not None and batch > k_cache.shape[0]:
+            raise ValueError("xk.%s: %d sequences but the cache has %d slots" % (op, batch, k_cache.shape[0]))
+        d.batch = k_cache.shape[0] if batch is None else batch
+    else:
+        if block_table.dtype != torch.int32 or block_table.dim() != 2:
+            raise ValueError("xk.%s: block_table must be int32 [batch, max_blocks_per_seq]" % op)
+        d.layout = _lib.KV_PAGED
+        d.num_blocks, d.block_size = k_cache.shape[0], k_cache.shape[2]
+        d.batch, d.max_blocks_per_seq = block_table.shape
+        if batch is not None and batch != d.batch:
+            raise ValueError("xk.%s: block_table has %d rows for %d sequences" % (op, d.batch, batch))
+    return d
+
+
+def _append_checks(k_cache, v_cache, k_new, v_new, seq_ids, positions, block_table):
+    d = _kv_desc(k_cache, v_cache, block_table, None, "kv_cache_append")
+    if k_new.dtype not in (_T32, _T16) or v_new.dtype is not k_new.dtype or k_new.dim() != 3 or \
+            v_new.shape != k_new.shape or tuple(k_new.shape[1:]) != (d.kv_heads, d.head_dim):
+        raise ValueError("xk.kv_cache_append: k_new / v_new must be float32 / bfloat16 [tokens, %d, %d], got %s %s" %
+                         (d.kv_heads, d.head_dim, k_new.dtype, tuple(k_new.shape)))
+    T = k_new.shape[0]
+    for name, t in (("seq_ids", seq_ids), ("positions", positions)):
+        if t.dtype != _I64 or t.shape != (T,):
+            raise ValueError("xk.kv_cache_append: %s must be int64 [%d]" % (name, T))
+    return d
+
+
+def _kv_cache_append(k_cache, v_cache, k_new, v_new, seq_ids, positions, block_table=None):
+    d = _append_checks(k_cache, v_cache, k_new, v_new, seq_ids, positions, block_table)
+    if k_new.shape[0] == 0:
+        return
+    k_new, v_new, seq_ids, positions = _c(k_new), _c(v_new), _c(seq_ids), _c(positions)
+    bt = None if block_table is None else _c(block_table).data_ptr()
+    st = L.kv_cache_append(_byref(d), k_cache.data_ptr(), v_cache.data_ptr(), bt, k_new.shape[0], _XK[k_new.dtype],
+                           k_new.data_ptr(), v_new.data_ptr(), seq_ids.data_ptr(), positions.data_ptr())
+    if st:
+        check(st)
+
+
+def _kv_cache_append_fake(k_cache, v_cache, k_new, v_new, seq_ids, positions, block_table=None):
+    _append_checks(k_cache, v_cache, k_new, v_new, seq_ids, positions, block_table)
+
+
+_define("kv_cache_append(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k_new, Tensor v_new, Tensor seq_ids, "
+        "Tensor positions, Tensor? block_table=None) -> ()", _kv_cache_append, _kv_cache_append_fake)
+
+
+def _cached_checks(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_table):
+    if _CACHED.get(q.dtype) is None:
+        _float_dtype(q, "cached_attention")
+    if cu_seqlens_q.dtype != _I64 or context_lens.dtype != _I64 or cu_seqlens_q.dim() != 1 or \
+            context_lens.dim() != 1 or cu_seqlens_q.shape[0] != context_lens.shape[0] + 1:
+        raise ValueError("xk.cached_attention: cu_seqlens_q int64 [batch + 1] and context_lens int64 [batch]")
+    d = _kv_desc(k_cache, v_cache, block_table, context_lens.shape[0], "cached_attention")
+    if q.dim() != 3 or q.shape[2] != d.head_dim or q.shape[1] % d.kv_heads:
+        raise ValueError("xk.cached_attention: q must be [tokens, heads (a multiple of %d), %d], got %s" %
+                         (d.kv_heads, d.head_dim, tuple(q.shape)))
+    return d
+
+
+def _cached_attention(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_table=None, scale=0.0):
+    d = _cached_checks(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_table)
+    q = _c(q)
+    out = torch.empty_like(q)
+    if out.numel() == 0 or d.batch == 0:
+        return out
+    cu, cl = _c(cu_seqlens_q), _c(context_lens)
+    bt = None if block_table is None else _c(block_table).data_ptr()
+    st = _CACHED[q.dtype](_byref(d), k_cache.data_ptr(), v_cache.data_ptr(), bt, q.shape[0], q.shape[1],
+                          q.data_ptr(), out.data_ptr(), None, cu.data_ptr(), cl.data_ptr(), scale)
+    if st:
+        check(st)
+    return out
+
+
+def _cached_attention_fake(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_table=None, scale=0.0):
+    _cached_checks(q, k_cache, v_cache, cu_seqlens_q, context_lens, block_table)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+_define("cached_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cu_seqlens_q, Tensor context_lens, "
+        "Tensor? block_table=None, float scale=0.0) -> Tensor", _cached_attention, _cached_attention_fake)
+
+
+# ---- several Linears on one input as one GEMM (Llama's q / k / v projections) -------------------------
+
+def _fused_checks(x, weights, biases):
+    t = _float_dtype(x, "fused_linear")
+    if len(weights) == 0 or x.dim() == 0:
+        raise ValueError("xk.fused_linear: at least one weight and a non-scalar x")
+    K = x.shape[-1]
+    for w in weights:
+        if w.dtype is not x.dtype or w.dim() != 2 or w.shape[1] != K:
+            raise ValueError("xk.fused_linear: every weight must be %s [N_i, %d], got %s %s" %
+                             (x.dtype, K, w.dtype, tuple(w.shape)))
+    if biases is not None and (len(biases) != len(weights) or
+                               any(b.shape != (w.shape[0],) for b, w in zip(biases, weights))):
+        raise ValueError("xk.fused_linear: biases must match the weights one for one ([N_i] each)")
+    return t, sum(w.shape[0] for w in weights)
+
+
+def _fused_linear(x, weights, biases=None):
+    """cat([x W_i^T + b_i], -1): one GEMM against the packed concatenation of the weights."""
+    t, N = _fused_checks(x, weights, biases)
+    K = x.shape[-1]
+    out = x.new_empty(x.shape[:-1] + (N,))
+    if out.numel() == 0 or K == 0:
+        return torch.cat([_linear_empty(x.new_empty(x.shape[:-1] + (w.shape[0],)), b, "none", None)
+                          for w, b in zip(weights, biases or [None] * len(weights))], -1)
+    ws = tuple(weights)
+    packed = _derived.get("pack_cat", ws, lambda: _pack_now(torch.cat([w.detach() for w in ws]), t))
+    bias = None
+    if biases is not None:
+        bs = tuple(biases)
+        bias = _derived.get("bias_cat", bs, lambda: torch.cat([b.detach().float() for b in bs]).contiguous())
+    _gemm_packed(_c(x).view(-1, K), packed, N, K, t, bias, 0, None, out)
+    return out
+
+
+def _fused_linear_fake(x, weights, biases=None):
+    _, N = _fused_checks(x, weights, biases)
+    return x.new_empty(x.shape[:-1] + (N,))
+
+
+_define("fused_linear(Tensor x, Tensor[] weights, Tensor[]? biases=None) -> Tensor", _fused_linear, _fused_linear_fake)
 
 
 # ---- an op that does nothing, for measuring the dispatcher's share of the per-call overhead ------

@@ -1,0 +1,118 @@
+"""Whole transformer layers, xkernels.torch.optimize() vs stock PyTorch eager, in one process:
+a Llama-architecture decoder layer (hidden 4096, 32 heads, 8 kv heads, head_dim 128, intermediate
+14336, random weights; Hugging Face's module structure: python/tests/blocks.py) and a BERT-base
+encoder layer (768, 12 heads, 3072; HF structure: python/examples/minilm.py), prefill of 512 tokens and decode of 1 token over a 512-token
+KV cache (Llama: stock on HF's DynamicCache, xk on xkernels.torch.KVCache; BERT has no decode),
+fp32 and bf16. Threads: XK_BENCH_THREADS (default "1"), both libraries set alike. Rows: ms per
+forward, best of --reps, xk / torch / ratio torch/xk (> 1: xk faster).
+
+    PYTHONPATH=python XK_LIBRARY=build/release/libxk.so python bench/py/layers.py
+    # an AVX2-only run: both libraries capped
+    XK_MAX_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/py/layers.py
+"""
+import argparse
+import os
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+sys.path.insert(0, os.path.join(here, "..", "..", "python", "tests"))
+
+import torch  # noqa: E402
+
+import xkernels.torch as xkt  # noqa: E402
+sys.path.insert(0, os.path.join(here, "..", "..", "python", "examples"))
+from blocks import DynamicCache, HFLlamaDecoderLayer, LlamaConfig, LlamaRotaryEmbedding  # noqa: E402
+from minilm import BertLayer  # noqa: E402
+
+
+def best_ms(f, reps):
+    f()
+    b = float("inf")
+    for _ in range(reps):
+        s = time.perf_counter()
+        f()
+        b = min(b, time.perf_counter() - s)
+    return b * 1e3
+
+
+def llama_rows(dtype, T, reps, cfg):
+    torch.manual_seed(0)
+    ref = HFLlamaDecoderLayer(cfg).eval().to(dtype)
+    for p in ref.parameters():  # HF-like init scale (randn weights would overflow bf16 activations)
+        p.data.mul_(0.02) if p.dim() == 2 else None
+    opt = xkt.optimize(ref, dtype=dtype)
+    assert isinstance(opt.self_attn, xkt.LlamaAttention), xkt.info()
+    rope = LlamaRotaryEmbedding(cfg)
+    x = torch.randn(1, T, cfg.hidden_size).to(dtype)
+    pe = rope(x, torch.arange(T)[None])
+    out = []
+    # prefill (no cache: the cache append is timed in the decode rows' setup only)
+    tx = best_ms(lambda: opt(x, pe), reps)
+    tt = best_ms(lambda: ref(x, pe), reps)
+    out.append(("llama h4096 prefill T=%d" % T, tx, tt))
+    # decode one token after a T-token prefill (the caches grow by one per call: T+1 .. T+reps+1)
+    c_ref, c_xk = DynamicCache(), xkt.KVCache(1, 1, cfg.num_key_value_heads, cfg.head_dim, T + reps + 8, dtype)
+    ref(x, pe, None, c_ref)
+    opt(x, pe, None, c_xk)
+    y = torch.randn(1, 1, cfg.hidden_size).to(dtype)
+
+    def step(m, c):
+        n = c.get_seq_length()
+        return m(y, rope(y, torch.tensor([[n]])), None, c)
+
+    tx = best_ms(lambda: step(opt, c_xk), reps)
+    tt = best_ms(lambda: step(ref, c_ref), reps)
+    out.append(("llama h4096 decode 1 tok (ctx %d)" % T, tx, tt))
+    with torch.inference_mode():  # a correctness look at the last step's outputs (the layer's update)
+        a, b = step(opt, c_xk).float() - y.float(), step(ref, c_ref).float() - y.float()
+    err = ((a - b).norm() / b.norm()).item()
+    return out, err
+
+
+def bert_rows(dtype, T, reps):
+    torch.manual_seed(0)
+    ref = BertLayer(768, 12, 3072, 1e-12).eval().to(dtype)  # Hugging Face's module structure
+    opt = xkt.optimize(ref, dtype=dtype)
+    assert isinstance(opt.attention.self, xkt.BertSelfAttention), xkt.info()
+    x = torch.randn(1, T, 768).to(dtype)
+    tx, tt = best_ms(lambda: opt(x, None), reps), best_ms(lambda: ref(x, None), reps)
+    a, b = opt(x, None).float(), ref(x, None).float()
+    return [("bert-base layer prefill T=%d" % T, tx, tt)], ((a - b).norm() / b.norm()).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--layers", default="llama,bert")
+    ap.add_argument("--small", action="store_true", help="hidden 1024 Llama (a quick look)")
+    a = ap.parse_args()
+    threads = [int(t) for t in os.environ.get("XK_BENCH_THREADS", "1").split(",")]
+    cfg = LlamaConfig(1024, 16, 4, 2816) if a.small else LlamaConfig(4096, 32, 8, 14336, 500000.0, 1e-5)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    L = xkt._lib.lib()
+    import ctypes
+    isa = ctypes.c_int()
+    L.get_max_isa(ctypes.byref(isa))
+    print("# torch %s (ATen CPU capability %s), %s, libxk ISA %s; ms per forward, best of %d" % (
+        torch.__version__, torch.backends.cpu.get_cpu_capability(), cpu, xkt._lib.ISA_NAMES[isa.value], a.reps))
+    print("%-36s %4s %4s %10s %10s %7s %9s" % ("row", "dt", "thr", "xk ms", "torch ms", "ratio", "rel.err"))
+    # rel.err: |xk - torch| / |torch| of the layer's output minus its input (the last decode step)
+    with torch.inference_mode():
+        for nt in threads:
+            xkt.set_num_threads(nt)
+            for dt in a.dtypes.split(","):
+                dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dt]
+                for layer in a.layers.split(","):
+                    rows, err = llama_rows(dtype, a.tokens, a.reps, cfg) if layer == "llama" else \
+                        bert_rows(dtype, a.tokens, a.reps)
+                    for name, tx, tt in rows:
+                        print("%-36s %4s %4d %10.2f %10.2f %7.2f %9.1e" % (name, dt, nt, tx, tt, tt / tx, err),
+                              flush=True)
+
+
+if __name__ == "__main__":
+    main()
