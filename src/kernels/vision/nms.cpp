@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "kernels/vision/vision.hpp"
@@ -18,11 +19,11 @@
 namespace xk::detail {
 namespace {
 
-using SweepFn = void (*)(const NmsSorted& s, bool batched, float thr, int64_t i, uint8_t* supp);
+// Suppresses the boxes j in (i, n) whose IoU with box i is > thr (and, batched, of i's class).
+using SweepFn = void (*)(const NmsSorted& s, bool batched, float thr, int64_t i, int64_t n, uint8_t* supp);
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void sweep_avx512(const NmsSorted& s, bool batched,
-                                                                               float thr, int64_t i, uint8_t* supp) {
-    const int64_t n = static_cast<int64_t>(s.x1.size());
+                                                                               float thr, int64_t i, int64_t n, uint8_t* supp) {
     const __m512 ix1 = _mm512_set1_ps(s.x1[i]), iy1 = _mm512_set1_ps(s.y1[i]), ix2 = _mm512_set1_ps(s.x2[i]),
                  iy2 = _mm512_set1_ps(s.y2[i]), ia = _mm512_set1_ps(s.area[i]), vt = _mm512_set1_ps(thr),
                  zero = _mm512_setzero_ps();
@@ -51,8 +52,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void sweep_avx512(
 }
 
 __attribute__((target("avx2,fma"))) void sweep_avx2(const NmsSorted& s, bool batched, float thr, int64_t i,
-                                                    uint8_t* supp) {
-    const int64_t n = static_cast<int64_t>(s.x1.size());
+                                                    int64_t n, uint8_t* supp) {
     const __m256 ix1 = _mm256_set1_ps(s.x1[i]), iy1 = _mm256_set1_ps(s.y1[i]), ix2 = _mm256_set1_ps(s.x2[i]),
                  iy2 = _mm256_set1_ps(s.y2[i]), ia = _mm256_set1_ps(s.area[i]), vt = _mm256_set1_ps(thr),
                  zero = _mm256_setzero_ps();
@@ -91,22 +91,62 @@ __attribute__((target("avx2,fma"))) void sweep_avx2(const NmsSorted& s, bool bat
     }
 }
 
+// Batched: the boxes regrouped by class (stable, so each class stays in visiting order) and each
+// class swept on its own segment (torchvision's batched_nms on CPU does one NMS per class too);
+// the kept boxes are then put back in the global visiting order.
+void group_by_class(NmsSorted& s, std::vector<int64_t>& pos, std::vector<int64_t>& seg) {
+    const size_t n = s.order.size();
+    pos.resize(n);
+    std::iota(pos.begin(), pos.end(), int64_t{0});
+    std::stable_sort(pos.begin(), pos.end(), [&](int64_t a, int64_t b) { return s.cls[a] < s.cls[b]; });
+    NmsSorted g;
+    g.order.resize(n); g.x1.resize(n); g.y1.resize(n); g.x2.resize(n); g.y2.resize(n); g.area.resize(n); g.cls.resize(n);
+    seg.clear();
+    for (size_t k = 0; k < n; ++k) {
+        const int64_t q = pos[k];
+        g.order[k] = s.order[q]; g.x1[k] = s.x1[q]; g.y1[k] = s.y1[q]; g.x2[k] = s.x2[q]; g.y2[k] = s.y2[q];
+        g.area[k] = s.area[q]; g.cls[k] = s.cls[q];
+        if (k == 0 || g.cls[k] != g.cls[k - 1]) seg.push_back(static_cast<int64_t>(k));
+    }
+    seg.push_back(static_cast<int64_t>(n));
+    s = std::move(g);
+}
+
 class NmsSimd final : public NmsKernel {
 public:
     explicit NmsSimd(SweepFn f) : f_(f) {}
     int64_t run(const NmsProblem& p, const NmsArgs& a) const override {
         thread_local NmsSorted s;
         thread_local std::vector<uint8_t> supp;
+        thread_local std::vector<int64_t> pos, seg;
+        thread_local std::vector<std::pair<int64_t, int64_t>> kept_pos;  // (global position, box)
         nms_sort(p, a, s);
         const int64_t n = static_cast<int64_t>(s.order.size());
         const int64_t limit = p.d.max_output > 0 ? p.d.max_output : p.d.num_boxes;
         supp.assign(static_cast<size_t>(n) + 64, 0);
-        int64_t kept = 0;
-        for (int64_t i = 0; i < n && kept < limit; ++i) {
-            if (supp[i]) continue;
-            a.keep[kept++] = s.order[i];
-            if (kept < limit) f_(s, p.d.batched, p.d.iou_threshold, i, supp.data());
+        if (!p.d.batched) {
+            int64_t kept = 0;
+            for (int64_t i = 0; i < n && kept < limit; ++i) {
+                if (supp[i]) continue;
+                a.keep[kept++] = s.order[i];
+                if (kept < limit) f_(s, false, p.d.iou_threshold, i, n, supp.data());
+            }
+            return kept;
         }
+        group_by_class(s, pos, seg);
+        kept_pos.clear();
+        for (size_t g = 0; g + 1 < seg.size(); ++g) {
+            int64_t kept_here = 0;
+            for (int64_t i = seg[g]; i < seg[g + 1] && kept_here < limit; ++i) {
+                if (supp[i]) continue;
+                kept_pos.emplace_back(pos[i], s.order[i]);
+                ++kept_here;
+                if (kept_here < limit) f_(s, false, p.d.iou_threshold, i, seg[g + 1], supp.data());
+            }
+        }
+        std::sort(kept_pos.begin(), kept_pos.end());
+        const int64_t kept = std::min<int64_t>(limit, static_cast<int64_t>(kept_pos.size()));
+        for (int64_t k = 0; k < kept; ++k) a.keep[k] = kept_pos[k].second;
         return kept;
     }
 
