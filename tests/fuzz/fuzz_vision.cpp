@@ -13,6 +13,9 @@
 //   hostile variants of each (one argument wrong: batch index out of range or fractional, NaN / inf
 //     coordinates, negative or overflowing sizes, NaN thresholds / scores, var + eps <= 0, bad enums,
 //     null pointers, overlapping outputs): rejected, outputs untouched;
+//   xk_qconv2d (int8 convolution, u8 / s8 src, u8 / s8 / f32 dst, 1x1 and padded / strided /
+//     dilated kernels, zero points, per-channel weight scales, bias, activations) against an exact
+//     int64 sum and a double epilogue (requantized outputs within 1), and its hostile variants;
 //   ISA cap and thread count changes.
 #include <algorithm>
 
@@ -396,6 +399,122 @@ void op_frozen_bn(In& in) {
     }
 }
 
+// ---- int8 convolution ----------------------------------------------------------------------------
+
+void op_qconv(In& in) {
+    xk_conv2d_desc d;
+    const int64_t n = in.dim(1, 2), c = in.dim(1, 9), h = in.dim(1, 7), w = in.dim(1, 7), oc = in.dim(1, 9);
+    const int64_t kh = in.dim(1, 3), kw = in.dim(1, 3);
+    if (xk_conv2d_desc_init(&d, n, c, h, w, oc, kh, kw) != XK_SUCCESS) fz::finding("xk_conv2d_desc_init failed");
+    d.layout = XK_CONV_NHWC;
+    d.weight_layout = XK_CONV_OHWI;
+    d.stride_h = in.dim(1, 3); d.stride_w = in.dim(1, 3);
+    d.dilation_h = in.dim(1, 2); d.dilation_w = in.dim(1, 2);
+    d.pad_top = in.pick(3); d.pad_bottom = in.pick(3); d.pad_left = in.pick(3); d.pad_right = in.pick(3);
+    d.activation = static_cast<xk_activation>(in.pick(5));
+    // Keep the output non-empty: shrink the kernel until it fits.
+    auto fits = [&](int64_t in_, int64_t k, int64_t dil, int64_t p0, int64_t p1) { return dil * (k - 1) + 1 <= in_ + p0 + p1; };
+    while (d.kh > 1 && !fits(h, d.kh, d.dilation_h, d.pad_top, d.pad_bottom)) --d.kh;
+    while (d.kw > 1 && !fits(w, d.kw, d.dilation_w, d.pad_left, d.pad_right)) --d.kw;
+    const int64_t oh = (h + d.pad_top + d.pad_bottom - d.dilation_h * (d.kh - 1) - 1) / d.stride_h + 1;
+    const int64_t ow = (w + d.pad_left + d.pad_right - d.dilation_w * (d.kw - 1) - 1) / d.stride_w + 1;
+    const bool su8 = in.coin();
+    const int dk = in.pick(3);  // 0 u8, 1 s8, 2 f32
+    const xk_dtype st = su8 ? XK_DTYPE_U8 : XK_DTYPE_S8;
+    const xk_dtype dt = dk == 0 ? XK_DTYPE_U8 : (dk == 1 ? XK_DTYPE_S8 : XK_DTYPE_F32);
+    const int64_t ns = n * h * w * c, nw = oc * d.kh * d.kw * c, nd = n * oh * ow * oc;
+    Buf<uint8_t> src(static_cast<size_t>(ns), in.pick(3));
+    Buf<int8_t> wt(static_cast<size_t>(nw), in.pick(3));
+    {
+        fz::Values vals(in, static_cast<size_t>(ns + nw));
+        for (int64_t i = 0; i < ns; ++i) src[i] = static_cast<uint8_t>(vals().p.ConsumeIntegral<uint8_t>());
+        for (int64_t i = 0; i < nw; ++i) wt[i] = static_cast<int8_t>(vals().p.ConsumeIntegral<uint8_t>());
+    }
+    Buf<float> ws(static_cast<size_t>(oc)), bias(static_cast<size_t>(oc));
+    for (int64_t o = 0; o < oc; ++o) {
+        ws[o] = static_cast<float>(1 + in.pick(1000)) / 1000.0f;
+        bias[o] = in.value(1e6f);
+    }
+    const bool with_bias = in.coin();
+    static const float scales[] = {0.01f, 0.5f, 1.0f, 3.0f};
+    float ss = scales[in.pick(4)], ds = scales[in.pick(4)];
+    int32_t szp = su8 ? in.pick(256) : in.pick(256) - 128;
+    int32_t dzp = dk == 0 ? in.pick(256) : in.pick(256) - 128;
+    const size_t des = dk == 2 ? 4 : 1;
+    Buf<uint8_t> dst(static_cast<size_t>(nd) * des, dk == 2 ? 4 * in.pick(2) : in.pick(3));
+    xk_conv2d_desc e = d;
+    xk_dtype est = st, edt = dt;
+    const void* sp = src.data();
+    const int8_t* wp = wt.data();
+    void* dp = dst.data();
+    const float* wsp = ws.data();
+    const char* what = nullptr;
+    if (in.pick(3) == 0) {
+        switch (in.pick(9)) {
+            case 0: szp = su8 ? (in.coin() ? -1 : 256) : (in.coin() ? -129 : 128); what = "src_zero_point"; break;
+            case 1: ss = in.coin() ? 0.0f : (in.coin() ? -1.0f : std::numeric_limits<float>::quiet_NaN()); what = "src_scale"; break;
+            case 2: ws[in.pick(static_cast<int>(oc))] = in.coin() ? 0.0f : std::numeric_limits<float>::infinity(); what = "weight_scales"; break;
+            case 3: if (dk == 2) { wsp = nullptr; what = "null weight_scales"; }
+                    else { ds = in.coin() ? -2.0f : std::numeric_limits<float>::quiet_NaN(); what = "dst_scale"; }
+                    break;
+            case 4: e.layout = XK_CONV_NCHW; what = "layout"; break;
+            case 5: e.groups = c > 1 ? c : 2; what = "groups"; break;
+            case 6: { const int bad = in.coin() ? 0 /* f32 */ : in.bad_enum(6); std::memcpy(&est, &bad, sizeof bad); what = "src_type"; break; }
+            case 7: e.kh = h + e.pad_top + e.pad_bottom + 1 + in.pick(3); e.dilation_h = 1; what = "kernel past the input"; break;
+            default: switch (in.pick(3)) { case 0: sp = nullptr; break; case 1: wp = nullptr; break; default: dp = nullptr; }
+                     what = "null"; break;
+        }
+    }
+    const auto before = dst.snapshot();
+    const xk_status stt = fz::timed("xk_qconv2d", [&] {
+        return xk_qconv2d(&e, est, edt, sp, ss, szp, wp, wsp, with_bias ? bias.data() : nullptr, dp, ds, dzp);
+    });
+    if (what) {
+        fz::expect_rejected(stt, "xk_qconv2d", what);
+        fz::expect_unchanged(dst, before, "xk_qconv2d", "dst");
+        return;
+    }
+    fz::expect_ok(stt, "xk_qconv2d");
+    fz::expect_guards(dst, "xk_qconv2d", "dst");
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t oy = 0; oy < oh; ++oy)
+            for (int64_t ox = 0; ox < ow; ++ox)
+                for (int64_t o = 0; o < oc; ++o) {
+                    int64_t acc = 0;
+                    for (int64_t ky = 0; ky < d.kh; ++ky)
+                        for (int64_t kx = 0; kx < d.kw; ++kx) {
+                            const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
+                            const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
+                            if (y < 0 || y >= h || x < 0 || x >= w) continue;
+                            for (int64_t ic = 0; ic < c; ++ic) {
+                                const uint8_t raw = src[((b * h + y) * w + x) * c + ic];
+                                const int64_t sv = su8 ? raw : static_cast<int8_t>(raw);
+                                acc += (sv - szp) * wt[((o * d.kh + ky) * d.kw + kx) * c + ic];
+                            }
+                        }
+                    const double pre = static_cast<double>(ss) * ws[o] * static_cast<double>(acc);
+                    const double v = pre + (with_bias ? bias[o] : 0.0);
+                    const double want = fz::act_exact(d.activation, v);
+                    const double mag = std::fabs(pre) + (with_bias ? std::fabs(bias[o]) : 0.0);
+                    const int64_t i = ((b * oh + oy) * ow + ox) * oc + o;
+                    if (dk == 2) {
+                        float g;
+                        std::memcpy(&g, dst.data() + i * 4, 4);
+                        const double tol = 1e-5 * mag + 1e-6 * std::fabs(want) + 1e-30;
+                        if (!(std::fabs(g - want) <= tol))
+                            fz::finding("xk_qconv2d: dst[%lld] = %.9g, want %.9g (tol %.3g)", static_cast<long long>(i), g, want, tol);
+                    } else {
+                        const double lo = dk == 0 ? 0 : -128, hi = dk == 0 ? 255 : 127;
+                        const double x = want / ds;
+                        const double tolq = 1.0 + (1e-5 * mag + 1e-6 * std::fabs(want)) / ds;
+                        const double q = std::min(hi, std::max(lo, std::nearbyint(x) + dzp));
+                        const double g = dk == 0 ? static_cast<double>(dst[i]) : static_cast<double>(static_cast<int8_t>(dst[i]));
+                        if (!(std::fabs(g - q) <= tolq))
+                            fz::finding("xk_qconv2d: dst[%lld] = %g, want %g (x %.9g)", static_cast<long long>(i), g, q, x);
+                    }
+                }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -405,7 +524,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fz::set_cap(isas.back());
     xk_set_num_threads(1);
     for (int calls = 0; calls < 16 && in.more(); ++calls) {
-        switch (in.pick(8)) {
+        switch (in.pick(9)) {
             case 0: fz::set_cap(isas[in.pick(static_cast<int>(isas.size()))]); break;
             case 1: {
                 const int t = 1 + in.pick(2);
@@ -414,7 +533,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             case 2: case 3: op_roi_align(in); break;
             case 4: case 5: op_nms(in); break;
-            default: op_frozen_bn(in); break;
+            case 6: case 7: op_frozen_bn(in); break;
+            default: op_qconv(in); break;
         }
     }
     return 0;

@@ -92,3 +92,23 @@ const Registry<ConvProblem, ConvKernel>& conv_registry();
 void conv2d_reference(const ConvProblem& p, const ConvArgs& a);
 
 }  // namespace xk::detail
+
+namespace xk::detail {
+
+// ---- int8 convolution (qconv.cpp) ----
+struct QConvProblem {
+    QConvDesc d;
+    int64_t oh = 0, ow = 0;
+    std::string key() const;  // every field
+};
+QConvProblem qconv_validate_desc(const char* fn, const QConvDesc& d);
+void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs& a);
+struct QConvKernel {
+    virtual ~QConvKernel() = default;
+    virtual void run(const QConvArgs& a) const = 0;
+};
+const Registry<QConvProblem, QConvKernel>& qconv_registry();
+// Reference: exact int32 accumulation, then the epilogue of xk/conv.hpp in f32.
+void qconv2d_reference(const QConvProblem& p, const QConvArgs& a);
+
+}  // namespace xk::detail
