@@ -10,7 +10,7 @@
 // layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K.
 // The label names the implementation that ran (oneDNN's impl_info_str for both oneDNN rows).
 // Batches 1 and 8 (XK_BENCH_CONV_BATCHES="1,8,32" to change).
-//   qconv/u8s8u8/xk/<layer>/n:<N>/nt:<T>        xk::qconv2d: u8 src (zero point 0, as after a
+//   qconv/u8s8u8/xk/<layer>/n:<N>/nt:<T>        xk::QConvPlan, weights packed once: u8 src (zero point 0, as after a
 //                                                ReLU), s8 weights with per-channel scales, bias,
 //                                                ReLU, requantized u8 dst ("gemm:qconv")
 //   qconv/u8s8u8/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's int8 convolution primitive, same
@@ -189,8 +189,10 @@ void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt) {
     xk::QConvArgs a;
     a.src = x.src.data(); a.weights = x.wei.data(); a.bias = x.bias.data(); a.dst = x.dst.data();
     a.weight_scales = x.ws.data(); a.src_scale = 0.05f; a.dst_scale = 0.1f;
-    for (auto _ : state) xk::qconv2d(q, a);
-    state.SetLabel(xk::qconv2d_impl_name(q));
+    const xk::QConvPlan plan(q);
+    const xk::QConvPackedWeights pw = plan.pack_weights(x.wei.data());  // once, like oneDNN's reorder
+    for (auto _ : state) plan.run(a, pw);
+    state.SetLabel(plan.impl_name());
     xb::set_gflops(state, flops(d));
 }
 

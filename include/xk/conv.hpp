@@ -213,7 +213,39 @@ struct QConvArgs {
     int32_t dst_zero_point = 0;             // u8 / s8 dst: in dst_dtype's range
 };
 
-// Validates, selects ("gemm:qconv" at avx2 and above, else "ref:scalar") and runs.
+namespace detail {
+struct QConvPlanState;
+struct QConvPackedData;
+}  // namespace detail
+
+// s8 weights packed once by QConvPlan::pack_weights for plans of the same descriptor (the GEMM's
+// packed B of each row block); opaque, immutable, copies share the data.
+class QConvPackedWeights {
+public:
+    bool empty() const noexcept { return !data_; }
+
+private:
+    friend class QConvPlan;
+    std::shared_ptr<const detail::QConvPackedData> data_;
+};
+
+// Validates the descriptor and creates the kernel once (GEMM plans of the row blocks). Immutable;
+// run() may be called concurrently.
+class QConvPlan {
+public:
+    explicit QConvPlan(const QConvDesc& desc);
+    void run(const QConvArgs& args) const;  // packs the weights per call
+    // args.weights is not read (may be null); packed_weights from a plan of another descriptor is
+    // rejected naming `packed_weights`.
+    void run(const QConvArgs& args, const QConvPackedWeights& packed_weights) const;
+    QConvPackedWeights pack_weights(const int8_t* weights) const;
+    const char* impl_name() const;
+
+private:
+    std::shared_ptr<const detail::QConvPlanState> s_;
+};
+
+// One-shot: validates, selects ("gemm:qconv" at avx2 and above, else "ref:scalar") and runs.
 void qconv2d(const QConvDesc& desc, const QConvArgs& args);
 const char* qconv2d_impl_name(const QConvDesc& desc);
 

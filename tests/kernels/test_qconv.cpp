@@ -126,6 +126,14 @@ TEST(QConv, EveryIsaMatchesOracle) {
                                 b.dst = out.data();
                                 qconv2d(d, b);
                                 check(out.data(), qconv2d_impl_name(d));
+                                // A plan with weights packed once: the same results.
+                                const QConvPlan plan(d);
+                                const QConvPackedWeights pw = plan.pack_weights(wt.data());
+                                Buffer<uint8_t> out2(nd * dtype_size(dt));
+                                b.dst = out2.data();
+                                b.weights = nullptr;
+                                plan.run(b, pw);
+                                EXPECT_EQ(std::memcmp(out.data(), out2.data(), nd * dtype_size(dt)), 0) << "packed plan";
                             }
                         },
                         /*with_avx2_vnni=*/true);
@@ -169,6 +177,14 @@ TEST(QConv, BadInput) {
     XK_EXPECT_INVALID(qconv2d(e, a), "OH");
     e = d; e.oc = -2;
     XK_EXPECT_INVALID(qconv2d(e, a), "OC=-2");
+    // Packed weights of another descriptor are rejected.
+    QConvDesc other = d;
+    other.oc = 3;
+    std::vector<float> ws3 = {1, 1, 1};
+    std::vector<int8_t> wt3(108);
+    const QConvPackedWeights pw_other = QConvPlan(other).pack_weights(wt3.data());
+    XK_EXPECT_INVALID(QConvPlan(d).run(a, pw_other), "packed_weights=");
+    XK_EXPECT_INVALID(QConvPlan(d).run(a, QConvPackedWeights()), "packed_weights=empty");
     for (uint8_t v : dst) ASSERT_EQ(v, 42) << "a rejected call wrote dst";
 }
 

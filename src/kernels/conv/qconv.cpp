@@ -70,6 +70,14 @@ GemmArgs gemm_args(const QConvArgs& a, const void* A, void* C) {
     return g;
 }
 
+struct GemmQPacked final : QConvPackedData {
+    PackedB full, tail;
+};
+
+struct PlainQPacked final : QConvPackedData {
+    std::vector<int8_t> w;
+};
+
 class GemmQConv final : public QConvKernel {
 public:
     explicit GemmQConv(const QConvProblem& p) : p_(p) {
@@ -86,11 +94,27 @@ public:
         if (rows_ % block_) tail_ = std::make_shared<GemmPlan>(gemm_desc(p, rows_ % block_));
     }
 
-    void run(const QConvArgs& a) const override {
+    std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
+        auto pk = std::make_shared<GemmQPacked>();
+        pk->key = p_.key();
+        pk->full = full_->pack_b(weights);
+        if (tail_) pk->tail = tail_->pack_b(weights);
+        return pk;
+    }
+
+    void run(const QConvArgs& a, const QConvPackedData* packed) const override {
+        // Without a pack: B packed once per call (the GEMM's transposed-B packing otherwise runs
+        // per row block and dominated the 7x7x512 layer).
+        std::shared_ptr<const QConvPackedData> own;
+        if (!packed) {
+            own = pack(a.weights);
+            packed = own.get();
+        }
+        const auto& pk = static_cast<const GemmQPacked&>(*packed);
         const QConvDesc& d = p_.d;
         const int64_t es_dst = dtype_size(d.dst_dtype);
         if (direct_1x1(p_)) {
-            full_->run(gemm_args(a, a.src, a.dst));
+            full_->run(gemm_args(a, a.src, a.dst), pk.full);
             return;
         }
         const int64_t nblocks = (rows_ + block_ - 1) / block_;
@@ -116,8 +140,9 @@ public:
                         }
                     }
                 }
-                const GemmPlan& plan = (r1 - r0 == block_) ? *full_ : *tail_;
-                plan.run(gemm_args(a, col.data(), static_cast<char*>(a.dst) + r0 * d.oc * es_dst));
+                const bool full = r1 - r0 == block_;
+                (full ? *full_ : *tail_)
+                    .run(gemm_args(a, col.data(), static_cast<char*>(a.dst) + r0 * d.oc * es_dst), full ? pk.full : pk.tail);
             }
         });
     }
@@ -130,7 +155,17 @@ private:
 
 struct RefQConv final : QConvKernel {
     explicit RefQConv(const QConvProblem& p) : p_(p) {}
-    void run(const QConvArgs& a) const override { qconv2d_reference(p_, a); }
+    void run(const QConvArgs& a, const QConvPackedData* packed) const override {
+        QConvArgs b = a;
+        if (packed) b.weights = static_cast<const PlainQPacked*>(packed)->w.data();
+        qconv2d_reference(p_, b);
+    }
+    std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
+        auto pk = std::make_shared<PlainQPacked>();
+        pk->key = p_.key();
+        pk->w.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * p_.d.c);
+        return pk;
+    }
     QConvProblem p_;
 };
 
@@ -163,10 +198,10 @@ QConvProblem qconv_validate_desc(const char* fn, const QConvDesc& d) {
     return p;
 }
 
-void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs& a) {
+void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs& a, bool weights_packed) {
     const QConvDesc& d = p.d;
     check_not_null(fn, "src", a.src);
-    check_not_null(fn, "weights", a.weights);
+    if (!weights_packed) check_not_null(fn, "weights", a.weights);
     check_not_null(fn, "dst", a.dst);
     check_not_null(fn, "weight_scales", a.weight_scales);
     if (d.with_bias) check_not_null(fn, "bias", a.bias);
@@ -188,7 +223,7 @@ void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs&
     const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * d.c;
     const int64_t dst_b = d.n * p.oh * p.ow * d.oc * dtype_size(d.dst_dtype);
     if (overlaps(a.dst, dst_b, a.src, src_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps src=" + ptr_str(a.src));
-    if (overlaps(a.dst, dst_b, a.weights, wei_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weights");
+    if (!weights_packed && overlaps(a.dst, dst_b, a.weights, wei_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weights");
     if (overlaps(a.dst, dst_b, a.weight_scales, d.oc * 4)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weight_scales");
     if (a.bias && overlaps(a.dst, dst_b, a.bias, d.oc * 4)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps bias");
     for (int64_t o = 0; o < d.oc; ++o)
@@ -250,7 +285,46 @@ const Registry<QConvProblem, QConvKernel>& qconv_registry() {
     return r;
 }
 
+struct QConvPlanState {
+    QConvProblem p;
+    const char* impl = nullptr;
+    std::shared_ptr<const QConvKernel> kernel;
+};
+
 }  // namespace detail
+
+QConvPlan::QConvPlan(const QConvDesc& desc) {
+    auto s = std::make_shared<detail::QConvPlanState>();
+    s->p = detail::qconv_validate_desc("xk::QConvPlan", desc);
+    const auto sel = detail::qconv_registry().get(s->p);
+    s->impl = sel.impl->name;
+    s->kernel = sel.kernel;
+    s_ = std::move(s);
+}
+
+void QConvPlan::run(const QConvArgs& args) const {
+    detail::qconv_validate_args("xk::QConvPlan::run", s_->p, args);
+    s_->kernel->run(args);
+}
+
+void QConvPlan::run(const QConvArgs& args, const QConvPackedWeights& packed_weights) const {
+    constexpr const char* fn = "xk::QConvPlan::run";
+    if (packed_weights.empty()) detail::fail_arg(fn, "packed_weights", "empty", "must come from QConvPlan::pack_weights");
+    if (packed_weights.data_->key != s_->p.key())
+        detail::fail_arg(fn, "packed_weights", packed_weights.data_->key,
+                         "was packed by a plan of another descriptor (this plan: " + s_->p.key() + ")");
+    detail::qconv_validate_args(fn, s_->p, args, /*weights_packed=*/true);
+    s_->kernel->run(args, packed_weights.data_.get());
+}
+
+QConvPackedWeights QConvPlan::pack_weights(const int8_t* weights) const {
+    detail::check_not_null("xk::QConvPlan::pack_weights", "weights", weights);
+    QConvPackedWeights w;
+    w.data_ = s_->kernel->pack(weights);
+    return w;
+}
+
+const char* QConvPlan::impl_name() const { return s_->impl; }
 
 void qconv2d(const QConvDesc& desc, const QConvArgs& args) {
     constexpr const char* fn = "xk::qconv2d";
