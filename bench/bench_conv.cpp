@@ -10,6 +10,13 @@
 // layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K.
 // The label names the implementation that ran (oneDNN's impl_info_str for both oneDNN rows).
 // Batches 1 and 8 (XK_BENCH_CONV_BATCHES="1,8,32" to change).
+//   qconv/u8s8u8/xk/<layer>/n:<N>/nt:<T>        xk::QConvPlan, weights packed once: u8 src (zero point 0, as after a
+//                                                ReLU), s8 weights with per-channel scales, bias,
+//                                                ReLU, requantized u8 dst ("gemm:qconv")
+//   qconv/u8s8u8/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's int8 convolution primitive, same
+//                                                types, per-channel output scales, bias, ReLU
+//                                                post-op, weights reordered once (timing only:
+//                                                oneDNN adds the bias before its output scale)
 #include <dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -141,6 +148,99 @@ void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
     xb::set_gflops(state, flops(d));
 }
 
+xk::QConvDesc qdesc_of(const Layer& l, int64_t n) {
+    xk::QConvDesc q;
+    q.n = n, q.c = l.c, q.h = l.h, q.w = l.w, q.oc = l.oc, q.kh = q.kw = l.k;
+    q.pad_top = q.pad_bottom = q.pad_left = q.pad_right = (l.k - 1) / 2;
+    q.src_dtype = DType::u8;
+    q.dst_dtype = DType::u8;
+    q.with_bias = true;
+    q.activation = xk::Activation::relu;
+    return q;
+}
+
+struct QData {
+    std::vector<uint8_t> src, dst;
+    std::vector<int8_t> wei;
+    std::vector<float> bias, ws;
+};
+
+QData make_qdata(const xk::QConvDesc& q, int64_t oh, int64_t ow) {
+    QData x;
+    x.src.resize(static_cast<size_t>(q.n * q.h * q.w * q.c));
+    x.wei.resize(static_cast<size_t>(q.oc * q.kh * q.kw * q.c));
+    x.dst.resize(static_cast<size_t>(q.n * oh * ow * q.oc));
+    x.bias.resize(static_cast<size_t>(q.oc));
+    x.ws.resize(static_cast<size_t>(q.oc));
+    for (size_t i = 0; i < x.src.size(); ++i) x.src[i] = static_cast<uint8_t>(xb::detail::unit(1, i) * 255);
+    for (size_t i = 0; i < x.wei.size(); ++i) x.wei[i] = static_cast<int8_t>(xb::detail::unit(2, i) * 255 - 127);
+    for (size_t i = 0; i < x.bias.size(); ++i) {
+        x.bias[i] = static_cast<float>(xb::detail::unit(3, i) - 0.5);
+        x.ws[i] = 1e-3f * static_cast<float>(1 + xb::detail::unit(4, i) * 10);
+    }
+    return x;
+}
+
+void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt) {
+    xb::ScopedThreads threads(nt);
+    const xk::QConvDesc q = qdesc_of(l, n);
+    const xk::ConvDesc d = desc_of(l, n, DType::f32);
+    QData x = make_qdata(q, d.oh(), d.ow());
+    xk::QConvArgs a;
+    a.src = x.src.data(); a.weights = x.wei.data(); a.bias = x.bias.data(); a.dst = x.dst.data();
+    a.weight_scales = x.ws.data(); a.src_scale = 0.05f; a.dst_scale = 0.1f;
+    const xk::QConvPlan plan(q);
+    const xk::QConvPackedWeights pw = plan.pack_weights(x.wei.data());  // once, like oneDNN's reorder
+    for (auto _ : state) plan.run(a, pw);
+    state.SetLabel(plan.impl_name());
+    xb::set_gflops(state, flops(d));
+}
+
+void BM_qonednn(benchmark::State& state, Layer l, int64_t n, int nt) {
+    xb::ScopedThreads threads(nt);
+    const xk::QConvDesc q = qdesc_of(l, n);
+    const xk::ConvDesc d = desc_of(l, n, DType::f32);
+    QData x = make_qdata(q, d.oh(), d.ow());
+    using tag = dnnl::memory::format_tag;
+    using dtp = dnnl::memory::data_type;
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream st(eng);
+        const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtp::u8, tag::nhwc), dst({n, l.oc, d.oh(), d.ow()}, dtp::u8, tag::nhwc),
+            wany({l.oc, l.c, l.k, l.k}, dtp::s8, tag::any), wuser({l.oc, l.c, l.k, l.k}, dtp::s8, tag::ohwi),
+            bias({l.oc}, dtp::f32, tag::a);
+        std::vector<float> scales(static_cast<size_t>(l.oc));
+        for (size_t o = 0; o < scales.size(); ++o) scales[o] = 0.05f * x.ws[o] / 0.1f;
+        dnnl::primitive_attr attr;
+        attr.set_output_scales(2, scales);
+        dnnl::post_ops po;
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(po);
+        const int64_t p = (l.k - 1) / 2;
+        const dnnl::convolution_forward::primitive_desc pd(
+            dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                            wany, bias, dst, {1, 1}, {p, p}, {p, p}),
+            attr, eng);
+        dnnl::memory wu(wuser, eng, x.wei.data()), wp(pd.weights_desc(), eng);
+        dnnl::reorder(wu, wp).execute(st, wu, wp);
+        st.wait();
+        const dnnl::convolution_forward prim(pd);
+        const std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(src, eng, x.src.data())},
+                                                            {DNNL_ARG_WEIGHTS, wp},
+                                                            {DNNL_ARG_BIAS, dnnl::memory(bias, eng, x.bias.data())},
+                                                            {DNNL_ARG_DST, dnnl::memory(dst, eng, x.dst.data())}};
+        for (auto _ : state) {
+            prim.execute(st, args);
+            st.wait();
+        }
+        state.SetLabel(pd.impl_info_str());
+    } catch (const dnnl::error& e) {
+        state.SkipWithError(e.what());
+        return;
+    }
+    xb::set_gflops(state, flops(d));
+}
+
 std::vector<int64_t> batches() {
     std::vector<int64_t> v;
     if (const char* e = std::getenv("XK_BENCH_CONV_BATCHES")) {
@@ -172,6 +272,14 @@ const bool registered = [] {
                     reg(xb::join_name({"convgemm", dt, "xk", sh, ns, nts}),
                         [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, true); });
                 }
+    for (const Layer& l : kLayers)
+        for (int64_t n : batches())
+            for (int nt : xb::thread_counts()) {
+                const std::string sh = l.name(), ns = "n:" + std::to_string(n), nts = "nt:" + std::to_string(nt);
+                reg(xb::join_name({"qconv", "u8s8u8", "xk", sh, ns, nts}), [=](benchmark::State& s) { BM_qxk(s, l, n, nt); });
+                reg(xb::join_name({"qconv", "u8s8u8", "onednn", sh, ns, nts}),
+                    [=](benchmark::State& s) { BM_qonednn(s, l, n, nt); });
+            }
     return true;
 }();
 

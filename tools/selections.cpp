@@ -15,6 +15,7 @@
 #include "kernels/rope/rope.hpp"
 #include "kernels/softmax/softmax.hpp"
 #include "kernels/woq/woq.hpp"
+#include "kernels/vision/vision.hpp"
 #include "xk/isa.hpp"
 #include "xk/qlinear.hpp"
 
@@ -158,6 +159,22 @@ std::vector<Selection> selections() {
         d.head_dim = 128;
         d.kv_dtype = DType::bf16;
         return d;
+    }));
+    v.push_back(pick("roi_align", roi_align_registry(), [] {
+        RoiAlignDesc d;  // Mask R-CNN box head, channels-last
+        d.c = 256; d.h = 200; d.w = 272; d.num_rois = 1000; d.pooled_h = d.pooled_w = 7;
+        d.layout = ConvLayout::nhwc;
+        return roi_align_validate_desc("xk-info", d);
+    }));
+    v.push_back(pick("nms", nms_registry(), [] {
+        NmsDesc d;
+        d.num_boxes = 5000;
+        return nms_validate_desc("xk-info", d);
+    }));
+    v.push_back(pick("frozen_batch_norm", frozen_bn_registry(), [] {
+        FrozenBatchNormDesc d;
+        d.c = 256; d.h = 56; d.w = 56; d.layout = ConvLayout::nhwc; d.activation = Activation::relu;
+        return frozen_bn_validate_desc("xk-info", d);
     }));
     return v;
 }

@@ -173,3 +173,80 @@ void conv_fold_batchnorm(const ConvDesc& desc, const float* weights, const float
                          float* out_bias);
 
 }  // namespace xk
+
+namespace xk {
+
+// ---- int8 convolution (static quantization of CNNs) ------------------------------------------
+// NHWC activations (u8 or s8, one scale and zero point per tensor), OHWI s8 weights (symmetric,
+// one scale per output channel), groups = 1. Geometry (stride, padding, dilation) as ConvDesc.
+//   acc[n,oy,ox,o] = sum over (ky, kx, ic) of (src - src_zero_point) * w         (exact int32; a
+//                    tap in the padding reads src_zero_point, i.e. the real value 0)
+//   x = (src_scale * weight_scales[o]) * float(acc) + bias[o]   (bias f32, optional)
+//   x = act(x)
+//   dst = x (f32), or, for u8 / s8 dst,
+//         clamp(nearbyint(x / dst_scale) + dst_zero_point) to the type's range.
+// K = KH*KW*C must be <= 33025 (the int32 sum cannot overflow). dst: u8, s8 or f32. Runs as xk's int8 GEMM
+// (u8|s8 x s8, requantizing epilogue) on the NHWC rows: directly for 1x1 / stride 1 / no padding,
+// else over im2col row blocks padded with src_zero_point.
+struct QConvDesc {
+    int64_t n = 1, c = 1, h = 1, w = 1;
+    int64_t oc = 1;
+    int64_t kh = 1, kw = 1;
+    int64_t stride_h = 1, stride_w = 1;
+    int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+    int64_t dilation_h = 1, dilation_w = 1;
+    DType src_dtype = DType::u8;   // u8 or s8
+    DType dst_dtype = DType::f32;  // u8, s8 or f32
+    bool with_bias = false;
+    Activation activation = Activation::none;
+};
+
+struct QConvArgs {
+    const void* src = nullptr;              // src_dtype[N*H*W*C]
+    const int8_t* weights = nullptr;        // s8[OC*KH*KW*C]
+    const float* bias = nullptr;            // f32[OC] iff with_bias
+    void* dst = nullptr;                    // dst_dtype[N*OH*OW*OC]
+    float src_scale = 1.0f;                 // finite, > 0
+    int32_t src_zero_point = 0;             // in src_dtype's range
+    const float* weight_scales = nullptr;   // f32[OC], finite, > 0
+    float dst_scale = 1.0f;                 // u8 / s8 dst: finite, > 0
+    int32_t dst_zero_point = 0;             // u8 / s8 dst: in dst_dtype's range
+};
+
+namespace detail {
+struct QConvPlanState;
+struct QConvPackedData;
+}  // namespace detail
+
+// s8 weights packed once by QConvPlan::pack_weights for plans of the same descriptor (the GEMM's
+// packed B of each row block); opaque, immutable, copies share the data.
+class QConvPackedWeights {
+public:
+    bool empty() const noexcept { return !data_; }
+
+private:
+    friend class QConvPlan;
+    std::shared_ptr<const detail::QConvPackedData> data_;
+};
+
+// Validates the descriptor and creates the kernel once (GEMM plans of the row blocks). Immutable;
+// run() may be called concurrently.
+class QConvPlan {
+public:
+    explicit QConvPlan(const QConvDesc& desc);
+    void run(const QConvArgs& args) const;  // packs the weights per call
+    // args.weights is not read (may be null); packed_weights from a plan of another descriptor is
+    // rejected naming `packed_weights`.
+    void run(const QConvArgs& args, const QConvPackedWeights& packed_weights) const;
+    QConvPackedWeights pack_weights(const int8_t* weights) const;
+    const char* impl_name() const;
+
+private:
+    std::shared_ptr<const detail::QConvPlanState> s_;
+};
+
+// One-shot: validates, selects ("gemm:qconv" at avx2 and above, else "ref:scalar") and runs.
+void qconv2d(const QConvDesc& desc, const QConvArgs& args);
+const char* qconv2d_impl_name(const QConvDesc& desc);
+
+}  // namespace xk

@@ -18,3 +18,4 @@
 #include "xk/attention.hpp"
 #include "xk/gpu.hpp"
 #include "xk/qlinear.hpp"
+#include "xk/vision.hpp"

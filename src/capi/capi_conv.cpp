@@ -85,4 +85,37 @@ xk_status xk_conv2d_fold_batchnorm(const xk_conv2d_desc* desc, const float* weig
     });
 }
 
+xk_status xk_qconv2d(const xk_conv2d_desc* desc, xk_dtype src_type, xk_dtype dst_type, const void* src,
+                     float src_scale, int32_t src_zero_point, const int8_t* weights, const float* weight_scales,
+                     const float* bias, void* dst, float dst_scale, int32_t dst_zero_point) {
+    return capi_call([&] {
+        constexpr const char* fn = "xk_qconv2d";
+        const xk::ConvDesc c = to_desc(fn, desc, xk::DType::f32, xk::DType::f32, bias != nullptr);
+        if (c.layout != xk::ConvLayout::nhwc)
+            xk::detail::fail_arg(fn, "layout", std::to_string(static_cast<int>(c.layout)), "must be NHWC (1)");
+        if (c.weight_layout != xk::ConvWeightLayout::ohwi)
+            xk::detail::fail_arg(fn, "weight_layout", std::to_string(static_cast<int>(c.weight_layout)), "must be OHWI (1)");
+        if (c.groups != 1) xk::detail::fail_arg(fn, "groups", std::to_string(c.groups), "must be 1");
+        if (c.residual != xk::ConvResidual::none)
+            xk::detail::fail_arg(fn, "residual", std::to_string(static_cast<int>(c.residual)), "must be none (0)");
+        const int st = xk::detail::c_enum(src_type), dt = xk::detail::c_enum(dst_type);
+        if (st < 0 || st > 5) xk::detail::fail_arg(fn, "src_type", std::to_string(st), "is not a valid xk_dtype");
+        if (dt < 0 || dt > 5) xk::detail::fail_arg(fn, "dst_type", std::to_string(dt), "is not a valid xk_dtype");
+        xk::QConvDesc q;
+        q.n = c.n; q.c = c.c; q.h = c.h; q.w = c.w; q.oc = c.oc; q.kh = c.kh; q.kw = c.kw;
+        q.stride_h = c.stride_h; q.stride_w = c.stride_w;
+        q.pad_top = c.pad_top; q.pad_bottom = c.pad_bottom; q.pad_left = c.pad_left; q.pad_right = c.pad_right;
+        q.dilation_h = c.dilation_h; q.dilation_w = c.dilation_w;
+        q.src_dtype = static_cast<xk::DType>(st);
+        q.dst_dtype = static_cast<xk::DType>(dt);
+        q.with_bias = bias != nullptr;
+        q.activation = c.activation;
+        xk::QConvArgs a;
+        a.src = src; a.weights = weights; a.bias = bias; a.dst = dst; a.src_scale = src_scale;
+        a.src_zero_point = src_zero_point; a.weight_scales = weight_scales; a.dst_scale = dst_scale;
+        a.dst_zero_point = dst_zero_point;
+        xk::qconv2d(q, a);
+    });
+}
+
 }  // extern "C"

@@ -92,3 +92,29 @@ const Registry<ConvProblem, ConvKernel>& conv_registry();
 void conv2d_reference(const ConvProblem& p, const ConvArgs& a);
 
 }  // namespace xk::detail
+
+namespace xk::detail {
+
+// ---- int8 convolution (qconv.cpp) ----
+struct QConvProblem {
+    QConvDesc d;
+    int64_t oh = 0, ow = 0;
+    std::string key() const;  // every field
+};
+QConvProblem qconv_validate_desc(const char* fn, const QConvDesc& d);
+void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs& a, bool weights_packed = false);
+struct QConvPackedData {
+    virtual ~QConvPackedData() = default;
+    std::string key;  // the descriptor key of the plan that packed it
+};
+struct QConvKernel {
+    virtual ~QConvKernel() = default;
+    // With `packed` (from this kernel's pack()), a.weights is not read.
+    virtual void run(const QConvArgs& a, const QConvPackedData* packed = nullptr) const = 0;
+    virtual std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const = 0;
+};
+const Registry<QConvProblem, QConvKernel>& qconv_registry();
+// Reference: exact int32 accumulation, then the epilogue of xk/conv.hpp in f32.
+void qconv2d_reference(const QConvProblem& p, const QConvArgs& a);
+
+}  // namespace xk::detail

@@ -1,0 +1,341 @@
+// int8 convolution (xk/conv.hpp QConvDesc): validation, the reference, and "gemm:qconv" — xk's
+// int8 GEMM (u8|s8 x s8, per-channel weight scales, bias / activation / requantization fused) on
+// the NHWC rows: one GEMM for 1x1 / stride 1 / unpadded, else im2col row blocks (~256 KiB, padded
+// with the source zero point) in one parallel region, each block one GEMM.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "common/activation.hpp"
+#include "common/check.hpp"
+#include "common/parallel.hpp"
+#include "kernels/conv/conv.hpp"
+#include "xk/gemm.hpp"
+
+namespace xk {
+namespace detail {
+namespace {
+
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+    const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+    return pa < pb + static_cast<uintptr_t>(b_bytes) && pb < pa + static_cast<uintptr_t>(a_bytes);
+}
+
+ConvDesc geometry(const QConvDesc& q) {
+    ConvDesc d;
+    d.n = q.n; d.c = q.c; d.h = q.h; d.w = q.w; d.oc = q.oc; d.kh = q.kh; d.kw = q.kw;
+    d.stride_h = q.stride_h; d.stride_w = q.stride_w;
+    d.pad_top = q.pad_top; d.pad_bottom = q.pad_bottom; d.pad_left = q.pad_left; d.pad_right = q.pad_right;
+    d.dilation_h = q.dilation_h; d.dilation_w = q.dilation_w;
+    d.layout = ConvLayout::nhwc;
+    d.weight_layout = ConvWeightLayout::ohwi;
+    return d;
+}
+
+bool direct_1x1(const QConvProblem& p) {
+    const QConvDesc& d = p.d;
+    return d.kh == 1 && d.kw == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_top == 0 && d.pad_bottom == 0 &&
+           d.pad_left == 0 && d.pad_right == 0;
+}
+
+GemmDesc gemm_desc(const QConvProblem& p, int64_t rows) {
+    const QConvDesc& d = p.d;
+    GemmDesc g;
+    g.M = rows;
+    g.N = d.oc;
+    g.K = d.kh * d.kw * d.c;
+    g.trans_b = Trans::T;  // OHWI weights = B^T [OC][K]
+    g.a_type = d.src_dtype;
+    g.b_type = DType::s8;
+    g.c_type = d.dst_dtype;
+    g.b_scale_per_channel = true;
+    g.epilogue.bias = d.with_bias;
+    g.epilogue.act = d.activation;
+    return g;
+}
+
+GemmArgs gemm_args(const QConvArgs& a, const void* A, void* C) {
+    GemmArgs g;
+    g.A = A;
+    g.B = a.weights;
+    g.C = C;
+    g.bias = a.bias;
+    g.a_scale = &a.src_scale;
+    g.b_scales = a.weight_scales;
+    g.a_zero_point = a.src_zero_point;
+    g.c_scale = &a.dst_scale;
+    g.c_zero_point = a.dst_zero_point;
+    return g;
+}
+
+struct GemmQPacked final : QConvPackedData {
+    PackedB full, tail;
+};
+
+struct PlainQPacked final : QConvPackedData {
+    std::vector<int8_t> w;
+};
+
+class GemmQConv final : public QConvKernel {
+public:
+    explicit GemmQConv(const QConvProblem& p) : p_(p) {
+        const QConvDesc& d = p.d;
+        rows_ = d.n * p.oh * p.ow;
+        k_ = d.kh * d.kw * d.c;
+        if (direct_1x1(p)) {
+            block_ = rows_;
+        } else {
+            block_ = std::clamp<int64_t>((int64_t{256} << 10) / std::max<int64_t>(1, k_), 32, 1024);
+            block_ = std::min(block_, rows_);
+        }
+        full_ = std::make_shared<GemmPlan>(gemm_desc(p, block_));
+        if (rows_ % block_) tail_ = std::make_shared<GemmPlan>(gemm_desc(p, rows_ % block_));
+    }
+
+    std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
+        auto pk = std::make_shared<GemmQPacked>();
+        pk->key = p_.key();
+        pk->full = full_->pack_b(weights);
+        if (tail_) pk->tail = tail_->pack_b(weights);
+        return pk;
+    }
+
+    void run(const QConvArgs& a, const QConvPackedData* packed) const override {
+        // Without a pack: B packed once per call (the GEMM's transposed-B packing otherwise runs
+        // per row block and dominated the 7x7x512 layer).
+        std::shared_ptr<const QConvPackedData> own;
+        if (!packed) {
+            own = pack(a.weights);
+            packed = own.get();
+        }
+        const auto& pk = static_cast<const GemmQPacked&>(*packed);
+        const QConvDesc& d = p_.d;
+        const int64_t es_dst = dtype_size(d.dst_dtype);
+        if (direct_1x1(p_)) {
+            full_->run(gemm_args(a, a.src, a.dst), pk.full);
+            return;
+        }
+        const int64_t nblocks = (rows_ + block_ - 1) / block_;
+        const uint8_t pad = static_cast<uint8_t>(a.src_zero_point);  // u8 or s8 bit pattern
+        parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
+            thread_local std::vector<uint8_t> col;
+            col.resize(static_cast<size_t>(block_ * k_));
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t r0 = b * block_, r1 = std::min(rows_, r0 + block_);
+                for (int64_t r = r0; r < r1; ++r) {
+                    const int64_t n = r / (p_.oh * p_.ow), oy = (r / p_.ow) % p_.oh, ox = r % p_.ow;
+                    uint8_t* row = col.data() + (r - r0) * k_;
+                    for (int64_t ky = 0; ky < d.kh; ++ky) {
+                        const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
+                        for (int64_t kx = 0; kx < d.kw; ++kx) {
+                            const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
+                            uint8_t* t = row + (ky * d.kw + kx) * d.c;
+                            if (y < 0 || y >= d.h || x < 0 || x >= d.w)
+                                std::memset(t, pad, static_cast<size_t>(d.c));
+                            else
+                                std::memcpy(t, static_cast<const uint8_t*>(a.src) + ((n * d.h + y) * d.w + x) * d.c,
+                                            static_cast<size_t>(d.c));
+                        }
+                    }
+                }
+                const bool full = r1 - r0 == block_;
+                (full ? *full_ : *tail_)
+                    .run(gemm_args(a, col.data(), static_cast<char*>(a.dst) + r0 * d.oc * es_dst), full ? pk.full : pk.tail);
+            }
+        });
+    }
+
+private:
+    QConvProblem p_;
+    int64_t rows_ = 0, k_ = 0, block_ = 1;
+    std::shared_ptr<GemmPlan> full_, tail_;
+};
+
+struct RefQConv final : QConvKernel {
+    explicit RefQConv(const QConvProblem& p) : p_(p) {}
+    void run(const QConvArgs& a, const QConvPackedData* packed) const override {
+        QConvArgs b = a;
+        if (packed) b.weights = static_cast<const PlainQPacked*>(packed)->w.data();
+        qconv2d_reference(p_, b);
+    }
+    std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
+        auto pk = std::make_shared<PlainQPacked>();
+        pk->key = p_.key();
+        pk->w.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * p_.d.c);
+        return pk;
+    }
+    QConvProblem p_;
+};
+
+}  // namespace
+
+std::string QConvProblem::key() const {
+    std::ostringstream os;
+    os << ConvProblem{geometry(d), oh, ow}.key() << "_q" << dtype_name(d.src_dtype) << ":" << dtype_name(d.dst_dtype)
+       << (d.with_bias ? "_bias" : "") << "_act:" << activation_name(d.activation);
+    return os.str();
+}
+
+QConvProblem qconv_validate_desc(const char* fn, const QConvDesc& d) {
+    if (!valid_activation(d.activation))
+        fail_arg(fn, "activation", std::to_string(static_cast<int>(d.activation)),
+                 "is not a valid value (valid: none=0, relu=1, gelu_erf=2, gelu_tanh=3, silu=4)");
+    if (d.src_dtype != DType::u8 && d.src_dtype != DType::s8)
+        fail(Status::unsupported, std::string(fn) + ": src_dtype=" + dtype_name(d.src_dtype) + " is not supported (u8 or s8)");
+    if (d.dst_dtype != DType::u8 && d.dst_dtype != DType::s8 && d.dst_dtype != DType::f32)
+        fail(Status::unsupported,
+             std::string(fn) + ": dst_dtype=" + dtype_name(d.dst_dtype) + " is not supported (u8, s8 or f32)");
+    const ConvProblem g = conv_validate_desc(fn, geometry(d));
+    const int64_t K = d.kh * d.kw * d.c;
+    if (K > 33025)
+        fail_arg(fn, "KH*KW*C", std::to_string(K), "must be <= 33025 (the int32 accumulation could overflow)");
+    QConvProblem p;
+    p.d = d;
+    p.oh = g.oh;
+    p.ow = g.ow;
+    return p;
+}
+
+void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs& a, bool weights_packed) {
+    const QConvDesc& d = p.d;
+    check_not_null(fn, "src", a.src);
+    if (!weights_packed) check_not_null(fn, "weights", a.weights);
+    check_not_null(fn, "dst", a.dst);
+    check_not_null(fn, "weight_scales", a.weight_scales);
+    if (d.with_bias) check_not_null(fn, "bias", a.bias);
+    else if (a.bias) fail_arg(fn, "bias", ptr_str(a.bias), "is given but with_bias is false");
+    if (reinterpret_cast<uintptr_t>(a.weight_scales) % 4) fail_arg(fn, "weight_scales", ptr_str(a.weight_scales), "must be aligned to 4 bytes");
+    if (a.bias && reinterpret_cast<uintptr_t>(a.bias) % 4) fail_arg(fn, "bias", ptr_str(a.bias), "must be aligned to 4 bytes");
+    if (reinterpret_cast<uintptr_t>(a.dst) % static_cast<uintptr_t>(dtype_size(d.dst_dtype)))
+        fail_arg(fn, "dst", ptr_str(a.dst), "must be aligned to its element size");
+    if (!std::isfinite(a.src_scale) || !(a.src_scale > 0.0f)) fail_arg(fn, "src_scale", float_str(a.src_scale), "must be finite and > 0");
+    const bool su8 = d.src_dtype == DType::u8;
+    if (a.src_zero_point < (su8 ? 0 : -128) || a.src_zero_point > (su8 ? 255 : 127))
+        fail_arg(fn, "src_zero_point", std::to_string(a.src_zero_point), su8 ? "must be in [0, 255]" : "must be in [-128, 127]");
+    if (d.dst_dtype == DType::u8 || d.dst_dtype == DType::s8) {
+        if (!std::isfinite(a.dst_scale) || !(a.dst_scale > 0.0f)) fail_arg(fn, "dst_scale", float_str(a.dst_scale), "must be finite and > 0");
+        const bool du8 = d.dst_dtype == DType::u8;
+        if (a.dst_zero_point < (du8 ? 0 : -128) || a.dst_zero_point > (du8 ? 255 : 127))
+            fail_arg(fn, "dst_zero_point", std::to_string(a.dst_zero_point), du8 ? "must be in [0, 255]" : "must be in [-128, 127]");
+    }
+    const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * d.c;
+    const int64_t dst_b = d.n * p.oh * p.ow * d.oc * dtype_size(d.dst_dtype);
+    if (overlaps(a.dst, dst_b, a.src, src_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps src=" + ptr_str(a.src));
+    if (!weights_packed && overlaps(a.dst, dst_b, a.weights, wei_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weights");
+    if (overlaps(a.dst, dst_b, a.weight_scales, d.oc * 4)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weight_scales");
+    if (a.bias && overlaps(a.dst, dst_b, a.bias, d.oc * 4)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps bias");
+    for (int64_t o = 0; o < d.oc; ++o)
+        if (!std::isfinite(a.weight_scales[o]) || !(a.weight_scales[o] > 0.0f))
+            fail_arg(fn, "weight_scales", "weight_scales[" + std::to_string(o) + "]=" + float_str(a.weight_scales[o]),
+                     "must be finite and > 0");
+}
+
+void qconv2d_reference(const QConvProblem& p, const QConvArgs& a) {
+    const QConvDesc& d = p.d;
+    const bool su8 = d.src_dtype == DType::u8;
+    const float inv = 1.0f / a.dst_scale;
+    parallel_for(d.n * p.oh, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / p.oh, oy = r % p.oh;
+            for (int64_t ox = 0; ox < p.ow; ++ox)
+                for (int64_t o = 0; o < d.oc; ++o) {
+                    int32_t acc = 0;
+                    for (int64_t ky = 0; ky < d.kh; ++ky) {
+                        const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
+                        if (y < 0 || y >= d.h) continue;
+                        for (int64_t kx = 0; kx < d.kw; ++kx) {
+                            const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
+                            if (x < 0 || x >= d.w) continue;
+                            for (int64_t c = 0; c < d.c; ++c) {
+                                const int64_t si = ((n * d.h + y) * d.w + x) * d.c + c;
+                                const int32_t s = su8 ? static_cast<const uint8_t*>(a.src)[si] : static_cast<const int8_t*>(a.src)[si];
+                                acc += (s - a.src_zero_point) * a.weights[((o * d.kh + ky) * d.kw + kx) * d.c + c];
+                            }
+                        }
+                    }
+                    float v = a.src_scale * a.weight_scales[o] * static_cast<float>(acc);
+                    if (d.with_bias) v += a.bias[o];
+                    v = apply_activation(d.activation, v);
+                    const int64_t di = ((n * p.oh + oy) * p.ow + ox) * d.oc + o;
+                    if (d.dst_dtype == DType::f32) {
+                        static_cast<float*>(a.dst)[di] = v;
+                    } else {
+                        const bool du8 = d.dst_dtype == DType::u8;
+                        const float lo = du8 ? 0.0f : -128.0f, hi = du8 ? 255.0f : 127.0f;
+                        float q = std::nearbyint(v * inv) + static_cast<float>(a.dst_zero_point);
+                        q = std::isnan(q) ? lo : std::min(hi, std::max(lo, q));
+                        if (du8) static_cast<uint8_t*>(a.dst)[di] = static_cast<uint8_t>(q);
+                        else static_cast<int8_t*>(a.dst)[di] = static_cast<int8_t>(q);
+                    }
+                }
+        }
+    });
+}
+
+const Registry<QConvProblem, QConvKernel>& qconv_registry() {
+    static const Registry<QConvProblem, QConvKernel> r(
+        "qconv2d", {
+                       {"gemm:qconv", Isa::avx2, nullptr,
+                        [](const QConvProblem& p) -> std::shared_ptr<const QConvKernel> { return std::make_shared<GemmQConv>(p); }},
+                       {"ref:scalar", Isa::scalar, nullptr,
+                        [](const QConvProblem& p) -> std::shared_ptr<const QConvKernel> { return std::make_shared<RefQConv>(p); }},
+                   });
+    return r;
+}
+
+struct QConvPlanState {
+    QConvProblem p;
+    const char* impl = nullptr;
+    std::shared_ptr<const QConvKernel> kernel;
+};
+
+}  // namespace detail
+
+QConvPlan::QConvPlan(const QConvDesc& desc) {
+    auto s = std::make_shared<detail::QConvPlanState>();
+    s->p = detail::qconv_validate_desc("xk::QConvPlan", desc);
+    const auto sel = detail::qconv_registry().get(s->p);
+    s->impl = sel.impl->name;
+    s->kernel = sel.kernel;
+    s_ = std::move(s);
+}
+
+void QConvPlan::run(const QConvArgs& args) const {
+    detail::qconv_validate_args("xk::QConvPlan::run", s_->p, args);
+    s_->kernel->run(args);
+}
+
+void QConvPlan::run(const QConvArgs& args, const QConvPackedWeights& packed_weights) const {
+    constexpr const char* fn = "xk::QConvPlan::run";
+    if (packed_weights.empty()) detail::fail_arg(fn, "packed_weights", "empty", "must come from QConvPlan::pack_weights");
+    if (packed_weights.data_->key != s_->p.key())
+        detail::fail_arg(fn, "packed_weights", packed_weights.data_->key,
+                         "was packed by a plan of another descriptor (this plan: " + s_->p.key() + ")");
+    detail::qconv_validate_args(fn, s_->p, args, /*weights_packed=*/true);
+    s_->kernel->run(args, packed_weights.data_.get());
+}
+
+QConvPackedWeights QConvPlan::pack_weights(const int8_t* weights) const {
+    detail::check_not_null("xk::QConvPlan::pack_weights", "weights", weights);
+    QConvPackedWeights w;
+    w.data_ = s_->kernel->pack(weights);
+    return w;
+}
+
+const char* QConvPlan::impl_name() const { return s_->impl; }
+
+void qconv2d(const QConvDesc& desc, const QConvArgs& args) {
+    constexpr const char* fn = "xk::qconv2d";
+    const detail::QConvProblem p = detail::qconv_validate_desc(fn, desc);
+    detail::qconv_validate_args(fn, p, args);
+    detail::qconv_registry().get(p).kernel->run(args);
+}
+
+const char* qconv2d_impl_name(const QConvDesc& desc) {
+    const detail::QConvProblem p = detail::qconv_validate_desc("xk::qconv2d_impl_name", desc);
+    return detail::qconv_registry().select(p, max_isa()).name;
+}
+
+}  // namespace xk
