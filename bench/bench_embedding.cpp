@@ -14,6 +14,12 @@
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
+//   interaction/<f32|bf16>/xk/<fwd|fwdbwd>_n:27_dim:<D>_b:2048/nt:<N>  DLRM dot interaction (26 tables
+//                                                     + the dense feature, diagonal off), the tables as
+//                                                     columns of one merged output (ld 26 D); fwdbwd =
+//                                                     forward + backward. GBPS = bytes read + written
+//                                                     (forward: N D in, D + P out; backward: N D + D + P
+//                                                     in, N D out), per sample x 2048
 //
 // One 1 GiB table viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
 // 2^29 / D rows, the quantized ones as 2^30 / row bytes rows), 2048 bags of 100 indices,
@@ -27,6 +33,7 @@
 
 #include "bench_util.hpp"
 #include "xk/embedding_bag.hpp"
+#include "xk/interaction.hpp"
 #include "xk/optim.hpp"
 
 namespace {
@@ -349,6 +356,62 @@ void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
 }
 
+// DLRM interaction over 2048 samples of 27 features (the dense one + 26 merged-bag columns).
+void BM_interaction(benchmark::State& state, int64_t dim, bool bf16, bool backward, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    constexpr int64_t N = 27, B = 2048;
+    const int64_t es = bf16 ? 2 : 4;
+    xk::InteractionDesc d;
+    d.num_features = N;
+    d.dim = dim;
+    d.dtype = bf16 ? xk::DType::bf16 : xk::DType::f32;
+    const xk::InteractionPlan plan(d);
+    const int64_t od = plan.out_dim();
+    auto mk = [&](int64_t elems, float scale) {
+        std::vector<uint32_t> v(static_cast<size_t>(elems * es + 3) / 4);
+        for (size_t i = 0; i < v.size(); ++i) {
+            const float f = (static_cast<float>(xk::bench::detail::splitmix64(i * 7 + elems) >> 40) * 0x1.0p-24f - 0.5f) * scale;
+            if (bf16) {
+                const uint16_t h = xk::bf16::from_float(f);
+                v[i] = static_cast<uint32_t>(h) | (static_cast<uint32_t>(h) << 16);
+            } else {
+                std::memcpy(&v[i], &f, 4);
+            }
+        }
+        return v;
+    };
+    auto dense = mk(B * dim, 1.0f), merged = mk(B * (N - 1) * dim, 1.0f), gout = mk(B * od, 1e-2f);
+    std::vector<uint32_t> out(static_cast<size_t>(B * od * es + 3) / 4), gd(static_cast<size_t>(B * N * dim * es + 3) / 4);
+    std::vector<const void*> fp(N);
+    std::vector<int64_t> ld(N);
+    std::vector<void*> gp(N);
+    for (int64_t f = 0; f < N; ++f) {
+        fp[f] = f == 0 ? static_cast<const void*>(dense.data())
+                       : static_cast<const void*>(reinterpret_cast<const char*>(merged.data()) + (f - 1) * dim * es);
+        ld[f] = f == 0 ? dim : (N - 1) * dim;
+        gp[f] = reinterpret_cast<char*>(gd.data()) + f * B * dim * es;
+    }
+    xk::InteractionArgs a;
+    a.batch = B;
+    a.features = fp.data();
+    a.ld_features = ld.data();
+    a.out = out.data();
+    xk::InteractionBackwardArgs ba;
+    ba.batch = B;
+    ba.features = fp.data();
+    ba.ld_features = ld.data();
+    ba.grad_out = gout.data();
+    ba.grad_features = gp.data();
+    for (auto _ : state) {
+        plan.forward(a);
+        if (backward) plan.backward(ba);
+        benchmark::ClobberMemory();
+    }
+    const double fwd = static_cast<double>(B * (N * dim + od) * es);
+    xk::bench::set_gbps(state, backward ? fwd + static_cast<double>(B * (2 * N * dim + od) * es) : fwd);
+    state.SetLabel(plan.impl_name());
+}
+
 const bool registered = [] {
     if (!xk::isa_supported(xk::Isa::avx512)) return true;  // the limit loop is AVX-512
     for (int64_t dim : {64, 128})
@@ -404,6 +467,17 @@ const bool registered = [] {
                                      BM_optim, false, nt)
             ->UseRealTime();
     }
+    for (int64_t dim : {64, 128})
+        for (bool bf : {false, true})
+            for (bool bwd : {false, true})
+                for (int nt : xk::bench::thread_counts())
+                    benchmark::RegisterBenchmark(
+                        xk::bench::join_name({"interaction", bf ? "bf16" : "f32", "xk",
+                                              std::string(bwd ? "fwdbwd" : "fwd") + "_n:27_dim:" + std::to_string(dim) + "_b:2048",
+                                              "nt:" + std::to_string(nt)})
+                            .c_str(),
+                        BM_interaction, dim, bf, bwd, nt)
+                        ->UseRealTime();
     return true;
 }();
 

@@ -49,6 +49,10 @@ XK_T inline VF reduce(const VF* v) {
         w[q] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * q], u[2 * q + 1], 0x88), _mm512_shuffle_f32x4(u[2 * q], u[2 * q + 1], 0xDD));
     return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
 }
+// The first n (1..4) floats of src to dst.
+XK_T inline void store4(float* dst, const float* src, int n) {
+    _mm_mask_storeu_ps(dst, static_cast<__mmask8>((1u << n) - 1), _mm_loadu_ps(src));
+}
 constexpr int R = 4;  // forward tile rows (x C = 4 columns); backward rows per block
 }  // namespace ia_avx512
 #define XK_IA_NS ia_avx512
@@ -87,6 +91,10 @@ XK_T inline VF reduce(const VF* v) {
         u[q] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
     }
     return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+XK_T inline void store4(float* dst, const float* src, int n) {
+    const __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3));
+    _mm_maskstore_ps(dst, m, _mm_loadu_ps(src));
 }
 constexpr int R = 2;
 }  // namespace ia_avx2
