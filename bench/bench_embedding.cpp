@@ -14,6 +14,8 @@
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
+//   optim/f32/xk/lamb_n:1e8/nt:<N>                   Lamb (wd 1e-2), two passes, 40 B/element
+//   optim/bf16/xk/lamb_split_n:1e8/nt:<N>            Lamb on split bf16 params, bf16 grads, 38 B/element
 //   interaction/<f32|bf16>/xk/<fwd|fwdbwd>_n:27_dim:<D>_b:2048/nt:<N>  DLRM dot interaction (26 tables
 //                                                     + the dense feature, diagonal off), the tables as
 //                                                     columns of one merged output (ld 26 D); fwdbwd =
@@ -168,7 +170,10 @@ void BM_qbag(benchmark::State& state, int64_t dim, bool zipf, xk::EmbeddingRowQu
 // Fused AdamW step over n f32 parameters (p, g, m, v: 28 bytes moved per element: 16 read, 12
 // written) beside the copy yardstick interleaved (Copy%), and SGD with momentum on bf16 split
 // params (p_hi, p_lo, g bf16, b: 10 read + 8 written).
-void BM_optim(benchmark::State& state, bool adamw, int nt) {
+// kind: 0 AdamW f32, 1 SGD momentum split bf16, 2 Lamb f32 (two passes: 24 + 16 = 40 B/element),
+// 3 Lamb split bf16 params + bf16 grads (22 + 16 = 38 B/element).
+void BM_optim(benchmark::State& state, int kind, int nt) {
+    const bool adamw = kind == 0, lamb = kind >= 2;
     xk::bench::ScopedThreads threads(nt);
     const int64_t n = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
     static std::map<int64_t, std::vector<xk::bench::AlignedArray<float>>> bufs;
@@ -182,20 +187,24 @@ void BM_optim(benchmark::State& state, bool adamw, int nt) {
     t.n = n;
     int64_t step = 1;
     double bytes;
-    if (adamw) {
+    if (adamw || kind == 2) {
         t.param = b[0].get();
         t.grad = b[1].get();
-        bytes = 28.0 * static_cast<double>(n);
+        bytes = (adamw ? 28.0 : 40.0) * static_cast<double>(n);
     } else {  // split params: the halves and the bf16 grad carved out of the same buffers
         t.param_type = xk::OptimParamType::bf16_split;
         t.param = b[0].get();
         t.param_lo = reinterpret_cast<uint16_t*>(b[0].get()) + n;
         t.grad_dtype = xk::DType::bf16;
         t.grad = b[1].get();
-        bytes = 18.0 * static_cast<double>(n);
+        bytes = (lamb ? 38.0 : 18.0) * static_cast<double>(n);
     }
     auto run = [&] {
-        if (adamw) {
+        if (lamb) {
+            xk::LambOptions o;
+            o.weight_decay = 1e-2;
+            xk::lamb_step(o, t, b[2].get(), b[3].get(), step++);
+        } else if (adamw) {
             xk::AdamOptions o;
             o.adamw = true;
             o.weight_decay = 1e-2;
@@ -461,10 +470,15 @@ const bool registered = [] {
     const std::string ns = on == 100000000 ? "1e8" : std::to_string(on);
     for (int nt : xk::bench::thread_counts()) {
         const std::string ntp = "nt:" + std::to_string(nt);
-        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "adamw_n:" + ns, ntp}).c_str(), BM_optim, true, nt)
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "adamw_n:" + ns, ntp}).c_str(), BM_optim, 0, nt)
             ->UseRealTime();
         benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "bf16", "xk", "sgd_momentum_split_n:" + ns, ntp}).c_str(),
-                                     BM_optim, false, nt)
+                                     BM_optim, 1, nt)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "lamb_n:" + ns, ntp}).c_str(), BM_optim, 2, nt)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "bf16", "xk", "lamb_split_n:" + ns, ntp}).c_str(),
+                                     BM_optim, 3, nt)
             ->UseRealTime();
     }
     for (int64_t dim : {64, 128})
