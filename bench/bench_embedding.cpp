@@ -23,7 +23,7 @@
 //                                                     (forward: N D in, D + P out; backward: N D + D + P
 //                                                     in, N D out), per sample x 2048
 //
-// One 1 GiB table viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
+// One 1 GiB table (XK_BENCH_TABLE_MB) viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
 // 2^29 / D rows, the quantized ones as 2^30 / row bytes rows), 2048 bags of 100 indices,
 // uniform or Zipf(1.05) over the rows (ranks scattered by an odd multiplier modulo E), i64
 // indices. GBPS = bytes of gathered rows per second (num_indices * D * element size; the output,
@@ -40,7 +40,11 @@
 
 namespace {
 
-constexpr int64_t kTableBytes = int64_t(1) << 30;
+// The table: 1 GiB, or XK_BENCH_TABLE_MB MiB (a power of two; e.g. 256 on a shared host).
+const int64_t kTableBytes = [] {
+    const int64_t mb = xk::bench::env_int("XK_BENCH_TABLE_MB", 1024);
+    return (mb > 0 && (mb & (mb - 1)) == 0 ? mb : 1024) << 20;
+}();
 constexpr int64_t kBags = 2048, kPool = 100;
 
 float* table() {
@@ -236,10 +240,11 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     d.num_embeddings = E;
     d.dim = dim;
     const int64_t n = kBags * kPool;
-    static std::vector<float> out;
-    out.resize(static_cast<size_t>(n * dim));
+    static std::map<int64_t, xk::bench::AlignedArray<float>> outs;  // 64-byte aligned (as a tensor's storage)
+    auto& out = outs[dim];
+    if (!out) out = xk::bench::alloc_aligned<float>(static_cast<size_t>(n * dim));
     for (auto _ : state) {
-        xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.data()});
+        xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.get()});
         benchmark::ClobberMemory();
     }
     xk::bench::set_gbps(state, static_cast<double>(n * dim * 4));

@@ -450,7 +450,7 @@ def run(args):
 def embedding_cases(torch, F, threads):
     import numpy as np
     out = []
-    table_bytes, bags, pool = 1 << 30, 2048, 100
+    table_bytes, bags, pool = int(os.environ.get("XK_BENCH_TABLE_MB", "1024")) << 20, 2048, 100
 
     def idx_for(E, zipf):
         n = bags * pool

@@ -27,7 +27,8 @@
 // that the dense MLP output and the columns of a merged embedding-bag output (xk::
 // EmbeddingBagMultiPlan: table t at out + col_t, stride ld_out) are used in place.
 // Validation: N >= 1, D >= 1, dtype, row strides >= D, no null pointer where something is read
-// or written, the written buffers overlapping nothing else; a rejected call writes nothing.
+// or written, the written buffers overlapping nothing else; a rejected call writes nothing. With
+// batch = 0 nothing is read: the pointer and stride arrays are not either (and may be null).
 #pragma once
 #include <cstdint>
 #include <memory>

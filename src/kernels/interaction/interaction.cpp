@@ -42,9 +42,9 @@ void read_features(const char* fn, const InteractionConfig& k, int64_t batch, co
                    const int64_t* lds, InteractionCall& c, std::vector<Buf>& bufs) {
     const int64_t esz = dtype_size(k.dtype);
     if (batch > 0) check_not_null(fn, "features", feats);
+    if (batch == 0) return;  // nothing is read: the pointer arrays are not either (N may be huge)
     c.feat.assign(static_cast<size_t>(k.num_features), nullptr);
     c.ld_feat.assign(static_cast<size_t>(k.num_features), k.dim);
-    if (!feats) return;
     for (int64_t f = 0; f < k.num_features; ++f) {
         const std::string nm = "features[" + std::to_string(f) + "]";
         const std::string ln = "ld_features[" + std::to_string(f) + "]";
@@ -136,9 +136,9 @@ InteractionCall interaction_validate_backward(const char* fn, const InteractionC
     c.grad_out = a.grad_out;
     bufs.push_back({"grad_out", a.grad_out, span(a.batch, od, c.ld_grad_out, esz), false});
     if (a.batch > 0) check_not_null(fn, "grad_features", a.grad_features);
-    c.grad.assign(static_cast<size_t>(k.num_features), nullptr);
-    c.ld_grad.assign(static_cast<size_t>(k.num_features), k.dim);
-    if (a.grad_features) {
+    if (a.batch > 0) {
+        c.grad.assign(static_cast<size_t>(k.num_features), nullptr);
+        c.ld_grad.assign(static_cast<size_t>(k.num_features), k.dim);
         for (int64_t f = 0; f < k.num_features; ++f) {
             const std::string nm = "grad_features[" + std::to_string(f) + "]";
             const std::string ln = "ld_grad_features[" + std::to_string(f) + "]";
