@@ -91,6 +91,7 @@ std::vector<Selection> selections() {
         k.kind = OptimKind::adam;
         return k;
     }));
+    v.push_back(pick("embedding_bag_backward", embedding_bag_backward_registry(), [] { return EmbBwdConfig{}; }));
     v.push_back(pick("interaction", interaction_registry(), [] {
         InteractionDesc d;
         d.num_features = 27;
