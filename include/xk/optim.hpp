@@ -34,7 +34,8 @@
 //            if wd: u = u + wd * p
 //            trust = (||p|| > 0 and ||u|| > 0) ? ||p|| / ||u|| : 1   (norms over the whole tensor,
 //                    the sums of squares in double, the old p)
-//            p = p - (lr * trust) * u                  (lr * trust rounded to f32 once)
+//            p = p - (lr * trust) * u                  (lr * trust rounded to f32 once: inf if it
+//                    overflows, as PyTorch's add_(u, alpha=-lr * trust) on an f32 tensor)
 //          Two passes: the first updates m, v and sums p^2 and u^2, the second recomputes u from the
 //          stored m, v and applies it (40 bytes per f32 element moved). The norms are summed in
 //          fixed 64 Ki-element chunks, then in chunk order: the result does not depend on the

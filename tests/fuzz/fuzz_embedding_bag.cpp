@@ -384,8 +384,11 @@ const char* spoil(In& in, Problem& p, xk_embedding_bag_desc& d, Args& a) {
             return "dim < 1";
         case 2: {
             // A stride below dim (>= 1 when dim >= 2; else negative: 0 means dim).
-            int64_t& ld = in.coin() ? d.ld_table : d.ld_out;
-            ld = d.dim >= 2 && in.coin() ? 1 + in.pick(static_cast<int>(d.dim - 1)) : below(in, 0);
+            // (A quantized table's stride is in bytes: below its fused row size.)
+            const bool tab = in.coin();
+            int64_t& ld = tab ? d.ld_table : d.ld_out;
+            const int64_t min_ld = tab && p.quant() ? p.qbytes() : d.dim;
+            ld = min_ld >= 2 && in.coin() ? 1 + in.pick(static_cast<int>(min_ld - 1)) : below(in, 0);
             return "ld_table or ld_out below dim";
         }
         case 3: {

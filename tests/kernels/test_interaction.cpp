@@ -339,6 +339,8 @@ TEST(Interaction, BadInputIsRejectedBeforeWriting) {
     d.num_features = int64_t(1) << 40;
     d.dtype = DType::f32;
     XK_EXPECT_INVALID(interaction_out_dim(d), "overflows");
+    d.num_features = std::numeric_limits<int64_t>::max();  // (a fuzz_interaction finding: N + 1 overflowed)
+    XK_EXPECT_INVALID(interaction_out_dim(d), "overflows");
 
     InteractionArgs a = fwd_args(pr, io);
     std::vector<int64_t> ld = pr.ld;

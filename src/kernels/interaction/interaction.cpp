@@ -88,7 +88,8 @@ InteractionConfig interaction_validate_desc(const char* fn, const InteractionDes
     check_positive(fn, "dim", d.dim);
     check_io_dtype(fn, "dtype", d.dtype);
     // out_dim = dim + N(N+1)/2 must fit (with room for byte counts).
-    const int64_t nn = checked_mul(fn, "num_features*(num_features+1)", d.num_features, d.num_features + 1);
+    const int64_t n1 = checked_add(fn, "num_features+1", d.num_features, 1);
+    const int64_t nn = checked_mul(fn, "num_features*(num_features+1)", d.num_features, n1);
     checked_add(fn, "dim+pairs", d.dim, nn / 2);
     InteractionConfig k;
     k.num_features = d.num_features;
