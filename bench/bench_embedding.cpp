@@ -14,8 +14,16 @@
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
+//   optim/f32/xk/lamb_n:1e8/nt:<N>                   Lamb (wd 1e-2), two passes, 40 B/element
+//   optim/bf16/xk/lamb_split_n:1e8/nt:<N>            Lamb on split bf16 params, bf16 grads, 38 B/element
+//   interaction/<f32|bf16>/xk/<fwd|fwdbwd>_n:27_dim:<D>_b:2048/nt:<N>  DLRM dot interaction (26 tables
+//                                                     + the dense feature, diagonal off), the tables as
+//                                                     columns of one merged output (ld 26 D); fwdbwd =
+//                                                     forward + backward. GBPS = bytes read + written
+//                                                     (forward: N D in, D + P out; backward: N D + D + P
+//                                                     in, N D out), per sample x 2048
 //
-// One 1 GiB table viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
+// One 1 GiB table (XK_BENCH_TABLE_MB) viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
 // 2^29 / D rows, the quantized ones as 2^30 / row bytes rows), 2048 bags of 100 indices,
 // uniform or Zipf(1.05) over the rows (ranks scattered by an odd multiplier modulo E), i64
 // indices. GBPS = bytes of gathered rows per second (num_indices * D * element size; the output,
@@ -27,11 +35,16 @@
 
 #include "bench_util.hpp"
 #include "xk/embedding_bag.hpp"
+#include "xk/interaction.hpp"
 #include "xk/optim.hpp"
 
 namespace {
 
-constexpr int64_t kTableBytes = int64_t(1) << 30;
+// The table: 1 GiB, or XK_BENCH_TABLE_MB MiB (a power of two; e.g. 256 on a shared host).
+const int64_t kTableBytes = [] {
+    const int64_t mb = xk::bench::env_int("XK_BENCH_TABLE_MB", 1024);
+    return (mb > 0 && (mb & (mb - 1)) == 0 ? mb : 1024) << 20;
+}();
 constexpr int64_t kBags = 2048, kPool = 100;
 
 float* table() {
@@ -161,7 +174,10 @@ void BM_qbag(benchmark::State& state, int64_t dim, bool zipf, xk::EmbeddingRowQu
 // Fused AdamW step over n f32 parameters (p, g, m, v: 28 bytes moved per element: 16 read, 12
 // written) beside the copy yardstick interleaved (Copy%), and SGD with momentum on bf16 split
 // params (p_hi, p_lo, g bf16, b: 10 read + 8 written).
-void BM_optim(benchmark::State& state, bool adamw, int nt) {
+// kind: 0 AdamW f32, 1 SGD momentum split bf16, 2 Lamb f32 (two passes: 24 + 16 = 40 B/element),
+// 3 Lamb split bf16 params + bf16 grads (22 + 16 = 38 B/element).
+void BM_optim(benchmark::State& state, int kind, int nt) {
+    const bool adamw = kind == 0, lamb = kind >= 2;
     xk::bench::ScopedThreads threads(nt);
     const int64_t n = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
     static std::map<int64_t, std::vector<xk::bench::AlignedArray<float>>> bufs;
@@ -175,20 +191,24 @@ void BM_optim(benchmark::State& state, bool adamw, int nt) {
     t.n = n;
     int64_t step = 1;
     double bytes;
-    if (adamw) {
+    if (adamw || kind == 2) {
         t.param = b[0].get();
         t.grad = b[1].get();
-        bytes = 28.0 * static_cast<double>(n);
+        bytes = (adamw ? 28.0 : 40.0) * static_cast<double>(n);
     } else {  // split params: the halves and the bf16 grad carved out of the same buffers
         t.param_type = xk::OptimParamType::bf16_split;
         t.param = b[0].get();
         t.param_lo = reinterpret_cast<uint16_t*>(b[0].get()) + n;
         t.grad_dtype = xk::DType::bf16;
         t.grad = b[1].get();
-        bytes = 18.0 * static_cast<double>(n);
+        bytes = (lamb ? 38.0 : 18.0) * static_cast<double>(n);
     }
     auto run = [&] {
-        if (adamw) {
+        if (lamb) {
+            xk::LambOptions o;
+            o.weight_decay = 1e-2;
+            xk::lamb_step(o, t, b[2].get(), b[3].get(), step++);
+        } else if (adamw) {
             xk::AdamOptions o;
             o.adamw = true;
             o.weight_decay = 1e-2;
@@ -220,10 +240,11 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     d.num_embeddings = E;
     d.dim = dim;
     const int64_t n = kBags * kPool;
-    static std::vector<float> out;
-    out.resize(static_cast<size_t>(n * dim));
+    static std::map<int64_t, xk::bench::AlignedArray<float>> outs;  // 64-byte aligned (as a tensor's storage)
+    auto& out = outs[dim];
+    if (!out) out = xk::bench::alloc_aligned<float>(static_cast<size_t>(n * dim));
     for (auto _ : state) {
-        xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.data()});
+        xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.get()});
         benchmark::ClobberMemory();
     }
     xk::bench::set_gbps(state, static_cast<double>(n * dim * 4));
@@ -349,6 +370,62 @@ void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
 }
 
+// DLRM interaction over 2048 samples of 27 features (the dense one + 26 merged-bag columns).
+void BM_interaction(benchmark::State& state, int64_t dim, bool bf16, bool backward, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    constexpr int64_t N = 27, B = 2048;
+    const int64_t es = bf16 ? 2 : 4;
+    xk::InteractionDesc d;
+    d.num_features = N;
+    d.dim = dim;
+    d.dtype = bf16 ? xk::DType::bf16 : xk::DType::f32;
+    const xk::InteractionPlan plan(d);
+    const int64_t od = plan.out_dim();
+    auto mk = [&](int64_t elems, float scale) {
+        std::vector<uint32_t> v(static_cast<size_t>(elems * es + 3) / 4);
+        for (size_t i = 0; i < v.size(); ++i) {
+            const float f = (static_cast<float>(xk::bench::detail::splitmix64(i * 7 + elems) >> 40) * 0x1.0p-24f - 0.5f) * scale;
+            if (bf16) {
+                const uint16_t h = xk::bf16::from_float(f);
+                v[i] = static_cast<uint32_t>(h) | (static_cast<uint32_t>(h) << 16);
+            } else {
+                std::memcpy(&v[i], &f, 4);
+            }
+        }
+        return v;
+    };
+    auto dense = mk(B * dim, 1.0f), merged = mk(B * (N - 1) * dim, 1.0f), gout = mk(B * od, 1e-2f);
+    std::vector<uint32_t> out(static_cast<size_t>(B * od * es + 3) / 4), gd(static_cast<size_t>(B * N * dim * es + 3) / 4);
+    std::vector<const void*> fp(N);
+    std::vector<int64_t> ld(N);
+    std::vector<void*> gp(N);
+    for (int64_t f = 0; f < N; ++f) {
+        fp[f] = f == 0 ? static_cast<const void*>(dense.data())
+                       : static_cast<const void*>(reinterpret_cast<const char*>(merged.data()) + (f - 1) * dim * es);
+        ld[f] = f == 0 ? dim : (N - 1) * dim;
+        gp[f] = reinterpret_cast<char*>(gd.data()) + f * B * dim * es;
+    }
+    xk::InteractionArgs a;
+    a.batch = B;
+    a.features = fp.data();
+    a.ld_features = ld.data();
+    a.out = out.data();
+    xk::InteractionBackwardArgs ba;
+    ba.batch = B;
+    ba.features = fp.data();
+    ba.ld_features = ld.data();
+    ba.grad_out = gout.data();
+    ba.grad_features = gp.data();
+    for (auto _ : state) {
+        plan.forward(a);
+        if (backward) plan.backward(ba);
+        benchmark::ClobberMemory();
+    }
+    const double fwd = static_cast<double>(B * (N * dim + od) * es);
+    xk::bench::set_gbps(state, backward ? fwd + static_cast<double>(B * (2 * N * dim + od) * es) : fwd);
+    state.SetLabel(plan.impl_name());
+}
+
 const bool registered = [] {
     if (!xk::isa_supported(xk::Isa::avx512)) return true;  // the limit loop is AVX-512
     for (int64_t dim : {64, 128})
@@ -398,12 +475,28 @@ const bool registered = [] {
     const std::string ns = on == 100000000 ? "1e8" : std::to_string(on);
     for (int nt : xk::bench::thread_counts()) {
         const std::string ntp = "nt:" + std::to_string(nt);
-        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "adamw_n:" + ns, ntp}).c_str(), BM_optim, true, nt)
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "adamw_n:" + ns, ntp}).c_str(), BM_optim, 0, nt)
             ->UseRealTime();
         benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "bf16", "xk", "sgd_momentum_split_n:" + ns, ntp}).c_str(),
-                                     BM_optim, false, nt)
+                                     BM_optim, 1, nt)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "f32", "xk", "lamb_n:" + ns, ntp}).c_str(), BM_optim, 2, nt)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(xk::bench::join_name({"optim", "bf16", "xk", "lamb_split_n:" + ns, ntp}).c_str(),
+                                     BM_optim, 3, nt)
             ->UseRealTime();
     }
+    for (int64_t dim : {64, 128})
+        for (bool bf : {false, true})
+            for (bool bwd : {false, true})
+                for (int nt : xk::bench::thread_counts())
+                    benchmark::RegisterBenchmark(
+                        xk::bench::join_name({"interaction", bf ? "bf16" : "f32", "xk",
+                                              std::string(bwd ? "fwdbwd" : "fwd") + "_n:27_dim:" + std::to_string(dim) + "_b:2048",
+                                              "nt:" + std::to_string(nt)})
+                            .c_str(),
+                        BM_interaction, dim, bf, bwd, nt)
+                        ->UseRealTime();
     return true;
 }();
 

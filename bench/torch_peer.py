@@ -450,7 +450,7 @@ def run(args):
 def embedding_cases(torch, F, threads):
     import numpy as np
     out = []
-    table_bytes, bags, pool = 1 << 30, 2048, 100
+    table_bytes, bags, pool = int(os.environ.get("XK_BENCH_TABLE_MB", "1024")) << 20, 2048, 100
 
     def idx_for(E, zipf):
         n = bags * pool
@@ -526,6 +526,54 @@ _cases_without_embedding = cases
 
 def cases(torch, F, threads):  # noqa: F811  (the rows above appended to every other family's)
     return _cases_without_embedding(torch, F, threads) + embedding_cases(torch, F, threads)
+
+
+# ---- bench_embedding's interaction peers (issue 30): DLRM's interact_features ("dot") ------------
+#   interaction/<f32|bf16>/torch/<fwd|fwdbwd>_n:27_dim:<D>_b:2048/nt:<N>   DLRM's code: T = cat([x] + ly)
+#       .view(B, -1, D); Z = bmm(T, T^T); R = cat([x, Z[:, li, lj]]) with li, lj = tril_indices(27, 27,
+#       -1) (IPEX's formula: the same pairs); fwdbwd adds R.backward(g). GBPS counted as bench_embedding.
+def interaction_cases(torch, F, threads):
+    out = []
+    N, B = 27, 2048
+    P = N * (N - 1) // 2
+    for dim in (64, 128):
+        for dt, es in (("f32", 4), ("bf16", 2)):
+            for bwd in (False, True):
+                tdt = torch.float32 if dt == "f32" else torch.bfloat16
+
+                def mk(nsets, dim=dim, tdt=tdt, bwd=bwd):
+                    with torch.inference_mode(False):
+                        x = (torch.rand(B, dim) - 0.5).to(tdt).requires_grad_(bwd)
+                        ly = [(torch.rand(B, dim) - 0.5).to(tdt).requires_grad_(bwd) for _ in range(N - 1)]
+                        g = ((torch.rand(B, dim + P) - 0.5) * 1e-2).to(tdt)
+                        ij = torch.tril_indices(N, N, offset=-1)  # a normal tensor: autograd saves it
+                    return [(x, ly, g, ij[0], ij[1])]
+
+                def fn(x, ly, g, li, lj, dim=dim, bwd=bwd):
+                    with torch.inference_mode(False):
+                        T = torch.cat([x] + ly, dim=1).view((B, -1, dim))
+                        Z = torch.bmm(T, torch.transpose(T, 1, 2))
+                        R = torch.cat([x, Z[:, li, lj]], dim=1)
+                        if bwd:
+                            R.backward(g)
+                            x.grad = None
+                            for t in ly:
+                                t.grad = None
+                        return R
+
+                fwd_bytes = B * (N * dim + dim + P) * es
+                nbytes = fwd_bytes + (B * (2 * N * dim + dim + P) * es if bwd else 0)
+                name = f"{'fwdbwd' if bwd else 'fwd'}_n:27_dim:{dim}_b:2048"
+                for nt in threads:
+                    out.append((f"interaction/{dt}/torch/{name}/nt:{nt}", nt, nbytes, 1, mk, fn))
+    return out
+
+
+_cases_without_interaction = cases
+
+
+def cases(torch, F, threads):  # noqa: F811
+    return _cases_without_interaction(torch, F, threads) + interaction_cases(torch, F, threads)
 
 
 def median_by_name(path):

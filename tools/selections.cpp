@@ -10,6 +10,7 @@
 #include "kernels/glu/glu.hpp"
 #include "kernels/norm/norm.hpp"
 #include "kernels/optim/optim.hpp"
+#include "kernels/interaction/interaction.hpp"
 #include "kernels/convert/convert.hpp"
 #include "kernels/quant/quant.hpp"
 #include "kernels/rope/rope.hpp"
@@ -90,6 +91,13 @@ std::vector<Selection> selections() {
         OptimConfig k;
         k.kind = OptimKind::adam;
         return k;
+    }));
+    v.push_back(pick("embedding_bag_backward", embedding_bag_backward_registry(), [] { return EmbBwdConfig{}; }));
+    v.push_back(pick("interaction", interaction_registry(), [] {
+        InteractionDesc d;
+        d.num_features = 27;
+        d.dim = 128;
+        return interaction_validate_desc("xk-info", d);
     }));
     v.push_back(pick("rms_norm", norm_registry(), [] {
         NormDesc d;

@@ -1,5 +1,5 @@
 // xkernels — fused optimizer steps for dense parameters (torch.optim.SGD / Adam / AdamW /
-// Adagrad, one step): one pass over parameters, gradients and optimizer states, vectorised
+// Adagrad, and Lamb, one step): one pass over parameters, gradients and optimizer states, vectorised
 // (AVX-512 / AVX2), split over the threads.
 //
 // Parameters are f32, or bf16 split (IPEX's split SGD, for bf16 training): the fp32 master weight
@@ -26,6 +26,21 @@
 //   Adagrad  if wd: g = g + wd * p
 //            s = s + g * g
 //            p = p - (lr / (1 + (step - 1) * lr_decay)) * (g / (sqrt(s) + eps))
+//   Lamb     (You et al. 2019, "Large Batch Optimization for Deep Learning"; IPEX's Lamb / apex's
+//            FusedLAMB without gradient clipping), one trust ratio per call (= per parameter tensor):
+//            m = beta1 * m + (1 - beta1) * g
+//            v = beta2 * v + (1 - beta2) * (g * g)
+//            u = (m / bc1) / (sqrt(v / bc2) + eps)      bc1 = 1 - beta1^step, bc2 = 1 - beta2^step
+//            if wd: u = u + wd * p
+//            trust = (||p|| > 0 and ||u|| > 0) ? ||p|| / ||u|| : 1   (norms over the whole tensor,
+//                    the sums of squares in double, the old p)
+//            p = p - (lr * trust) * u                  (lr * trust rounded to f32 once: inf if it
+//                    overflows, as PyTorch's add_(u, alpha=-lr * trust) on an f32 tensor)
+//          Two passes: the first updates m, v and sums p^2 and u^2, the second recomputes u from the
+//          stored m, v and applies it (40 bytes per f32 element moved). The norms are summed in
+//          fixed 64 Ki-element chunks, then in chunk order: the result does not depend on the
+//          thread count; the vector kernels sum lanes in another order than the scalar reference,
+//          so trust may differ from it in the last bits of the double sums.
 // step counts from 1 (the step being taken, PyTorch's state['step'] after its increment).
 // Hyper-parameters are checked as PyTorch checks them (lr >= 0, momentum >= 0, 0 <= beta < 1,
 // eps >= 0, weight_decay >= 0, nesterov needs momentum > 0 and dampening 0); a rejected call
@@ -70,5 +85,11 @@ struct AdagradOptions {
 };
 // state_sum: f32[n] (initial_accumulator_value before step 1).
 void adagrad_step(const AdagradOptions& o, const OptimTensors& t, float* state_sum, int64_t step);
+
+struct LambOptions {
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-6, weight_decay = 0;
+};
+// exp_avg, exp_avg_sq: f32[n] (zeros before step 1). Returns the trust ratio applied.
+float lamb_step(const LambOptions& o, const OptimTensors& t, float* exp_avg, float* exp_avg_sq, int64_t step);
 
 }  // namespace xk

@@ -68,6 +68,7 @@ xk_status xk_axpby(int64_t n, float alpha, const float* x, float beta, float* y)
 #include "xk/c/conv.h"
 #include "xk/c/embedding_bag.h"
 #include "xk/c/optim.h"
+#include "xk/c/interaction.h"
 #include "xk/c/norm.h"
 #include "xk/c/rope.h"
 #include "xk/c/quant.h"

@@ -9,6 +9,7 @@
 #include "xk/conv.hpp"
 #include "xk/embedding_bag.hpp"
 #include "xk/optim.hpp"
+#include "xk/interaction.hpp"
 #include "xk/norm.hpp"
 #include "xk/rope.hpp"
 #include "xk/quant.hpp"

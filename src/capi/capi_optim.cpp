@@ -49,6 +49,32 @@ xk_status xk_adagrad_options_init(xk_adagrad_options* o) {
     });
 }
 
+xk_status xk_lamb_options_init(xk_lamb_options* o) {
+    return capi_call([&] {
+        xk::detail::check_not_null("xk_lamb_options_init", "o", o);
+        *o = xk_lamb_options{};
+        o->lr = 1e-3;
+        o->beta1 = 0.9;
+        o->beta2 = 0.999;
+        o->eps = 1e-6;
+    });
+}
+
+xk_status xk_lamb_step(const xk_lamb_options* o, int param_type, int64_t n, void* param, uint16_t* param_lo,
+                       const float* grad, float* exp_avg, float* exp_avg_sq, int64_t step, float* trust_ratio) {
+    return capi_call([&] {
+        xk::detail::check_not_null("xk_lamb_step", "o", o);
+        xk::LambOptions s;
+        s.lr = o->lr;
+        s.beta1 = o->beta1;
+        s.beta2 = o->beta2;
+        s.eps = o->eps;
+        s.weight_decay = o->weight_decay;
+        const float r = xk::lamb_step(s, tensors(param_type, n, param, param_lo, grad), exp_avg, exp_avg_sq, step);
+        if (trust_ratio) *trust_ratio = r;
+    });
+}
+
 xk_status xk_sgd_step(const xk_sgd_options* o, int param_type, int64_t n, void* param, uint16_t* param_lo,
                       const float* grad, float* momentum_buffer, int64_t step) {
     return capi_call([&] {

@@ -1,6 +1,8 @@
 // libFuzzer target: the embedding_bag family of the C API (include/xk/c/embedding_bag.h, semantics
 // of xk/embedding_bag.hpp). See fuzz_common.hpp for the scheme. Calls:
-//   xk_embedding_bag_f32 / xk_embedding_bag_f32_i32 / xk_embedding_bag_bf16_f32 in every mode
+//   xk_embedding_bag_f32 / xk_embedding_bag_f32_i32 / xk_embedding_bag_bf16_f32 /
+//     xk_embedding_bag_q8_f32 / xk_embedding_bag_q4_f32 (row-wise quantized fused rows, any q,
+//     f32 / fp16 scale and bias, padded byte strides) in every mode
 //     (sum, mean, max), with and without include_last_offset (then indices past the last offset,
 //     out of range on purpose, must not be read), padding_idx, per_sample_weights (sum), empty
 //     bags, bags of padding only, padded row strides (0 = packed), NaN in the table's row padding
@@ -25,8 +27,17 @@ using fz::In;
 constexpr float kBigTable = 1e30f;
 constexpr float kBigWeight = 1e6f;
 
-enum Kind { kF32, kF32I32, kBf16F32 };
-const char* const kFn[] = {"xk_embedding_bag_f32", "xk_embedding_bag_f32_i32", "xk_embedding_bag_bf16_f32"};
+enum Kind { kF32, kF32I32, kBf16F32, kQ8, kQ4 };
+const char* const kFn[] = {"xk_embedding_bag_f32", "xk_embedding_bag_f32_i32", "xk_embedding_bag_bf16_f32",
+                           "xk_embedding_bag_q8_f32", "xk_embedding_bag_q4_f32"};
+
+// IEEE half bits -> double (exact).
+double from_f16(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double s = (h & 0x8000) ? -1.0 : 1.0;
+    if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN() : s * std::numeric_limits<double>::infinity();
+    return s * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+}
 
 // Which extent a call claims huge (its buffers stay small: only what the bags read exists).
 enum Huge { kNone, kNumEmbeddings, kLdTable, kLdOut, kNumIndices };
@@ -66,7 +77,12 @@ struct Problem {
     std::vector<unsigned char> before;
 
     int isz() const { return kind == kF32I32 ? 4 : 8; }
-    int tsz() const { return kind == kBf16F32 ? 2 : 4; }
+    bool quant() const { return kind == kQ8 || kind == kQ4; }
+    int tsz() const { return quant() ? 1 : kind == kBf16F32 ? 2 : 4; }
+    // Bytes of a fused quantized row (values, then scale and bias).
+    int64_t qbytes() const { return kind == kQ8 ? d.dim + 8 : (d.dim + 1) / 2 + 4; }
+    // Bytes a row occupies (its values, or the fused row).
+    int64_t row_bytes() const { return quant() ? qbytes() : d.dim * tsz(); }
     unsigned char* at(size_t o) { return arena.data() + o; }
     void* table() { return at(o_tab); }
     void* indices() { return at(o_idx); }
@@ -79,6 +95,25 @@ struct Problem {
         return f;
     }
     double table_at(int64_t r, int64_t k) const {
+        if (quant()) {  // the header's value: q * scale rounded to f32, then + bias in f32
+            const unsigned char* row = arena.data() + o_tab + r * ldt;
+            float sc, bi;
+            int q;
+            if (kind == kQ8) {
+                q = row[k];
+                std::memcpy(&sc, row + d.dim, 4);
+                std::memcpy(&bi, row + d.dim + 4, 4);
+            } else {
+                q = (row[k / 2] >> (4 * (k % 2))) & 15;
+                uint16_t h[2];
+                std::memcpy(h, row + (d.dim + 1) / 2, 4);
+                sc = static_cast<float>(from_f16(h[0]));
+                bi = static_cast<float>(from_f16(h[1]));
+            }
+            const float prod = static_cast<float>(q) * sc;
+            const float v = prod + bi;
+            return v;
+        }
         const unsigned char* q = arena.data() + o_tab + (r * ldt + k) * tsz();
         if (kind == kBf16F32) { uint16_t b; std::memcpy(&b, q, 2); return fz::from_bf16(b); }
         float f;
@@ -105,7 +140,7 @@ Problem make_problem(In& in, Huge huge) {
     static const int64_t kHuge[] = {int64_t(1) << 31, int64_t(1) << 40, int64_t(1) << 48};
     const int64_t H = kHuge[in.pick(3)];
     Problem p;
-    p.kind = static_cast<Kind>(in.pick(3));
+    p.kind = static_cast<Kind>(in.pick(5));
     const int64_t dim = in.dim(1, 20);
     p.rows = huge == kLdTable ? 1 : huge == kNumEmbeddings ? in.dim(1, 6) : in.dim(0, 12);
     p.d = init_desc(huge == kNumEmbeddings ? H : huge == kLdTable ? in.dim(1, 3) : p.rows, dim);
@@ -116,7 +151,8 @@ Problem make_problem(In& in, Huge huge) {
         return pad == 0 ? (in.coin() ? 0 : dim) : dim + pad;
     };
     d.ld_table = ld(kLdTable), d.ld_out = ld(kLdOut);
-    p.ldt = d.ld_table ? d.ld_table : dim, p.ldo = d.ld_out ? d.ld_out : dim;
+    if (p.quant() && huge != kLdTable && d.ld_table != 0) d.ld_table = p.qbytes() + (d.ld_table - dim);  // bytes
+    p.ldt = d.ld_table ? d.ld_table : p.quant() ? p.qbytes() : dim, p.ldo = d.ld_out ? d.ld_out : dim;
     d.mode = static_cast<xk_embedding_bag_mode>(in.pick(3));
     d.include_last_offset = huge == kNumIndices || in.coin();
     d.padding_idx = p.rows > 0 && in.pick(3) == 2 ? in.pick(static_cast<int>(p.rows)) : -1;
@@ -155,7 +191,7 @@ Problem make_problem(In& in, Huge huge) {
     // The arena: out, table, indices, offsets, per_sample_weights.
     const size_t mis = in.pick(3);
     p.out_bytes = p.num_bags == 0 ? 0 : static_cast<size_t>((p.num_bags - 1) * p.ldo + dim) * 4;
-    p.tab_bytes = p.rows == 0 ? 0 : static_cast<size_t>((p.rows - 1) * p.ldt + dim) * p.tsz();
+    p.tab_bytes = p.rows == 0 ? 0 : static_cast<size_t>(((p.rows - 1) * p.ldt) * (p.quant() ? 1 : p.tsz()) + p.row_bytes());
     size_t end = 0;
     p.o_out = place(end, p.out_bytes, mis * 4);
     p.o_tab = place(end, p.tab_bytes, mis * p.tsz());
@@ -170,7 +206,31 @@ Problem make_problem(In& in, Huge huge) {
         std::memcpy(p.at(p.o_out) + i * 4, &v, 4);
     }
     // table: values, NaN in the row padding (never read).
-    for (size_t i = 0; i < p.tab_bytes / p.tsz(); ++i) {
+    if (p.quant()) {
+        // Quantized rows: any q, scale / bias ordinary (up to 1e6; NaN / inf when nonfinite), 0xFF in
+        // the row padding (never read).
+        for (size_t i = 0; i < p.tab_bytes; ++i) p.at(p.o_tab)[i] = 0xFF;
+        for (int64_t r = 0; r < p.rows; ++r) {
+            unsigned char* row = p.at(p.o_tab) + r * p.ldt;
+            const int64_t nq = p.kind == kQ8 ? dim : (dim + 1) / 2;
+            for (int64_t k = 0; k < nq; ++k) row[k] = static_cast<unsigned char>(in.pick(256));
+            if (p.kind == kQ4 && dim % 2) row[nq - 1] &= 0x0F;
+            const float sc = value(1e6f), bi = value(1e6f);
+            if (p.kind == kQ8) {
+                std::memcpy(row + dim, &sc, 4);
+                std::memcpy(row + dim + 4, &bi, 4);
+            } else {
+                // fp16 bits: finite (exponent < 31) unless nonfinite was drawn.
+                uint16_t h[2];
+                for (uint16_t& x : h) {
+                    x = static_cast<uint16_t>(in.p.ConsumeIntegral<uint16_t>());
+                    if (!nonfinite && ((x >> 10) & 31) == 31) x &= 0xBFFF;
+                }
+                std::memcpy(row + nq, h, 4);
+            }
+        }
+    }
+    for (size_t i = 0; !p.quant() && i < p.tab_bytes / p.tsz(); ++i) {
         const float v = static_cast<int64_t>(i) % p.ldt < dim ? value(kBigTable) : std::numeric_limits<float>::quiet_NaN();
         if (p.kind == kBf16F32) { const uint16_t b = fz::to_bf16(v); std::memcpy(p.at(p.o_tab) + i * 2, &b, 2); }
         else std::memcpy(p.at(p.o_tab) + i * 4, &v, 4);
@@ -243,6 +303,14 @@ xk_status call(Kind k, const Args& a) {
             return xk_embedding_bag_f32_i32(a.desc, static_cast<const float*>(a.table), a.num_indices,
                                             static_cast<const int32_t*>(a.indices), a.num_bags,
                                             static_cast<const int32_t*>(a.offsets), a.psw, a.out);
+        case kQ8:
+            return xk_embedding_bag_q8_f32(a.desc, static_cast<const uint8_t*>(a.table), a.num_indices,
+                                           static_cast<const int64_t*>(a.indices), a.num_bags,
+                                           static_cast<const int64_t*>(a.offsets), a.psw, a.out);
+        case kQ4:
+            return xk_embedding_bag_q4_f32(a.desc, static_cast<const uint8_t*>(a.table), a.num_indices,
+                                           static_cast<const int64_t*>(a.indices), a.num_bags,
+                                           static_cast<const int64_t*>(a.offsets), a.psw, a.out);
         default:
             return xk_embedding_bag_bf16_f32(a.desc, static_cast<const uint16_t*>(a.table), a.num_indices,
                                              static_cast<const int64_t*>(a.indices), a.num_bags,
@@ -316,8 +384,11 @@ const char* spoil(In& in, Problem& p, xk_embedding_bag_desc& d, Args& a) {
             return "dim < 1";
         case 2: {
             // A stride below dim (>= 1 when dim >= 2; else negative: 0 means dim).
-            int64_t& ld = in.coin() ? d.ld_table : d.ld_out;
-            ld = d.dim >= 2 && in.coin() ? 1 + in.pick(static_cast<int>(d.dim - 1)) : below(in, 0);
+            // (A quantized table's stride is in bytes: below its fused row size.)
+            const bool tab = in.coin();
+            int64_t& ld = tab ? d.ld_table : d.ld_out;
+            const int64_t min_ld = tab && p.quant() ? p.qbytes() : d.dim;
+            ld = min_ld >= 2 && in.coin() ? 1 + in.pick(static_cast<int>(min_ld - 1)) : below(in, 0);
             return "ld_table or ld_out below dim";
         }
         case 3: {

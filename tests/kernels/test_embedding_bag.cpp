@@ -732,6 +732,31 @@ TEST(EmbeddingBag, LookupGathersRows) {
     EXPECT_THROW(embedding(d, EmbeddingArgs{}), Error);
 }
 
+// A lookup large enough (>= 8 MiB of aligned output) for the row copy's non-temporal stores, and
+// the same with a misaligned output (regular stores): both the rows bit for bit; 1 and 2 threads.
+TEST(EmbeddingBag, LargeLookupStreams) {
+    const int64_t E = 1000, dim = 32, n = (int64_t(8) << 20) / (dim * 4) + 3;
+    std::vector<float> t(static_cast<size_t>(E * dim));
+    test::fill_uniform(t.data(), t.size(), -1, 1, 99);
+    std::vector<int64_t> iv(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) iv[i] = (i * 7919) % E;
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            for (size_t mis : {0, 4}) {
+                Buffer<float> out(static_cast<size_t>(n * dim), mis);
+                embedding(d, EmbeddingArgs{n, t.data(), iv.data(), out.data()});
+                for (int64_t i = 0; i < n; ++i)
+                    ASSERT_EQ(0, std::memcmp(out.data() + i * dim, t.data() + iv[i] * dim, dim * 4)) << "i=" << i << " mis=" << mis;
+            }
+        });
+    }
+    set_num_threads(0);
+}
+
 TEST(EmbeddingBag, CApiQuantizedAndLookup) {
     const int64_t E = 11, dim = 9;
     xk_embedding_bag_desc cd;
@@ -868,19 +893,30 @@ TEST(EmbeddingBag, BackwardFusedUpdateMatchesOracle) {
                     u.optimizer = opt;
                     u.lr = 0.05f;
                     std::vector<float> results[2], states[2];
-                    for (int threads : {1, 2}) {
-                        set_num_threads(threads);
-                        std::vector<float> t = t0, st = st0;
-                        u.state = opt == EmbeddingOptimizer::adagrad ? st.data() : nullptr;
-                        EmbeddingBagArgs a{B, n_idx, t.data(), c.indices.data(), c.offsets.data(),
-                                           d.per_sample_weights ? c.psw.data() : nullptr, nullptr};
-                        embedding_bag_backward_update(d, a, go, u);
-                        results[threads - 1] = t;
-                        states[threads - 1] = st;
-                    }
+                    // Every ISA (the embedding_bag_backward registry's entries) the same bits as the
+                    // scalar one, at 1 and 2 threads.
+                    bool first = true;
+                    for_each_isa([&](Isa) {
+                        for (int threads : {1, 2}) {
+                            set_num_threads(threads);
+                            std::vector<float> t = t0, st = st0;
+                            u.state = opt == EmbeddingOptimizer::adagrad ? st.data() : nullptr;
+                            EmbeddingBagArgs a{B, n_idx, t.data(), c.indices.data(), c.offsets.data(),
+                                               d.per_sample_weights ? c.psw.data() : nullptr, nullptr};
+                            embedding_bag_backward_update(d, a, go, u);
+                            if (first) {
+                                results[threads - 1] = t;
+                                states[threads - 1] = st;
+                            } else {
+                                ASSERT_EQ(t, results[0]) << "differs from the scalar run, threads=" << threads;
+                                ASSERT_EQ(st, states[0]);
+                            }
+                        }
+                        first = false;
+                        ASSERT_EQ(results[0], results[1]) << "thread count changed the result";
+                        ASSERT_EQ(states[0], states[1]);
+                    });
                     set_num_threads(0);
-                    ASSERT_EQ(results[0], results[1]) << "thread count changed the result";
-                    ASSERT_EQ(states[0], states[1]);
                     const std::vector<float>& t = results[0];
                     for (int64_t r = 0; r < E; ++r)
                         for (int64_t q = 0; q < ldt; ++q) {

@@ -419,3 +419,154 @@ TEST(Optim, CApi) {
     EXPECT_EQ(xk_sgd_step(&o, 7, 1, &p, nullptr, &g, nullptr, 1), XK_INVALID_ARGUMENT);
     EXPECT_NE(std::string(xk_last_error()).find("param_type=7"), std::string::npos) << xk_last_error();
 }
+
+// ---- Lamb ---------------------------------------------------------------------------------------
+// Every implementation against the scalar reference (both passes): m, v bit for bit, the trust
+// ratio to 1e-12 (the double sums of squares in another lane order), p to 1e-6 relative; the
+// reference against the paper's formula in double over 5 steps (tolerance as the other steps);
+// f32 vs split-bf16 masters bit for bit; 1 vs 2 threads bit for bit; a zero tensor's trust is 1.
+namespace {
+float lamb_via(const LambOptions& o, State& st, int64_t step, const detail::OptimKernel* k) {
+    return detail::run_lamb(detail::optim_lamb_call("test", o, st.tensors(), st.s0.data(), st.s1.data(), step), k);
+}
+}  // namespace
+
+TEST(Optim, LambEveryImplementationMatchesReference) {
+    const auto& reg = detail::optim_registry();
+    uint64_t k = 0;
+    for (double wd : {0.0, 1e-2})
+        for (OptimParamType pt : {OptimParamType::f32, OptimParamType::bf16_split})
+            for (DType gt : {DType::f32, DType::bf16})
+                for (int64_t n : {1, 7, 17, 1023, 70001}) {
+                    if (n == 70001 && (pt != OptimParamType::f32 || gt != DType::f32)) continue;  // chunks: once
+                    ++k;
+                    LambOptions o;
+                    o.lr = 1e-2;
+                    o.weight_decay = wd;
+                    detail::OptimConfig cfg;
+                    cfg.kind = detail::OptimKind::lamb;
+                    cfg.param_type = pt;
+                    cfg.grad_dtype = gt;
+                    const auto ref = reg.get(cfg, reg.find("ref:scalar")).kernel;
+                    for (const auto& impl : reg.impls()) {
+                        if (!isa_supported(impl.isa) || impl.isa > max_isa() || impl.isa == Isa::scalar) continue;
+                        const auto kern = reg.get(cfg, impl).kernel;
+                        State st, r;
+                        st.make(n, pt, gt, k % 3, 300 + k);
+                        r.make(n, pt, gt, 0, 300 + k);
+                        for (int64_t step = 1; step <= 3; ++step) {
+                            const float t1 = lamb_via(o, st, step, kern.get());
+                            const float t2 = lamb_via(o, r, step, ref.get());
+                            ASSERT_NEAR(t1, t2, 1e-6 * std::fabs(t2)) << impl.name << " n=" << n;
+                            ASSERT_EQ(0, std::memcmp(st.s0.data(), r.s0.data(), static_cast<size_t>(n) * 4)) << impl.name;
+                            ASSERT_EQ(0, std::memcmp(st.s1.data(), r.s1.data(), static_cast<size_t>(n) * 4)) << impl.name;
+                            for (int64_t i = 0; i < n; ++i)
+                                ASSERT_NEAR(st.master(i), r.master(i), 1e-6 * std::fabs(r.master(i)) + 1e-12)
+                                    << impl.name << " " << cfg.key() << " n=" << n << " i=" << i << " step=" << step;
+                            st.regrad(700 + step);
+                            r.regrad(700 + step);
+                        }
+                    }
+                }
+}
+
+TEST(Optim, LambMatchesPaperFormulaInDouble) {
+    const int64_t n = 257, steps = 5;
+    for (double wd : {0.0, 1e-2}) {
+        for_each_isa([&](Isa) {
+            LambOptions o;
+            o.lr = 1e-2;
+            o.weight_decay = wd;
+            State st;
+            st.make(n, OptimParamType::f32, DType::f32, 0, 41);
+            std::vector<double> p(static_cast<size_t>(n)), m(p.size(), 0.0), v(p.size(), 0.0), u(p.size());
+            for (int64_t i = 0; i < n; ++i) p[i] = st.p[i];
+            for (int64_t t = 1; t <= steps; ++t) {
+                double pn = 0, un = 0;
+                for (int64_t i = 0; i < n; ++i) {
+                    const double g = st.g[i];
+                    m[i] = o.beta1 * m[i] + (1 - o.beta1) * g;
+                    v[i] = o.beta2 * v[i] + (1 - o.beta2) * g * g;
+                    const double mh = m[i] / (1 - std::pow(o.beta1, double(t))), vh = v[i] / (1 - std::pow(o.beta2, double(t)));
+                    u[i] = mh / (std::sqrt(vh) + o.eps) + wd * p[i];
+                    pn += p[i] * p[i];
+                    un += u[i] * u[i];
+                }
+                const double trust = pn > 0 && un > 0 ? std::sqrt(pn) / std::sqrt(un) : 1.0;
+                for (int64_t i = 0; i < n; ++i) p[i] -= o.lr * trust * u[i];
+                const float got = lamb_step(o, st.tensors(), st.s0.data(), st.s1.data(), t);
+                ASSERT_NEAR(got, trust, 1e-5 * trust) << "step " << t;
+                st.regrad(50 + t);
+            }
+            for (int64_t i = 0; i < n; ++i)
+                ASSERT_NEAR(st.p[i], p[i], 4e-6 * std::fabs(p[i]) + 1e-4 * o.lr * steps) << "wd=" << wd << " i=" << i;
+        });
+    }
+}
+
+TEST(Optim, LambSplitThreadsAndZeroTensor) {
+    LambOptions o;
+    o.lr = 5e-3;
+    o.weight_decay = 1e-2;
+    const int64_t n = 200003;  // several 64 Ki chunks
+    State f, sp, f2;
+    f.make(n, OptimParamType::f32, DType::bf16, 0, 9);
+    sp.make(n, OptimParamType::bf16_split, DType::bf16, 1, 9);
+    f2.make(n, OptimParamType::f32, DType::bf16, 2, 9);
+    for (int64_t t = 1; t <= 3; ++t) {
+        set_num_threads(1);
+        lamb_step(o, f.tensors(), f.s0.data(), f.s1.data(), t);
+        lamb_step(o, sp.tensors(), sp.s0.data(), sp.s1.data(), t);
+        set_num_threads(2);
+        lamb_step(o, f2.tensors(), f2.s0.data(), f2.s1.data(), t);
+        f.regrad(80 + t);
+        sp.regrad(80 + t);
+        f2.regrad(80 + t);
+    }
+    set_num_threads(0);
+    for (int64_t i = 0; i < n; ++i) {
+        const float m = sp.master(i);
+        ASSERT_EQ(0, std::memcmp(&m, &f.p[i], 4)) << "split i=" << i;
+        ASSERT_EQ(0, std::memcmp(&f2.p[i], &f.p[i], 4)) << "threads i=" << i;
+    }
+    State z;
+    z.make(100, OptimParamType::f32, DType::f32, 0, 3);
+    for (int64_t i = 0; i < 100; ++i) z.p[i] = 0.0f;
+    EXPECT_EQ(lamb_step(o, z.tensors(), z.s0.data(), z.s1.data(), 1), 1.0f);  // ||p|| = 0: ratio 1
+    for (int64_t i = 0; i < 100; ++i) EXPECT_NE(z.p[i], 0.0f);
+}
+
+TEST(Optim, LambBadInputAndCApi) {
+    State st;
+    st.make(33, OptimParamType::f32, DType::f32, 0, 1);
+    std::vector<float> p0(st.p.begin(), st.p.end());
+    LambOptions o;
+    o.beta1 = 1.0;
+    XK_EXPECT_INVALID(lamb_step(o, st.tensors(), st.s0.data(), st.s1.data(), 1), "beta1=1");
+    o = LambOptions{};
+    o.eps = -1;
+    XK_EXPECT_INVALID(lamb_step(o, st.tensors(), st.s0.data(), st.s1.data(), 1), "eps=-1");
+    o = LambOptions{};
+    XK_EXPECT_INVALID(lamb_step(o, st.tensors(), nullptr, st.s1.data(), 1), "exp_avg=null");
+    XK_EXPECT_INVALID(lamb_step(o, st.tensors(), st.s0.data(), st.s0.data() + 1, 1), "overlaps");
+    XK_EXPECT_INVALID(lamb_step(o, st.tensors(), st.s0.data(), st.s1.data(), 0), "step=0");
+    for (int64_t i = 0; i < 33; ++i) ASSERT_EQ(st.p[i], p0[static_cast<size_t>(i)]);
+
+    xk_lamb_options co;
+    ASSERT_EQ(xk_lamb_options_init(&co), XK_SUCCESS);
+    EXPECT_EQ(co.eps, 1e-6);
+    float trust = 0;
+    State c1, c2;
+    c1.make(100, OptimParamType::f32, DType::f32, 0, 2);
+    c2.make(100, OptimParamType::f32, DType::f32, 0, 2);
+    ASSERT_EQ(xk_lamb_step(&co, XK_OPTIM_PARAM_F32, 100, c1.p.data(), nullptr, c1.g.data(), c1.s0.data(), c1.s1.data(), 1, &trust),
+              XK_SUCCESS)
+        << xk_last_error();
+    LambOptions d;
+    EXPECT_EQ(trust, lamb_step(d, c2.tensors(), c2.s0.data(), c2.s1.data(), 1));
+    EXPECT_EQ(0, std::memcmp(c1.p.data(), c2.p.data(), 400));
+    EXPECT_EQ(xk_lamb_step(&co, 7, 100, c1.p.data(), nullptr, c1.g.data(), c1.s0.data(), c1.s1.data(), 2, nullptr),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("param_type=7"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(xk_lamb_step(nullptr, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 1, nullptr), XK_INVALID_ARGUMENT);
+}

@@ -1,7 +1,8 @@
 // Embedding-bag backward fused with a sparse SGD / Adagrad update (xk/embedding_bag.hpp):
 // entries sorted by (row, position), each unique row's gradient summed in entry order and applied
-// once, unique rows split over the threads. Portable C++ (the compiler vectorises the row loops);
-// the time goes to the random row accesses and the sort.
+// once, unique rows split over the threads. The per-row sums and updates: the
+// embedding_bag_backward registry (AVX-512 / AVX2 / scalar, bit for bit the same); the time goes
+// to the random row accesses and the sort.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -10,9 +11,80 @@
 #include "common/parallel.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
 
+namespace xk::detail {
+
+std::string EmbBwdConfig::key() const {
+    return std::string(optimizer == EmbeddingOptimizer::sgd ? "sgd" : "adagrad") + (out_bf16 ? "_gbf16" : "_gf32");
+}
+
+// The scalar reference of the per-row update (portable C++; the other entries are it, vectorised).
+void embedding_bag_backward_rows_reference(const EmbBwdCtx& x, const EmbBwdConfig& k, int64_t u0, int64_t u1) {
+    const int64_t dim = x.dim;
+    std::vector<float> acc(static_cast<size_t>(dim)), g(static_cast<size_t>(dim));
+    const int64_t row_bytes = dim * 4;
+    for (int64_t s = u0; s < u1; ++s) {
+        // The rows (and Adagrad states) of the unique rows kEmbBwdPrefetch ahead, for writing.
+        if (s + kEmbBwdPrefetch < u1) {
+            const int64_t r = x.entries[x.seg[s + kEmbBwdPrefetch]].first;
+            const char* t = reinterpret_cast<const char*>(x.table + r * x.ld_table);
+            for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(t + l, 1, 3);
+            if (x.state) {
+                const char* st = reinterpret_cast<const char*>(x.state + r * x.ld_state);
+                for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(st + l, 1, 3);
+            }
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t i = x.seg[s]; i < x.seg[s + 1]; ++i) {
+            const int64_t j = x.entries[i].second, b = x.bag_of[j];
+            const float w = x.scale[j];
+            if (k.out_bf16) {
+                const uint16_t* go = static_cast<const uint16_t*>(x.grad_out) + b * x.ld_out;
+                for (int64_t q = 0; q < dim; ++q) g[q] = bf16::to_float(go[q]);
+            } else {
+                const float* go = static_cast<const float*>(x.grad_out) + b * x.ld_out;
+                for (int64_t q = 0; q < dim; ++q) g[q] = go[q];
+            }
+            for (int64_t q = 0; q < dim; ++q) acc[q] += w * g[q];
+        }
+        const int64_t r = x.entries[x.seg[s]].first;
+        float* t = x.table + r * x.ld_table;
+        if (k.optimizer == EmbeddingOptimizer::sgd) {
+            for (int64_t q = 0; q < dim; ++q) t[q] = t[q] - x.lr * acc[q];
+        } else {
+            float* st = x.state + r * x.ld_state;
+            for (int64_t q = 0; q < dim; ++q) {
+                const float sum = st[q] + acc[q] * acc[q];
+                st[q] = sum;
+                t[q] = t[q] - x.lr * (acc[q] / (std::sqrt(sum) + x.eps));
+            }
+        }
+    }
+}
+
+namespace {
+struct RefEmbBwd final : EmbBwdKernel {
+    EmbBwdConfig k;
+    explicit RefEmbBwd(const EmbBwdConfig& c) : k(c) {}
+    void run(const EmbBwdCtx& x, int64_t u0, int64_t u1) const override { embedding_bag_backward_rows_reference(x, k, u0, u1); }
+};
+}  // namespace
+
+const Registry<EmbBwdConfig, EmbBwdKernel>& embedding_bag_backward_registry() {
+    static const Registry<EmbBwdConfig, EmbBwdKernel> r(
+        "embedding_bag_backward",
+        {
+            {"intrin:avx512", Isa::avx512, nullptr, [](const EmbBwdConfig& k) { return create_embedding_bag_backward_simd(k, Isa::avx512); }},
+            {"intrin:avx2", Isa::avx2, nullptr, [](const EmbBwdConfig& k) { return create_embedding_bag_backward_simd(k, Isa::avx2); }},
+            {"ref:scalar", Isa::scalar, nullptr,
+             [](const EmbBwdConfig& k) -> std::shared_ptr<const EmbBwdKernel> { return std::make_shared<RefEmbBwd>(k); }},
+        });
+    return r;
+}
+
+}  // namespace xk::detail
+
 namespace xk {
 namespace {
-constexpr int64_t kPrefetch = 8;  // unique rows ahead
 
 // Sorts (row, position) pairs listed in increasing position by row, keeping position order within
 // a row: stable LSD radix sort on 16-bit digits of the row (rows < 2^32), else std::sort.
@@ -113,50 +185,26 @@ void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const Embedding
     const int64_t U = static_cast<int64_t>(seg.size());
     seg.push_back(static_cast<int64_t>(e.size()));
 
-    float* table = static_cast<float*>(const_cast<void*>(args.table));
-    const int64_t dim = d.dim;
-    const bool bf16_go = d.out_dtype == DType::bf16;
-    const int64_t grain = std::max<int64_t>(1, 16384 / (dim * (1 + static_cast<int64_t>(e.size()) / std::max<int64_t>(U, 1))));
-    detail::parallel_for(U, grain, [&](int64_t u0, int64_t u1) {
-        std::vector<float> acc(static_cast<size_t>(dim)), g(static_cast<size_t>(dim));
-        const int64_t row_bytes = dim * 4;
-        for (int64_t s = u0; s < u1; ++s) {
-            // The rows (and Adagrad states) of the unique rows kPrefetch ahead, for writing.
-            if (s + kPrefetch < u1) {
-                const int64_t r = e[seg[s + kPrefetch]].first;
-                const char* t = reinterpret_cast<const char*>(table + r * d.ld_table);
-                for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(t + l, 1, 3);
-                if (u.state) {
-                    const char* st = reinterpret_cast<const char*>(u.state + r * ld_state);
-                    for (int64_t l = 0; l < row_bytes; l += 64) __builtin_prefetch(st + l, 1, 3);
-                }
-            }
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (int64_t i = seg[s]; i < seg[s + 1]; ++i) {
-                const int64_t j = e[i].second, b = bag_of[j];
-                const float w = scale[j];
-                if (bf16_go) {
-                    const uint16_t* go = static_cast<const uint16_t*>(grad_out) + b * d.ld_out;
-                    for (int64_t k = 0; k < dim; ++k) g[k] = bf16::to_float(go[k]);
-                } else {
-                    const float* go = static_cast<const float*>(grad_out) + b * d.ld_out;
-                    for (int64_t k = 0; k < dim; ++k) g[k] = go[k];
-                }
-                for (int64_t k = 0; k < dim; ++k) acc[k] += w * g[k];
-            }
-            float* t = table + e[seg[s]].first * d.ld_table;
-            if (u.optimizer == EmbeddingOptimizer::sgd) {
-                for (int64_t k = 0; k < dim; ++k) t[k] = t[k] - u.lr * acc[k];
-            } else {
-                float* st = u.state + e[seg[s]].first * ld_state;
-                for (int64_t k = 0; k < dim; ++k) {
-                    const float sum = st[k] + acc[k] * acc[k];
-                    st[k] = sum;
-                    t[k] = t[k] - u.lr * (acc[k] / (std::sqrt(sum) + u.eps));
-                }
-            }
-        }
-    });
+    detail::EmbBwdCtx x;
+    x.table = static_cast<float*>(const_cast<void*>(args.table));
+    x.state = u.state;
+    x.ld_table = d.ld_table;
+    x.ld_state = ld_state;
+    x.dim = d.dim;
+    x.grad_out = grad_out;
+    x.ld_out = d.ld_out;
+    x.lr = u.lr;
+    x.eps = u.eps;
+    x.entries = e.data();
+    x.seg = seg.data();
+    x.bag_of = bag_of.data();
+    x.scale = scale.data();
+    detail::EmbBwdConfig cfg;
+    cfg.out_bf16 = d.out_dtype == DType::bf16;
+    cfg.optimizer = u.optimizer;
+    const auto kernel = detail::embedding_bag_backward_registry().get(cfg).kernel;
+    const int64_t grain = std::max<int64_t>(1, 16384 / (d.dim * (1 + static_cast<int64_t>(e.size()) / std::max<int64_t>(U, 1))));
+    detail::parallel_for(U, grain, [&](int64_t u0, int64_t u1) { kernel->run(x, u0, u1); });
 }
 
 }  // namespace xk

@@ -90,4 +90,39 @@ void embedding_bag_reference(const EmbeddingBagCall& c, int64_t bag_begin, int64
 // Bags per parallel chunk for a call (so tiny calls stay on one thread).
 int64_t embedding_bag_grain(const EmbeddingBagCall& c);
 
+// ---- backward fused with the update (backward.cpp, backward_simd.cpp) ----------------------------
+constexpr int64_t kEmbBwdPrefetch = 8;  // unique rows ahead
+
+struct EmbBwdConfig {
+    bool out_bf16 = false;  // grad_out dtype
+    EmbeddingOptimizer optimizer = EmbeddingOptimizer::sgd;
+    std::string key() const;
+};
+
+// A validated backward call after the sort: unique row s has entries [seg[s], seg[s+1]) of
+// `entries` ((row, position) pairs), position j belongs to bag bag_of[j] with scale scale[j].
+struct EmbBwdCtx {
+    float* table = nullptr;
+    float* state = nullptr;  // adagrad
+    int64_t ld_table = 0, ld_state = 0, dim = 0;
+    const void* grad_out = nullptr;
+    int64_t ld_out = 0;
+    float lr = 0, eps = 0;
+    const std::pair<int64_t, int64_t>* entries = nullptr;
+    const int64_t* seg = nullptr;
+    const int64_t* bag_of = nullptr;
+    const float* scale = nullptr;
+};
+
+struct EmbBwdKernel {
+    virtual ~EmbBwdKernel() = default;
+    // Unique rows [u0, u1): acc = sum of scale * grad_out rows in entry order (f32, each product
+    // rounded), then the update; single-threaded.
+    virtual void run(const EmbBwdCtx& x, int64_t u0, int64_t u1) const = 0;
+};
+
+const Registry<EmbBwdConfig, EmbBwdKernel>& embedding_bag_backward_registry();
+void embedding_bag_backward_rows_reference(const EmbBwdCtx& x, const EmbBwdConfig& k, int64_t u0, int64_t u1);
+std::shared_ptr<const EmbBwdKernel> create_embedding_bag_backward_simd(const EmbBwdConfig& k, Isa isa);
+
 }  // namespace xk::detail

@@ -38,6 +38,7 @@ XK_T inline VF max_nan(VF acc, VF r) {
     return _mm512_mask_blend_ps(take, acc, r);
 }
 XK_T inline VF load_f32(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
+XK_T inline void stream_f32(float* p, VF v) { _mm512_stream_ps(p, v); }  // p 64-byte aligned
 XK_T inline VF load_bf16(const uint16_t* p, M m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
@@ -146,6 +147,7 @@ XK_T inline VF load_q4_full(const uint8_t* p) {
     const __m128i q = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(15)), _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
 }
+XK_T inline void stream_f32(float* p, VF v) { _mm256_stream_ps(p, v); }  // p 32-byte aligned
 XK_T inline void store_f32(float* p, VF v, M m) {
     if (m.n == 8) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, m.m, v);
@@ -174,14 +176,19 @@ XK_T inline void store_bf16(uint16_t* p, VF v, M m) {
 
 namespace {
 struct SimdEmbeddingBag final : EmbeddingBagKernel {
-    void (*fn)(const EmbeddingBagCall&, int64_t, int64_t);
-    explicit SimdEmbeddingBag(void (*f)(const EmbeddingBagCall&, int64_t, int64_t)) : fn(f) {}
-    void run(const EmbeddingBagCall& c, int64_t b0, int64_t b1) const override { fn(c, b0, b1); }
+    using Fn = void (*)(const EmbeddingBagCall&, int64_t, int64_t);
+    Fn fn, lookup;  // lookup: the row copy of xk::embedding where it applies (else null)
+    SimdEmbeddingBag(Fn f, Fn l) : fn(f), lookup(l) {}
+    void run(const EmbeddingBagCall& c, int64_t b0, int64_t b1) const override {
+        if (c.lookup && lookup) lookup(c, b0, b1);
+        else fn(c, b0, b1);
+    }
 };
 }  // namespace
 
 std::shared_ptr<const EmbeddingBagKernel> create_embedding_bag_simd(const EmbeddingBagConfig& k, Isa isa) {
-    return std::make_shared<SimdEmbeddingBag>(isa >= Isa::avx512 ? eb_avx512::pick(k) : eb_avx2::pick(k));
+    if (isa >= Isa::avx512) return std::make_shared<SimdEmbeddingBag>(eb_avx512::pick(k), eb_avx512::pick_lookup(k));
+    return std::make_shared<SimdEmbeddingBag>(eb_avx2::pick(k), eb_avx2::pick_lookup(k));
 }
 
 }  // namespace xk::detail

@@ -17,6 +17,7 @@ const char* kind_name(OptimKind k) {
         case OptimKind::sgd: return "sgd";
         case OptimKind::adam: return "adam";
         case OptimKind::adagrad: return "adagrad";
+        case OptimKind::lamb: return "lamb";
     }
     return "?";
 }
@@ -109,6 +110,44 @@ std::string OptimConfig::key() const {
     return os.str();
 }
 
+namespace {
+inline float load_param(const OptimCall& c, int64_t i) {
+    if (c.cfg.param_type == OptimParamType::bf16_split) {
+        const uint32_t u = (static_cast<uint32_t>(static_cast<const uint16_t*>(c.t.param)[i]) << 16) | c.t.param_lo[i];
+        float p;
+        std::memcpy(&p, &u, 4);
+        return p;
+    }
+    return static_cast<const float*>(c.t.param)[i];
+}
+inline float load_grad(const OptimCall& c, int64_t i) {
+    return c.cfg.grad_dtype == DType::bf16 ? bf16::to_float(static_cast<const uint16_t*>(c.t.grad)[i])
+                                           : static_cast<const float*>(c.t.grad)[i];
+}
+// Lamb's update direction from the updated m, v and the old p.
+inline float lamb_u(const OptimCall& c, float m, float v, float p) {
+    float u = (m / c.bc1) / (std::sqrt(v / c.bc2) + c.eps);
+    if (c.has_wd) u = u + c.wd * p;
+    return u;
+}
+}  // namespace
+
+void optim_lamb_norms_reference(const OptimCall& c, int64_t i0, int64_t i1, double* p2, double* u2) {
+    double sp = 0, su = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+        const float p = load_param(c, i), g = load_grad(c, i);
+        const float m = c.beta1 * c.s0[i] + c.one_minus_beta1 * g;
+        const float v = c.beta2 * c.s1[i] + c.one_minus_beta2 * (g * g);
+        c.s0[i] = m;
+        c.s1[i] = v;
+        const float u = lamb_u(c, m, v, p);
+        sp += static_cast<double>(p) * static_cast<double>(p);
+        su += static_cast<double>(u) * static_cast<double>(u);
+    }
+    *p2 += sp;
+    *u2 += su;
+}
+
 void optim_reference(const OptimCall& c, int64_t i0, int64_t i1) {
     const bool split = c.cfg.param_type == OptimParamType::bf16_split;
     for (int64_t i = i0; i < i1; ++i) {
@@ -155,6 +194,10 @@ void optim_reference(const OptimCall& c, int64_t i0, int64_t i1) {
                 }
                 const float denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
                 p = p - c.step_size * (m / denom);
+                break;
+            }
+            case OptimKind::lamb: {  // the second pass: m, v already updated
+                p = p - c.lamb_coef * lamb_u(c, c.s0[i], c.s1[i], p);
                 break;
             }
             case OptimKind::adagrad: {
@@ -244,6 +287,29 @@ OptimCall optim_adagrad_call(const char* fn, const AdagradOptions& o, const Opti
     return c;
 }
 
+OptimCall optim_lamb_call(const char* fn, const LambOptions& o, const OptimTensors& t, float* m, float* v, int64_t step) {
+    check_hyper(fn, "lr", o.lr, 0, false, kInf, true);
+    check_hyper(fn, "beta1", o.beta1, 0, false, 1, true);
+    check_hyper(fn, "beta2", o.beta2, 0, false, 1, true);
+    check_hyper(fn, "eps", o.eps, 0, false, kInf, true);
+    check_hyper(fn, "weight_decay", o.weight_decay, 0, false, kInf, true);
+    OptimCall c = base_call(fn, OptimKind::lamb, t, {{"exp_avg", m}, {"exp_avg_sq", v}}, step);
+    c.s0 = m;
+    c.s1 = v;
+    c.has_wd = o.weight_decay != 0;
+    c.wd = static_cast<float>(o.weight_decay);
+    c.beta1 = static_cast<float>(o.beta1);
+    c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+    c.beta2 = static_cast<float>(o.beta2);
+    c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+    const double s = static_cast<double>(step);
+    c.bc1 = static_cast<float>(1.0 - std::pow(o.beta1, s));
+    c.bc2 = static_cast<float>(1.0 - std::pow(o.beta2, s));
+    c.eps = static_cast<float>(o.eps);
+    c.lr = static_cast<float>(o.lr);
+    return c;
+}
+
 const Registry<OptimConfig, OptimKernel>& optim_registry() {
     static const Registry<OptimConfig, OptimKernel> r(
         "optim", {
@@ -269,9 +335,41 @@ void run_optim(const OptimCall& c, const OptimKernel* kernel) {
     });
 }
 
+float run_lamb(const OptimCall& c0, const OptimKernel* kernel) {
+    std::shared_ptr<const OptimKernel> sel;
+    if (!kernel) {
+        sel = optim_registry().get(c0.cfg).kernel;
+        kernel = sel.get();
+    }
+    // Fixed 64 Ki-element chunks, their sums added in chunk order (independent of the threads).
+    constexpr int64_t kChunk = 65536;
+    const int64_t chunks = (c0.t.n + kChunk - 1) / kChunk;
+    std::vector<double> p2(static_cast<size_t>(chunks), 0.0), u2(static_cast<size_t>(chunks), 0.0);
+    parallel_for(chunks, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k)
+            kernel->lamb_norms(c0, k * kChunk, std::min(c0.t.n, (k + 1) * kChunk), &p2[static_cast<size_t>(k)],
+                               &u2[static_cast<size_t>(k)]);
+    });
+    double sp = 0, su = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+        sp += p2[static_cast<size_t>(k)];
+        su += u2[static_cast<size_t>(k)];
+    }
+    const double wn = std::sqrt(sp), un = std::sqrt(su);
+    const double trust = (wn > 0 && un > 0) ? wn / un : 1.0;
+    OptimCall c = c0;
+    c.lamb_coef = static_cast<float>(static_cast<double>(c0.lr) * trust);
+    run_optim(c, kernel);
+    return static_cast<float>(trust);
+}
+
 }  // namespace xk::detail
 
 namespace xk {
+
+float lamb_step(const LambOptions& o, const OptimTensors& t, float* exp_avg, float* exp_avg_sq, int64_t step) {
+    return detail::run_lamb(detail::optim_lamb_call("xk::lamb_step", o, t, exp_avg, exp_avg_sq, step));
+}
 
 void sgd_step(const SgdOptions& o, const OptimTensors& t, float* momentum_buffer, int64_t step) {
     detail::run_optim(detail::optim_sgd_call("xk::sgd_step", o, t, momentum_buffer, step));

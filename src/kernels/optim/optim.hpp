@@ -10,7 +10,7 @@
 
 namespace xk::detail {
 
-enum class OptimKind : int { sgd = 0, adam = 1, adagrad = 2 };
+enum class OptimKind : int { sgd = 0, adam = 1, adagrad = 2, lamb = 3 };
 
 // What a kernel specialises on (the kernel-cache key).
 struct OptimConfig {
@@ -32,12 +32,19 @@ struct OptimCall {
     float lr = 0, wd = 0, momentum = 0, one_minus_dampening = 1;  // sgd (lr also adagrad's clr)
     float one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, bc2_sqrt = 1, step_size = 0, eps = 0;
     float decay = 1;  // adamw: 1 - lr * wd
+    float beta1 = 0, bc1 = 1, bc2 = 1, lamb_coef = 0;  // lamb (lamb_coef = lr * trust, set between the passes)
 };
+
+void optim_lamb_norms_reference(const OptimCall& c, int64_t i0, int64_t i1, double* p2, double* u2);
 
 struct OptimKernel {
     virtual ~OptimKernel() = default;
     // Elements [i0, i1) of a validated call.
     virtual void run(const OptimCall& c, int64_t i0, int64_t i1) const = 0;
+    // Lamb's first pass over [i0, i1): updates m, v; adds sum p^2 to *p2 and sum u^2 to *u2.
+    virtual void lamb_norms(const OptimCall& c, int64_t i0, int64_t i1, double* p2, double* u2) const {
+        optim_lamb_norms_reference(c, i0, i1, p2, u2);
+    }
 };
 
 const Registry<OptimConfig, OptimKernel>& optim_registry();
@@ -50,6 +57,9 @@ OptimCall optim_sgd_call(const char* fn, const SgdOptions& o, const OptimTensors
 OptimCall optim_adam_call(const char* fn, const AdamOptions& o, const OptimTensors& t, float* m, float* v, float* vmax,
                           int64_t step);
 OptimCall optim_adagrad_call(const char* fn, const AdagradOptions& o, const OptimTensors& t, float* sum, int64_t step);
+OptimCall optim_lamb_call(const char* fn, const LambOptions& o, const OptimTensors& t, float* m, float* v, int64_t step);
 void run_optim(const OptimCall& c, const OptimKernel* kernel = nullptr);
+// Both Lamb passes; returns the trust ratio.
+float run_lamb(const OptimCall& c, const OptimKernel* kernel = nullptr);
 
 }  // namespace xk::detail

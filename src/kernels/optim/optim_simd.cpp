@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 inside _mm512_reduce_add_pd
 // Each product rounds before its sum, as in the reference (compiled without FMA).
 #pragma GCC optimize("fp-contract=off")
 
@@ -39,6 +40,16 @@ XK_T inline void store_split(uint16_t* hi, uint16_t* lo, VF v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtepi32_epi16(u));  // truncates to the low 16 bits
 }
+// Two double accumulators' worth of lanes: sum of squares of the 16 floats, in double.
+struct VD {
+    __m512d lo, hi;
+};
+XK_T inline VD dzero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+XK_T inline VD acc_sq(VD a, VF x) {
+    const __m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(x)), h = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+    return {_mm512_fmadd_pd(l, l, a.lo), _mm512_fmadd_pd(h, h, a.hi)};
+}
+XK_T inline double dsum(VD a) { return _mm512_reduce_add_pd(_mm512_add_pd(a.lo, a.hi)); }
 }  // namespace opt_avx512
 #define XK_OPT_NS opt_avx512
 #include "kernels/optim/optim_simd.inc"
@@ -77,6 +88,19 @@ XK_T inline void store_split(uint16_t* hi, uint16_t* lo, VF v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), narrow(_mm256_srli_epi32(u, 16)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), narrow(_mm256_and_si256(u, _mm256_set1_epi32(0xFFFF))));
 }
+struct VD {
+    __m256d lo, hi;
+};
+XK_T inline VD dzero() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+XK_T inline VD acc_sq(VD a, VF x) {
+    const __m256d l = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), h = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    return {_mm256_fmadd_pd(l, l, a.lo), _mm256_fmadd_pd(h, h, a.hi)};
+}
+XK_T inline double dsum(VD a) {
+    const __m256d s = _mm256_add_pd(a.lo, a.hi);
+    const __m128d t = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+}
 }  // namespace opt_avx2
 #define XK_OPT_NS opt_avx2
 #include "kernels/optim/optim_simd.inc"
@@ -86,13 +110,19 @@ XK_T inline void store_split(uint16_t* hi, uint16_t* lo, VF v) {
 namespace {
 struct SimdOptim final : OptimKernel {
     void (*fn)(const OptimCall&, int64_t, int64_t);
-    explicit SimdOptim(void (*f)(const OptimCall&, int64_t, int64_t)) : fn(f) {}
+    void (*norms)(const OptimCall&, int64_t, int64_t, double*, double*);
+    SimdOptim(void (*f)(const OptimCall&, int64_t, int64_t), void (*nf)(const OptimCall&, int64_t, int64_t, double*, double*))
+        : fn(f), norms(nf) {}
     void run(const OptimCall& c, int64_t i0, int64_t i1) const override { fn(c, i0, i1); }
+    void lamb_norms(const OptimCall& c, int64_t i0, int64_t i1, double* p2, double* u2) const override {
+        norms(c, i0, i1, p2, u2);
+    }
 };
 }  // namespace
 
 std::shared_ptr<const OptimKernel> create_optim_simd(const OptimConfig& k, Isa isa) {
-    return std::make_shared<SimdOptim>(isa >= Isa::avx512 ? opt_avx512::pick(k) : opt_avx2::pick(k));
+    if (isa >= Isa::avx512) return std::make_shared<SimdOptim>(opt_avx512::pick(k), opt_avx512::pick_norms(k));
+    return std::make_shared<SimdOptim>(opt_avx2::pick(k), opt_avx2::pick_norms(k));
 }
 
 }  // namespace xk::detail

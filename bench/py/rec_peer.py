@@ -1,0 +1,190 @@
+"""Issue 30's rows with ours and PyTorch in one process (ctypes over libxk's C API, no xkernels
+package needed), alternating call by call at 1 thread (both libraries), median of rounds; each row
+reports wall time and the calling thread's CPU time (time.thread_time: on a shared, overloaded host
+the CPU time is the steadier of the two) and torch / xk ratios (> 1: xk faster).
+
+    XK_LIBRARY=build/release/libxk.so ~/.cache/xkernels/venv/bin/python bench/py/rec_peer.py \\
+        [--table-mb 1024] [--rounds 7] [--filter REGEX]
+
+Rows:
+  interaction fwd / fwdbwd, f32 / bf16, N = 27, D = 64 / 128, 2048 samples: xk_interaction_* vs
+      DLRM's interact_features (cat + bmm + tril_indices gather; IPEX's formula has the same pairs)
+  embedding_bag f32 sum, 2048 bags x 100, uniform / Zipf(1.05), D = 64 / 128: xk_embedding_bag_f32
+      vs F.embedding_bag (GB/s of gathered rows)
+  embedding lookup f32, 204800 rows: xk_embedding_f32 vs F.embedding
+"""
+import argparse
+import ctypes
+import os
+import re
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def load_lib():
+    lib = ctypes.CDLL(os.environ.get("XK_LIBRARY", "build/release/libxk.so"))
+    lib.xk_last_error.restype = ctypes.c_char_p
+    lib.xk_set_num_threads.argtypes = [ctypes.c_int]
+    return lib
+
+
+class InteractionDesc(ctypes.Structure):
+    _fields_ = [("num_features", ctypes.c_int64), ("dim", ctypes.c_int64), ("dtype", ctypes.c_int),
+                ("self_interaction", ctypes.c_int)]
+
+
+class BagDesc(ctypes.Structure):
+    _fields_ = [("num_embeddings", ctypes.c_int64), ("dim", ctypes.c_int64), ("ld_table", ctypes.c_int64),
+                ("ld_out", ctypes.c_int64), ("mode", ctypes.c_int), ("include_last_offset", ctypes.c_int),
+                ("padding_idx", ctypes.c_int64)]
+
+
+def check(lib, st):
+    if st != 0:
+        raise RuntimeError(lib.xk_last_error().decode())
+
+
+def measure(fa, fb, rounds, min_s=0.05):
+    """Alternate fa / fb; per round each runs >= min_s. Returns medians (wall, cpu) per call."""
+    fa(), fb()
+    res = {0: ([], []), 1: ([], [])}
+    for _ in range(rounds):
+        for k, f in ((0, fa), (1, fb)):
+            n, w0, c0 = 0, time.perf_counter(), time.thread_time()
+            while True:
+                f()
+                n += 1
+                if time.perf_counter() - w0 >= min_s and n >= 2:
+                    break
+            res[k][0].append((time.perf_counter() - w0) / n)
+            res[k][1].append((time.thread_time() - c0) / n)
+    return [(statistics.median(res[k][0]), statistics.median(res[k][1])) for k in (0, 1)]
+
+
+def row(name, nbytes, xk_t, th_t):
+    (xw, xc), (tw, tc) = xk_t, th_t
+    print(f"{name:52s} xk {xw*1e3:8.2f} ms ({nbytes/xw/1e9:6.2f} GB/s) cpu {xc*1e3:8.2f} | torch {tw*1e3:8.2f} ms "
+          f"({nbytes/tw/1e9:6.2f} GB/s) cpu {tc*1e3:8.2f} | torch/xk wall {tw/xw:5.2f} cpu {tc/xc:5.2f}", flush=True)
+
+
+def interaction_rows(lib, rounds, rx):
+    N, B = 27, 2048
+    P = N * (N - 1) // 2
+    li, lj = torch.tril_indices(N, N, offset=-1)
+    for dim in (64, 128):
+        for dt, code, es in (("f32", 0, 4), ("bf16", 1, 2)):
+            tdt = torch.float32 if dt == "f32" else torch.bfloat16
+            x = (torch.rand(B, dim) - 0.5).to(tdt)
+            merged = (torch.rand(B, (N - 1) * dim) - 0.5).to(tdt)  # the 26 bags side by side (merged output)
+            ly = [merged[:, t * dim:(t + 1) * dim] for t in range(N - 1)]
+            g = ((torch.rand(B, dim + P) - 0.5) * 1e-2).to(tdt)
+            out = torch.empty(B, dim + P, dtype=tdt)
+            gf = [torch.empty(B, dim, dtype=tdt) for _ in range(N)]
+            d = InteractionDesc(N, dim, code, 0)
+            fp = (ctypes.c_void_p * N)(x.data_ptr(), *[merged.data_ptr() + t * dim * es for t in range(N - 1)])
+            ld = (ctypes.c_int64 * N)(dim, *([(N - 1) * dim] * (N - 1)))
+            gp = (ctypes.c_void_p * N)(*[t.data_ptr() for t in gf])
+
+            def xk_fwd():
+                check(lib, lib.xk_interaction_forward(ctypes.byref(d), ctypes.c_int64(B), fp, ld, ctypes.c_void_p(out.data_ptr()),
+                                                      ctypes.c_int64(0)))
+
+            def xk_fb():
+                xk_fwd()
+                check(lib, lib.xk_interaction_backward(ctypes.byref(d), ctypes.c_int64(B), fp, ld, ctypes.c_void_p(g.data_ptr()),
+                                                       ctypes.c_int64(0), gp, None))
+
+            xr = x.detach().clone().requires_grad_(True)
+            lyr = [t.detach().clone().requires_grad_(True) for t in ly]
+
+            def th(xx, yy, bwd):
+                T = torch.cat([xx] + yy, dim=1).view((B, -1, dim))
+                Z = torch.bmm(T, torch.transpose(T, 1, 2))
+                R = torch.cat([xx, Z[:, li, lj]], dim=1)
+                if bwd:
+                    R.backward(g)
+                    xx.grad = None
+                    for t in yy:
+                        t.grad = None
+                return R
+
+            # correctness beside the peer (same inputs)
+            xk_fwd()
+            ref = th(x, ly, False)
+            err = (out.float() - ref.float()).abs().max().item()
+            fwd_bytes = B * (N * dim + dim + P) * es
+            if not rx or re.search(rx, f"interaction/{dt}/fwd_dim:{dim}"):
+                with torch.no_grad():
+                    a, b = measure(xk_fwd, lambda: th(x, ly, False), rounds)
+                row(f"interaction/{dt}/fwd_n:27_dim:{dim}_b:2048 (max|diff| {err:.1e})", fwd_bytes, a, b)
+            if not rx or re.search(rx, f"interaction/{dt}/fwdbwd_dim:{dim}"):
+                a, b = measure(xk_fb, lambda: th(xr, lyr, True), rounds)
+                row(f"interaction/{dt}/fwdbwd_n:27_dim:{dim}_b:2048", fwd_bytes + B * (2 * N * dim + dim + P) * es, a, b)
+
+
+def zipf_idx(E, n, zipf):
+    if not zipf:
+        return torch.randint(0, E, (n,), dtype=torch.int64)
+    r = np.arange(1, E + 1, dtype=np.float64) ** -1.05
+    cdf = np.cumsum(r)
+    u = np.random.default_rng(0x2F).random(n) * cdf[-1]
+    rank = np.minimum(np.searchsorted(cdf, u), E - 1).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        v = (rank * np.uint64(0x9E3779B97F4A7C15)) & np.uint64(E - 1)
+    return torch.from_numpy(v.astype(np.int64))
+
+
+def bag_rows(lib, rounds, rx, table_mb):
+    bags, pool = 2048, 100
+    n = bags * pool
+    offsets = torch.arange(0, n, pool, dtype=torch.int64)
+    for dim in (64, 128):
+        E = (table_mb << 20) // (dim * 4)
+        w = torch.rand(E, dim)
+        for zipf in (False, True):
+            dist = "zipf1.05" if zipf else "uniform"
+            idx = zipf_idx(E, n, zipf)
+            d = BagDesc(E, dim, 0, 0, 0, 0, -1)
+            out = torch.empty(bags, dim)
+            lk = torch.empty(n, dim)
+            P = ctypes.c_void_p
+
+            def xk_bag():
+                check(lib, lib.xk_embedding_bag_f32(ctypes.byref(d), P(w.data_ptr()), ctypes.c_int64(n), P(idx.data_ptr()),
+                                                    ctypes.c_int64(bags), P(offsets.data_ptr()), None, P(out.data_ptr())))
+
+            def xk_lookup():
+                check(lib, lib.xk_embedding_f32(ctypes.byref(d), P(w.data_ptr()), ctypes.c_int64(n), P(idx.data_ptr()),
+                                                P(lk.data_ptr())))
+
+            xk_bag()
+            err = (out - F.embedding_bag(idx, w, offsets, mode="sum")).abs().max().item()
+            if not rx or re.search(rx, f"embedding_bag/dim:{dim}_{dist}"):
+                a, b = measure(xk_bag, lambda: F.embedding_bag(idx, w, offsets, mode="sum"), rounds)
+                row(f"embedding_bag/f32/sum_dim:{dim}_{dist} (max|diff| {err:.1e})", n * dim * 4, a, b)
+            if not rx or re.search(rx, f"embedding_lookup/dim:{dim}_{dist}"):
+                a, b = measure(xk_lookup, lambda: F.embedding(idx, w), rounds)
+                row(f"embedding_lookup/f32/rows_dim:{dim}_{dist}", n * dim * 4, a, b)
+        del w
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--table-mb", type=int, default=1024)
+    ap.add_argument("--filter", default="")
+    args = ap.parse_args()
+    lib = load_lib()
+    check(lib, lib.xk_set_num_threads(1))
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread each, table {args.table_mb} MiB, rounds {args.rounds}")
+    interaction_rows(lib, args.rounds, args.filter)
+    bag_rows(lib, args.rounds, args.filter, args.table_mb)
+
+
+if __name__ == "__main__":
+    main()
