@@ -1,0 +1,238 @@
+// xkernels — OpenCL GEMM: C = epilogue(alpha * op(A) op(B) + beta * C), row-major with leading
+// dimensions, f32 / bf16 / f16 inputs (f32 accumulation), f32 / bf16 / f16 output (xk/gpu_gemm.hpp).
+//
+// Compile-time parameters (-D, chosen per device by the tuner in src/gpu/gemm/gpu_gemm.cpp):
+//   A_T B_T C_T R_T   element types of A, B, C, the residual: 0 f32, 1 bf16, 2 f16
+//   TRANS_A TRANS_B   0 = N, 1 = T (see include/xk/gemm.hpp for the layouts)
+//   MWG NWG KWG       the work-group tile: MWG x NWG of C, KWG deep per step
+//   MDIMC NDIMC       the work-group: NDIMC x MDIMC work items (dimension 0 runs along N)
+//   VWM VWN           vector width of the register tile's local-memory reads (1, 2, 4)
+//   USE_LOCAL         1: A and B tiles staged in local memory (GPUs); 0: each work item reads
+//                     global memory directly (CPU devices such as PoCL, whose caches do the staging)
+// Each work item computes MWI x NWI = (MWG / MDIMC) x (NWG / NDIMC) elements of C, rows
+//   m = m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM   (columns likewise),
+// so that neighbouring work items read neighbouring local words and write neighbouring columns.
+// Edges: rows / columns past M / N are read clamped (their results are never stored); the last,
+// partial K tile reads zeros. A fully interior K tile of A (or B) with `vec` set in flags (the
+// host checked 16-byte alignment of every row) loads 4 elements at a time.
+
+#define MWI (MWG / MDIMC)
+#define NWI (NWG / NDIMC)
+
+#if A_T == 0
+typedef float a_t;
+#else
+typedef ushort a_t;
+#endif
+#if B_T == 0
+typedef float b_t;
+#else
+typedef ushort b_t;
+#endif
+#include "gemm_common.h"
+
+#if A_T == 0
+#define LD_A(i) (A[i])
+#define LD_A4(i) (*(const __global float4*)(A + (i)))
+#elif A_T == 1
+#define LD_A(i) xk_bf16_to_f32(A[i])
+#define LD_A4(i) xk_bf16x4(*(const __global ushort4*)(A + (i)))
+#else
+#define LD_A(i) vload_half((i), (const __global half*)A)
+#define LD_A4(i) vload_half4(0, (const __global half*)(A + (i)))
+#endif
+#if B_T == 0
+#define LD_B(i) (B[i])
+#define LD_B4(i) (*(const __global float4*)(B + (i)))
+#elif B_T == 1
+#define LD_B(i) xk_bf16_to_f32(B[i])
+#define LD_B4(i) xk_bf16x4(*(const __global ushort4*)(B + (i)))
+#else
+#define LD_B(i) vload_half((i), (const __global half*)B)
+#define LD_B4(i) vload_half4(0, (const __global half*)(B + (i)))
+#endif
+
+inline float4 xk_bf16x4(ushort4 v) {
+    return (float4)(xk_bf16_to_f32(v.x), xk_bf16_to_f32(v.y), xk_bf16_to_f32(v.z), xk_bf16_to_f32(v.w));
+}
+
+#if TRANS_A == 0
+#define A_AT(m, k) ((m) * lda + (k))
+#else
+#define A_AT(m, k) ((k) * lda + (m))
+#endif
+#if TRANS_B == 0
+#define B_AT(k, n) ((k) * ldb + (n))
+#else
+#define B_AT(k, n) ((n) * ldb + (k))
+#endif
+
+__kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
+void xk_gemm(const int M, const int N, const int K,
+             const __global a_t* restrict A, const ulong a_off, const int lda, const ulong a_bs,
+             const __global b_t* restrict B, const ulong b_off, const int ldb, const ulong b_bs,
+             __global c_t* C, const ulong c_off, const int ldc, const ulong c_bs,
+             const float alpha, const float beta, const int flags, const int act,
+             const __global float* restrict bias, const ulong bias_off,
+             const __global r_t* restrict R, const ulong r_off, const int ldr, const ulong r_bs) {
+    const size_t item = get_global_id(2);
+    A += a_off + item * a_bs;
+    B += b_off + item * b_bs;
+    C += c_off + item * c_bs;
+    bias += bias_off;
+    R += r_off + item * r_bs;
+    const int tn = get_local_id(0), tm = get_local_id(1);
+    const int m0 = get_group_id(1) * MWG, n0 = get_group_id(0) * NWG;
+
+    float acc[MWI][NWI];
+#pragma unroll
+    for (int i = 0; i < MWI; ++i)
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) acc[i][j] = 0.0f;
+
+    // This work item's rows and columns, clamped for the loads.
+    int rm[MWI], rn[NWI];
+#pragma unroll
+    for (int i = 0; i < MWI; ++i) rm[i] = min(m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM, M - 1);
+#pragma unroll
+    for (int j = 0; j < NWI; ++j) rn[j] = min(n0 + (j / VWN) * NDIMC * VWN + tn * VWN + j % VWN, N - 1);
+
+#if USE_LOCAL
+    __local float As[KWG * MWG];  // As[k * MWG + m]
+    __local float Bs[KWG * NWG];  // Bs[k * NWG + n]
+    const int tid = tm * NDIMC + tn;
+#define NT (MDIMC * NDIMC)
+    for (int k0 = 0; k0 < K; k0 += KWG) {
+        const bool kfull = k0 + KWG <= K;
+        // Stage the A tile (MWG x KWG), contiguous direction fastest across work items.
+        if (kfull && (flags & XK_VEC_A)) {
+#pragma unroll
+            for (int l = 0; l < MWG * KWG / 4 / NT; ++l) {
+                const int t = l * NT + tid;
+#if TRANS_A == 0
+                const int kk = (t % (KWG / 4)) * 4, mm = t / (KWG / 4);
+                const float4 v = LD_A4(A_AT(min(m0 + mm, M - 1), k0 + kk));
+                As[(kk + 0) * MWG + mm] = v.x;
+                As[(kk + 1) * MWG + mm] = v.y;
+                As[(kk + 2) * MWG + mm] = v.z;
+                As[(kk + 3) * MWG + mm] = v.w;
+#else
+                const int mm = (t % (MWG / 4)) * 4, kk = t / (MWG / 4);
+                if (m0 + mm + 3 < M) {
+                    *(__local float4*)&As[kk * MWG + mm] = LD_A4(A_AT(m0 + mm, k0 + kk));
+                } else {
+                    for (int v = 0; v < 4; ++v) As[kk * MWG + mm + v] = LD_A(A_AT(min(m0 + mm + v, M - 1), k0 + kk));
+                }
+#endif
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < MWG * KWG / NT; ++l) {
+                const int t = l * NT + tid;
+#if TRANS_A == 0
+                const int kk = t % KWG, mm = t / KWG;
+#else
+                const int mm = t % MWG, kk = t / MWG;
+#endif
+                const int gk = k0 + kk;
+                As[kk * MWG + mm] = gk < K ? LD_A(A_AT(min(m0 + mm, M - 1), gk)) : 0.0f;
+            }
+        }
+        // Stage the B tile (KWG x NWG).
+        if (kfull && (flags & XK_VEC_B)) {
+#pragma unroll
+            for (int l = 0; l < NWG * KWG / 4 / NT; ++l) {
+                const int t = l * NT + tid;
+#if TRANS_B == 0
+                const int nn = (t % (NWG / 4)) * 4, kk = t / (NWG / 4);
+                if (n0 + nn + 3 < N) {
+                    *(__local float4*)&Bs[kk * NWG + nn] = LD_B4(B_AT(k0 + kk, n0 + nn));
+                } else {
+                    for (int v = 0; v < 4; ++v) Bs[kk * NWG + nn + v] = LD_B(B_AT(k0 + kk, min(n0 + nn + v, N - 1)));
+                }
+#else
+                const int kk = (t % (KWG / 4)) * 4, nn = t / (KWG / 4);
+                const float4 v = LD_B4(B_AT(k0 + kk, min(n0 + nn, N - 1)));
+                Bs[(kk + 0) * NWG + nn] = v.x;
+                Bs[(kk + 1) * NWG + nn] = v.y;
+                Bs[(kk + 2) * NWG + nn] = v.z;
+                Bs[(kk + 3) * NWG + nn] = v.w;
+#endif
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < NWG * KWG / NT; ++l) {
+                const int t = l * NT + tid;
+#if TRANS_B == 0
+                const int nn = t % NWG, kk = t / NWG;
+#else
+                const int kk = t % KWG, nn = t / KWG;
+#endif
+                const int gk = k0 + kk;
+                Bs[kk * NWG + nn] = gk < K ? LD_B(B_AT(gk, min(n0 + nn, N - 1))) : 0.0f;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 8
+        for (int kk = 0; kk < KWG; ++kk) {
+            float a[MWI], b[NWI];
+#pragma unroll
+            for (int i = 0; i < MWI / VWM; ++i) {
+                const int mm = i * MDIMC * VWM + tm * VWM;
+#if VWM == 4
+                const float4 v = *(const __local float4*)&As[kk * MWG + mm];
+                a[i * 4] = v.x; a[i * 4 + 1] = v.y; a[i * 4 + 2] = v.z; a[i * 4 + 3] = v.w;
+#elif VWM == 2
+                const float2 v = *(const __local float2*)&As[kk * MWG + mm];
+                a[i * 2] = v.x; a[i * 2 + 1] = v.y;
+#else
+                a[i] = As[kk * MWG + mm];
+#endif
+            }
+#pragma unroll
+            for (int j = 0; j < NWI / VWN; ++j) {
+                const int nn = j * NDIMC * VWN + tn * VWN;
+#if VWN == 4
+                const float4 v = *(const __local float4*)&Bs[kk * NWG + nn];
+                b[j * 4] = v.x; b[j * 4 + 1] = v.y; b[j * 4 + 2] = v.z; b[j * 4 + 3] = v.w;
+#elif VWN == 2
+                const float2 v = *(const __local float2*)&Bs[kk * NWG + nn];
+                b[j * 2] = v.x; b[j * 2 + 1] = v.y;
+#else
+                b[j] = Bs[kk * NWG + nn];
+#endif
+            }
+#pragma unroll
+            for (int i = 0; i < MWI; ++i)
+#pragma unroll
+                for (int j = 0; j < NWI; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#else
+    // Direct global reads: on a CPU device the work items of dimension 0 become SIMD lanes, B's
+    // row reads are contiguous across them and A's are broadcasts.
+    for (int k = 0; k < K; ++k) {
+        float a[MWI], b[NWI];
+#pragma unroll
+        for (int i = 0; i < MWI; ++i) a[i] = LD_A(A_AT(rm[i], k));
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) b[j] = LD_B(B_AT(k, rn[j]));
+#pragma unroll
+        for (int i = 0; i < MWI; ++i)
+#pragma unroll
+            for (int j = 0; j < NWI; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+#endif
+
+#pragma unroll
+    for (int i = 0; i < MWI; ++i) {
+        const int m = m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) {
+            const int n = n0 + (j / VWN) * NDIMC * VWN + tn * VWN + j % VWN;
+            if (n < N) xk_epilogue(acc[i][j], m, n, C, ldc, alpha, beta, flags, act, bias, R, ldr);
+        }
+    }
+}
