@@ -37,7 +37,9 @@ bool GemmConfig::parse(const std::string& s, GemmConfig& c) {
 
 bool GemmConfig::valid(int64_t max_wg_size, int64_t local_mem_bytes) const {
     auto vw_ok = [](int v) { return v == 1 || v == 2 || v == 4; };
-    if (mwg < 1 || nwg < 1 || kwg < 1 || mdimc < 1 || ndimc < 1 || !vw_ok(vwm) || !vw_ok(vwn)) return false;
+    if (mwg < 1 || nwg < 1 || kwg < 1 || mdimc < 1 || ndimc < 1) return false;
+    if (use_local ? !vw_ok(vwm) || !vw_ok(vwn) : vwm != 1 || (vwn != 2 && vwn != 4 && vwn != 8 && vwn != 16))
+        return false;
     if (mwg % (mdimc * vwm) || nwg % (ndimc * vwn)) return false;
     if (int64_t(mdimc) * ndimc > max_wg_size) return false;
     if (use_local) {
@@ -215,8 +217,9 @@ GemmConfig cfg(int mwg, int nwg, int kwg, int mdimc, int ndimc, int vwm, int vwn
 
 std::vector<GemmConfig> all_candidates(bool cpu) {
     if (cpu)  // PoCL and other CPU devices: dimension 0 becomes SIMD lanes; caches stage the tiles
-        return {cfg(8, 64, 16, 2, 16, 1, 1, 0), cfg(16, 64, 16, 4, 16, 1, 1, 0), cfg(8, 128, 16, 2, 32, 1, 1, 0),
-                cfg(32, 32, 32, 4, 8, 1, 1, 1)};
+        return {cfg(8, 64, 16, 1, 2, 1, 16, 0),   // 8 x 32 per work item: 16 zmm accumulators
+                cfg(4, 128, 16, 1, 2, 1, 16, 0),  // 4 x 64: 16
+                cfg(6, 32, 16, 1, 2, 1, 8, 0)};   // 6 x 16 as 8-wide vectors: 12 ymm (AVX2 devices)
     return {
         cfg(128, 128, 16, 16, 16, 4, 4, 1),  // 8 x 8 per work item, float4 local reads (large shapes)
         cfg(128, 128, 32, 16, 16, 4, 4, 1),
@@ -441,8 +444,9 @@ GemmConfig tiled_config(const Context& ctx, const GemmDesc& d, const GemmOptions
     }
     const GemmConfig c = tune(ctx, d);
     std::lock_guard<std::mutex> lock(g_tune_mu);
-    if (g_tuned->emplace(key, c).second) save_tuned_locked(key, c);
-    return (*g_tuned)[key];
+    (*g_tuned)[key] = c;  // replaces a stale entry (a configuration this build no longer accepts)
+    save_tuned_locked(key, c);
+    return c;
 }
 
 bool xmx_native_ok(const DeviceInfo& di) {

@@ -6,12 +6,14 @@
 //   TRANS_A TRANS_B   0 = N, 1 = T (see include/xk/gemm.hpp for the layouts)
 //   MWG NWG KWG       the work-group tile: MWG x NWG of C, KWG deep per step
 //   MDIMC NDIMC       the work-group: NDIMC x MDIMC work items (dimension 0 runs along N)
-//   VWM VWN           vector width of the register tile's local-memory reads (1, 2, 4)
+//   VWM VWN           USE_LOCAL 1: vector width of the register tile's local-memory reads (1, 2, 4);
+//                     USE_LOCAL 0: VWN is the width of the float vectors along N (8, 16), VWM 1
 //   USE_LOCAL         1: A and B tiles staged in local memory (GPUs); 0: each work item reads
 //                     global memory directly (CPU devices such as PoCL, whose caches do the staging)
-// Each work item computes MWI x NWI = (MWG / MDIMC) x (NWG / NDIMC) elements of C, rows
-//   m = m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM   (columns likewise),
-// so that neighbouring work items read neighbouring local words and write neighbouring columns.
+// Each work item computes MWI x NWI = (MWG / MDIMC) x (NWG / NDIMC) elements of C. USE_LOCAL 1:
+//   rows m = m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM   (columns likewise),
+// so that neighbouring work items read neighbouring local words and write neighbouring columns;
+// USE_LOCAL 0: rows m0 + tm * MWI + i, columns n0 + tn * NWI + j (contiguous, for the vectors).
 // Edges: rows / columns past M / N are read clamped (their results are never stored); the last,
 // partial K tile reads zeros. A fully interior K tile of A (or B) with `vec` set in flags (the
 // host checked 16-byte alignment of every row) loads 4 elements at a time.
@@ -84,20 +86,12 @@ void xk_gemm(const int M, const int N, const int K,
     const int tn = get_local_id(0), tm = get_local_id(1);
     const int m0 = get_group_id(1) * MWG, n0 = get_group_id(0) * NWG;
 
+#if USE_LOCAL
     float acc[MWI][NWI];
 #pragma unroll
     for (int i = 0; i < MWI; ++i)
 #pragma unroll
         for (int j = 0; j < NWI; ++j) acc[i][j] = 0.0f;
-
-    // This work item's rows and columns, clamped for the loads.
-    int rm[MWI], rn[NWI];
-#pragma unroll
-    for (int i = 0; i < MWI; ++i) rm[i] = min(m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM, M - 1);
-#pragma unroll
-    for (int j = 0; j < NWI; ++j) rn[j] = min(n0 + (j / VWN) * NDIMC * VWN + tn * VWN + j % VWN, N - 1);
-
-#if USE_LOCAL
     __local float As[KWG * MWG];  // As[k * MWG + m]
     __local float Bs[KWG * NWG];  // Bs[k * NWG + n]
     const int tid = tm * NDIMC + tn;
@@ -210,21 +204,72 @@ void xk_gemm(const int M, const int N, const int K,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #else
-    // Direct global reads: on a CPU device the work items of dimension 0 become SIMD lanes, B's
-    // row reads are contiguous across them and A's are broadcasts.
-    for (int k = 0; k < K; ++k) {
-        float a[MWI], b[NWI];
+    // CPU devices (PoCL): no local memory, no barriers. Each work item computes MWI rows x NWI
+    // contiguous columns as NWI / VWN vectors of VWN floats (VWN 8 or 16: one ymm / zmm), like a
+    // BLAS microkernel: a B row segment is loaded as vectors, each A element broadcast. PoCL does
+    // not vectorize across work items when the body holds a loop, so the vectors are explicit.
+#define XK_CAT_(a, b) a##b
+#define XK_CAT(a, b) XK_CAT_(a, b)
+#define VECN XK_CAT(float, VWN)
+#define VLOADN XK_CAT(vload, VWN)
+    const int nb = n0 + tn * NWI;
+    VECN accv[MWI][NWI / VWN];
 #pragma unroll
-        for (int i = 0; i < MWI; ++i) a[i] = LD_A(A_AT(rm[i], k));
+    for (int i = 0; i < MWI; ++i)
 #pragma unroll
-        for (int j = 0; j < NWI; ++j) b[j] = LD_B(B_AT(k, rn[j]));
+        for (int j = 0; j < NWI / VWN; ++j) accv[i][j] = (VECN)(0.0f);
+    int rmi[MWI];
 #pragma unroll
-        for (int i = 0; i < MWI; ++i)
+    for (int i = 0; i < MWI; ++i) rmi[i] = min(m0 + tm * MWI + i, M - 1);
+    if (TRANS_B == 0 && B_T == 0 && nb + NWI <= N) {
+        for (int k = 0; k < K; ++k) {
+            VECN bv[NWI / VWN];
 #pragma unroll
-            for (int j = 0; j < NWI; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+            for (int j = 0; j < NWI / VWN; ++j) bv[j] = VLOADN(0, (const __global float*)B + (size_t)k * ldb + nb + j * VWN);
+#pragma unroll
+            for (int i = 0; i < MWI; ++i) {
+                const VECN a = (VECN)(LD_A(A_AT(rmi[i], k)));
+#pragma unroll
+                for (int j = 0; j < NWI / VWN; ++j) accv[i][j] = fma(a, bv[j], accv[i][j]);
+            }
+        }
+    } else {  // edges, B^T, bf16 / f16 B: element loads (columns clamped)
+        for (int k = 0; k < K; ++k) {
+            VECN bv[NWI / VWN];
+#pragma unroll
+            for (int j = 0; j < NWI / VWN; ++j) {
+                float tmp[VWN];
+#pragma unroll
+                for (int v = 0; v < VWN; ++v) tmp[v] = LD_B(B_AT(k, min(nb + j * VWN + v, N - 1)));
+                bv[j] = VLOADN(0, tmp);
+            }
+#pragma unroll
+            for (int i = 0; i < MWI; ++i) {
+                const VECN a = (VECN)(LD_A(A_AT(rmi[i], k)));
+#pragma unroll
+                for (int j = 0; j < NWI / VWN; ++j) accv[i][j] = fma(a, bv[j], accv[i][j]);
+            }
+        }
     }
+#pragma unroll
+    for (int i = 0; i < MWI; ++i) {
+        const int m = m0 + tm * MWI + i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < NWI / VWN; ++j) {
+            float o[VWN];
+            XK_CAT(vstore, VWN)(accv[i][j], 0, o);
+#pragma unroll
+            for (int v = 0; v < VWN; ++v) {
+                const int n = nb + j * VWN + v;
+                if (n < N) xk_epilogue(o[v], m, n, C, ldc, alpha, beta, flags, act, bias, R, ldr);
+            }
+        }
+    }
+    return;
 #endif
 
+#if USE_LOCAL
 #pragma unroll
     for (int i = 0; i < MWI; ++i) {
         const int m = m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM;
@@ -235,4 +280,5 @@ void xk_gemm(const int M, const int N, const int K,
             if (n < N) xk_epilogue(acc[i][j], m, n, C, ldc, alpha, beta, flags, act, bias, R, ldr);
         }
     }
+#endif
 }

@@ -41,8 +41,10 @@ inline float xk_act(float x, int act) {
     }
 }
 
-// The fused epilogue of one element (m, n) (include/xk/gemm.hpp's math).
-inline void xk_epilogue(float acc, int m, int n, __global c_t* C, int ldc, float alpha, float beta, int flags,
+// The fused epilogue of one element (m, n) (include/xk/gemm.hpp's math). Not inlined: the
+// kernels call it from fully unrolled loops (one call per element of the register tile), and
+// inlining erf / tanh / exp that many times multiplies the compile time (PoCL: 10 s a variant).
+__attribute__((noinline)) void xk_epilogue(float acc, int m, int n, __global c_t* C, int ldc, float alpha, float beta, int flags,
                         int act, const __global float* bias, const __global r_t* R, int ldr) {
     float x = alpha * acc;
     const int ci = m * ldc + n;
