@@ -244,6 +244,33 @@ TEST(GpuGemm, EveryTunerCandidate) {
     }
 }
 
+// The GPU candidates' local-memory path (register prefetch, float4 staging in all four transpose
+// forms) also runs on a CPU device: two of them here, each with two transpose pairs.
+TEST(GpuGemm, GpuCandidatesOnAnyDevice) {
+    NEED_DEVICE();
+    const auto all = gpu::detail::gemm_candidates_for(false);
+    const auto& di = ctx().device();
+    int ran = 0;
+    for (size_t ci : {size_t(0), size_t(3)}) {
+        if (ci >= all.size() || !all[ci].valid(di.max_work_group_size, di.local_mem_bytes)) continue;
+        GemmOptions o;
+        o.kind = GemmKernelKind::tiled;
+        o.force_config = true;
+        o.config = all[ci];
+        const Trans pairs[2][2] = {{Trans::N, Trans::N}, {Trans::T, Trans::T}};
+        for (const auto& p : pairs)
+            for (auto [M, N, K] : {std::array<int64_t, 3>{130, 131, 67}, {1, 7, 33}}) {
+                Case c{M, N, K, p[0], p[1]};
+                c.pad_a = 4, c.pad_b = 4, c.bias = true;  // aligned rows: float4 staging, K tail element-wise
+                run_case(c, o);
+                c.pad_a = 1, c.pad_b = 3;
+                run_case(c, o);
+            }
+        ++ran;
+    }
+    EXPECT_GT(ran, 0);
+}
+
 TEST(GpuGemm, HalfTypesTiled) {
     NEED_DEVICE();
     struct T {

@@ -73,6 +73,7 @@ Event gemm_ex(const Context&, const GemmDesc&, const GemmTensors&, const GemmOpt
     throw Error(Status::unsupported, "xk::gpu::gemm: built without OpenCL");
 }
 std::vector<GemmConfig> gemm_candidates(const Context&) { return {}; }
+std::vector<GemmConfig> gemm_candidates_for(bool) { return {}; }
 GemmConfig gemm_default_config(const Context&) { return {}; }
 void gemm_tuner_clear_memory() {}
 std::string gemm_tune_file() { return {}; }
@@ -476,6 +477,8 @@ Launch select(const Context& ctx, const GemmDesc& d, const GemmOptions& opt) {
 }
 
 }  // namespace
+
+std::vector<GemmConfig> gemm_candidates_for(bool cpu_device) { return all_candidates(cpu_device); }
 
 std::vector<GemmConfig> gemm_candidates(const Context& ctx) {
     const DeviceInfo& di = ctx.device();

@@ -36,6 +36,8 @@ Event gemm_ex(const Context& ctx, const GemmDesc& desc, const GemmTensors& t, co
 
 // The tuner's candidates for this device, and the default configuration (XK_GPU_TUNE=0).
 std::vector<GemmConfig> gemm_candidates(const Context& ctx);
+// Every candidate of a device type (GPU or CPU device), before the device's limits filter them.
+std::vector<GemmConfig> gemm_candidates_for(bool cpu_device);
 GemmConfig gemm_default_config(const Context& ctx);
 // Forgets the in-memory tuning results (tests: the next call reads gemm_tune.txt again).
 void gemm_tuner_clear_memory();

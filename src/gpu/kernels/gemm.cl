@@ -69,6 +69,52 @@ inline float4 xk_bf16x4(ushort4 v) {
 #define B_AT(k, n) ((n) * ldb + (k))
 #endif
 
+// Staging maps of the local-memory path: work item t's element (A: mm, kk; B: nn, kk) of a tile,
+// the contiguous direction of the stored matrix fastest across work items (coalesced reads).
+//   *4_MAP / *4_LOAD / *4_STORE: 4 elements along the contiguous direction; *1_MAP: one element.
+#if TRANS_A == 0
+#define A4_MAP(t, mm, kk) (kk = ((t) % (KWG / 4)) * 4, mm = (t) / (KWG / 4))
+#define A1_MAP(t, mm, kk) (kk = (t) % KWG, mm = (t) / KWG)
+#define A4_LOAD(mm, kk, kb) LD_A4(A_AT(min(m0 + (mm), M - 1), (kb) + (kk)))
+#define A4_STORE(mm, kk, v)                                                           \
+    do {                                                                              \
+        const float4 v_ = (v);                                                        \
+        As[((kk) + 0) * MWG + (mm)] = v_.x, As[((kk) + 1) * MWG + (mm)] = v_.y;        \
+        As[((kk) + 2) * MWG + (mm)] = v_.z, As[((kk) + 3) * MWG + (mm)] = v_.w;        \
+    } while (0)
+#else
+#define A4_MAP(t, mm, kk) (mm = ((t) % (MWG / 4)) * 4, kk = (t) / (MWG / 4))
+#define A1_MAP(t, mm, kk) (mm = (t) % MWG, kk = (t) / MWG)
+#define A4_LOAD(mm, kk, kb)                                                                            \
+    (m0 + (mm) + 3 < M ? LD_A4(A_AT(m0 + (mm), (kb) + (kk)))                                           \
+                       : (float4)(LD_A(A_AT(min(m0 + (mm), M - 1), (kb) + (kk))),                      \
+                                  LD_A(A_AT(min(m0 + (mm) + 1, M - 1), (kb) + (kk))),                  \
+                                  LD_A(A_AT(min(m0 + (mm) + 2, M - 1), (kb) + (kk))),                  \
+                                  LD_A(A_AT(min(m0 + (mm) + 3, M - 1), (kb) + (kk)))))
+#define A4_STORE(mm, kk, v) (*(__local float4*)&As[(kk) * MWG + (mm)] = (v))
+#endif
+#if TRANS_B == 0
+#define B4_MAP(t, nn, kk) (nn = ((t) % (NWG / 4)) * 4, kk = (t) / (NWG / 4))
+#define B1_MAP(t, nn, kk) (nn = (t) % NWG, kk = (t) / NWG)
+#define B4_LOAD(nn, kk, kb)                                                                            \
+    (n0 + (nn) + 3 < N ? LD_B4(B_AT((kb) + (kk), n0 + (nn)))                                           \
+                       : (float4)(LD_B(B_AT((kb) + (kk), min(n0 + (nn), N - 1))),                      \
+                                  LD_B(B_AT((kb) + (kk), min(n0 + (nn) + 1, N - 1))),                  \
+                                  LD_B(B_AT((kb) + (kk), min(n0 + (nn) + 2, N - 1))),                  \
+                                  LD_B(B_AT((kb) + (kk), min(n0 + (nn) + 3, N - 1)))))
+#define B4_STORE(nn, kk, v) (*(__local float4*)&Bs[(kk) * NWG + (nn)] = (v))
+#else
+#define B4_MAP(t, nn, kk) (kk = ((t) % (KWG / 4)) * 4, nn = (t) / (KWG / 4))
+#define B1_MAP(t, nn, kk) (kk = (t) % KWG, nn = (t) / KWG)
+#define B4_LOAD(nn, kk, kb) LD_B4(B_AT((kb) + (kk), min(n0 + (nn), N - 1)))
+#define B4_STORE(nn, kk, v)                                                           \
+    do {                                                                              \
+        const float4 v_ = (v);                                                        \
+        Bs[((kk) + 0) * NWG + (nn)] = v_.x, Bs[((kk) + 1) * NWG + (nn)] = v_.y;        \
+        Bs[((kk) + 2) * NWG + (nn)] = v_.z, Bs[((kk) + 3) * NWG + (nn)] = v_.w;        \
+    } while (0)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 void xk_gemm(const int M, const int N, const int K,
              const __global a_t* restrict A, const ulong a_off, const int lda, const ulong a_bs,
@@ -96,77 +142,83 @@ void xk_gemm(const int M, const int N, const int K,
     __local float Bs[KWG * NWG];  // Bs[k * NWG + n]
     const int tid = tm * NDIMC + tn;
 #define NT (MDIMC * NDIMC)
+#define LA (MWG * KWG / NT)
+#define LB (NWG * KWG / NT)
+    // The next tiles wait in registers while the current ones are multiplied (one tile of A and
+    // one of B per step: LA + LB floats per work item). va / vb: the registers hold the 4-wide
+    // mapping (a fully interior K tile with aligned rows) rather than the element one.
+    float ra[LA], rb[LB];
+    bool va = false, vb = false;
+#define XK_LOAD_TILES(kb)                                                               \
+    do {                                                                                \
+        const bool kf_ = (kb) + KWG <= K;                                               \
+        va = kf_ && (flags & XK_VEC_A);                                                 \
+        vb = kf_ && (flags & XK_VEC_B);                                                 \
+        if (va) {                                                                       \
+            _Pragma("unroll") for (int l = 0; l < LA / 4; ++l) {                        \
+                int mm, kk;                                                             \
+                A4_MAP(l * NT + tid, mm, kk);                                           \
+                const float4 v = A4_LOAD(mm, kk, kb);                                   \
+                ra[4 * l] = v.x, ra[4 * l + 1] = v.y, ra[4 * l + 2] = v.z, ra[4 * l + 3] = v.w; \
+            }                                                                           \
+        } else {                                                                        \
+            _Pragma("unroll") for (int l = 0; l < LA; ++l) {                            \
+                int mm, kk;                                                             \
+                A1_MAP(l * NT + tid, mm, kk);                                           \
+                ra[l] = (kb) + kk < K ? LD_A(A_AT(min(m0 + mm, M - 1), (kb) + kk)) : 0.0f; \
+            }                                                                           \
+        }                                                                               \
+        if (vb) {                                                                       \
+            _Pragma("unroll") for (int l = 0; l < LB / 4; ++l) {                        \
+                int nn, kk;                                                             \
+                B4_MAP(l * NT + tid, nn, kk);                                           \
+                const float4 v = B4_LOAD(nn, kk, kb);                                   \
+                rb[4 * l] = v.x, rb[4 * l + 1] = v.y, rb[4 * l + 2] = v.z, rb[4 * l + 3] = v.w; \
+            }                                                                           \
+        } else {                                                                        \
+            _Pragma("unroll") for (int l = 0; l < LB; ++l) {                            \
+                int nn, kk;                                                             \
+                B1_MAP(l * NT + tid, nn, kk);                                           \
+                rb[l] = (kb) + kk < K ? LD_B(B_AT((kb) + kk, min(n0 + nn, N - 1))) : 0.0f; \
+            }                                                                           \
+        }                                                                               \
+    } while (0)
+
+    XK_LOAD_TILES(0);
     for (int k0 = 0; k0 < K; k0 += KWG) {
-        const bool kfull = k0 + KWG <= K;
-        // Stage the A tile (MWG x KWG), contiguous direction fastest across work items.
-        if (kfull && (flags & XK_VEC_A)) {
+        // Registers -> local memory, with the mapping they were loaded with.
+        if (va) {
 #pragma unroll
-            for (int l = 0; l < MWG * KWG / 4 / NT; ++l) {
-                const int t = l * NT + tid;
-#if TRANS_A == 0
-                const int kk = (t % (KWG / 4)) * 4, mm = t / (KWG / 4);
-                const float4 v = LD_A4(A_AT(min(m0 + mm, M - 1), k0 + kk));
-                As[(kk + 0) * MWG + mm] = v.x;
-                As[(kk + 1) * MWG + mm] = v.y;
-                As[(kk + 2) * MWG + mm] = v.z;
-                As[(kk + 3) * MWG + mm] = v.w;
-#else
-                const int mm = (t % (MWG / 4)) * 4, kk = t / (MWG / 4);
-                if (m0 + mm + 3 < M) {
-                    *(__local float4*)&As[kk * MWG + mm] = LD_A4(A_AT(m0 + mm, k0 + kk));
-                } else {
-                    for (int v = 0; v < 4; ++v) As[kk * MWG + mm + v] = LD_A(A_AT(min(m0 + mm + v, M - 1), k0 + kk));
-                }
-#endif
+            for (int l = 0; l < LA / 4; ++l) {
+                int mm, kk;
+                A4_MAP(l * NT + tid, mm, kk);
+                A4_STORE(mm, kk, ((float4)(ra[4 * l], ra[4 * l + 1], ra[4 * l + 2], ra[4 * l + 3])));
             }
         } else {
 #pragma unroll
-            for (int l = 0; l < MWG * KWG / NT; ++l) {
-                const int t = l * NT + tid;
-#if TRANS_A == 0
-                const int kk = t % KWG, mm = t / KWG;
-#else
-                const int mm = t % MWG, kk = t / MWG;
-#endif
-                const int gk = k0 + kk;
-                As[kk * MWG + mm] = gk < K ? LD_A(A_AT(min(m0 + mm, M - 1), gk)) : 0.0f;
+            for (int l = 0; l < LA; ++l) {
+                int mm, kk;
+                A1_MAP(l * NT + tid, mm, kk);
+                As[kk * MWG + mm] = ra[l];
             }
         }
-        // Stage the B tile (KWG x NWG).
-        if (kfull && (flags & XK_VEC_B)) {
+        if (vb) {
 #pragma unroll
-            for (int l = 0; l < NWG * KWG / 4 / NT; ++l) {
-                const int t = l * NT + tid;
-#if TRANS_B == 0
-                const int nn = (t % (NWG / 4)) * 4, kk = t / (NWG / 4);
-                if (n0 + nn + 3 < N) {
-                    *(__local float4*)&Bs[kk * NWG + nn] = LD_B4(B_AT(k0 + kk, n0 + nn));
-                } else {
-                    for (int v = 0; v < 4; ++v) Bs[kk * NWG + nn + v] = LD_B(B_AT(k0 + kk, min(n0 + nn + v, N - 1)));
-                }
-#else
-                const int kk = (t % (KWG / 4)) * 4, nn = t / (KWG / 4);
-                const float4 v = LD_B4(B_AT(k0 + kk, min(n0 + nn, N - 1)));
-                Bs[(kk + 0) * NWG + nn] = v.x;
-                Bs[(kk + 1) * NWG + nn] = v.y;
-                Bs[(kk + 2) * NWG + nn] = v.z;
-                Bs[(kk + 3) * NWG + nn] = v.w;
-#endif
+            for (int l = 0; l < LB / 4; ++l) {
+                int nn, kk;
+                B4_MAP(l * NT + tid, nn, kk);
+                B4_STORE(nn, kk, ((float4)(rb[4 * l], rb[4 * l + 1], rb[4 * l + 2], rb[4 * l + 3])));
             }
         } else {
 #pragma unroll
-            for (int l = 0; l < NWG * KWG / NT; ++l) {
-                const int t = l * NT + tid;
-#if TRANS_B == 0
-                const int nn = t % NWG, kk = t / NWG;
-#else
-                const int kk = t % KWG, nn = t / KWG;
-#endif
-                const int gk = k0 + kk;
-                Bs[kk * NWG + nn] = gk < K ? LD_B(B_AT(gk, min(n0 + nn, N - 1))) : 0.0f;
+            for (int l = 0; l < LB; ++l) {
+                int nn, kk;
+                B1_MAP(l * NT + tid, nn, kk);
+                Bs[kk * NWG + nn] = rb[l];
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + KWG < K) XK_LOAD_TILES(k0 + KWG);  // in flight during the multiply below
 #pragma unroll 8
         for (int kk = 0; kk < KWG; ++kk) {
             float a[MWI], b[NWI];
