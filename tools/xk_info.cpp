@@ -102,6 +102,20 @@ int print_text(bool brief) {
                     d.intel_subgroups ? ", cl_intel_subgroups" : "",
                     d.intel_subgroup_matrix ? ", XMX (subgroup matrix)" : "");
     }
+    if (!devs.empty()) {
+        try {
+            const int sel = xk::gpu::selected_device_index();
+            const auto& d = devs[static_cast<size_t>(sel)];
+            const char* env = std::getenv("XK_GPU_DEVICE");
+            std::printf("  selected: [%d] %s / %s (%s), driver %s, XMX %s\n", sel, d.platform_name.c_str(),
+                        d.name.c_str(), env && *env ? (std::string("XK_GPU_DEVICE=") + env).c_str() : "default: first GPU, else first device",
+                        d.driver_version.c_str(), d.intel_subgroup_matrix && d.intel_subgroups ? "yes" : "no");
+        } catch (const std::exception& e) {
+            std::printf("  selected: none (%s)\n", e.what());
+        }
+    }
+    const std::string gpu_cache = xk::gpu::cache_dir();
+    std::printf("  program cache: %s\n", gpu_cache.empty() ? "off (XK_GPU_CACHE_DIR=off or no home)" : gpu_cache.c_str());
     std::printf("\nversions\n");
     std::istringstream is(xk::dependency_versions());
     std::string line;
@@ -154,7 +168,13 @@ int print_json() {
           << ",\"intel_subgroup_matrix\":" << (d.intel_subgroup_matrix ? "true" : "false") << "}";
         first = false;
     }
-    o << "],\"dependencies\":\"" << json_escape(xk::dependency_versions()) << "\"}";
+    int gpu_sel = -1;
+    try {
+        if (!xk::gpu::devices().empty()) gpu_sel = xk::gpu::selected_device_index();
+    } catch (const std::exception&) {
+    }
+    o << "],\"opencl_selected\":" << gpu_sel << ",\"opencl_cache_dir\":\"" << json_escape(xk::gpu::cache_dir()) << "\"";
+    o << ",\"dependencies\":\"" << json_escape(xk::dependency_versions()) << "\"}";
     std::printf("%s\n", o.str().c_str());
     return 0;
 }

@@ -76,5 +76,6 @@ xk_status xk_axpby(int64_t n, float alpha, const float* x, float beta, float* y)
 #include "xk/c/woq.h"
 #include "xk/c/qlinear.h"
 #include "xk/c/attention.h"
+#include "xk/c/gpu.h"
 
 #endif /* XK_XK_H */

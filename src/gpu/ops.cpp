@@ -1,0 +1,443 @@
+// Memory-bound LLM ops on the GPU (kernels: src/gpu/kernels/ops.cl), with the CPU descriptors.
+// Validation at the door like the CPU ops (sizes, dtypes, strides, flags, aliasing) plus the
+// buffers: each must belong to the context and hold the descriptor's extent from its offset.
+#include <cmath>
+#include <initializer_list>
+#include <mutex>
+#include <unordered_set>
+
+#include "common/check.hpp"
+#include "common/overlap.hpp"
+#include "dispatch/verbose.hpp"
+#include "xk/gpu.hpp"
+#include "xk/llm.hpp"
+#include "xk/norm.hpp"
+#include "xk/rope.hpp"
+
+#if XK_WITH_OPENCL
+#include "gpu/context_impl.hpp"
+#include "gpu/runtime.hpp"
+#endif
+
+namespace xk::gpu {
+
+namespace {
+
+using xk::detail::check_ld;
+using xk::detail::check_nonnegative;
+using xk::detail::check_positive;
+using xk::detail::checked_add;
+using xk::detail::checked_mul;
+using xk::detail::fail_arg;
+
+
+// f32, bf16 or f16 storage.
+void check_gpu_dtype(const char* fn, const char* arg, DType t) {
+    switch (t) {
+        case DType::f32: case DType::bf16: case DType::f16: return;
+        case DType::s8: case DType::u8: case DType::s32:
+            throw Error(Status::unsupported, std::string(fn) + ": " + arg + "=" + dtype_name(t) +
+                                                 " is not supported (f32, bf16 or f16)");
+    }
+    fail_arg(fn, arg, std::to_string(static_cast<int>(t)), "is not a valid DType");
+}
+
+int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, const char* what) {
+    if (ld == 0) return min_ld;
+    check_ld(fn, arg, ld, min_ld, what);
+    return ld;
+}
+
+#if XK_WITH_OPENCL
+constexpr int kWg = 128;  // XK_WG of ops.cl
+
+// A used tensor: a buffer of this context holding `extent` elements of `dt` from its offset.
+// (An unused one must be empty.) Returns the byte range for the aliasing checks.
+struct Range {
+    const void* mem = nullptr;  // BufferImpl identity
+    xk::detail::MemRegion region;  // base = the byte offset in the buffer
+};
+
+// The tensor's 2D region: rows rows of cols elements, ld apart (extent = (rows-1)*ld + cols).
+Range check_tensor(const char* fn, const char* arg, const Context& ctx, const Tensor& t, DType dt, int64_t extent,
+                   int64_t rows = 1, int64_t cols = -1, int64_t ld = 0) {
+#if XK_WITH_OPENCL
+    detail::check_buffer_context(fn, arg, ctx, t.buffer);
+#endif
+    if (t.offset < 0) fail_arg(fn, (std::string(arg) + ".offset").c_str(), std::to_string(t.offset), "must be >= 0");
+    const int64_t es = dtype_size(dt);
+    const int64_t elems = checked_add(fn, (std::string(arg) + " offset+extent").c_str(), t.offset, extent);
+    const int64_t need = checked_mul(fn, (std::string(arg) + " bytes").c_str(), elems, es);
+    if (need > t.buffer.bytes())
+        fail_arg(fn, arg, "(buffer of " + std::to_string(t.buffer.bytes()) + " bytes, offset " + std::to_string(t.offset) + ")",
+                 "is too small for the descriptor: it needs " + std::to_string(extent) + " elements of " + dtype_name(dt) +
+                     " from the offset (" + std::to_string(need) + " bytes)");
+    if (cols < 0) cols = extent;
+    return Range{t.buffer.impl().get(),
+                 xk::detail::MemRegion{static_cast<uintptr_t>(t.offset * es), rows, ld * es, cols * es}};
+}
+
+void check_unused(const char* fn, const char* arg, const Tensor& t, const char* flag) {
+    if (!t.buffer.empty()) fail_arg(fn, arg, "(a buffer)", std::string("is given but ") + flag + " is false");
+}
+
+bool overlap(const Range& a, const Range& b) {
+    return a.mem && a.mem == b.mem && xk::detail::regions_overlap(a.region, b.region);
+}
+bool same(const Range& a, const Range& b) { return a.mem && a.mem == b.mem && xk::detail::same_region(a.region, b.region); }
+
+void no_overlap(const char* fn, const char* out, const Range& o, const char* other, const Range& r) {
+    if (overlap(o, r)) fail_arg(fn, out, "(buffer range)", std::string("overlaps ") + other);
+}
+
+void verbose_pick(const char* op, const std::string& what) {
+    const int lvl = xk::detail::verbose_level();
+    if (lvl < 1) return;
+    static std::mutex mu;
+    static std::unordered_set<std::string> seen;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        if (lvl < 2 && (seen.size() > 4096 || !seen.insert(std::string(op) + what).second)) return;
+    }
+    xk::detail::verbose_log(lvl >= 2 ? "gpu_exec" : "gpu_select", op, what, 0.0);
+}
+
+using detail::set_arg;
+cl_mem mem_of(const Tensor& t) { return detail::cl_buffer(t.buffer); }
+cl_ulong U(int64_t v) { return static_cast<cl_ulong>(v); }
+// An empty tensor's slot gets some valid buffer (never read).
+cl_mem mem_or(const Tensor& t, cl_mem fallback) { return t.buffer.empty() ? fallback : mem_of(t); }
+int dcode(DType t) { return static_cast<int>(t); }
+// Every value a multiple of 4 (elements): row bases aligned for one vector access of 4.
+bool all4(std::initializer_list<int64_t> v) {
+    for (int64_t x : v)
+        if (x % 4 != 0) return false;
+    return true;
+}
+// One program per op (-DXK_OP=n: see ops.cl).
+cl_kernel ops_kernel(const Context& ctx, const char* name, int op) {
+    static const std::string opts[] = {"", "-DXK_OP=1", "-DXK_OP=2", "-DXK_OP=3", "-DXK_OP=4"};
+    return detail::get_kernel(ctx, "ops", name, opts[op]);
+}
+#endif
+
+#if !XK_WITH_OPENCL
+[[noreturn]] void no_cl(const char* fn) {
+    throw Error(Status::unsupported, std::string(fn) + ": built without OpenCL (XK_WITH_OPENCL=OFF)");
+}
+#endif
+
+}  // namespace
+
+// ---- norm ----------------------------------------------------------------------------------------
+Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
+    const char* fn = "xk::gpu::norm";
+    if (!ctx.impl()) fail_arg(fn, "ctx", "(empty)", "must be a gpu::Context");
+    NormDesc d = in;
+    if (d.kind != NormKind::rms_norm && d.kind != NormKind::layer_norm)
+        fail_arg(fn, "kind", std::to_string(static_cast<int>(d.kind)), "is not a NormKind (rms_norm=0, layer_norm=1)");
+    check_nonnegative(fn, "rows", d.rows);
+    check_positive(fn, "hidden", d.hidden);
+    check_gpu_dtype(fn, "x_dtype", d.x_dtype);
+    check_gpu_dtype(fn, "y_dtype", d.y_dtype);
+    if (d.has_weight || d.has_bias) check_gpu_dtype(fn, "weight_dtype", d.weight_dtype);
+    if (!(std::isfinite(d.eps) && d.eps >= 0.0f)) fail_arg(fn, "eps", xk::detail::float_str(d.eps), "must be finite and >= 0");
+    d.ld_x = resolve_ld(fn, "ld_x", d.ld_x, d.hidden, "hidden");
+    d.ld_y = resolve_ld(fn, "ld_y", d.ld_y, d.hidden, "hidden");
+    auto extent = [&](const char* what, int64_t ld) {
+        return d.rows > 0 ? checked_add(fn, what, checked_mul(fn, what, d.rows - 1, ld), d.hidden) : 0;
+    };
+    const int64_t ex = extent("(rows-1)*ld_x", d.ld_x), ey = extent("(rows-1)*ld_y", d.ld_y);
+    int64_t er = 0, ero = 0;
+    if (d.fused_residual) {
+        check_gpu_dtype(fn, "residual_dtype", d.residual_dtype);
+        d.ld_residual = resolve_ld(fn, "ld_residual", d.ld_residual, d.hidden, "hidden");
+        d.ld_residual_out = resolve_ld(fn, "ld_residual_out", d.ld_residual_out, d.hidden, "hidden");
+        er = extent("(rows-1)*ld_residual", d.ld_residual);
+        ero = extent("(rows-1)*ld_residual_out", d.ld_residual_out);
+    }
+    if (d.rows == 0) return {};
+#if XK_WITH_OPENCL
+    const Range x = check_tensor(fn, "x", ctx, t.x, d.x_dtype, ex, d.rows, d.hidden, d.ld_x);
+    const Range y = check_tensor(fn, "y", ctx, t.y, d.y_dtype, ey, d.rows, d.hidden, d.ld_y);
+    Range w, b, r, ro;
+    if (d.has_weight) w = check_tensor(fn, "weight", ctx, t.weight, d.weight_dtype, d.hidden);
+    else check_unused(fn, "weight", t.weight, "has_weight");
+    if (d.has_bias) b = check_tensor(fn, "bias", ctx, t.bias, d.weight_dtype, d.hidden);
+    else check_unused(fn, "bias", t.bias, "has_bias");
+    if (d.fused_residual) {
+        r = check_tensor(fn, "residual", ctx, t.residual, d.residual_dtype, er, d.rows, d.hidden, d.ld_residual);
+        ro = check_tensor(fn, "residual_out", ctx, t.residual_out, d.residual_dtype, ero, d.rows, d.hidden, d.ld_residual_out);
+    } else {
+        check_unused(fn, "residual", t.residual, "fused_residual");
+        check_unused(fn, "residual_out", t.residual_out, "fused_residual");
+    }
+    const bool y_in_place = same(y, x) && d.y_dtype == d.x_dtype;
+    if (!y_in_place && overlap(y, x))
+        fail_arg(fn, "y", "(buffer range)", "partially overlaps x (in place needs y == x with the same offset, stride and dtype)");
+    no_overlap(fn, "y", y, "weight", w);
+    no_overlap(fn, "y", y, "bias", b);
+    if (d.fused_residual) {
+        no_overlap(fn, "y", y, "residual", r);
+        no_overlap(fn, "y", y, "residual_out", ro);
+        const bool ro_in_place = same(ro, r);
+        if (!ro_in_place && overlap(ro, r))
+            fail_arg(fn, "residual_out", "(buffer range)",
+                     "partially overlaps residual (in place needs residual_out == residual with the same offset and stride)");
+        no_overlap(fn, "residual_out", ro, "x", x);
+        no_overlap(fn, "residual_out", ro, "weight", w);
+        no_overlap(fn, "residual_out", ro, "bias", b);
+    }
+    cl_kernel k = ops_kernel(ctx, "xk_norm", 1);
+    const cl_mem any = mem_of(t.x);
+    cl_uint i = 0;
+    set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
+    set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
+    set_arg(k, i++, mem_or(t.weight, any)); set_arg(k, i++, U(t.weight.offset));
+    set_arg(k, i++, mem_or(t.bias, any)); set_arg(k, i++, U(t.bias.offset));
+    set_arg(k, i++, mem_or(t.residual, any)); set_arg(k, i++, U(t.residual.offset)); set_arg(k, i++, U(d.ld_residual));
+    set_arg(k, i++, mem_or(t.residual_out, any)); set_arg(k, i++, U(t.residual_out.offset)); set_arg(k, i++, U(d.ld_residual_out));
+    set_arg(k, i++, U(d.hidden));
+    set_arg(k, i++, d.eps);
+    const cl_int dts = dcode(d.x_dtype) | dcode(d.y_dtype) << 8 | dcode(d.residual_dtype) << 16 | dcode(d.weight_dtype) << 24;
+    const bool al = all4({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
+                          d.ld_residual, t.residual_out.offset, d.ld_residual_out});
+    const cl_int flags = (d.has_weight ? 1 : 0) | (d.has_bias ? 2 : 0) | (d.fused_residual ? 4 : 0) |
+                         (d.kind == NormKind::layer_norm ? 8 : 0) | (al ? 16 : 0);
+    set_arg(k, i++, dts);
+    set_arg(k, i++, flags);
+    const size_t local = kWg, global = static_cast<size_t>(d.rows) * kWg;
+    verbose_pick("norm", std::string("ocl:xk_norm,wg=128,") + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+                             ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
+    return detail::enqueue(ctx, k, 1, &global, &local, fn);
+#else
+    (void)t; (void)ex; (void)ey; (void)er; (void)ero;
+    no_cl(fn);
+#endif
+}
+
+// ---- GLU -----------------------------------------------------------------------------------------
+Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
+    const char* fn = "xk::gpu::glu";
+    if (!ctx.impl()) fail_arg(fn, "ctx", "(empty)", "must be a gpu::Context");
+    GluDesc d = in;
+    const int a = static_cast<int>(d.activation);
+    if (a < 0 || a > static_cast<int>(Activation::silu))
+        fail_arg(fn, "activation", std::to_string(a), "is not an Activation (none=0 .. silu=4)");
+    check_nonnegative(fn, "rows", d.rows);
+    check_positive(fn, "inner", d.inner);
+    check_gpu_dtype(fn, "x_dtype", d.x_dtype);
+    check_gpu_dtype(fn, "y_dtype", d.y_dtype);
+    const int64_t two_i = checked_mul(fn, "2*inner", 2, d.inner);
+    d.ld_x = resolve_ld(fn, "ld_x", d.ld_x, two_i, "2*inner");
+    d.ld_y = resolve_ld(fn, "ld_y", d.ld_y, d.inner, "inner");
+    const int64_t ex = d.rows > 0 ? checked_add(fn, "(rows-1)*ld_x", checked_mul(fn, "(rows-1)*ld_x", d.rows - 1, d.ld_x), two_i) : 0;
+    const int64_t ey = d.rows > 0 ? checked_add(fn, "(rows-1)*ld_y", checked_mul(fn, "(rows-1)*ld_y", d.rows - 1, d.ld_y), d.inner) : 0;
+    if (d.rows == 0) return {};
+#if XK_WITH_OPENCL
+    const Range x = check_tensor(fn, "x", ctx, t.x, d.x_dtype, ex, d.rows, two_i, d.ld_x);
+    const Range y = check_tensor(fn, "y", ctx, t.y, d.y_dtype, ey, d.rows, d.inner, d.ld_y);
+    Range gate = x;
+    gate.region.width = d.inner * dtype_size(d.x_dtype);
+    const bool in_place = same(y, gate) && d.y_dtype == d.x_dtype;
+    if (!in_place && overlap(y, x))
+        fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x's gate half: same offset, stride and dtype)");
+    cl_kernel k = ops_kernel(ctx, "xk_glu", 2);
+    cl_uint i = 0;
+    set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
+    set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
+    set_arg(k, i++, U(d.inner));
+    set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
+    set_arg(k, i++, static_cast<cl_int>(a));
+    set_arg(k, i++, static_cast<cl_int>(all4({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y}) ? 1 : 0));
+    const size_t lx = 64;
+    const size_t gx = (static_cast<size_t>((d.inner + 3) / 4) + lx - 1) / lx * lx;
+    const size_t global[2] = {gx, static_cast<size_t>(d.rows)}, local[2] = {lx, 1};
+    verbose_pick("glu", "ocl:xk_glu,wg=64x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
+                            dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
+    return detail::enqueue(ctx, k, 2, global, local, fn);
+#else
+    (void)t; (void)ex; (void)ey;
+    no_cl(fn);
+#endif
+}
+
+// ---- softmax -------------------------------------------------------------------------------------
+Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t) {
+    const char* fn = "xk::gpu::softmax";
+    if (!ctx.impl()) fail_arg(fn, "ctx", "(empty)", "must be a gpu::Context");
+    SoftmaxDesc d = in;
+    check_nonnegative(fn, "rows", d.rows);
+    check_positive(fn, "cols", d.cols);
+    check_gpu_dtype(fn, "x_dtype", d.x_dtype);
+    check_gpu_dtype(fn, "y_dtype", d.y_dtype);
+    if (!(std::isfinite(d.scale) && d.scale > 0.0f))
+        fail_arg(fn, "scale", xk::detail::float_str(d.scale), "must be finite and > 0");
+    if (d.causal && (d.causal_offset > (int64_t(1) << 60) || d.causal_offset < -(int64_t(1) << 60)))
+        fail_arg(fn, "causal_offset", std::to_string(d.causal_offset), "must be in [-2^60, 2^60]");
+    if (d.has_mask) throw Error(Status::unsupported, std::string(fn) + ": has_mask=true is not offered on the GPU (the CPU softmax has it)");
+    d.ld_x = resolve_ld(fn, "ld_x", d.ld_x, d.cols, "cols");
+    d.ld_y = resolve_ld(fn, "ld_y", d.ld_y, d.cols, "cols");
+    const int64_t ex = d.rows > 0 ? checked_add(fn, "(rows-1)*ld_x", checked_mul(fn, "(rows-1)*ld_x", d.rows - 1, d.ld_x), d.cols) : 0;
+    const int64_t ey = d.rows > 0 ? checked_add(fn, "(rows-1)*ld_y", checked_mul(fn, "(rows-1)*ld_y", d.rows - 1, d.ld_y), d.cols) : 0;
+    if (d.rows == 0) return {};
+#if XK_WITH_OPENCL
+    const Range x = check_tensor(fn, "x", ctx, t.x, d.x_dtype, ex, d.rows, d.cols, d.ld_x);
+    const Range y = check_tensor(fn, "y", ctx, t.y, d.y_dtype, ey, d.rows, d.cols, d.ld_y);
+    const bool in_place = same(y, x) && d.y_dtype == d.x_dtype;
+    if (!in_place && overlap(y, x))
+        fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x: same offset, stride and dtype)");
+    cl_kernel k = ops_kernel(ctx, "xk_softmax", 3);
+    cl_uint i = 0;
+    set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
+    set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
+    set_arg(k, i++, U(d.cols));
+    set_arg(k, i++, d.scale);
+    set_arg(k, i++, static_cast<cl_int>(d.causal ? 1 : 0));
+    set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
+    set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
+    set_arg(k, i++, static_cast<cl_int>(all4({t.x.offset, d.ld_x, t.y.offset, d.ld_y}) ? 1 : 0));
+    const size_t local = kWg, global = static_cast<size_t>(d.rows) * kWg;
+    verbose_pick("softmax", "ocl:xk_softmax,wg=128,cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+                                dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
+    return detail::enqueue(ctx, k, 1, &global, &local, fn);
+#else
+    (void)t; (void)ex; (void)ey;
+    no_cl(fn);
+#endif
+}
+
+// ---- RoPE ----------------------------------------------------------------------------------------
+namespace {
+// CPU's resolve_layout: strides resolved, heads of different tokens must not overlap; returns the
+// extent in elements (0 when absent).
+int64_t rope_layout(const char* fn, const std::string& name, int64_t tokens, int64_t heads, int64_t head_dim,
+                    int64_t& ts, int64_t& hs) {
+    const std::string ts_name = name + "_token_stride", hs_name = name + "_head_stride";
+    check_nonnegative(fn, hs_name.c_str(), hs);
+    check_nonnegative(fn, ts_name.c_str(), ts);
+    if (heads == 0) {
+        ts = hs = 0;
+        return 0;
+    }
+    if (hs == 0) hs = head_dim;
+    if (ts == 0) ts = checked_mul(fn, (name + "_heads*" + hs_name).c_str(), heads, hs);
+    if (heads > 1) check_ld(fn, hs_name.c_str(), hs, head_dim, "head_dim");
+    if (tokens > 1) check_ld(fn, ts_name.c_str(), ts, head_dim, "head_dim");
+    const int64_t head_span = checked_add(fn, "head extent", checked_mul(fn, "head extent", heads - 1, hs), head_dim);
+    const int64_t token_span = checked_add(fn, "token extent", checked_mul(fn, "token extent", std::max<int64_t>(tokens - 1, 0), ts), head_dim);
+    const int64_t ext = checked_add(fn, (name + " extent").c_str(), checked_mul(fn, (name + " extent").c_str(), std::max<int64_t>(tokens - 1, 0), ts), head_span);
+    if (heads > 1 && tokens > 1 && !(ts >= head_span) && !(hs >= token_span))
+        fail_arg(fn, ts_name.c_str(), std::to_string(ts),
+                 "and " + hs_name + "=" + std::to_string(hs) + " make heads of different tokens overlap");
+    return ext;
+}
+}  // namespace
+
+Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
+    const char* fn = "xk::gpu::rope";
+    if (!ctx.impl()) fail_arg(fn, "ctx", "(empty)", "must be a gpu::Context");
+    RopeDesc d = in;
+    if (d.style != RopeStyle::neox && d.style != RopeStyle::gptj)
+        fail_arg(fn, "style", std::to_string(static_cast<int>(d.style)), "is not a RopeStyle (neox=0, gptj=1)");
+    if (d.cos_sin != RopeCosSin::cache && d.cos_sin != RopeCosSin::compute)
+        fail_arg(fn, "cos_sin", std::to_string(static_cast<int>(d.cos_sin)), "is not a RopeCosSin (cache=0, compute=1)");
+    if (d.position_type != RopePositionType::s64 && d.position_type != RopePositionType::s32)
+        fail_arg(fn, "position_type", std::to_string(static_cast<int>(d.position_type)), "is not a RopePositionType (s64=0, s32=1)");
+    check_nonnegative(fn, "tokens", d.tokens);
+    check_nonnegative(fn, "q_heads", d.q_heads);
+    check_nonnegative(fn, "k_heads", d.k_heads);
+    check_positive(fn, "head_dim", d.head_dim);
+    if (d.q_heads > 0 && d.k_heads > 0 && d.q_heads % d.k_heads != 0)
+        fail_arg(fn, "k_heads", std::to_string(d.k_heads), "must divide q_heads=" + std::to_string(d.q_heads));
+    if (d.rotary_dim < 0) fail_arg(fn, "rotary_dim", std::to_string(d.rotary_dim), "must be >= 0 (0 = head_dim)");
+    if (d.rotary_dim == 0) d.rotary_dim = d.head_dim;
+    if (d.rotary_dim > d.head_dim)
+        fail_arg(fn, "rotary_dim", std::to_string(d.rotary_dim), "must be <= head_dim=" + std::to_string(d.head_dim));
+    if (d.rotary_dim % 2 != 0) fail_arg(fn, "rotary_dim", std::to_string(d.rotary_dim), "must be even");
+    check_gpu_dtype(fn, "dtype", d.dtype);
+    const int64_t eq = rope_layout(fn, "q", d.tokens, d.q_heads, d.head_dim, d.q_token_stride, d.q_head_stride);
+    const int64_t ek = rope_layout(fn, "k", d.tokens, d.k_heads, d.head_dim, d.k_token_stride, d.k_head_stride);
+    int64_t ec = 0;
+    if (d.cos_sin == RopeCosSin::cache) {
+        check_gpu_dtype(fn, "cache_dtype", d.cache_dtype);
+        check_positive(fn, "max_position", d.max_position);
+        ec = checked_mul(fn, "max_position*rotary_dim", d.max_position, d.rotary_dim);
+    } else {
+        if (!(std::isfinite(d.base) && d.base > 0.0f)) fail_arg(fn, "base", xk::detail::float_str(d.base), "must be finite and > 0");
+        if (!(std::isfinite(d.scaling_factor) && d.scaling_factor > 0.0f))
+            fail_arg(fn, "scaling_factor", xk::detail::float_str(d.scaling_factor), "must be finite and > 0");
+    }
+    if (d.tokens == 0 || d.q_heads + d.k_heads == 0) return {};
+#if XK_WITH_OPENCL
+    Range q, k, p, c;
+    auto rope_region = [&](Range& r, int64_t heads, int64_t ts, int64_t hs) {  // CPU rope's tensor_region
+        const int64_t es = dtype_size(d.dtype), head_span = (heads - 1) * hs + d.head_dim;
+        const uintptr_t base = r.region.base;
+        if (heads == 1 || d.tokens == 1 || ts >= head_span)
+            r.region = xk::detail::MemRegion{base, d.tokens, ts * es, head_span * es};
+        else
+            r.region = xk::detail::MemRegion{base, heads, hs * es, ((d.tokens - 1) * ts + d.head_dim) * es};
+    };
+    if (d.q_heads > 0) {
+        q = check_tensor(fn, "q", ctx, t.q, d.dtype, eq);
+        rope_region(q, d.q_heads, d.q_token_stride, d.q_head_stride);
+    } else {
+        check_unused(fn, "q", t.q, "q_heads > 0");
+    }
+    if (d.k_heads > 0) {
+        k = check_tensor(fn, "k", ctx, t.k, d.dtype, ek);
+        rope_region(k, d.k_heads, d.k_token_stride, d.k_head_stride);
+    } else {
+        check_unused(fn, "k", t.k, "k_heads > 0");
+    }
+    detail::check_buffer_context(fn, "positions", ctx, t.positions.buffer);
+    if (t.positions.offset < 0) fail_arg(fn, "positions.offset", std::to_string(t.positions.offset), "must be >= 0");
+    {
+        const int64_t psz = d.position_type == RopePositionType::s64 ? 8 : 4;
+        const int64_t need = checked_mul(fn, "positions bytes", checked_add(fn, "positions", t.positions.offset, d.tokens), psz);
+        if (need > t.positions.buffer.bytes())
+            fail_arg(fn, "positions", "(buffer of " + std::to_string(t.positions.buffer.bytes()) + " bytes, offset " + std::to_string(t.positions.offset) + ")",
+                     "is too small for the descriptor: it needs " + std::to_string(d.tokens) + " positions of " + std::to_string(psz) +
+                         " bytes from the offset (" + std::to_string(need) + " bytes)");
+        p = Range{t.positions.buffer.impl().get(),
+                  xk::detail::MemRegion{static_cast<uintptr_t>(t.positions.offset * psz), 1, 0, d.tokens * psz}};
+    }
+    if (d.cos_sin == RopeCosSin::cache) c = check_tensor(fn, "cos_sin_cache", ctx, t.cos_sin_cache, d.cache_dtype, ec);
+    else check_unused(fn, "cos_sin_cache", t.cos_sin_cache, "cos_sin == cache");
+    no_overlap(fn, "k", k, "q", q);
+    no_overlap(fn, "q", q, "positions", p);
+    no_overlap(fn, "k", k, "positions", p);
+    no_overlap(fn, "q", q, "cos_sin_cache", c);
+    no_overlap(fn, "k", k, "cos_sin_cache", c);
+    cl_kernel kk = ops_kernel(ctx, "xk_rope", 4);
+    const cl_mem any = mem_of(t.positions);
+    cl_uint i = 0;
+    set_arg(kk, i++, mem_or(t.q, any)); set_arg(kk, i++, U(t.q.offset)); set_arg(kk, i++, U(d.q_token_stride));
+    set_arg(kk, i++, U(d.q_head_stride)); set_arg(kk, i++, U(d.q_heads));
+    set_arg(kk, i++, mem_or(t.k, any)); set_arg(kk, i++, U(t.k.offset)); set_arg(kk, i++, U(d.k_token_stride));
+    set_arg(kk, i++, U(d.k_head_stride));
+    set_arg(kk, i++, any); set_arg(kk, i++, U(t.positions.offset));
+    set_arg(kk, i++, mem_or(t.cos_sin_cache, any)); set_arg(kk, i++, U(t.cos_sin_cache.offset));
+    set_arg(kk, i++, U(d.max_position)); set_arg(kk, i++, static_cast<cl_int>(dcode(d.cache_dtype)));
+    set_arg(kk, i++, U(d.rotary_dim)); set_arg(kk, i++, d.base); set_arg(kk, i++, d.scaling_factor);
+    set_arg(kk, i++, static_cast<cl_int>(dcode(d.dtype)));
+    const cl_int flags = (d.style == RopeStyle::gptj ? 1 : 0) | (d.cos_sin == RopeCosSin::compute ? 2 : 0) |
+                         (d.position_type == RopePositionType::s32 ? 4 : 0);
+    set_arg(kk, i++, flags);
+    const int64_t heads = d.q_heads + d.k_heads;
+    const int64_t total = checked_mul(fn, "tokens*heads*rotary_dim/2", checked_mul(fn, "tokens*heads", d.tokens, heads), d.rotary_dim / 2);
+    set_arg(kk, i++, U(heads));
+    set_arg(kk, i++, U(total));
+    const size_t local = 64, global = (static_cast<size_t>(total) + local - 1) / local * local;
+    verbose_pick("rope", std::string("ocl:xk_rope,") + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
+                             ",rotary_dim=" + std::to_string(d.rotary_dim) + ",dtype=" + dtype_name(d.dtype) +
+                             ",device=" + ctx.device().name);
+    return detail::enqueue(ctx, kk, 1, &global, &local, fn);
+#else
+    (void)t; (void)eq; (void)ek; (void)ec;
+    no_cl(fn);
+#endif
+}
+
+}  // namespace xk::gpu
