@@ -228,6 +228,7 @@ std::vector<GemmConfig> all_candidates(bool cpu) {
         cfg(64, 64, 16, 16, 16, 2, 2, 1),    // 4 x 4 (medium shapes)
         cfg(32, 64, 16, 8, 16, 2, 2, 1),     // small M
         cfg(16, 128, 16, 4, 32, 2, 2, 1),    // M <= 16: one row block, wide N
+        cfg(16, 64, 16, 4, 16, 1, 1, 1),     // M <= 16, twice the work-groups along N
     };
 }
 
@@ -237,7 +238,7 @@ std::mutex g_tune_mu;
 std::map<std::string, GemmConfig>* g_tuned = nullptr;  // key -> winner (loaded from disk on first use)
 bool g_loaded = false;
 
-std::string shape_class(int64_t v) { return v <= 16 ? "s" : v <= 256 ? "m" : "l"; }
+std::string shape_class(int64_t v) { return v <= 16 ? "s" : v <= 256 ? "m" : v <= 2048 ? "l" : "x"; }
 
 std::string tune_key(const Context& ctx, const GemmDesc& d) {
     const DeviceInfo& di = ctx.device();

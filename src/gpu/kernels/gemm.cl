@@ -138,8 +138,8 @@ void xk_gemm(const int M, const int N, const int K,
     for (int i = 0; i < MWI; ++i)
 #pragma unroll
         for (int j = 0; j < NWI; ++j) acc[i][j] = 0.0f;
-    __local float As[KWG * MWG];  // As[k * MWG + m]
-    __local float Bs[KWG * NWG];  // Bs[k * NWG + n]
+    __local float As[KWG * MWG] __attribute__((aligned(16)));  // As[k * MWG + m]
+    __local float Bs[KWG * NWG] __attribute__((aligned(16)));  // Bs[k * NWG + n]
     const int tid = tm * NDIMC + tn;
 #define NT (MDIMC * NDIMC)
 #define LA (MWG * KWG / NT)
