@@ -273,11 +273,18 @@ void xk_gemm(const int M, const int N, const int K,
     int rmi[MWI];
 #pragma unroll
     for (int i = 0; i < MWI; ++i) rmi[i] = min(m0 + tm * MWI + i, M - 1);
-    if (TRANS_B == 0 && B_T == 0 && nb + NWI <= N) {
+#if B_T == 0
+#define LD_BN(p) VLOADN(0, (p))
+#elif B_T == 1
+#define LD_BN(p) XK_CAT(as_float, VWN)(XK_CAT(convert_uint, VWN)(VLOADN(0, (p))) << 16)
+#else
+#define LD_BN(p) XK_CAT(vload_half, VWN)(0, (const __global half*)(p))
+#endif
+    if (TRANS_B == 0 && nb + NWI <= N) {
         for (int k = 0; k < K; ++k) {
             VECN bv[NWI / VWN];
 #pragma unroll
-            for (int j = 0; j < NWI / VWN; ++j) bv[j] = VLOADN(0, (const __global float*)B + (size_t)k * ldb + nb + j * VWN);
+            for (int j = 0; j < NWI / VWN; ++j) bv[j] = LD_BN(B + (size_t)k * ldb + nb + j * VWN);
 #pragma unroll
             for (int i = 0; i < MWI; ++i) {
                 const VECN a = (VECN)(LD_A(A_AT(rmi[i], k)));
@@ -285,7 +292,7 @@ void xk_gemm(const int M, const int N, const int K,
                 for (int j = 0; j < NWI / VWN; ++j) accv[i][j] = fma(a, bv[j], accv[i][j]);
             }
         }
-    } else {  // edges, B^T, bf16 / f16 B: element loads (columns clamped)
+    } else {  // edges, B^T: element loads (columns clamped)
         for (int k = 0; k < K; ++k) {
             VECN bv[NWI / VWN];
 #pragma unroll
