@@ -110,6 +110,13 @@ int print_text(bool brief) {
             std::printf("  selected: [%d] %s / %s (%s), driver %s, XMX %s\n", sel, d.platform_name.c_str(),
                         d.name.c_str(), env && *env ? (std::string("XK_GPU_DEVICE=") + env).c_str() : "default: first GPU, else first device",
                         d.driver_version.c_str(), d.intel_subgroup_matrix && d.intel_subgroups ? "yes" : "no");
+            const char* xmx_env = std::getenv("XK_GPU_XMX");
+            const std::string xe = xmx_env ? xmx_env : "";
+            std::printf("  gpu::gemm bf16 / f16: %s; f32: gpu:tiled (tuned, %s)\n",
+                        xe == "emulate" ? "gpu:xmx_emu (XK_GPU_XMX=emulate)"
+                        : xe != "0" && xe != "off" && d.intel_subgroup_matrix && d.intel_subgroups ? "gpu:xmx (DPAS)"
+                                                                                                  : "gpu:tiled",
+                        xk::gpu::cache_dir().empty() ? "results not kept" : "results in <program cache>/gemm_tune.txt");
         } catch (const std::exception& e) {
             std::printf("  selected: none (%s)\n", e.what());
         }

@@ -18,5 +18,6 @@
 #include "xk/woq.hpp"
 #include "xk/attention.hpp"
 #include "xk/gpu.hpp"
+#include "xk/gpu_gemm.hpp"
 #include "xk/qlinear.hpp"
 #include "xk/vision.hpp"
