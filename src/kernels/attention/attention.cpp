@@ -128,7 +128,16 @@ void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t
 
 void execute(const AttnKernel& kernel, const Problem& p) {
     const int64_t group = p.q_heads / p.kv_heads, hd = p.head_dim;
-    const int64_t tq = std::max<int64_t>(1, 64 / group);  // query tokens per task: ~64 rows
+    // Query tokens per task: ~256 rows (the K / V tiles a task packs are shared by its rows), fewer
+    // (down to ~64) while that leaves under 4 tasks a thread.
+    const int threads = get_num_threads();
+    int64_t tq = std::max<int64_t>(1, 256 / group);
+    for (;;) {
+        int64_t tasks = 0;
+        for (const SeqInfo& s : p.seqs) tasks += (s.nq + tq - 1) / tq * p.kv_heads;
+        if (tq * group <= 64 || tq == 1 || tasks >= 4 * threads) break;
+        tq = std::max<int64_t>(1, tq / 2);
+    }
     // Units before splitting.
     std::vector<Unit> base;
     for (int64_t b = 0; b < static_cast<int64_t>(p.seqs.size()); ++b) {
@@ -142,7 +151,6 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             }
     }
     if (base.empty()) return;
-    const int threads = get_num_threads();
     // Split granule: 64 keys (a multiple of the tile and of every paged block size / 16).
     constexpr int64_t kGranule = 64;
     int64_t want = p.kv_splits;
@@ -176,7 +184,7 @@ void execute(const AttnKernel& kernel, const Problem& p) {
         const int64_t max_rows = tq * group;
         std::vector<float> qbuf(static_cast<size_t>(max_rows * hd)), acc(static_cast<size_t>(max_rows * hd));
         std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
-        std::vector<float> scratch(static_cast<size_t>(attn_scratch_floats(max_rows)));
+        std::vector<float> scratch(static_cast<size_t>(attn_scratch_floats(max_rows, hd)));
         std::vector<int64_t> lim(static_cast<size_t>(tq));
         for (;;) {
             const int64_t ui = next.fetch_add(1);

@@ -22,11 +22,6 @@ struct V256 {
     static constexpr int kDotChunks = 4;
     static constexpr int kPvRows = 4;
     static constexpr bool kPvWide = false;  // 4 vectors of head_dim x 6 rows in the P.V loop
-    static constexpr bool kTransposeQK = false;  // 8 lanes: the dot path only
-    template <class T>
-    static inline void transpose_tile(const T*, int64_t, int64_t, int, float*) { __builtin_trap(); }
-    template <int NB>
-    static inline void qkt(const float*, int64_t, const float*, float*) { __builtin_trap(); }
     static inline reg zero() { return _mm256_setzero_ps(); }
     static inline reg set1(float v) { return _mm256_set1_ps(v); }
     static inline reg load(const float* p) { return _mm256_loadu_ps(p); }

@@ -112,47 +112,26 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
         }
         // Scores.
-        if (V::kTransposeQK && R >= 16) {
-            // Many rows: K^T of the tile once (16 x 16 transposes), then per 8 rows a register
-            // tile of 8 x 16 scores: acc[i] += q[i][d] (broadcast) * Kt[d][0..16).
-            for (int c = 0; c < NC; ++c) V::transpose_tile(kt, t.kv.k_stride, n, c, z + c * V::W * 16);
-            for (int64_t rb = 0; rb < R; rb += 8) {
-                const int64_t nb = R - rb < 8 ? R - rb : 8;
-                const float* qb = t.q + rb * hd;
-                float* sb = S + rb * 16;
+        for (int64_t rb = 0; rb < R; rb += 8) {
+            const int64_t nb = R - rb < 8 ? R - rb : 8;
+            const float* qb = t.q + rb * hd;
+            for (int64_t jj = 0; jj < n; ++jj) {
+                const T* kr = kt + jj * t.kv.k_stride;
+                float* zj = z + jj * W;
                 switch (nb) {
-                    case 1: V::template qkt<1>(qb, hd, z, sb); break;
-                    case 2: V::template qkt<2>(qb, hd, z, sb); break;
-                    case 3: V::template qkt<3>(qb, hd, z, sb); break;
-                    case 4: V::template qkt<4>(qb, hd, z, sb); break;
-                    case 5: V::template qkt<5>(qb, hd, z, sb); break;
-                    case 6: V::template qkt<6>(qb, hd, z, sb); break;
-                    case 7: V::template qkt<7>(qb, hd, z, sb); break;
-                    default: V::template qkt<8>(qb, hd, z, sb); break;
+                    case 1: attn_dots<V, T, 1, CG, NC>(qb, hd, kr, zj); break;
+                    case 2: attn_dots<V, T, 2, CG, NC>(qb, hd, kr, zj); break;
+                    case 3: attn_dots<V, T, 3, CG, NC>(qb, hd, kr, zj); break;
+                    case 4: attn_dots<V, T, 4, CG, NC>(qb, hd, kr, zj); break;
+                    case 5: attn_dots<V, T, 5, CG, NC>(qb, hd, kr, zj); break;
+                    case 6: attn_dots<V, T, 6, CG, NC>(qb, hd, kr, zj); break;
+                    case 7: attn_dots<V, T, 7, CG, NC>(qb, hd, kr, zj); break;
+                    default: attn_dots<V, T, 8, CG, NC>(qb, hd, kr, zj); break;
                 }
             }
-        } else {
-            for (int64_t rb = 0; rb < R; rb += 8) {
-                const int64_t nb = R - rb < 8 ? R - rb : 8;
-                const float* qb = t.q + rb * hd;
-                for (int64_t jj = 0; jj < n; ++jj) {
-                    const T* kr = kt + jj * t.kv.k_stride;
-                    float* zj = z + jj * W;
-                    switch (nb) {
-                        case 1: attn_dots<V, T, 1, CG, NC>(qb, hd, kr, zj); break;
-                        case 2: attn_dots<V, T, 2, CG, NC>(qb, hd, kr, zj); break;
-                        case 3: attn_dots<V, T, 3, CG, NC>(qb, hd, kr, zj); break;
-                        case 4: attn_dots<V, T, 4, CG, NC>(qb, hd, kr, zj); break;
-                        case 5: attn_dots<V, T, 5, CG, NC>(qb, hd, kr, zj); break;
-                        case 6: attn_dots<V, T, 6, CG, NC>(qb, hd, kr, zj); break;
-                        case 7: attn_dots<V, T, 7, CG, NC>(qb, hd, kr, zj); break;
-                        default: attn_dots<V, T, 8, CG, NC>(qb, hd, kr, zj); break;
-                    }
-                }
-                for (int64_t i = 0; i < nb; ++i) {
-                    for (int64_t jj = n; jj < 16; ++jj) V::store(z + (i * 16 + jj) * W, V::zero());
-                    V::reduce_tile(z + i * 16 * W, S + (rb + i) * 16);
-                }
+            for (int64_t i = 0; i < nb; ++i) {
+                for (int64_t jj = n; jj < 16; ++jj) V::store(z + (i * 16 + jj) * W, V::zero());
+                V::reduce_tile(z + i * 16 * W, S + (rb + i) * 16);
             }
         }
         // Mask (only where some lane of the tile is not plainly visible).
