@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -180,12 +181,47 @@ void execute(const AttnKernel& kernel, const Problem& p) {
     const int64_t nunits = static_cast<int64_t>(units.size());
     std::atomic<int64_t> next{0};
     const int nthr = static_cast<int>(std::min<int64_t>(threads, nunits));
+    // Per-thread buffers sized by the largest task of this call (decode: one token), not
+    // zero-filled: every kernel writes what it reads.
+    int64_t max_nt = 1;
+    for (const Unit& u : units) max_nt = std::max(max_nt, u.nt);
+    // A split key range is merged by the thread that finishes its last piece (one parallel region).
+    std::unique_ptr<std::atomic<int64_t>[]> pieces_done(part_floats ? new std::atomic<int64_t>[nunits] : nullptr);
+    if (part_floats)
+        for (int64_t i = 0; i < nunits; ++i) pieces_done[i].store(0, std::memory_order_relaxed);
+    // Merge the split states exactly: M = max m_s, l = sum l_s e^(m_s - M), acc likewise.
+    auto merge = [&](int64_t first, float* acc) {
+        const Unit& u0 = units[first];
+        const SeqInfo& s = p.seqs[u0.b];
+        const int64_t rows = u0.nt * group;
+        for (int64_t r = 0; r < rows; ++r) {
+            float mx = -std::numeric_limits<float>::infinity();
+            for (int64_t k = 0; k < u0.splits; ++k) mx = std::max(mx, parts[units[first + k].part + r * (hd + 2)]);
+            std::fill(acc, acc + hd, 0.0f);
+            float l = 0.0f;
+            if (mx != -std::numeric_limits<float>::infinity()) {
+                for (int64_t k = 0; k < u0.splits; ++k) {
+                    const float* st = parts.data() + units[first + k].part + r * (hd + 2);
+                    if (st[0] == -std::numeric_limits<float>::infinity()) continue;
+                    const float c = std::exp(st[0] - mx);
+                    l += st[1] * c;
+                    for (int64_t d = 0; d < hd; ++d) acc[d] += st[2 + d] * c;
+                }
+            }
+            write_row(p, s, u0.h, r, u0.t0, group, mx, l, acc);
+        }
+    };
     parallel_for(nthr, 1, [&](int64_t, int64_t) {
-        const int64_t max_rows = tq * group;
-        std::vector<float> qbuf(static_cast<size_t>(max_rows * hd)), acc(static_cast<size_t>(max_rows * hd));
-        std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
-        std::vector<float> scratch(static_cast<size_t>(attn_scratch_floats(max_rows, hd)));
-        std::vector<int64_t> lim(static_cast<size_t>(tq));
+        const int64_t max_rows = max_nt * group;
+        const size_t nq = static_cast<size_t>(max_rows * hd);
+        std::unique_ptr<float[]> buf(new float[2 * nq + 2 * static_cast<size_t>(max_rows) +
+                                               static_cast<size_t>(attn_scratch_floats(max_rows, hd))]);
+        float* qbuf = buf.get();
+        float* accp = qbuf + nq;
+        float* mp = accp + nq;
+        float* lp = mp + max_rows;
+        float* scratch = lp + max_rows;
+        std::vector<int64_t> lim(static_cast<size_t>(max_nt));
         for (;;) {
             const int64_t ui = next.fetch_add(1);
             if (ui >= nunits) break;
@@ -202,7 +238,7 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             t.tokens = u.nt;
             t.group = group;
             t.head_dim = hd;
-            t.q = qbuf.data();
+            t.q = qbuf;
             t.limit = lim.data();
             if (p.mask) {
                 t.mask = p.mask + (s.mask_row + u.t0) * p.mask_stride;
@@ -211,52 +247,25 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             t.kv = p.kv(u.b, u.h);
             t.j_begin = u.j0;
             t.j_end = u.j1;
-            t.scratch = scratch.data();
+            t.scratch = scratch;
             if (u.j1 > u.j0) {
-                kernel.run(t, m.data(), l.data(), acc.data());
+                kernel.run(t, mp, lp, accp);
             } else {
-                std::fill(m.begin(), m.begin() + rows, -std::numeric_limits<float>::infinity());
-                std::fill(l.begin(), l.begin() + rows, 0.0f);
-                std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
+                std::fill(mp, mp + rows, -std::numeric_limits<float>::infinity());
+                std::fill(lp, lp + rows, 0.0f);
+                std::fill(accp, accp + rows * hd, 0.0f);
             }
             if (u.splits == 1) {
-                for (int64_t r = 0; r < rows; ++r) write_row(p, s, u.h, r, u.t0, group, m[r], l[r], acc.data() + r * hd);
+                for (int64_t r = 0; r < rows; ++r) write_row(p, s, u.h, r, u.t0, group, mp[r], lp[r], accp + r * hd);
             } else {
                 float* dst = parts.data() + u.part;
                 for (int64_t r = 0; r < rows; ++r) {
-                    dst[r * (hd + 2)] = m[r];
-                    dst[r * (hd + 2) + 1] = l[r];
-                    std::copy(acc.data() + r * hd, acc.data() + (r + 1) * hd, dst + r * (hd + 2) + 2);
+                    dst[r * (hd + 2)] = mp[r];
+                    dst[r * (hd + 2) + 1] = lp[r];
+                    std::copy(accp + r * hd, accp + (r + 1) * hd, dst + r * (hd + 2) + 2);
                 }
-            }
-        }
-    });
-    if (part_floats == 0) return;
-    // Merge the split states exactly: M = max m_s, l = sum l_s e^(m_s - M), acc likewise.
-    std::vector<int64_t> firsts;
-    for (int64_t i = 0; i < nunits; ++i)
-        if (units[i].splits > 1 && units[i].split == 0) firsts.push_back(i);
-    parallel_for(static_cast<int64_t>(firsts.size()), 1, [&](int64_t b, int64_t e) {
-        std::vector<float> acc(static_cast<size_t>(hd));
-        for (int64_t f = b; f < e; ++f) {
-            const Unit& u0 = units[firsts[f]];
-            const SeqInfo& s = p.seqs[u0.b];
-            const int64_t rows = u0.nt * group;
-            for (int64_t r = 0; r < rows; ++r) {
-                float mx = -std::numeric_limits<float>::infinity();
-                for (int64_t k = 0; k < u0.splits; ++k) mx = std::max(mx, parts[units[firsts[f] + k].part + r * (hd + 2)]);
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                float l = 0.0f;
-                if (mx != -std::numeric_limits<float>::infinity()) {
-                    for (int64_t k = 0; k < u0.splits; ++k) {
-                        const float* st = parts.data() + units[firsts[f] + k].part + r * (hd + 2);
-                        if (st[0] == -std::numeric_limits<float>::infinity()) continue;
-                        const float c = std::exp(st[0] - mx);
-                        l += st[1] * c;
-                        for (int64_t d = 0; d < hd; ++d) acc[d] += st[2 + d] * c;
-                    }
-                }
-                write_row(p, s, u0.h, r, u0.t0, group, mx, l, acc.data());
+                const int64_t first = ui - u.split;
+                if (pieces_done[first].fetch_add(1, std::memory_order_acq_rel) + 1 == u.splits) merge(first, accp);
             }
         }
     });

@@ -56,7 +56,7 @@ struct AttnTask {
 // Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
 // (64 keys x head_dim each) and its [rows x 64] scores.
 inline int64_t attn_scratch_floats(int64_t rows, int64_t head_dim) {
-    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * 65 + 64;
+    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64;
 }
 
 struct AttnKernel {

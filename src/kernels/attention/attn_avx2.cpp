@@ -30,6 +30,16 @@ struct V256 {
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
     }
+    static inline void loadkv_pair(const float* p, reg& a, reg& b) {
+        a = _mm256_loadu_ps(p);
+        b = _mm256_loadu_ps(p + 8);
+    }
+    // 16 bf16: the even elements to e, the odd ones to o (exact).
+    static inline void loadkv_pair(const uint16_t* p, reg& e, reg& o) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536)));
+    }
     static inline void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
     static inline reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
     static inline reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }

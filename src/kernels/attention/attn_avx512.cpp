@@ -35,6 +35,16 @@ struct V512 {
         return _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     }
+    static inline void loadkv_pair(const float* p, reg& a, reg& b) {
+        a = _mm512_loadu_ps(p);
+        b = _mm512_loadu_ps(p + 16);
+    }
+    // 32 bf16: the even elements to e, the odd ones to o (exact).
+    static inline void loadkv_pair(const uint16_t* p, reg& e, reg& o) {
+        const __m512i x = _mm512_loadu_si512(p);
+        e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
+    }
     static inline void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
     static inline reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
     static inline reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }

@@ -15,6 +15,12 @@
 //            multiplied by the broadcast p.
 // K and V are each read once per task (decode: once per kv head, shared by its q heads: GQA).
 
+// bf16 K / V with an even number of vector chunks are widened a pair of chunks at a time: one
+// 2W-element load split into its even and odd elements (a shift and an and: 2 instructions per 2W
+// values instead of 4); q is stored in that order and acc comes out in it (attn_task permutes).
+template <class T, int NC>
+constexpr bool attn_pair = sizeof(T) == 2 && NC % 2 == 0;
+
 template <class V, class T, int NB, int CG, int NC>
 inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     // z[i*16*W ...]: the vector of row i (of NB) for this key.
@@ -22,7 +28,12 @@ inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     for (int i = 0; i < NB; ++i) a[i] = V::zero();
     for (int c0 = 0; c0 < NC; c0 += CG) {
         typename V::reg kv[CG];
-        for (int c = 0; c < CG; ++c) kv[c] = c0 + c < NC ? V::loadkv(kr + (c0 + c) * V::W) : V::zero();
+        if constexpr (attn_pair<T, NC>) {
+            for (int c = 0; c < CG; c += 2)
+                if (c0 + c < NC) V::loadkv_pair(kr + (c0 + c) * V::W, kv[c], kv[c + 1]);
+        } else {
+            for (int c = 0; c < CG; ++c) kv[c] = c0 + c < NC ? V::loadkv(kr + (c0 + c) * V::W) : V::zero();
+        }
         for (int i = 0; i < NB; ++i)
             for (int c = 0; c < CG; ++c)
                 if (c0 + c < NC) a[i] = V::fma(V::load(q + i * hd + (c0 + c) * V::W), kv[c], a[i]);
@@ -40,7 +51,11 @@ inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, c
     }
     for (int64_t jj = 0; jj < n; ++jj) {
         typename V::reg vr[CV];
-        for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * vs + (c0 + c) * V::W);
+        if constexpr (attn_pair<T, NC> && CV % 2 == 0) {
+            for (int c = 0; c < CV; c += 2) V::loadkv_pair(vt + jj * vs + (c0 + c) * V::W, vr[c], vr[c + 1]);
+        } else {
+            for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * vs + (c0 + c) * V::W);
+        }
         for (int i = 0; i < NB; ++i) {
             const typename V::reg p = V::set1(P[i * 16 + jj]);
             for (int c = 0; c < CV; ++c) a[i][c] = V::fma(p, vr[c], a[i][c]);
@@ -76,8 +91,21 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const int64_t R = t.tokens * t.group;
     float* S = t.scratch;        // [R x 16]: scores, then probabilities
     float* corr = S + R * 16;    // [R]
-    float* z = corr + R + 16;    // [8 x 16 x W] dot vectors, or K^T of the tile [head_dim x 16]
+    float* z = corr + R + 16;    // [8 x 16 x W] dot vectors
     const float ninf = -__builtin_inff();
+    constexpr bool pair = attn_pair<T, NC>;
+    static_assert(!pair || (CV % 2 == 0 && CG % 2 == 0), "pairs of chunks");
+    const float* q = t.q;
+    if constexpr (pair) {  // q rows in the even / odd order of each pair of chunks
+        float* qp = z + 8 * 16 * W;
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t b = 0; b < hd; b += 2 * W)
+                for (int i = 0; i < W; ++i) {
+                    qp[r * hd + b + i] = t.q[r * hd + b + 2 * i];
+                    qp[r * hd + b + W + i] = t.q[r * hd + b + 2 * i + 1];
+                }
+        q = qp;
+    }
     for (int64_t r = 0; r < R; ++r) {
         m[r] = ninf;
         l[r] = 0.0f;
@@ -114,7 +142,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
         // Scores.
         for (int64_t rb = 0; rb < R; rb += 8) {
             const int64_t nb = R - rb < 8 ? R - rb : 8;
-            const float* qb = t.q + rb * hd;
+            const float* qb = q + rb * hd;
             for (int64_t jj = 0; jj < n; ++jj) {
                 const T* kr = kt + jj * t.kv.k_stride;
                 float* zj = z + jj * W;
@@ -199,7 +227,21 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
             }
         }
     }
+    if constexpr (pair) {  // acc back to the natural order
+        float* tmp = z;
+        for (int64_t r = 0; r < R; ++r) {
+            float* a = acc + r * hd;
+            for (int64_t b = 0; b < hd; b += 2 * W) {
+                for (int i = 0; i < 2 * W; ++i) tmp[i] = a[b + i];
+                for (int i = 0; i < W; ++i) {
+                    a[b + 2 * i] = tmp[i];
+                    a[b + 2 * i + 1] = tmp[W + i];
+                }
+            }
+        }
+    }
 }
+
 
 template <class V, class T>
 void attn_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
