@@ -31,10 +31,15 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <memory>
 
 #include "xk/types.hpp"
 
 namespace xk {
+
+namespace detail {
+struct AttnKernel;
+}
 
 enum class KvLayout : int { contiguous = 0, paged = 1 };
 
@@ -83,6 +88,21 @@ struct AttentionArgs {
 
 // Validates everything (sizes, strides, every cu_seqlens / seqused entry) before any write.
 void attention(const AttentionDesc& desc, const AttentionArgs& args);
+
+// The descriptor validated and the kernel chosen once (strides, mask_stride and scale resolved);
+// run() checks the arguments and runs. Immutable; run may be called concurrently.
+class AttentionPlan {
+public:
+    explicit AttentionPlan(const AttentionDesc& desc);
+    void run(const AttentionArgs& args) const;
+    const char* impl_name() const { return impl_name_; }
+    const AttentionDesc& desc() const { return desc_; }
+
+private:
+    AttentionDesc desc_;
+    std::shared_ptr<const detail::AttnKernel> kernel_;
+    const char* impl_name_ = "";
+};
 
 // ---- KV cache --------------------------------------------------------------------------------
 
@@ -158,5 +178,21 @@ struct CachedAttentionArgs {
 };
 
 void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& args);
+
+// As AttentionPlan, for cached_attention (the cache descriptor, heads, dtypes, strides and scale
+// validated once; run() checks pointers, cu_seqlens_q, context_lens and the block table entries
+// the call reads).
+class CachedAttentionPlan {
+public:
+    explicit CachedAttentionPlan(const CachedAttentionDesc& desc);
+    void run(const CachedAttentionArgs& args) const;
+    const char* impl_name() const { return impl_name_; }
+    const CachedAttentionDesc& desc() const { return desc_; }
+
+private:
+    CachedAttentionDesc desc_;
+    std::shared_ptr<const detail::AttnKernel> kernel_;
+    const char* impl_name_ = "";
+};
 
 }  // namespace xk

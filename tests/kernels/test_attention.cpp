@@ -634,6 +634,96 @@ TEST(Attention, CApiDecodeMatchesCpp) {
     EXPECT_EQ(o1, o2);
 }
 
+// ---- plans ---------------------------------------------------------------------------------------
+
+TEST(Attention, PlansEqualOneShotAndValidateOnce) {
+    for_each_isa([&](Isa) {
+        std::mt19937_64 g(21);
+        // SDPA: GQA, causal, bf16, a query block long enough for the prefill kernel.
+        const int64_t T = 70, qh = 8, kvh = 2, hd = 64;
+        Tensor q(DType::bf16, T * qh * hd), k(DType::bf16, T * kvh * hd), v(DType::bf16, T * kvh * hd);
+        q.fill(g);
+        k.fill(g);
+        v.fill(g);
+        Tensor o1(DType::bf16, T * qh * hd), o2(DType::bf16, T * qh * hd);
+        AttentionDesc d;
+        d.q_tokens = d.kv_tokens = T;
+        d.q_heads = qh;
+        d.kv_heads = kvh;
+        d.head_dim = hd;
+        d.dtype = d.o_dtype = DType::bf16;
+        d.causal = true;
+        AttentionArgs a;
+        a.q = q.data();
+        a.k = k.data();
+        a.v = v.data();
+        a.o = o1.data();
+        attention(d, a);
+        const AttentionPlan plan(d);
+        EXPECT_NE(std::string(plan.impl_name()), "");
+        EXPECT_EQ(plan.desc().q_token_stride, qh * hd);
+        a.o = o2.data();
+        plan.run(a);
+        plan.run(a);
+        EXPECT_EQ(o1.h, o2.h);
+        // Cached: paged decode of 3 sequences (GQA 4).
+        CacheFixture f(KvLayout::paged, DType::f32, 3, 2, 64, 100, 16, 5);
+        const std::vector<int64_t> ctx = {100, 1, 37};
+        for (int64_t b = 0; b < 3; ++b) f.append(b, 0, ctx[b]);
+        std::vector<float> cq(3 * 8 * 64), c1(cq.size()), c2(cq.size());
+        for (auto& x : cq) x = rnd(g);
+        std::vector<int64_t> cu = {0, 1, 2, 3};
+        CachedAttentionDesc cd;
+        cd.cache = f.cd;
+        cd.q_tokens = 3;
+        cd.q_heads = 8;
+        CachedAttentionArgs ca;
+        ca.q = cq.data();
+        ca.o = c1.data();
+        ca.cu_seqlens_q = cu.data();
+        ca.context_lens = ctx.data();
+        ca.cache = f.cache();
+        cached_attention(cd, ca);
+        const CachedAttentionPlan cplan(cd);
+        ca.o = c2.data();
+        cplan.run(ca);
+        EXPECT_EQ(c1, c2);
+        // Run-time arguments are still checked, nothing written.
+        std::vector<int64_t> bad_ctx = {113, 1, 37};  // capacity 7 blocks x 16
+        ca.context_lens = bad_ctx.data();
+        std::fill(c2.begin(), c2.end(), 3.0f);
+        XK_EXPECT_INVALID(cplan.run(ca), "context_lens[0]=113");
+        for (float x : c2) ASSERT_EQ(x, 3.0f);
+    });
+    // Descriptor errors at construction.
+    AttentionDesc d;
+    d.q_tokens = 1;
+    d.kv_tokens = 1;
+    d.q_heads = 5;
+    d.kv_heads = 2;
+    d.head_dim = 64;
+    XK_EXPECT_INVALID(AttentionPlan{d}, "q_heads=5");
+    d.q_heads = 4;
+    d.scale = std::numeric_limits<float>::quiet_NaN();
+    XK_EXPECT_INVALID(AttentionPlan{d}, "scale=nan");
+    CachedAttentionDesc cd;
+    cd.cache.layout = KvLayout::paged;
+    cd.cache.batch = 1;
+    cd.cache.kv_heads = 1;
+    cd.cache.head_dim = 64;
+    cd.cache.block_size = 24;
+    cd.cache.num_blocks = 1;
+    cd.cache.max_blocks_per_seq = 1;
+    cd.q_heads = 1;
+    XK_EXPECT_INVALID(CachedAttentionPlan{cd}, "cache.block_size=24");
+    // A plan of an enormous shape is created at once (nothing sized by tokens).
+    AttentionDesc big;
+    big.q_tokens = big.kv_tokens = int64_t(1) << 30;
+    big.q_heads = big.kv_heads = 1;
+    big.head_dim = 128;
+    EXPECT_NE(std::string(AttentionPlan(big).impl_name()), "");
+}
+
 // ---- softmax: additive mask (broadcast over heads) and per-row valid lengths --------------------
 
 TEST(Attention, SoftmaxMaskAndValidLens) {

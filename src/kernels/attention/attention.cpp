@@ -431,8 +431,11 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     });
 }
 
-void attention(const AttentionDesc& desc, const AttentionArgs& a) {
-    const char* fn = "xk::attention";
+namespace detail {
+namespace {
+
+// Every check of the descriptor alone; strides, mask_stride and the scale resolved.
+AttentionDesc resolve_sdpa(const char* fn, const AttentionDesc& desc) {
     AttentionDesc d = desc;
     check_nonnegative(fn, "batch", d.batch);
     check_nonnegative(fn, "q_tokens", d.q_tokens);
@@ -440,7 +443,7 @@ void attention(const AttentionDesc& desc, const AttentionArgs& a) {
     check_heads(fn, d.q_heads, d.kv_heads, d.head_dim);
     check_io_dtype(fn, "dtype", d.dtype);
     check_io_dtype(fn, "o_dtype", d.o_dtype);
-    const float scale = resolve_scale(fn, d.scale, d.head_dim);
+    d.scale = resolve_scale(fn, d.scale, d.head_dim);
     resolve_tensor(fn, "q", d.q_tokens, d.q_heads, d.head_dim, d.q_token_stride, d.q_head_stride);
     resolve_tensor(fn, "k", d.kv_tokens, d.kv_heads, d.head_dim, d.k_token_stride, d.k_head_stride);
     resolve_tensor(fn, "v", d.kv_tokens, d.kv_heads, d.head_dim, d.v_token_stride, d.v_head_stride);
@@ -448,6 +451,12 @@ void attention(const AttentionDesc& desc, const AttentionArgs& a) {
     check_nonnegative(fn, "mask_stride", d.mask_stride);
     if (d.has_mask && d.mask_stride == 0) d.mask_stride = d.kv_tokens;
     if (d.has_mask) checked_mul(fn, "q_tokens*mask_stride", d.q_tokens, d.mask_stride);
+    return d;
+}
+
+// The arguments (pointers, cu_seqlens, seqused_k) against a resolved descriptor, then the call.
+void run_sdpa(const char* fn, const AttentionDesc& d, const AttnKernel& kernel, const AttentionArgs& a) {
+    const float scale = d.scale;
     if (!d.has_mask && a.mask) fail_arg(fn, "mask", ptr_str(a.mask), "is given but has_mask is false");
     if (d.q_tokens == 0 || d.batch == 0) return;
     check_not_null(fn, "q", a.q);
@@ -510,11 +519,10 @@ void attention(const AttentionDesc& desc, const AttentionArgs& a) {
         s.v_stride = d.v_token_stride;
         return s;
     };
-    execute(*select_kernel(d.head_dim, d.dtype), p);
+    execute(kernel, p);
 }
 
-void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& a) {
-    const char* fn = "xk::cached_attention";
+CachedAttentionDesc resolve_cached(const char* fn, const CachedAttentionDesc& desc) {
     CachedAttentionDesc d = desc;
     const KvCacheDesc& c = d.cache;
     check_cache_desc(fn, c);
@@ -523,9 +531,15 @@ void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs
     check_io_dtype(fn, "q_dtype", d.q_dtype);
     check_io_dtype(fn, "o_dtype", d.o_dtype);
     check_nonnegative(fn, "kv_splits", d.kv_splits);
-    const float scale = resolve_scale(fn, d.scale, c.head_dim);
+    d.scale = resolve_scale(fn, d.scale, c.head_dim);
     resolve_tensor(fn, "q", d.q_tokens, d.q_heads, c.head_dim, d.q_token_stride, d.q_head_stride);
     resolve_tensor(fn, "o", d.q_tokens, d.q_heads, c.head_dim, d.o_token_stride, d.o_head_stride);
+    return d;
+}
+
+void run_cached(const char* fn, const CachedAttentionDesc& d, const AttnKernel& kernel, const CachedAttentionArgs& a) {
+    const KvCacheDesc& c = d.cache;
+    const float scale = d.scale;
     if (d.q_tokens == 0) return;
     check_not_null(fn, "q", a.q);
     check_not_null(fn, "o", a.o);
@@ -566,7 +580,46 @@ void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs
     p.causal = true;
     p.kv_splits = d.kv_splits;
     p.kv = [&](int64_t b, int64_t h) { return cache_source(c, a.cache, b, h); };
-    execute(*select_kernel(c.head_dim, c.dtype), p);
+    execute(kernel, p);
 }
+
+}  // namespace
+}  // namespace detail
+
+void attention(const AttentionDesc& desc, const AttentionArgs& args) {
+    const AttentionDesc d = resolve_sdpa("xk::attention", desc);
+    run_sdpa("xk::attention", d, *select_kernel(d.head_dim, d.dtype), args);
+}
+
+AttentionPlan::AttentionPlan(const AttentionDesc& desc) : desc_(resolve_sdpa("xk::AttentionPlan", desc)) {
+    AttnKernelDesc kd;
+    kd.head_dim = desc_.head_dim;
+    kd.kv_dtype = desc_.dtype;
+    const auto sel = attention_registry().get(kd);
+    kernel_ = sel.kernel;
+    impl_name_ = sel.impl->name;
+}
+
+void AttentionPlan::run(const AttentionArgs& args) const { run_sdpa("xk::AttentionPlan::run", desc_, *kernel_, args); }
+
+void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& args) {
+    const CachedAttentionDesc d = resolve_cached("xk::cached_attention", desc);
+    run_cached("xk::cached_attention", d, *select_kernel(d.cache.head_dim, d.cache.dtype), args);
+}
+
+CachedAttentionPlan::CachedAttentionPlan(const CachedAttentionDesc& desc)
+    : desc_(resolve_cached("xk::CachedAttentionPlan", desc)) {
+    AttnKernelDesc kd;
+    kd.head_dim = desc_.cache.head_dim;
+    kd.kv_dtype = desc_.cache.dtype;
+    const auto sel = attention_registry().get(kd);
+    kernel_ = sel.kernel;
+    impl_name_ = sel.impl->name;
+}
+
+void CachedAttentionPlan::run(const CachedAttentionArgs& args) const {
+    run_cached("xk::CachedAttentionPlan::run", desc_, *kernel_, args);
+}
+
 
 }  // namespace xk
