@@ -33,6 +33,7 @@
 #include <limits>
 #include <memory>
 
+#include "xk/rope.hpp"
 #include "xk/types.hpp"
 
 namespace xk {
@@ -145,6 +146,15 @@ struct KvAppendArgs {
     int64_t v_token_stride = 0, v_head_stride = 0;
     const int64_t* seq_ids = nullptr;    // [tokens]
     const int64_t* positions = nullptr;  // [tokens]
+    // Optional RoPE fused into the append (one pass over k_new): when rope_cos_sin is given, each
+    // K row is rotated (xk/rope.hpp's math: fp32, style neox / gptj, elements [rotary_dim,
+    // head_dim) untouched) at its cache position positions[t] before it is stored, rounded once
+    // into a bf16 cache. V is stored as is. rope_cos_sin: f32 [rope_max_position x rotary_dim]
+    // (vLLM's cos_sin_cache, row p = cos_p | sin_p); positions must be < rope_max_position.
+    const float* rope_cos_sin = nullptr;
+    int64_t rope_max_position = 0;
+    int64_t rope_rotary_dim = 0;  // even, in [2, head_dim]; 0 = head_dim
+    RopeStyle rope_style = RopeStyle::neox;
 };
 void kv_cache_append(const KvCacheDesc& cache_desc, const KvCache& cache, const KvAppendArgs& args);
 

@@ -506,6 +506,79 @@ TEST(Attention, AppendConvertsAndPlaces) {
         }
 }
 
+TEST(Attention, AppendFusedRope) {
+    // K rotated at its cache position (neox / gptj, partial rotary) and stored rounded once; V as is.
+    // Tolerance: f32 cache 4 ulp of the largest term; bf16 cache one bf16 rounding more (2^-8).
+    std::mt19937_64 g(17);
+    for (DType cdt : {DType::f32, DType::bf16})
+        for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+            for (int64_t rdim : {int64_t(0), int64_t(32)}) {
+                KvCacheDesc cd;
+                cd.layout = KvLayout::paged;
+                cd.dtype = cdt;
+                cd.batch = 2;
+                cd.kv_heads = 2;
+                cd.head_dim = 64;
+                cd.block_size = 16;
+                cd.num_blocks = 6;
+                cd.max_blocks_per_seq = 3;
+                std::vector<int32_t> table = {4, 0, 2, 1, 5, 3};
+                Tensor kc(cdt, static_cast<size_t>(kv_cache_elements(cd))), vc(cdt, kc.size());
+                const int64_t tokens = 7, hd = 64, rd = rdim ? rdim : hd, maxp = 48;
+                std::vector<float> kn(tokens * 2 * hd), vn(kn.size()), cs(maxp * rd);
+                for (auto& x : kn) x = rnd(g);
+                for (auto& x : vn) x = rnd(g);
+                for (int64_t p = 0; p < maxp; ++p)
+                    for (int64_t i = 0; i < rd / 2; ++i) {
+                        const double th = p * std::pow(10000.0, -2.0 * i / rd);
+                        cs[p * rd + i] = static_cast<float>(std::cos(th));
+                        cs[p * rd + rd / 2 + i] = static_cast<float>(std::sin(th));
+                    }
+                std::vector<int64_t> seq = {0, 1, 1, 0, 1, 0, 1}, pos = {0, 47, 3, 20, 16, 33, 5};
+                KvAppendArgs a;
+                a.tokens = tokens;
+                a.k_new = kn.data();
+                a.v_new = vn.data();
+                a.seq_ids = seq.data();
+                a.positions = pos.data();
+                a.rope_cos_sin = cs.data();
+                a.rope_max_position = maxp;
+                a.rope_rotary_dim = rdim;
+                a.rope_style = style;
+                kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a);
+                for (int64_t t = 0; t < tokens; ++t)
+                    for (int64_t h = 0; h < 2; ++h) {
+                        const int64_t blk = table[seq[t] * 3 + pos[t] / 16];
+                        const size_t base = static_cast<size_t>(((blk * 2 + h) * 16 + pos[t] % 16) * hd);
+                        const float* x = kn.data() + (t * 2 + h) * hd;
+                        for (int64_t e = 0; e < hd; ++e) {
+                            double want = x[e];
+                            if (e < rd) {
+                                const int64_t half = rd / 2;
+                                const bool neox = style == RopeStyle::neox;
+                                const int64_t i = neox ? e % half : e / 2;
+                                const bool first = neox ? e < half : e % 2 == 0;
+                                const int64_t o = neox ? (first ? e + half : e - half) : (first ? e + 1 : e - 1);
+                                const double co = cs[pos[t] * rd + i], si = cs[pos[t] * rd + half + i];
+                                want = first ? x[e] * co - x[o] * si : x[e] * co + x[o] * si;
+                            }
+                            const double tol = 4 * 0x1p-24 * 2 + (cdt == DType::bf16 ? std::fabs(want) / 256 : 0.0);
+                            ASSERT_NEAR(kc.value(base + e), want, tol) << "t=" << t << " h=" << h << " e=" << e;
+                            ASSERT_EQ(vc.value(base + e), static_cast<double>(cdt == DType::bf16 ? bf16(vn[(t * 2 + h) * hd + e]).to_float()
+                                                                                                 : vn[(t * 2 + h) * hd + e]));
+                        }
+                    }
+                // Bad input: a position past the RoPE table, an odd rotary_dim; nothing written.
+                const Tensor k0 = kc;
+                pos[2] = maxp;
+                XK_EXPECT_INVALID(kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a), "positions[2]=48");
+                pos[2] = 3;
+                a.rope_rotary_dim = 7;
+                XK_EXPECT_INVALID(kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a), "rope_rotary_dim=7");
+                EXPECT_TRUE(kc.f == k0.f && kc.h == k0.h);
+            }
+}
+
 // ---- bad input ---------------------------------------------------------------------------------
 
 TEST(Attention, BadInputNamesArgumentWritesNothing) {

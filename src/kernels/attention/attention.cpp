@@ -389,6 +389,22 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     check_not_null(fn, "seq_ids", a.seq_ids);
     check_not_null(fn, "positions", a.positions);
     const int64_t cap = c.layout == KvLayout::contiguous ? c.capacity : c.max_blocks_per_seq * c.block_size;
+    const bool rope = a.rope_cos_sin != nullptr;
+    int64_t rdim = a.rope_rotary_dim;
+    if (rope) {
+        if (a.rope_style != RopeStyle::neox && a.rope_style != RopeStyle::gptj)
+            fail_arg(fn, "rope_style", std::to_string(static_cast<int>(a.rope_style)), "is not a RopeStyle (neox=0, gptj=1)");
+        if (rdim == 0) rdim = c.head_dim;
+        if (rdim < 2 || rdim > c.head_dim || rdim % 2 != 0)
+            fail_arg(fn, "rope_rotary_dim", std::to_string(a.rope_rotary_dim),
+                     "must be even and in [2, head_dim=" + std::to_string(c.head_dim) + "] (0 = head_dim)");
+        check_positive(fn, "rope_max_position", a.rope_max_position);
+        checked_mul(fn, "rope_max_position*rotary_dim", a.rope_max_position, rdim);
+        for (int64_t t = 0; t < a.tokens; ++t)
+            if (a.positions[t] >= a.rope_max_position)
+                fail_arg(fn, idx_name("positions", t).c_str(), std::to_string(a.positions[t]),
+                         "must be < rope_max_position=" + std::to_string(a.rope_max_position) + " (the RoPE table)");
+    }
     std::vector<int64_t> dst(static_cast<size_t>(a.tokens));  // element offset of (token, head 0)
     for (int64_t t = 0; t < a.tokens; ++t) {
         const int64_t b = a.seq_ids[t], pos = a.positions[t];
@@ -408,6 +424,7 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     const int64_t head_step = (c.layout == KvLayout::contiguous ? c.capacity : c.block_size) * c.head_dim;
     const int64_t hd = c.head_dim;
     parallel_for(a.tokens, std::max<int64_t>(1, 4096 / (c.kv_heads * hd)), [&](int64_t tb, int64_t te) {
+        std::vector<float> row(rope ? static_cast<size_t>(hd) : 0);
         for (int64_t t = tb; t < te; ++t)
             for (int64_t h = 0; h < c.kv_heads; ++h)
                 for (int which = 0; which < 2; ++which) {
@@ -415,7 +432,25 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
                     const int64_t soff = which ? t * vts + h * vhs : t * kts + h * khs;
                     const int64_t doff = dst[t] + h * head_step;
                     void* base = which ? cache.v : cache.k;
-                    if (c.dtype == DType::f32) {
+                    if (rope && which == 0) {  // K rotated at its position, stored rounded once
+                        for (int64_t i = 0; i < hd; ++i) row[i] = load_el(src, soff + i, a.src_dtype);
+                        const float* cs = a.rope_cos_sin + a.positions[t] * rdim;
+                        const int64_t half = rdim / 2;
+                        for (int64_t i = 0; i < half; ++i) {
+                            const int64_t i1 = a.rope_style == RopeStyle::neox ? i : 2 * i;
+                            const int64_t i2 = a.rope_style == RopeStyle::neox ? i + half : 2 * i + 1;
+                            const float x1 = row[i1], x2 = row[i2], co = cs[i], si = cs[half + i];
+                            row[i1] = x1 * co - x2 * si;
+                            row[i2] = x2 * co + x1 * si;
+                        }
+                        if (c.dtype == DType::f32) {
+                            float* d = static_cast<float*>(base) + doff;
+                            for (int64_t i = 0; i < hd; ++i) d[i] = row[i];
+                        } else {
+                            uint16_t* d = static_cast<uint16_t*>(base) + doff;
+                            for (int64_t i = 0; i < hd; ++i) d[i] = bf16(row[i]).bits;
+                        }
+                    } else if (c.dtype == DType::f32) {
                         float* d = static_cast<float*>(base) + doff;
                         for (int64_t i = 0; i < hd; ++i) d[i] = load_el(src, soff + i, a.src_dtype);
                     } else if (a.src_dtype == DType::bf16) {
