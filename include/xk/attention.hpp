@@ -31,10 +31,16 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <memory>
 
+#include "xk/rope.hpp"
 #include "xk/types.hpp"
 
 namespace xk {
+
+namespace detail {
+struct AttnKernel;
+}
 
 enum class KvLayout : int { contiguous = 0, paged = 1 };
 
@@ -84,6 +90,21 @@ struct AttentionArgs {
 // Validates everything (sizes, strides, every cu_seqlens / seqused entry) before any write.
 void attention(const AttentionDesc& desc, const AttentionArgs& args);
 
+// The descriptor validated and the kernel chosen once (strides, mask_stride and scale resolved);
+// run() checks the arguments and runs. Immutable; run may be called concurrently.
+class AttentionPlan {
+public:
+    explicit AttentionPlan(const AttentionDesc& desc);
+    void run(const AttentionArgs& args) const;
+    const char* impl_name() const { return impl_name_; }
+    const AttentionDesc& desc() const { return desc_; }
+
+private:
+    AttentionDesc desc_;
+    std::shared_ptr<const detail::AttnKernel> kernel_;
+    const char* impl_name_ = "";
+};
+
 // ---- KV cache --------------------------------------------------------------------------------
 
 struct KvCacheDesc {
@@ -125,6 +146,15 @@ struct KvAppendArgs {
     int64_t v_token_stride = 0, v_head_stride = 0;
     const int64_t* seq_ids = nullptr;    // [tokens]
     const int64_t* positions = nullptr;  // [tokens]
+    // Optional RoPE fused into the append (one pass over k_new): when rope_cos_sin is given, each
+    // K row is rotated (xk/rope.hpp's math: fp32, style neox / gptj, elements [rotary_dim,
+    // head_dim) untouched) at its cache position positions[t] before it is stored, rounded once
+    // into a bf16 cache. V is stored as is. rope_cos_sin: f32 [rope_max_position x rotary_dim]
+    // (vLLM's cos_sin_cache, row p = cos_p | sin_p); positions must be < rope_max_position.
+    const float* rope_cos_sin = nullptr;
+    int64_t rope_max_position = 0;
+    int64_t rope_rotary_dim = 0;  // even, in [2, head_dim]; 0 = head_dim
+    RopeStyle rope_style = RopeStyle::neox;
 };
 void kv_cache_append(const KvCacheDesc& cache_desc, const KvCache& cache, const KvAppendArgs& args);
 
@@ -158,5 +188,21 @@ struct CachedAttentionArgs {
 };
 
 void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& args);
+
+// As AttentionPlan, for cached_attention (the cache descriptor, heads, dtypes, strides and scale
+// validated once; run() checks pointers, cu_seqlens_q, context_lens and the block table entries
+// the call reads).
+class CachedAttentionPlan {
+public:
+    explicit CachedAttentionPlan(const CachedAttentionDesc& desc);
+    void run(const CachedAttentionArgs& args) const;
+    const char* impl_name() const { return impl_name_; }
+    const CachedAttentionDesc& desc() const { return desc_; }
+
+private:
+    CachedAttentionDesc desc_;
+    std::shared_ptr<const detail::AttnKernel> kernel_;
+    const char* impl_name_ = "";
+};
 
 }  // namespace xk

@@ -506,6 +506,79 @@ TEST(Attention, AppendConvertsAndPlaces) {
         }
 }
 
+TEST(Attention, AppendFusedRope) {
+    // K rotated at its cache position (neox / gptj, partial rotary) and stored rounded once; V as is.
+    // Tolerance: f32 cache 4 ulp of the largest term; bf16 cache one bf16 rounding more (2^-8).
+    std::mt19937_64 g(17);
+    for (DType cdt : {DType::f32, DType::bf16})
+        for (RopeStyle style : {RopeStyle::neox, RopeStyle::gptj})
+            for (int64_t rdim : {int64_t(0), int64_t(32)}) {
+                KvCacheDesc cd;
+                cd.layout = KvLayout::paged;
+                cd.dtype = cdt;
+                cd.batch = 2;
+                cd.kv_heads = 2;
+                cd.head_dim = 64;
+                cd.block_size = 16;
+                cd.num_blocks = 6;
+                cd.max_blocks_per_seq = 3;
+                std::vector<int32_t> table = {4, 0, 2, 1, 5, 3};
+                Tensor kc(cdt, static_cast<size_t>(kv_cache_elements(cd))), vc(cdt, kc.size());
+                const int64_t tokens = 7, hd = 64, rd = rdim ? rdim : hd, maxp = 48;
+                std::vector<float> kn(tokens * 2 * hd), vn(kn.size()), cs(maxp * rd);
+                for (auto& x : kn) x = rnd(g);
+                for (auto& x : vn) x = rnd(g);
+                for (int64_t p = 0; p < maxp; ++p)
+                    for (int64_t i = 0; i < rd / 2; ++i) {
+                        const double th = p * std::pow(10000.0, -2.0 * i / rd);
+                        cs[p * rd + i] = static_cast<float>(std::cos(th));
+                        cs[p * rd + rd / 2 + i] = static_cast<float>(std::sin(th));
+                    }
+                std::vector<int64_t> seq = {0, 1, 1, 0, 1, 0, 1}, pos = {0, 47, 3, 20, 16, 33, 5};
+                KvAppendArgs a;
+                a.tokens = tokens;
+                a.k_new = kn.data();
+                a.v_new = vn.data();
+                a.seq_ids = seq.data();
+                a.positions = pos.data();
+                a.rope_cos_sin = cs.data();
+                a.rope_max_position = maxp;
+                a.rope_rotary_dim = rdim;
+                a.rope_style = style;
+                kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a);
+                for (int64_t t = 0; t < tokens; ++t)
+                    for (int64_t h = 0; h < 2; ++h) {
+                        const int64_t blk = table[seq[t] * 3 + pos[t] / 16];
+                        const size_t base = static_cast<size_t>(((blk * 2 + h) * 16 + pos[t] % 16) * hd);
+                        const float* x = kn.data() + (t * 2 + h) * hd;
+                        for (int64_t e = 0; e < hd; ++e) {
+                            double want = x[e];
+                            if (e < rd) {
+                                const int64_t half = rd / 2;
+                                const bool neox = style == RopeStyle::neox;
+                                const int64_t i = neox ? e % half : e / 2;
+                                const bool first = neox ? e < half : e % 2 == 0;
+                                const int64_t o = neox ? (first ? e + half : e - half) : (first ? e + 1 : e - 1);
+                                const double co = cs[pos[t] * rd + i], si = cs[pos[t] * rd + half + i];
+                                want = first ? x[e] * co - x[o] * si : x[e] * co + x[o] * si;
+                            }
+                            const double tol = 4 * 0x1p-24 * 2 + (cdt == DType::bf16 ? std::fabs(want) / 256 : 0.0);
+                            ASSERT_NEAR(kc.value(base + e), want, tol) << "t=" << t << " h=" << h << " e=" << e;
+                            ASSERT_EQ(vc.value(base + e), static_cast<double>(cdt == DType::bf16 ? bf16(vn[(t * 2 + h) * hd + e]).to_float()
+                                                                                                 : vn[(t * 2 + h) * hd + e]));
+                        }
+                    }
+                // Bad input: a position past the RoPE table, an odd rotary_dim; nothing written.
+                const Tensor k0 = kc;
+                pos[2] = maxp;
+                XK_EXPECT_INVALID(kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a), "positions[2]=48");
+                pos[2] = 3;
+                a.rope_rotary_dim = 7;
+                XK_EXPECT_INVALID(kv_cache_append(cd, KvCache{kc.data(), vc.data(), table.data()}, a), "rope_rotary_dim=7");
+                EXPECT_TRUE(kc.f == k0.f && kc.h == k0.h);
+            }
+}
+
 // ---- bad input ---------------------------------------------------------------------------------
 
 TEST(Attention, BadInputNamesArgumentWritesNothing) {
@@ -632,6 +705,96 @@ TEST(Attention, CApiDecodeMatchesCpp) {
               XK_SUCCESS)
         << xk_last_error();
     EXPECT_EQ(o1, o2);
+}
+
+// ---- plans ---------------------------------------------------------------------------------------
+
+TEST(Attention, PlansEqualOneShotAndValidateOnce) {
+    for_each_isa([&](Isa) {
+        std::mt19937_64 g(21);
+        // SDPA: GQA, causal, bf16, a query block long enough for the prefill kernel.
+        const int64_t T = 70, qh = 8, kvh = 2, hd = 64;
+        Tensor q(DType::bf16, T * qh * hd), k(DType::bf16, T * kvh * hd), v(DType::bf16, T * kvh * hd);
+        q.fill(g);
+        k.fill(g);
+        v.fill(g);
+        Tensor o1(DType::bf16, T * qh * hd), o2(DType::bf16, T * qh * hd);
+        AttentionDesc d;
+        d.q_tokens = d.kv_tokens = T;
+        d.q_heads = qh;
+        d.kv_heads = kvh;
+        d.head_dim = hd;
+        d.dtype = d.o_dtype = DType::bf16;
+        d.causal = true;
+        AttentionArgs a;
+        a.q = q.data();
+        a.k = k.data();
+        a.v = v.data();
+        a.o = o1.data();
+        attention(d, a);
+        const AttentionPlan plan(d);
+        EXPECT_NE(std::string(plan.impl_name()), "");
+        EXPECT_EQ(plan.desc().q_token_stride, qh * hd);
+        a.o = o2.data();
+        plan.run(a);
+        plan.run(a);
+        EXPECT_EQ(o1.h, o2.h);
+        // Cached: paged decode of 3 sequences (GQA 4).
+        CacheFixture f(KvLayout::paged, DType::f32, 3, 2, 64, 100, 16, 5);
+        const std::vector<int64_t> ctx = {100, 1, 37};
+        for (int64_t b = 0; b < 3; ++b) f.append(b, 0, ctx[b]);
+        std::vector<float> cq(3 * 8 * 64), c1(cq.size()), c2(cq.size());
+        for (auto& x : cq) x = rnd(g);
+        std::vector<int64_t> cu = {0, 1, 2, 3};
+        CachedAttentionDesc cd;
+        cd.cache = f.cd;
+        cd.q_tokens = 3;
+        cd.q_heads = 8;
+        CachedAttentionArgs ca;
+        ca.q = cq.data();
+        ca.o = c1.data();
+        ca.cu_seqlens_q = cu.data();
+        ca.context_lens = ctx.data();
+        ca.cache = f.cache();
+        cached_attention(cd, ca);
+        const CachedAttentionPlan cplan(cd);
+        ca.o = c2.data();
+        cplan.run(ca);
+        EXPECT_EQ(c1, c2);
+        // Run-time arguments are still checked, nothing written.
+        std::vector<int64_t> bad_ctx = {113, 1, 37};  // capacity 7 blocks x 16
+        ca.context_lens = bad_ctx.data();
+        std::fill(c2.begin(), c2.end(), 3.0f);
+        XK_EXPECT_INVALID(cplan.run(ca), "context_lens[0]=113");
+        for (float x : c2) ASSERT_EQ(x, 3.0f);
+    });
+    // Descriptor errors at construction.
+    AttentionDesc d;
+    d.q_tokens = 1;
+    d.kv_tokens = 1;
+    d.q_heads = 5;
+    d.kv_heads = 2;
+    d.head_dim = 64;
+    XK_EXPECT_INVALID(AttentionPlan{d}, "q_heads=5");
+    d.q_heads = 4;
+    d.scale = std::numeric_limits<float>::quiet_NaN();
+    XK_EXPECT_INVALID(AttentionPlan{d}, "scale=nan");
+    CachedAttentionDesc cd;
+    cd.cache.layout = KvLayout::paged;
+    cd.cache.batch = 1;
+    cd.cache.kv_heads = 1;
+    cd.cache.head_dim = 64;
+    cd.cache.block_size = 24;
+    cd.cache.num_blocks = 1;
+    cd.cache.max_blocks_per_seq = 1;
+    cd.q_heads = 1;
+    XK_EXPECT_INVALID(CachedAttentionPlan{cd}, "cache.block_size=24");
+    // A plan of an enormous shape is created at once (nothing sized by tokens).
+    AttentionDesc big;
+    big.q_tokens = big.kv_tokens = int64_t(1) << 30;
+    big.q_heads = big.kv_heads = 1;
+    big.head_dim = 128;
+    EXPECT_NE(std::string(AttentionPlan(big).impl_name()), "");
 }
 
 // ---- softmax: additive mask (broadcast over heads) and per-row valid lengths --------------------

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,7 +129,16 @@ void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t
 
 void execute(const AttnKernel& kernel, const Problem& p) {
     const int64_t group = p.q_heads / p.kv_heads, hd = p.head_dim;
-    const int64_t tq = std::max<int64_t>(1, 64 / group);  // query tokens per task: ~64 rows
+    // Query tokens per task: ~256 rows (the K / V tiles a task packs are shared by its rows), fewer
+    // (down to ~64) while that leaves under 4 tasks a thread.
+    const int threads = get_num_threads();
+    int64_t tq = std::max<int64_t>(1, 256 / group);
+    for (;;) {
+        int64_t tasks = 0;
+        for (const SeqInfo& s : p.seqs) tasks += (s.nq + tq - 1) / tq * p.kv_heads;
+        if (tq * group <= 64 || tq == 1 || tasks >= 4 * threads) break;
+        tq = std::max<int64_t>(1, tq / 2);
+    }
     // Units before splitting.
     std::vector<Unit> base;
     for (int64_t b = 0; b < static_cast<int64_t>(p.seqs.size()); ++b) {
@@ -142,7 +152,6 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             }
     }
     if (base.empty()) return;
-    const int threads = get_num_threads();
     // Split granule: 64 keys (a multiple of the tile and of every paged block size / 16).
     constexpr int64_t kGranule = 64;
     int64_t want = p.kv_splits;
@@ -172,12 +181,47 @@ void execute(const AttnKernel& kernel, const Problem& p) {
     const int64_t nunits = static_cast<int64_t>(units.size());
     std::atomic<int64_t> next{0};
     const int nthr = static_cast<int>(std::min<int64_t>(threads, nunits));
+    // Per-thread buffers sized by the largest task of this call (decode: one token), not
+    // zero-filled: every kernel writes what it reads.
+    int64_t max_nt = 1;
+    for (const Unit& u : units) max_nt = std::max(max_nt, u.nt);
+    // A split key range is merged by the thread that finishes its last piece (one parallel region).
+    std::unique_ptr<std::atomic<int64_t>[]> pieces_done(part_floats ? new std::atomic<int64_t>[nunits] : nullptr);
+    if (part_floats)
+        for (int64_t i = 0; i < nunits; ++i) pieces_done[i].store(0, std::memory_order_relaxed);
+    // Merge the split states exactly: M = max m_s, l = sum l_s e^(m_s - M), acc likewise.
+    auto merge = [&](int64_t first, float* acc) {
+        const Unit& u0 = units[first];
+        const SeqInfo& s = p.seqs[u0.b];
+        const int64_t rows = u0.nt * group;
+        for (int64_t r = 0; r < rows; ++r) {
+            float mx = -std::numeric_limits<float>::infinity();
+            for (int64_t k = 0; k < u0.splits; ++k) mx = std::max(mx, parts[units[first + k].part + r * (hd + 2)]);
+            std::fill(acc, acc + hd, 0.0f);
+            float l = 0.0f;
+            if (mx != -std::numeric_limits<float>::infinity()) {
+                for (int64_t k = 0; k < u0.splits; ++k) {
+                    const float* st = parts.data() + units[first + k].part + r * (hd + 2);
+                    if (st[0] == -std::numeric_limits<float>::infinity()) continue;
+                    const float c = std::exp(st[0] - mx);
+                    l += st[1] * c;
+                    for (int64_t d = 0; d < hd; ++d) acc[d] += st[2 + d] * c;
+                }
+            }
+            write_row(p, s, u0.h, r, u0.t0, group, mx, l, acc);
+        }
+    };
     parallel_for(nthr, 1, [&](int64_t, int64_t) {
-        const int64_t max_rows = tq * group;
-        std::vector<float> qbuf(static_cast<size_t>(max_rows * hd)), acc(static_cast<size_t>(max_rows * hd));
-        std::vector<float> m(static_cast<size_t>(max_rows)), l(static_cast<size_t>(max_rows));
-        std::vector<float> scratch(static_cast<size_t>(attn_scratch_floats(max_rows)));
-        std::vector<int64_t> lim(static_cast<size_t>(tq));
+        const int64_t max_rows = max_nt * group;
+        const size_t nq = static_cast<size_t>(max_rows * hd);
+        std::unique_ptr<float[]> buf(new float[2 * nq + 2 * static_cast<size_t>(max_rows) +
+                                               static_cast<size_t>(attn_scratch_floats(max_rows, hd))]);
+        float* qbuf = buf.get();
+        float* accp = qbuf + nq;
+        float* mp = accp + nq;
+        float* lp = mp + max_rows;
+        float* scratch = lp + max_rows;
+        std::vector<int64_t> lim(static_cast<size_t>(max_nt));
         for (;;) {
             const int64_t ui = next.fetch_add(1);
             if (ui >= nunits) break;
@@ -194,7 +238,7 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             t.tokens = u.nt;
             t.group = group;
             t.head_dim = hd;
-            t.q = qbuf.data();
+            t.q = qbuf;
             t.limit = lim.data();
             if (p.mask) {
                 t.mask = p.mask + (s.mask_row + u.t0) * p.mask_stride;
@@ -203,52 +247,25 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             t.kv = p.kv(u.b, u.h);
             t.j_begin = u.j0;
             t.j_end = u.j1;
-            t.scratch = scratch.data();
+            t.scratch = scratch;
             if (u.j1 > u.j0) {
-                kernel.run(t, m.data(), l.data(), acc.data());
+                kernel.run(t, mp, lp, accp);
             } else {
-                std::fill(m.begin(), m.begin() + rows, -std::numeric_limits<float>::infinity());
-                std::fill(l.begin(), l.begin() + rows, 0.0f);
-                std::fill(acc.begin(), acc.begin() + rows * hd, 0.0f);
+                std::fill(mp, mp + rows, -std::numeric_limits<float>::infinity());
+                std::fill(lp, lp + rows, 0.0f);
+                std::fill(accp, accp + rows * hd, 0.0f);
             }
             if (u.splits == 1) {
-                for (int64_t r = 0; r < rows; ++r) write_row(p, s, u.h, r, u.t0, group, m[r], l[r], acc.data() + r * hd);
+                for (int64_t r = 0; r < rows; ++r) write_row(p, s, u.h, r, u.t0, group, mp[r], lp[r], accp + r * hd);
             } else {
                 float* dst = parts.data() + u.part;
                 for (int64_t r = 0; r < rows; ++r) {
-                    dst[r * (hd + 2)] = m[r];
-                    dst[r * (hd + 2) + 1] = l[r];
-                    std::copy(acc.data() + r * hd, acc.data() + (r + 1) * hd, dst + r * (hd + 2) + 2);
+                    dst[r * (hd + 2)] = mp[r];
+                    dst[r * (hd + 2) + 1] = lp[r];
+                    std::copy(accp + r * hd, accp + (r + 1) * hd, dst + r * (hd + 2) + 2);
                 }
-            }
-        }
-    });
-    if (part_floats == 0) return;
-    // Merge the split states exactly: M = max m_s, l = sum l_s e^(m_s - M), acc likewise.
-    std::vector<int64_t> firsts;
-    for (int64_t i = 0; i < nunits; ++i)
-        if (units[i].splits > 1 && units[i].split == 0) firsts.push_back(i);
-    parallel_for(static_cast<int64_t>(firsts.size()), 1, [&](int64_t b, int64_t e) {
-        std::vector<float> acc(static_cast<size_t>(hd));
-        for (int64_t f = b; f < e; ++f) {
-            const Unit& u0 = units[firsts[f]];
-            const SeqInfo& s = p.seqs[u0.b];
-            const int64_t rows = u0.nt * group;
-            for (int64_t r = 0; r < rows; ++r) {
-                float mx = -std::numeric_limits<float>::infinity();
-                for (int64_t k = 0; k < u0.splits; ++k) mx = std::max(mx, parts[units[firsts[f] + k].part + r * (hd + 2)]);
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                float l = 0.0f;
-                if (mx != -std::numeric_limits<float>::infinity()) {
-                    for (int64_t k = 0; k < u0.splits; ++k) {
-                        const float* st = parts.data() + units[firsts[f] + k].part + r * (hd + 2);
-                        if (st[0] == -std::numeric_limits<float>::infinity()) continue;
-                        const float c = std::exp(st[0] - mx);
-                        l += st[1] * c;
-                        for (int64_t d = 0; d < hd; ++d) acc[d] += st[2 + d] * c;
-                    }
-                }
-                write_row(p, s, u0.h, r, u0.t0, group, mx, l, acc.data());
+                const int64_t first = ui - u.split;
+                if (pieces_done[first].fetch_add(1, std::memory_order_acq_rel) + 1 == u.splits) merge(first, accp);
             }
         }
     });
@@ -372,6 +389,22 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     check_not_null(fn, "seq_ids", a.seq_ids);
     check_not_null(fn, "positions", a.positions);
     const int64_t cap = c.layout == KvLayout::contiguous ? c.capacity : c.max_blocks_per_seq * c.block_size;
+    const bool rope = a.rope_cos_sin != nullptr;
+    int64_t rdim = a.rope_rotary_dim;
+    if (rope) {
+        if (a.rope_style != RopeStyle::neox && a.rope_style != RopeStyle::gptj)
+            fail_arg(fn, "rope_style", std::to_string(static_cast<int>(a.rope_style)), "is not a RopeStyle (neox=0, gptj=1)");
+        if (rdim == 0) rdim = c.head_dim;
+        if (rdim < 2 || rdim > c.head_dim || rdim % 2 != 0)
+            fail_arg(fn, "rope_rotary_dim", std::to_string(a.rope_rotary_dim),
+                     "must be even and in [2, head_dim=" + std::to_string(c.head_dim) + "] (0 = head_dim)");
+        check_positive(fn, "rope_max_position", a.rope_max_position);
+        checked_mul(fn, "rope_max_position*rotary_dim", a.rope_max_position, rdim);
+        for (int64_t t = 0; t < a.tokens; ++t)
+            if (a.positions[t] >= a.rope_max_position)
+                fail_arg(fn, idx_name("positions", t).c_str(), std::to_string(a.positions[t]),
+                         "must be < rope_max_position=" + std::to_string(a.rope_max_position) + " (the RoPE table)");
+    }
     std::vector<int64_t> dst(static_cast<size_t>(a.tokens));  // element offset of (token, head 0)
     for (int64_t t = 0; t < a.tokens; ++t) {
         const int64_t b = a.seq_ids[t], pos = a.positions[t];
@@ -391,6 +424,7 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     const int64_t head_step = (c.layout == KvLayout::contiguous ? c.capacity : c.block_size) * c.head_dim;
     const int64_t hd = c.head_dim;
     parallel_for(a.tokens, std::max<int64_t>(1, 4096 / (c.kv_heads * hd)), [&](int64_t tb, int64_t te) {
+        std::vector<float> row(rope ? static_cast<size_t>(hd) : 0);
         for (int64_t t = tb; t < te; ++t)
             for (int64_t h = 0; h < c.kv_heads; ++h)
                 for (int which = 0; which < 2; ++which) {
@@ -398,7 +432,25 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
                     const int64_t soff = which ? t * vts + h * vhs : t * kts + h * khs;
                     const int64_t doff = dst[t] + h * head_step;
                     void* base = which ? cache.v : cache.k;
-                    if (c.dtype == DType::f32) {
+                    if (rope && which == 0) {  // K rotated at its position, stored rounded once
+                        for (int64_t i = 0; i < hd; ++i) row[i] = load_el(src, soff + i, a.src_dtype);
+                        const float* cs = a.rope_cos_sin + a.positions[t] * rdim;
+                        const int64_t half = rdim / 2;
+                        for (int64_t i = 0; i < half; ++i) {
+                            const int64_t i1 = a.rope_style == RopeStyle::neox ? i : 2 * i;
+                            const int64_t i2 = a.rope_style == RopeStyle::neox ? i + half : 2 * i + 1;
+                            const float x1 = row[i1], x2 = row[i2], co = cs[i], si = cs[half + i];
+                            row[i1] = x1 * co - x2 * si;
+                            row[i2] = x2 * co + x1 * si;
+                        }
+                        if (c.dtype == DType::f32) {
+                            float* d = static_cast<float*>(base) + doff;
+                            for (int64_t i = 0; i < hd; ++i) d[i] = row[i];
+                        } else {
+                            uint16_t* d = static_cast<uint16_t*>(base) + doff;
+                            for (int64_t i = 0; i < hd; ++i) d[i] = bf16(row[i]).bits;
+                        }
+                    } else if (c.dtype == DType::f32) {
                         float* d = static_cast<float*>(base) + doff;
                         for (int64_t i = 0; i < hd; ++i) d[i] = load_el(src, soff + i, a.src_dtype);
                     } else if (a.src_dtype == DType::bf16) {
@@ -414,8 +466,11 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     });
 }
 
-void attention(const AttentionDesc& desc, const AttentionArgs& a) {
-    const char* fn = "xk::attention";
+namespace detail {
+namespace {
+
+// Every check of the descriptor alone; strides, mask_stride and the scale resolved.
+AttentionDesc resolve_sdpa(const char* fn, const AttentionDesc& desc) {
     AttentionDesc d = desc;
     check_nonnegative(fn, "batch", d.batch);
     check_nonnegative(fn, "q_tokens", d.q_tokens);
@@ -423,7 +478,7 @@ void attention(const AttentionDesc& desc, const AttentionArgs& a) {
     check_heads(fn, d.q_heads, d.kv_heads, d.head_dim);
     check_io_dtype(fn, "dtype", d.dtype);
     check_io_dtype(fn, "o_dtype", d.o_dtype);
-    const float scale = resolve_scale(fn, d.scale, d.head_dim);
+    d.scale = resolve_scale(fn, d.scale, d.head_dim);
     resolve_tensor(fn, "q", d.q_tokens, d.q_heads, d.head_dim, d.q_token_stride, d.q_head_stride);
     resolve_tensor(fn, "k", d.kv_tokens, d.kv_heads, d.head_dim, d.k_token_stride, d.k_head_stride);
     resolve_tensor(fn, "v", d.kv_tokens, d.kv_heads, d.head_dim, d.v_token_stride, d.v_head_stride);
@@ -431,6 +486,12 @@ void attention(const AttentionDesc& desc, const AttentionArgs& a) {
     check_nonnegative(fn, "mask_stride", d.mask_stride);
     if (d.has_mask && d.mask_stride == 0) d.mask_stride = d.kv_tokens;
     if (d.has_mask) checked_mul(fn, "q_tokens*mask_stride", d.q_tokens, d.mask_stride);
+    return d;
+}
+
+// The arguments (pointers, cu_seqlens, seqused_k) against a resolved descriptor, then the call.
+void run_sdpa(const char* fn, const AttentionDesc& d, const AttnKernel& kernel, const AttentionArgs& a) {
+    const float scale = d.scale;
     if (!d.has_mask && a.mask) fail_arg(fn, "mask", ptr_str(a.mask), "is given but has_mask is false");
     if (d.q_tokens == 0 || d.batch == 0) return;
     check_not_null(fn, "q", a.q);
@@ -493,11 +554,10 @@ void attention(const AttentionDesc& desc, const AttentionArgs& a) {
         s.v_stride = d.v_token_stride;
         return s;
     };
-    execute(*select_kernel(d.head_dim, d.dtype), p);
+    execute(kernel, p);
 }
 
-void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& a) {
-    const char* fn = "xk::cached_attention";
+CachedAttentionDesc resolve_cached(const char* fn, const CachedAttentionDesc& desc) {
     CachedAttentionDesc d = desc;
     const KvCacheDesc& c = d.cache;
     check_cache_desc(fn, c);
@@ -506,9 +566,15 @@ void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs
     check_io_dtype(fn, "q_dtype", d.q_dtype);
     check_io_dtype(fn, "o_dtype", d.o_dtype);
     check_nonnegative(fn, "kv_splits", d.kv_splits);
-    const float scale = resolve_scale(fn, d.scale, c.head_dim);
+    d.scale = resolve_scale(fn, d.scale, c.head_dim);
     resolve_tensor(fn, "q", d.q_tokens, d.q_heads, c.head_dim, d.q_token_stride, d.q_head_stride);
     resolve_tensor(fn, "o", d.q_tokens, d.q_heads, c.head_dim, d.o_token_stride, d.o_head_stride);
+    return d;
+}
+
+void run_cached(const char* fn, const CachedAttentionDesc& d, const AttnKernel& kernel, const CachedAttentionArgs& a) {
+    const KvCacheDesc& c = d.cache;
+    const float scale = d.scale;
     if (d.q_tokens == 0) return;
     check_not_null(fn, "q", a.q);
     check_not_null(fn, "o", a.o);
@@ -549,7 +615,46 @@ void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs
     p.causal = true;
     p.kv_splits = d.kv_splits;
     p.kv = [&](int64_t b, int64_t h) { return cache_source(c, a.cache, b, h); };
-    execute(*select_kernel(c.head_dim, c.dtype), p);
+    execute(kernel, p);
 }
+
+}  // namespace
+}  // namespace detail
+
+void attention(const AttentionDesc& desc, const AttentionArgs& args) {
+    const AttentionDesc d = resolve_sdpa("xk::attention", desc);
+    run_sdpa("xk::attention", d, *select_kernel(d.head_dim, d.dtype), args);
+}
+
+AttentionPlan::AttentionPlan(const AttentionDesc& desc) : desc_(resolve_sdpa("xk::AttentionPlan", desc)) {
+    AttnKernelDesc kd;
+    kd.head_dim = desc_.head_dim;
+    kd.kv_dtype = desc_.dtype;
+    const auto sel = attention_registry().get(kd);
+    kernel_ = sel.kernel;
+    impl_name_ = sel.impl->name;
+}
+
+void AttentionPlan::run(const AttentionArgs& args) const { run_sdpa("xk::AttentionPlan::run", desc_, *kernel_, args); }
+
+void cached_attention(const CachedAttentionDesc& desc, const CachedAttentionArgs& args) {
+    const CachedAttentionDesc d = resolve_cached("xk::cached_attention", desc);
+    run_cached("xk::cached_attention", d, *select_kernel(d.cache.head_dim, d.cache.dtype), args);
+}
+
+CachedAttentionPlan::CachedAttentionPlan(const CachedAttentionDesc& desc)
+    : desc_(resolve_cached("xk::CachedAttentionPlan", desc)) {
+    AttnKernelDesc kd;
+    kd.head_dim = desc_.cache.head_dim;
+    kd.kv_dtype = desc_.cache.dtype;
+    const auto sel = attention_registry().get(kd);
+    kernel_ = sel.kernel;
+    impl_name_ = sel.impl->name;
+}
+
+void CachedAttentionPlan::run(const CachedAttentionArgs& args) const {
+    run_cached("xk::CachedAttentionPlan::run", desc_, *kernel_, args);
+}
+
 
 }  // namespace xk

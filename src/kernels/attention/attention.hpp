@@ -50,10 +50,14 @@ struct AttnTask {
     int64_t mask_stride = 0;
     AttnKvSource kv;
     int64_t j_begin = 0, j_end = 0;  // the key range (j_begin a multiple of kAttnTile)
-    float* scratch = nullptr;        // attn_scratch_floats(rows) floats for the kernel
+    float* scratch = nullptr;        // attn_scratch_floats(rows, head_dim) floats for the kernel
 };
 
-inline int64_t attn_scratch_floats(int64_t rows) { return rows * (kAttnTile + 2) + 256 * kAttnTile + 64; }
+// Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
+// (64 keys x head_dim each) and its [rows x 64] scores.
+inline int64_t attn_scratch_floats(int64_t rows, int64_t head_dim) {
+    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64;
+}
 
 struct AttnKernel {
     virtual ~AttnKernel() = default;

@@ -22,11 +22,6 @@ struct V256 {
     static constexpr int kDotChunks = 4;
     static constexpr int kPvRows = 4;
     static constexpr bool kPvWide = false;  // 4 vectors of head_dim x 6 rows in the P.V loop
-    static constexpr bool kTransposeQK = false;  // 8 lanes: the dot path only
-    template <class T>
-    static inline void transpose_tile(const T*, int64_t, int64_t, int, float*) { __builtin_trap(); }
-    template <int NB>
-    static inline void qkt(const float*, int64_t, const float*, float*) { __builtin_trap(); }
     static inline reg zero() { return _mm256_setzero_ps(); }
     static inline reg set1(float v) { return _mm256_set1_ps(v); }
     static inline reg load(const float* p) { return _mm256_loadu_ps(p); }
@@ -34,6 +29,16 @@ struct V256 {
     static inline reg loadkv(const uint16_t* p) {
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    }
+    static inline void loadkv_pair(const float* p, reg& a, reg& b) {
+        a = _mm256_loadu_ps(p);
+        b = _mm256_loadu_ps(p + 8);
+    }
+    // 16 bf16: the even elements to e, the odd ones to o (exact).
+    static inline void loadkv_pair(const uint16_t* p, reg& e, reg& o) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536)));
     }
     static inline void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
     static inline reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }

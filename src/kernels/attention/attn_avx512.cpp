@@ -1,4 +1,5 @@
-// AVX-512 attention kernel (intrinsics, target pragma): the body is attn_simd.hpp over 16 lanes.
+// AVX-512 attention kernel (intrinsics, target pragma): decode (few rows) is attn_simd.hpp over 16
+// lanes, prefill (>= 16 rows) the 64-key GEMM-shaped kernel of attn_prefill512.hpp.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -26,7 +27,6 @@ struct V512 {
     static constexpr int kDotChunks = 8;
     static constexpr int kPvRows = 8;
     static constexpr bool kPvWide = true;  // 4 vectors of head_dim x 6 rows in the P.V loop
-    static constexpr bool kTransposeQK = true;
     static inline reg zero() { return _mm512_setzero_ps(); }
     static inline reg set1(float v) { return _mm512_set1_ps(v); }
     static inline reg load(const float* p) { return _mm512_loadu_ps(p); }
@@ -34,6 +34,16 @@ struct V512 {
     static inline reg loadkv(const uint16_t* p) {
         return _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    }
+    static inline void loadkv_pair(const float* p, reg& a, reg& b) {
+        a = _mm512_loadu_ps(p);
+        b = _mm512_loadu_ps(p + 16);
+    }
+    // 32 bf16: the even elements to e, the odd ones to o (exact).
+    static inline void loadkv_pair(const uint16_t* p, reg& e, reg& o) {
+        const __m512i x = _mm512_loadu_si512(p);
+        e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
     }
     static inline void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
     static inline reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -67,41 +77,6 @@ struct V512 {
         const __m256 b0 = _mm256_hadd_ps(a0, a1), b1 = _mm256_hadd_ps(a2, a3);
         return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
     }
-    // Columns [16c, 16c + 16) of the tile's n key rows (rows >= n as 0), transposed: out[i*16 + j]
-    // = k[j][16c + i].
-    template <class T>
-    static inline void transpose_tile(const T* k, int64_t ks, int64_t n, int c, float* out) {
-        __m512 r[16], u[16], v[16];
-        for (int j = 0; j < 16; ++j) r[j] = j < n ? loadkv(k + j * ks + c * 16) : _mm512_setzero_ps();
-        for (int g = 0; g < 16; g += 4) {
-            const __m512 t0 = _mm512_unpacklo_ps(r[g], r[g + 1]), t1 = _mm512_unpackhi_ps(r[g], r[g + 1]);
-            const __m512 t2 = _mm512_unpacklo_ps(r[g + 2], r[g + 3]), t3 = _mm512_unpackhi_ps(r[g + 2], r[g + 3]);
-            u[g] = _mm512_shuffle_ps(t0, t2, 0x44);
-            u[g + 1] = _mm512_shuffle_ps(t0, t2, 0xEE);
-            u[g + 2] = _mm512_shuffle_ps(t1, t3, 0x44);
-            u[g + 3] = _mm512_shuffle_ps(t1, t3, 0xEE);
-        }
-        for (int h = 0; h < 16; h += 8)
-            for (int m = 0; m < 4; ++m) {
-                v[h + m] = _mm512_shuffle_f32x4(u[h + m], u[h + 4 + m], 0x88);
-                v[h + 4 + m] = _mm512_shuffle_f32x4(u[h + m], u[h + 4 + m], 0xDD);
-            }
-        for (int m = 0; m < 8; ++m) {
-            _mm512_storeu_ps(out + m * 16, _mm512_shuffle_f32x4(v[m], v[m + 8], 0x88));
-            _mm512_storeu_ps(out + (m + 8) * 16, _mm512_shuffle_f32x4(v[m], v[m + 8], 0xDD));
-        }
-    }
-    // s[i*16 + j] = sum_d q[i*hd + d] * kt[d*16 + j], i < NB (NB independent 16-key accumulators).
-    template <int NB>
-    static inline void qkt(const float* q, int64_t hd, const float* kt, float* s) {
-        __m512 a[NB];
-        for (int i = 0; i < NB; ++i) a[i] = _mm512_setzero_ps();
-        for (int64_t d = 0; d < hd; ++d) {
-            const __m512 k = _mm512_loadu_ps(kt + d * 16);
-            for (int i = 0; i < NB; ++i) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[i * hd + d]), k, a[i]);
-        }
-        for (int i = 0; i < NB; ++i) _mm512_storeu_ps(s + i * 16, a[i]);
-    }
     // out[j] = sum of the 16 lanes of z[j*16 ...], j < 16.
     static inline void reduce_tile(const float* z, float* out) {
         __m256 y[16];
@@ -119,13 +94,37 @@ struct V512 {
     XK_ATTN_NC(8) XK_ATTN_NC(9) XK_ATTN_NC(10) XK_ATTN_NC(11) XK_ATTN_NC(12) XK_ATTN_NC(13) XK_ATTN_NC(14)     \
     XK_ATTN_NC(15) XK_ATTN_NC(16)
 #include "kernels/attention/attn_simd.hpp"
+#include "kernels/attention/attn_prefill512.hpp"
+
+// Many rows (prefill, chunked prefill, decode of wide GQA groups): the 64-key GEMM-shaped kernel;
+// few rows (decode): dot products along head_dim.
+constexpr int64_t kPrefillRows = 16;
+
+template <class T>
+void prefill_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
+    switch (t.head_dim / 16) {
+#define XK_ATTN_NC(nc) \
+    case nc: attn_prefill<T, nc>(t, m, l, acc); return;
+        XK_ATTN_CASES
+#undef XK_ATTN_NC
+    }
+    __builtin_trap();
+}
 #undef XK_ATTN_CASES
 
 void run_avx512(DType kv, const AttnTask& t, float* m, float* l, float* acc) {
-    if (kv == DType::bf16)
-        attn_dispatch<V512, uint16_t>(t, m, l, acc);
-    else
-        attn_dispatch<V512, float>(t, m, l, acc);
+    const bool many = t.tokens * t.group >= kPrefillRows;
+    if (kv == DType::bf16) {
+        if (many)
+            prefill_dispatch<uint16_t>(t, m, l, acc);
+        else
+            attn_dispatch<V512, uint16_t>(t, m, l, acc);
+    } else {
+        if (many)
+            prefill_dispatch<float>(t, m, l, acc);
+        else
+            attn_dispatch<V512, float>(t, m, l, acc);
+    }
 }
 
 }  // namespace

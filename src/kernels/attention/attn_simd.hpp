@@ -15,6 +15,12 @@
 //            multiplied by the broadcast p.
 // K and V are each read once per task (decode: once per kv head, shared by its q heads: GQA).
 
+// bf16 K / V with an even number of vector chunks are widened a pair of chunks at a time: one
+// 2W-element load split into its even and odd elements (a shift and an and: 2 instructions per 2W
+// values instead of 4); q is stored in that order and acc comes out in it (attn_task permutes).
+template <class T, int NC>
+constexpr bool attn_pair = sizeof(T) == 2 && NC % 2 == 0;
+
 template <class V, class T, int NB, int CG, int NC>
 inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     // z[i*16*W ...]: the vector of row i (of NB) for this key.
@@ -22,7 +28,12 @@ inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     for (int i = 0; i < NB; ++i) a[i] = V::zero();
     for (int c0 = 0; c0 < NC; c0 += CG) {
         typename V::reg kv[CG];
-        for (int c = 0; c < CG; ++c) kv[c] = c0 + c < NC ? V::loadkv(kr + (c0 + c) * V::W) : V::zero();
+        if constexpr (attn_pair<T, NC>) {
+            for (int c = 0; c < CG; c += 2)
+                if (c0 + c < NC) V::loadkv_pair(kr + (c0 + c) * V::W, kv[c], kv[c + 1]);
+        } else {
+            for (int c = 0; c < CG; ++c) kv[c] = c0 + c < NC ? V::loadkv(kr + (c0 + c) * V::W) : V::zero();
+        }
         for (int i = 0; i < NB; ++i)
             for (int c = 0; c < CG; ++c)
                 if (c0 + c < NC) a[i] = V::fma(V::load(q + i * hd + (c0 + c) * V::W), kv[c], a[i]);
@@ -40,7 +51,11 @@ inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, c
     }
     for (int64_t jj = 0; jj < n; ++jj) {
         typename V::reg vr[CV];
-        for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * vs + (c0 + c) * V::W);
+        if constexpr (attn_pair<T, NC> && CV % 2 == 0) {
+            for (int c = 0; c < CV; c += 2) V::loadkv_pair(vt + jj * vs + (c0 + c) * V::W, vr[c], vr[c + 1]);
+        } else {
+            for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * vs + (c0 + c) * V::W);
+        }
         for (int i = 0; i < NB; ++i) {
             const typename V::reg p = V::set1(P[i * 16 + jj]);
             for (int c = 0; c < CV; ++c) a[i][c] = V::fma(p, vr[c], a[i][c]);
@@ -76,8 +91,21 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const int64_t R = t.tokens * t.group;
     float* S = t.scratch;        // [R x 16]: scores, then probabilities
     float* corr = S + R * 16;    // [R]
-    float* z = corr + R + 16;    // [8 x 16 x W] dot vectors, or K^T of the tile [head_dim x 16]
+    float* z = corr + R + 16;    // [8 x 16 x W] dot vectors
     const float ninf = -__builtin_inff();
+    constexpr bool pair = attn_pair<T, NC>;
+    static_assert(!pair || (CV % 2 == 0 && CG % 2 == 0), "pairs of chunks");
+    const float* q = t.q;
+    if constexpr (pair) {  // q rows in the even / odd order of each pair of chunks
+        float* qp = z + 8 * 16 * W;
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t b = 0; b < hd; b += 2 * W)
+                for (int i = 0; i < W; ++i) {
+                    qp[r * hd + b + i] = t.q[r * hd + b + 2 * i];
+                    qp[r * hd + b + W + i] = t.q[r * hd + b + 2 * i + 1];
+                }
+        q = qp;
+    }
     for (int64_t r = 0; r < R; ++r) {
         m[r] = ninf;
         l[r] = 0.0f;
@@ -112,47 +140,26 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
         }
         // Scores.
-        if (V::kTransposeQK && R >= 16) {
-            // Many rows: K^T of the tile once (16 x 16 transposes), then per 8 rows a register
-            // tile of 8 x 16 scores: acc[i] += q[i][d] (broadcast) * Kt[d][0..16).
-            for (int c = 0; c < NC; ++c) V::transpose_tile(kt, t.kv.k_stride, n, c, z + c * V::W * 16);
-            for (int64_t rb = 0; rb < R; rb += 8) {
-                const int64_t nb = R - rb < 8 ? R - rb : 8;
-                const float* qb = t.q + rb * hd;
-                float* sb = S + rb * 16;
+        for (int64_t rb = 0; rb < R; rb += 8) {
+            const int64_t nb = R - rb < 8 ? R - rb : 8;
+            const float* qb = q + rb * hd;
+            for (int64_t jj = 0; jj < n; ++jj) {
+                const T* kr = kt + jj * t.kv.k_stride;
+                float* zj = z + jj * W;
                 switch (nb) {
-                    case 1: V::template qkt<1>(qb, hd, z, sb); break;
-                    case 2: V::template qkt<2>(qb, hd, z, sb); break;
-                    case 3: V::template qkt<3>(qb, hd, z, sb); break;
-                    case 4: V::template qkt<4>(qb, hd, z, sb); break;
-                    case 5: V::template qkt<5>(qb, hd, z, sb); break;
-                    case 6: V::template qkt<6>(qb, hd, z, sb); break;
-                    case 7: V::template qkt<7>(qb, hd, z, sb); break;
-                    default: V::template qkt<8>(qb, hd, z, sb); break;
+                    case 1: attn_dots<V, T, 1, CG, NC>(qb, hd, kr, zj); break;
+                    case 2: attn_dots<V, T, 2, CG, NC>(qb, hd, kr, zj); break;
+                    case 3: attn_dots<V, T, 3, CG, NC>(qb, hd, kr, zj); break;
+                    case 4: attn_dots<V, T, 4, CG, NC>(qb, hd, kr, zj); break;
+                    case 5: attn_dots<V, T, 5, CG, NC>(qb, hd, kr, zj); break;
+                    case 6: attn_dots<V, T, 6, CG, NC>(qb, hd, kr, zj); break;
+                    case 7: attn_dots<V, T, 7, CG, NC>(qb, hd, kr, zj); break;
+                    default: attn_dots<V, T, 8, CG, NC>(qb, hd, kr, zj); break;
                 }
             }
-        } else {
-            for (int64_t rb = 0; rb < R; rb += 8) {
-                const int64_t nb = R - rb < 8 ? R - rb : 8;
-                const float* qb = t.q + rb * hd;
-                for (int64_t jj = 0; jj < n; ++jj) {
-                    const T* kr = kt + jj * t.kv.k_stride;
-                    float* zj = z + jj * W;
-                    switch (nb) {
-                        case 1: attn_dots<V, T, 1, CG, NC>(qb, hd, kr, zj); break;
-                        case 2: attn_dots<V, T, 2, CG, NC>(qb, hd, kr, zj); break;
-                        case 3: attn_dots<V, T, 3, CG, NC>(qb, hd, kr, zj); break;
-                        case 4: attn_dots<V, T, 4, CG, NC>(qb, hd, kr, zj); break;
-                        case 5: attn_dots<V, T, 5, CG, NC>(qb, hd, kr, zj); break;
-                        case 6: attn_dots<V, T, 6, CG, NC>(qb, hd, kr, zj); break;
-                        case 7: attn_dots<V, T, 7, CG, NC>(qb, hd, kr, zj); break;
-                        default: attn_dots<V, T, 8, CG, NC>(qb, hd, kr, zj); break;
-                    }
-                }
-                for (int64_t i = 0; i < nb; ++i) {
-                    for (int64_t jj = n; jj < 16; ++jj) V::store(z + (i * 16 + jj) * W, V::zero());
-                    V::reduce_tile(z + i * 16 * W, S + (rb + i) * 16);
-                }
+            for (int64_t i = 0; i < nb; ++i) {
+                for (int64_t jj = n; jj < 16; ++jj) V::store(z + (i * 16 + jj) * W, V::zero());
+                V::reduce_tile(z + i * 16 * W, S + (rb + i) * 16);
             }
         }
         // Mask (only where some lane of the tile is not plainly visible).
@@ -220,7 +227,21 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
             }
         }
     }
+    if constexpr (pair) {  // acc back to the natural order
+        float* tmp = z;
+        for (int64_t r = 0; r < R; ++r) {
+            float* a = acc + r * hd;
+            for (int64_t b = 0; b < hd; b += 2 * W) {
+                for (int i = 0; i < 2 * W; ++i) tmp[i] = a[b + i];
+                for (int i = 0; i < W; ++i) {
+                    a[b + 2 * i] = tmp[i];
+                    a[b + 2 * i + 1] = tmp[W + i];
+                }
+            }
+        }
+    }
 }
+
 
 template <class V, class T>
 void attn_dispatch(const AttnTask& t, float* m, float* l, float* acc) {

@@ -1,0 +1,507 @@
+// libFuzzer target: the attention family of the C API (include/xk/c/attention.h). See
+// fuzz_common.hpp for the scheme. Calls:
+//   xk_attention_f32 / _bf16: varlen batches (cu_seqlens, null when batch = 1), MHA / GQA / MQA,
+//     head_dim 16 ... 128 and odd ones (the reference), causal with negative / zero / positive
+//     offsets, an additive mask with -inf entries, lse or not; query blocks long enough for the
+//     prefill kernel (>= 16 rows) and key ranges across its 64-key tiles;
+//   xk_kv_cache_append (f32 / bf16 rows into f32 / bf16 caches, contiguous or paged with a shuffled
+//     block table, positions in any order) checked against a model of the cache bytes, then
+//     xk_cached_attention_f32 / _bf16 (decode and chunked-prefill shapes) over it — cache slots
+//     never written hold NaN, so a kernel reading past a context shows;
+//   ISA cap and thread count (1 / 2: the key range split across threads and merged) changes.
+// Valid calls are checked against a double-precision loop of attention.hpp's math within a bound
+// built from the fp32 dot-product error of the scores (E = (head_dim + 2) u scale max_j sum_d
+// |q_d k_jd|: weights move by at most e^(+-E)), the sums over keys and the vector exp; a bf16 o
+// adds one rounding. A row that sees no key must be exactly o = 0, lse = -inf.
+// Hostile calls (one argument wrong) must fail with a message and leave o, lse and the caches as
+// they were.
+#include <algorithm>
+#include <numeric>
+#include <type_traits>
+
+#include "fuzz_common.hpp"
+
+namespace {
+
+using fz::Buf;
+using fz::In;
+using fz::Values;
+
+constexpr double kU = 0x1p-24;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+template <class T>
+float widen(T v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    else return fz::from_bf16(v);
+}
+template <class T>
+T narrow(float v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    else return fz::to_bf16(v);
+}
+
+int64_t head_dim(In& in) {
+    static const int64_t v[] = {16, 32, 64, 128, 80, 96, 7, 24, 1};
+    return v[in.pick(9)];
+}
+
+// Inputs: moderate values (scores stay finite), zeros, denormals.
+float data_value(In& in) { return in.value(8.0f); }
+
+// One query row against keys [0, nk) visible where vis(j): o (double), lse; returns the score
+// error bound E (see the header) in *err and max |v_j| over the visible keys in *vmax.
+template <class K, class Vv, class Vis, class Mask>
+void oracle_row(const std::vector<double>& q, int64_t nk, int64_t hd, double scale, K key, Vv val, Vis vis, Mask mask,
+                std::vector<double>& o, double& lse, double& err, double& vmax, int64_t& seen) {
+    std::vector<double> s(static_cast<size_t>(nk), -INFINITY);
+    double mx = -INFINITY, amax = 0;
+    seen = 0;
+    vmax = 0;
+    for (int64_t j = 0; j < nk; ++j) {
+        if (!vis(j)) continue;
+        double d = 0, a = 0;
+        for (int64_t e = 0; e < hd; ++e) {
+            d += q[e] * key(j, e);
+            a += std::fabs(q[e] * key(j, e));
+        }
+        amax = std::max(amax, std::fabs(scale) * a);
+        const double mj = mask(j);
+        s[j] = scale * d + mj;
+        if (s[j] == -INFINITY) continue;
+        amax = std::max(amax, std::fabs(s[j]));
+        mx = std::max(mx, s[j]);
+        ++seen;
+        for (int64_t e = 0; e < hd; ++e) vmax = std::max(vmax, std::fabs(val(j, e)));
+    }
+    err = (static_cast<double>(hd) + 4) * kU * amax;
+    o.assign(static_cast<size_t>(hd), 0.0);
+    if (mx == -INFINITY) {
+        lse = -INFINITY;
+        return;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < nk; ++j) {
+        if (s[j] == -INFINITY) continue;
+        const double p = std::exp(s[j] - mx);
+        sum += p;
+        for (int64_t e = 0; e < hd; ++e) o[e] += p * val(j, e);
+    }
+    for (auto& x : o) x /= sum;
+    lse = mx + std::log(sum);
+}
+
+// Checks one row of o (hd values at `got`) and its lse.
+template <class T>
+void check_row(const char* what, const T* got, const float* lse_got, const std::vector<double>& want, double lse_want,
+               double err, double vmax, int64_t seen, int64_t hd, const char* where) {
+    constexpr bool bf = std::is_same_v<T, uint16_t>;
+    if (lse_want == -INFINITY) {
+        for (int64_t e = 0; e < hd; ++e)
+            if (widen(got[e]) != 0.0f) fz::finding("%s (%s): a row that sees no key: o[%lld] = %g, want 0", what, where, (long long)e, widen(got[e]));
+        if (lse_got && *lse_got != -kInf) fz::finding("%s (%s): a row that sees no key: lse = %g, want -inf", what, where, *lse_got);
+        return;
+    }
+    // Weights move by e^(+-2E) (scores) and ~(seen + 16) u (exp, sums): |o - want| <= that x max|v|.
+    const double wrel = 2.5 * err + (static_cast<double>(seen) + 16) * 4 * kU;
+    const double atol = vmax * std::min(wrel, 2.0) + 1e-37;
+    for (int64_t e = 0; e < hd; ++e) {
+        const double g = widen(got[e]);
+        const double tol = atol + (bf ? 0x1p-8 * std::fabs(want[e]) : 0.0) + 4 * kU * std::fabs(want[e]);
+        if (!fz::close(g, want[e], 0, tol))
+            fz::finding("%s (%s): o[%lld] = %.9g, want %.9g (+- %.3g; E = %.3g, max|v| = %.3g, keys seen %lld)", what, where,
+                        (long long)e, g, want[e], tol, err, vmax, (long long)seen);
+    }
+    if (lse_got) {
+        const double tol = 2.5 * err + (static_cast<double>(seen) + 16) * 4 * kU + 4 * kU * std::fabs(lse_want) + 1e-6;
+        if (!fz::close(*lse_got, lse_want, 0, tol))
+            fz::finding("%s (%s): lse = %.9g, want %.9g (+- %.3g)", what, where, *lse_got, lse_want, tol);
+    }
+}
+
+xk_isa current_cap(const char** name) {
+    xk_isa cap = XK_ISA_SCALAR;
+    fz::expect_ok(fz::timed("xk_get_max_isa", [&] { return xk_get_max_isa(&cap); }), "xk_get_max_isa");
+    *name = xk_isa_name(cap);
+    return cap;
+}
+
+// ---- xk_attention_{f32,bf16} ------------------------------------------------------------------
+template <class T>
+xk_status sdpa_call(int64_t batch, int64_t tq, int64_t tk, int64_t qh, int64_t kvh, int64_t hd, const T* q, const T* k,
+                    const T* v, T* o, float* lse, const int64_t* cq, const int64_t* ck, float scale, int causal,
+                    int64_t off, const float* mask, int64_t ms) {
+    if constexpr (std::is_same_v<T, float>)
+        return xk_attention_f32(batch, tq, tk, qh, kvh, hd, q, k, v, o, lse, cq, ck, scale, causal, off, mask, ms);
+    else
+        return xk_attention_bf16(batch, tq, tk, qh, kvh, hd, q, k, v, o, lse, cq, ck, scale, causal, off, mask, ms);
+}
+
+template <class T>
+void op_sdpa(In& in) {
+    constexpr bool bf = std::is_same_v<T, uint16_t>;
+    const char* what = bf ? "xk_attention_bf16" : "xk_attention_f32";
+    const int64_t batch = in.dim(1, 3);
+    const int64_t kvh = in.dim(1, 2), group = in.dim(1, 4), qh = kvh * group, hd = head_dim(in);
+    std::vector<int64_t> lq(batch), lk(batch), cq(batch + 1, 0), ck(batch + 1, 0);
+    for (int64_t b = 0; b < batch; ++b) {
+        lq[b] = in.dim(0, 24);
+        lk[b] = in.dim(0, 140);
+        cq[b + 1] = cq[b] + lq[b];
+        ck[b + 1] = ck[b] + lk[b];
+    }
+    const int64_t Tq = cq[batch], Tk = ck[batch];
+    const int causal = in.coin() ? (in.coin() ? 1 : -3) : 0;  // any non-zero int means causal
+    const int64_t off = causal ? in.p.ConsumeIntegralInRange<int64_t>(-4, 150) : 0;
+    const bool has_mask = in.pick(3) == 0, want_lse = in.coin(), null_cu = batch == 1 && in.coin();
+    const int64_t max_k = *std::max_element(lk.begin(), lk.end());
+    const int64_t ms = has_mask ? (in.coin() && max_k == Tk ? 0 : max_k + in.pick(3)) : 0;
+    const float scale = in.coin() ? 0.0f : static_cast<float>(in.p.ConsumeIntegralInRange<int>(-300, 300)) / 100.0f;
+
+    Buf<T> q(Tq * qh * hd, in.pick(4)), k(Tk * kvh * hd, in.pick(4)), v(Tk * kvh * hd, in.pick(4));
+    Buf<float> mask(has_mask ? Tq * (ms ? ms : Tk) : 0);
+    {
+        Values vals(in, q.size() + k.size() + v.size());
+        for (size_t i = 0; i < q.size(); ++i) q[i] = narrow<T>(data_value(vals()));
+        for (size_t i = 0; i < k.size(); ++i) k[i] = narrow<T>(data_value(vals()));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = narrow<T>(data_value(vals()));
+        for (size_t i = 0; i < mask.size(); ++i)
+            mask[i] = vals().pick(6) == 0 ? -kInf : static_cast<float>(vals().p.ConsumeIntegralInRange<int>(-400, 400)) / 100.0f;
+    }
+    Buf<T> o0(Tq * qh * hd, in.pick(4));
+    Buf<float> lse0(want_lse ? Tq * qh : 0);
+    o0.fill(narrow<T>(1234.5f));
+    lse0.fill(999.0f);
+
+    // Hostile: one argument wrong (with queries: a call without any returns before the checks
+    // that need the data).
+    const bool hostile = Tq > 0 && in.pick(3) == 2;
+    int64_t a_batch = batch, a_tq = Tq, a_tk = Tk, a_qh = qh, a_kvh = kvh, a_hd = hd, a_ms = ms;
+    float a_scale = scale;
+    bool q_null = false, k_null = false, o_null = false;
+    std::vector<int64_t> cq_arg = cq, ck_arg = ck;
+    const char* wrong = "";
+    if (hostile) {
+        switch (in.pick(10)) {
+            case 0: a_batch = in.coin() ? -1 : std::numeric_limits<int64_t>::min(); wrong = "batch < 0"; break;
+            case 1: a_qh = qh + 1; a_kvh = qh + 2; wrong = "q_heads not a multiple of kv_heads"; break;
+            case 2: a_hd = in.coin() ? 0 : -1 - in.pick(9); wrong = "head_dim < 1"; break;
+            case 3: a_tq = Tq + 1 + in.pick(3); wrong = "cu_seqlens_q[batch] != q_tokens"; break;
+            case 4:
+                if (batch >= 2) { cq_arg[1] = Tq + 5; wrong = "cu_seqlens_q decreasing"; }
+                else { ck_arg[0] = 1; wrong = "cu_seqlens_k[0] != 0"; }
+                break;
+            case 5: a_scale = in.coin() ? kNaN : -kInf; wrong = "scale not finite"; break;
+            case 6:
+                if (Tq > 0) { q_null = true; wrong = "q null"; break; }
+                [[fallthrough]];
+            case 7:
+                if (Tq > 0) { o_null = true; wrong = "o null"; break; }
+                [[fallthrough]];
+            case 8:
+                if (Tq > 0 && Tk > 0) { k_null = true; wrong = "k null"; break; }
+                [[fallthrough]];
+            default:
+                if (Tq > 0) { a_tq = kI64Max; cq_arg[batch] = kI64Max; wrong = "q_tokens overflows the q extent"; }
+                else { a_kvh = -2; wrong = "kv_heads < 0"; }
+                break;
+        }
+        if (has_mask && Tq > 0 && max_k > 0 && in.pick(4) == 0) {  // or instead a short mask stride
+            a_batch = batch, a_tq = Tq, a_tk = Tk, a_qh = qh, a_kvh = kvh, a_hd = hd, a_scale = scale;
+            q_null = k_null = o_null = false, cq_arg = cq, ck_arg = ck;
+            a_ms = max_k - 1;
+            if (a_ms == 0) a_ms = -1;
+            wrong = "mask_stride below the longest key sequence";
+        }
+    }
+    Buf<T> o = o0;
+    Buf<float> lse = lse0;
+    const xk_status s = fz::timed(what, [&] {
+        return sdpa_call<T>(a_batch, a_tq, a_tk, a_qh, a_kvh, a_hd, q_null ? nullptr : q.data(), k_null ? nullptr : k.data(),
+                            v.data(), o_null ? nullptr : o.data(), want_lse ? lse.data() : nullptr,
+                            null_cu && !hostile ? nullptr : cq_arg.data(), null_cu && !hostile ? nullptr : ck_arg.data(), a_scale,
+                            causal, off, has_mask ? mask.data() : nullptr, a_ms);
+    });
+    if (hostile) {
+        fz::expect_rejected(s, what, wrong);
+        fz::expect_unchanged(o, o0.snapshot(), what, "o");
+        fz::expect_unchanged(lse, lse0.snapshot(), what, "lse");
+        return;
+    }
+    fz::expect_ok(s, what);
+    fz::expect_guards(o, what, "o");
+    fz::expect_guards(lse, what, "lse");
+    const char* cap_name = "";
+    current_cap(&cap_name);
+    const double sc = scale == 0.0f ? static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))) : scale;
+    const int64_t mstride = ms ? ms : Tk;
+    std::vector<double> qr(hd), orow;
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < lq[b]; ++i)
+            for (int64_t h = 0; h < qh; ++h) {
+                const int64_t tok = cq[b] + i, kh = h / group;
+                for (int64_t e = 0; e < hd; ++e) qr[e] = widen(q[(tok * qh + h) * hd + e]);
+                double l = 0, err = 0, vmax = 0;
+                int64_t seen = 0;
+                oracle_row(
+                    qr, lk[b], hd, sc, [&](int64_t j, int64_t e) { return (double)widen(k[((ck[b] + j) * kvh + kh) * hd + e]); },
+                    [&](int64_t j, int64_t e) { return (double)widen(v[((ck[b] + j) * kvh + kh) * hd + e]); },
+                    [&](int64_t j) { return !causal || j <= i + off; },
+                    [&](int64_t j) { return has_mask ? static_cast<double>(mask[tok * mstride + j]) : 0.0; }, orow, l, err, vmax,
+                    seen);
+                check_row<T>(what, o.data() + (tok * qh + h) * hd, want_lse ? lse.data() + tok * qh + h : nullptr, orow, l, err,
+                             vmax, seen, hd, cap_name);
+            }
+}
+
+// ---- KV cache: append, cached attention --------------------------------------------------------
+struct CacheSetup {
+    xk_kv_cache_desc d;
+    int64_t cap = 0;
+    std::vector<int32_t> table;
+};
+
+// Element offset of (b, h, pos) in a K / V buffer (the header's layouts).
+int64_t cache_off(const CacheSetup& c, int64_t b, int64_t h, int64_t pos) {
+    const xk_kv_cache_desc& d = c.d;
+    if (d.layout == XK_KV_CONTIGUOUS) return ((b * d.kv_heads + h) * d.capacity + pos) * d.head_dim;
+    const int64_t blk = c.table[b * d.max_blocks_per_seq + pos / d.block_size];
+    return ((blk * d.kv_heads + h) * d.block_size + pos % d.block_size) * d.head_dim;
+}
+
+template <class C, class Q>
+void op_cache(In& in) {
+    constexpr bool cbf = std::is_same_v<C, uint16_t>, qbf = std::is_same_v<Q, uint16_t>;
+    const char* what_app = "xk_kv_cache_append";
+    const char* what = qbf ? "xk_cached_attention_bf16" : "xk_cached_attention_f32";
+    CacheSetup c;
+    xk_kv_cache_desc_init(&c.d);
+    xk_kv_cache_desc& d = c.d;
+    d.layout = in.coin() ? XK_KV_CONTIGUOUS : XK_KV_PAGED;
+    d.dtype = cbf ? XK_DTYPE_BF16 : XK_DTYPE_F32;
+    d.batch = in.dim(1, 3);
+    d.kv_heads = in.dim(1, 2);
+    d.head_dim = head_dim(in);
+    const int64_t group = in.dim(1, 4), qh = d.kv_heads * group, hd = d.head_dim;
+    int64_t nelem = 0;
+    if (d.layout == XK_KV_CONTIGUOUS) {
+        d.capacity = in.dim(1, 150);
+        c.cap = d.capacity;
+        nelem = d.batch * d.kv_heads * d.capacity * hd;
+    } else {
+        static const int64_t bs[] = {16, 32, 64};
+        d.block_size = bs[in.pick(3)];
+        d.max_blocks_per_seq = in.dim(1, 4);
+        d.num_blocks = d.batch * d.max_blocks_per_seq + in.pick(3);
+        c.cap = d.max_blocks_per_seq * d.block_size;
+        std::vector<int32_t> perm(d.num_blocks);
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int64_t i = d.num_blocks - 1; i > 0; --i) std::swap(perm[i], perm[in.pick(static_cast<int>(i + 1))]);
+        c.table.assign(perm.begin(), perm.begin() + d.batch * d.max_blocks_per_seq);
+        nelem = d.num_blocks * d.kv_heads * d.block_size * hd;
+    }
+    // Contexts and queries per sequence.
+    std::vector<int64_t> ctx(d.batch), nq(d.batch), cu(d.batch + 1, 0);
+    for (int64_t b = 0; b < d.batch; ++b) {
+        ctx[b] = in.dim(0, c.cap);
+        nq[b] = ctx[b] == 0 ? 0 : (in.coin() ? std::min<int64_t>(1, ctx[b]) : in.dim(0, std::min<int64_t>(ctx[b], 20)));
+        cu[b + 1] = cu[b] + nq[b];
+    }
+    const int64_t T = cu[d.batch];
+    // The cache: NaN everywhere (never-written slots must not be read), then one append of every
+    // context position (positions in a shuffled order) from f32 or bf16 rows.
+    Buf<C> kc(nelem), vc(nelem);
+    kc.fill(narrow<C>(kNaN));
+    vc.fill(narrow<C>(kNaN));
+    std::vector<int64_t> seq, pos;
+    for (int64_t b = 0; b < d.batch; ++b)
+        for (int64_t p = 0; p < ctx[b]; ++p) seq.push_back(b), pos.push_back(p);
+    for (int64_t i = static_cast<int64_t>(seq.size()) - 1; i > 0; --i) {
+        const int64_t j = in.pick(static_cast<int>(i + 1));
+        std::swap(seq[i], seq[j]);
+        std::swap(pos[i], pos[j]);
+    }
+    const int64_t tokens = static_cast<int64_t>(seq.size());
+    const bool src_bf = in.coin();
+    Buf<float> kn_f(src_bf ? 0 : tokens * d.kv_heads * hd, in.pick(4)), vn_f(src_bf ? 0 : tokens * d.kv_heads * hd);
+    Buf<uint16_t> kn_h(src_bf ? tokens * d.kv_heads * hd : 0), vn_h(src_bf ? tokens * d.kv_heads * hd : 0, in.pick(4));
+    {
+        Values vals(in, 2 * tokens * d.kv_heads * hd);
+        for (size_t i = 0; i < kn_f.size(); ++i) kn_f[i] = data_value(vals()), vn_f[i] = data_value(vals());
+        for (size_t i = 0; i < kn_h.size(); ++i) kn_h[i] = fz::to_bf16(data_value(vals())), vn_h[i] = fz::to_bf16(data_value(vals()));
+    }
+    auto src = [&](bool isv, int64_t t, int64_t h, int64_t e) -> float {
+        const size_t i = static_cast<size_t>((t * d.kv_heads + h) * hd + e);
+        return src_bf ? fz::from_bf16(isv ? vn_h[i] : kn_h[i]) : (isv ? vn_f[i] : kn_f[i]);
+    };
+    // Hostile append (instead of the real one, then the real one follows).
+    if (tokens > 0 && in.pick(4) == 0) {
+        xk_kv_cache_desc bad = d;
+        std::vector<int64_t> bseq = seq, bpos = pos;
+        std::vector<int32_t> btable = c.table;
+        const void* kp = src_bf ? static_cast<const void*>(kn_h.data()) : kn_f.data();
+        int64_t btokens = tokens;
+        int bsrc = src_bf ? XK_DTYPE_BF16 : XK_DTYPE_F32;
+        const char* wrong = "";
+        const int64_t t = in.pick(static_cast<int>(tokens));
+        switch (in.pick(7)) {
+            case 0: bpos[t] = in.coin() ? c.cap : -1; wrong = "position past capacity"; break;
+            case 1: bseq[t] = in.coin() ? d.batch : -1; wrong = "seq id out of range"; break;
+            case 2:
+                if (d.layout == XK_KV_PAGED) {
+                    btable[bseq[t] * d.max_blocks_per_seq + bpos[t] / d.block_size] = in.coin() ? static_cast<int32_t>(d.num_blocks) : -1;
+                    wrong = "block index past the pool";
+                    break;
+                }
+                [[fallthrough]];
+            case 3: { const int v = in.bad_enum(2); std::memcpy(&bad.layout, &v, sizeof v); wrong = "layout not an xk_kv_layout"; break; }
+            case 4: kp = nullptr; wrong = "k_new null"; break;
+            case 5: btokens = -1 - in.pick(5); wrong = "tokens < 0"; break;
+            default:
+                if (d.layout == XK_KV_PAGED) { bad.block_size = 24; wrong = "block_size 24"; }
+                else { bad.capacity = in.coin() ? 0 : kI64Max; wrong = "capacity bad"; }
+                break;
+        }
+        if (in.pick(5) == 0) { bsrc = in.bad_enum(3); bseq = seq, bpos = pos, btable = c.table, bad = d, kp = src_bf ? static_cast<const void*>(kn_h.data()) : kn_f.data(), btokens = tokens; wrong = "src dtype unknown"; }
+        const auto k0 = kc.snapshot(), v0 = vc.snapshot();
+        const xk_status s = fz::timed(what_app, [&] {
+            return xk_kv_cache_append(&bad, kc.data(), vc.data(), btable.empty() ? nullptr : btable.data(), btokens,
+                                      static_cast<xk_dtype>(bsrc), kp,
+                                      src_bf ? static_cast<const void*>(vn_h.data()) : vn_f.data(), bseq.data(), bpos.data());
+        });
+        fz::expect_rejected(s, what_app, wrong);
+        fz::expect_unchanged(kc, k0, what_app, "k_cache");
+        fz::expect_unchanged(vc, v0, what_app, "v_cache");
+    }
+    {
+        const xk_status s = fz::timed(what_app, [&] {
+            return xk_kv_cache_append(&d, kc.data(), vc.data(), c.table.empty() ? nullptr : c.table.data(), tokens,
+                                      src_bf ? XK_DTYPE_BF16 : XK_DTYPE_F32,
+                                      src_bf ? static_cast<const void*>(kn_h.data()) : kn_f.data(),
+                                      src_bf ? static_cast<const void*>(vn_h.data()) : vn_f.data(), seq.data(), pos.data());
+        });
+        fz::expect_ok(s, what_app);
+        fz::expect_guards(kc, what_app, "k_cache");
+        fz::expect_guards(vc, what_app, "v_cache");
+    }
+    // The cache as it must be: the model (NaN, then each appended row converted).
+    std::vector<C> km(nelem, narrow<C>(kNaN)), vm(nelem, narrow<C>(kNaN));
+    for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t h = 0; h < d.kv_heads; ++h)
+            for (int64_t e = 0; e < hd; ++e) {
+                const int64_t o = cache_off(c, seq[t], h, pos[t]) + e;
+                km[o] = narrow<C>(src(false, t, h, e));
+                vm[o] = narrow<C>(src(true, t, h, e));
+            }
+    if (nelem && (std::memcmp(km.data(), kc.data(), nelem * sizeof(C)) != 0 || std::memcmp(vm.data(), vc.data(), nelem * sizeof(C)) != 0))
+        fz::finding("%s: the cache differs from the appended rows (layout %d, %lld tokens)", what_app, (int)d.layout, (long long)tokens);
+
+    // Cached attention.
+    if (T == 0 && in.coin()) return;
+    Buf<Q> q(T * qh * hd, in.pick(4));
+    {
+        Values vals(in, q.size());
+        for (size_t i = 0; i < q.size(); ++i) q[i] = narrow<Q>(data_value(vals()));
+    }
+    const float scale = in.coin() ? 0.0f : static_cast<float>(in.p.ConsumeIntegralInRange<int>(-300, 300)) / 100.0f;
+    const bool want_lse = in.coin();
+    Buf<Q> o0(T * qh * hd, in.pick(4));
+    Buf<float> lse0(want_lse ? T * qh : 0);
+    o0.fill(narrow<Q>(4321.0f));
+    lse0.fill(-7.0f);
+    const bool hostile = T > 0 && in.pick(3) == 2;
+    xk_kv_cache_desc ad = d;
+    std::vector<int64_t> actx = ctx, acu = cu;
+    std::vector<int32_t> atable = c.table;
+    int64_t a_qh = qh, a_T = T;
+    float a_scale = scale;
+    bool q_null = false;
+    const char* wrong = "";
+    if (hostile) {
+        const int64_t b = in.pick(static_cast<int>(d.batch));
+        switch (in.pick(7)) {
+            case 0: actx[b] = in.coin() ? c.cap + 1 : nq[b] - 1; wrong = "context_lens out of range"; break;
+            case 1:
+                if (d.layout == XK_KV_PAGED && nq[b] > 0) {
+                    atable[b * d.max_blocks_per_seq + in.pick(static_cast<int>((ctx[b] + d.block_size - 1) / d.block_size))] =
+                        in.coin() ? static_cast<int32_t>(d.num_blocks) : -5;
+                    wrong = "block index past the pool";
+                    break;
+                }
+                [[fallthrough]];
+            case 2: a_qh = qh + 1; wrong = "q_heads not a multiple of kv_heads"; break;
+            case 3:
+                if (T > 0) { q_null = true; wrong = "q null"; break; }
+                [[fallthrough]];
+            case 4: a_T = T + 1; wrong = "cu_seqlens_q[batch] != q_tokens"; break;
+            case 5: a_scale = in.coin() ? kInf : kNaN; wrong = "scale not finite"; break;
+            default: { const int v = in.bad_enum(2); std::memcpy(&ad.dtype, &v, sizeof v); wrong = "cache dtype unknown"; break; }
+        }
+    }
+    Buf<Q> o = o0;
+    Buf<float> lse = lse0;
+    const xk_status s = fz::timed(what, [&] {
+        if constexpr (qbf)
+            return xk_cached_attention_bf16(&ad, kc.data(), vc.data(), atable.empty() ? nullptr : atable.data(), a_T, a_qh,
+                                            q_null ? nullptr : q.data(), o.data(), want_lse ? lse.data() : nullptr, acu.data(),
+                                            actx.data(), a_scale);
+        else
+            return xk_cached_attention_f32(&ad, kc.data(), vc.data(), atable.empty() ? nullptr : atable.data(), a_T, a_qh,
+                                           q_null ? nullptr : q.data(), o.data(), want_lse ? lse.data() : nullptr, acu.data(),
+                                           actx.data(), a_scale);
+    });
+    if (hostile) {
+        fz::expect_rejected(s, what, wrong);
+        fz::expect_unchanged(o, o0.snapshot(), what, "o");
+        fz::expect_unchanged(lse, lse0.snapshot(), what, "lse");
+        return;
+    }
+    fz::expect_ok(s, what);
+    fz::expect_guards(o, what, "o");
+    fz::expect_guards(lse, what, "lse");
+    const char* cap_name = "";
+    current_cap(&cap_name);
+    const double sc = scale == 0.0f ? static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))) : scale;
+    std::vector<double> qr(hd), orow;
+    for (int64_t b = 0; b < d.batch; ++b)
+        for (int64_t i = 0; i < nq[b]; ++i) {
+            const int64_t tok = cu[b] + i, p = ctx[b] - nq[b] + i;
+            for (int64_t h = 0; h < qh; ++h) {
+                const int64_t kh = h / group;
+                for (int64_t e = 0; e < hd; ++e) qr[e] = widen(q[(tok * qh + h) * hd + e]);
+                double l = 0, err = 0, vmax = 0;
+                int64_t seen = 0;
+                oracle_row(
+                    qr, ctx[b], hd, sc, [&](int64_t j, int64_t e) { return (double)widen(km[cache_off(c, b, kh, j) + e]); },
+                    [&](int64_t j, int64_t e) { return (double)widen(vm[cache_off(c, b, kh, j) + e]); },
+                    [&](int64_t j) { return j <= p; }, [](int64_t) { return 0.0; }, orow, l, err, vmax, seen);
+                check_row<Q>(what, o.data() + (tok * qh + h) * hd, want_lse ? lse.data() + tok * qh + h : nullptr, orow, l, err,
+                             vmax, seen, hd, cap_name);
+            }
+        }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    fz::init_once();
+    In in(data, size);
+    const auto& isas = fz::isas();
+    fz::set_cap(isas.back());
+    xk_set_num_threads(1);
+    for (int calls = 0; calls < 8 && in.more(); ++calls) {
+        switch (in.pick(8)) {
+            case 0: fz::set_cap(isas[in.pick(static_cast<int>(isas.size()))]); break;
+            case 1: fz::expect_ok(fz::timed("xk_set_num_threads", [&] { return xk_set_num_threads(1 + in.pick(2)); }), "xk_set_num_threads"); break;
+            case 2: op_sdpa<float>(in); break;
+            case 3: op_sdpa<uint16_t>(in); break;
+            case 4: op_cache<float, float>(in); break;
+            case 5: op_cache<uint16_t, float>(in); break;
+            case 6: op_cache<uint16_t, uint16_t>(in); break;
+            default: op_cache<float, uint16_t>(in); break;
+        }
+    }
+    return 0;
+}
