@@ -297,6 +297,34 @@ TEST(Woq, AmxProducerLayout) {
             }
 }
 
+// WoqCompute::int8 with enough column blocks to split over threads: every worker reads the calling
+// thread's quantized activations (a device bench at 16 threads crashed when each worker named its
+// own, empty thread_local copy). Bit for bit against one thread.
+TEST(Woq, Int8ComputeSplitOverThreads) {
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4}) {
+        const int64_t N = 2048 + 16, K = 256, M = 3;
+        Weight w = make_weight(N, K, t, 128, false, 77);
+        std::vector<float> A(static_cast<size_t>(M * K));
+        std::mt19937_64 g(5);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (auto& v : A) v = u(g);
+        WoqDesc d;
+        d.M = M, d.N = N, d.K = K, d.weight_type = t, d.compute = WoqCompute::int8;
+        std::vector<float> ref;
+        for (int th : {1, 2, 5}) {
+            set_num_threads(th);
+            std::vector<float> C(static_cast<size_t>(M * N), -7.0f);
+            WoqPlan p(d);
+            p.run({A.data(), C.data(), nullptr}, w.packed);
+            if (ref.empty())
+                ref = C;
+            else
+                EXPECT_EQ(C, ref) << "threads " << th << " " << p.impl_name();
+        }
+        set_num_threads(0);
+    }
+}
+
 // WoqCompute::int8: every ISA's selection bit for bit against the reference (the scalar cap; the
 // integer sums are exact), 1 and 2 threads; the reference against the exact double product within
 // the activation quantization's bound: |error| <= (max_k |x[m,k]| / 254) * sum_k |w[n,k]| (+ fp32).

@@ -171,7 +171,10 @@ public:
     void run(const WoqCall& c) const override {
         const WoqSpec& s = s_;
         const WoqPacked& w = *c.w;
-        static thread_local XQ xq;
+        // The caller's quantized rows: a reference, so the workers below read this thread's buffer
+        // (naming the thread_local inside the lambda would give each worker its own, empty one).
+        static thread_local XQ xq_tls;
+        XQ& xq = xq_tls;
         prep(s, c, xq);
         const bool u4 = s.wtype == WoqWeightType::u4;
         const int64_t ldq = xq.ldq;
