@@ -83,8 +83,8 @@ constexpr int64_t kChunkBytes = 1 << 20;  // packed B per chunk (L2)
 constexpr int64_t kMaxChunk = 16;         // column blocks per task (their accumulators: 64 KiB)
 constexpr int64_t kKSteps = 8;            // k steps per K block (A: 32 x 256 bf16, 16 KiB)
 
-// Experiment overrides, read once: XK_AMX_ORDER / XK_AMX_PF (the tile kernel's instruction order
-// and B prefetch distance in k steps, see JitAmxTile), XK_AMX_KSTEPS (k steps per K block, default kKSteps) and
+// Experiment overrides, read once: XK_AMX_PF (the tile kernel's B prefetch distance in k steps, see
+// JitAmxTile), XK_AMX_KSTEPS (k steps per K block, default kKSteps) and
 // XK_AMX_PACKA (0: A in place wherever possible, 1: always packed, default: packed when the rows'
 // stride is a multiple of 2 KiB, where in place rows meet in a few L1 sets).
 int64_t env_int(const char* name, int64_t def) {
@@ -93,10 +93,6 @@ int64_t env_int(const char* name, int64_t def) {
 }
 int64_t k_steps() {
     static const int64_t v = std::max<int64_t>(1, env_int("XK_AMX_KSTEPS", kKSteps));
-    return v;
-}
-int64_t amx_order() {
-    static const int64_t v = env_int("XK_AMX_ORDER", 0);
     return v;
 }
 int64_t amx_prefetch() {
@@ -168,14 +164,11 @@ public:
         L(l_zero);
         for (int t = 0; t < 4; ++t) tilezero(Tmm(t));
         L(l_go);
-        // Experiment switches (amx_order / amx_prefetch): 0 = the four loads, then the four
-        // products; 1 = loads interleaved with the products (A1 loads while C00 computes).
-        // Prefetch: the B k step `pf` steps ahead into L1, 8 lines beside each product (B streams
-        // from L2: 2 KiB per four products). Device Xeon, bf16 paired rows, one run: prefetch 2
+        // B streams from L2 (2 KiB per four products): the k step `pf` steps ahead is prefetched
+        // into L1, 8 lines beside each product. Device Xeon, bf16 paired rows, one run: distance 2
         // took 16 threads from 0.99 / 1.32x oneDNN to 1.24 / 1.48x at 1024^3 / 2048^3 and the BERT
-        // shapes from 0.70-0.84x to 0.80-0.91x; the interleaved order and distances 1 / 4 were no
-        // better within the host's noise (order 0, distance 2 are the defaults).
-        const int order = static_cast<int>(amx_order());
+        // shapes from 0.70-0.84x to 0.80-0.91x; distances 1 / 4 and loads interleaved with the
+        // products were no better within the host's noise (XK_AMX_PF: the distance, 0 = off).
         const int pf = static_cast<int>(amx_prefetch());
         auto step = [&](const Reg64& a0, const Reg64& a1, int a1_off, const Reg64& stride, bool main) {
             auto dp = [&](const Tmm& c, const Tmm& a, const Tmm& b) {
@@ -191,33 +184,18 @@ public:
                 if (main && pf > 0)
                     for (int l = 0; l < 8; ++l, ++q) prefetcht0(ptr[rB + pf * kStepBytes + q * 64]);
             };
-            if (order == 1) {
-                tileloadd(tmm4, ptr[a0 + stride]);
-                tileloadd(tmm6, ptr[rB + rax]);
-                tileloadd(tmm7, ptr[rB + rax + 1024]);
-                dp(tmm0, tmm4, tmm6);
-                pref();
-                tileloadd(tmm5, ptr[a1 + stride + a1_off]);
-                dp(tmm1, tmm4, tmm7);
-                pref();
-                dp(tmm2, tmm5, tmm6);
-                pref();
-                dp(tmm3, tmm5, tmm7);
-                pref();
-            } else {
-                tileloadd(tmm4, ptr[a0 + stride]);
-                tileloadd(tmm6, ptr[rB + rax]);
-                tileloadd(tmm5, ptr[a1 + stride + a1_off]);
-                tileloadd(tmm7, ptr[rB + rax + 1024]);
-                dp(tmm0, tmm4, tmm6);
-                pref();
-                dp(tmm1, tmm4, tmm7);
-                pref();
-                dp(tmm2, tmm5, tmm6);
-                pref();
-                dp(tmm3, tmm5, tmm7);
-                pref();
-            }
+            tileloadd(tmm4, ptr[a0 + stride]);
+            tileloadd(tmm6, ptr[rB + rax]);
+            tileloadd(tmm5, ptr[a1 + stride + a1_off]);
+            tileloadd(tmm7, ptr[rB + rax + 1024]);
+            dp(tmm0, tmm4, tmm6);
+            pref();
+            dp(tmm1, tmm4, tmm7);
+            pref();
+            dp(tmm2, tmm5, tmm6);
+            pref();
+            dp(tmm3, tmm5, tmm7);
+            pref();
             add(rB, kStepBytes);
         };
         mov(eax, 64);  // B tiles: 64-byte rows
