@@ -30,6 +30,9 @@
 //                     an eltwise_gelu_erf post-op)
 //   <MxNxK>_paired    bf16 (xk only), the issue shapes but 4096^3 (quick: 384x3072x768): xk's bf16,
 //                     xk's f32 and oneDNN's bf16 called in turn in one loop (below)
+//   <MxNxK>_vs_onednn[_prepacked]  bf16 and u8s8s32, the `_paired` shapes: xk and oneDNN called in
+//                     turn in one loop (xk/onednn = the ratio of that loop); plain B (both pack per
+//                     call) or prepacked (xk's PackedB, oneDNN's weights reordered once)
 //   <MxNxK>_decode_<layout>  decode, M = 1 and 16, weights from DRAM (below)
 //   peak/f32/xk/read/threads:<t>  the read bandwidth of the decode rows' BW% (below)
 //
@@ -658,6 +661,87 @@ void bench_bf16_paired(benchmark::State& state, Kind, Shape s, int threads) {
 
 // ---- registration of the compute rows ---------------------------------------------------------------
 
+// ---- bf16 / u8s8s32 against oneDNN, interleaved (`_vs_onednn[_prepacked]`) -----------------------
+// xk and oneDNN called in turn in one timing loop (this host's rates drift between rows; the ratio
+// of one loop does not). Plain: B given plain to both (each packs / reorders it per call);
+// prepacked: xk's PackedB beside oneDNN's weights reordered once to its preferred layout.
+void bench_lp_paired(benchmark::State& state, Kind k, Shape s, int threads, bool prepacked) {
+    using clock = std::chrono::steady_clock;
+    xb::set_threads(threads);
+    Data& d = data(k, s);
+    const xk::GemmPlan plan(xk_desc(k, s));
+    COut Cx(k, s), Co(k, s);
+    xk::GemmArgs ax = xk_args(k, d, Cx.ptr());
+    xk::PackedB w;
+    if (prepacked) {
+        w = plan.pack_b(ax.B);
+        ax.B = nullptr;
+    }
+    const dt at = k == Kind::bf16 ? dt::bf16 : dt::u8, bt = k == Kind::bf16 ? dt::bf16 : dt::s8;
+    const dt ct = k == Kind::u8s8s32 ? dt::s32 : dt::f32;
+    std::string onednn_impl;
+    try {
+        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+        dnnl::stream strm(eng);
+        const dnnl::memory::desc a_md({s.M, s.K}, at, tag::ab), b_plain({s.K, s.N}, bt, tag::ab),
+            b_any({s.K, s.N}, bt, prepacked ? tag::any : tag::ab), c_md({s.M, s.N}, ct, tag::ab);
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), eng);
+        onednn_impl = pd.impl_info_str();
+        const xk::GemmArgs a0 = xk_args(k, d, nullptr);
+        dnnl::memory am(a_md, eng, const_cast<void*>(a0.A)), plain(b_plain, eng, const_cast<void*>(a0.B));
+        dnnl::memory cm(c_md, eng, Co.ptr()), bm = plain;
+        if (pd.weights_desc() != b_plain) {
+            bm = dnnl::memory(pd.weights_desc(), eng);
+            dnnl::reorder(plain, bm).execute(strm, plain, bm);
+            strm.wait();
+        }
+        const dnnl::matmul prim(pd);
+        const std::unordered_map<int, dnnl::memory> margs = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+        auto run_x = [&] { prepacked ? plan.run(ax, w) : plan.run(ax); };
+        auto run_o = [&] {
+            prim.execute(strm, margs);
+            strm.wait();
+        };
+        run_x();
+        run_o();
+        // the check: int8 exact, bf16 within 1e-4 |C|max (summation order)
+        double max_err = 0, max_ref = 0;
+        for (size_t i = 0; i < size_t(s.M * s.N); ++i) {
+            const double x = k == Kind::bf16 ? double(Cx.f[i]) : double(Cx.i[i]);
+            const double o = k == Kind::bf16 ? double(Co.f[i]) : double(Co.i[i]);
+            max_err = std::max(max_err, std::fabs(x - o));
+            max_ref = std::max(max_ref, std::fabs(o));
+        }
+        if (max_err > (k == Kind::bf16 ? 1e-4 * std::max(1.0, max_ref) : 0.0)) {
+            state.SkipWithError(("result differs from oneDNN's: max |diff| = " + std::to_string(max_err)).c_str());
+            return;
+        }
+        double tx = 0, to = 0;
+        for (auto _ : state) {
+            const auto t0 = clock::now();
+            run_x();
+            const auto t1 = clock::now();
+            run_o();
+            const auto t2 = clock::now();
+            const double x = std::chrono::duration<double>(t1 - t0).count();
+            tx += x;
+            to += std::chrono::duration<double>(t2 - t1).count();
+            state.SetIterationTime(x);
+            benchmark::ClobberMemory();
+        }
+        const double n = double(state.iterations()), gf = s.flops() * 1e-9;
+        if (n > 0) {
+            state.counters["GFLOPS"] = gf * n / tx;
+            state.counters["ONEDNN_GFLOPS"] = gf * n / to;
+            state.counters["xk/onednn"] = to / tx;
+        }
+    } catch (const dnnl::error& e) {
+        state.SkipWithError((std::string("oneDNN: ") + e.what()).c_str());
+        return;
+    }
+    state.SetLabel(std::string(plan.impl_name()) + " | onednn " + onednn_impl);
+}
+
 using BenchFn = void (*)(benchmark::State&, Kind, Shape, int);
 
 std::string row_name(Kind k, const std::string& provider, const Shape& s, const std::string& suffix, int threads) {
@@ -717,6 +801,16 @@ bool register_all() {
                                          [=](benchmark::State& st) { bench_bf16_paired(st, Kind::bf16, s, threads); })
                 ->UseManualTime()
                 ->Unit(benchmark::kMillisecond);
+    for (Kind k : {Kind::bf16, Kind::u8s8s32})
+        for (bool pp : {false, true})
+            for (const Shape& s : pick(kIssue, {kFused}))
+                if (s.M < 4096)
+                    for (int threads : threads_list)
+                        benchmark::RegisterBenchmark(
+                            row_name(k, "xk", s, pp ? "_vs_onednn_prepacked" : "_vs_onednn", threads).c_str(),
+                            [=](benchmark::State& st) { bench_lp_paired(st, k, s, threads, pp); })
+                            ->UseManualTime()
+                            ->Unit(benchmark::kMillisecond);
     return true;
 }
 

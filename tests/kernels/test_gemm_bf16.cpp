@@ -150,6 +150,8 @@ bool ref_runs(const GemmDesc& d) {
 std::string want_impl(const GemmDesc& d) {
     if (ref_runs(d)) return "ref:scalar";
     if (max_isa() >= Isa::amx && d.M >= 32) return "amx:bf16";  // the tiles, from 32 rows up
+    // M 2..31: the tiles for a PackedB in their layout, the vector pick for a plain B
+    if (max_isa() >= Isa::amx && d.M >= 2 && !ref_preferred(d)) return "amx:bf16:decode";
     return gemv_runs(d) ? gemv_name() : isa_prefix();
 }
 
@@ -346,8 +348,9 @@ void run_case(const Case& c, bool pack = true, std::vector<int64_t> cols = {}) {
         GemmArgs a = p.args();
         a.B = nullptr;
         plan.run(a, w);
-        // (The decode kernel sums a plain B^T along k in 32 partial sums, a PackedB in k order.)
-        if (gemv_runs(c.desc()) && c.tb == Trans::T)
+        // (The decode kernel sums a plain B^T along k in 32 partial sums, a PackedB in k order;
+        // "amx:bf16:decode" runs the tiles for its PackedB, the vector kernel for a plain B.)
+        if ((gemv_runs(c.desc()) && c.tb == Trans::T) || want_impl(c.desc()) == "amx:bf16:decode")
             ASSERT_TRUE(p.check("packed B"));
         else
             ASSERT_TRUE(p.c_bytes() == one) << "packed B differs from unpacked: " << c.str();
@@ -592,8 +595,12 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                                     SCOPED_TRACE(c.str() + ", packed by M=" + std::to_string(packer_m) + ": " + w.layout());
                                     if (isa != Isa::scalar && w.layout() != plan.pack_b(p.B.data()).layout()) {
                                         // another plan's layout: the blocked kernel reads it
+                                        // (a vector layout in an "amx:bf16:decode" plan: the decode
+                                        // kernel of M <= 16 reads it first)
+                                        const bool dec = want_impl(c.desc()) == "amx:bf16:decode";
                                         const std::string want = amx_layout   ? std::string("amx:bf16:any")
-                                                                 : jit_layout ? isa_prefix() + (ref_runs(c.desc()) ? ":any" : "")
+                                                                 : jit_layout ? (dec && gemv_runs(c.desc()) ? gemv_name()
+                                                                                 : isa_prefix() + (ref_runs(c.desc()) ? ":any" : ""))
                                                                               : isa_prefix() + ":plain";
                                         EXPECT_EQ(layout_reader(c.desc(), w.layout()), want);
                                     }
@@ -685,6 +692,23 @@ constexpr bool kSanitized = true;  // the tall case at the top level only (TSan:
 #else
 constexpr bool kSanitized = false;
 #endif
+
+// K past the AMX kernel's K block (64 k steps = 2048): the C tiles parked and reloaded between
+// blocks, with a K tail, for the tiles from 32 rows up and the decode-sized tiles.
+TEST(GemmBf16, SeveralAmxKBlocks) {
+    for_each_isa([&](Isa isa) {
+        if (isa == Isa::scalar) return;
+        for (int64_t M : {int64_t(45), int64_t(9)}) {
+            Case c;
+            c.M = M, c.N = 40, c.K = 2 * 2048 + 37, c.tb = M == 9 ? Trans::T : Trans::N;
+            c.c = M == 9 ? DType::bf16 : DType::f32, c.bias = true, c.beta = 0.5f;
+            c.seed = 8100 + static_cast<uint64_t>(M);
+            SCOPED_TRACE(c.str());
+            run_case(c);
+            if (HasFatalFailure()) return;
+        }
+    });
+}
 
 TEST(GemmBf16, TallBf16COverSeveralKBlocks) {
     const Isa top = available_isas().back();

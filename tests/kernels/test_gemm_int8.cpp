@@ -321,7 +321,8 @@ TEST(GemmInt8, EveryIsaMatchesTheReference) {
 TEST(GemmInt8, ManyThreadsShareTheirPackedPanels) {
     const std::vector<std::array<int64_t, 3>> shapes =
         kSanitized ? std::vector<std::array<int64_t, 3>>{{60, 700, 130}, {200, 150, 140}}
-                   : std::vector<std::array<int64_t, 3>>{{100, 1000, 300}, {37, 2000, 64}, {300, 400, 520}, {513, 97, 700}};
+                   : std::vector<std::array<int64_t, 3>>{{100, 1000, 300}, {37, 2000, 64}, {300, 400, 520}, {513, 97, 700},
+                                                                   {40, 70, 4300}};  // (AMX: two K blocks)
     for_each_isa([&](Isa) {
         int idx = 0;
         for (const auto& sh : shapes)

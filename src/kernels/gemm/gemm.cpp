@@ -350,6 +350,7 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
             // AMX tiles (jit_gemm_amx.cpp): bf16 and int8 from 32 rows up; ":any" reads their
             // PackedB for any M.
             {"amx:bf16", Isa::amx, gemm_amx_bf16_supports, create_gemm_amx_bf16},
+            {"amx:bf16:decode", Isa::amx, gemm_amx_bf16_decode_supports, create_gemm_amx_bf16_decode},
             {"amx:bf16:any", Isa::amx, gemm_amx_bf16_any_supports, create_gemm_amx_bf16, /*selectable=*/false},
             {"amx:int8", Isa::amx, gemm_amx_int8_supports, create_gemm_amx_int8},
             {"amx:int8:any", Isa::amx, gemm_amx_int8_any_supports, create_gemm_amx_int8, /*selectable=*/false},

@@ -14,17 +14,20 @@
 // (K % 32 columns) copied into a zero-padded 2 KiB buffer, unless rows lie a multiple of 2 KiB
 // apart (K = 1024, 2048, ...: in place, a block's rows would meet in a few L1 sets); otherwise
 // (and for trans_a = T, the last rows) the block is packed [k step][32 rows][32 k], zero-padded.
-// The tile kernel keeps the four C tiles for K blocks of 8 k steps (A's 32 x 256 block stays in L1
-// while the task's column blocks pass) and parks their sums in per-thread 32 x 32 f32 buffers; a
-// generated AVX-512 epilogue (JitGemmBase::emit_epilogue: alpha, beta, bias, activation,
-// residual, bf16 rounding) writes C from them.
+// The tile kernel keeps the four C tiles for K blocks of 64 k steps (bf16 K 2048, int8 K 4096: the
+// whole K of most layers; A's 32-row block stays in L2 while the task's column blocks pass) and
+// parks their sums in per-thread 32 x 32 f32 buffers; a generated AVX-512 epilogue
+// (JitGemmBase::emit_epilogue: alpha, beta, bias, activation, residual, bf16 rounding) writes C
+// from them.
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
-// cores), fewer where that leaves some thread fewer than four tasks; the (chunk, 32-row block)
-// grid split over threads chunk-major, so a thread keeps its chunk of B in L2 while it walks the
-// row blocks. The tile state is configured once per thread per call and released at its end.
-// Measured on the device Xeon (16 cores, one run, plain B packed per call as oneDNN reorders it):
-// K blocks of 8, 16, 32 steps or none, A packed or in place, all within that host's noise.
+// cores). One thread: the (chunk, 32-row block) tasks chunk-major. Several: every thread one
+// rectangle of the (32-row block x column block) grid (tm x tn threads, the most even split, then
+// the least A + B traffic), walked chunk-major; its A block packed once per row block.
+// Measured on the device Xeon (16 cores, bench_gemm's `_vs_onednn` rows, one run each): the
+// rectangles against the earlier chunk-major task list took 16-thread bf16 from 0.89-1.36x oneDNN
+// to 0.97-1.49x; K blocks of 64 steps against 8 took 16-thread int8 from 0.77-1.13x to 0.81-1.35x
+// and bf16 from 0.98-1.40x to 0.96-1.56x (1 thread within the host's noise).
 
 #include <algorithm>
 #include <atomic>
@@ -81,7 +84,7 @@ constexpr int kBlk = 32;             // rows / columns of a C block, k per step
 constexpr int kStepBytes = 2048;     // one k step of a packed B block (two tiles)
 constexpr int64_t kChunkBytes = 1 << 20;  // packed B per chunk (L2)
 constexpr int64_t kMaxChunk = 16;         // column blocks per task (their accumulators: 64 KiB)
-constexpr int64_t kKSteps = 8;            // k steps per K block (A: 32 x 256 bf16, 16 KiB)
+constexpr int64_t kKSteps = 64;           // k steps per K block (A: 32 x 2048 bf16, 128 KiB)
 
 // Experiment overrides, read once: XK_AMX_PF (the tile kernel's B prefetch distance in k steps, see
 // JitAmxTile), XK_AMX_KSTEPS (k steps per K block, default kKSteps) and
@@ -98,6 +101,13 @@ int64_t k_steps() {
 int64_t amx_prefetch() {
     static const int64_t v = env_int("XK_AMX_PF", 2);
     return v;
+}
+// XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles; default: rectangles when several
+// threads share the call (see AmxGemm::run).
+bool grid_2d(int64_t threads, int64_t mblocks) {
+    static const int64_t v = env_int("XK_AMX_GRID", -1);
+    if (v >= 0) return v != 0;
+    return threads > 1 && mblocks > 0;
 }
 int64_t pack_a_mode() {
     static const int64_t v = env_int("XK_AMX_PACKA", -1);
@@ -631,7 +641,28 @@ public:
             }
         }
 
-        parallel_for(nchunks * mblocks, 1, [&](int64_t t0, int64_t t1) {
+        // The grid: per-thread rectangles (2-D: tm x tn threads over the 32-row blocks x the
+        // column blocks, every thread one rectangle walked chunk-major) or the 1-D task list
+        // (nchunks x mblocks tasks, chunk-major over threads).
+        int64_t tm = 1, tn = 1;
+        const bool grid2d = grid_2d(threads, mblocks);
+        if (grid2d) {
+            int64_t best = -1, best_traffic = 0;
+            const int64_t a_bytes = M * K * es_, b_bytes = block_bytes * nblocks_;
+            for (int64_t i = 1; i <= std::min<int64_t>(threads, mblocks); ++i) {
+                const int64_t j = std::min<int64_t>(nblocks_, threads / i);
+                const int64_t work = ((mblocks + i - 1) / i) * ((nblocks_ + j - 1) / j);
+                const int64_t traffic = j * a_bytes + i * b_bytes;
+                if (best < 0 || work < best || (work == best && traffic < best_traffic)) {
+                    best = work;
+                    best_traffic = traffic;
+                    tm = i;
+                    tn = j;
+                }
+            }
+        }
+        const int64_t ntasks = grid2d ? tm * tn : nchunks * mblocks;
+        parallel_for(ntasks, 1, [&](int64_t t0, int64_t t1) {
             // A worker's buffers: the packed A block (slot 0), the K tail of an A block read in
             // place and the f32 tile of the requantizing store (slot 1), the accumulators of a
             // task's column blocks (slot 4), the int8 row terms of the block.
@@ -646,8 +677,9 @@ public:
                 const TileCode& tc;
                 ~Release() { tc.release(); }
             } rel{tc};
-            for (int64_t t = t0; t < t1; ++t) {
-                const int64_t chunk = t / mblocks, mb = t % mblocks;
+            int64_t a_packed_mb = -1, rowc_mb = -1;  // the row block a_pack / rowc hold (a thread's
+                                                      // tasks of one row block share them)
+            auto block_task = [&](int64_t mb, int64_t nb0, int64_t nb1) {
                 const int64_t m0 = mb * kBlk, rows = std::min<int64_t>(kBlk, M - m0);
                 // A of the block: in place (stride lda) with its K tail packed, or packed whole.
                 const uint8_t* a_base;
@@ -669,8 +701,11 @@ public:
                     // Packed: k step kb's two tiles contiguous, [kb][32 rows][64 bytes] (rows 64 bytes
                     // apart: every row of a step in its own L1 set), zeros beyond M and K.
                     uint8_t* buf = a_pack;
-                    if (rows < kBlk || krem) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
-                    if (!at) {
+                    const bool fresh = a_packed_mb != mb;
+                    a_packed_mb = mb;
+                    if (fresh && (rows < kBlk || krem)) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
+                    if (!fresh) {
+                    } else if (!at) {
                         for (int64_t r = 0; r < rows; ++r) {
                             const uint8_t* src = A + (m0 + r) * lda_b;
                             for (int64_t kb = 0; kb < kfull; ++kb) std::memcpy(buf + kb * kStepBytes + r * 64, src + kb * 64, 64);
@@ -692,7 +727,8 @@ public:
                     a_step = kStepBytes;
                     a_steps = nkb_;
                 }
-                if (int8_) {
+                if (int8_ && rowc_mb != mb) {
+                    rowc_mb = mb;
                     // Row terms: -zb * sum_k a[m][k] (only with a B zero point).
                     for (int64_t r = 0; r < kBlk; ++r) {
                         int32_t rs = 0;
@@ -711,7 +747,6 @@ public:
                         rowc[r] = static_cast<int32_t>(0u - static_cast<uint32_t>(zb) * static_cast<uint32_t>(rs));
                     }
                 }
-                const int64_t nb0 = chunk * per_chunk, nb1 = std::min(nblocks_, nb0 + per_chunk);
                 if (lazy) {
                     // the chunk's blocks: claim and pack the free ones, then wait for the others
                     for (int pass = 0; pass < 2; ++pass)
@@ -736,7 +771,7 @@ public:
                             while (f.load(std::memory_order_acquire) != 2) _mm_pause();
                         }
                 }
-                // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in L1 while the
+                // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
                 const int64_t ks = k_steps();
@@ -782,6 +817,19 @@ public:
                     if (requant)
                         int8_requant(tmp, rows, ncols, inv, czp, lo, hi, s_.c_type == DType::s8, c_blk, s_.ldc);
                 }
+            };
+            for (int64_t t = t0; t < t1; ++t) {
+                if (!grid2d) {
+                    const int64_t chunk = t / mblocks, nb0 = chunk * per_chunk;
+                    block_task(t % mblocks, nb0, std::min(nblocks_, nb0 + per_chunk));
+                    continue;
+                }
+                const int64_t i = t / tn, j = t % tn;
+                const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
+                const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
+                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                for (int64_t nb0 = n_lo; nb0 < n_hi; nb0 += pc)
+                    for (int64_t mb = m_lo; mb < m_hi; ++mb) block_task(mb, nb0, std::min(n_hi, nb0 + pc));
             }
         });
     }
@@ -813,6 +861,37 @@ bool gemm_amx_bf16_supports(const GemmSpec& s) {
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
     if (!gemm_amx_bf16_any_supports(s)) throw Error(Status::unsupported, "gemm amx bf16: " + s.key() + " is not supported");
     return std::make_shared<AmxGemm>(s);
+}
+
+// Decode-sized M (2..31) with bf16: the tiles run when B comes packed in their layout (a plan's
+// pack_b), where the vector kernels are FMA-bound from M = 16 up; a plain B runs the vector kernel
+// the avx512_bf16 cap would select (packing B per call would triple the weight traffic of a
+// weight-streaming call).
+namespace {
+class AmxDecode final : public GemmKernel {
+public:
+    explicit AmxDecode(const GemmSpec& s)
+        : amx_(std::make_shared<AmxGemm>(s)), vec_(gemm_registry().get(s, gemm_registry().select(s, Isa::avx512_bf16)).kernel) {}
+    void run(const GemmCall& call) const override { (call.packed_b ? static_cast<const GemmKernel&>(*amx_) : *vec_).run(call); }
+    std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return amx_->pack_b(B); }
+    std::string packed_layout() const override { return amx_->packed_layout(); }
+
+private:
+    std::shared_ptr<const AmxGemm> amx_;
+    std::shared_ptr<const GemmKernel> vec_;
+};
+}  // namespace
+
+bool gemm_amx_bf16_decode_supports(const GemmSpec& s) {
+    static const bool on = env_int("XK_AMX_DECODE", 1) != 0;  // (XK_AMX_DECODE=0: the vector kernels)
+    return on && gemm_amx_bf16_any_supports(s) && s.M >= 2 && s.M < kBlk && !gemm_bf16_ref_preferred(s) &&
+           isa_supported(Isa::avx512_bf16);
+}
+
+std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s) {
+    if (!gemm_amx_bf16_decode_supports(s))
+        throw Error(Status::unsupported, "gemm amx bf16 decode: " + s.key() + " is not supported");
+    return std::make_shared<AmxDecode>(s);
 }
 
 bool gemm_amx_int8_any_supports(const GemmSpec& s) {
