@@ -5,7 +5,7 @@
 #   2. ASan + UBSan build: every test;
 #   3. TSan build (std::thread parallel-for backend): every test;
 #   4. fuzz build (clang, libFuzzer + ASan + UBSan): every tests/fuzz target for XK_FUZZ_SECONDS
-#      (default 20) from its seed corpus (tests/fuzz/README.md: running them longer);
+#      (default 15) from its seed corpus (tests/fuzz/README.md: running them longer);
 #   5. python: the Python package's tests (python/tests, pytest) against the Release libxk, in a
 #      venv outside the clone (scripts/test_python.sh: created once with pytest, numpy and PyTorch
 #      — the CPU-only wheel, or PyPI's default torch where download.pytorch.org is unreachable).
@@ -33,7 +33,7 @@ for cfg in $CONFIGS; do
   cmake --build "build/$cfg" -j"$JOBS"
   echo "==================== $cfg: tests ===================="
   if [[ $cfg == fuzz ]]; then
-    bash tests/fuzz/run.sh "${XK_FUZZ_SECONDS:-20}"
+    bash tests/fuzz/run.sh "${XK_FUZZ_SECONDS:-15}"
   else
     ctest --test-dir "build/$cfg" --output-on-failure -j1
   fi
