@@ -9,11 +9,12 @@
 // magnitude (docs/gemm.md).
 //
 // B is packed once (GemmPlan::pack_b, or per call into the calling thread's buffer) into the tile layout: 32-column blocks, each
-// ceil(K/32) k steps of two 1 KiB tiles [k-pair][16 columns][2], zero-padded in K and N. A is read
-// in place by the tile loads (stride lda) for trans_a = N in full 32-row blocks, with its K tail
-// (K % 32 columns) copied into a zero-padded 2 KiB buffer, unless rows lie a multiple of 2 KiB
-// apart (K = 1024, 2048, ...: in place, a block's rows would meet in a few L1 sets); otherwise
-// (and for trans_a = T, the last rows) the block is packed [k step][32 rows][32 k], zero-padded.
+// ceil(K/32) k steps of two 1 KiB tiles [k-pair][16 columns][2], zero-padded in K and N. A's
+// 32-row block is packed [k step][32 rows][32 k] (zero-padded), once per row block by each thread
+// that works on it: contiguous tile loads beat strided ones from A in place (device Xeon, one
+// run, prepacked rows: bf16 at 16 threads 0.98-1.59x oneDNN in place, 1.21-1.54x packed; int8 K =
+// 1024 in place meets few L1 sets). XK_AMX_PACKA=0 reads A in place where it can (trans_a = N,
+// full 32-row blocks, the K tail copied to a zero-padded 2 KiB buffer).
 // The tile kernel keeps the four C tiles for K blocks of 64 k steps (bf16 K 2048, int8 K 4096: the
 // whole K of most layers; A's 32-row block stays in L2 while the task's column blocks pass) and
 // parks their sums in per-thread 32 x 32 f32 buffers; a generated AVX-512 epilogue
@@ -31,6 +32,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -88,8 +91,8 @@ constexpr int64_t kKSteps = 64;           // k steps per K block (A: 32 x 2048 b
 
 // Experiment overrides, read once: XK_AMX_PF (the tile kernel's B prefetch distance in k steps, see
 // JitAmxTile), XK_AMX_KSTEPS (k steps per K block, default kKSteps) and
-// XK_AMX_PACKA (0: A in place wherever possible, 1: always packed, default: packed when the rows'
-// stride is a multiple of 2 KiB, where in place rows meet in a few L1 sets).
+// XK_AMX_PACKA (0: A in place wherever possible, 1 (default): always packed, -1: packed when the
+// rows' stride is a multiple of 2 KiB, the earlier default).
 int64_t env_int(const char* name, int64_t def) {
     const char* v = std::getenv(name);
     return v && *v ? std::atoll(v) : def;
@@ -109,8 +112,51 @@ bool grid_2d(int64_t threads, int64_t mblocks) {
     if (v >= 0) return v != 0;
     return threads > 1 && mblocks > 0;
 }
+// XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
+// printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
+// configuration, A packing + row terms, B packing / waiting, the tile products, the stores, the
+// release, a thread's region (mean and the slowest thread's).
+struct AmxProfile {
+    enum { call, fork, cfg, apack, bpack, tiles, epi, rel, region, region_max, calls, thr, n };
+    std::atomic<uint64_t> v[n] = {};
+    static bool on() {
+        static const bool b = env_int("XK_AMX_PROFILE", 0) != 0;
+        return b;
+    }
+    static AmxProfile& get() {
+        static AmxProfile* p = [] {
+            auto* q = new AmxProfile;
+            std::atexit([] { get().print(); });
+            return q;
+        }();
+        return *p;
+    }
+    void add(int i, uint64_t x) { v[i].fetch_add(x, std::memory_order_relaxed); }
+    void max(int i, uint64_t x) {
+        uint64_t c = v[i].load(std::memory_order_relaxed);
+        while (x > c && !v[i].compare_exchange_weak(c, x, std::memory_order_relaxed)) {
+        }
+    }
+    void print() const {
+        const uint64_t nc = v[calls].load(), nt = v[thr].load();
+        if (!nc || !nt) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t c0 = __rdtsc();
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) {
+        }
+        const double ghz = double(__rdtsc() - c0) / std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        auto us = [&](int i, uint64_t d) { return double(v[i].load()) / double(d) / ghz / 1000.0; };
+        std::fprintf(stderr,
+                     "[xk amx profile] %llu calls, %.1f threads/call, us per call: call %.1f | per thread: fork %.1f cfg %.2f "
+                     "apack %.2f bpack %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
+                     "calls %.1f)\n",
+                     static_cast<unsigned long long>(nc), double(nt) / double(nc), us(call, nc), us(fork, nt), us(cfg, nt),
+                     us(apack, nt), us(bpack, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
+    }
+};
+
 int64_t pack_a_mode() {
-    static const int64_t v = env_int("XK_AMX_PACKA", -1);
+    static const int64_t v = env_int("XK_AMX_PACKA", 1);
     return v;
 }
 
@@ -662,7 +708,19 @@ public:
             }
         }
         const int64_t ntasks = grid2d ? tm * tn : nchunks * mblocks;
+        const bool prof = AmxProfile::on();
+        const uint64_t call_t0 = prof ? __rdtsc() : 0;
+        std::atomic<uint64_t> region_max{0};
         parallel_for(ntasks, 1, [&](int64_t t0, int64_t t1) {
+            uint64_t pt[AmxProfile::n] = {};
+            uint64_t tnow = prof ? __rdtsc() : 0, tregion = tnow;
+            if (prof) pt[AmxProfile::fork] = tnow - call_t0;
+            auto lap = [&](int phase) {
+                if (!prof) return;
+                const uint64_t x = __rdtsc();
+                pt[phase] += x - tnow;
+                tnow = x;
+            };
             // A worker's buffers: the packed A block (slot 0), the K tail of an A block read in
             // place and the f32 tile of the requantizing store (slot 1), the accumulators of a
             // task's column blocks (slot 4), the int8 row terms of the block.
@@ -673,10 +731,28 @@ public:
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
             int32_t rowc[kBlk] = {};
             tc.configure(&tile_config());
+            lap(AmxProfile::cfg);
             struct Release {
                 const TileCode& tc;
-                ~Release() { tc.release(); }
-            } rel{tc};
+                bool prof;
+                uint64_t* pt;
+                uint64_t tregion;
+                std::atomic<uint64_t>& region_max;
+                ~Release() {
+                    const uint64_t x = prof ? __rdtsc() : 0;
+                    tc.release();
+                    if (!prof) return;
+                    const uint64_t y = __rdtsc();
+                    pt[AmxProfile::rel] = y - x;
+                    pt[AmxProfile::region] = y - tregion;
+                    AmxProfile& P = AmxProfile::get();
+                    for (int i = AmxProfile::fork; i <= AmxProfile::region; ++i) P.add(i, pt[i]);
+                    P.add(AmxProfile::thr, 1);
+                    uint64_t c = region_max.load(std::memory_order_relaxed);
+                    while (pt[AmxProfile::region] > c && !region_max.compare_exchange_weak(c, pt[AmxProfile::region])) {
+                    }
+                }
+            } rel{tc, prof, pt, tregion, region_max};
             int64_t a_packed_mb = -1, rowc_mb = -1;  // the row block a_pack / rowc hold (a thread's
                                                       // tasks of one row block share them)
             auto block_task = [&](int64_t mb, int64_t nb0, int64_t nb1) {
@@ -747,6 +823,7 @@ public:
                         rowc[r] = static_cast<int32_t>(0u - static_cast<uint32_t>(zb) * static_cast<uint32_t>(rs));
                     }
                 }
+                lap(AmxProfile::apack);
                 if (lazy) {
                     // the chunk's blocks: claim and pack the free ones, then wait for the others
                     for (int pass = 0; pass < 2; ++pass)
@@ -771,6 +848,7 @@ public:
                             while (f.load(std::memory_order_acquire) != 2) _mm_pause();
                         }
                 }
+                lap(AmxProfile::bpack);
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
@@ -790,6 +868,7 @@ public:
                         tc.fn(&ta);
                     }
                 }
+                lap(AmxProfile::tiles);
                 for (int64_t nb = nb0; nb < nb1; ++nb) {
                     const int64_t n0 = nb * kBlk;
                     const int ncols = static_cast<int>(std::min<int64_t>(kBlk, s_.N - n0));
@@ -817,6 +896,7 @@ public:
                     if (requant)
                         int8_requant(tmp, rows, ncols, inv, czp, lo, hi, s_.c_type == DType::s8, c_blk, s_.ldc);
                 }
+                lap(AmxProfile::epi);
             };
             for (int64_t t = t0; t < t1; ++t) {
                 if (!grid2d) {
@@ -832,6 +912,12 @@ public:
                     for (int64_t mb = m_lo; mb < m_hi; ++mb) block_task(mb, nb0, std::min(n_hi, nb0 + pc));
             }
         });
+        if (prof) {
+            AmxProfile& P = AmxProfile::get();
+            P.add(AmxProfile::call, __rdtsc() - call_t0);
+            P.add(AmxProfile::region_max, region_max.load());
+            P.add(AmxProfile::calls, 1);
+        }
     }
 
 private:
