@@ -435,6 +435,7 @@ TEST(GemmBf16, EveryEpilogueWithOneAndSeveralKBlocks) {
                     for (int res : {0, 1, 2})
                         for (float beta : {0.0f, 1.0f, -0.5f}) {
                             ++idx;
+                            if (xk::test::kTsanSweep && idx % 3 != 0) continue;  // (TSan: a third)
                             Case c;
                             c.M = 19, c.N = 47, c.K = K;  // 14 + 5 / 3 x 6 + 1 rows, 32 + 15 / 2 x 16 + 15 columns
                             c.c = ct, c.act = act, c.res = res, c.beta = beta;
@@ -561,6 +562,7 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                     for (Trans tb : {Trans::N, Trans::T})
                         for (int64_t K : {int64_t(50), k_multi()}) {
                             if (packer_m == 1 && K == 50) continue;  // (time)
+                            if (xk::test::kTsanSweep && (N == 12 || tb == Trans::T)) continue;  // (TSan: a quarter)
                             ++idx;
                             Case pc;
                             pc.M = packer_m, pc.N = N, pc.K = K, pc.tb = tb, pc.pad_b = idx % 2 ? 3 : 0;

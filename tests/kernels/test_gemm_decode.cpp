@@ -284,6 +284,7 @@ TEST(GemmDecode, SweepShapesTransposesLeadingDimensions) {
             for (const auto& [N, K] : nk) {
                 for (Trans tb : {Trans::T, Trans::N}) {
                     ++idx;
+                    if (xk::test::kTsanSweep && idx % 3 != 0) continue;  // (TSan, looking for races: a third)
                     Case c;
                     c.d.M = 1 + (idx * 5 + threads) % 16;
                     c.d.N = N, c.d.K = K;
@@ -327,6 +328,7 @@ TEST(GemmDecode, LargeShapesBothThreads) {
     ThreadsGuard tg;
     const int64_t shapes[][3] = {{1, 4097, 257}, {16, 1023, 1023}, {5, 257, 4097}};
     for (int threads : {1, 2}) {
+        if (xk::test::kTsanSweep && threads == 1) continue;  // (TSan: the threaded runs)
         set_num_threads(threads);
         for_each_isa([&](Isa isa) {
             for (const auto& s : shapes) {
