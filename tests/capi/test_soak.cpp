@@ -1,5 +1,7 @@
 // Concurrency soak: 16 std::threads run every op family at once (gemm, conv2d, embedding_bag,
-// norm, rope, quant, glu, softmax, eltwise), C++ and C API mixed:
+// norm, rope, quant, glu, softmax, eltwise, attention (SDPA, cached over contiguous / paged KV
+// caches, kv_cache_append), woq, qconv, interaction, optim (Lamb / AdamW steps in place), vision
+// (roi_align, nms)), C++ and C API mixed:
 //   - shared plans created before the soak and run concurrently (GemmPlan also with a shared
 //     PackedB; xk_gemm_plan + xk_gemm_packed_b likewise),
 //   - plans created, used and destroyed inside the thread (GemmPlan::pack_b included),
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -73,9 +76,13 @@ int soak_rounds() {
     return n > 0 ? n : kDefaultRounds;
 }
 
-enum Family : int { kGemm, kConv, kEmbeddingBag, kNorm, kRope, kQuant, kGlu, kSoftmax, kEltwise, kFamilies };
+enum Family : int {
+    kGemm, kConv, kEmbeddingBag, kNorm, kRope, kQuant, kGlu, kSoftmax, kEltwise,
+    kAttention, kWoq, kQConv, kInteraction, kOptim, kVision, kFamilies
+};
 const char* const kFamilyName[kFamilies] = {"gemm", "conv2d", "embedding_bag", "norm", "rope",
-                                            "quant", "glu", "softmax", "eltwise"};
+                                            "quant", "glu", "softmax", "eltwise", "attention",
+                                            "woq", "qconv", "interaction", "optim", "vision"};
 
 enum Kind : int { kSharedPlan, kLocalPlan, kOneShot, kKinds };
 
@@ -99,6 +106,7 @@ struct Case {
     Bytes init;                     // out before every call: the sentinel, or inputs of in-place ops
     std::vector<Variant> variants;  // each computes the same output
     std::vector<BadCall> bad;
+    int every = 1;     // visited in every `every`-th round of a thread (heavy cases: > 1)
     std::string impl;  // implementation of the shared plan (for the log)
     Bytes expected;    // computed single-threaded before the soak
 
@@ -1369,6 +1377,961 @@ void add_axpby(std::vector<Case>& cases, int64_t n, float alpha, float beta, uin
     cases.push_back(std::move(s));
 }
 
+// ---- attention ----------------------------------------------------------------------------------
+
+xk_kv_cache_desc to_c(const KvCacheDesc& d) {
+    xk_kv_cache_desc c;
+    xk_kv_cache_desc_init(&c);
+    c.layout = static_cast<xk_kv_layout>(static_cast<int>(d.layout));
+    c.dtype = static_cast<xk_dtype>(static_cast<int>(d.dtype));
+    c.batch = d.batch, c.kv_heads = d.kv_heads, c.head_dim = d.head_dim;
+    c.capacity = d.capacity, c.block_size = d.block_size, c.num_blocks = d.num_blocks;
+    c.max_blocks_per_seq = d.max_blocks_per_seq;
+    return c;
+}
+
+struct SdpaData {
+    AttentionDesc d;  // packed tensors (the C API's form)
+    Bytes q, k, v;
+    std::vector<float> mask;
+    std::vector<int64_t> cu_q, cu_k;  // empty: batch 1, all tokens
+    size_t off_lse = 0;
+    AttentionArgs args(Out out) const {
+        AttentionArgs a;
+        a.q = q.data(), a.k = k.data(), a.v = v.data();
+        a.o = out;
+        a.lse = at<float>(out, off_lse);
+        a.mask = d.has_mask ? mask.data() : nullptr;
+        a.cu_seqlens_q = cu_q.empty() ? nullptr : cu_q.data();
+        a.cu_seqlens_k = cu_k.empty() ? nullptr : cu_k.data();
+        return a;
+    }
+};
+
+xk_status sdpa_capi(const SdpaData& g, const AttentionDesc& d, Out out) {
+    const AttentionArgs a = g.args(out);
+    const int causal = d.causal ? 1 : 0;
+    if (d.dtype == DType::f32)
+        return xk_attention_f32(d.batch, d.q_tokens, d.kv_tokens, d.q_heads, d.kv_heads, d.head_dim,
+                                static_cast<const float*>(a.q), static_cast<const float*>(a.k),
+                                static_cast<const float*>(a.v), static_cast<float*>(a.o), a.lse, a.cu_seqlens_q,
+                                a.cu_seqlens_k, d.scale, causal, d.causal_offset, a.mask, d.mask_stride);
+    return xk_attention_bf16(d.batch, d.q_tokens, d.kv_tokens, d.q_heads, d.kv_heads, d.head_dim, u16(a.q), u16(a.k),
+                             u16(a.v), u16(a.o), a.lse, a.cu_seqlens_q, a.cu_seqlens_k, d.scale, causal,
+                             d.causal_offset, a.mask, d.mask_stride);
+}
+
+// Fused SDPA over packed q / k / v: AttentionPlan (shared / local), xk::attention, xk_attention_*.
+void add_sdpa(std::vector<Case>& cases, const std::string& name, const AttentionDesc& d, std::vector<int64_t> cu_q,
+              std::vector<int64_t> cu_k, uint64_t seed) {
+    auto g = std::make_shared<SdpaData>();
+    g->d = d;
+    g->cu_q = std::move(cu_q);
+    g->cu_k = std::move(cu_k);
+    g->q = random_bytes(d.dtype, d.q_tokens * d.q_heads * d.head_dim, seed);
+    g->k = random_bytes(d.dtype, d.kv_tokens * d.kv_heads * d.head_dim, seed + 1);
+    g->v = random_bytes(d.dtype, d.kv_tokens * d.kv_heads * d.head_dim, seed + 2);
+    if (d.has_mask) {  // [-2, 0] with every 7th entry -inf (a key the query must not see)
+        const int64_t ms = d.mask_stride ? d.mask_stride : d.kv_tokens;
+        g->mask = random_vec<float>(static_cast<size_t>(d.q_tokens * ms), -2.0, 0.0, seed + 3);
+        for (size_t i = 3; i < g->mask.size(); i += 7) g->mask[i] = -std::numeric_limits<float>::infinity();
+    }
+    Layout l;
+    l.add(static_cast<size_t>(d.q_tokens * d.q_heads * d.head_dim) * dtype_size(d.o_dtype));
+    g->off_lse = l.add(static_cast<size_t>(d.q_tokens * d.q_heads) * 4);
+    Case c(kAttention, name, l.bytes);
+    auto plan = std::make_shared<const AttentionPlan>(d);
+    c.impl = plan->impl_name();
+    c.add(kSharedPlan, false, "AttentionPlan::run", [g, plan](Out out) { plan->run(g->args(out)); });
+    c.add(kLocalPlan, false, "local AttentionPlan::run", [g](Out out) { AttentionPlan(g->d).run(g->args(out)); });
+    c.add(kOneShot, false, "xk::attention", [g](Out out) { attention(g->d, g->args(out)); });
+    const bool capi = d.dtype == d.o_dtype;
+    if (capi) c.add(kOneShot, true, "xk_attention_*", [g](Out out) { XK_CAPI_OK(sdpa_capi(*g, g->d, out)); });
+    c.bad.push_back([g](Out out) {
+        AttentionDesc bd = g->d;
+        bd.kv_heads = 3;  // does not divide q_heads
+        return must_throw([&] { attention(bd, g->args(out)); }, "q_heads=");
+    });
+    c.bad.push_back([g, plan](Out out) {
+        AttentionArgs a = g->args(out);
+        a.v = nullptr;
+        return must_throw([&] { plan->run(a); }, "v=null");
+    });
+    if (capi)
+        c.bad.push_back([g](Out out) {
+            AttentionDesc bd = g->d;
+            bd.scale = std::numeric_limits<float>::infinity();
+            return must_fail(sdpa_capi(*g, bd, out), "scale=inf");
+        });
+    cases.push_back(std::move(c));
+}
+
+struct CachedData {
+    CachedAttentionDesc d;
+    Bytes q, kc, vc;
+    std::vector<int32_t> table;
+    std::vector<int64_t> cu, ctx, bad_ctx;
+    size_t off_lse = 0;
+    CachedAttentionArgs args(Out out, bool bad = false) const {
+        CachedAttentionArgs a;
+        a.q = q.data();
+        a.o = out;
+        a.lse = at<float>(out, off_lse);
+        a.cu_seqlens_q = cu.data();
+        a.context_lens = bad ? bad_ctx.data() : ctx.data();
+        a.cache = KvCache{const_cast<unsigned char*>(kc.data()), const_cast<unsigned char*>(vc.data()),
+                          table.empty() ? nullptr : table.data()};
+        return a;
+    }
+};
+
+xk_status cached_capi(const CachedData& g, const xk_kv_cache_desc& cd, const CachedAttentionArgs& a) {
+    const CachedAttentionDesc& d = g.d;
+    if (d.q_dtype == DType::f32)
+        return xk_cached_attention_f32(&cd, a.cache.k, a.cache.v, a.cache.block_table, d.q_tokens, d.q_heads,
+                                       static_cast<const float*>(a.q), static_cast<float*>(a.o), a.lse, a.cu_seqlens_q,
+                                       a.context_lens, d.scale);
+    return xk_cached_attention_bf16(&cd, a.cache.k, a.cache.v, a.cache.block_table, d.q_tokens, d.q_heads, u16(a.q),
+                                    u16(a.o), a.lse, a.cu_seqlens_q, a.context_lens, d.scale);
+}
+
+// Attention of new queries over a filled KV cache (the cache bytes are random: every slot a
+// call reads is some K / V row): CachedAttentionPlan (shared / local), xk::cached_attention,
+// xk_cached_attention_* (which has kv_splits automatic: a case with explicit kv_splits sums the
+// key pieces in another order, so it has no C API variant).
+void add_cached(std::vector<Case>& cases, const std::string& name, const CachedAttentionDesc& d,
+                std::vector<int64_t> cu, std::vector<int64_t> ctx, uint64_t seed) {
+    auto g = std::make_shared<CachedData>();
+    g->d = d;
+    g->cu = std::move(cu);
+    g->ctx = std::move(ctx);
+    g->bad_ctx = g->ctx;
+    g->bad_ctx[0] = kv_cache_capacity(d.cache) + 1;
+    const int64_t hd = d.cache.head_dim;
+    g->q = random_bytes(d.q_dtype, d.q_tokens * d.q_heads * hd, seed);
+    g->kc = random_bytes(d.cache.dtype, kv_cache_elements(d.cache), seed + 1);
+    g->vc = random_bytes(d.cache.dtype, kv_cache_elements(d.cache), seed + 2);
+    if (d.cache.layout == KvLayout::paged) {  // the pool's blocks in a shuffled order
+        std::vector<int32_t> blocks(static_cast<size_t>(d.cache.num_blocks));
+        std::iota(blocks.begin(), blocks.end(), 0);
+        std::mt19937_64 rng(seed + 3);
+        std::shuffle(blocks.begin(), blocks.end(), rng);
+        g->table.resize(static_cast<size_t>(d.cache.batch * d.cache.max_blocks_per_seq));
+        for (size_t i = 0; i < g->table.size(); ++i) g->table[i] = blocks[i % blocks.size()];
+    }
+    Layout l;
+    l.add(static_cast<size_t>(d.q_tokens * d.q_heads * hd) * dtype_size(d.o_dtype));
+    g->off_lse = l.add(static_cast<size_t>(d.q_tokens * d.q_heads) * 4);
+    Case c(kAttention, name, l.bytes);
+    auto plan = std::make_shared<const CachedAttentionPlan>(d);
+    c.impl = plan->impl_name();
+    c.add(kSharedPlan, false, "CachedAttentionPlan::run", [g, plan](Out out) { plan->run(g->args(out)); });
+    c.add(kLocalPlan, false, "local CachedAttentionPlan::run",
+          [g](Out out) { CachedAttentionPlan(g->d).run(g->args(out)); });
+    c.add(kOneShot, false, "xk::cached_attention", [g](Out out) { cached_attention(g->d, g->args(out)); });
+    const bool capi = d.q_dtype == d.o_dtype && d.kv_splits == 0;
+    if (capi)
+        c.add(kOneShot, true, "xk_cached_attention_*",
+              [g](Out out) { XK_CAPI_OK(cached_capi(*g, to_c(g->d.cache), g->args(out))); });
+    c.bad.push_back([g, plan](Out out) {  // context past the capacity (checked before anything is written)
+        return must_throw([&] { plan->run(g->args(out, true)); }, "context_lens[0]=");
+    });
+    c.bad.push_back([g](Out out) {
+        CachedAttentionDesc bd = g->d;
+        bd.q_heads = 3;  // not a multiple of kv_heads (2)
+        return must_throw([&] { cached_attention(bd, g->args(out)); }, "q_heads=3");
+    });
+    if (capi)
+        c.bad.push_back([g](Out out) {
+            CachedAttentionArgs a = g->args(out);
+            a.q = nullptr;
+            return must_fail(cached_capi(*g, to_c(g->d.cache), a), "q=null");
+        });
+    cases.push_back(std::move(c));
+}
+
+// kv_cache_append: new K / V rows written into the cache in place (the output buffer holds both
+// caches; init = their random contents): xk::kv_cache_append and xk_kv_cache_append.
+void add_kv_append(std::vector<Case>& cases, const std::string& name, const KvCacheDesc& cd,
+                   std::vector<int64_t> seq_ids, std::vector<int64_t> positions, uint64_t seed) {
+    struct Data {
+        KvCacheDesc d;
+        Bytes k_new, v_new;
+        std::vector<int32_t> table;
+        std::vector<int64_t> seq, pos, bad_pos, bad_seq;
+        size_t off_v = 0;
+        int64_t tokens = 0;
+        KvCache cache(Out out) const { return KvCache{out, out + off_v, table.empty() ? nullptr : table.data()}; }
+        KvAppendArgs args(bool bad = false) const {
+            KvAppendArgs a;
+            a.tokens = tokens;
+            a.src_dtype = DType::f32;
+            a.k_new = k_new.data(), a.v_new = v_new.data();
+            a.seq_ids = seq.data();
+            a.positions = bad ? bad_pos.data() : pos.data();
+            return a;
+        }
+    };
+    auto g = std::make_shared<Data>();
+    g->d = cd;
+    g->tokens = static_cast<int64_t>(seq_ids.size());
+    g->seq = std::move(seq_ids);
+    g->pos = std::move(positions);
+    g->bad_pos = g->pos;
+    g->bad_pos[1] = kv_cache_capacity(cd);
+    g->bad_seq = g->seq;
+    g->bad_seq[0] = cd.batch;
+    const int64_t row = cd.kv_heads * cd.head_dim;
+    g->k_new = random_bytes(DType::f32, g->tokens * row, seed);
+    g->v_new = random_bytes(DType::f32, g->tokens * row, seed + 1);
+    if (cd.layout == KvLayout::paged) {  // sequence b owns blocks b, b + batch, ... (interleaved)
+        g->table.resize(static_cast<size_t>(cd.batch * cd.max_blocks_per_seq));
+        for (int64_t b = 0; b < cd.batch; ++b)
+            for (int64_t j = 0; j < cd.max_blocks_per_seq; ++j)
+                g->table[static_cast<size_t>(b * cd.max_blocks_per_seq + j)] =
+                    static_cast<int32_t>((j * cd.batch + b) % cd.num_blocks);
+    }
+    const size_t cache_bytes = static_cast<size_t>(kv_cache_elements(cd)) * dtype_size(cd.dtype);
+    Layout l;
+    l.add(cache_bytes);
+    g->off_v = l.add(cache_bytes);
+    Case c(kAttention, name, l.bytes);
+    const Bytes k0 = random_bytes(cd.dtype, kv_cache_elements(cd), seed + 2);
+    const Bytes v0 = random_bytes(cd.dtype, kv_cache_elements(cd), seed + 3);
+    std::memcpy(c.init.data(), k0.data(), cache_bytes);
+    std::memcpy(c.init.data() + g->off_v, v0.data(), cache_bytes);
+    c.impl = "xk::kv_cache_append";
+    c.add(kOneShot, false, "xk::kv_cache_append", [g](Out out) { kv_cache_append(g->d, g->cache(out), g->args()); });
+    auto capi = [g](Out out, const int64_t* seq, const int64_t* pos) {
+        const xk_kv_cache_desc cd = to_c(g->d);
+        const KvCache kc = g->cache(out);
+        return xk_kv_cache_append(&cd, kc.k, kc.v, kc.block_table, g->tokens, XK_DTYPE_F32, g->k_new.data(),
+                                  g->v_new.data(), seq, pos);
+    };
+    c.add(kOneShot, true, "xk_kv_cache_append", [g, capi](Out out) { XK_CAPI_OK(capi(out, g->seq.data(), g->pos.data())); });
+    c.bad.push_back([g](Out out) {  // token 0 is valid: nothing at all may be written
+        return must_throw([&] { kv_cache_append(g->d, g->cache(out), g->args(true)); }, "positions[1]=");
+    });
+    c.bad.push_back([g, capi](Out out) {
+        return must_fail(capi(out, g->bad_seq.data(), g->pos.data()), ("seq_ids[0]=" + std::to_string(g->d.batch)).c_str());
+    });
+    cases.push_back(std::move(c));
+}
+
+void add_attention_cases(std::vector<Case>& cases) {
+    {  // SDPA f32, 5 tokens, GQA 4 / 2 heads x 64, causal.
+        AttentionDesc d;
+        d.q_tokens = d.kv_tokens = 5;
+        d.q_heads = 4, d.kv_heads = 2, d.head_dim = 64;
+        d.causal = true;
+        add_sdpa(cases, "sdpa f32 5 tok 4/2 heads hd64 causal", d, {}, {}, 9000);
+    }
+    {  // SDPA bf16, two variable-length sequences (2 / 3 queries over 3 / 4 keys), additive mask
+       // with -inf entries, bottom-right causal.
+        AttentionDesc d;
+        d.batch = 2, d.q_tokens = 5, d.kv_tokens = 7;
+        d.q_heads = 4, d.kv_heads = 2, d.head_dim = 64;
+        d.dtype = d.o_dtype = DType::bf16;
+        d.causal = true, d.causal_offset = 1;
+        d.has_mask = true, d.mask_stride = 4;
+        add_sdpa(cases, "sdpa bf16 varlen 2+3 q / 3+4 kv mask causal+1", d, {0, 2, 5}, {0, 3, 7}, 9100);
+    }
+    {  // Decode (sequence 0: 1 query) and chunked prefill (sequence 1: 4 queries) over a contiguous
+       // f32 cache, f32 q / o.
+        CachedAttentionDesc d;
+        d.cache.layout = KvLayout::contiguous, d.cache.dtype = DType::f32;
+        d.cache.batch = 2, d.cache.kv_heads = 2, d.cache.head_dim = 64, d.cache.capacity = 24;
+        d.q_tokens = 5, d.q_heads = 4;
+        add_cached(cases, "cached contiguous f32 cache 1+4 q ctx 9/21", d, {0, 1, 5}, {9, 21}, 9200);
+    }
+    {  // Paged bf16 cache (blocks of 16, shuffled), bf16 q / o: decode 2 sequences + 3 queries.
+        CachedAttentionDesc d;
+        d.cache.layout = KvLayout::paged, d.cache.dtype = DType::bf16;
+        d.cache.batch = 3, d.cache.kv_heads = 2, d.cache.head_dim = 64;
+        d.cache.block_size = 16, d.cache.num_blocks = 9, d.cache.max_blocks_per_seq = 3;
+        d.q_tokens = 5, d.q_heads = 4;
+        d.q_dtype = d.o_dtype = DType::bf16;
+        add_cached(cases, "cached paged bf16 cache 1+1+3 q ctx 40/7/33", d, {0, 1, 2, 5}, {40, 7, 33}, 9300);
+    }
+    {  // Paged f32 cache, bf16 q -> f32 o, 3 key pieces per sequence merged (flash-decoding split).
+        CachedAttentionDesc d;
+        d.cache.layout = KvLayout::paged, d.cache.dtype = DType::f32;
+        d.cache.batch = 2, d.cache.kv_heads = 2, d.cache.head_dim = 64;
+        d.cache.block_size = 32, d.cache.num_blocks = 12, d.cache.max_blocks_per_seq = 6;
+        d.q_tokens = 2, d.q_heads = 4;
+        d.q_dtype = DType::bf16;
+        d.kv_splits = 3;
+        add_cached(cases, "cached paged f32 cache decode ctx 190/129 kv_splits 3", d, {0, 1, 2}, {190, 129}, 9400);
+    }
+    {  // Append 3 f32 tokens into a paged bf16 cache (rounded), 2 sequences.
+        KvCacheDesc cd;
+        cd.layout = KvLayout::paged, cd.dtype = DType::bf16;
+        cd.batch = 2, cd.kv_heads = 2, cd.head_dim = 64;
+        cd.block_size = 16, cd.num_blocks = 4, cd.max_blocks_per_seq = 2;
+        add_kv_append(cases, "kv_cache_append f32 -> paged bf16 3 tokens", cd, {0, 1, 1}, {17, 0, 31}, 9500);
+    }
+}
+
+// ---- woq ----------------------------------------------------------------------------------------
+
+struct WoqData {
+    WoqDesc d;
+    WoqWeightDesc wd;
+    Bytes x, residual, qweights, zero_points;
+    std::vector<float> scales, bias;
+    WoqArgs args(Out out) const {
+        WoqArgs a;
+        a.A = x.data();
+        a.C = out;
+        a.bias = d.epilogue.bias ? bias.data() : nullptr;
+        a.residual = d.epilogue.residual ? residual.data() : nullptr;
+        return a;
+    }
+    WoqWeightArgs wargs() const {
+        return WoqWeightArgs{qweights.data(), scales.data(), wd.zero_points ? zero_points.data() : nullptr};
+    }
+};
+
+xk_woq_desc to_c(const WoqDesc& d) {
+    xk_woq_desc c;
+    xk_woq_desc_init(&c);
+    c.M = d.M, c.N = d.N, c.K = d.K;
+    c.weight_type = static_cast<xk_woq_type>(static_cast<int>(d.weight_type));
+    c.a_type = static_cast<xk_dtype>(static_cast<int>(d.a_type));
+    c.c_type = static_cast<xk_dtype>(static_cast<int>(d.c_type));
+    c.lda = d.lda, c.ldc = d.ldc;
+    c.alpha = d.alpha, c.beta = d.beta;
+    c.bias = d.epilogue.bias ? 1 : 0;
+    c.act = static_cast<xk_activation>(static_cast<int>(d.epilogue.act));
+    c.residual = d.epilogue.residual ? 1 : 0;
+    c.residual_type = static_cast<xk_dtype>(static_cast<int>(d.residual_type));
+    c.ld_residual = d.ld_residual;
+    return c;
+}
+
+std::shared_ptr<xk_woq_weight> woq_capi_pack(const WoqData& g) {
+    const WoqWeightArgs wa = g.wargs();
+    xk_woq_weight* w = nullptr;
+    XK_CAPI_OK(xk_woq_pack(static_cast<xk_woq_type>(static_cast<int>(g.wd.type)), g.wd.N, g.wd.K, g.wd.group_size,
+                           wa.weights, g.wd.ld_w, wa.scales, wa.zero_points, &w));
+    return std::shared_ptr<xk_woq_weight>(w, xk_woq_weight_destroy);
+}
+
+// WoqPlan (shared, with one packed weight shared by every thread; local, packing its own),
+// xk::woq_gemm, and the C API (a shared xk_woq_weight; pack + gemm + destroy inside the call).
+// The C descriptor has no compute mode: WoqCompute::int8 cases are C++ only.
+void add_woq(std::vector<Case>& cases, const std::string& name, const WoqDesc& d, const WoqWeightDesc& wd,
+             uint64_t seed) {
+    auto g = std::make_shared<WoqData>();
+    g->d = d;
+    g->wd = wd;
+    const bool u4 = wd.type == WoqWeightType::u4;
+    const int64_t lda = d.lda ? d.lda : d.K, ldc = d.ldc ? d.ldc : d.N, ldr = d.ld_residual ? d.ld_residual : d.N;
+    const int64_t ldw = wd.ld_w ? wd.ld_w : (u4 ? wd.K / 2 : wd.K), G = wd.group_size ? wd.K / wd.group_size : 1;
+    g->x = random_bytes(d.a_type, d.M * lda, seed);
+    g->residual = random_bytes(d.residual_type, d.M * ldr, seed + 1);
+    g->bias = random_vec<float>(static_cast<size_t>(d.N), -1.0, 1.0, seed + 2);
+    g->qweights = random_bytes(DType::u8, wd.N * ldw, seed + 3);  // any byte: s8 or two nibbles
+    g->scales = random_vec<float>(static_cast<size_t>(wd.N * G), 0.002, 0.02, seed + 4);
+    g->zero_points = u4 ? random_bytes(DType::u8, wd.N * G, seed + 5) : random_bytes(DType::s8, wd.N * G, seed + 5);
+    if (u4)
+        for (int64_t i = 0; i < wd.N * G; ++i) g->zero_points[static_cast<size_t>(i)] &= 15;
+    Case c(kWoq, name, static_cast<size_t>(d.M * ldc) * dtype_size(d.c_type));
+    auto plan = std::make_shared<const WoqPlan>(d);
+    auto packed = std::make_shared<const WoqPackedWeight>(woq_pack(wd, g->wargs()));
+    c.impl = plan->impl_name();
+    c.add(kSharedPlan, false, "WoqPlan::run", [g, plan, packed](Out out) { plan->run(g->args(out), *packed); });
+    c.add(kLocalPlan, false, "woq_pack + local WoqPlan::run",
+          [g](Out out) { WoqPlan(g->d).run(g->args(out), woq_pack(g->wd, g->wargs())); });
+    c.add(kOneShot, false, "xk::woq_gemm", [g, packed](Out out) { woq_gemm(g->d, g->args(out), *packed); });
+    const bool capi = d.compute == WoqCompute::exact;
+    std::shared_ptr<xk_woq_weight> cw = capi ? woq_capi_pack(*g) : nullptr;
+    if (capi) {
+        c.add(kOneShot, true, "xk_woq_gemm (shared xk_woq_weight)", [g, cw](Out out) {
+            const xk_woq_desc cd = to_c(g->d);
+            const WoqArgs a = g->args(out);
+            const xk_woq_args ca{a.A, a.C, a.bias, a.residual};
+            XK_CAPI_OK(xk_woq_gemm(&cd, &ca, cw.get()));
+        });
+        c.add(kLocalPlan, true, "xk_woq_pack + xk_woq_gemm + destroy", [g](Out out) {
+            const std::shared_ptr<xk_woq_weight> w = woq_capi_pack(*g);
+            const xk_woq_desc cd = to_c(g->d);
+            const WoqArgs a = g->args(out);
+            const xk_woq_args ca{a.A, a.C, a.bias, a.residual};
+            XK_CAPI_OK(xk_woq_gemm(&cd, &ca, w.get()));
+        });
+    }
+    c.bad.push_back([g, packed](Out out) {
+        WoqDesc bd = g->d;
+        bd.lda = g->d.K - 1;
+        return must_throw([&] { woq_gemm(bd, g->args(out), *packed); }, "lda=");
+    });
+    c.bad.push_back([g, plan, packed](Out out) {
+        WoqArgs a = g->args(out);
+        a.A = nullptr;
+        return must_throw([&] { plan->run(a, *packed); }, "A=null");
+    });
+    // A weight of another shape (the plan's N, K and type must match).
+    WoqWeightDesc od = wd;
+    od.N = wd.N + 16;
+    od.zero_points = false;
+    od.ld_w = 0;
+    const Bytes oq = random_bytes(DType::u8, od.N * (u4 ? od.K / 2 : od.K), seed + 6);
+    const std::vector<float> os = random_vec<float>(static_cast<size_t>(od.N * G), 0.002, 0.02, seed + 7);
+    auto other = std::make_shared<const WoqPackedWeight>(woq_pack(od, WoqWeightArgs{oq.data(), os.data(), nullptr}));
+    c.bad.push_back([g, plan, other](Out out) {
+        return must_throw([&] { plan->run(g->args(out), *other); }, "weight=");
+    });
+    if (capi)
+        c.bad.push_back([g, cw](Out out) {
+            xk_woq_desc cd = to_c(g->d);
+            cd.M = -1;
+            const WoqArgs a = g->args(out);
+            const xk_woq_args ca{a.A, a.C, a.bias, a.residual};
+            return must_fail(xk_woq_gemm(&cd, &ca, cw.get()), "M=-1");
+        });
+    cases.push_back(std::move(c));
+}
+
+void add_woq_cases(std::vector<Case>& cases) {
+    WoqWeightDesc wd;
+    WoqDesc d;
+    // int4, groups of 32, symmetric, decode (M = 1), f32.
+    wd.N = 48, wd.K = 128, wd.type = WoqWeightType::u4, wd.group_size = 32;
+    d.M = 1, d.N = 48, d.K = 128, d.weight_type = WoqWeightType::u4;
+    add_woq(cases, "u4 g32 sym M=1 f32 48x128", d, wd, 9600);
+    // int4, groups of 64 with zero points, M = 7, bf16 X -> f32 Y, bias + silu, bf16 residual.
+    wd.N = 33, wd.K = 128, wd.group_size = 64, wd.zero_points = true;
+    d = WoqDesc();
+    d.M = 7, d.N = 33, d.K = 128, d.weight_type = WoqWeightType::u4, d.a_type = DType::bf16;
+    d.epilogue.bias = true, d.epilogue.act = Activation::silu, d.epilogue.residual = true;
+    d.residual_type = DType::bf16;
+    add_woq(cases, "u4 g64 zp M=7 bf16->f32 33x128 bias silu bf16-residual", d, wd, 9700);
+    // int8 per channel with zero points, strided rows, M = 7, bf16 X / Y, lda / ldc padded.
+    wd = WoqWeightDesc();
+    wd.N = 40, wd.K = 96, wd.type = WoqWeightType::s8, wd.zero_points = true, wd.ld_w = 100;
+    d = WoqDesc();
+    d.M = 7, d.N = 40, d.K = 96, d.weight_type = WoqWeightType::s8, d.a_type = d.c_type = DType::bf16;
+    d.lda = 100, d.ldc = 41;
+    add_woq(cases, "s8 per-channel zp M=7 bf16 40x96 ld_w/lda/ldc padded", d, wd, 9800);
+    // int8-compute mode (X quantized per row inside the call, exact integer group sums).
+    wd = WoqWeightDesc();
+    wd.N = 48, wd.K = 128, wd.type = WoqWeightType::u4, wd.group_size = 32, wd.zero_points = true;
+    d = WoqDesc();
+    d.M = 7, d.N = 48, d.K = 128, d.weight_type = WoqWeightType::u4, d.compute = WoqCompute::int8;
+    d.epilogue.bias = true;
+    add_woq(cases, "int8-compute u4 g32 zp M=7 f32 48x128 bias", d, wd, 9900);
+}
+
+// ---- qconv --------------------------------------------------------------------------------------
+
+struct QConvData {
+    QConvDesc d;
+    Bytes src;
+    Bytes weights;  // s8
+    std::vector<float> weight_scales, bias;
+    float src_scale = 0.02f, dst_scale = 0.05f;
+    int32_t src_zp = 0, dst_zp = 0;
+    QConvArgs args(Out out) const {
+        QConvArgs a;
+        a.src = src.data();
+        a.weights = reinterpret_cast<const int8_t*>(weights.data());
+        a.bias = d.with_bias ? bias.data() : nullptr;
+        a.dst = out;
+        a.src_scale = src_scale, a.src_zero_point = src_zp;
+        a.weight_scales = weight_scales.data();
+        a.dst_scale = dst_scale, a.dst_zero_point = dst_zp;
+        return a;
+    }
+};
+
+xk_status qconv_capi(const QConvData& g, const QConvDesc& d, Out out) {
+    xk_conv2d_desc c;
+    xk_conv2d_desc_init(&c, d.n, d.c, d.h, d.w, d.oc, d.kh, d.kw);
+    c.stride_h = d.stride_h, c.stride_w = d.stride_w;
+    c.pad_top = d.pad_top, c.pad_bottom = d.pad_bottom, c.pad_left = d.pad_left, c.pad_right = d.pad_right;
+    c.dilation_h = d.dilation_h, c.dilation_w = d.dilation_w;
+    c.layout = XK_CONV_NHWC;
+    c.weight_layout = XK_CONV_OHWI;
+    c.activation = static_cast<xk_activation>(static_cast<int>(d.activation));
+    const QConvArgs a = g.args(out);
+    return xk_qconv2d(&c, static_cast<xk_dtype>(static_cast<int>(d.src_dtype)),
+                      static_cast<xk_dtype>(static_cast<int>(d.dst_dtype)), a.src, a.src_scale, a.src_zero_point,
+                      a.weights, a.weight_scales, a.bias, a.dst, a.dst_scale, a.dst_zero_point);
+}
+
+// QConvPlan (shared: packing per call, and with weights packed once and shared; local: packing
+// its own), xk::qconv2d, xk_qconv2d. Integer sums are exact: every path gives the same bytes.
+void add_qconv(std::vector<Case>& cases, const std::string& name, const QConvDesc& d, uint64_t seed) {
+    auto g = std::make_shared<QConvData>();
+    g->d = d;
+    const int64_t oh = (d.h + d.pad_top + d.pad_bottom - d.dilation_h * (d.kh - 1) - 1) / d.stride_h + 1;
+    const int64_t ow = (d.w + d.pad_left + d.pad_right - d.dilation_w * (d.kw - 1) - 1) / d.stride_w + 1;
+    g->src = random_bytes(d.src_dtype, d.n * d.h * d.w * d.c, seed);
+    g->weights = random_bytes(DType::s8, d.oc * d.kh * d.kw * d.c, seed + 1);
+    g->weight_scales = random_vec<float>(static_cast<size_t>(d.oc), 0.001, 0.01, seed + 2);
+    g->bias = random_vec<float>(static_cast<size_t>(d.oc), -2.0, 2.0, seed + 3);
+    g->src_zp = d.src_dtype == DType::u8 ? 120 : -3;
+    g->dst_zp = d.dst_dtype == DType::u8 ? 128 : (d.dst_dtype == DType::s8 ? 5 : 0);
+    Case c(kQConv, name, static_cast<size_t>(d.n * oh * ow * d.oc) * dtype_size(d.dst_dtype));
+    auto plan = std::make_shared<const QConvPlan>(d);
+    auto packed = std::make_shared<const QConvPackedWeights>(plan->pack_weights(g->args(nullptr).weights));
+    c.impl = plan->impl_name();
+    c.add(kSharedPlan, false, "QConvPlan::run", [g, plan](Out out) { plan->run(g->args(out)); });
+    c.add(kSharedPlan, false, "QConvPlan::run(packed)", [g, plan, packed](Out out) {
+        QConvArgs a = g->args(out);
+        a.weights = nullptr;  // not read
+        plan->run(a, *packed);
+    });
+    c.add(kLocalPlan, false, "local QConvPlan::pack_weights + run", [g](Out out) {
+        const QConvPlan p(g->d);
+        const QConvPackedWeights w = p.pack_weights(g->args(out).weights);
+        p.run(g->args(out), w);
+    });
+    c.add(kOneShot, false, "xk::qconv2d", [g](Out out) { qconv2d(g->d, g->args(out)); });
+    c.add(kOneShot, true, "xk_qconv2d", [g](Out out) { XK_CAPI_OK(qconv_capi(*g, g->d, out)); });
+    c.bad.push_back([g, plan](Out out) {
+        QConvArgs a = g->args(out);
+        a.src_scale = 0.0f;
+        return must_throw([&] { plan->run(a); }, "src_scale=");
+    });
+    // Packed weights of another descriptor (one more output channel).
+    QConvDesc od = d;
+    od.oc = d.oc + 1;
+    const Bytes ow8 = random_bytes(DType::s8, od.oc * od.kh * od.kw * od.c, seed + 4);
+    auto other = std::make_shared<const QConvPackedWeights>(QConvPlan(od).pack_weights(reinterpret_cast<const int8_t*>(ow8.data())));
+    c.bad.push_back([g, plan, other](Out out) {
+        return must_throw([&] { plan->run(g->args(out), *other); }, "packed_weights");
+    });
+    c.bad.push_back([g](Out out) {
+        QConvDesc bd = g->d;
+        bd.stride_h = 0;
+        return must_fail(qconv_capi(*g, bd, out), "stride_h=0");
+    });
+    cases.push_back(std::move(c));
+}
+
+void add_qconv_cases(std::vector<Case>& cases) {
+    {  // u8 -> u8 (requantized), 3x3 pad 1, bias + relu (im2col row blocks).
+        QConvDesc d;
+        d.n = 1, d.c = 8, d.h = 6, d.w = 7, d.oc = 16, d.kh = 3, d.kw = 3;
+        d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
+        d.src_dtype = DType::u8, d.dst_dtype = DType::u8;
+        d.with_bias = true, d.activation = Activation::relu;
+        add_qconv(cases, "u8->u8 1x8x6x7 oc16 3x3 pad1 bias relu", d, 10000);
+    }
+    {  // s8 -> f32, 1x1 stride 1 (the direct GEMM), 2 images.
+        QConvDesc d;
+        d.n = 2, d.c = 16, d.h = 4, d.w = 5, d.oc = 7;
+        d.src_dtype = DType::s8, d.dst_dtype = DType::f32;
+        add_qconv(cases, "s8->f32 2x16x4x5 oc7 1x1", d, 10100);
+    }
+    {  // u8 -> s8, 3x1 stride 2, asymmetric padding, dilation 2 in h, bias.
+        QConvDesc d;
+        d.n = 1, d.c = 5, d.h = 11, d.w = 6, d.oc = 9, d.kh = 3, d.kw = 1;
+        d.stride_h = 2, d.pad_top = 2, d.pad_bottom = 1, d.dilation_h = 2;
+        d.src_dtype = DType::u8, d.dst_dtype = DType::s8;
+        d.with_bias = true;
+        add_qconv(cases, "u8->s8 1x5x11x6 oc9 3x1 s2 d2 pad(2,1) bias", d, 10200);
+    }
+}
+
+// ---- interaction --------------------------------------------------------------------------------
+
+struct InterData {
+    InteractionDesc d;
+    int64_t batch = 0, out_dim = 0, ld_out = 0;
+    std::vector<Bytes> feats;
+    std::vector<int64_t> ld;         // per feature
+    std::vector<const void*> fptr;   // into feats
+    Bytes grad_out;                  // backward
+    std::vector<size_t> off_grad;    // backward: grad_features[f] in the output buffer
+    InteractionArgs args(Out out) const {
+        InteractionArgs a;
+        a.batch = batch;
+        a.features = fptr.data();
+        a.ld_features = ld.data();
+        a.out = out;
+        a.ld_out = ld_out;
+        return a;
+    }
+    // grads: num_features pointers into out (the caller's storage)
+    InteractionBackwardArgs bargs(Out out, std::vector<void*>& grads) const {
+        grads.clear();
+        for (size_t off : off_grad) grads.push_back(out + off);
+        InteractionBackwardArgs a;
+        a.batch = batch;
+        a.features = fptr.data();
+        a.ld_features = ld.data();
+        a.grad_out = grad_out.data();
+        a.ld_grad_out = ld_out;
+        a.grad_features = grads.data();
+        return a;
+    }
+};
+
+xk_interaction_desc to_c(const InteractionDesc& d) {
+    xk_interaction_desc c;
+    c.num_features = d.num_features, c.dim = d.dim;
+    c.dtype = static_cast<xk_dtype>(static_cast<int>(d.dtype));
+    c.self_interaction = d.self_interaction ? 1 : 0;
+    return c;
+}
+
+// Forward (backward = false: out rows of ld_out) or backward (the gradients of every feature,
+// packed, from a grad_out of ld_out): InteractionPlan (shared / local), xk::interaction_*,
+// xk_interaction_*. Features each with its own row stride (dim + 2f).
+void add_interaction(std::vector<Case>& cases, const std::string& name, const InteractionDesc& d, int64_t batch,
+                     int64_t ld_pad, bool backward, uint64_t seed) {
+    auto g = std::make_shared<InterData>();
+    g->d = d;
+    g->batch = batch;
+    auto plan = std::make_shared<const InteractionPlan>(d);
+    g->out_dim = plan->out_dim();
+    g->ld_out = g->out_dim + ld_pad;
+    for (int64_t f = 0; f < d.num_features; ++f) {
+        g->ld.push_back(d.dim + 2 * f);
+        g->feats.push_back(random_bytes(d.dtype, batch * g->ld.back(), seed + static_cast<uint64_t>(f)));
+    }
+    for (const Bytes& b : g->feats) g->fptr.push_back(b.data());
+    const size_t es = dtype_size(d.dtype);
+    Layout l;
+    if (backward) {
+        g->grad_out = random_bytes(d.dtype, batch * g->ld_out, seed + 100);
+        for (int64_t f = 0; f < d.num_features; ++f) g->off_grad.push_back(l.add(static_cast<size_t>(batch * d.dim) * es));
+    } else {
+        l.add(static_cast<size_t>(batch * g->ld_out) * es);
+    }
+    Case c(kInteraction, name, l.bytes);
+    c.impl = plan->impl_name();
+    if (!backward) {
+        c.add(kSharedPlan, false, "InteractionPlan::forward", [g, plan](Out out) { plan->forward(g->args(out)); });
+        c.add(kLocalPlan, false, "local InteractionPlan::forward",
+              [g](Out out) { InteractionPlan(g->d).forward(g->args(out)); });
+        c.add(kOneShot, false, "xk::interaction_forward", [g](Out out) { interaction_forward(g->d, g->args(out)); });
+        c.add(kOneShot, true, "xk_interaction_forward", [g](Out out) {
+            const xk_interaction_desc cd = to_c(g->d);
+            XK_CAPI_OK(xk_interaction_forward(&cd, g->batch, g->fptr.data(), g->ld.data(), out, g->ld_out));
+        });
+        c.bad.push_back([g, plan](Out out) {
+            InteractionArgs a = g->args(out);
+            a.ld_out = g->out_dim - 1;
+            return must_throw([&] { plan->forward(a); }, "ld_out=");
+        });
+        c.bad.push_back([g](Out out) {
+            std::vector<const void*> f = g->fptr;
+            f[1] = nullptr;
+            InteractionArgs a = g->args(out);
+            a.features = f.data();
+            return must_throw([&] { interaction_forward(g->d, a); }, "features[1]=null");
+        });
+        c.bad.push_back([g](Out out) {
+            xk_interaction_desc cd = to_c(g->d);
+            cd.dim = 0;
+            return must_fail(xk_interaction_forward(&cd, g->batch, g->fptr.data(), g->ld.data(), out, g->ld_out), "dim=0");
+        });
+    } else {
+        c.add(kSharedPlan, false, "InteractionPlan::backward", [g, plan](Out out) {
+            std::vector<void*> gr;
+            plan->backward(g->bargs(out, gr));
+        });
+        c.add(kLocalPlan, false, "local InteractionPlan::backward", [g](Out out) {
+            std::vector<void*> gr;
+            InteractionPlan(g->d).backward(g->bargs(out, gr));
+        });
+        c.add(kOneShot, false, "xk::interaction_backward", [g](Out out) {
+            std::vector<void*> gr;
+            interaction_backward(g->d, g->bargs(out, gr));
+        });
+        c.add(kOneShot, true, "xk_interaction_backward", [g](Out out) {
+            std::vector<void*> gr;
+            const InteractionBackwardArgs a = g->bargs(out, gr);
+            const xk_interaction_desc cd = to_c(g->d);
+            XK_CAPI_OK(xk_interaction_backward(&cd, a.batch, a.features, a.ld_features, a.grad_out, a.ld_grad_out,
+                                               a.grad_features, nullptr));
+        });
+        c.bad.push_back([g, plan](Out out) {
+            std::vector<void*> gr;
+            InteractionBackwardArgs a = g->bargs(out, gr);
+            a.grad_out = nullptr;
+            return must_throw([&] { plan->backward(a); }, "grad_out=null");
+        });
+        c.bad.push_back([g](Out out) {
+            std::vector<void*> gr;
+            const InteractionBackwardArgs a = g->bargs(out, gr);
+            const xk_interaction_desc cd = to_c(g->d);
+            return must_fail(xk_interaction_backward(&cd, a.batch, a.features, a.ld_features, a.grad_out,
+                                                     g->out_dim - 1, a.grad_features, nullptr),
+                             "ld_grad_out=");
+        });
+    }
+    cases.push_back(std::move(c));
+}
+
+void add_interaction_cases(std::vector<Case>& cases) {
+    InteractionDesc d;
+    d.num_features = 4, d.dim = 16;
+    add_interaction(cases, "forward f32 batch 5 N=4 D=16", d, 5, 0, false, 11000);
+    d = InteractionDesc();
+    d.num_features = 3, d.dim = 33, d.dtype = DType::bf16, d.self_interaction = true;
+    add_interaction(cases, "forward bf16 batch 7 N=3 D=33 self ld_out+3", d, 7, 3, false, 11100);
+    d = InteractionDesc();
+    d.num_features = 5, d.dim = 17;
+    add_interaction(cases, "backward f32 batch 6 N=5 D=17 ld_grad_out+1", d, 6, 1, true, 11200);
+}
+
+// ---- optim --------------------------------------------------------------------------------------
+
+// One Lamb or AdamW step, in place: the output buffer holds param (+ param_lo), the states and
+// (Lamb) the trust ratio; init holds their starting values, so every call takes the same step
+// from the same state. lamb_step / adam_step and xk_lamb_step / xk_adam_step (f32 grads only).
+void add_optim(std::vector<Case>& cases, const std::string& name, bool lamb, int64_t n, OptimParamType pt,
+               DType grad_dtype, int64_t step, uint64_t seed, int every = 1) {
+    struct Data {
+        bool lamb = false;
+        int64_t n = 0, step = 0;
+        OptimParamType pt = OptimParamType::f32;
+        DType gt = DType::f32;
+        Bytes grad;
+        size_t off_lo = 0, off_m = 0, off_v = 0, off_vmax = 0, off_trust = 0;
+        LambOptions lo;
+        AdamOptions ao;
+        OptimTensors t(Out out) const {
+            OptimTensors x;
+            x.n = n;
+            x.param_type = pt;
+            x.param = out;
+            x.param_lo = pt == OptimParamType::bf16_split ? at<uint16_t>(out, off_lo) : nullptr;
+            x.grad_dtype = gt;
+            x.grad = grad.data();
+            return x;
+        }
+        xk_status capi(Out out, double lr) const {
+            const OptimTensors x = t(out);
+            const int ptc = pt == OptimParamType::f32 ? XK_OPTIM_PARAM_F32 : XK_OPTIM_PARAM_BF16_SPLIT;
+            const auto* gr = static_cast<const float*>(x.grad);
+            if (lamb) {
+                xk_lamb_options o;
+                xk_lamb_options_init(&o);
+                o.lr = lr, o.beta1 = lo.beta1, o.beta2 = lo.beta2, o.eps = lo.eps, o.weight_decay = lo.weight_decay;
+                return xk_lamb_step(&o, ptc, n, x.param, x.param_lo, gr, at<float>(out, off_m), at<float>(out, off_v),
+                                    step, at<float>(out, off_trust));
+            }
+            xk_adam_options o;
+            xk_adam_options_init(&o);
+            o.lr = lr, o.beta1 = ao.beta1, o.beta2 = ao.beta2, o.eps = ao.eps, o.weight_decay = ao.weight_decay;
+            o.adamw = ao.adamw, o.amsgrad = ao.amsgrad, o.maximize = ao.maximize;
+            return xk_adam_step(&o, ptc, n, x.param, x.param_lo, gr, at<float>(out, off_m), at<float>(out, off_v),
+                                ao.amsgrad ? at<float>(out, off_vmax) : nullptr, step);
+        }
+        void cpp(Out out, const LambOptions& l, const AdamOptions& a, int64_t s) const {
+            if (lamb)
+                *at<float>(out, off_trust) = lamb_step(l, t(out), at<float>(out, off_m), at<float>(out, off_v), s);
+            else
+                adam_step(a, t(out), at<float>(out, off_m), at<float>(out, off_v),
+                          a.amsgrad ? at<float>(out, off_vmax) : nullptr, s);
+        }
+    };
+    auto g = std::make_shared<Data>();
+    g->lamb = lamb, g->n = n, g->step = step, g->pt = pt, g->gt = grad_dtype;
+    g->lo.lr = 2e-2, g->lo.weight_decay = 0.01;
+    g->ao.lr = 1e-2, g->ao.weight_decay = 0.05, g->ao.adamw = true, g->ao.amsgrad = true;
+    g->grad = random_bytes(grad_dtype, n, seed);
+    const bool split = pt == OptimParamType::bf16_split;
+    const size_t un = static_cast<size_t>(n);
+    Layout l;
+    l.add(un * (split ? 2 : 4));
+    if (split) g->off_lo = l.add(un * 2);
+    g->off_m = l.add(un * 4);
+    g->off_v = l.add(un * 4);
+    if (!lamb) g->off_vmax = l.add(un * 4);
+    if (lamb) g->off_trust = l.add(4);
+    Case c(kOptim, name, l.bytes);
+    c.every = every;
+    // The starting state: parameters in [-1, 1] (split: f32 masters cut in halves), m in [-0.1,
+    // 0.1], v (and vmax >= v) in [0, 0.01].
+    const std::vector<float> p0 = random_vec<float>(un, -1.0, 1.0, seed + 1);
+    for (size_t i = 0; i < un; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &p0[i], 4);
+        if (split) {
+            const uint16_t hi = static_cast<uint16_t>(bits >> 16), lo = static_cast<uint16_t>(bits & 0xffff);
+            std::memcpy(c.init.data() + 2 * i, &hi, 2);
+            std::memcpy(c.init.data() + g->off_lo + 2 * i, &lo, 2);
+        } else {
+            std::memcpy(c.init.data() + 4 * i, &bits, 4);
+        }
+    }
+    const std::vector<float> m0 = random_vec<float>(un, -0.1, 0.1, seed + 2);
+    const std::vector<float> v0 = random_vec<float>(un, 0.0, 0.01, seed + 3);
+    std::memcpy(c.init.data() + g->off_m, m0.data(), un * 4);
+    std::memcpy(c.init.data() + g->off_v, v0.data(), un * 4);
+    if (!lamb) {
+        std::vector<float> vmax = random_vec<float>(un, 0.0, 0.01, seed + 4);
+        for (size_t i = 0; i < un; ++i) vmax[i] = std::max(vmax[i], v0[i]);
+        std::memcpy(c.init.data() + g->off_vmax, vmax.data(), un * 4);
+    }
+    c.impl = lamb ? "xk::lamb_step" : "xk::adam_step";
+    c.add(kOneShot, false, lamb ? "xk::lamb_step" : "xk::adam_step",
+          [g](Out out) { g->cpp(out, g->lo, g->ao, g->step); });
+    const bool capi = grad_dtype == DType::f32;
+    if (capi)
+        c.add(kOneShot, true, lamb ? "xk_lamb_step" : "xk_adam_step",
+              [g](Out out) { XK_CAPI_OK(g->capi(out, g->lamb ? g->lo.lr : g->ao.lr)); });
+    c.bad.push_back([g](Out out) {
+        LambOptions l = g->lo;
+        AdamOptions a = g->ao;
+        l.beta2 = a.beta2 = 1.0;
+        return must_throw([&] { g->cpp(out, l, a, g->step); }, "beta2=1");
+    });
+    c.bad.push_back([g](Out out) { return must_throw([&] { g->cpp(out, g->lo, g->ao, 0); }, "step=0"); });
+    if (capi) c.bad.push_back([g](Out out) { return must_fail(g->capi(out, -0.5), "lr=-0.5"); });
+    cases.push_back(std::move(c));
+}
+
+void add_optim_cases(std::vector<Case>& cases) {
+    add_optim(cases, "lamb f32 n=1000 step 3", true, 1000, OptimParamType::f32, DType::f32, 3, 12000);
+    // Two 64 Ki-element chunks of the norm sums: two threads. ~40x the cost of the others: every
+    // 4th round.
+    add_optim(cases, "lamb bf16-split n=70001 step 2", true, 70001, OptimParamType::bf16_split, DType::f32, 2, 12100, 4);
+    add_optim(cases, "adamw amsgrad f32 n=333 step 5", false, 333, OptimParamType::f32, DType::f32, 5, 12200);
+    add_optim(cases, "adamw amsgrad bf16-split bf16 grad n=77 step 1", false, 77, OptimParamType::bf16_split,
+              DType::bf16, 1, 12300);
+}
+
+// ---- vision -------------------------------------------------------------------------------------
+
+xk_roi_align_desc to_c(const RoiAlignDesc& d) {
+    xk_roi_align_desc c;
+    xk_roi_align_desc_init(&c, d.n, d.c, d.h, d.w, d.num_rois, d.pooled_h, d.pooled_w);
+    c.spatial_scale = d.spatial_scale;
+    c.sampling_ratio = d.sampling_ratio;
+    c.aligned = d.aligned ? 1 : 0;
+    c.layout = static_cast<xk_conv_layout>(static_cast<int>(d.layout));
+    return c;
+}
+
+// ROIAlign: RoiAlignPlan (shared / local), xk::roi_align, xk_roi_align_*. Boxes inside the
+// image, across its border and one far outside (every sample reads 0).
+void add_roi_align(std::vector<Case>& cases, const std::string& name, const RoiAlignDesc& d, uint64_t seed) {
+    struct Data {
+        RoiAlignDesc d;
+        Bytes src;
+        std::vector<float> boxes, bad_boxes;
+        RoiAlignArgs args(Out out, bool bad = false) const {
+            return RoiAlignArgs{src.data(), bad ? bad_boxes.data() : boxes.data(), out};
+        }
+        xk_status capi(const xk_roi_align_desc& cd, Out out) const {
+            if (d.dtype == DType::f32)
+                return xk_roi_align_f32(&cd, reinterpret_cast<const float*>(src.data()), boxes.data(), at<float>(out, 0));
+            return xk_roi_align_bf16(&cd, u16(src.data()), boxes.data(), at<uint16_t>(out, 0));
+        }
+    };
+    auto g = std::make_shared<Data>();
+    g->d = d;
+    g->src = random_bytes(d.dtype, d.n * d.c * d.h * d.w, seed);
+    std::mt19937_64 rng(seed + 1);
+    auto u = [&](double lo, double hi) { return static_cast<float>(lo + (hi - lo) * (rng() % 10000) / 10000.0); };
+    const float W = static_cast<float>(d.w) / d.spatial_scale, H = static_cast<float>(d.h) / d.spatial_scale;
+    for (int64_t k = 0; k < d.num_rois; ++k) {
+        const float x1 = u(-0.2 * W, 0.9 * W), y1 = u(-0.2 * H, 0.9 * H);
+        float box[5] = {static_cast<float>(k % d.n), x1, y1, x1 + u(0.5, 0.6 * W), y1 + u(0.5, 0.6 * H)};
+        if (k == d.num_rois - 1) box[1] = box[3] = 3 * W, box[2] = 2 * H, box[4] = 3 * H;  // outside
+        g->boxes.insert(g->boxes.end(), box, box + 5);
+    }
+    g->bad_boxes = g->boxes;
+    g->bad_boxes[5] = static_cast<float>(d.n);  // box 1: batch index out of range
+    Case c(kVision, name, static_cast<size_t>(d.num_rois * d.c * d.pooled_h * d.pooled_w) * dtype_size(d.dtype));
+    auto plan = std::make_shared<const RoiAlignPlan>(d);
+    c.impl = plan->impl_name();
+    c.add(kSharedPlan, false, "RoiAlignPlan::run", [g, plan](Out out) { plan->run(g->args(out)); });
+    c.add(kLocalPlan, false, "local RoiAlignPlan::run", [g](Out out) { RoiAlignPlan(g->d).run(g->args(out)); });
+    c.add(kOneShot, false, "xk::roi_align", [g](Out out) { roi_align(g->d, g->args(out)); });
+    c.add(kOneShot, true, "xk_roi_align_*", [g](Out out) { XK_CAPI_OK(g->capi(to_c(g->d), out)); });
+    c.bad.push_back([g, plan](Out out) { return must_throw([&] { plan->run(g->args(out, true)); }, "boxes[1][0]"); });
+    c.bad.push_back([g](Out out) {
+        RoiAlignDesc bd = g->d;
+        bd.spatial_scale = 0.0f;
+        return must_throw([&] { roi_align(bd, g->args(out)); }, "spatial_scale=");
+    });
+    c.bad.push_back([g](Out out) {
+        xk_roi_align_desc cd = to_c(g->d);
+        cd.pooled_h = 0;
+        return must_fail(g->capi(cd, out), "pooled_h=0");
+    });
+    cases.push_back(std::move(c));
+}
+
+// NMS (plain or batched by class): xk::nms and xk_nms / xk_batched_nms. The output buffer holds
+// the kept count and keep[] (entries past the count stay as they were).
+void add_nms(std::vector<Case>& cases, const std::string& name, const NmsDesc& d, uint64_t seed) {
+    struct Data {
+        NmsDesc d;
+        std::vector<float> boxes, scores;
+        std::vector<int64_t> cls;
+        size_t off_keep = 0;
+        NmsArgs args(Out out) const {
+            return NmsArgs{boxes.data(), scores.data(), d.batched ? cls.data() : nullptr, at<int64_t>(out, off_keep)};
+        }
+        xk_status capi(Out out, int64_t m) const {
+            int64_t* keep = at<int64_t>(out, off_keep);
+            int64_t* count = at<int64_t>(out, 0);
+            if (d.batched)
+                return xk_batched_nms(m, boxes.data(), scores.data(), cls.data(), d.iou_threshold, d.score_threshold,
+                                      d.max_output, keep, count);
+            return xk_nms(m, boxes.data(), scores.data(), d.iou_threshold, d.score_threshold, d.max_output, keep, count);
+        }
+    };
+    auto g = std::make_shared<Data>();
+    g->d = d;
+    const int64_t M = d.num_boxes;
+    std::mt19937_64 rng(seed);
+    auto u = [&](double lo, double hi) { return static_cast<float>(lo + (hi - lo) * (rng() % 10000) / 10000.0); };
+    for (int64_t i = 0; i < M; ++i) {  // clustered: many overlaps
+        const float x = u(0, 40), y = u(0, 40), w = u(4, 20), h = u(4, 20);
+        g->boxes.insert(g->boxes.end(), {x, y, x + w, y + h});
+        g->scores.push_back(i % 9 == 4 ? g->scores[static_cast<size_t>(i - 1)] : u(0, 1));  // some ties
+        g->cls.push_back(static_cast<int64_t>(rng() % 3));
+    }
+    const int64_t cap = d.max_output > 0 ? std::min(M, d.max_output) : M;
+    Layout l;
+    l.add(8);
+    g->off_keep = l.add(static_cast<size_t>(cap) * 8);
+    Case c(kVision, name, l.bytes);
+    c.impl = nms_impl_name(d);
+    c.add(kOneShot, false, "xk::nms", [g](Out out) { *at<int64_t>(out, 0) = nms(g->d, g->args(out)); });
+    c.add(kOneShot, true, d.batched ? "xk_batched_nms" : "xk_nms", [g](Out out) { XK_CAPI_OK(g->capi(out, g->d.num_boxes)); });
+    c.bad.push_back([g](Out out) {
+        NmsDesc bd = g->d;
+        bd.iou_threshold = std::numeric_limits<float>::quiet_NaN();
+        return must_throw([&] { nms(bd, g->args(out)); }, "iou_threshold=nan");
+    });
+    c.bad.push_back([g](Out out) {
+        NmsArgs a = g->args(out);
+        a.keep = nullptr;
+        return must_throw([&] { nms(g->d, a); }, "keep=null");
+    });
+    c.bad.push_back([g](Out out) { return must_fail(g->capi(out, -1), "num_boxes=-1"); });
+    cases.push_back(std::move(c));
+}
+
+void add_vision_cases(std::vector<Case>& cases) {
+    RoiAlignDesc r;
+    r.n = 2, r.c = 3, r.h = 10, r.w = 12, r.num_rois = 5, r.pooled_h = 3, r.pooled_w = 3;
+    r.spatial_scale = 0.5f, r.aligned = true;
+    add_roi_align(cases, "roi_align f32 nchw 2x3x10x12 5 rois 3x3 scale 1/2 aligned adaptive", r, 13000);
+    r = RoiAlignDesc();
+    r.n = 1, r.c = 17, r.h = 9, r.w = 7, r.num_rois = 4, r.pooled_h = 2, r.pooled_w = 4;
+    r.sampling_ratio = 2, r.layout = ConvLayout::nhwc, r.dtype = DType::bf16;
+    add_roi_align(cases, "roi_align bf16 nhwc 1x17x9x7 4 rois 2x4 sampling 2", r, 13100);
+    NmsDesc n;
+    n.num_boxes = 40, n.iou_threshold = 0.3f;
+    add_nms(cases, "nms 40 boxes iou 0.3", n, 13200);
+    n = NmsDesc();
+    n.num_boxes = 37, n.iou_threshold = 0.5f, n.score_threshold = 0.2f, n.max_output = 9, n.batched = true;
+    add_nms(cases, "batched nms 37 boxes 3 classes score > 0.2 max 9", n, 13300);
+}
+
 std::vector<Case> build_cases() {
     std::vector<Case> cases;
     add_gemm_cases(cases);
@@ -1382,6 +2345,12 @@ std::vector<Case> build_cases() {
     add_axpby(cases, 1, 0.5f, -2.0f, 8000);
     add_axpby(cases, 17, 1.5f, 0.25f, 8100);
     add_axpby(cases, 70001, -0.75f, 1.0f, 8200);  // two chunks of 2^16: two threads
+    add_attention_cases(cases);
+    add_woq_cases(cases);
+    add_qconv_cases(cases);
+    add_interaction_cases(cases);
+    add_optim_cases(cases);
+    add_vision_cases(cases);
     return cases;
 }
 
@@ -1421,6 +2390,7 @@ void soak_thread(int tid, const std::vector<Case>& cases, int rounds, size_t max
         if (round > 0) std::shuffle(order.begin(), order.end(), rng);
         for (size_t i : order) {
             const Case& c = cases[i];
+            if ((round + tid) % c.every != 0) continue;  // threads visit a heavy case in different rounds
             const Variant& v = c.variants[(static_cast<size_t>(tid) + static_cast<size_t>(round) + i) % c.variants.size()];
             auto where = [&] {
                 return std::string(kFamilyName[c.family]) + " / " + c.name + " / " + v.name + " (thread " +
