@@ -5,7 +5,8 @@
 // column vectors (per channel axis 1). Bit-exact with the reference (quant.hpp):
 //   quantize:   t = (x [* smooth]) * inv (fp32 multiplies, inv = 1.0f / scale computed by the
 //               caller), NaN lanes -> 0, clamp to [-512, 512], VROUNDPS / VRNDSCALEPS to nearest
-//               even (immediate rounding: independent of MXCSR), VCVTTPS2DQ (exact), + zp (int),
+//               even (immediate rounding: independent of MXCSR), VCVTTPS2DQ (exact) — AVX-512:
+//               one VCVTPS2DQ with embedded {rn-sae} rounding instead —, + zp (int),
 //               then saturate: AVX2 by the saturating packs (VPACKSSDW, VPACKUSWB / VPACKSSWB),
 //               AVX-512 by VPMOVSDB (s8) / VPMAXSD 0 + VPMOVUSDB (u8). Clamping before rounding
 //               gives the same integer (512 > 255 + 128 and rounding is monotonic).
@@ -226,9 +227,12 @@ private:
             vminps(a, a, ptr[ctb_ + kQ512 * 64]);
         }
         vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
-        if (zmm_) vrndscaleps(a, a, 8);
-        else vroundps(a, a, 8);
-        vcvttps2dq(a, a);
+        if (zmm_) {
+            vcvtps2dq(Zmm(a.getIdx()) | T_rn_sae, Zmm(a.getIdx()));  // embedded round to nearest even: one uop
+        } else {
+            vroundps(a, a, 8);
+            vcvttps2dq(a, a);
+        }
         if (vec_zp_) {
             if (tail) {
                 io_->load_rt(b, vz_, DType::f32, n_);  // bit moves
