@@ -335,6 +335,9 @@ void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry() {
     static const Registry<QuantKernelDesc, QuantKernel> r(
         "quant", {
+                     {"jit:avx512_bf16", Isa::avx512_bf16,
+                      [](const QuantKernelDesc& kd) { return is_int8_type(kd.src_dtype) && kd.dst_dtype == DType::bf16; },
+                      [](const QuantKernelDesc& kd) { return create_jit_quant(kd, Isa::avx512_bf16); }},
                      {"jit:avx512", Isa::avx512, nullptr, [](const QuantKernelDesc& kd) { return create_jit_quant(kd, Isa::avx512); }},
                      {"jit:avx2", Isa::avx2, nullptr, [](const QuantKernelDesc& kd) { return create_jit_quant(kd, Isa::avx2); }},
                      {"ref:scalar", Isa::scalar, nullptr,
