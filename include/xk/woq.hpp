@@ -124,7 +124,8 @@ void woq_dequantize(const WoqPackedWeight& w, float* out);
 //            acc = sum_g scale[n,g] * (sx[m] * sum_k xq q) + offset[n,g] * (sx[m] * sum_k xq)
 //          (VPDPBUSD on the packed weights: 4x the multiply-adds of an FMA a cycle). Errors are
 //          those of the activation quantization (relative ~ 1/254 of max|x[m,:]| per element).
-//          X must be finite. Kernels: avx512_vnni (with AVX512-VBMI); elsewhere the reference.
+//          X must be finite. Kernels: avx512_vnni (with AVX512-VBMI), avx2_vnni (AVX-VNNI), avx2;
+//          the reference below AVX2.
 enum class WoqCompute : int { exact = 0, int8 = 1 };
 
 // The product.

@@ -263,8 +263,10 @@ TEST(Woq, EveryKernelEveryLayout) {
             }
     // Every entry of the registry this machine runs was exercised (TSan builds sweep only some ISAs).
     if (xk::test::kTsanSweep) return;
+    const auto isas = xk::available_isas();  // (under XK_MAX_ISA the sweep stops at the cap)
     for (const auto& impl : detail::woq_registry().impls())
-        if (isa_supported(impl.isa) && std::string(impl.name) != "avx512_vnni:woq:int8")  // (Woq.Int8Compute)
+        if (std::find(isas.begin(), isas.end(), impl.isa) != isas.end() &&
+            std::string(impl.name).find(":woq:int8") == std::string::npos)  // (Woq.Int8Compute)
             EXPECT_TRUE(seen.count(impl.name)) << impl.name;
 }
 
@@ -375,7 +377,11 @@ TEST(Woq, Int8Compute) {
                             p.run({A.data(), C.data(), bias.data()}, w.packed);
                             seen.insert(p.impl_name());
                             const bool vnni = isa >= Isa::avx512_vnni && detail::woq_vnni_supported();
-                            EXPECT_STREQ(p.impl_name(), vnni ? "avx512_vnni:woq:int8" : "ref:scalar");
+                            const bool avx_vnni = isa >= Isa::avx2_vnni && detail::woq_avx_vnni_supported();
+                            EXPECT_STREQ(p.impl_name(), vnni       ? "avx512_vnni:woq:int8"
+                                                        : avx_vnni ? "avx2_vnni:woq:int8"
+                                                        : isa >= Isa::avx2 ? "avx2:woq:int8"
+                                                                           : "ref:scalar");
                             std::vector<uint8_t> got(C.data(), C.data() + C.size());
                             if (ref.empty()) {
                                 ref = got;
@@ -406,11 +412,16 @@ TEST(Woq, Int8Compute) {
                                 EXPECT_EQ(got, ref) << isa_name(isa) << " threads " << th << " M=" << M << " " << w.packed.layout();
                             }
                         }
-                    });
+                    }, /*with_avx2_vnni=*/true);
                     set_num_threads(0);
                 }
             }
-    if (detail::woq_vnni_supported() && isa_supported(Isa::avx512_vnni)) EXPECT_TRUE(seen.count("avx512_vnni:woq:int8"));
+    // (under XK_MAX_ISA the sweep stops at the cap)
+    const auto isas = xk::available_isas();
+    auto swept = [&](Isa i) { return std::find(isas.begin(), isas.end(), i) != isas.end(); };
+    if (detail::woq_vnni_supported() && swept(Isa::avx512_vnni)) EXPECT_TRUE(seen.count("avx512_vnni:woq:int8"));
+    if (detail::woq_avx_vnni_supported() && swept(Isa::avx2_vnni)) EXPECT_TRUE(seen.count("avx2_vnni:woq:int8"));
+    if (swept(Isa::avx2)) EXPECT_TRUE(seen.count("avx2:woq:int8"));
     // bad input
     WoqDesc d;
     d.M = 1, d.N = 16, d.K = 32;

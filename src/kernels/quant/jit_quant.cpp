@@ -5,7 +5,8 @@
 // column vectors (per channel axis 1). Bit-exact with the reference (quant.hpp):
 //   quantize:   t = (x [* smooth]) * inv (fp32 multiplies, inv = 1.0f / scale computed by the
 //               caller), NaN lanes -> 0, clamp to [-512, 512], VROUNDPS / VRNDSCALEPS to nearest
-//               even (immediate rounding: independent of MXCSR), VCVTTPS2DQ (exact), + zp (int),
+//               even (immediate rounding: independent of MXCSR), VCVTTPS2DQ (exact) — AVX-512:
+//               one VCVTPS2DQ with embedded {rn-sae} rounding instead —, + zp (int),
 //               then saturate: AVX2 by the saturating packs (VPACKSSDW, VPACKUSWB / VPACKSSWB),
 //               AVX-512 by VPMOVSDB (s8) / VPMAXSD 0 + VPMOVUSDB (u8). Clamping before rounding
 //               gives the same integer (512 > 255 + 128 and rounding is monotonic).
@@ -16,11 +17,14 @@
 //               in the range leaves quant_params_from_range unchanged), and the max of the
 //               magnitude bits (>= 0x7f800000: some v is NaN or +-inf); the caller reduces the
 //               lanes.
+// bf16 outputs: the integer rounding, or VCVTNEPS2BF16 (jit:avx512_bf16) for the rows whose scales
+// are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
 // element n-1); AVX2 by JitIo's runtime-count loads and byte copies through the red zone.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "common/streaming.hpp"
@@ -72,11 +76,14 @@ class JitQuant : public JitGenerator {
 public:
     // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 16-byte aligned rows;
     // dequantize: vector-aligned rows), then SFENCE.
-    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode, bool nt = false) : JitGenerator(isa), kd_(kd), mode_(mode), nt_(nt) {
+    // cvt_bf16: bf16 stores by VCVTNEPS2BF16 (AVX512-BF16; the caller uses this variant only where
+    // no output can be denormal: dequantize with every scale >= FLT_MIN).
+    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode, bool nt = false, bool cvt_bf16 = false)
+        : JitGenerator(isa), kd_(kd), mode_(mode), nt_(nt) {
         zmm_ = isa >= Isa::avx512;
         vl_ = zmm_ ? 16 : 8;
         // Isa::avx512 for the zmm JitIo: bf16 stores by the integer rounding (denormals kept).
-        JitIo io(*this, zmm_ ? Isa::avx512 : Isa::avx2, tbl_, {V(14), V(15), k1, rax});
+        JitIo io(*this, zmm_ ? (cvt_bf16 ? Isa::avx512_bf16 : Isa::avx512) : Isa::avx2, tbl_, {V(14), V(15), k1, rax});
         io_ = &io;
         const bool quant = mode != Mode::dequantize;
         vec_ = kd.granularity == QuantGranularity::per_channel && kd.axis == 1 && mode != Mode::minmax;
@@ -226,9 +233,12 @@ private:
             vminps(a, a, ptr[ctb_ + kQ512 * 64]);
         }
         vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
-        if (zmm_) vrndscaleps(a, a, 8);
-        else vroundps(a, a, 8);
-        vcvttps2dq(a, a);
+        if (zmm_) {
+            vcvtps2dq(Zmm(a.getIdx()) | T_rn_sae, Zmm(a.getIdx()));  // embedded round to nearest even: one uop
+        } else {
+            vroundps(a, a, 8);
+            vcvttps2dq(a, a);
+        }
         if (vec_zp_) {
             if (tail) {
                 io_->load_rt(b, vz_, DType::f32, n_);  // bit moves
@@ -338,6 +348,10 @@ public:
             nt_align_ = quant_ ? 16 : vl_ * dtype_size(kd.dst_dtype);
         }
         if (kd.granularity == QuantGranularity::per_token_dynamic) mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
+        if (!quant_ && kd.dst_dtype == DType::bf16 && isa >= Isa::avx512_bf16) {
+            cvt_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::dequantize, false, true);
+            cvt_gen_nt_ = std::make_unique<JitQuant>(kd, isa, Mode::dequantize, true, true);
+        }
     }
 
     void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
@@ -352,6 +366,14 @@ public:
         const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * ds) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
                         (c0 * ds) % nt_align_ == 0;
         const QFn fn = nt ? gen_nt_->fn : gen_->fn;
+        // Dequantize to bf16 with every scale of the row normal: |float(q - zp) * scale| is 0 or
+        // >= FLT_MIN, so VCVTNEPS2BF16 rounds it as the integer emulation does (bit for bit).
+        const QFn cvt_fn = cvt_gen_ ? (nt ? cvt_gen_nt_->fn : cvt_gen_->fn) : nullptr;
+        auto normal = [](float s) { return s >= std::numeric_limits<float>::min(); };
+        bool all_normal = cvt_fn != nullptr;
+        if (cvt_fn && col_vec)
+            for (int64_t c = c0; c < c1 && all_normal; ++c) all_normal = normal(a.scales[c]);
+        if (cvt_fn && d.granularity == QuantGranularity::per_tensor) all_normal = normal(a.scales[0]);
         if (d.smooth) q.smooth = a.smooth + c0;
         if (col_vec) {
             q.vscale = quant_ ? p.inv + c0 : a.scales + c0;
@@ -371,7 +393,8 @@ public:
             }
             q.src = static_cast<const char*>(a.src) + (r * d.ld_src + c0) * ss;
             q.dst = static_cast<char*>(a.dst) + (r * d.ld_dst + c0) * ds;
-            fn(&q);
+            const bool row_normal = d.granularity == QuantGranularity::per_channel && d.axis == 0 ? cvt_fn && normal(a.scales[r]) : all_normal;
+            (row_normal ? cvt_fn : fn)(&q);
         }
     }
 
@@ -409,7 +432,7 @@ private:
     QuantKernelDesc kd_;
     bool quant_ = true;
     int vl_ = 8;
-    std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_;
+    std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_, cvt_gen_, cvt_gen_nt_;
     int nt_align_ = 64;
 };
 

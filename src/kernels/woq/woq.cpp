@@ -315,6 +315,8 @@ bool decode_s8(const WoqSpec& s) { return exact(s) && s.wtype == WoqWeightType::
 bool decode_u4(const WoqSpec& s) { return exact(s) && s.wtype == WoqWeightType::u4 && s.M <= kWoqMaxDecodeM; }
 bool prefill(const WoqSpec& s) { return exact(s) && s.M > kWoqMaxDecodeM; }
 bool int8_mode(const WoqSpec& s) { return s.compute == WoqCompute::int8 && s.K > 0 && woq_vnni_supported(); }
+bool int8_avx_vnni(const WoqSpec& s) { return s.compute == WoqCompute::int8 && s.K > 0 && woq_avx_vnni_supported(); }
+bool int8_avx2(const WoqSpec& s) { return s.compute == WoqCompute::int8 && s.K > 0; }
 
 }  // namespace
 
@@ -326,6 +328,8 @@ const Registry<WoqSpec, WoqKernel>& woq_registry() {
                    {"avx512:woq_s8:gemv", Isa::avx512, decode_s8, create_woq_gemv_avx512},
                    {"avx512:woq_u4:gemv", Isa::avx512, decode_u4, create_woq_gemv_avx512},
                    {"avx512:woq:dequant_gemm", Isa::avx512, prefill, create_woq_prefill_avx512},
+                   {"avx2_vnni:woq:int8", Isa::avx2_vnni, int8_avx_vnni, create_woq_int8_avx_vnni},
+                   {"avx2:woq:int8", Isa::avx2, int8_avx2, create_woq_int8_avx2},
                    {"avx2:woq_s8:gemv", Isa::avx2, decode_s8, create_woq_gemv_avx2},
                    {"avx2:woq_u4:gemv", Isa::avx2, decode_u4, create_woq_gemv_avx2},
                    {"avx2:woq:dequant_gemm", Isa::avx2, prefill, create_woq_prefill_avx2},

@@ -113,6 +113,11 @@ std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s);
 // WoqCompute::int8 (woq_vnni.cpp): X quantized per row to s8, VPDPBUSD on the packed q, any M.
 bool woq_vnni_supported();
 std::shared_ptr<const WoqKernel> create_woq_vnni(const WoqSpec& s);
+// WoqCompute::int8 on AVX2 (woq_int8_avx2.cpp): the same sums with VEX VPDPBUSD ymm (AVX-VNNI) or
+// VPMADDUBSW / VPMADDWD (plain AVX2), bit for bit the reference's.
+bool woq_avx_vnni_supported();
+std::shared_ptr<const WoqKernel> create_woq_int8_avx_vnni(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_int8_avx2(const WoqSpec& s);
 // The int8 mode's activation quantization of one row (the reference's, shared by the kernels):
 // sx = max|x| / 127 (1 when 0), q[k] = clamp(round_half_even(x[k] * (1 / sx)), -127, 127).
 float woq_quantize_row(const WoqSpec& s, const void* a_row, int8_t* q);
