@@ -36,8 +36,7 @@ xk_status xk_dequantize_per_channel_s8_f32(int64_t rows, int64_t cols, const int
 
 /* Dynamic per token (per row): scales[r] / zero_points[r] receive each row's parameters; smooth
  * (NULL = none) multiplies column c by smooth[c] first (SmoothQuant). zero_points may be NULL when
- * symmetric. x is read once; a NaN / inf in x (after smoothing) fails with XK_INVALID_ARGUMENT
- * naming the first one, scales / zero_points untouched, rows of q before it possibly written. */
+ * symmetric. */
 xk_status xk_quantize_dynamic_per_token_f32_u8(int64_t rows, int64_t cols, const float* x, int64_t ld_x,
                                                const float* smooth, uint8_t* q, int64_t ld_q, float* scales,
                                                int32_t* zero_points, int symmetric);
