@@ -220,13 +220,6 @@ void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const Qua
         // already quantized keep their values).
         std::vector<float> sc(d.rows), mn(d.rows), mx(d.rows);
         std::vector<uint8_t> finite(d.rows);
-        // The kernels see private parameter outputs (the reference computes and writes each row's
-        // own, the same values): the caller's are written only after every row has passed.
-        std::vector<float> k_sc(d.rows);
-        std::vector<int32_t> k_zp(d.rows);
-        QuantArgs ka = a;
-        ka.scales_out = k_sc.data();
-        ka.zero_points_out = k_zp.data();
         inv.resize(d.rows);
         zps.resize(d.rows);
         prep = {inv.data(), zps.data()};
@@ -236,7 +229,7 @@ void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const Qua
         parallel_for(d.rows, grain, [&](int64_t b, int64_t e) {
             for (int64_t r0 = b; r0 < e && !bad.load(std::memory_order_relaxed); r0 += grain) {
                 const int64_t r1 = std::min(e, r0 + grain);
-                k.minmax(d, ka, r0, r1, mn.data(), mx.data(), finite.data());
+                k.minmax(d, a, r0, r1, mn.data(), mx.data(), finite.data());
                 for (int64_t r = r0; r < r1; ++r) {
                     if (!finite[r]) {
                         bad.store(true, std::memory_order_relaxed);
@@ -247,7 +240,7 @@ void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const Qua
                     inv[r] = 1.0f / p.scale;
                     zps[r] = p.zero_point;
                 }
-                k.run(d, ka, r0, r1, 0, d.cols, prep);
+                k.run(d, a, r0, r1, 0, d.cols, prep);
             }
         });
         if (bad.load()) {
