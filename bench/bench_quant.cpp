@@ -3,14 +3,14 @@
 //
 //   quantize/<f32|bf16>/xk/<per_tensor|per_channel|dynamic>/<u8|s8>/4096x4096/nt:<N>
 //       per_tensor: asymmetric u8; per_channel: one scale per column (axis 1), symmetric s8;
-//       dynamic: per token (row) asymmetric s8, scales / zero points computed (one read of x:
-//       each block of rows gets its range pass, then its quantize pass, while in cache)
+//       dynamic: per token (row) asymmetric s8, scales / zero points computed (two reads of x:
+//       the range pass that also rejects non-finite values before any write, then the quantize)
 //   quantize/<f32|bf16>/xk/dynamic_smooth/s8/...   the same with SmoothQuant's smooth vector
 //   dequantize/<f32|bf16>/xk/<per_tensor|per_channel>/<u8|s8>/4096x4096/nt:<N>
 //   convert/<src>-><dst>/xk/4096x4096/nt:<N>       f32 -> bf16, bf16 -> f32, f32 -> f16, f16 -> f32, bf16 -> f16
 //
 // GBPS: bytes read + written per call, each array once (x and q; the parameter vectors are
-// counted too).
+// counted too; the dynamic rows' second read of x is not: their GB/s is the op's throughput).
 // Copy%: the row's GB/s over that of a copy with non-temporal stores run between its calls on the
 // same threads (xk::bench::CopyYardstick), CopyGBPS that copy's GB/s. No peer row (PyTorch's
 // figures come from bench/torch_peer.py where it has them).

@@ -86,11 +86,9 @@ struct QuantKernel;
 }
 
 // Validates the descriptor and selects the implementation once; run() validates pointers, scales
-// and zero points (before any work) and runs in parallel. per_token_dynamic: x is read once (each
-// block of rows gets its range, its parameters and its quantization while in cache); a non-finite
-// value (after smoothing) anywhere in x is an xk::Error naming the first one, raised before
-// scales_out / zero_points_out are written (dst rows quantized before it was found may hold their
-// values). Immutable, safe to run concurrently.
+// and zero points (before any work) and runs in parallel. per_token_dynamic: a non-finite value
+// (after smoothing) anywhere in x is an xk::Error naming the first one, raised before anything
+// is written (one read of x ahead of the quantization). Immutable, safe to run concurrently.
 class QuantPlan {
 public:
     explicit QuantPlan(const QuantDesc& desc);

@@ -961,8 +961,7 @@ TEST(Quant, EveryIsaBitExactWithReference) {
 }
 
 // A non-finite value anywhere (after smoothing) is found by the kernels' range pass of every ISA
-// and reported naming the first one in row-major order; scales_out / zero_points_out are not
-// written (dst rows quantized before the error may be: x is read once).
+// and reported before anything is written, naming the first one in row-major order.
 TEST(Quant, DynamicNonFiniteFoundByEveryIsa) {
     for_each_isa([&](Isa) {
         for (DType ft : {DType::f32, DType::bf16})
@@ -977,8 +976,10 @@ TEST(Quant, DynamicNonFiniteFoundByEveryIsa) {
                         const uint16_t h = static_cast<uint16_t>(bad >> 16);
                         std::memcpy(base + 2 * i, &h, 2);
                     }
+                    const TypedMatrix before = p.dst.clone();
                     const std::string want = "src[" + std::to_string(br) + "][" + std::to_string(bc) + "]";
                     XK_EXPECT_INVALID(quantize(p.d, p.args()), want.c_str());
+                    EXPECT_TRUE(same_bytes(p.dst, before));
                     for (float s : p.scales_out) EXPECT_EQ(s, -1.0f);
                     for (int32_t z : p.zps_out) EXPECT_EQ(z, -999);
                 }

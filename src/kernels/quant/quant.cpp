@@ -213,45 +213,28 @@ void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const Qua
     std::vector<int32_t> zps;
     QuantPrep prep;
     if (d.granularity == QuantGranularity::per_token_dynamic) {
-        // One read of x: each block of rows (about 32 KiB of x, still in L1 / L2) gets its range
-        // pass, its parameters and its quantize pass before the next block is read. A non-finite
-        // value stops every thread at its next block; the first one is then located and named
-        // (scales_out / zero_points_out are written only after every row has passed; dst rows
-        // already quantized keep their values).
-        std::vector<float> sc(d.rows), mn(d.rows), mx(d.rows);
+        // Pass 1: each row's range and finiteness (one read of x); nothing is written before
+        // every row has been seen. The first non-finite value is then located and named by the
+        // scalar scan.
+        std::vector<float> mn(d.rows), mx(d.rows);
         std::vector<uint8_t> finite(d.rows);
+        const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
+        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.minmax(d, a, b, e, mn.data(), mx.data(), finite.data()); });
+        for (int64_t r = 0; r < d.rows; ++r)
+            if (!finite[r]) {
+                check_dynamic_finite(fn, d, a);  // throws, naming the first one
+                break;
+            }
         inv.resize(d.rows);
         zps.resize(d.rows);
-        prep = {inv.data(), zps.data()};
-        const int64_t row_bytes = d.cols * dtype_size(d.src_dtype);
-        const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(row_bytes, 1));
-        std::atomic<bool> bad{false};
-        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) {
-            for (int64_t r0 = b; r0 < e && !bad.load(std::memory_order_relaxed); r0 += grain) {
-                const int64_t r1 = std::min(e, r0 + grain);
-                k.minmax(d, a, r0, r1, mn.data(), mx.data(), finite.data());
-                for (int64_t r = r0; r < r1; ++r) {
-                    if (!finite[r]) {
-                        bad.store(true, std::memory_order_relaxed);
-                        return;
-                    }
-                    const QuantParams p = quant_params_from_range(mn[r], mx[r], qtype, d.symmetric);
-                    sc[r] = p.scale;
-                    inv[r] = 1.0f / p.scale;
-                    zps[r] = p.zero_point;
-                }
-                k.run(d, a, r0, r1, 0, d.cols, prep);
-            }
-        });
-        if (bad.load()) {
-            check_dynamic_finite(fn, d, a);  // throws, naming the first one
-            fail(Status::runtime_error, std::string(fn) + ": a non-finite value was reported but not found");
-        }
         for (int64_t r = 0; r < d.rows; ++r) {
-            a.scales_out[r] = sc[r];
-            if (a.zero_points_out) a.zero_points_out[r] = zps[r];
+            const QuantParams p = quant_params_from_range(mn[r], mx[r], qtype, d.symmetric);
+            a.scales_out[r] = p.scale;
+            if (a.zero_points_out) a.zero_points_out[r] = p.zero_point;
+            inv[r] = 1.0f / p.scale;
+            zps[r] = p.zero_point;
         }
-        return;
+        prep = {inv.data(), zps.data()};
     } else if (quant) {
         const int64_t channels = channel_count(d);
         inv.resize(channels);
