@@ -274,6 +274,39 @@ TEST(GpuGemm, LocalMemoryFormOnAnyDevice) {
     }
 }
 
+// Split-K (partial products in an f32 workspace + the reduce kernel with the epilogue): the CPU
+// form and the local-memory form, K split unevenly (the last splits short or empty), each
+// epilogue, bf16 C, a batch; the configuration string round-trips through the tuning file format.
+TEST(GpuGemm, SplitK) {
+    NEED_DEVICE();
+    gpu::detail::GemmConfig cpu = tiled_default().config, loc;
+    loc.mwg = 32, loc.nwg = 32, loc.kwg = 16, loc.mdimc = 8, loc.ndimc = 8, loc.vwm = 4, loc.vwn = 4, loc.use_local = 1;
+    cpu.splitk = 3;
+    loc.splitk = 4;
+    for (const auto& cfg : {cpu, loc}) {
+        gpu::detail::GemmConfig back;
+        ASSERT_TRUE(gpu::detail::GemmConfig::parse(cfg.str(), back)) << cfg.str();
+        EXPECT_EQ(back.splitk, cfg.splitk);
+        GemmOptions o;
+        o.kind = GemmKernelKind::tiled;
+        o.force_config = true;
+        o.config = cfg;
+        for (auto [M, N, K] : {std::array<int64_t, 3>{7, 17, 100}, {33, 45, 20}, {65, 70, 129}}) {
+            Case c{M, N, K};
+            EXPECT_NE(run_case(c, o).find(",S"), std::string::npos);
+            c.pad_a = 4, c.pad_b = 4, c.alpha = 0.5f, c.beta = -1.5f, c.bias = true, c.resid = true;
+            c.act = xk::Activation::gelu_erf;
+            run_case(c, o);
+        }
+        if (cfg.splitk != 3) continue;  // half types once (each variant is a program build)
+        Case h{19, 37, 70, Trans::T, Trans::T, DType::bf16, DType::bf16};
+        h.rtype = DType::bf16, h.resid = true, h.off = 3, h.batch = 2;
+        run_case(h, o);
+    }
+    gpu::detail::GemmConfig bad;
+    EXPECT_FALSE(gpu::detail::GemmConfig::parse("MWG64,NWG64,KWG16,MDIMC8,NDIMC8,VWM1,VWN1,L1,Sx", bad));
+}
+
 TEST(GpuGemm, HalfTypesTiled) {
     NEED_DEVICE();
     struct T {
