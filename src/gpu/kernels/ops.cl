@@ -499,7 +499,18 @@ __kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
     const ulong id = get_global_id(0);
     if (id >= total) return;
     const ulong half_r = rotary_dim / 2, q4 = half_r / 4;
-    const ulong i = (id % q4) * 4, th = id / q4, head = th % heads, tok = th / heads;
+    ulong i, head, tok;
+    if (total <= 0xffffffffUL) {  // 32-bit divisions (64-bit ones are long instruction sequences on GPUs)
+        const uint id32 = (uint)id, q32 = (uint)q4, th = id32 / q32;
+        i = (ulong)(id32 - th * q32) * 4;
+        head = th % (uint)heads;
+        tok = th / (uint)heads;
+    } else {
+        const ulong th = id / q4;
+        i = (id % q4) * 4;
+        head = th % heads;
+        tok = th / heads;
+    }
     const bool al = (flags & 16) != 0;
     long p;
     if (flags & 4) p = ((__global const int*)positions)[p_off + tok];
