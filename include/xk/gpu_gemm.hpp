@@ -28,6 +28,9 @@
 //                  (device, driver, types, transposes, shape class) by a built-in tuner that times
 //                  a few candidates once and keeps the winner on disk beside the program cache
 //                  (gpu::cache_dir()/gemm_tune.txt); XK_GPU_TUNE=0 uses the device-type default.
+//                  For small M x N on GPUs the candidates include split-K forms (",S<n>": n
+//                  partial products in an f32 workspace from the caching allocator, then a
+//                  reduce kernel with the epilogue).
 //   XK_GPU_XMX=0 never takes the XMX kernel.
 #pragma once
 #include <string>

@@ -5,6 +5,7 @@
 #include "common/check.hpp"
 #include "xk/c/gpu.h"
 #include "xk/gpu.hpp"
+#include "xk/gpu_gemm.hpp"
 #include "xk/llm.hpp"
 #include "xk/norm.hpp"
 #include "xk/rope.hpp"
@@ -62,6 +63,28 @@ xk_status norm_impl(const char* fn, xk::NormKind kind, xk_gpu_context ctx, xk_dt
         t.residual = t.residual_out = tensor_of(residual);
         xk::gpu::norm(c, d, t);
     });
+}
+
+// xk_gemm_desc -> GemmDesc (as capi_gemm.cpp's to_desc: enums read as raw ints, validated by
+// gpu::gemm).
+xk::GemmDesc gemm_desc_of(const xk_gemm_desc& c) {
+    xk::GemmDesc d;
+    d.M = c.M, d.N = c.N, d.K = c.K;
+    d.trans_a = static_cast<xk::Trans>(c_enum(c.trans_a)), d.trans_b = static_cast<xk::Trans>(c_enum(c.trans_b));
+    d.lda = c.lda, d.ldb = c.ldb, d.ldc = c.ldc;
+    d.a_type = static_cast<xk::DType>(c_enum(c.a_type)), d.b_type = static_cast<xk::DType>(c_enum(c.b_type));
+    d.c_type = static_cast<xk::DType>(c_enum(c.c_type));
+    d.alpha = c.alpha, d.beta = c.beta;
+    d.epilogue.bias = c.bias != 0;
+    d.epilogue.act = static_cast<xk::Activation>(c_enum(c.act));
+    d.epilogue.residual = c.residual != 0;
+    d.residual_type = static_cast<xk::DType>(c_enum(c.residual_type));
+    d.ld_residual = c.ld_residual;
+    d.b_scale_per_channel = c.b_scale_per_channel != 0;
+    d.batch = c.batch;
+    d.batch_stride_a = c.batch_stride_a, d.batch_stride_b = c.batch_stride_b;
+    d.batch_stride_c = c.batch_stride_c, d.batch_stride_residual = c.batch_stride_residual;
+    return d;
 }
 
 }  // namespace
@@ -235,6 +258,36 @@ xk_status xk_gpu_rope(xk_gpu_context ctx, xk_dtype dtype, int is_neox, int64_t t
         d.cache_dtype = xk::DType::f32;
         d.max_position = max_position;
         xk::gpu::rope(c, d, {tensor_of(q), tensor_of(k), tensor_of(positions), tensor_of(cos_sin_cache)});
+    });
+}
+
+xk_status xk_gpu_gemm(xk_gpu_context ctx, const xk_gemm_desc* desc, const xk_gpu_gemm_tensors* t) {
+    return capi_call([&] {
+        const char* fn = "xk_gpu_gemm";
+        const auto& c = ctx_of(fn, ctx);
+        xk::detail::check_not_null(fn, "desc", desc);
+        xk::detail::check_not_null(fn, "t", t);
+        xk::gpu::GemmTensors g;
+        g.A = tensor_of(t->A);
+        g.B = tensor_of(t->B);
+        g.C = tensor_of(t->C);
+        g.bias = tensor_of(t->bias);
+        g.residual = tensor_of(t->residual);
+        xk::gpu::gemm(c, gemm_desc_of(*desc), g);
+    });
+}
+
+xk_status xk_gpu_gemm_kernel_name(xk_gpu_context ctx, const xk_gemm_desc* desc, char* buf, size_t size) {
+    return capi_call([&] {
+        const char* fn = "xk_gpu_gemm_kernel_name";
+        const auto& c = ctx_of(fn, ctx);
+        xk::detail::check_not_null(fn, "desc", desc);
+        xk::detail::check_not_null(fn, "buf", buf);
+        if (size == 0) xk::detail::fail_arg(fn, "size", "0", "must be >= 1");
+        const std::string s = xk::gpu::gemm_kernel_name(c, gemm_desc_of(*desc));
+        const size_t n = std::min(s.size(), size - 1);
+        std::memcpy(buf, s.data(), n);
+        buf[n] = '\0';
     });
 }
 

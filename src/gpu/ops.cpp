@@ -49,7 +49,24 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
 }
 
 #if XK_WITH_OPENCL
-constexpr int kWg = 128;  // XK_WG of ops.cl
+constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item in registers
+constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
+// Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
+// the row in registers (kNv chunks of 8 per work-item), capped by the device; longer rows loop.
+size_t row_wg(const Context& ctx, int64_t n) {
+    const int64_t chunks = (n + 7) / 8;
+    const int64_t want = (chunks + kNv - 1) / kNv;
+    int64_t cap = std::min<int64_t>(kMaxWg, ctx.device().max_work_group_size);
+    int64_t p2 = 1;
+    while (p2 * 2 <= cap) p2 *= 2;
+    cap = p2;
+    // CPU devices (PoCL): one size (its compiler specializes each work-group size: a build each;
+    // the registers of a work-item are memory there anyway)
+    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(128, cap));
+    int64_t wg = 32;
+    while (wg < want && wg < cap) wg *= 2;
+    return static_cast<size_t>(std::min(wg, cap));
+}
 
 // A used tensor: a buffer of this context holding `extent` elements of `dt` from its offset.
 // (An unused one must be empty.) Returns the byte range for the aliasing checks.
@@ -108,11 +125,14 @@ cl_ulong U(int64_t v) { return static_cast<cl_ulong>(v); }
 // An empty tensor's slot gets some valid buffer (never read).
 cl_mem mem_or(const Tensor& t, cl_mem fallback) { return t.buffer.empty() ? fallback : mem_of(t); }
 int dcode(DType t) { return static_cast<int>(t); }
-// Every value a multiple of 4 (elements): row bases aligned for one vector access of 4.
-bool all4(std::initializer_list<int64_t> v) {
-    for (int64_t x : v)
-        if (x % 4 != 0) return false;
-    return true;
+// Alignment code of ops.cl's 8-wide accesses: 2 every value a multiple of 8, 1 of 4, else 0.
+int align_code(std::initializer_list<int64_t> v) {
+    bool a8 = true, a4 = true;
+    for (int64_t x : v) {
+        if (x % 8 != 0) a8 = false;
+        if (x % 4 != 0) a4 = false;
+    }
+    return a8 ? 2 : a4 ? 1 : 0;
 }
 // One program per op (-DXK_OP=n: see ops.cl).
 cl_kernel ops_kernel(const Context& ctx, const char* name, int op) {
@@ -200,14 +220,14 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     set_arg(k, i++, U(d.hidden));
     set_arg(k, i++, d.eps);
     const cl_int dts = dcode(d.x_dtype) | dcode(d.y_dtype) << 8 | dcode(d.residual_dtype) << 16 | dcode(d.weight_dtype) << 24;
-    const bool al = all4({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
-                          d.ld_residual, t.residual_out.offset, d.ld_residual_out});
+    const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
+                               d.ld_residual, t.residual_out.offset, d.ld_residual_out});
     const cl_int flags = (d.has_weight ? 1 : 0) | (d.has_bias ? 2 : 0) | (d.fused_residual ? 4 : 0) |
-                         (d.kind == NormKind::layer_norm ? 8 : 0) | (al ? 16 : 0);
+                         (d.kind == NormKind::layer_norm ? 8 : 0) | (al == 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(k, i++, dts);
     set_arg(k, i++, flags);
-    const size_t local = kWg, global = static_cast<size_t>(d.rows) * kWg;
-    verbose_pick("norm", std::string("ocl:xk_norm,wg=128,") + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+    const size_t local = row_wg(ctx, d.hidden), global = static_cast<size_t>(d.rows) * local;
+    verbose_pick("norm", std::string("ocl:xk_norm,wg=") + std::to_string(local) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
                              ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -249,11 +269,13 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
     set_arg(k, i++, U(d.inner));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
     set_arg(k, i++, static_cast<cl_int>(a));
-    set_arg(k, i++, static_cast<cl_int>(all4({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y}) ? 1 : 0));
-    const size_t lx = 64;
-    const size_t gx = (static_cast<size_t>((d.inner + 3) / 4) + lx - 1) / lx * lx;
+    set_arg(k, i++, static_cast<cl_int>(align_code({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y})));
+    const size_t chunks = static_cast<size_t>((d.inner + 7) / 8);
+    const size_t lx = std::min<size_t>(chunks <= 64 ? 64 : chunks <= 128 ? 128 : 256,
+                                       static_cast<size_t>(std::max(ctx.device().max_work_group_size, 1)));
+    const size_t gx = (chunks + lx - 1) / lx * lx;
     const size_t global[2] = {gx, static_cast<size_t>(d.rows)}, local[2] = {lx, 1};
-    verbose_pick("glu", "ocl:xk_glu,wg=64x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
+    verbose_pick("glu", "ocl:xk_glu,wg=" + std::to_string(lx) + "x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
                             dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 2, global, local, fn);
 #else
@@ -296,9 +318,9 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_int>(d.causal ? 1 : 0));
     set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
-    set_arg(k, i++, static_cast<cl_int>(all4({t.x.offset, d.ld_x, t.y.offset, d.ld_y}) ? 1 : 0));
-    const size_t local = kWg, global = static_cast<size_t>(d.rows) * kWg;
-    verbose_pick("softmax", "ocl:xk_softmax,wg=128,cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+    set_arg(k, i++, static_cast<cl_int>(align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y})));
+    const size_t local = row_wg(ctx, d.cols), global = static_cast<size_t>(d.rows) * local;
+    verbose_pick("softmax", "ocl:xk_softmax,wg=" + std::to_string(local) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -410,7 +432,8 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     no_overlap(fn, "k", k, "positions", p);
     no_overlap(fn, "q", q, "cos_sin_cache", c);
     no_overlap(fn, "k", k, "cos_sin_cache", c);
-    cl_kernel kk = ops_kernel(ctx, "xk_rope", 4);
+    const bool vec4 = (d.rotary_dim / 2) % 4 == 0;  // four pairs per work-item
+    cl_kernel kk = ops_kernel(ctx, vec4 ? "xk_rope4" : "xk_rope", 4);
     const cl_mem any = mem_of(t.positions);
     cl_uint i = 0;
     set_arg(kk, i++, mem_or(t.q, any)); set_arg(kk, i++, U(t.q.offset)); set_arg(kk, i++, U(d.q_token_stride));
@@ -422,15 +445,18 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     set_arg(kk, i++, U(d.max_position)); set_arg(kk, i++, static_cast<cl_int>(dcode(d.cache_dtype)));
     set_arg(kk, i++, U(d.rotary_dim)); set_arg(kk, i++, d.base); set_arg(kk, i++, d.scaling_factor);
     set_arg(kk, i++, static_cast<cl_int>(dcode(d.dtype)));
+    const int al = align_code({t.q.offset, d.q_token_stride, d.q_head_stride, t.k.offset, d.k_token_stride,
+                               d.k_head_stride, t.cos_sin_cache.offset, d.rotary_dim / 2});
     const cl_int flags = (d.style == RopeStyle::gptj ? 1 : 0) | (d.cos_sin == RopeCosSin::compute ? 2 : 0) |
-                         (d.position_type == RopePositionType::s32 ? 4 : 0);
+                         (d.position_type == RopePositionType::s32 ? 4 : 0) | (al >= 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(kk, i++, flags);
     const int64_t heads = d.q_heads + d.k_heads;
-    const int64_t total = checked_mul(fn, "tokens*heads*rotary_dim/2", checked_mul(fn, "tokens*heads", d.tokens, heads), d.rotary_dim / 2);
+    const int64_t total = checked_mul(fn, "tokens*heads*rotary_dim/2", checked_mul(fn, "tokens*heads", d.tokens, heads),
+                                      d.rotary_dim / (vec4 ? 8 : 2));
     set_arg(kk, i++, U(heads));
     set_arg(kk, i++, U(total));
-    const size_t local = 64, global = (static_cast<size_t>(total) + local - 1) / local * local;
-    verbose_pick("rope", std::string("ocl:xk_rope,") + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
+    const size_t local = 128, global = (static_cast<size_t>(total) + local - 1) / local * local;
+    verbose_pick("rope", std::string(vec4 ? "ocl:xk_rope4,wg=128," : "ocl:xk_rope,wg=128,") + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
                              ",rotary_dim=" + std::to_string(d.rotary_dim) + ",dtype=" + dtype_name(d.dtype) +
                              ",device=" + ctx.device().name);
     return detail::enqueue(ctx, kk, 1, &global, &local, fn);

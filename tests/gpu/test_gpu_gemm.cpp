@@ -274,6 +274,39 @@ TEST(GpuGemm, LocalMemoryFormOnAnyDevice) {
     }
 }
 
+// Split-K (partial products in an f32 workspace + the reduce kernel with the epilogue): the CPU
+// form and the local-memory form, K split unevenly (the last splits short or empty), each
+// epilogue, bf16 C, a batch; the configuration string round-trips through the tuning file format.
+TEST(GpuGemm, SplitK) {
+    NEED_DEVICE();
+    gpu::detail::GemmConfig cpu = tiled_default().config, loc;
+    loc.mwg = 32, loc.nwg = 32, loc.kwg = 16, loc.mdimc = 8, loc.ndimc = 8, loc.vwm = 4, loc.vwn = 4, loc.use_local = 1;
+    cpu.splitk = 3;
+    loc.splitk = 4;
+    for (const auto& cfg : {cpu, loc}) {
+        gpu::detail::GemmConfig back;
+        ASSERT_TRUE(gpu::detail::GemmConfig::parse(cfg.str(), back)) << cfg.str();
+        EXPECT_EQ(back.splitk, cfg.splitk);
+        GemmOptions o;
+        o.kind = GemmKernelKind::tiled;
+        o.force_config = true;
+        o.config = cfg;
+        for (auto [M, N, K] : {std::array<int64_t, 3>{7, 17, 100}, {33, 45, 20}, {65, 70, 129}}) {
+            Case c{M, N, K};
+            EXPECT_NE(run_case(c, o).find(",S"), std::string::npos);
+            c.pad_a = 4, c.pad_b = 4, c.alpha = 0.5f, c.beta = -1.5f, c.bias = true, c.resid = true;
+            c.act = xk::Activation::gelu_erf;
+            run_case(c, o);
+        }
+        if (cfg.splitk != 3) continue;  // half types once (each variant is a program build)
+        Case h{19, 37, 70, Trans::T, Trans::T, DType::bf16, DType::bf16};
+        h.rtype = DType::bf16, h.resid = true, h.off = 3, h.batch = 2;
+        run_case(h, o);
+    }
+    gpu::detail::GemmConfig bad;
+    EXPECT_FALSE(gpu::detail::GemmConfig::parse("MWG64,NWG64,KWG16,MDIMC8,NDIMC8,VWM1,VWN1,L1,Sx", bad));
+}
+
 TEST(GpuGemm, HalfTypesTiled) {
     NEED_DEVICE();
     struct T {
@@ -424,4 +457,95 @@ TEST(GpuGemm, BadInput) {
     // Empty problems do nothing and need no buffers.
     e = d, e.M = 0;
     EXPECT_FALSE(gpu::gemm(ctx(), e, {}).valid());
+}
+
+#include "xk/c/gpu.h"
+
+// The C entry point (xk/c/gpu.h): a bf16 Linear with bias, gelu and a bf16 residual against the
+// double loop; rejected calls name the argument and leave C as it was.
+TEST(GpuGemmCapi, LinearAndBadInput) {
+    NEED_DEVICE();
+    setenv("XK_GPU_TUNE", "0", 1);  // the default configuration: one program build on a cold cache
+    xk_gpu_context c = nullptr;
+    ASSERT_EQ(xk_gpu_context_create(-1, &c), XK_SUCCESS) << xk_last_error();
+    const int64_t M = 19, N = 37, K = 45;
+    xk_gemm_desc d;
+    xk_gemm_desc_init(&d);
+    d.M = M, d.N = N, d.K = K;
+    d.trans_b = XK_TRANS_T;
+    d.a_type = d.b_type = XK_DTYPE_BF16;
+    d.c_type = XK_DTYPE_F32;
+    d.bias = 1, d.act = XK_ACT_GELU_TANH, d.residual = 1, d.residual_type = XK_DTYPE_BF16;
+    HostMat A(DType::bf16, M * K, 11), B(DType::bf16, N * K, 12), bias(DType::f32, N, 13), R(DType::bf16, M * N, 14);
+    auto up = [&](const HostMat& h, xk_gpu_buffer* b) {
+        ASSERT_EQ(xk_gpu_buffer_create(c, int64_t(h.bytes.size()), b), XK_SUCCESS);
+        ASSERT_EQ(xk_gpu_buffer_write(*b, 0, h.bytes.data(), int64_t(h.bytes.size())), XK_SUCCESS);
+    };
+    xk_gpu_buffer ba = nullptr, bb = nullptr, bbias = nullptr, br = nullptr, bc = nullptr;
+    up(A, &ba), up(B, &bb), up(bias, &bbias), up(R, &br);
+    ASSERT_EQ(xk_gpu_buffer_create(c, M * N * 4, &bc), XK_SUCCESS);
+    const std::vector<float> sentinel(size_t(M * N), 3.5f);
+    ASSERT_EQ(xk_gpu_buffer_write(bc, 0, sentinel.data(), M * N * 4), XK_SUCCESS);
+    const xk_gpu_tensor none{nullptr, 0};
+    xk_gpu_gemm_tensors t{{ba, 0}, {bb, 0}, {bc, 0}, {bbias, 0}, {br, 0}};
+
+    // Rejected: each names its argument, nothing enqueued.
+    auto rejects = [&](xk_status st, const char* needle) {
+        EXPECT_NE(st, XK_SUCCESS) << needle;
+        EXPECT_NE(std::string(xk_last_error()).find(needle), std::string::npos) << xk_last_error();
+    };
+    rejects(xk_gpu_gemm(nullptr, &d, &t), "ctx");
+    rejects(xk_gpu_gemm(c, nullptr, &t), "desc");
+    rejects(xk_gpu_gemm(c, &d, nullptr), "t");
+    xk_gemm_desc e = d;
+    e.a_type = static_cast<xk_dtype>(77);
+    rejects(xk_gpu_gemm(c, &e, &t), "a_type");
+    e = d, e.ldb = K - 1;
+    rejects(xk_gpu_gemm(c, &e, &t), "ldb=");
+    e = d, e.trans_a = static_cast<xk_trans>(5);
+    rejects(xk_gpu_gemm(c, &e, &t), "trans_a=5");
+    xk_gpu_gemm_tensors u = t;
+    u.A.offset = 1;  // one element past: A's extent no longer fits
+    rejects(xk_gpu_gemm(c, &d, &u), "A=");
+    u = t, u.bias = none;
+    rejects(xk_gpu_gemm(c, &d, &u), "bias");
+    u = t, u.C = {ba, 0};
+    rejects(xk_gpu_gemm(c, &d, &u), "C=");
+    ASSERT_EQ(xk_gpu_finish(c), XK_SUCCESS);
+    std::vector<float> got(size_t(M * N));
+    ASSERT_EQ(xk_gpu_buffer_read(bc, 0, got.data(), M * N * 4), XK_SUCCESS);
+    EXPECT_EQ(got, sentinel);
+
+    char name[128];
+    ASSERT_EQ(xk_gpu_gemm_kernel_name(c, &d, name, sizeof name), XK_SUCCESS) << xk_last_error();
+    EXPECT_EQ(std::string(name).rfind("gpu:", 0), 0u) << name;
+    char tiny[4];
+    ASSERT_EQ(xk_gpu_gemm_kernel_name(c, &d, tiny, sizeof tiny), XK_SUCCESS);
+    EXPECT_EQ(std::string(tiny), std::string(name).substr(0, 3));
+    rejects(xk_gpu_gemm_kernel_name(c, &d, name, 0), "size=0");
+    rejects(xk_gpu_gemm_kernel_name(c, &d, nullptr, 8), "buf");
+
+    ASSERT_EQ(xk_gpu_gemm(c, &d, &t), XK_SUCCESS) << xk_last_error();
+    EXPECT_STREQ(xk_last_error(), "");
+    ASSERT_EQ(xk_gpu_finish(c), XK_SUCCESS);
+    ASSERT_EQ(xk_gpu_buffer_read(bc, 0, got.data(), M * N * 4), XK_SUCCESS);
+    const double atol = 2e-6 * double(K + 1), rtol = 1e-5;
+    int bad = 0;
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; ++k) acc += A.val[m * K + k] * B.val[n * K + k];
+            double x = xk::detail::apply_activation(xk::Activation::gelu_tanh, float(acc + bias.val[n]));
+            x += R.val[m * N + n];
+            if (!(std::fabs(got[m * N + n] - x) <= atol + rtol * std::fabs(x)) && bad++ < 5)
+                ADD_FAILURE() << "(" << m << "," << n << "): got " << got[m * N + n] << " want " << x;
+        }
+    EXPECT_EQ(bad, 0);
+    // Empty problem: nothing to do, no buffers needed.
+    e = d, e.M = 0;
+    const xk_gpu_gemm_tensors empty{none, none, none, none, none};
+    EXPECT_EQ(xk_gpu_gemm(c, &e, &empty), XK_SUCCESS) << xk_last_error();
+    for (xk_gpu_buffer b : {ba, bb, bbias, br, bc}) xk_gpu_buffer_destroy(b);
+    xk_gpu_context_destroy(c);
+    unsetenv("XK_GPU_TUNE");
 }

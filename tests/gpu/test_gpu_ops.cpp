@@ -129,7 +129,8 @@ TEST(GpuOps, Norm) {
                     d.has_bias = variant == 1 && kind == 1;
                     d.fused_residual = variant == 1;
                     const bool a4 = n % 4 == 0;  // aligned layouts for n = 64
-                    const int64_t ld = variant == 1 ? (a4 ? n + 8 : n + 3) : n, off = variant == 1 ? (a4 ? 8 : 5) : 0;
+                    // n = 64: packed rows are 8-aligned, the strided ones 4-aligned (the two vector forms)
+                    const int64_t ld = variant == 1 ? (a4 ? n + 4 : n + 3) : n, off = variant == 1 ? (a4 ? 4 : 5) : 0;
                     d.ld_x = d.ld_y = d.ld_residual = d.ld_residual_out = ld;
                     const int es = xk::dtype_size(t);
                     const size_t m = static_cast<size_t>((rows - 1) * ld + n);

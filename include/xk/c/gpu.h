@@ -8,6 +8,7 @@
 #ifndef XK_C_GPU_H
 #define XK_C_GPU_H
 #include "xk/xk.h"
+#include "xk/c/gemm.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -69,6 +70,22 @@ xk_status xk_gpu_softmax(xk_gpu_context ctx, xk_dtype dtype, int64_t rows, int64
 xk_status xk_gpu_rope(xk_gpu_context ctx, xk_dtype dtype, int is_neox, int64_t tokens, int64_t q_heads, int64_t k_heads,
                       int64_t head_dim, int64_t rotary_dim, xk_gpu_tensor q, xk_gpu_tensor k, xk_gpu_tensor positions,
                       xk_gpu_tensor cos_sin_cache, int64_t max_position);
+
+/* GEMM on the device with the CPU GEMM's descriptor (xk/c/gemm.h's xk_gemm_desc; C++:
+ * xk/gpu_gemm.hpp): C = act(alpha * op(A) op(B) + beta * C + bias) + residual, strided batch.
+ * Types: f32 x f32 -> f32; bf16 x bf16 or f16 x f16 -> f32, bf16 or f16 (f32 accumulation);
+ * residual f32 / bf16 / f16; anything else is XK_UNSUPPORTED. Each operand is a buffer + offset in
+ * elements of its type; the descriptor's extent must lie inside the buffer, every buffer must
+ * come from ctx, C must not be an input's buffer. bias: f32[N] (desc->bias != 0), residual:
+ * desc->residual != 0; absent operands may be NULL buffers. Enqueued (xk_gpu_finish waits); a
+ * rejected call enqueues nothing. M, N or batch 0: nothing to do. */
+typedef struct xk_gpu_gemm_tensors {
+    xk_gpu_tensor A, B, C, bias, residual;
+} xk_gpu_gemm_tensors;
+xk_status xk_gpu_gemm(xk_gpu_context ctx, const xk_gemm_desc* desc, const xk_gpu_gemm_tensors* t);
+/* The kernel xk_gpu_gemm runs for desc on ctx ("gpu:tiled:MWG64,..."; tunes on first use of a
+ * shape class, like xk_gpu_gemm), NUL-terminated, truncated to fit `size` bytes (size >= 1). */
+xk_status xk_gpu_gemm_kernel_name(xk_gpu_context ctx, const xk_gemm_desc* desc, char* buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -27,17 +27,28 @@ std::string GemmConfig::str() const {
     std::ostringstream os;
     os << "MWG" << mwg << ",NWG" << nwg << ",KWG" << kwg << ",MDIMC" << mdimc << ",NDIMC" << ndimc << ",VWM" << vwm
        << ",VWN" << vwn << ",L" << use_local;
+    if (splitk > 1) os << ",S" << splitk;
     return os.str();
 }
 
 bool GemmConfig::parse(const std::string& s, GemmConfig& c) {
-    return std::sscanf(s.c_str(), "MWG%d,NWG%d,KWG%d,MDIMC%d,NDIMC%d,VWM%d,VWN%d,L%d", &c.mwg, &c.nwg, &c.kwg, &c.mdimc,
-                       &c.ndimc, &c.vwm, &c.vwn, &c.use_local) == 8;
+    int used = 0;
+    if (std::sscanf(s.c_str(), "MWG%d,NWG%d,KWG%d,MDIMC%d,NDIMC%d,VWM%d,VWN%d,L%d%n", &c.mwg, &c.nwg, &c.kwg, &c.mdimc,
+                    &c.ndimc, &c.vwm, &c.vwn, &c.use_local, &used) != 8)
+        return false;
+    c.splitk = 1;
+    const std::string rest = s.substr(static_cast<size_t>(used));
+    if (rest.empty()) return true;
+    int sk = 0, used2 = 0;
+    if (std::sscanf(rest.c_str(), ",S%d%n", &sk, &used2) != 1 || static_cast<size_t>(used2) != rest.size()) return false;
+    c.splitk = sk;
+    return true;
 }
 
 bool GemmConfig::valid(int64_t max_wg_size, int64_t local_mem_bytes) const {
     auto vw_ok = [](int v) { return v == 1 || v == 2 || v == 4; };
     if (mwg < 1 || nwg < 1 || kwg < 1 || mdimc < 1 || ndimc < 1) return false;
+    if (splitk < 1 || splitk > 16) return false;
     if (use_local ? !vw_ok(vwm) || !vw_ok(vwn) : vwm != 1 || (vwn != 2 && vwn != 4 && vwn != 8 && vwn != 16))
         return false;
     if (mwg % (mdimc * vwm) || nwg % (ndimc * vwn)) return false;
@@ -73,6 +84,7 @@ Event gemm_ex(const Context&, const GemmDesc&, const GemmTensors&, const GemmOpt
     throw Error(Status::unsupported, "xk::gpu::gemm: built without OpenCL");
 }
 std::vector<GemmConfig> gemm_candidates(const Context&) { return {}; }
+std::vector<GemmConfig> gemm_candidates(const Context&, const GemmDesc&) { return {}; }
 std::vector<GemmConfig> gemm_candidates_for(bool) { return {}; }
 GemmConfig gemm_default_config(const Context&) { return {}; }
 void gemm_tuner_clear_memory() {}
@@ -96,6 +108,8 @@ using xk::detail::verbose_level;
 using xk::detail::verbose_log;
 
 constexpr const char* kFn = "xk::gpu::gemm";
+
+constexpr int XK_FLAG_VEC_A = 8, XK_FLAG_VEC_B = 16;  // gemm_common.h's XK_VEC_A / XK_VEC_B
 
 int type_code(DType t) { return t == DType::f32 ? 0 : t == DType::bf16 ? 1 : 2; }
 
@@ -238,7 +252,11 @@ std::mutex g_tune_mu;
 std::map<std::string, GemmConfig>* g_tuned = nullptr;  // key -> winner (loaded from disk on first use)
 bool g_loaded = false;
 
-std::string shape_class(int64_t v) { return v <= 16 ? "s" : v <= 256 ? "m" : v <= 2048 ? "l" : "x"; }
+// Shape classes of M, N, K: s <= 16, m <= 256, h <= 512, l <= 1024, k <= 2048, x <= 4096, y larger
+// (384 x 768 x 768 and 1024^3 differ: their work-group counts, hence their best tiles, do).
+std::string shape_class(int64_t v) {
+    return v <= 16 ? "s" : v <= 256 ? "m" : v <= 512 ? "h" : v <= 1024 ? "l" : v <= 2048 ? "k" : v <= 4096 ? "x" : "y";
+}
 
 std::string tune_key(const Context& ctx, const GemmDesc& d) {
     const DeviceInfo& di = ctx.device();
@@ -286,7 +304,14 @@ bool tune_enabled(const GemmOptions& opt) {
 struct Launch {
     std::string source, kernel, options, name;
     size_t global[3], local[3];
+    int splitk = 1;  // tiled with SPLITK > 1: launch_splitk
 };
+
+// Split-K's f32 workspace (batch x splitk partial M x N products): its bytes, 0 when too large.
+int64_t splitk_workspace_bytes(const GemmDesc& d, int splitk) {
+    const double b = double(d.batch) * splitk * double(d.M) * double(d.N) * 4.0;
+    return b > double(int64_t(256) << 20) ? 0 : int64_t(b);
+}
 
 std::string type_defines(const GemmDesc& d) {
     std::ostringstream os;
@@ -299,16 +324,20 @@ Launch tiled_launch(const GemmDesc& d, const GemmConfig& c) {
     l.source = "gemm";
     l.kernel = "xk_gemm";
     std::ostringstream os;
-    os << "-DA_T=" << type_code(d.a_type) << " -DB_T=" << type_code(d.b_type) << type_defines(d)
+    // split-K: the kernel writes f32 partial products (C_T 0, no residual); the reduce has d's types
+    os << "-DA_T=" << type_code(d.a_type) << " -DB_T=" << type_code(d.b_type)
+       << (c.splitk > 1 ? std::string(" -DC_T=0 -DR_T=0") : type_defines(d))
        << " -DTRANS_A=" << int(d.trans_a == Trans::T) << " -DTRANS_B=" << int(d.trans_b == Trans::T) << " -DMWG=" << c.mwg
        << " -DNWG=" << c.nwg << " -DKWG=" << c.kwg << " -DMDIMC=" << c.mdimc << " -DNDIMC=" << c.ndimc << " -DVWM=" << c.vwm
        << " -DVWN=" << c.vwn << " -DUSE_LOCAL=" << c.use_local;
+    if (c.splitk > 1) os << " -DSPLITK=" << c.splitk;
     l.options = os.str();
     l.name = "gpu:tiled:" + c.str();
     l.local[0] = size_t(c.ndimc), l.local[1] = size_t(c.mdimc), l.local[2] = 1;
     l.global[0] = size_t((d.N + c.nwg - 1) / c.nwg) * c.ndimc;
     l.global[1] = size_t((d.M + c.mwg - 1) / c.mwg) * c.mdimc;
-    l.global[2] = size_t(d.batch);
+    l.global[2] = size_t(d.batch) * size_t(std::max(c.splitk, 1));
+    l.splitk = std::max(c.splitk, 1);
     return l;
 }
 
@@ -387,13 +416,78 @@ int flags_of(const GemmDesc& d, const GemmTensors& t, bool xmx) {
     return f;
 }
 
+// Split-K (l.splitk > 1): the tiled kernel writes each split's partial product (alpha 1, no
+// epilogue) to an f32 workspace from the caching allocator (freed on return: the in-order queue
+// runs later users after both kernels), then xk_gemm_splitk_reduce adds the splits and applies
+// alpha, beta, bias, activation and residual. Returns the reduce's Event; *first the partial one's.
+Event launch_splitk(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, Event* first) {
+    const int S = l.splitk;
+    Buffer ws(ctx, std::max<int64_t>(splitk_workspace_bytes(d, S), 16));
+    GemmDesc p = d;
+    p.c_type = DType::f32;
+    p.alpha = 1.0f, p.beta = 0.0f;
+    p.epilogue = GemmEpilogue{};
+    p.ldc = std::max<int64_t>(d.N, 1);
+    p.batch_stride_c = d.M * d.N;
+    GemmTensors pt = t;
+    pt.C = Tensor(ws, 0);
+    pt.bias = Tensor(), pt.residual = Tensor();
+    Event e1 = launch(ctx, l, p, pt, flags_of(p, pt, false) & (XK_FLAG_VEC_A | XK_FLAG_VEC_B));
+    if (first) *first = e1;
+    std::ostringstream os;
+    os << type_defines(d);
+    cl_kernel k = get_kernel(ctx, "gemm_splitk", "xk_gemm_splitk_reduce", os.str());
+    auto mem = [](const Tensor& x) { return x.buffer.empty() ? cl_mem(nullptr) : cl_buffer(x.buffer); };
+    cl_mem cm = mem(t.C);
+    cl_mem biasm = d.epilogue.bias ? mem(t.bias) : cm, rm = d.epilogue.residual ? mem(t.residual) : cm;
+    cl_uint i = 0;
+    set_arg(k, i++, cl_int(d.M));
+    set_arg(k, i++, cl_int(d.N));
+    set_arg(k, i++, cl_int(S));
+    set_arg(k, i++, cl_buffer(ws));
+    set_arg(k, i++, cm);
+    set_arg(k, i++, cl_ulong(t.C.offset));
+    set_arg(k, i++, cl_int(d.ldc));
+    set_arg(k, i++, cl_ulong(d.batch_stride_c));
+    set_arg(k, i++, cl_float(d.alpha));
+    set_arg(k, i++, cl_float(d.beta));
+    set_arg(k, i++, cl_int(flags_of(d, t, false) & ~(XK_FLAG_VEC_A | XK_FLAG_VEC_B)));
+    set_arg(k, i++, cl_int(static_cast<int>(d.epilogue.act)));
+    set_arg(k, i++, biasm);
+    set_arg(k, i++, cl_ulong(d.epilogue.bias ? t.bias.offset : 0));
+    set_arg(k, i++, rm);
+    set_arg(k, i++, cl_ulong(d.epilogue.residual ? t.residual.offset : 0));
+    set_arg(k, i++, cl_int(d.ld_residual));
+    set_arg(k, i++, cl_ulong(d.batch_stride_residual));
+    const size_t local[3] = {16, 4, 1};
+    const size_t global[3] = {size_t((d.N + 15) / 16) * 16, size_t((d.M + 3) / 4) * 4, size_t(d.batch)};
+    cl_event ev = nullptr;
+    check_cl(clEnqueueNDRangeKernel(cl_queue(ctx), k, 3, nullptr, global, local, 0, nullptr, &ev), kFn,
+             "clEnqueueNDRangeKernel");
+    return make_event(ev);
+}
+
+// One call of `l` (split-K: both kernels); *ms = device time from the first start to the last end.
+Event run_launch(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, int flags, double* ms) {
+    if (l.splitk > 1) {
+        Event first;
+        Event e = launch_splitk(ctx, l, d, t, &first);
+        if (ms) *ms = double(e.end_ns() - first.start_ns()) * 1e-6;
+        return e;
+    }
+    Event e = launch(ctx, l, d, t, flags);
+    if (ms) *ms = e.elapsed_ms();
+    return e;
+}
+
 // Times `l` on scratch operands of d's shape (no epilogue): the best of a few runs, ms.
 double time_config(const Context& ctx, const GemmDesc& d, const Launch& l, const GemmTensors& scratch) {
     const int flags = flags_of(d, scratch, false);
-    launch(ctx, l, d, scratch, flags).wait();  // warm up (and build)
+    run_launch(ctx, l, d, scratch, flags, nullptr).wait();  // warm up (and build)
     double best = 1e30, total = 0;
     for (int r = 0; r < 5 && (r < 2 || total < 50.0); ++r) {
-        const double ms = launch(ctx, l, d, scratch, flags).elapsed_ms();
+        double ms = 0;
+        run_launch(ctx, l, d, scratch, flags, &ms);
         best = std::min(best, ms);
         total += ms;
     }
@@ -421,7 +515,7 @@ GemmConfig tune(const Context& ctx, const GemmDesc& d0) {
     GemmConfig best = gemm_default_config(ctx);
     double best_ms = 1e30;
     std::ostringstream log;
-    for (const GemmConfig& c : gemm_candidates(ctx)) {
+    for (const GemmConfig& c : gemm_candidates(ctx, d)) {
         const double ms = time_config(ctx, d, tiled_launch(d, c), s);
         log << " " << c.str() << "=" << ms << "ms";
         if (ms < best_ms) best_ms = ms, best = c;
@@ -441,7 +535,8 @@ GemmConfig tiled_config(const Context& ctx, const GemmDesc& d, const GemmOptions
         std::lock_guard<std::mutex> lock(g_tune_mu);
         load_tuned_locked();
         auto it = g_tuned->find(key);
-        if (it != g_tuned->end() && it->second.valid(ctx.device().max_work_group_size, ctx.device().local_mem_bytes))
+        if (it != g_tuned->end() && it->second.valid(ctx.device().max_work_group_size, ctx.device().local_mem_bytes) &&
+            (it->second.splitk == 1 || splitk_workspace_bytes(d, it->second.splitk) > 0))
             return it->second;
     }
     const GemmConfig c = tune(ctx, d);
@@ -489,6 +584,28 @@ std::vector<GemmConfig> gemm_candidates(const Context& ctx) {
     return out;
 }
 
+// The device's candidates for d: on GPUs, where the largest tiles leave most compute units idle
+// (few work-groups) and K is long enough, split-K forms of the smaller tiles too.
+std::vector<GemmConfig> gemm_candidates(const Context& ctx, const GemmDesc& d) {
+    std::vector<GemmConfig> out = gemm_candidates(ctx);
+    if (is_cpu(ctx)) return out;
+    const int64_t cu = std::max(ctx.device().compute_units, 1);
+    const size_t base = out.size();
+    for (size_t i = 0; i < base; ++i) {
+        const GemmConfig c = out[i];
+        if (c.mwg < 32 || c.mwg * c.nwg > 64 * 128) continue;  // the 64 x 128, 64 x 64 and 32 x 64 tiles
+        const int64_t groups = ((d.M + c.mwg - 1) / c.mwg) * ((d.N + c.nwg - 1) / c.nwg) * std::max<int64_t>(d.batch, 1);
+        if (groups >= 2 * cu) continue;
+        for (int sk : {2, 4, 8}) {
+            if (d.K / sk < 4 * c.kwg || groups * sk > 8 * cu) continue;
+            GemmConfig x = c;
+            x.splitk = sk;
+            if (splitk_workspace_bytes(d, sk) > 0) out.push_back(x);
+        }
+    }
+    return out;
+}
+
 GemmConfig gemm_default_config(const Context& ctx) {
     const auto c = gemm_candidates(ctx);
     if (!c.empty()) return c.front();
@@ -517,7 +634,7 @@ Event gemm_ex(const Context& ctx, const GemmDesc& desc, const GemmTensors& t, co
     const Launch l = select(ctx, r.d, opt);
     if (kernel_name) *kernel_name = l.name;
     const bool xmx = l.source == "gemm_xmx";
-    Event e = launch(ctx, l, r.d, t, flags_of(r.d, t, xmx));
+    Event e = run_launch(ctx, l, r.d, t, flags_of(r.d, t, xmx), nullptr);
     if (verbose_level() >= 1) {
         const GemmDesc& d = r.d;
         std::ostringstream os;

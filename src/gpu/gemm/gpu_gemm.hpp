@@ -11,7 +11,8 @@ namespace xk::gpu::detail {
 // gemm_xmx.cl (sg_m x sg_n subgroups of 8, each mr x nr blocks of 8 x 8).
 struct GemmConfig {
     int mwg = 64, nwg = 64, kwg = 16, mdimc = 8, ndimc = 8, vwm = 1, vwn = 1, use_local = 1;
-    std::string str() const;                   // "MWG64,NWG64,KWG16,MDIMC8,NDIMC8,VWM1,VWN1,L1"
+    int splitk = 1;                            // > 1: split-K in that many k ranges + a reduce kernel
+    std::string str() const;                   // "MWG64,NWG64,KWG16,MDIMC8,NDIMC8,VWM1,VWN1,L1[,S4]"
     static bool parse(const std::string& s, GemmConfig& out);
     bool valid(int64_t max_wg_size, int64_t local_mem_bytes) const;
     bool operator==(const GemmConfig& o) const { return str() == o.str(); }
@@ -36,6 +37,9 @@ Event gemm_ex(const Context& ctx, const GemmDesc& desc, const GemmTensors& t, co
 
 // The tuner's candidates for this device, and the default configuration (XK_GPU_TUNE=0).
 std::vector<GemmConfig> gemm_candidates(const Context& ctx);
+// The candidates the tuner times for d: the above, plus split-K forms of the smaller GPU tiles
+// where they leave compute units idle (few work-groups along M x N) and K is long enough.
+std::vector<GemmConfig> gemm_candidates(const Context& ctx, const GemmDesc& d);
 // Every candidate of a device type (GPU or CPU device), before the device's limits filter them.
 std::vector<GemmConfig> gemm_candidates_for(bool cpu_device);
 GemmConfig gemm_default_config(const Context& ctx);

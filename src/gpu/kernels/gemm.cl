@@ -10,6 +10,11 @@
 //                     USE_LOCAL 0: VWN is the width of the float vectors along N (8, 16), VWM 1
 //   USE_LOCAL         1: A and B tiles staged in local memory (GPUs); 0: each work item reads
 //                     global memory directly (CPU devices such as PoCL, whose caches do the staging)
+//   SPLITK            > 1: split-K partial products (small M x N: more work-groups). Dimension 2
+//                     runs over batch x SPLITK; work-group z sums the k range of split z % SPLITK
+//                     (chunks of whole KWG tiles) of item z / SPLITK and stores it to C + z * c_bs
+//                     (the host passes an f32 workspace, alpha 1, beta 0, no epilogue);
+//                     xk_gemm_splitk_reduce (gemm_splitk.cl) adds the splits and applies the epilogue.
 // Each work item computes MWI x NWI = (MWG / MDIMC) x (NWG / NDIMC) elements of C. USE_LOCAL 1:
 //   rows m = m0 + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM   (columns likewise),
 // so that neighbouring work items read neighbouring local words and write neighbouring columns;
@@ -116,17 +121,31 @@ inline float4 xk_bf16x4(ushort4 v) {
 #endif
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
-void xk_gemm(const int M, const int N, const int K,
+void xk_gemm(const int M, const int N, const int K_,
              const __global a_t* restrict A, const ulong a_off, const int lda, const ulong a_bs,
              const __global b_t* restrict B, const ulong b_off, const int ldb, const ulong b_bs,
              __global c_t* C, const ulong c_off, const int ldc, const ulong c_bs,
              const float alpha, const float beta, const int flags, const int act,
              const __global float* restrict bias, const ulong bias_off,
              const __global r_t* restrict R, const ulong r_off, const int ldr, const ulong r_bs) {
+#ifndef SPLITK
+#define SPLITK 1
+#endif
+#if SPLITK > 1
+    const size_t z = get_global_id(2), item = z / SPLITK;
+    const int kchunk = ((K_ + SPLITK - 1) / SPLITK + KWG - 1) / KWG * KWG;
+    const int ks = (int)(z % SPLITK) * kchunk;
+    const int K = clamp(K_ - ks, 0, kchunk);
+    A += a_off + item * a_bs + (TRANS_A ? (size_t)ks * lda : (size_t)ks);
+    B += b_off + item * b_bs + (TRANS_B ? (size_t)ks : (size_t)ks * ldb);
+    C += c_off + z * c_bs;
+#else
+    const int K = K_;
     const size_t item = get_global_id(2);
     A += a_off + item * a_bs;
     B += b_off + item * b_bs;
     C += c_off + item * c_bs;
+#endif
     bias += bias_off;
     R += r_off + item * r_bs;
     const int tn = get_local_id(0), tm = get_local_id(1);

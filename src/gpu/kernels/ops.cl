@@ -12,9 +12,6 @@
 #define DT_BF16 1
 #define DT_F16 5
 
-#ifndef XK_WG
-#define XK_WG 128  // work-group size of the row kernels (a power of two)
-#endif
 
 #if defined(cl_khr_fp64)
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -71,113 +68,244 @@ inline void st4(__global uchar* p, ulong i, int dt, float4 v, bool al) {
     }
 }
 
-// Sum over the work-group (all XK_WG work-items call it); buf has XK_WG floats.
-inline float wg_sum(float v, __local float* buf) {
-    const int lid = get_local_id(0);
-    buf[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = XK_WG / 2; s > 0; s >>= 1) {
-        if (lid < s) buf[lid] += buf[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = buf[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
+// ---- 8 elements at once (16-byte loads of bf16 / f16, two float4 of f32) -------------------------
+// al: 2 = the element index is a multiple of 8 (every row base checked on the host), 1 = of 4, 0 =
+// any (vloadn: the scalar's alignment only).
+inline ushort8 f8_to_bf16(float8 f) {
+    const uint8 u = as_uint8(f);
+    const uint8 r = (u + (uint8)(0x7fffu) + ((u >> 16) & (uint8)(1u))) >> 16;
+    const uint8 q = (u >> 16) | (uint8)(0x40u);
+    return convert_ushort8(select(r, q, as_uint8(isnan(f))));
 }
-inline float wg_max(float v, __local float* buf) {
-    const int lid = get_local_id(0);
+inline float8 ld8(__global const uchar* p, ulong i, int dt, int al) {
+    if (dt == DT_F32) {
+        __global const float* f = (__global const float*)p + i;
+        if (al >= 1) return (float8)(*((__global const float4*)f), *((__global const float4*)(f + 4)));
+        return vload8(0, f);
+    }
+    if (dt == DT_BF16) {
+        __global const ushort* h = (__global const ushort*)p + i;
+        const ushort8 b = al == 2 ? *((__global const ushort8*)h) : vload8(0, h);
+        return as_float8(convert_uint8(b) << 16);
+    }
+    return al == 2 ? vloada_half8(0, (__global const half*)p + i) : vload_half8(0, (__global const half*)p + i);
+}
+inline void st8(__global uchar* p, ulong i, int dt, float8 v, int al) {
+    if (dt == DT_F32) {
+        __global float* f = (__global float*)p + i;
+        if (al >= 1) {
+            *((__global float4*)f) = v.lo;
+            *((__global float4*)(f + 4)) = v.hi;
+        } else {
+            vstore8(v, 0, f);
+        }
+    } else if (dt == DT_BF16) {
+        const ushort8 b = f8_to_bf16(v);
+        __global ushort* h = (__global ushort*)p + i;
+        if (al == 2) *((__global ushort8*)h) = b;
+        else vstore8(b, 0, h);
+    } else {
+        if (al == 2) vstorea_half8_rte(v, 0, (__global half*)p + i);
+        else vstore_half8_rte(v, 0, (__global half*)p + i);
+    }
+}
+// nv (1..8) valid elements from i; the others are `fill`.
+inline float8 ldv(__global const uchar* p, ulong i, uint nv, int dt, int al, float fill) {
+    if (nv >= 8) return ld8(p, i, dt, al);
+    float e[8];
+    for (uint k = 0; k < 8; ++k) e[k] = k < nv ? ld1(p, i + k, dt) : fill;
+    return vload8(0, e);
+}
+inline void stv(__global uchar* p, ulong i, uint nv, int dt, float8 v, int al) {
+    if (nv >= 8) {
+        st8(p, i, dt, v, al);
+        return;
+    }
+    float e[8];
+    vstore8(v, 0, e);
+    for (uint k = 0; k < nv; ++k) st1(p, i + k, dt, e[k]);
+}
+inline float hsum8(float8 v) {
+    const float4 a = v.lo + v.hi;
+    return (a.x + a.y) + (a.z + a.w);
+}
+inline float hmax8(float8 v) {
+    const float4 a = fmax(v.lo, v.hi);
+    return fmax(fmax(a.x, a.y), fmax(a.z, a.w));
+}
+// Lanes >= nv set to 0.
+inline float8 mask8(float8 v, uint nv) {
+    if (nv >= 8) return v;
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    return select((float8)(0.0f), v, lane < (int8)((int)nv));
+}
+
+// ---- work-group reductions: two barriers whatever the size -------------------------------------
+// Every work-item of the group calls them (uniform control flow); buf holds XK_MAXWG floats,
+// buf2 32 (8 float4). Stage 1: items 0..31 each combine the values lid, lid + 32, ...; stage 2:
+// every item combines the 32 partials (8 float4 local reads, broadcast) in the same order:
+// identical results in every item. Consecutive calls may reuse the buffers (the first barrier of
+// the next call orders them).
+#ifndef XK_MAXWG
+#define XK_MAXWG 1024
+#endif
+inline float wg_sum(float v, __local float* buf, __local float4* buf2) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
     buf[lid] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = XK_WG / 2; s > 0; s >>= 1) {
-        if (lid < s) buf[lid] = fmax(buf[lid], buf[lid + s]);
-        barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < 32; t += wg) {
+        float s = 0.0f;
+        for (int j = t; j < wg; j += 32) s += buf[j];
+        ((__local float*)buf2)[t] = s;
     }
-    const float r = buf[0];
     barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
+    float4 r = buf2[0];
+    for (int j = 1; j < 8; ++j) r += buf2[j];
+    return (r.x + r.y) + (r.z + r.w);
+}
+inline float wg_max(float v, __local float* buf, __local float4* buf2) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < 32; t += wg) {
+        float s = -INFINITY;
+        for (int j = t; j < wg; j += 32) s = fmax(s, buf[j]);
+        ((__local float*)buf2)[t] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 r = buf2[0];
+    for (int j = 1; j < 8; ++j) r = fmax(r, buf2[j]);
+    return fmax(fmax(r.x, r.y), fmax(r.z, r.w));
 }
 
 #ifndef XK_OP
 #define XK_OP 0  // 0: every op
 #endif
+#ifndef XK_NV
+#define XK_NV 4  // 8-element chunks a work-item keeps in registers (row ops)
+#endif
 
 #if XK_OP == 0 || XK_OP == 1
 // ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
-// One work-group per row. dts = x | y << 8 | res << 16 | w << 24. flags: 1 weight, 2 bias,
-// 4 fused residual, 8 layer_norm, 16 aligned (every row base a multiple of 4 elements). With the residual, h = round_res(x + residual) is written to
-// residual_out in the first pass and read back (by the same work-item) in the later ones.
-__kernel __attribute__((reqd_work_group_size(XK_WG, 1, 1)))
-void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
-             __global uchar* y, ulong y_off, ulong ld_y,
-             __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-             __global const uchar* res, ulong res_off, ulong ld_res,
-             __global uchar* res_out, ulong ro_off, ulong ld_ro,
-             ulong hidden, float eps, int dts, int flags) {
-    __local float buf[XK_WG];
+// One work-group per row (any power-of-two size <= XK_MAXWG), each work-item chunks of 8 elements
+// lid, lid + wg, ... When the row fits (chunks <= wg * XK_NV) it is read once into registers;
+// longer rows take two or three passes (the later ones from cache).
+// dts = x | y << 8 | res << 16 | w << 24. flags: 1 weight, 2 bias, 4 fused residual, 8 layer_norm,
+// 16 / 32 alignment (every row base a multiple of 4 / 8 elements). With the residual,
+// h = round_res(x + residual) is written to residual_out and used (as rounded) for the norm.
+inline float8 round_to(float8 v, int dt, __global const uchar* p, ulong i, uint nv, int al) {
+    if (dt == DT_F32) return v;
+    if (dt == DT_BF16) return as_float8(convert_uint8(f8_to_bf16(v)) << 16);
+    return ldv(p, i, nv, dt, al, 0.0f);  // f16: read back what was stored
+}
+__kernel void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
+                      __global uchar* y, ulong y_off, ulong ld_y,
+                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                      __global const uchar* res, ulong res_off, ulong ld_res,
+                      __global uchar* res_out, ulong ro_off, ulong ld_ro,
+                      ulong hidden, float eps, int dts, int flags) {
+    __local float buf[XK_MAXWG];
+    __local float4 buf2[8];
     const int dx = dts & 0xff, dy = (dts >> 8) & 0xff, dr = (dts >> 16) & 0xff, dw = (dts >> 24) & 0xff;
     const ulong row = get_group_id(0);
-    const int lid = get_local_id(0);
-    const ulong n4 = hidden / 4, tail = hidden - n4 * 4;
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const ulong nc = (hidden + 7) / 8;
     const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    const bool fused = (flags & 4) != 0, al = (flags & 16) != 0;
+    const bool fused = (flags & 4) != 0, layer = (flags & 8) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
+    const int al = (flags & 32) ? 2 : (flags & 16) ? 1 : 0;
     const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
-    // h source for the later passes
     __global const uchar* hp = fused ? (__global const uchar*)res_out : x;
     const ulong hr = fused ? ror : xr;
     const int dh = fused ? dr : dx;
+    const float inv_n = 1.0f / (float)hidden;
 
+    if (nc <= (ulong)wg * XK_NV) {
+        float8 h[XK_NV];
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < XK_NV; ++j) {
+            const ulong c = lid + (ulong)j * wg;
+            float8 v = (float8)(0.0f);
+            if (c < nc) {
+                const ulong e = c * 8;
+                const uint nv = hidden - e >= 8 ? 8 : (uint)(hidden - e);
+                v = ldv(x, xr + e, nv, dx, al, 0.0f);
+                if (fused) {
+                    v += ldv(res, rr + e, nv, dr, al, 0.0f);
+                    stv(res_out, ror + e, nv, dr, v, al);
+                    v = mask8(round_to(v, dr, res_out, ror + e, nv, al), nv);
+                }
+            }
+            h[j] = v;
+            s1 += hsum8(v);
+            s2 += hsum8(v * v);
+        }
+        float mean = 0.0f, rstd;
+        if (layer) {
+            mean = wg_sum(s1, buf, buf2) * inv_n;
+            float var = 0.0f;
+#pragma unroll
+            for (int j = 0; j < XK_NV; ++j) {
+                const ulong c = lid + (ulong)j * wg;
+                if (c < nc) {
+                    const uint nv = hidden - c * 8 >= 8 ? 8 : (uint)(hidden - c * 8);
+                    const float8 d = mask8(h[j] - mean, nv);
+                    var += hsum8(d * d);
+                }
+            }
+            rstd = rsqrt(wg_sum(var, buf, buf2) * inv_n + eps);
+        } else {
+            rstd = rsqrt(wg_sum(s2, buf, buf2) * inv_n + eps);
+        }
+#pragma unroll
+        for (int j = 0; j < XK_NV; ++j) {
+            const ulong c = lid + (ulong)j * wg;
+            if (c < nc) {
+                const ulong e = c * 8;
+                const uint nv = hidden - e >= 8 ? 8 : (uint)(hidden - e);
+                float8 o = (h[j] - mean) * rstd;
+                if (hw) o *= ldv(w, w_off + e, nv, dw, al, 0.0f);
+                if (hb) o += ldv(b, b_off + e, nv, dw, al, 0.0f);
+                stv(y, yr + e, nv, dy, o, al);
+            }
+        }
+        return;
+    }
+    // Long rows: passes over the row.
     float s1 = 0.0f, s2 = 0.0f;
-    for (ulong c = lid; c < n4; c += XK_WG) {
-        float4 h = ld4(x, xr + c * 4, dx, al);
+    for (ulong c = lid; c < nc; c += wg) {
+        const ulong e = c * 8;
+        const uint nv = hidden - e >= 8 ? 8 : (uint)(hidden - e);
+        float8 v = ldv(x, xr + e, nv, dx, al, 0.0f);
         if (fused) {
-            h += ld4(res, rr + c * 4, dr, al);
-            st4(res_out, ror + c * 4, dr, h, al);
-            h = ld4(res_out, ror + c * 4, dr, al);  // the rounded h
+            v += ldv(res, rr + e, nv, dr, al, 0.0f);
+            stv(res_out, ror + e, nv, dr, v, al);
+            v = mask8(round_to(v, dr, res_out, ror + e, nv, al), nv);
         }
-        s1 += h.x + h.y + h.z + h.w;
-        s2 += h.x * h.x + h.y * h.y + h.z * h.z + h.w * h.w;
+        s1 += hsum8(v);
+        s2 += hsum8(v * v);
     }
-    if ((ulong)lid < tail) {
-        const ulong i = n4 * 4 + lid;
-        float h = ld1(x, xr + i, dx);
-        if (fused) {
-            h += ld1(res, rr + i, dr);
-            st1(res_out, ror + i, dr, h);
-            h = ld1(res_out, ror + i, dr);
-        }
-        s1 += h;
-        s2 += h * h;
-    }
-    const bool layer = (flags & 8) != 0;
     float mean = 0.0f, rstd;
     if (layer) {
-        mean = wg_sum(s1, buf) / (float)hidden;
-        float v = 0.0f;  // second pass: centred squares (no cancellation)
-        for (ulong c = lid; c < n4; c += XK_WG) {
-            const float4 d = ld4(hp, hr + c * 4, dh, al) - mean;
-            v += d.x * d.x + d.y * d.y + d.z * d.z + d.w * d.w;
+        mean = wg_sum(s1, buf, buf2) * inv_n;
+        float var = 0.0f;
+        for (ulong c = lid; c < nc; c += wg) {
+            const ulong e = c * 8;
+            const uint nv = hidden - e >= 8 ? 8 : (uint)(hidden - e);
+            const float8 d = mask8(ldv(hp, hr + e, nv, dh, al, 0.0f) - mean, nv);
+            var += hsum8(d * d);
         }
-        if ((ulong)lid < tail) {
-            const float d = ld1(hp, hr + n4 * 4 + lid, dh) - mean;
-            v += d * d;
-        }
-        rstd = rsqrt(wg_sum(v, buf) / (float)hidden + eps);
+        rstd = rsqrt(wg_sum(var, buf, buf2) * inv_n + eps);
     } else {
-        rstd = rsqrt(wg_sum(s2, buf) / (float)hidden + eps);
+        rstd = rsqrt(wg_sum(s2, buf, buf2) * inv_n + eps);
     }
-    const bool hw = (flags & 1) != 0, hb = (flags & 2) != 0;
-    for (ulong c = lid; c < n4; c += XK_WG) {
-        float4 o = (ld4(hp, hr + c * 4, dh, al) - mean) * rstd;
-        if (hw) o *= ld4(w, w_off + c * 4, dw, al);
-        if (hb) o += ld4(b, b_off + c * 4, dw, al);
-        st4(y, yr + c * 4, dy, o, al);
-    }
-    if ((ulong)lid < tail) {
-        const ulong i = n4 * 4 + lid;
-        float o = (ld1(hp, hr + i, dh) - mean) * rstd;
-        if (hw) o *= ld1(w, w_off + i, dw);
-        if (hb) o += ld1(b, b_off + i, dw);
-        st1(y, yr + i, dy, o);
+    for (ulong c = lid; c < nc; c += wg) {
+        const ulong e = c * 8;
+        const uint nv = hidden - e >= 8 ? 8 : (uint)(hidden - e);
+        float8 o = (ldv(hp, hr + e, nv, dh, al, 0.0f) - mean) * rstd;
+        if (hw) o *= ldv(w, w_off + e, nv, dw, al, 0.0f);
+        if (hb) o += ldv(b, b_off + e, nv, dw, al, 0.0f);
+        stv(y, yr + e, nv, dy, o, al);
     }
 }
 
@@ -194,81 +322,112 @@ inline float act(float g, int a) {
         default: return g;                                                                   // none
     }
 }
-// global (ceil(inner / 4), rows): each work-item 4 consecutive columns.
+// global (ceil(inner / 8) rounded up to the group, rows): each work-item 8 consecutive columns.
+// aligned: 2 / 1 = every row base (gate and up) a multiple of 8 / 4 elements.
 __kernel void xk_glu(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
                      ulong inner, int dts, int activation, int aligned) {
     const int dx = dts & 0xff, dy = (dts >> 8) & 0xff;
-    const bool al = aligned != 0;
-    const ulong c = get_global_id(0) * 4, row = get_global_id(1);
+    const ulong c = get_global_id(0) * 8, row = get_global_id(1);
     if (c >= inner) return;
+    const uint nv = inner - c >= 8 ? 8 : (uint)(inner - c);
     const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    if (c + 4 <= inner) {
-        const float4 g = ld4(x, xr + c, dx, al), u = ld4(x, xr + inner + c, dx, al);
-        float4 o;
-        if (activation == 4) {
-            o = g / (1.0f + exp(-g)) * u;
-        } else {
-            o = (float4)(act(g.x, activation), act(g.y, activation), act(g.z, activation), act(g.w, activation)) * u;
-        }
-        st4(y, yr + c, dy, o, al);
+    const float8 g = ldv(x, xr + c, nv, dx, aligned, 0.0f), u = ldv(x, xr + inner + c, nv, dx, aligned, 0.0f);
+    float8 o;
+    if (activation == 4) {
+        o = g / (1.0f + exp(-g)) * u;
+    } else if (activation == 1) {
+        o = fmax(g, (float8)(0.0f)) * u;
     } else {
-        for (ulong i = c; i < inner; ++i) st1(y, yr + i, dy, act(ld1(x, xr + i, dx), activation) * ld1(x, xr + inner + i, dx));
+        float e[8];
+        vstore8(g, 0, e);
+        for (int k = 0; k < 8; ++k) e[k] = act(e[k], activation);
+        o = vload8(0, e) * u;
     }
+    stv(y, yr + c, nv, dy, o, aligned);
 }
 
 #endif
 
 #if XK_OP == 0 || XK_OP == 3
 // ---- softmax over the last dimension, scale, causal mask ----------------------------------------
-// One work-group per row; columns j >= visible are 0. visible = cols, or with causal
-// clamp(row + causal_offset + 1, 0, cols).
-__kernel __attribute__((reqd_work_group_size(XK_WG, 1, 1)))
-void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
-    __local float buf[XK_WG];
+// One work-group per row (layout as xk_norm: chunks of 8, in registers when the row fits);
+// columns j >= visible are 0. visible = cols, or with causal clamp(row + causal_offset + 1, 0, cols).
+__kernel void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                         ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
+    __local float buf[XK_MAXWG];
+    __local float4 buf2[8];
     const int dx = dts & 0xff, dy = (dts >> 8) & 0xff;
-    const bool al = aligned != 0;
+    const int al = aligned;
     const ulong row = get_group_id(0);
-    const int lid = get_local_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
     const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
     ulong vis = cols;
     if (causal) {
         const long p = (long)row + causal_offset + 1;
         vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
     }
-    const ulong n4 = vis / 4, tail = vis - n4 * 4;
-    float m = -INFINITY;
-    for (ulong c = lid; c < n4; c += XK_WG) {
-        const float4 t = ld4(x, xr + c * 4, dx, al);
-        m = fmax(m, fmax(fmax(t.x, t.y), fmax(t.z, t.w)));
-    }
-    if ((ulong)lid < tail) m = fmax(m, ld1(x, xr + n4 * 4 + lid, dx));
-    m = wg_max(m, buf) * scale;  // scale > 0: max(scale x) = scale max(x)
-    float s = 0.0f;
-    for (ulong c = lid; c < n4; c += XK_WG) {
-        const float4 e = exp(ld4(x, xr + c * 4, dx, al) * scale - m);
-        s += e.x + e.y + e.z + e.w;
-    }
-    if ((ulong)lid < tail) s += exp(ld1(x, xr + n4 * 4 + lid, dx) * scale - m);
-    const float inv = 1.0f / wg_sum(s, buf);
-    const ulong c4 = cols / 4;
-    for (ulong c = lid; c < c4; c += XK_WG) {
-        const ulong j = c * 4;
-        float4 o;
-        if (j + 4 <= vis) {
-            o = exp(ld4(x, xr + j, dx, al) * scale - m) * inv;
-        } else {
-            o = (float4)(0.0f);
-            if (j + 0 < vis) o.x = exp(ld1(x, xr + j + 0, dx) * scale - m) * inv;
-            if (j + 1 < vis) o.y = exp(ld1(x, xr + j + 1, dx) * scale - m) * inv;
-            if (j + 2 < vis) o.z = exp(ld1(x, xr + j + 2, dx) * scale - m) * inv;
+    const ulong nc = (cols + 7) / 8, nvis = (vis + 7) / 8;
+    if (nc <= (ulong)wg * XK_NV) {
+        float8 v[XK_NV];
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < XK_NV; ++j) {
+            const ulong c = lid + (ulong)j * wg;
+            v[j] = (float8)(-INFINITY);
+            if (c < nvis) {
+                const ulong e = c * 8;
+                const uint nv = vis - e >= 8 ? 8 : (uint)(vis - e);
+                v[j] = ldv(x, xr + e, nv, dx, al, -INFINITY) * scale;
+                m = fmax(m, hmax8(v[j]));
+            }
         }
-        st4(y, yr + j, dy, o, al);
+        m = wg_max(m, buf, buf2);
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < XK_NV; ++j) {
+            const ulong c = lid + (ulong)j * wg;
+            if (c < nvis) {
+                v[j] = exp(v[j] - m);  // -inf lanes -> 0
+                s += hsum8(v[j]);
+            } else {
+                v[j] = (float8)(0.0f);
+            }
+        }
+        const float inv = 1.0f / wg_sum(s, buf, buf2);
+#pragma unroll
+        for (int j = 0; j < XK_NV; ++j) {
+            const ulong c = lid + (ulong)j * wg;
+            if (c < nc) {
+                const ulong e = c * 8;
+                const uint nv = cols - e >= 8 ? 8 : (uint)(cols - e);
+                stv(y, yr + e, nv, dy, c < nvis ? v[j] * inv : (float8)(0.0f), al);
+            }
+        }
+        return;
     }
-    const ulong ctail = cols - c4 * 4;
-    if ((ulong)lid < ctail) {
-        const ulong j = c4 * 4 + lid;
-        st1(y, yr + j, dy, j < vis ? exp(ld1(x, xr + j, dx) * scale - m) * inv : 0.0f);
+    float m = -INFINITY;
+    for (ulong c = lid; c < nvis; c += wg) {
+        const ulong e = c * 8;
+        const uint nv = vis - e >= 8 ? 8 : (uint)(vis - e);
+        m = fmax(m, hmax8(ldv(x, xr + e, nv, dx, al, -INFINITY) * scale));
+    }
+    m = wg_max(m, buf, buf2);
+    float s = 0.0f;
+    for (ulong c = lid; c < nvis; c += wg) {
+        const ulong e = c * 8;
+        const uint nv = vis - e >= 8 ? 8 : (uint)(vis - e);
+        s += hsum8(exp(ldv(x, xr + e, nv, dx, al, -INFINITY) * scale - m));
+    }
+    const float inv = 1.0f / wg_sum(s, buf, buf2);
+    for (ulong c = lid; c < nc; c += wg) {
+        const ulong e = c * 8;
+        const uint nv = cols - e >= 8 ? 8 : (uint)(cols - e);
+        float8 o = (float8)(0.0f);
+        if (c < nvis) {
+            const uint nvv = vis - e >= 8 ? 8 : (uint)(vis - e);
+            o = exp(ldv(x, xr + e, nvv, dx, al, -INFINITY) * scale - m) * inv;
+        }
+        stv(y, yr + e, nv, dy, o, al);
     }
 }
 
@@ -325,5 +484,83 @@ __kernel void xk_rope(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, ul
     const float x1 = ld1(t, i1, dt), x2 = ld1(t, i2, dt);
     st1(t, i1, dt, x1 * cs - x2 * sn);
     st1(t, i2, dt, x2 * cs + x1 * sn);
+}
+
+// Four rotated pairs per work-item (rotary_dim / 2 a multiple of 4): id = (tok * heads + head) *
+// rotary_dim / 8 + i4, id < total. neox: x1 = 4 consecutive of the first half, x2 the same of the
+// second; gptj: 8 consecutive elements = 4 (x1, x2) pairs. flags as xk_rope, plus 16: every head
+// base, the cache rows and rotary_dim / 2 multiples of 4 elements (vector accesses; else vloadn),
+// 32: head bases multiples of 8 (gptj's 8-element accesses).
+__kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, ulong q_heads,
+                       __global uchar* k, ulong k_off, ulong k_ts, ulong k_hs,
+                       __global const uchar* positions, ulong p_off,
+                       __global const uchar* cache, ulong c_off, ulong max_position, int cache_dt,
+                       ulong rotary_dim, float base, float scaling, int dt, int flags, ulong heads, ulong total) {
+    const ulong id = get_global_id(0);
+    if (id >= total) return;
+    const ulong half_r = rotary_dim / 2, q4 = half_r / 4;
+    ulong i, head, tok;
+    if (total <= 0xffffffffUL) {  // 32-bit divisions (64-bit ones are long instruction sequences on GPUs)
+        const uint id32 = (uint)id, q32 = (uint)q4, th = id32 / q32;
+        i = (ulong)(id32 - th * q32) * 4;
+        head = th % (uint)heads;
+        tok = th / (uint)heads;
+    } else {
+        const ulong th = id / q4;
+        i = (id % q4) * 4;
+        head = th % heads;
+        tok = th / heads;
+    }
+    const bool al = (flags & 16) != 0;
+    long p;
+    if (flags & 4) p = ((__global const int*)positions)[p_off + tok];
+    else p = ((__global const long*)positions)[p_off + tok];
+    float4 cs, sn;
+    if (flags & 2) {
+        if (p < 0) return;
+        float c4[4], s4[4];
+        for (int j = 0; j < 4; ++j) {
+#ifdef XK_HAVE_FP64
+            const double inv_freq = pow((double)base, -2.0 * (double)(i + j) / (double)rotary_dim);
+            const double theta = ((double)p / (double)scaling) * inv_freq;
+            c4[j] = (float)cos(theta);
+            s4[j] = (float)sin(theta);
+#else
+            const float inv_freq = pow(base, -2.0f * (float)(i + j) / (float)rotary_dim);
+            const float theta = ((float)p / scaling) * inv_freq;
+            c4[j] = cos(theta);
+            s4[j] = sin(theta);
+#endif
+        }
+        cs = vload4(0, c4);
+        sn = vload4(0, s4);
+    } else {
+        if (p < 0 || (ulong)p >= max_position) return;
+        const ulong row = c_off + (ulong)p * rotary_dim;
+        cs = ld4(cache, row + i, cache_dt, al);
+        sn = ld4(cache, row + half_r + i, cache_dt, al);
+    }
+    __global uchar* t;
+    ulong base_i;
+    if (head < q_heads) {
+        t = q;
+        base_i = q_off + tok * q_ts + head * q_hs;
+    } else {
+        t = k;
+        base_i = k_off + tok * k_ts + (head - q_heads) * k_hs;
+    }
+    if (flags & 1) {  // gptj: pairs interleaved
+        const int al8 = (flags & 32) ? 2 : al ? 1 : 0;
+        const float8 v = ld8(t, base_i + 2 * i, dt, al8);
+        const float4 x1 = v.even, x2 = v.odd;
+        float8 o;
+        o.even = x1 * cs - x2 * sn;
+        o.odd = x2 * cs + x1 * sn;
+        st8(t, base_i + 2 * i, dt, o, al8);
+    } else {
+        const float4 x1 = ld4(t, base_i + i, dt, al), x2 = ld4(t, base_i + half_r + i, dt, al);
+        st4(t, base_i + i, dt, x1 * cs - x2 * sn, al);
+        st4(t, base_i + half_r + i, dt, x2 * cs + x1 * sn, al);
+    }
 }
 #endif
