@@ -9,6 +9,10 @@
 #define XK_C_GPU_H
 #include "xk/xk.h"
 #include "xk/c/gemm.h"
+
+/* (struct xk_gemm_desc: xk/c/gemm.h; named by its tag here, which works whichever of the two
+ * headers is included first) */
+struct xk_gemm_desc;
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -82,10 +86,10 @@ xk_status xk_gpu_rope(xk_gpu_context ctx, xk_dtype dtype, int is_neox, int64_t t
 typedef struct xk_gpu_gemm_tensors {
     xk_gpu_tensor A, B, C, bias, residual;
 } xk_gpu_gemm_tensors;
-xk_status xk_gpu_gemm(xk_gpu_context ctx, const xk_gemm_desc* desc, const xk_gpu_gemm_tensors* t);
+xk_status xk_gpu_gemm(xk_gpu_context ctx, const struct xk_gemm_desc* desc, const xk_gpu_gemm_tensors* t);
 /* The kernel xk_gpu_gemm runs for desc on ctx ("gpu:tiled:MWG64,..."; tunes on first use of a
  * shape class, like xk_gpu_gemm), NUL-terminated, truncated to fit `size` bytes (size >= 1). */
-xk_status xk_gpu_gemm_kernel_name(xk_gpu_context ctx, const xk_gemm_desc* desc, char* buf, size_t size);
+xk_status xk_gpu_gemm_kernel_name(xk_gpu_context ctx, const struct xk_gemm_desc* desc, char* buf, size_t size);
 
 #ifdef __cplusplus
 }
