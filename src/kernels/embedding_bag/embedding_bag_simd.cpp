@@ -10,6 +10,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // w * row must round before the add, as in the reference (compiled without FMA).
 #pragma GCC optimize("fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)  // (clang ignores the GCC pragma and contracts a * b + c into FMA)
+#endif
 
 #include <algorithm>
 #include <cstring>
