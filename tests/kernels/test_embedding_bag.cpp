@@ -1333,3 +1333,40 @@ TEST(EmbeddingBag, BackwardCApi) {
     cd.mode = XK_EMBEDDING_BAG_MEAN;  // weights with mean
     expect(f32(&cd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "only supported with mode=sum");
 }
+
+// The per-call index check runs its min / max pass in chunks over the threads (and with AVX-512
+// where the cap allows): an out-of-range index at a chunk's first or last position or in a tail
+// of fewer than a vector is still found and named, with int64 and int32 indices, at every ISA cap
+// and 1 / 2 threads (2 chunks of n / 2), and out is left as it was.
+TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
+    const int64_t n = 65536 + 21, E = 1000, B = 7;
+    std::vector<int64_t> idx(static_cast<size_t>(n)), off(B);
+    for (int64_t j = 0; j < n; ++j) idx[j] = (j * 7919) % E;
+    for (int64_t b = 0; b < B; ++b) off[b] = b * (n / B);
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = 1;
+    std::vector<float> table(static_cast<size_t>(E), 1.0f), out(B, -3.0f);
+    const std::vector<int32_t> o32(off.begin(), off.end());
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            int k = 0;
+            for (int64_t pos : {n - 1, n / 2, n / 2 - 1, int64_t(0)}) {
+                const int64_t bad = k++ % 2 ? int64_t(-1) : E;
+                std::vector<int64_t> i64 = idx;
+                i64[pos] = bad;
+                const std::vector<int32_t> i32(i64.begin(), i64.end());
+                const std::string needle = "indices[" + std::to_string(pos) + "]=" + std::to_string(bad);
+                d.index_type = IndexType::i64;
+                XK_EXPECT_INVALID(embedding_bag(d, EmbeddingBagArgs{B, n, table.data(), i64.data(), off.data(), nullptr, out.data()}),
+                                  needle.c_str());
+                d.index_type = IndexType::i32;
+                XK_EXPECT_INVALID(embedding_bag(d, EmbeddingBagArgs{B, n, table.data(), i32.data(), o32.data(), nullptr, out.data()}),
+                                  needle.c_str());
+                for (float v : out) ASSERT_EQ(v, -3.0f);
+            }
+        });
+    }
+    set_num_threads(0);
+}

@@ -15,6 +15,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/embedding_bag/embedding_bag.hpp"
