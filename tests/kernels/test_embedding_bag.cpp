@@ -1339,7 +1339,7 @@ TEST(EmbeddingBag, BackwardCApi) {
 // of fewer than a vector is still found and named, with int64 and int32 indices, at every ISA cap
 // and 1 / 2 threads (2 chunks of n / 2), and out is left as it was.
 TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
-    const int64_t n = 65536 + 21, E = 1000, B = 7;
+    const int64_t n = 32768 + 21, E = 1000, B = 7;
     std::vector<int64_t> idx(static_cast<size_t>(n)), off(B);
     for (int64_t j = 0; j < n; ++j) idx[j] = (j * 7919) % E;
     for (int64_t b = 0; b < B; ++b) off[b] = b * (n / B);

@@ -297,7 +297,7 @@ __attribute__((target("avx512f"))) void min_max_avx512(const int32_t* v, int64_t
     for (int k = 1; k < 16; ++k) lo = std::min<int64_t>(lo, a[k]), hi = std::max<int64_t>(hi, b[k]);
 }
 #pragma GCC diagnostic pop
-// Over the threads in chunks of >= 64 Ki indices (a serial pass would be a large share of a
+// Over the threads in chunks of >= 32 Ki indices (a serial pass would be a large share of a
 // many-thread call: the bags themselves take ~1 ns per index row there).
 template <typename I>
 void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
@@ -306,7 +306,7 @@ void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
         if (avx512) min_max_avx512(p, k, l, h);
         else min_max_scalar(p, k, l, h);
     };
-    const int64_t nc = parallel_threads(n, int64_t(1) << 16);
+    const int64_t nc = parallel_threads(n, int64_t(1) << 15);
     if (nc <= 1) return one(v, n, lo, hi);
     std::vector<int64_t> r(static_cast<size_t>(2 * nc));
     parallel_for(nc, 1, [&](int64_t c0, int64_t c1) {
