@@ -259,9 +259,11 @@ void min_max_scalar(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
     lo = mn;
     hi = mx;
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 inside the min / max intrinsics
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 __attribute__((target("avx512f"))) void min_max_avx512(const int64_t* v, int64_t n, int64_t& lo, int64_t& hi) {
     __m512i mn = _mm512_set1_epi64(v[0]), mx = mn;
     int64_t i = 0;
@@ -296,7 +298,9 @@ __attribute__((target("avx512f"))) void min_max_avx512(const int32_t* v, int64_t
     lo = a[0], hi = b[0];
     for (int k = 1; k < 16; ++k) lo = std::min<int64_t>(lo, a[k]), hi = std::max<int64_t>(hi, b[k]);
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 // Over the threads in chunks of >= 32 Ki indices (a serial pass would be a large share of a
 // many-thread call: the bags themselves take ~1 ns per index row there).
 template <typename I>
