@@ -567,7 +567,8 @@ BwdProblem make_bwd(In& in) {
     const int64_t dim = in.dim(1, 20);
     p.rows = in.dim(0, 12);
     p.u.optimizer = in.coin() ? XK_EMBEDDING_ADAGRAD : XK_EMBEDDING_SGD;
-    const bool huge = !p.adagrad() && p.rows > 0 && in.pick(6) == 5;
+    // (int64 indices only: an out-of-range index of a huge table does not fit int32)
+    const bool huge = !p.adagrad() && p.kind != kBwdI32 && p.rows > 0 && in.pick(6) == 5;
     p.d = init_desc(huge ? kHuge[in.pick(3)] : p.rows, dim);
     xk_embedding_bag_desc& d = p.d;
     auto ld = [&] {
