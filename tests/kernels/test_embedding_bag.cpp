@@ -1334,10 +1334,9 @@ TEST(EmbeddingBag, BackwardCApi) {
     expect(f32(&cd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "only supported with mode=sum");
 }
 
-// The per-call index check runs its min / max pass in chunks over the threads (and with AVX-512
-// where the cap allows): an out-of-range index at a chunk's first or last position or in a tail
-// of fewer than a vector is still found and named, with int64 and int32 indices, at every ISA cap
-// and 1 / 2 threads (2 chunks of n / 2), and out is left as it was.
+// The per-call index check's min / max pass (AVX-512 where the cap allows): an out-of-range index
+// at the start, the middle or in a tail of fewer than a vector is found and named, with int64 and
+// int32 indices, at every ISA cap and 1 / 2 threads, and out is left as it was.
 TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
     const int64_t n = 32768 + 21, E = 1000, B = 7;
     std::vector<int64_t> idx(static_cast<size_t>(n)), off(B);
