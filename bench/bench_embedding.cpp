@@ -9,6 +9,10 @@
 //   embedding_lookup/f32/xk/rows_dim:<D>_<dist>/nt:<N>  xk::embedding of the same 204800 indices
 //   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
 //                                                     the forward's gathered bytes, for comparing times)
+//   embedding_backward/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  backward fused with SGD alone (grad_out
+//                                                     given; GBPS: bytes of the 204800 gradient rows
+//                                                     it sums); nt:1 is the peer of nt:2 (the sort and
+//                                                     the row updates both run over the threads)
 //   embedding_merged/f32/xk/<merged|separate>_26x2048_dim:64/nt:<N>  26 tables (slices of the 1 GiB
 //                                                     table, pooling 1 + 4t): one merged call vs 26 calls
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
@@ -280,6 +284,31 @@ void BM_train(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
 }
 
+// The backward fused with SGD alone, grad_out fixed (lr 1e-6: the table barely moves).
+void BM_backward(benchmark::State& state, int64_t dim, bool zipf, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    xk::EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    std::vector<float> go(static_cast<size_t>(kBags * dim));
+    for (size_t i = 0; i < go.size(); ++i) go[i] = static_cast<float>(xk::bench::detail::splitmix64(i) >> 40) * 0x1.0p-24f - 0.5f;
+    xk::EmbeddingBagArgs a;
+    a.num_bags = kBags;
+    a.num_indices = kBags * kPool;
+    a.table = table();
+    a.indices = idx.data();
+    a.offsets = offsets().data();
+    xk::EmbeddingBagUpdate u;
+    u.lr = 1e-6f;
+    for (auto _ : state) {
+        xk::embedding_bag_backward_update(d, a, go.data(), u);
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
+}
+
 // 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
 // pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
 // every bag of every table) beside 26 separate plan runs writing the same merged output columns.
@@ -457,6 +486,10 @@ const bool registered = [] {
                 benchmark::RegisterBenchmark(
                     xk::bench::join_name({"embedding_train", "f32", "xk", "sum_sgd_" + shape, "nt:" + std::to_string(nt)}).c_str(),
                     BM_train, dim, zipf, nt)
+                    ->UseRealTime();
+                benchmark::RegisterBenchmark(
+                    xk::bench::join_name({"embedding_backward", "f32", "xk", "sum_sgd_" + shape, "nt:" + std::to_string(nt)}).c_str(),
+                    BM_backward, dim, zipf, nt)
                     ->UseRealTime();
                 benchmark::RegisterBenchmark(
                     xk::bench::join_name({"embedding_lookup", "f32", "xk", "rows_" + shape, "nt:" + std::to_string(nt)}).c_str(),

@@ -12,6 +12,11 @@
 //   calls of huge but representable extents (num_embeddings, ld_table, ld_out or num_indices up to
 //     2^48, the rest small): valid, quick, checked like the others;
 //   xk_embedding_bag_desc_init (any sizes: it only fills the struct; null desc: rejected);
+//   xk_embedding_bag_backward_update_f32 / _f32_i32 / _f32_gbf16 (SGD / Adagrad, sum / mean,
+//     weights, padding, hot rows, padded table / grad / state strides; num_embeddings up to 2^48
+//     with SGD): every touched row checked against a double loop of the header's formulas, every
+//     other byte (untouched rows, row padding, the inputs) unchanged; hostile ones (one argument
+//     wrong) write nothing; xk_embedding_update_init;
 //   ISA cap and thread count changes.
 #include <algorithm>
 
@@ -507,6 +512,377 @@ void op_desc_init(In& in) {
     init_desc(ne, dim);
 }
 
+// ---- backward fused with SGD / Adagrad ------------------------------------------------------------
+enum BwdKind { kBwdF32, kBwdI32, kBwdGbf16 };
+const char* const kBwdFn[] = {"xk_embedding_bag_backward_update_f32", "xk_embedding_bag_backward_update_f32_i32",
+                              "xk_embedding_bag_backward_update_f32_gbf16"};
+
+// One valid backward call in one guarded arena: grad_out, indices, offsets, per_sample_weights,
+// state, then table last (with num_embeddings huge only the table claims a huge extent, which then
+// overlaps nothing). Values up to 1e4 (weights 1e3): every gradient, its square and the update stay
+// far inside the f32 range.
+struct BwdProblem {
+    BwdKind kind = kBwdF32;
+    xk_embedding_bag_desc d{};
+    xk_embedding_update u{};
+    int64_t ldt = 1, ldo = 1, lds = 1, rows = 0, num_bags = 0, num_indices = 0, total = 0;
+    std::vector<int64_t> idx, off;
+    bool has_psw = false;
+    std::vector<float> psw;
+    Buf<unsigned char> arena;
+    size_t o_go = 0, go_bytes = 0, o_idx = 0, o_off = 0, o_psw = 0, o_st = 0, st_bytes = 0, o_tab = 0, tab_bytes = 0;
+    std::vector<double> want_t, tol_t, want_s, tol_s;  // rows x dim (touched rows only)
+    std::vector<bool> touched;
+    std::vector<unsigned char> before;
+
+    bool adagrad() const { return u.optimizer == XK_EMBEDDING_ADAGRAD; }
+    int isz() const { return kind == kBwdI32 ? 4 : 8; }
+    int gsz() const { return kind == kBwdGbf16 ? 2 : 4; }
+    unsigned char* at(size_t o) { return arena.data() + o; }
+    float f32_at(size_t o, int64_t e) const {
+        float f;
+        std::memcpy(&f, arena.data() + o + e * 4, 4);
+        return f;
+    }
+    double go_at(int64_t b, int64_t k) const {
+        if (kind == kBwdGbf16) {
+            uint16_t h;
+            std::memcpy(&h, arena.data() + o_go + (b * ldo + k) * 2, 2);
+            return fz::from_bf16(h);
+        }
+        return f32_at(o_go, b * ldo + k);
+    }
+    void write_int(size_t o, int64_t j, int64_t v) {
+        if (isz() == 4) { const int32_t x = static_cast<int32_t>(v); std::memcpy(at(o) + j * 4, &x, 4); }
+        else std::memcpy(at(o) + j * 8, &v, 8);
+    }
+    void set_index(int64_t j, int64_t v) { idx[j] = v, write_int(o_idx, j, v); }
+    void set_offset(int64_t i, int64_t v) { off[i] = v, write_int(o_off, i, v); }
+};
+
+BwdProblem make_bwd(In& in) {
+    static const int64_t kHuge[] = {int64_t(1) << 31, int64_t(1) << 40, int64_t(1) << 48};
+    BwdProblem p;
+    p.kind = static_cast<BwdKind>(in.pick(3));
+    const int64_t dim = in.dim(1, 20);
+    p.rows = in.dim(0, 12);
+    p.u.optimizer = in.coin() ? XK_EMBEDDING_ADAGRAD : XK_EMBEDDING_SGD;
+    // (int64 indices only: an out-of-range index of a huge table does not fit int32)
+    const bool huge = !p.adagrad() && p.kind != kBwdI32 && p.rows > 0 && in.pick(6) == 5;
+    p.d = init_desc(huge ? kHuge[in.pick(3)] : p.rows, dim);
+    xk_embedding_bag_desc& d = p.d;
+    auto ld = [&] {
+        const int64_t pad = in.pad();
+        return pad == 0 ? (in.coin() ? 0 : dim) : dim + pad;
+    };
+    d.ld_table = ld(), d.ld_out = ld();
+    p.ldt = d.ld_table ? d.ld_table : dim, p.ldo = d.ld_out ? d.ld_out : dim;
+    d.mode = static_cast<xk_embedding_bag_mode>(in.pick(2));
+    d.include_last_offset = in.coin();
+    d.padding_idx = p.rows > 0 && in.pick(3) == 2 ? in.pick(static_cast<int>(p.rows)) : -1;
+    p.has_psw = d.mode == XK_EMBEDDING_BAG_SUM && in.coin();
+    static const float kLr[] = {0.01f, 0.0f, 0.5f, 1.0f, 3.0f}, kEps[] = {1e-10f, 1e-6f, 0.1f};
+    p.u.lr = kLr[in.pick(5)];
+    p.u.eps = kEps[in.pick(3)];
+    p.u.ld_state = 0;
+    if (p.adagrad()) {
+        const int64_t pad = in.pad();
+        p.u.ld_state = pad == 0 ? (in.coin() ? 0 : dim) : dim + pad;
+    }
+    p.lds = p.u.ld_state ? p.u.ld_state : dim;
+
+    p.num_bags = in.dim(0, 6);
+    const int64_t n_off = p.num_bags + (d.include_last_offset ? 1 : 0);
+    p.off.assign(n_off, 0);
+    for (int64_t b = 0; b < p.num_bags; ++b) {
+        p.off[b] = p.total;
+        p.total += p.rows == 0 ? 0 : in.dim(0, 5);
+    }
+    if (d.include_last_offset) p.off[p.num_bags] = p.total;
+    const int64_t tail = d.include_last_offset || p.num_bags == 0 ? in.dim(0, 3) : 0;
+    p.num_indices = p.total + tail;
+    p.idx.assign(p.num_indices, 0);
+    for (int64_t j = 0; j < p.num_indices; ++j) {
+        if (j >= p.total) p.idx[j] = in.coin() ? -1 : std::numeric_limits<int32_t>::max();  // never read
+        else if (d.padding_idx >= 0 && in.pick(4) == 3) p.idx[j] = d.padding_idx;
+        else p.idx[j] = in.p.ConsumeIntegralInRange<int64_t>(0, p.rows - 1);
+    }
+    if (p.has_psw)
+        for (int64_t j = 0; j < p.num_indices; ++j) p.psw.push_back(in.value(1e3f));
+
+    const size_t mis = in.pick(3);
+    p.go_bytes = p.num_bags == 0 ? 0 : static_cast<size_t>(((p.num_bags - 1) * p.ldo + dim) * p.gsz());
+    p.tab_bytes = p.rows == 0 ? 0 : static_cast<size_t>(((p.rows - 1) * p.ldt + dim) * 4);
+    p.st_bytes = !p.adagrad() || p.rows == 0 ? 0 : static_cast<size_t>(((p.rows - 1) * p.lds + dim) * 4);
+    size_t end = 0;
+    p.o_go = place(end, p.go_bytes, mis * p.gsz());
+    p.o_idx = place(end, p.num_indices * p.isz(), mis * p.isz());
+    p.o_off = place(end, n_off * p.isz(), mis * p.isz());
+    p.o_psw = place(end, p.psw.size() * 4, mis * 4);
+    p.o_st = place(end, p.st_bytes, mis * 4);
+    p.o_tab = place(end, p.tab_bytes, mis * 4);
+    p.arena = Buf<unsigned char>(end + 64);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = 0; i < p.go_bytes / p.gsz(); ++i) {  // NaN in the row padding: never read
+        const float v = static_cast<int64_t>(i) % p.ldo < dim ? in.value(1e4f) : nan;
+        if (p.kind == kBwdGbf16) { const uint16_t h = fz::to_bf16(v); std::memcpy(p.at(p.o_go) + i * 2, &h, 2); }
+        else std::memcpy(p.at(p.o_go) + i * 4, &v, 4);
+    }
+    for (size_t i = 0; i < p.tab_bytes / 4; ++i) {
+        const float v = static_cast<int64_t>(i) % p.ldt < dim ? in.value(1e4f) : nan;
+        std::memcpy(p.at(p.o_tab) + i * 4, &v, 4);
+    }
+    for (size_t i = 0; i < p.st_bytes / 4; ++i) {
+        const float v = static_cast<int64_t>(i) % p.lds < dim ? std::fabs(in.value(1e4f)) : nan;
+        std::memcpy(p.at(p.o_st) + i * 4, &v, 4);
+    }
+    for (int64_t j = 0; j < p.num_indices; ++j) p.write_int(p.o_idx, j, p.idx[j]);
+    for (int64_t i = 0; i < n_off; ++i) p.write_int(p.o_off, i, p.off[i]);
+    if (!p.psw.empty()) std::memcpy(p.at(p.o_psw), p.psw.data(), p.psw.size() * 4);
+    p.u.state = p.adagrad() ? reinterpret_cast<float*>(p.at(p.o_st)) : nullptr;
+
+    // The oracle: g = sum of s_j * grad_out (s_j = w_j, 1, or the f32 1.0f / count), in double;
+    // the f32 sum errs by <= (cnt + 1) 2u sum |s_j go| (+ 1e-37 per product for denormals). Then
+    // the update in double; its bounds: SGD t - lr g (lr times g's bound, a few roundings);
+    // Adagrad through f(x) = x / (sqrt(st + x^2) + eps), non-decreasing in x: f over g's interval,
+    // plus ~10 roundings of the terms.
+    constexpr double u = 0x1p-24;
+    std::vector<double> g(p.rows * dim, 0.0), ga(p.rows * dim, 0.0);
+    std::vector<int64_t> cnt(p.rows, 0);
+    p.touched.assign(p.rows, false);
+    for (int64_t b = 0; b < p.num_bags; ++b) {
+        const int64_t end_b = b + 1 < p.num_bags || d.include_last_offset ? p.off[b + 1] : p.num_indices;
+        int64_t c = 0;
+        for (int64_t j = p.off[b]; j < end_b; ++j) c += p.idx[j] != d.padding_idx;
+        const float inv = c > 0 ? 1.0f / static_cast<float>(c) : 0.0f;
+        for (int64_t j = p.off[b]; j < end_b; ++j) {
+            const int64_t r = p.idx[j];
+            if (r == d.padding_idx) continue;
+            p.touched[r] = true;
+            ++cnt[r];
+            const double s = d.mode == XK_EMBEDDING_BAG_MEAN ? inv : p.has_psw ? p.psw[j] : 1.0;
+            for (int64_t k = 0; k < dim; ++k) g[r * dim + k] += s * p.go_at(b, k), ga[r * dim + k] += std::fabs(s * p.go_at(b, k));
+        }
+    }
+    p.want_t.assign(p.rows * dim, 0.0), p.tol_t = p.want_t, p.want_s = p.want_t, p.tol_s = p.want_t;
+    const double lr = p.u.lr, eps = p.u.eps;
+    for (int64_t r = 0; r < p.rows; ++r)
+        for (int64_t k = 0; k < dim && p.touched[r]; ++k) {
+            const size_t i = static_cast<size_t>(r * dim + k);
+            const double t = p.f32_at(p.o_tab, r * p.ldt + k), gv = g[i];
+            const double e = (cnt[r] + 1) * 2 * u * ga[i] + 1e-37 * (cnt[r] + 1);
+            if (!p.adagrad()) {
+                p.want_t[i] = t - lr * gv;
+                p.tol_t[i] = lr * e * (1 + 4 * u) + 4 * u * (std::fabs(t) + lr * std::fabs(gv)) + 1e-37;
+                continue;
+            }
+            const double st = p.f32_at(p.o_st, r * p.lds + k);
+            auto f = [&](double x) { return x / (std::sqrt(st + x * x) + eps); };
+            p.want_s[i] = st + gv * gv;
+            p.tol_s[i] = 2 * std::fabs(gv) * e + e * e + 4 * u * (st + gv * gv) + 1e-37;
+            const double fv = f(gv), fl = f(gv - e), fh = f(gv + e);
+            const double fmax = std::max({std::fabs(fv), std::fabs(fl), std::fabs(fh)});
+            p.want_t[i] = t - lr * fv;
+            p.tol_t[i] = lr * std::max(fh - fv, fv - fl) + 12 * u * lr * fmax + 4 * u * std::fabs(t) + 1e-37;
+        }
+    p.before = p.arena.snapshot();
+    return p;
+}
+
+struct BwdArgs {
+    const xk_embedding_bag_desc* desc;
+    float* table;
+    int64_t num_indices;
+    const void* indices;
+    int64_t num_bags;
+    const void* offsets;
+    const float* psw;
+    const void* grad_out;
+    const xk_embedding_update* update;
+};
+
+BwdArgs bwd_args_of(BwdProblem& p) {
+    return BwdArgs{&p.d, reinterpret_cast<float*>(p.at(p.o_tab)), p.num_indices, p.at(p.o_idx), p.num_bags,
+                   p.at(p.o_off), p.has_psw ? reinterpret_cast<const float*>(p.at(p.o_psw)) : nullptr, p.at(p.o_go), &p.u};
+}
+
+xk_status bwd_call(BwdKind k, const BwdArgs& a) {
+    switch (k) {
+        case kBwdF32:
+            return xk_embedding_bag_backward_update_f32(a.desc, a.table, a.num_indices, static_cast<const int64_t*>(a.indices),
+                                                        a.num_bags, static_cast<const int64_t*>(a.offsets), a.psw,
+                                                        static_cast<const float*>(a.grad_out), a.update);
+        case kBwdI32:
+            return xk_embedding_bag_backward_update_f32_i32(a.desc, a.table, a.num_indices, static_cast<const int32_t*>(a.indices),
+                                                            a.num_bags, static_cast<const int32_t*>(a.offsets), a.psw,
+                                                            static_cast<const float*>(a.grad_out), a.update);
+        default:
+            return xk_embedding_bag_backward_update_f32_gbf16(a.desc, a.table, a.num_indices, static_cast<const int64_t*>(a.indices),
+                                                              a.num_bags, static_cast<const int64_t*>(a.offsets), a.psw,
+                                                              static_cast<const uint16_t*>(a.grad_out), a.update);
+    }
+}
+
+const char* bwd_region(const BwdProblem& p, size_t i) {
+    if (i >= p.o_tab) return "table (or the gap before it)";
+    if (i >= p.o_st) return "state (or the gap before it)";
+    if (i >= p.o_psw) return "per_sample_weights (or the gap before it)";
+    if (i >= p.o_off) return "offsets (or the gap before it)";
+    if (i >= p.o_idx) return "indices (or the gap before it)";
+    return "grad_out (or the gap before it)";
+}
+
+// Every arena byte as before, but (valid calls) the values of touched table / state rows.
+void bwd_check_arena(const BwdProblem& p, const char* what, bool wrote) {
+    fz::expect_guards(p.arena, what, "the buffers");
+    const unsigned char* a = p.arena.data();
+    for (size_t i = 0; i < p.before.size(); ++i) {
+        if (a[i] == p.before[i]) continue;
+        if (wrote) {
+            auto in_rows = [&](size_t o, size_t bytes, int64_t ld) {
+                if (i < o || i >= o + bytes) return false;
+                const int64_t e = static_cast<int64_t>(i - o) / 4;
+                return e % ld < p.d.dim && p.touched[e / ld];
+            };
+            if (in_rows(p.o_tab, p.tab_bytes, p.ldt) || in_rows(p.o_st, p.st_bytes, p.lds)) continue;
+        }
+        fz::finding("%s: %s call changed byte %zu of %s", what, wrote ? "a valid" : "a rejected", i, bwd_region(p, i));
+    }
+}
+
+void bwd_run_valid(BwdProblem& p, const char* what) {
+    const BwdArgs a = bwd_args_of(p);
+    const xk_status s = fz::timed(what, [&] { return bwd_call(p.kind, a); });
+    fz::expect_ok(s, what);
+    bwd_check_arena(p, what, true);
+    const int64_t dim = p.d.dim;
+    for (int64_t r = 0; r < p.rows; ++r)
+        for (int64_t k = 0; k < dim && p.touched[r]; ++k) {
+            const size_t i = static_cast<size_t>(r * dim + k);
+            const double t = p.f32_at(p.o_tab, r * p.ldt + k);
+            const double st = p.adagrad() ? p.f32_at(p.o_st, r * p.lds + k) : 0.0;
+            const bool ok_t = fz::close(t, p.want_t[i], 0, p.tol_t[i]);
+            const bool ok_s = !p.adagrad() || fz::close(st, p.want_s[i], 0, p.tol_s[i]);
+            if (ok_t && ok_s) continue;
+            fz::finding("%s: row %lld col %lld: table %.9g want %.9g (+- %.3g), state %.9g want %.9g (+- %.3g); "
+                        "optimizer=%d lr=%g eps=%g mode=%d dim=%lld rows=%lld bags=%lld psw=%d padding_idx=%lld",
+                        what, (long long)r, (long long)k, t, p.want_t[i], p.tol_t[i], st, p.want_s[i], p.tol_s[i],
+                        p.u.optimizer, p.u.lr, p.u.eps, p.d.mode, (long long)dim, (long long)p.rows,
+                        (long long)p.num_bags, p.has_psw, (long long)p.d.padding_idx);
+        }
+}
+
+// Makes exactly one argument of a valid backward call wrong.
+const char* bwd_spoil(In& in, BwdProblem& p, xk_embedding_bag_desc& d, xk_embedding_update& u, BwdArgs& a) {
+    const int64_t n_off = static_cast<int64_t>(p.off.size());
+    switch (in.pick(11)) {
+        case 0: {
+            if (in.coin() && !p.has_psw) { d.mode = XK_EMBEDDING_BAG_MAX; return "mode max (unsupported)"; }
+            const int v = in.bad_enum(3);
+            std::memcpy(&d.mode, &v, 4);
+            return "mode enum";
+        }
+        case 1: {
+            const int v = in.bad_enum(2);
+            std::memcpy(&u.optimizer, &v, 4);
+            return "optimizer enum";
+        }
+        case 2: {
+            static const float bad[] = {-1.0f, -1e-30f, std::numeric_limits<float>::quiet_NaN(),
+                                        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+            (in.coin() ? u.lr : u.eps) = bad[in.pick(5)];
+            return "lr or eps negative or not finite";
+        }
+        case 3:
+            if (p.adagrad() && p.num_indices > 0) { u.state = nullptr; return "adagrad without state"; }
+            if (!p.adagrad()) { u.state = reinterpret_cast<float*>(p.at(p.o_st)); return "sgd with a state"; }
+            [[fallthrough]];
+        case 4: {
+            if (p.adagrad() && in.coin()) { u.ld_state = d.dim >= 2 && in.coin() ? 1 + in.pick(static_cast<int>(d.dim - 1)) : below(in, 0); return "ld_state below dim"; }
+            int64_t& ld = in.coin() ? d.ld_table : d.ld_out;
+            ld = d.dim >= 2 && in.coin() ? 1 + in.pick(static_cast<int>(d.dim - 1)) : below(in, 0);
+            return "ld_table or ld_out below dim";
+        }
+        case 5:
+            if (p.total > 0) {
+                const int64_t j = in.coin() ? p.total - 1 : in.pick(static_cast<int>(p.total));
+                const int64_t ne = d.num_embeddings;
+                const int64_t v[] = {-1, -2 - in.pick(100), ne, ne + 1 + in.pick(100),
+                                     p.isz() == 4 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min()};
+                p.set_index(j, v[in.pick(5)]);
+                return "an index out of [0, num_embeddings)";
+            }
+            [[fallthrough]];
+        case 6:
+            if (n_off > 0) {
+                if (in.coin() || n_off < 2) { p.set_offset(0, in.coin() ? 1 + in.pick(3) : -1 - in.pick(3)); return "offsets[0] != 0"; }
+                const int64_t i = 1 + in.pick(static_cast<int>(n_off - 1));
+                p.set_offset(i, in.coin() ? p.off[i - 1] - 1 - in.pick(2) : p.num_indices + 1 + in.pick(3));
+                return "offsets decreasing or past num_indices";
+            }
+            [[fallthrough]];
+        case 7:
+            switch (in.pick(6)) {
+                case 0: if (p.num_bags > 0) { a.grad_out = nullptr; return "grad_out null with bags"; } [[fallthrough]];
+                case 1: if (p.num_indices > 0) { a.table = nullptr; return "table null with indices"; } [[fallthrough]];
+                case 2: if (p.num_indices > 0) { a.indices = nullptr; return "indices null with indices"; } [[fallthrough]];
+                case 3: if (n_off > 0) { a.offsets = nullptr; return "offsets null"; } [[fallthrough]];
+                case 4: a.update = nullptr; return "update null";
+                default: a.desc = nullptr; return "desc null";
+            }
+        case 8:
+            if (p.num_bags > 0 && p.rows > 0) { a.grad_out = p.at(p.o_tab); return "grad_out over the table"; }
+            if (p.adagrad() && p.rows > 0) { u.state = reinterpret_cast<float*>(p.at(p.o_tab)); return "state over the table"; }
+            [[fallthrough]];
+        case 9:
+            if (in.coin()) {
+                const int64_t ne = d.num_embeddings;
+                const int64_t v[] = {-2, ne, ne + 1 + in.pick(100), std::numeric_limits<int64_t>::min()};
+                d.padding_idx = v[in.pick(4)];
+                return "padding_idx out of [-1, num_embeddings)";
+            }
+            if (in.coin()) { a.num_bags = below(in, 0); return "num_bags < 0"; }
+            a.num_indices = below(in, 0);
+            return "num_indices < 0";
+        default:
+            d.mode = XK_EMBEDDING_BAG_MEAN;
+            a.psw = reinterpret_cast<const float*>(p.at(p.o_psw));
+            return "per_sample_weights with mode mean";
+    }
+}
+
+void op_backward(In& in) {
+    if (in.pick(8) == 7) {  // xk_embedding_update_init on garbage, or null
+        if (in.coin()) {
+            fz::expect_rejected(fz::timed("xk_embedding_update_init", [&] { return xk_embedding_update_init(nullptr); }),
+                                "xk_embedding_update_init", "update null");
+            return;
+        }
+        xk_embedding_update u;
+        std::memset(&u, 0xA5, sizeof u);
+        fz::expect_ok(fz::timed("xk_embedding_update_init", [&] { return xk_embedding_update_init(&u); }), "xk_embedding_update_init");
+        if (u.optimizer != XK_EMBEDDING_SGD || u.lr != 0.01f || u.eps != 1e-10f || u.state || u.ld_state != 0)
+            fz::finding("xk_embedding_update_init left a field other than its documented default");
+        return;
+    }
+    BwdProblem p = make_bwd(in);
+    const char* what = kBwdFn[p.kind];
+    if (in.pick(3) != 2) {
+        bwd_run_valid(p, what);
+        return;
+    }
+    xk_embedding_bag_desc d = p.d;
+    xk_embedding_update u = p.u;
+    BwdArgs a = bwd_args_of(p);
+    a.desc = &d;
+    if (a.update) a.update = &u;
+    const char* wrong = bwd_spoil(in, p, d, u, a);
+    p.before = p.arena.snapshot();
+    const xk_status s = fz::timed(what, [&] { return bwd_call(p.kind, a); });
+    fz::expect_rejected(s, what, wrong);
+    bwd_check_arena(p, what, false);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -516,7 +892,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fz::set_cap(isas.back());
     xk_set_num_threads(1);
     for (int calls = 0; calls < 16 && in.more(); ++calls) {
-        switch (in.pick(10)) {
+        switch (in.pick(12)) {
+            case 10:
+            case 11: op_backward(in); break;
             case 0: fz::set_cap(isas[in.pick(static_cast<int>(isas.size()))]); break;
             case 1: {
                 const int t = 1 + in.pick(2);

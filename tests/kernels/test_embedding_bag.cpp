@@ -1153,3 +1153,219 @@ TEST(EmbeddingBag, CApi) {
     expect(xk_embedding_bag_f32(&cd, tab.f.data(), -1, c.indices.data(), 12, c.offsets.data(), nullptr, got.data()),
            XK_INVALID_ARGUMENT, "num_indices=-1");
 }
+
+// The backward's parallel sort: enough entries (> 2 sort blocks of 16384) for the 2-thread run to
+// split every radix pass and the segment scan over both threads; rows of 2 radix digits (E >
+// 2^12), a Zipf-like hot head, padding. 1 and 2 threads must give the same bits, and both the
+// double oracle of the gradient sums (SGD with lr 1: table - grad).
+TEST(EmbeddingBag, BackwardParallelSortMatchesOracle) {
+    const int64_t E = 70001, dim = 3, B = 4000;
+    std::mt19937_64 g(91);
+    std::vector<int64_t> idx, off;
+    for (int64_t b = 0; b < B; ++b) {
+        off.push_back(static_cast<int64_t>(idx.size()));
+        const int64_t len = static_cast<int64_t>(g() % 20);
+        for (int64_t j = 0; j < len; ++j) {
+            const uint64_t u = g();
+            idx.push_back(u % 4 == 0 ? static_cast<int64_t>(u >> 40) % 5 : u % 3 == 0 ? 11 : static_cast<int64_t>((u >> 8) % E));
+        }
+    }
+    ASSERT_GT(idx.size(), 2u * 16384);
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    d.padding_idx = 11;
+    d.per_sample_weights = true;
+    const int64_t n = static_cast<int64_t>(idx.size());
+    std::vector<float> psw(static_cast<size_t>(n)), go(static_cast<size_t>(B * dim)), t0(static_cast<size_t>(E * dim), 0.0f);
+    test::fill_uniform(psw.data(), psw.size(), -2, 2, 92);
+    test::fill_uniform(go.data(), go.size(), -1, 1, 93);
+    std::vector<double> grad(static_cast<size_t>(E * dim), 0.0), sabs(grad.size(), 0.0);
+    std::vector<int64_t> cnt(static_cast<size_t>(E), 0);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = off[b]; j < (b + 1 < B ? off[b + 1] : n); ++j) {
+            if (idx[j] == d.padding_idx) continue;
+            ++cnt[idx[j]];
+            for (int64_t q = 0; q < dim; ++q) {
+                grad[idx[j] * dim + q] += static_cast<double>(psw[j]) * go[b * dim + q];
+                sabs[idx[j] * dim + q] += std::fabs(static_cast<double>(psw[j]) * go[b * dim + q]);
+            }
+        }
+    EmbeddingBagUpdate u;
+    u.lr = 1.0f;
+    std::vector<float> res[2];
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        res[threads - 1] = t0;
+        EmbeddingBagArgs a{B, n, res[threads - 1].data(), idx.data(), off.data(), psw.data(), nullptr};
+        embedding_bag_backward_update(d, a, go.data(), u);
+    }
+    set_num_threads(0);
+    ASSERT_EQ(res[0], res[1]) << "thread count changed the result";
+    for (int64_t i = 0; i < E * dim; ++i)
+        ASSERT_NEAR(res[0][i], -grad[i], 2 * (cnt[i / dim] + 3) * kU * sabs[i]) << "row " << i / dim;
+}
+
+// The backward's C API: the same bits as the C++ entry point (SGD / Adagrad, int64 / int32
+// indices, f32 / bf16 grad_out), and a rejected call names its argument and writes nothing.
+TEST(EmbeddingBag, BackwardCApi) {
+    xk_embedding_update cu;
+    std::memset(&cu, 0x5A, sizeof cu);
+    ASSERT_EQ(xk_embedding_update_init(&cu), XK_SUCCESS);
+    EXPECT_EQ(cu.optimizer, XK_EMBEDDING_SGD);
+    EXPECT_EQ(cu.lr, 0.01f);
+    EXPECT_EQ(cu.eps, 1e-10f);
+    EXPECT_EQ(cu.state, nullptr);
+    EXPECT_EQ(cu.ld_state, 0);
+    const int64_t E = 30, dim = 19, B = 40;
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = dim;
+    d.ld_table = 21;
+    d.ld_out = 20;
+    d.padding_idx = 4;
+    d.include_last_offset = true;
+    d.per_sample_weights = true;
+    const Case c = make_case(d, B, 31);
+    const int64_t ni = static_cast<int64_t>(c.indices.size());
+    std::vector<int32_t> i32(c.indices.begin(), c.indices.end()), o32(c.offsets.begin(), c.offsets.end());
+    xk_embedding_bag_desc cd;
+    ASSERT_EQ(xk_embedding_bag_desc_init(&cd, E, dim), XK_SUCCESS);
+    cd.ld_table = 21;
+    cd.ld_out = 20;
+    cd.padding_idx = 4;
+    cd.include_last_offset = 1;
+    std::vector<float> t0(static_cast<size_t>(E * 21)), st0(static_cast<size_t>(E * dim)), gof(static_cast<size_t>(B * 20));
+    test::fill_uniform(t0.data(), t0.size(), -1, 1, 32);
+    test::fill_uniform(st0.data(), st0.size(), 0, 1, 33);
+    test::fill_uniform(gof.data(), gof.size(), -1, 1, 34);
+    std::vector<uint16_t> gob(gof.size());
+    for (size_t i = 0; i < gof.size(); ++i) gob[i] = bf16(gof[i]).bits;
+    for (int kind = 0; kind < 3; ++kind)
+        for (EmbeddingOptimizer opt : {EmbeddingOptimizer::sgd, EmbeddingOptimizer::adagrad}) {
+            EmbeddingBagDesc dd = d;
+            if (kind == 2) dd.out_dtype = DType::bf16;
+            std::vector<float> tw = t0, sw = st0, tg = t0, sg = st0;
+            EmbeddingBagUpdate u;
+            u.optimizer = opt;
+            u.lr = 0.3f;
+            u.state = opt == EmbeddingOptimizer::adagrad ? sw.data() : nullptr;
+            const void* go = kind == 2 ? static_cast<const void*>(gob.data()) : gof.data();
+            embedding_bag_backward_update(dd, EmbeddingBagArgs{B, ni, tw.data(), c.indices.data(), c.offsets.data(), c.psw.data(), nullptr},
+                                          go, u);
+            cu.optimizer = opt == EmbeddingOptimizer::sgd ? XK_EMBEDDING_SGD : XK_EMBEDDING_ADAGRAD;
+            cu.lr = 0.3f;
+            cu.state = opt == EmbeddingOptimizer::adagrad ? sg.data() : nullptr;
+            xk_status s;
+            if (kind == 0)
+                s = xk_embedding_bag_backward_update_f32(&cd, tg.data(), ni, c.indices.data(), B, c.offsets.data(), c.psw.data(),
+                                                         gof.data(), &cu);
+            else if (kind == 1)
+                s = xk_embedding_bag_backward_update_f32_i32(&cd, tg.data(), ni, i32.data(), B, o32.data(), c.psw.data(),
+                                                             gof.data(), &cu);
+            else
+                s = xk_embedding_bag_backward_update_f32_gbf16(&cd, tg.data(), ni, c.indices.data(), B, c.offsets.data(),
+                                                               c.psw.data(), gob.data(), &cu);
+            ASSERT_EQ(s, XK_SUCCESS) << xk_last_error();
+            EXPECT_EQ(tg, tw) << "kind " << kind;
+            EXPECT_EQ(sg, sw) << "kind " << kind;
+            EXPECT_NE(tg, t0);
+        }
+    // Rejected calls: the message names the argument; table and state unchanged.
+    std::vector<float> t = t0, st = st0;
+    cu.optimizer = XK_EMBEDDING_ADAGRAD;
+    cu.state = st.data();
+    auto expect = [&](xk_status s, xk_status want, const char* needle) {
+        EXPECT_EQ(s, want) << needle;
+        EXPECT_NE(std::string(xk_last_error()).find(needle), std::string::npos) << xk_last_error();
+        EXPECT_EQ(t, t0) << needle;
+        EXPECT_EQ(st, st0) << needle;
+    };
+    auto f32 = [&](const xk_embedding_bag_desc* pd, const xk_embedding_update* pu, const int64_t* ix, const float* g) {
+        return xk_embedding_bag_backward_update_f32(pd, t.data(), ni, ix, B, c.offsets.data(), c.psw.data(), g, pu);
+    };
+    expect(xk_embedding_update_init(nullptr), XK_INVALID_ARGUMENT, "xk_embedding_update_init: update=null");
+    expect(f32(nullptr, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "xk_embedding_bag_backward_update_f32: desc=null");
+    expect(f32(&cd, nullptr, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "xk_embedding_bag_backward_update_f32: update=null");
+    expect(f32(&cd, &cu, c.indices.data(), nullptr), XK_INVALID_ARGUMENT, "grad_out=null");
+    xk_embedding_update bu = cu;
+    bu.lr = -1.0f;
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.lr=");
+    bu = cu;
+    bu.eps = std::numeric_limits<float>::quiet_NaN();
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.eps=");
+    bu = cu;
+    const int bad_opt = 5;
+    std::memcpy(&bu.optimizer, &bad_opt, sizeof bad_opt);
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.optimizer=5 is not a valid value");
+    bu = cu;
+    bu.state = nullptr;
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.state=null");
+    bu = cu;
+    bu.ld_state = dim - 1;
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.ld_state=18 must be >= dim=19");
+    bu = cu;
+    bu.optimizer = XK_EMBEDDING_SGD;
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.state");
+    bu = cu;
+    bu.state = t.data() + 5;
+    expect(f32(&cd, &bu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "update.state");
+    expect(f32(&cd, &cu, c.indices.data(), t.data() + 3), XK_INVALID_ARGUMENT, "overlaps table");
+    xk_embedding_bag_desc bd = cd;
+    bd.mode = XK_EMBEDDING_BAG_MAX;
+    expect(xk_embedding_bag_backward_update_f32(&bd, t.data(), ni, c.indices.data(), B, c.offsets.data(), nullptr, gof.data(), &cu),
+           XK_UNSUPPORTED, "mode=max is not supported");
+    bd = cd;
+    bd.mode = static_cast<xk_embedding_bag_mode>(9);
+    expect(f32(&bd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "mode=9 is not a valid value");
+    bd = cd;
+    bd.ld_out = 3;
+    expect(f32(&bd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "ld_out=3 must be >= dim=19");
+    std::vector<int64_t> bad_idx = c.indices;
+    const int64_t last = c.offsets[B] - 1;
+    bad_idx[last] = E;
+    expect(f32(&cd, &cu, bad_idx.data(), gof.data()), XK_INVALID_ARGUMENT,
+           ("xk_embedding_bag_backward_update_f32: indices[" + std::to_string(last) + "]=30 (bag").c_str());
+    std::vector<int32_t> bad_off = o32;
+    bad_off[3] = bad_off[2] - 1;
+    expect(xk_embedding_bag_backward_update_f32_i32(&cd, t.data(), ni, i32.data(), B, bad_off.data(), c.psw.data(), gof.data(), &cu),
+           XK_INVALID_ARGUMENT, "xk_embedding_bag_backward_update_f32_i32: offsets[3]=");
+    cd.mode = XK_EMBEDDING_BAG_MEAN;  // weights with mean
+    expect(f32(&cd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "only supported with mode=sum");
+}
+
+// The per-call index check's min / max pass (AVX-512 where the cap allows): an out-of-range index
+// at the start, the middle or in a tail of fewer than a vector is found and named, with int64 and
+// int32 indices, at every ISA cap and 1 / 2 threads, and out is left as it was.
+TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
+    const int64_t n = 32768 + 21, E = 1000, B = 7;
+    std::vector<int64_t> idx(static_cast<size_t>(n)), off(B);
+    for (int64_t j = 0; j < n; ++j) idx[j] = (j * 7919) % E;
+    for (int64_t b = 0; b < B; ++b) off[b] = b * (n / B);
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = 1;
+    std::vector<float> table(static_cast<size_t>(E), 1.0f), out(B, -3.0f);
+    const std::vector<int32_t> o32(off.begin(), off.end());
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            int k = 0;
+            for (int64_t pos : {n - 1, n / 2, n / 2 - 1, int64_t(0)}) {
+                const int64_t bad = k++ % 2 ? int64_t(-1) : E;
+                std::vector<int64_t> i64 = idx;
+                i64[pos] = bad;
+                const std::vector<int32_t> i32(i64.begin(), i64.end());
+                const std::string needle = "indices[" + std::to_string(pos) + "]=" + std::to_string(bad);
+                d.index_type = IndexType::i64;
+                XK_EXPECT_INVALID(embedding_bag(d, EmbeddingBagArgs{B, n, table.data(), i64.data(), off.data(), nullptr, out.data()}),
+                                  needle.c_str());
+                d.index_type = IndexType::i32;
+                XK_EXPECT_INVALID(embedding_bag(d, EmbeddingBagArgs{B, n, table.data(), i32.data(), o32.data(), nullptr, out.data()}),
+                                  needle.c_str());
+                for (float v : out) ASSERT_EQ(v, -3.0f);
+            }
+        });
+    }
+    set_num_threads(0);
+}

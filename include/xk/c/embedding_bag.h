@@ -55,6 +55,48 @@ xk_status xk_embedding_bag_q4_f32(const xk_embedding_bag_desc* desc, const uint8
 xk_status xk_embedding_f32(const xk_embedding_bag_desc* desc, const float* table, int64_t num_indices,
                            const int64_t* indices, float* out);
 
+/* Backward of sum / mean pooling w.r.t. the table fused with a sparse optimizer step on the rows
+ * the bags read (xk::embedding_bag_backward_update; IPEX's MergedEmbeddingBagWithSGD / WithAdagrad):
+ *   grad_row[r] = sum of s_j * grad_out[bag(j)] over the entries j with indices[j] == r (padding
+ *                 skipped; s_j = per_sample_weights[j], 1, or 1/count for MEAN)
+ *   SGD      table[r] -= lr * grad_row[r]
+ *   ADAGRAD  state[r] += grad_row[r]^2;  table[r] -= lr * (grad_row[r] / (sqrt(state[r]) + eps))
+ * for every row some entry references (the others are untouched). f32 table updated in place;
+ * grad_out num_bags rows of ld_out (desc->ld_out). Mode SUM or MEAN. The result does not depend on
+ * the thread count. Everything is checked before anything is written. */
+typedef enum xk_embedding_optimizer XK_ENUM_INT {
+    XK_EMBEDDING_SGD = 0,
+    XK_EMBEDDING_ADAGRAD = 1,
+} xk_embedding_optimizer;
+
+typedef struct xk_embedding_update {
+    xk_embedding_optimizer optimizer;
+    float lr;         /* finite, >= 0 */
+    float eps;        /* ADAGRAD; finite, >= 0 */
+    float* state;     /* ADAGRAD: f32 num_embeddings rows of ld_state (the accumulator); NULL for SGD */
+    int64_t ld_state; /* 0 = dim */
+} xk_embedding_update;
+
+/* SGD, lr 0.01, eps 1e-10, state NULL, ld_state 0. */
+xk_status xk_embedding_update_init(xk_embedding_update* update);
+
+/* table (f32, updated), int64 indices / offsets, f32 grad_out. table and indices are required
+ * when num_indices > 0, offsets when num_bags + include_last_offset > 0, grad_out when num_bags > 0. */
+xk_status xk_embedding_bag_backward_update_f32(const xk_embedding_bag_desc* desc, float* table, int64_t num_indices,
+                                               const int64_t* indices, int64_t num_bags, const int64_t* offsets,
+                                               const float* per_sample_weights, const float* grad_out,
+                                               const xk_embedding_update* update);
+/* int32 indices and offsets. */
+xk_status xk_embedding_bag_backward_update_f32_i32(const xk_embedding_bag_desc* desc, float* table, int64_t num_indices,
+                                                   const int32_t* indices, int64_t num_bags, const int32_t* offsets,
+                                                   const float* per_sample_weights, const float* grad_out,
+                                                   const xk_embedding_update* update);
+/* bf16 grad_out (raw bfloat16 bits). */
+xk_status xk_embedding_bag_backward_update_f32_gbf16(const xk_embedding_bag_desc* desc, float* table,
+                                                     int64_t num_indices, const int64_t* indices, int64_t num_bags,
+                                                     const int64_t* offsets, const float* per_sample_weights,
+                                                     const uint16_t* grad_out, const xk_embedding_update* update);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,28 +86,64 @@ const Registry<EmbBwdConfig, EmbBwdKernel>& embedding_bag_backward_registry() {
 namespace xk {
 namespace {
 
-// Sorts (row, position) pairs listed in increasing position by row, keeping position order within
-// a row: stable LSD radix sort on 16-bit digits of the row (rows < 2^32), else std::sort.
-void sort_entries(std::vector<std::pair<int64_t, int64_t>>& e, int64_t num_rows) {
-    if (num_rows > (int64_t(1) << 32) || e.size() < 256) {
-        std::sort(e.begin(), e.end());
+using Entry = std::pair<int64_t, int64_t>;  // (row, position)
+
+// Blocks of a parallel pass over n items: one per thread, none under kSortGrain items. Any block
+// count gives the same result (the passes below are stable and the block layout is only a split
+// of the work).
+constexpr int64_t kSortGrain = 16384;
+int64_t sort_blocks(int64_t n) { return detail::parallel_threads(n, kSortGrain); }
+int64_t block_begin(int64_t n, int64_t nb, int64_t b) { return n / nb * b + std::min(b, n % nb); }
+
+// Sorts e (keys in [0, key_end), positions increasing) by key, positions increasing within a key:
+// stable LSD radix sort on digits of up to 12 bits (2 passes for up to 2^24 rows), each pass over
+// the threads (per block: a histogram of its digits, then a scatter to its precomputed ranges of
+// each bucket, in block order: the stable order). The result is the unique stably sorted order,
+// whatever the thread count.
+void sort_entries(std::vector<Entry>& e, std::vector<Entry>& tmp, int64_t key_end) {
+    const int64_t n = static_cast<int64_t>(e.size());
+    if (n < 256) {
+        std::sort(e.begin(), e.end());  // (pairs are distinct: the same order)
         return;
     }
-    std::vector<std::pair<int64_t, int64_t>> tmp(e.size());
-    std::vector<int64_t> count(65536 + 1);
-    for (int shift = 0; shift < 32 && (num_rows - 1) >> shift; shift += 16) {
-        std::fill(count.begin(), count.end(), 0);
-        for (const auto& x : e) ++count[((x.first >> shift) & 0xFFFF) + 1];
-        for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
-        for (const auto& x : e) tmp[static_cast<size_t>(count[(x.first >> shift) & 0xFFFF]++)] = x;
+    if (key_end <= 1) return;  // one key
+    int bits = 0;
+    while (bits < 63 && ((key_end - 1) >> bits) != 0) ++bits;
+    const int passes = (bits + 11) / 12, width = (bits + passes - 1) / passes;
+    const int64_t buckets = int64_t(1) << width, mask = buckets - 1;
+    const int64_t nb = sort_blocks(n);
+    std::vector<int64_t> pos(static_cast<size_t>(nb * buckets));  // [block][bucket]: start in tmp
+    tmp.resize(e.size());
+    for (int pass = 0, shift = 0; pass < passes; ++pass, shift += width) {
+        detail::parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b) {
+                int64_t* h = pos.data() + b * buckets;
+                std::fill(h, h + buckets, 0);
+                for (int64_t i = block_begin(n, nb, b), i1 = block_begin(n, nb, b + 1); i < i1; ++i)
+                    ++h[(e[i].first >> shift) & mask];
+            }
+        });
+        int64_t at = 0;  // bucket-major, block-minor: the stable order
+        for (int64_t k = 0; k < buckets; ++k)
+            for (int64_t b = 0; b < nb; ++b) {
+                const int64_t c = pos[b * buckets + k];
+                pos[b * buckets + k] = at;
+                at += c;
+            }
+        detail::parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b) {
+                int64_t* h = pos.data() + b * buckets;
+                for (int64_t i = block_begin(n, nb, b), i1 = block_begin(n, nb, b + 1); i < i1; ++i)
+                    tmp[static_cast<size_t>(h[(e[i].first >> shift) & mask]++)] = e[i];
+            }
+        });
         e.swap(tmp);
     }
 }
 }  // namespace
 
-void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
-                                   const EmbeddingBagUpdate& u) {
-    constexpr const char* fn = "xk::embedding_bag_backward_update";
+void detail::embedding_bag_backward_update_impl(const char* fn, const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args,
+                                                const void* grad_out, const EmbeddingBagUpdate& u) {
     const EmbeddingBagDesc d = detail::embedding_bag_validate_desc(fn, desc);
     if (d.mode == EmbeddingBagMode::max)
         detail::fail(Status::unsupported, std::string(fn) + ": mode=max is not supported (sum, mean)");
@@ -157,33 +193,56 @@ void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const Embedding
     detail::embedding_bag_validate_indices(c);
     if (B == 0) return;
 
-    // Entries (row, position) that are not padding, sorted; the bag of each position and the
-    // scale of its gradient.
+    // Entries (row, position) of every position inside a bag, a padding one with the key
+    // num_embeddings (sorted last, then dropped); the bag of each position and the scale of its
+    // gradient. Over the threads by bags.
     const int64_t used = c.bag_end(B - 1);
-    std::vector<std::pair<int64_t, int64_t>> e;
-    e.reserve(static_cast<size_t>(used));
+    const int64_t E = d.num_embeddings;
+    std::vector<Entry> e(static_cast<size_t>(used)), tmp;
     std::vector<float> scale(static_cast<size_t>(used));
     std::vector<int64_t> bag_of(static_cast<size_t>(used));
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t j0 = c.bag_begin(b), j1 = c.bag_end(b);
-        int64_t count = 0;
-        for (int64_t j = j0; j < j1; ++j)
-            if (c.index(j) != d.padding_idx) ++count;
-        const float inv = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-        for (int64_t j = j0; j < j1; ++j) {
-            const int64_t r = c.index(j);
-            if (r == d.padding_idx) continue;
-            e.emplace_back(r, j);
-            bag_of[j] = b;
-            scale[j] = d.mode == EmbeddingBagMode::mean ? inv : (d.per_sample_weights ? args.per_sample_weights[j] : 1.0f);
+    detail::parallel_for(B, std::max<int64_t>(1, B * kSortGrain / std::max<int64_t>(used, 1)), [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t j0 = c.bag_begin(b), j1 = c.bag_end(b);
+            int64_t count = 0;
+            for (int64_t j = j0; j < j1; ++j) {
+                const int64_t r = c.index(j);
+                const bool pad = r == d.padding_idx;
+                count += !pad;
+                e[j] = Entry(pad ? E : r, j);
+                bag_of[j] = b;
+            }
+            const float inv = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+            for (int64_t j = j0; j < j1; ++j)
+                scale[j] = d.mode == EmbeddingBagMode::mean ? inv : (d.per_sample_weights ? args.per_sample_weights[j] : 1.0f);
         }
-    }
-    sort_entries(e, d.num_embeddings);
-    std::vector<int64_t> seg;  // starts of the unique rows in e, then e.size()
-    for (size_t i = 0; i < e.size(); ++i)
-        if (i == 0 || e[i].first != e[i - 1].first) seg.push_back(static_cast<int64_t>(i));
-    const int64_t U = static_cast<int64_t>(seg.size());
-    seg.push_back(static_cast<int64_t>(e.size()));
+    });
+    sort_entries(e, tmp, d.padding_idx >= 0 ? E + 1 : E);
+    int64_t n_entries = used;  // without the padding ones (at the end)
+    while (n_entries > 0 && e[n_entries - 1].first == E) --n_entries;
+    // seg: the starts of the unique rows in e, then n_entries; counted per block, then written.
+    const int64_t nb = sort_blocks(n_entries);
+    std::vector<int64_t> starts(static_cast<size_t>(nb + 1), 0);
+    auto is_start = [&](int64_t i) { return i == 0 || e[i].first != e[i - 1].first; };
+    detail::parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            int64_t k = 0;
+            for (int64_t i = block_begin(n_entries, nb, b), i1 = block_begin(n_entries, nb, b + 1); i < i1; ++i) k += is_start(i);
+            starts[b + 1] = k;
+        }
+    });
+    for (int64_t b = 0; b < nb; ++b) starts[b + 1] += starts[b];
+    const int64_t U = starts[nb];
+    std::vector<int64_t> seg(static_cast<size_t>(U + 1));
+    seg[U] = n_entries;
+    detail::parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            int64_t k = starts[b];
+            for (int64_t i = block_begin(n_entries, nb, b), i1 = block_begin(n_entries, nb, b + 1); i < i1; ++i)
+                if (is_start(i)) seg[k++] = i;
+        }
+    });
+    if (U == 0) return;
 
     detail::EmbBwdCtx x;
     x.table = static_cast<float*>(const_cast<void*>(args.table));
@@ -203,8 +262,13 @@ void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const Embedding
     cfg.out_bf16 = d.out_dtype == DType::bf16;
     cfg.optimizer = u.optimizer;
     const auto kernel = detail::embedding_bag_backward_registry().get(cfg).kernel;
-    const int64_t grain = std::max<int64_t>(1, 16384 / (d.dim * (1 + static_cast<int64_t>(e.size()) / std::max<int64_t>(U, 1))));
+    const int64_t grain = std::max<int64_t>(1, 16384 / (d.dim * (1 + n_entries / U)));
     detail::parallel_for(U, grain, [&](int64_t u0, int64_t u1) { kernel->run(x, u0, u1); });
+}
+
+void embedding_bag_backward_update(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args, const void* grad_out,
+                                   const EmbeddingBagUpdate& update) {
+    detail::embedding_bag_backward_update_impl("xk::embedding_bag_backward_update", desc, args, grad_out, update);
 }
 
 }  // namespace xk

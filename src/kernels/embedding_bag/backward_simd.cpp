@@ -10,54 +10,48 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 inside _mm512_sqrt_ps
 #pragma GCC optimize("fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)  // (clang ignores the GCC pragma and contracts a * b + c into FMA)
+#endif
 
 #include "kernels/embedding_bag/embedding_bag.hpp"
 
 namespace xk::detail {
 
+// The vector ops of one ISA (V = the float vector, P = the intrinsics' prefix, BITS = the vector
+// width, HI = the half-width integer vector bf16 rows load into, HLOAD its load), then the body.
+#define XK_EBB_OPS(NS, WIDTH, V, P, BITS, HI, HLOAD)                                                 \
+    namespace NS {                                                                                     \
+    constexpr int W = WIDTH;                                                                           \
+    using VF = V;                                                                                      \
+    XK_T inline VF zero() { return P##_setzero_ps(); }                                                 \
+    XK_T inline VF set1(float f) { return P##_set1_ps(f); }                                            \
+    XK_T inline VF add(VF a, VF b) { return P##_add_ps(a, b); }                                        \
+    XK_T inline VF sub(VF a, VF b) { return P##_sub_ps(a, b); }                                        \
+    XK_T inline VF mul(VF a, VF b) { return P##_mul_ps(a, b); }                                        \
+    XK_T inline VF div(VF a, VF b) { return P##_div_ps(a, b); }                                        \
+    XK_T inline VF sqrt_(VF a) { return P##_sqrt_ps(a); }                                              \
+    XK_T inline VF loadu(const float* p) { return P##_loadu_ps(p); }                                   \
+    XK_T inline void storeu(float* p, VF v) { P##_storeu_ps(p, v); }                                   \
+    XK_T inline VF load_bf16(const uint16_t* p) {                                                      \
+        return P##_castsi##BITS##_ps(P##_slli_epi32(P##_cvtepu16_epi32(HLOAD(reinterpret_cast<const HI*>(p))), 16)); \
+    }                                                                                                  \
+    }
+
 #define XK_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
-namespace ebb_avx512 {
-constexpr int W = 16;
-using VF = __m512;
-XK_T inline VF zero() { return _mm512_setzero_ps(); }
-XK_T inline VF set1(float f) { return _mm512_set1_ps(f); }
-XK_T inline VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
-XK_T inline VF sub(VF a, VF b) { return _mm512_sub_ps(a, b); }
-XK_T inline VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
-XK_T inline VF div(VF a, VF b) { return _mm512_div_ps(a, b); }
-XK_T inline VF sqrt_(VF a) { return _mm512_sqrt_ps(a); }
-XK_T inline VF loadu(const float* p) { return _mm512_loadu_ps(p); }
-XK_T inline void storeu(float* p, VF v) { _mm512_storeu_ps(p, v); }
-XK_T inline VF load_bf16(const uint16_t* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-}  // namespace ebb_avx512
+XK_EBB_OPS(ebb_avx512, 16, __m512, _mm512, 512, __m256i, _mm256_loadu_si256)
 #define XK_EBB_NS ebb_avx512
 #include "kernels/embedding_bag/backward_simd.inc"
 #undef XK_EBB_NS
 #undef XK_T
 
 #define XK_T __attribute__((target("avx2,fma")))
-namespace ebb_avx2 {
-constexpr int W = 8;
-using VF = __m256;
-XK_T inline VF zero() { return _mm256_setzero_ps(); }
-XK_T inline VF set1(float f) { return _mm256_set1_ps(f); }
-XK_T inline VF add(VF a, VF b) { return _mm256_add_ps(a, b); }
-XK_T inline VF sub(VF a, VF b) { return _mm256_sub_ps(a, b); }
-XK_T inline VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
-XK_T inline VF div(VF a, VF b) { return _mm256_div_ps(a, b); }
-XK_T inline VF sqrt_(VF a) { return _mm256_sqrt_ps(a); }
-XK_T inline VF loadu(const float* p) { return _mm256_loadu_ps(p); }
-XK_T inline void storeu(float* p, VF v) { _mm256_storeu_ps(p, v); }
-XK_T inline VF load_bf16(const uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-}  // namespace ebb_avx2
+XK_EBB_OPS(ebb_avx2, 8, __m256, _mm256, 256, __m128i, _mm_loadu_si128)
 #define XK_EBB_NS ebb_avx2
 #include "kernels/embedding_bag/backward_simd.inc"
 #undef XK_EBB_NS
 #undef XK_T
+#undef XK_EBB_OPS
 
 namespace {
 struct SimdEmbBwd final : EmbBwdKernel {

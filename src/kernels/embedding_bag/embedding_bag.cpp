@@ -1,11 +1,14 @@
 // Embedding-bag family: validation, registry and public entry points.
 #include "kernels/embedding_bag/embedding_bag.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <sstream>
 
 #include "common/check.hpp"
 #include "common/parallel.hpp"
+#include "xk/isa.hpp"
 
 namespace xk {
 
@@ -189,6 +192,8 @@ EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagD
     check_aligned(fn, "offsets", a.offsets, isz);
     for (int64_t i = 0; i < n_offsets; ++i) {
         const int64_t v = c.offset(i);
+        if (i == 0 ? v == 0 && v <= a.num_indices : v >= c.offset(i - 1) && v <= a.num_indices) continue;
+        // (the message is built only for the bad one: this loop runs per call over every bag)
         const std::string arg = "offsets[" + std::to_string(i) + "]";
         if (i == 0 && v != 0) fail_arg(fn, arg.c_str(), std::to_string(v), "must be 0 (the first bag starts at 0)");
         if (i > 0 && v < c.offset(i - 1))
@@ -242,9 +247,10 @@ void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_
 }
 
 namespace {
-// min / max of v[0, n) (a loop the compiler vectorises).
+// min / max of v[0, n): AVX-512 where the machine (and the ISA cap) has it, else a loop the
+// compiler vectorises for the baseline ISA.
 template <typename I>
-void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
+void min_max_scalar(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
     I mn = v[0], mx = v[0];
     for (int64_t i = 1; i < n; ++i) {
         mn = v[i] < mn ? v[i] : mn;
@@ -252,6 +258,56 @@ void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
     }
     lo = mn;
     hi = mx;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 inside the min / max intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+__attribute__((target("avx512f"))) void min_max_avx512(const int64_t* v, int64_t n, int64_t& lo, int64_t& hi) {
+    __m512i mn = _mm512_set1_epi64(v[0]), mx = mn;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m512i x = _mm512_loadu_si512(v + i);
+        mn = _mm512_min_epi64(mn, x);
+        mx = _mm512_max_epi64(mx, x);
+    }
+    const __mmask8 m = static_cast<__mmask8>((1u << (n - i)) - 1);
+    mn = _mm512_mask_min_epi64(mn, m, mn, _mm512_maskz_loadu_epi64(m, v + i));
+    mx = _mm512_mask_max_epi64(mx, m, mx, _mm512_maskz_loadu_epi64(m, v + i));
+    alignas(64) int64_t a[8], b[8];  // (the reduce intrinsics warn under GCC 12)
+    _mm512_store_si512(a, mn);
+    _mm512_store_si512(b, mx);
+    lo = a[0], hi = b[0];
+    for (int k = 1; k < 8; ++k) lo = std::min(lo, a[k]), hi = std::max(hi, b[k]);
+}
+__attribute__((target("avx512f"))) void min_max_avx512(const int32_t* v, int64_t n, int64_t& lo, int64_t& hi) {
+    __m512i mn = _mm512_set1_epi32(v[0]), mx = mn;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i x = _mm512_loadu_si512(v + i);
+        mn = _mm512_min_epi32(mn, x);
+        mx = _mm512_max_epi32(mx, x);
+    }
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    mn = _mm512_mask_min_epi32(mn, m, mn, _mm512_maskz_loadu_epi32(m, v + i));
+    mx = _mm512_mask_max_epi32(mx, m, mx, _mm512_maskz_loadu_epi32(m, v + i));
+    alignas(64) int32_t a[16], b[16];
+    _mm512_store_si512(a, mn);
+    _mm512_store_si512(b, mx);
+    lo = a[0], hi = b[0];
+    for (int k = 1; k < 16; ++k) lo = std::min<int64_t>(lo, a[k]), hi = std::max<int64_t>(hi, b[k]);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+// One pass on the calling thread: a second parallel region before the bags' one measured 2x slower
+// at 2 threads on the shared 2-core host (its fork / join waits for the busy core); the AVX-512
+// pass takes ~45 us for 204800 int64 indices.
+template <typename I>
+void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
+    if (max_isa() >= Isa::avx512) min_max_avx512(v, n, lo, hi);
+    else min_max_scalar(v, n, lo, hi);
 }
 }  // namespace
 

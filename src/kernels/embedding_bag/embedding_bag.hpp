@@ -122,6 +122,9 @@ struct EmbBwdKernel {
 };
 
 const Registry<EmbBwdConfig, EmbBwdKernel>& embedding_bag_backward_registry();
+// xk::embedding_bag_backward_update with the public function's name for the messages (the C API's).
+void embedding_bag_backward_update_impl(const char* fn, const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args,
+                                        const void* grad_out, const EmbeddingBagUpdate& update);
 void embedding_bag_backward_rows_reference(const EmbBwdCtx& x, const EmbBwdConfig& k, int64_t u0, int64_t u1);
 std::shared_ptr<const EmbBwdKernel> create_embedding_bag_backward_simd(const EmbBwdConfig& k, Isa isa);
 

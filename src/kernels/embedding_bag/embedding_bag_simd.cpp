@@ -10,8 +10,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // w * row must round before the add, as in the reference (compiled without FMA).
 #pragma GCC optimize("fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)  // (clang ignores the GCC pragma and contracts a * b + c into FMA)
+#endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/embedding_bag/embedding_bag.hpp"

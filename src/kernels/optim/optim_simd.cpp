@@ -6,6 +6,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 inside _mm512_reduce_add_pd
 // Each product rounds before its sum, as in the reference (compiled without FMA).
 #pragma GCC optimize("fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)  // (clang ignores the GCC pragma and contracts a * b + c into FMA)
+#endif
 
 #include "kernels/optim/optim.hpp"
 
