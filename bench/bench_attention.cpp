@@ -5,6 +5,8 @@
 //       one query token per sequence, 32 q heads / 8 kv heads x 128, contiguous cache of L tokens
 //       per sequence; GBPS = K + V bytes read per call (the cache is rotated over >= 512 MiB of
 //       copies so every call reads from DRAM).
+//   attention/<kv dtype>/xk/decode_l2/b:1/ctx:256/nt:<t>
+//       the same over one 256-token cache that stays in L2: the kernel's compute-bound rate.
 //   attention/f32/xk/read/nt:<t>
 //       the read bandwidth of this machine (sum of a 1 GiB buffer, 4 accumulators, no prefetch):
 //       the decode rows' yardstick (BW% = decode GBPS / this).
@@ -34,7 +36,7 @@ namespace {
 
 constexpr int64_t kQHeads = 32, kKvHeads = 8, kHd = 128;
 
-void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads) {
+void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false) {
     xb::ScopedThreads st(threads);
     xk::KvCacheDesc cd;
     cd.layout = xk::KvLayout::contiguous;
@@ -45,7 +47,7 @@ void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, i
     cd.capacity = L;
     const size_t elems = static_cast<size_t>(xk::kv_cache_elements(cd));
     const size_t bytes = elems * xk::dtype_size(dt);
-    const size_t copies = std::max<size_t>(1, std::min<size_t>(8, (size_t(512) << 20) / (2 * bytes)));
+    const size_t copies = hot ? 1 : std::max<size_t>(1, std::min<size_t>(8, (size_t(512) << 20) / (2 * bytes)));
     std::vector<xb::AlignedArray<char>> ks, vs;
     for (size_t c = 0; c < copies; ++c) {
         ks.push_back(xb::alloc_aligned<char>(bytes));
@@ -187,6 +189,12 @@ int reg = [] {
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t); })
                         ->UseRealTime();
                 }
+        // The kernel's compute-bound rate: one 256-token cache (1 / 2 MiB) that stays in L2.
+        for (xk::DType dt : {xk::DType::bf16, xk::DType::f32})
+            benchmark::RegisterBenchmark(
+                xb::join_name({"attention", xk::dtype_name(dt), "xk", "decode_l2", "b:1", "ctx:256", nt}).c_str(),
+                [=](benchmark::State& s) { bench_decode(s, dt, 1, 256, t, true); })
+                ->UseRealTime();
         std::vector<int64_t> Ts = {2048};
         if (xb::env_int("XK_BENCH_PREFILL_8K", 0)) Ts.push_back(8192);
         for (xk::DType dt : {xk::DType::bf16, xk::DType::f32})

@@ -41,6 +41,54 @@ inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     for (int i = 0; i < NB; ++i) V::store(z + i * 16 * V::W, a[i]);
 }
 
+// Key-blocked dot products (V::kKeyBlocked, AVX-512): NB q rows x 4 keys at once, so each q chunk
+// is loaded once for 4 keys and NB*4 (x2 for NB <= 2) independent FMA chains hide the latency;
+// each row's 4 vectors are then folded into one (V::reduce4: per 128-bit lane the 4 keys' partial
+// sums) stored at u + i*W.
+template <class V, class T, int NB, int NC>
+inline void attn_dots4(const float* q, int64_t hd, const T* const* kp, float* u) {
+    constexpr bool pair = attn_pair<T, NC>;
+    constexpr int CS = pair ? 2 : 1;
+    constexpr bool dual = NB <= 2;
+    typename V::reg a[NB][4], b[NB][4];
+    for (int i = 0; i < NB; ++i)
+        for (int k = 0; k < 4; ++k) a[i][k] = b[i][k] = V::zero();
+    for (int c = 0; c < NC; c += CS) {
+        typename V::reg ke[4], ko[4];
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (pair)
+                V::loadkv_pair(kp[k] + c * V::W, ke[k], ko[k]);
+            else
+                ke[k] = V::loadkv(kp[k] + c * V::W);
+        }
+        for (int i = 0; i < NB; ++i) {
+            const typename V::reg qe = V::load(q + i * hd + c * V::W);
+            if constexpr (pair) {
+                const typename V::reg qo = V::load(q + i * hd + (c + 1) * V::W);
+                for (int k = 0; k < 4; ++k) {
+                    a[i][k] = V::fma(qe, ke[k], a[i][k]);
+                    if constexpr (dual)
+                        b[i][k] = V::fma(qo, ko[k], b[i][k]);
+                    else
+                        a[i][k] = V::fma(qo, ko[k], a[i][k]);
+                }
+            } else {
+                for (int k = 0; k < 4; ++k) {
+                    if (dual && (c & 1))
+                        b[i][k] = V::fma(qe, ke[k], b[i][k]);
+                    else
+                        a[i][k] = V::fma(qe, ke[k], a[i][k]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < NB; ++i) {
+        if constexpr (dual)
+            for (int k = 0; k < 4; ++k) a[i][k] = V::add(a[i][k], b[i][k]);
+        V::store(u + i * V::W, V::reduce4(a[i][0], a[i][1], a[i][2], a[i][3]));
+    }
+}
+
 template <class V, class T, int NB, int CV, int NC>
 inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, const T* vt, int64_t vs, int64_t n,
                     int c0) {
@@ -140,6 +188,29 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
         }
         // Scores.
+        if constexpr (V::kKeyBlocked) {
+            float* U = z;  // [4 rows x 4 key groups x W]
+            for (int64_t rb = 0; rb < R; rb += 4) {
+                const int64_t nb = R - rb < 4 ? R - rb : 4;
+                const float* qb = q + rb * hd;
+                for (int g = 0; g < 4; ++g) {
+                    const T* kp[4];
+                    for (int k = 0; k < 4; ++k) {  // keys past the tile's end repeat its last one (masked below)
+                        const int64_t jj = 4 * g + k < n ? 4 * g + k : n - 1;
+                        kp[k] = kt + jj * t.kv.k_stride;
+                    }
+                    float* ug = U + g * 4 * W;
+                    switch (nb) {
+                        case 1: attn_dots4<V, T, 1, NC>(qb, hd, kp, ug); break;
+                        case 2: attn_dots4<V, T, 2, NC>(qb, hd, kp, ug); break;
+                        case 3: attn_dots4<V, T, 3, NC>(qb, hd, kp, ug); break;
+                        default: attn_dots4<V, T, 4, NC>(qb, hd, kp, ug); break;
+                    }
+                }
+                for (int64_t i = 0; i < nb; ++i)
+                    V::reduce_final(U + i * W, 4 * W, S + (rb + i) * 16);
+            }
+        } else
         for (int64_t rb = 0; rb < R; rb += 8) {
             const int64_t nb = R - rb < 8 ? R - rb : 8;
             const float* qb = q + rb * hd;
