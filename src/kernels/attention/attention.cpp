@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -338,6 +339,15 @@ AttnKvSource cache_source(const KvCacheDesc& c, const KvCache& k, int64_t b, int
 }
 
 }  // namespace
+
+int64_t attn_prefetch_tiles() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_ATTN_PF");
+        if (!e || !*e) return int64_t{4};
+        return std::clamp<int64_t>(std::atoll(e), 0, 64);
+    }();
+    return v;
+}
 
 std::string AttnKernelDesc::key() const {
     return "head_dim=" + std::to_string(head_dim) + ",kv=" + dtype_name(kv_dtype);

@@ -55,8 +55,12 @@ struct AttnTask {
 
 // Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
 // (64 keys x head_dim each) and its [rows x 64] scores.
+// Keys per softmax step of the decode path (rows < 16): a multiple of kAttnTile.
+constexpr int64_t kAttnDecodeChunk = 256;
+
 inline int64_t attn_scratch_floats(int64_t rows, int64_t head_dim) {
-    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64;
+    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64 +
+           (rows < 16 ? rows * kAttnDecodeChunk : 0);
 }
 
 struct AttnKernel {
@@ -67,6 +71,10 @@ struct AttnKernel {
 };
 
 const Registry<AttnKernelDesc, AttnKernel>& attention_registry();
+
+// Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
+// clamped to [0, 64]), else 4. A tuning knob for the device runs.
+int64_t attn_prefetch_tiles();
 
 // Reference (specification): plain fp32 loops, the whole range at once (two passes).
 void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, float* l, float* acc);
