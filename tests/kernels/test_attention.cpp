@@ -45,6 +45,10 @@ static void for_each_isa(const std::function<void(xk::Isa)>& body) {
 //   (bf16 q / k / v are exact inputs: the oracle reads the same bf16 values.)
 constexpr double kF32Atol = 2e-5, kF32Rtol = 2e-4, kLseAtol = 1e-4;
 constexpr double kBf16Atol = 2e-5, kBf16Rtol = 1.0 / 256 + 2e-4;
+//   s8 cache: against the dequantized cache (scale * int8, what the kernel reads): the f32
+//                tolerances; against the unquantized f32 K / V (values in [-1, 1), head_dim 128,
+//                per-row scale max|x| / 127, error <= scale / 2 per element): atol 2e-2.
+constexpr double kS8QuantAtol = 2e-2;
 
 namespace {
 
@@ -302,6 +306,10 @@ struct CacheFixture {
     std::vector<int32_t> table;
     // Per sequence, the K / V rows (as stored in the cache dtype) in position order: [pos][h][d].
     std::vector<Tensor> ks, vs;
+    // s8 caches: the int8 rows and their scales (ks / vs are then the f32 sources, overwritten
+    // by append() with the dequantized values the kernel sees).
+    std::vector<int8_t> k8, v8;
+    std::vector<float> ksc, vsc;
 
     CacheFixture(KvLayout layout, DType dtype, int64_t batch, int64_t kv_heads, int64_t hd, int64_t capacity,
                  int64_t block_size, uint64_t seed) {
@@ -323,24 +331,42 @@ struct CacheFixture {
             table.assign(perm.begin(), perm.begin() + batch * cd.max_blocks_per_seq);
         }
         const int64_t n = kv_cache_elements(cd);
-        kc = Tensor(dtype, static_cast<size_t>(n));
-        vc = Tensor(dtype, static_cast<size_t>(n));
+        const DType st = dtype == DType::s8 ? DType::f32 : dtype;
+        if (dtype == DType::s8) {
+            k8.assign(static_cast<size_t>(n), 0);
+            v8.assign(static_cast<size_t>(n), 0);
+            ksc.assign(static_cast<size_t>(kv_cache_scale_elements(cd)), 0.0f);
+            vsc.assign(ksc.size(), 0.0f);
+        } else {
+            kc = Tensor(dtype, static_cast<size_t>(n));
+            vc = Tensor(dtype, static_cast<size_t>(n));
+        }
         const int64_t cap = kv_cache_capacity(cd);
         for (int64_t b = 0; b < batch; ++b) {
-            ks.emplace_back(dtype, static_cast<size_t>(cap * kv_heads * hd));
-            vs.emplace_back(dtype, static_cast<size_t>(cap * kv_heads * hd));
+            ks.emplace_back(st, static_cast<size_t>(cap * kv_heads * hd));
+            vs.emplace_back(st, static_cast<size_t>(cap * kv_heads * hd));
             ks.back().fill(g);
             vs.back().fill(g);
         }
     }
-    KvCache cache() { return KvCache{kc.data(), vc.data(), table.empty() ? nullptr : table.data()}; }
+    KvCache cache() {
+        const int32_t* bt = table.empty() ? nullptr : table.data();
+        if (cd.dtype == DType::s8) return KvCache{k8.data(), v8.data(), bt, ksc.data(), vsc.data()};
+        return KvCache{kc.data(), vc.data(), bt};
+    }
+    // Scale index of (sequence b, position p, head h) in an s8 cache.
+    int64_t srow(int64_t b, int64_t p, int64_t h) const {
+        if (cd.layout == KvLayout::contiguous) return (b * cd.kv_heads + h) * cd.capacity + p;
+        return (static_cast<int64_t>(table[b * cd.max_blocks_per_seq + p / cd.block_size]) * cd.kv_heads + h) *
+                   cd.block_size + p % cd.block_size;
+    }
     // Appends positions [p0, p1) of sequence b (from ks / vs, same dtype) with one call.
     void append(int64_t b, int64_t p0, int64_t p1) {
         const int64_t row = cd.kv_heads * cd.head_dim;
         KvAppendArgs a;
         a.tokens = p1 - p0;
-        a.src_dtype = cd.dtype;
-        const int es = dtype_size(cd.dtype);
+        a.src_dtype = cd.dtype == DType::s8 ? DType::f32 : cd.dtype;
+        const int es = dtype_size(a.src_dtype);
         a.k_new = static_cast<char*>(ks[b].data()) + p0 * row * es;
         a.v_new = static_cast<char*>(vs[b].data()) + p0 * row * es;
         std::vector<int64_t> seq(static_cast<size_t>(a.tokens), b), pos(static_cast<size_t>(a.tokens));
@@ -348,13 +374,30 @@ struct CacheFixture {
         a.seq_ids = seq.data();
         a.positions = pos.data();
         kv_cache_append(cd, cache(), a);
+        if (cd.dtype != DType::s8) return;
+        // Quantization within half a step; the sources become what the cache holds.
+        for (int64_t p = p0; p < p1; ++p)
+            for (int64_t h = 0; h < cd.kv_heads; ++h) {
+                const int64_t r = srow(b, p, h);
+                for (int which = 0; which < 2; ++which) {
+                    Tensor& src = which ? vs[b] : ks[b];
+                    const float sc = (which ? vsc : ksc)[r];
+                    const int8_t* q8 = (which ? v8 : k8).data() + r * cd.head_dim;
+                    for (int64_t e = 0; e < cd.head_dim; ++e) {
+                        const size_t i = static_cast<size_t>((p * cd.kv_heads + h) * cd.head_dim + e);
+                        const float deq = sc * q8[e];
+                        EXPECT_LE(std::fabs(deq - src.value(i)), sc * 0.5001 + 1e-7) << "row " << r << " e " << e;
+                        src.set(i, deq);
+                    }
+                }
+            }
     }
 };
 
 // Queries: n_b per sequence with context ctx_b; returns o (f32) and checks against naive.
 void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::vector<int64_t>& ctx, int64_t q_heads,
                   DType q_dtype, int64_t splits, uint64_t seed, std::vector<float>* out = nullptr,
-                  const std::vector<float>* qin = nullptr) {
+                  const std::vector<float>* qin = nullptr, double atol = kF32Atol, double rtol = kF32Rtol) {
     std::mt19937_64 g(seed);
     const int64_t B = f.cd.batch, hd = f.cd.head_dim, kvh = f.cd.kv_heads;
     std::vector<int64_t> cu(B + 1, 0);
@@ -404,8 +447,8 @@ void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::ve
                 want_lse.push_back(l);
             }
         }
-    EXPECT_TRUE(close(o, want, idx, kF32Atol, kF32Rtol));
-    EXPECT_TRUE(close_lse(lse, want_lse));
+    EXPECT_TRUE(close(o, want, idx, atol, rtol));
+    if (atol == kF32Atol) EXPECT_TRUE(close_lse(lse, want_lse));
     if (out) *out = o.f;
 }
 
@@ -435,6 +478,36 @@ TEST(Attention, DecodeOverCacheContiguousAndPaged) {
                         t7.f = o7;
                         EXPECT_TRUE(close(t7, w, idx, 1e-6, 1e-5));
                     }
+        });
+    }
+    set_num_threads(0);
+}
+
+// s8 cache: append quantizes (checked in CacheFixture::append), decode / chunked prefill over it
+// equal the naive attention of the dequantized cache, and stay near that of the f32 sources.
+TEST(Attention, Int8CacheDecodeAndPrefill) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t seed = 300;
+            for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+                for (int64_t hd : {128, 80}) {
+                    SCOPED_TRACE(std::string(kv_layout_name(layout)) + " hd=" + std::to_string(hd));
+                    const int64_t cap = kSanitized ? 200 : 530, bs = 32;
+                    CacheFixture f(layout, DType::s8, 3, 2, hd, cap, bs, seed++);
+                    const std::vector<Tensor> k0 = f.ks, v0 = f.vs;  // unquantized
+                    const std::vector<int64_t> ctx = {1, cap / 2 + 17, cap};
+                    for (int64_t b = 0; b < 3; ++b) f.append(b, 0, ctx[b]);
+                    check_cached(f, {1, 1, 1}, ctx, 8, DType::f32, 1, seed);
+                    check_cached(f, {1, 1, 1}, ctx, 8, DType::bf16, 0, seed);  // split over threads
+                    check_cached(f, {1, 9, 23}, ctx, 4, DType::f32, 0, seed);  // chunked prefill (>= 16 rows)
+                    const std::vector<Tensor> kd = f.ks, vd = f.vs;
+                    f.ks = k0;
+                    f.vs = v0;
+                    check_cached(f, {1, 1, 1}, ctx, 8, DType::f32, 0, seed, nullptr, nullptr, kS8QuantAtol, 0.0);
+                    f.ks = kd;
+                    f.vs = vd;
+                }
         });
     }
     set_num_threads(0);

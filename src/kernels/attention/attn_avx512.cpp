@@ -36,6 +36,9 @@ struct V512 {
         return _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     }
+    static inline reg loadkv(const int8_t* p) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
     static inline void loadkv_pair(const float* p, reg& a, reg& b) {
         a = _mm512_loadu_ps(p);
         b = _mm512_loadu_ps(p + 16);
@@ -133,7 +136,9 @@ void prefill_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
 
 void run_avx512(DType kv, const AttnTask& t, float* m, float* l, float* acc) {
     const bool many = t.tokens * t.group >= kPrefillRows;
-    if (kv == DType::bf16) {
+    if (kv == DType::s8) {  // int8 cache: the decode code for every row count
+        attn_dispatch<V512, int8_t>(t, m, l, acc);
+    } else if (kv == DType::bf16) {
         if (many)
             prefill_dispatch<uint16_t>(t, m, l, acc);
         else

@@ -251,6 +251,16 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 V::reduce_tile(z + i * 16 * W, S + (rb + i) * CH + (j0 - c0));
             }
         }
+        if constexpr (sizeof(T) == 1) {  // s8 cache: s *= the keys' scales
+            float ksc[16];
+            const float* kscp = t.kv.k_scale + attn_scale_index(t.kv, j0);
+            for (int64_t jj = 0; jj < 16; ++jj) ksc[jj] = jj < n ? kscp[jj] : 0.0f;
+            for (int64_t r = 0; r < R; ++r)
+                for (int k = 0; k < 16 / W; ++k) {
+                    float* sp = S + r * CH + (j0 - c0) + k * W;
+                    V::store(sp, V::mul(V::load(sp), V::load(ksc + k * W)));
+                }
+        }
         // Mask (only where some lane of the tile is not plainly visible).
         const bool plain = !t.mask && n == 16 && j0 + 16 <= lim_min;
         if (!plain) {
@@ -304,6 +314,19 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                   const typename V::reg cr = V::set1(corr[r]);
                   for (int64_t k = 0; k < hd / W; ++k) V::store(acc + r * hd + k * W, V::mul(V::load(acc + r * hd + k * W), cr));
               }
+      if constexpr (sizeof(T) == 1) {  // s8 cache: p *= the values' scales (l keeps the plain p)
+          for (int64_t j0 = c0; j0 < ce; j0 += 16) {
+              const int64_t n = ce - j0 < 16 ? ce - j0 : 16;
+              float vsc[16];
+              const float* vscp = t.kv.v_scale + attn_scale_index(t.kv, j0);
+              for (int64_t jj = 0; jj < 16; ++jj) vsc[jj] = jj < n ? vscp[jj] : 0.0f;
+              for (int64_t r = 0; r < R; ++r)
+                  for (int k = 0; k < 16 / W; ++k) {
+                      float* pp = S + r * CH + (j0 - c0) + k * W;
+                      V::store(pp, V::mul(V::load(pp), V::load(vsc + k * W)));
+                  }
+          }
+      }
       // Phase 3: acc += P.V over the chunk.
       for (int cv = 0; cv < NC; cv += CV) {
           for (int64_t rb = 0; rb < R; rb += RB) {
