@@ -782,6 +782,144 @@ TEST(Attention, CApiDecodeMatchesCpp) {
 
 // ---- plans ---------------------------------------------------------------------------------------
 
+// The full-form C API: an s8 cache filled by xk_kv_cache_append_ex (RoPE fused) equals the C++
+// append, xk_cached_attention_plan_run equals cached_attention, xk_attention_plan_run equals
+// xk_attention_f32; rejected calls name the argument, write nothing and give no plan.
+TEST(Attention, CApiPlansAppendExS8) {
+    const int64_t B = 2, H = 2, hd = 64, cap = 48, T = 30;
+    CacheFixture f(KvLayout::paged, DType::s8, B, H, hd, cap, 16, 21);
+    xk_kv_cache_desc cd;
+    xk_kv_cache_desc_init(&cd);
+    cd.layout = XK_KV_PAGED;
+    cd.dtype = XK_DTYPE_S8;
+    cd.batch = B;
+    cd.kv_heads = H;
+    cd.head_dim = hd;
+    cd.block_size = 16;
+    cd.num_blocks = f.cd.num_blocks;
+    cd.max_blocks_per_seq = f.cd.max_blocks_per_seq;
+    int64_t ne = 0, ns = 0, cp = 0;
+    ASSERT_EQ(xk_kv_cache_sizes(&cd, &ne, &ns, &cp), XK_SUCCESS);
+    EXPECT_EQ(ne, kv_cache_elements(f.cd));
+    EXPECT_EQ(ns, kv_cache_scale_elements(f.cd));
+    EXPECT_EQ(cp, cap);
+    std::mt19937_64 g(5);
+    std::vector<float> kn(T * H * hd), vn(kn.size()), cs(cap * 32);
+    for (auto& x : kn) x = rnd(g);
+    for (auto& x : vn) x = rnd(g);
+    for (auto& x : cs) x = rnd(g);
+    std::vector<int64_t> seq(T), pos(T);
+    for (int64_t t = 0; t < T; ++t) seq[t] = t % 2, pos[t] = t / 2;
+    KvAppendArgs a;
+    a.tokens = T;
+    a.k_new = kn.data();
+    a.v_new = vn.data();
+    a.seq_ids = seq.data();
+    a.positions = pos.data();
+    a.rope_cos_sin = cs.data();
+    a.rope_max_position = cap;
+    a.rope_rotary_dim = 32;
+    a.rope_style = RopeStyle::gptj;
+    kv_cache_append(f.cd, f.cache(), a);
+    std::vector<int8_t> k2(f.k8.size(), 0), v2(f.v8.size(), 0);
+    std::vector<float> ks2(f.ksc.size(), 0.0f), vs2(f.vsc.size(), 0.0f);
+    xk_kv_cache cc{k2.data(), v2.data(), f.table.data(), ks2.data(), vs2.data()};
+    xk_kv_append_args ca;
+    xk_kv_append_args_init(&ca);
+    ca.tokens = T;
+    ca.src_dtype = XK_DTYPE_F32;
+    ca.k_new = kn.data();
+    ca.v_new = vn.data();
+    ca.seq_ids = seq.data();
+    ca.positions = pos.data();
+    ca.rope_cos_sin = cs.data();
+    ca.rope_max_position = cap;
+    ca.rope_rotary_dim = 32;
+    ca.rope_style = XK_ROPE_GPTJ;
+    // Rejected: no k_scale for an s8 cache; a position past the capacity.
+    cc.k_scale = nullptr;
+    EXPECT_EQ(xk_kv_cache_append_ex(&cd, &cc, &ca), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("cache.k_scale"), std::string::npos) << xk_last_error();
+    cc.k_scale = ks2.data();
+    std::vector<int64_t> bad = pos;
+    bad[3] = cap;
+    ca.positions = bad.data();
+    EXPECT_EQ(xk_kv_cache_append_ex(&cd, &cc, &ca), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("positions[3]"), std::string::npos) << xk_last_error();
+    EXPECT_TRUE(std::all_of(k2.begin(), k2.end(), [](int8_t x) { return x == 0; }));
+    EXPECT_TRUE(std::all_of(ks2.begin(), ks2.end(), [](float x) { return x == 0.0f; }));
+    ca.positions = pos.data();
+    ASSERT_EQ(xk_kv_cache_append_ex(&cd, &cc, &ca), XK_SUCCESS) << xk_last_error();
+    EXPECT_EQ(k2, f.k8);
+    EXPECT_EQ(v2, f.v8);
+    EXPECT_EQ(ks2, f.ksc);
+    EXPECT_EQ(vs2, f.vsc);
+    // Cached plan (decode) against cached_attention.
+    std::vector<float> q(B * 4 * hd), o1(q.size()), o2(q.size(), -1.0f);
+    for (auto& x : q) x = rnd(g);
+    std::vector<int64_t> cu = {0, 1, 2}, ctx = {T / 2, T / 2};
+    CachedAttentionDesc d;
+    d.cache = f.cd;
+    d.q_tokens = B;
+    d.q_heads = 4;
+    CachedAttentionArgs ar;
+    ar.q = q.data();
+    ar.o = o1.data();
+    ar.cu_seqlens_q = cu.data();
+    ar.context_lens = ctx.data();
+    ar.cache = f.cache();
+    cached_attention(d, ar);
+    xk_cached_attention_desc pd;
+    xk_cached_attention_desc_init(&pd);
+    pd.cache = cd;
+    pd.q_tokens = B;
+    pd.q_heads = 4;
+    pd.q_dtype = pd.o_dtype = XK_DTYPE_F32;
+    xk_cached_attention_plan* plan = nullptr;
+    pd.q_heads = 5;
+    EXPECT_EQ(xk_cached_attention_plan_create(&pd, &plan), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(plan, nullptr);
+    EXPECT_NE(std::string(xk_last_error()).find("q_heads=5"), std::string::npos) << xk_last_error();
+    pd.q_heads = 4;
+    ASSERT_EQ(xk_cached_attention_plan_create(&pd, &plan), XK_SUCCESS) << xk_last_error();
+    EXPECT_STRNE(xk_cached_attention_plan_impl_name(plan), "");
+    std::vector<int64_t> badctx = {T / 2, cap + 1};
+    EXPECT_EQ(xk_cached_attention_plan_run(plan, &cc, q.data(), o2.data(), nullptr, cu.data(), badctx.data()),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("context_lens[1]"), std::string::npos) << xk_last_error();
+    EXPECT_TRUE(std::all_of(o2.begin(), o2.end(), [](float x) { return x == -1.0f; }));
+    ASSERT_EQ(xk_cached_attention_plan_run(plan, &cc, q.data(), o2.data(), nullptr, cu.data(), ctx.data()), XK_SUCCESS)
+        << xk_last_error();
+    EXPECT_EQ(o1, o2);
+    xk_cached_attention_plan_destroy(plan);
+    // SDPA plan against the one-shot C call.
+    const int64_t L = 37;
+    std::vector<float> sq(L * 4 * hd), sk(L * 2 * hd), sv(sk.size()), so1(sq.size()), so2(sq.size());
+    for (auto& x : sq) x = rnd(g);
+    for (auto& x : sk) x = rnd(g);
+    for (auto& x : sv) x = rnd(g);
+    xk_attention_desc ad;
+    xk_attention_desc_init(&ad);
+    ad.batch = 1;
+    ad.q_tokens = ad.kv_tokens = L;
+    ad.q_heads = 4;
+    ad.kv_heads = 2;
+    ad.head_dim = hd;
+    ad.dtype = ad.o_dtype = XK_DTYPE_F32;
+    ad.causal = 1;
+    xk_attention_plan* sp = nullptr;
+    ASSERT_EQ(xk_attention_plan_create(&ad, &sp), XK_SUCCESS) << xk_last_error();
+    ASSERT_EQ(xk_attention_plan_run(sp, sq.data(), sk.data(), sv.data(), so1.data(), nullptr, nullptr, nullptr, nullptr,
+                                    nullptr),
+              XK_SUCCESS)
+        << xk_last_error();
+    ASSERT_EQ(xk_attention_f32(1, L, L, 4, 2, hd, sq.data(), sk.data(), sv.data(), so2.data(), nullptr, nullptr, nullptr,
+                               0.0f, 1, 0, nullptr, 0),
+              XK_SUCCESS);
+    EXPECT_EQ(so1, so2);
+    xk_attention_plan_destroy(sp);
+}
+
 TEST(Attention, PlansEqualOneShotAndValidateOnce) {
     for_each_isa([&](Isa) {
         std::mt19937_64 g(21);
