@@ -1,10 +1,13 @@
 // Attention benchmarks (peer: PyTorch's scaled_dot_product_attention, bench/torch_peer.py --attention,
 // a separate process on the same machine).
 //
-//   attention/<kv dtype>/xk/decode/b:<B>/ctx:<L>/nt:<t>
+//   attention/<kv dtype>/xk/decode/b:<B>/ctx:<L>/nt:<t>     (kv dtype bf16, f32 or s8: int8 +
+//       per-row f32 scales, the scales counted in the bytes)
 //       one query token per sequence, 32 q heads / 8 kv heads x 128, contiguous cache of L tokens
 //       per sequence; GBPS = K + V bytes read per call (the cache is rotated over >= 512 MiB of
 //       copies so every call reads from DRAM).
+//   attention/<kv dtype>/xk/decode_l2/b:1/ctx:256/nt:<t>
+//       the same over one 256-token cache that stays in L2: the kernel's compute-bound rate.
 //   attention/f32/xk/read/nt:<t>
 //       the read bandwidth of this machine (sum of a 1 GiB buffer, 4 accumulators, no prefetch):
 //       the decode rows' yardstick (BW% = decode GBPS / this).
@@ -34,7 +37,7 @@ namespace {
 
 constexpr int64_t kQHeads = 32, kKvHeads = 8, kHd = 128;
 
-void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads) {
+void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false) {
     xb::ScopedThreads st(threads);
     xk::KvCacheDesc cd;
     cd.layout = xk::KvLayout::contiguous;
@@ -45,12 +48,19 @@ void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, i
     cd.capacity = L;
     const size_t elems = static_cast<size_t>(xk::kv_cache_elements(cd));
     const size_t bytes = elems * xk::dtype_size(dt);
-    const size_t copies = std::max<size_t>(1, std::min<size_t>(8, (size_t(512) << 20) / (2 * bytes)));
+    const size_t copies = hot ? 1 : std::max<size_t>(1, std::min<size_t>(8, (size_t(512) << 20) / (2 * bytes)));
     std::vector<xb::AlignedArray<char>> ks, vs;
     for (size_t c = 0; c < copies; ++c) {
         ks.push_back(xb::alloc_aligned<char>(bytes));
         vs.push_back(xb::alloc_aligned<char>(bytes));
-        if (dt == xk::DType::bf16) {
+        if (dt == xk::DType::s8) {
+            uint64_t x = 0x9E3779B97F4A7C15ull * (c + 1);
+            for (char* buf : {ks.back().get(), vs.back().get()})
+                for (size_t i = 0; i < elems; ++i) {
+                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                    buf[i] = static_cast<char>(static_cast<int>(x % 255) - 127);
+                }
+        } else if (dt == xk::DType::bf16) {
             xb::fill_uniform(reinterpret_cast<xk::bf16*>(ks.back().get()), elems, -1.0, 1.0, 1 + c);
             xb::fill_uniform(reinterpret_cast<xk::bf16*>(vs.back().get()), elems, -1.0, 1.0, 2 + c);
         } else {
@@ -71,14 +81,17 @@ void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, i
     a.o = o.data();
     a.cu_seqlens_q = cu.data();
     a.context_lens = ctx.data();
+    // s8: one scale per (token, head) row, K and V (read too: counted in GBPS).
+    const size_t nsc = dt == xk::DType::s8 ? static_cast<size_t>(xk::kv_cache_scale_elements(cd)) : 0;
+    std::vector<float> ksc(nsc, 1.0f / 127), vsc(nsc, 1.0f / 127);
     size_t c = 0;
     for (auto _ : state) {
-        a.cache = xk::KvCache{ks[c].get(), vs[c].get(), nullptr};
+        a.cache = xk::KvCache{ks[c].get(), vs[c].get(), nullptr, ksc.data(), vsc.data()};
         xk::cached_attention(d, a);
         c = (c + 1) % copies;
         benchmark::DoNotOptimize(o.data());
     }
-    xb::set_gbps(state, 2.0 * static_cast<double>(bytes));
+    xb::set_gbps(state, 2.0 * static_cast<double>(bytes + nsc * sizeof(float)));
 }
 
 __attribute__((target("avx2"))) double sum_range(const float* p, size_t n) {
@@ -178,7 +191,7 @@ int reg = [] {
         const std::string nt = "nt:" + std::to_string(t);
         benchmark::RegisterBenchmark(("attention/f32/xk/read/" + nt).c_str(),
                                      [t](benchmark::State& s) { bench_read(s, t); })->UseRealTime();
-        for (xk::DType dt : {xk::DType::bf16, xk::DType::f32})
+        for (xk::DType dt : {xk::DType::bf16, xk::DType::f32, xk::DType::s8})
             for (int64_t B : {1, 8})
                 for (int64_t L : {2048, 8192, 32768}) {
                     if (dt == xk::DType::f32 && B == 8 && L == 32768) continue;  // 2 GiB per cache copy: too big here
@@ -187,6 +200,12 @@ int reg = [] {
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t); })
                         ->UseRealTime();
                 }
+        // The kernel's compute-bound rate: one 256-token cache (1 / 2 MiB) that stays in L2.
+        for (xk::DType dt : {xk::DType::bf16, xk::DType::f32, xk::DType::s8})
+            benchmark::RegisterBenchmark(
+                xb::join_name({"attention", xk::dtype_name(dt), "xk", "decode_l2", "b:1", "ctx:256", nt}).c_str(),
+                [=](benchmark::State& s) { bench_decode(s, dt, 1, 256, t, true); })
+                ->UseRealTime();
         std::vector<int64_t> Ts = {2048};
         if (xb::env_int("XK_BENCH_PREFILL_8K", 0)) Ts.push_back(8192);
         for (xk::DType dt : {xk::DType::bf16, xk::DType::f32})

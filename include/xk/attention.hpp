@@ -109,7 +109,8 @@ private:
 
 struct KvCacheDesc {
     KvLayout layout = KvLayout::contiguous;
-    DType dtype = DType::f32;        // f32 or bf16 (K and V alike)
+    DType dtype = DType::f32;        // f32, bf16 or s8 (K and V alike; s8: int8 with a scale per
+                                     // token and kv head, see KvCache::k_scale)
     int64_t batch = 0;               // sequences (contiguous: slots; paged: block-table rows), >= 1
     int64_t kv_heads = 0;            // >= 1
     int64_t head_dim = 0;            // >= 1
@@ -123,6 +124,12 @@ struct KvCache {
     void* k = nullptr;
     void* v = nullptr;
     const int32_t* block_table = nullptr;  // paged only: [batch x max_blocks_per_seq]
+    // s8 caches only: f32 scales, one per (token, kv head) row, laid out as the cache without
+    // head_dim (contiguous [batch x kv_heads x capacity], paged [num_blocks x kv_heads x block_size]:
+    // kv_cache_scale_elements). Row value = scale * int8 (symmetric: append stores
+    // round(x / scale) with scale = max|x| / 127, 0 for an all-zero row).
+    float* k_scale = nullptr;
+    float* v_scale = nullptr;
 };
 
 // Tokens a sequence of this cache can hold (capacity, or max_blocks_per_seq * block_size).
@@ -133,7 +140,8 @@ int64_t kv_cache_elements(const KvCacheDesc& cache);
 
 // Writes new K / V rows into the cache: token t (of `tokens`) goes to sequence seq_ids[t] at
 // position positions[t]. k_new / v_new are [tokens x kv_heads x head_dim] with strides (0 =
-// packed), f32 or bf16 (src_dtype; f32 into a bf16 cache rounds to nearest even). Every index is
+// packed), f32 or bf16 (src_dtype; f32 into a bf16 cache rounds to nearest even; into an s8 cache
+// each (token, head) row is quantized: scale = max|x| / 127, stored round(x / scale)). Every index is
 // checked before anything is written (seq id in [0, batch), position in [0, capacity) or
 // its block-table column in range, block index in [0, num_blocks)). Two tokens writing the same
 // slot: one of them wins.
@@ -156,6 +164,8 @@ struct KvAppendArgs {
     int64_t rope_rotary_dim = 0;  // even, in [2, head_dim]; 0 = head_dim
     RopeStyle rope_style = RopeStyle::neox;
 };
+// Scales in each of k_scale / v_scale of an s8 cache (kv_cache_elements / head_dim).
+int64_t kv_cache_scale_elements(const KvCacheDesc& cache);
 void kv_cache_append(const KvCacheDesc& cache_desc, const KvCache& cache, const KvAppendArgs& args);
 
 // ---- attention of new queries over the cache (decode, chunked prefill) -----------------------

@@ -9,6 +9,13 @@
 using xk::detail::c_enum;
 using xk::detail::capi_call;
 
+struct xk_cached_attention_plan {
+    xk::CachedAttentionPlan plan;
+};
+struct xk_attention_plan {
+    xk::AttentionPlan plan;
+};
+
 namespace {
 
 xk::KvCacheDesc to_cpp(const char* fn, const xk_kv_cache_desc* c) {
@@ -24,6 +31,10 @@ xk::KvCacheDesc to_cpp(const char* fn, const xk_kv_cache_desc* c) {
     d.num_blocks = c->num_blocks;
     d.max_blocks_per_seq = c->max_blocks_per_seq;
     return d;
+}
+
+xk::KvCache to_cpp_cache(const xk_kv_cache* c) {
+    return xk::KvCache{c->k, c->v, c->block_table, c->k_scale, c->v_scale};
 }
 
 template <class T>
@@ -133,5 +144,137 @@ xk_status xk_attention_bf16(int64_t batch, int64_t q_tokens, int64_t kv_tokens, 
     return c_sdpa(batch, q_tokens, kv_tokens, q_heads, kv_heads, head_dim, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                   scale, causal, causal_offset, mask, mask_stride);
 }
+
+xk_status xk_kv_cache_sizes(const xk_kv_cache_desc* desc, int64_t* elements, int64_t* scale_elements,
+                            int64_t* capacity) {
+    return capi_call([&] {
+        const xk::KvCacheDesc d = to_cpp("xk_kv_cache_sizes", desc);
+        const int64_t e = xk::kv_cache_elements(d), s = xk::kv_cache_scale_elements(d), c = xk::kv_cache_capacity(d);
+        if (elements) *elements = e;
+        if (scale_elements) *scale_elements = s;
+        if (capacity) *capacity = c;
+    });
+}
+
+void xk_kv_append_args_init(xk_kv_append_args* args) {
+    if (args) std::memset(args, 0, sizeof *args);
+}
+
+xk_status xk_kv_cache_append_ex(const xk_kv_cache_desc* desc, const xk_kv_cache* cache, const xk_kv_append_args* args) {
+    return capi_call([&] {
+        const char* fn = "xk_kv_cache_append_ex";
+        const xk::KvCacheDesc d = to_cpp(fn, desc);
+        xk::detail::check_not_null(fn, "cache", cache);
+        xk::detail::check_not_null(fn, "args", args);
+        xk::KvAppendArgs a;
+        a.tokens = args->tokens;
+        a.src_dtype = static_cast<xk::DType>(c_enum(args->src_dtype));
+        a.k_new = args->k_new;
+        a.v_new = args->v_new;
+        a.seq_ids = args->seq_ids;
+        a.positions = args->positions;
+        a.rope_cos_sin = args->rope_cos_sin;
+        a.rope_max_position = args->rope_max_position;
+        a.rope_rotary_dim = args->rope_rotary_dim;
+        a.rope_style = static_cast<xk::RopeStyle>(c_enum(args->rope_style));
+        xk::kv_cache_append(d, to_cpp_cache(cache), a);
+    });
+}
+
+void xk_cached_attention_desc_init(xk_cached_attention_desc* desc) {
+    if (desc) std::memset(desc, 0, sizeof *desc);
+}
+
+xk_status xk_cached_attention_plan_create(const xk_cached_attention_desc* desc, xk_cached_attention_plan** plan) {
+    if (plan) *plan = nullptr;
+    return capi_call([&] {
+        const char* fn = "xk_cached_attention_plan_create";
+        xk::detail::check_not_null(fn, "plan", plan);
+        xk::detail::check_not_null(fn, "desc", desc);
+        xk::CachedAttentionDesc d;
+        d.cache = to_cpp(fn, &desc->cache);
+        d.q_tokens = desc->q_tokens;
+        d.q_heads = desc->q_heads;
+        d.q_dtype = static_cast<xk::DType>(c_enum(desc->q_dtype));
+        d.o_dtype = static_cast<xk::DType>(c_enum(desc->o_dtype));
+        d.scale = desc->scale;
+        d.kv_splits = desc->kv_splits;
+        *plan = new xk_cached_attention_plan{xk::CachedAttentionPlan(d)};
+    });
+}
+
+void xk_cached_attention_plan_destroy(xk_cached_attention_plan* plan) { delete plan; }
+
+xk_status xk_cached_attention_plan_run(const xk_cached_attention_plan* plan, const xk_kv_cache* cache, const void* q,
+                                       void* o, float* lse, const int64_t* cu_seqlens_q, const int64_t* context_lens) {
+    return capi_call([&] {
+        const char* fn = "xk_cached_attention_plan_run";
+        xk::detail::check_not_null(fn, "plan", plan);
+        xk::detail::check_not_null(fn, "cache", cache);
+        xk::CachedAttentionArgs a;
+        a.q = q;
+        a.o = o;
+        a.lse = lse;
+        a.cu_seqlens_q = cu_seqlens_q;
+        a.context_lens = context_lens;
+        a.cache = to_cpp_cache(cache);
+        plan->plan.run(a);
+    });
+}
+
+const char* xk_cached_attention_plan_impl_name(const xk_cached_attention_plan* plan) {
+    return plan ? plan->plan.impl_name() : "";
+}
+
+void xk_attention_desc_init(xk_attention_desc* desc) {
+    if (desc) std::memset(desc, 0, sizeof *desc);
+}
+
+xk_status xk_attention_plan_create(const xk_attention_desc* desc, xk_attention_plan** plan) {
+    if (plan) *plan = nullptr;
+    return capi_call([&] {
+        const char* fn = "xk_attention_plan_create";
+        xk::detail::check_not_null(fn, "plan", plan);
+        xk::detail::check_not_null(fn, "desc", desc);
+        xk::AttentionDesc d;
+        d.batch = desc->batch;
+        d.q_tokens = desc->q_tokens;
+        d.kv_tokens = desc->kv_tokens;
+        d.q_heads = desc->q_heads;
+        d.kv_heads = desc->kv_heads;
+        d.head_dim = desc->head_dim;
+        d.dtype = static_cast<xk::DType>(c_enum(desc->dtype));
+        d.o_dtype = static_cast<xk::DType>(c_enum(desc->o_dtype));
+        d.scale = desc->scale;
+        d.causal = desc->causal != 0;
+        d.causal_offset = desc->causal_offset;
+        d.has_mask = desc->has_mask != 0;
+        d.mask_stride = desc->mask_stride;
+        *plan = new xk_attention_plan{xk::AttentionPlan(d)};
+    });
+}
+
+void xk_attention_plan_destroy(xk_attention_plan* plan) { delete plan; }
+
+xk_status xk_attention_plan_run(const xk_attention_plan* plan, const void* q, const void* k, const void* v, void* o,
+                                float* lse, const float* mask, const int64_t* cu_seqlens_q,
+                                const int64_t* cu_seqlens_k, const int64_t* seqused_k) {
+    return capi_call([&] {
+        xk::detail::check_not_null("xk_attention_plan_run", "plan", plan);
+        xk::AttentionArgs a;
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.o = o;
+        a.lse = lse;
+        a.mask = mask;
+        a.cu_seqlens_q = cu_seqlens_q;
+        a.cu_seqlens_k = cu_seqlens_k;
+        a.seqused_k = seqused_k;
+        plan->plan.run(a);
+    });
+}
+
+const char* xk_attention_plan_impl_name(const xk_attention_plan* plan) { return plan ? plan->plan.impl_name() : ""; }
 
 }  // extern "C"

@@ -8,6 +8,9 @@
 //     block table, positions in any order) checked against a model of the cache bytes, then
 //     xk_cached_attention_f32 / _bf16 (decode and chunked-prefill shapes) over it — cache slots
 //     never written hold NaN, so a kernel reading past a context shows;
+//   xk_kv_cache_append_ex (f32 / bf16 / s8 caches, RoPE fused or not; stored rows against the
+//     rotated sources, s8 within half a quantization step) and xk_cached_attention_plan_run over
+//     it; xk_attention_plan_run equal to the one-shot call; hostile descriptors give no plan;
 //   ISA cap and thread count (1 / 2: the key range split across threads and merged) changes.
 // Valid calls are checked against a double-precision loop of attention.hpp's math within a bound
 // built from the fp32 dot-product error of the scores (E = (head_dim + 2) u scale max_j sum_d
@@ -32,16 +35,8 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
-template <class T>
-float widen(T v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return fz::from_bf16(v);
-}
-template <class T>
-T narrow(float v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return fz::to_bf16(v);
-}
+using fz::narrow;
+using fz::widen;
 
 int64_t head_dim(In& in) {
     static const int64_t v[] = {16, 32, 64, 128, 80, 96, 7, 24, 1};
@@ -121,12 +116,7 @@ void check_row(const char* what, const T* got, const float* lse_got, const std::
     }
 }
 
-xk_isa current_cap(const char** name) {
-    xk_isa cap = XK_ISA_SCALAR;
-    fz::expect_ok(fz::timed("xk_get_max_isa", [&] { return xk_get_max_isa(&cap); }), "xk_get_max_isa");
-    *name = xk_isa_name(cap);
-    return cap;
-}
+using fz::current_cap;
 
 // ---- xk_attention_{f32,bf16} ------------------------------------------------------------------
 template <class T>
@@ -483,6 +473,256 @@ void op_cache(In& in) {
         }
 }
 
+// ---- full form: xk_kv_cache_append_ex (s8 caches, fused RoPE), xk_cached_attention_plan,
+// xk_attention_plan --------------------------------------------------------------------------------
+// The stored value of element e of a row of a cache buffer (s8: scale * int8).
+double stored(const xk_kv_cache_desc& d, const unsigned char* buf, const float* sc, int64_t off, int64_t e) {
+    if (d.dtype == XK_DTYPE_F32) { float v; std::memcpy(&v, buf + (off + e) * 4, 4); return v; }
+    if (d.dtype == XK_DTYPE_BF16) { uint16_t v; std::memcpy(&v, buf + (off + e) * 2, 2); return fz::from_bf16(v); }
+    return static_cast<double>(sc[off / d.head_dim]) * static_cast<int8_t>(buf[off + e]);
+}
+
+void op_ex(In& in) {
+    const char* cap_name;
+    current_cap(&cap_name);
+    const char* what_app = "xk_kv_cache_append_ex";
+    const char* what = "xk_cached_attention_plan_run";
+    CacheSetup c;
+    xk_kv_cache_desc_init(&c.d);
+    xk_kv_cache_desc& d = c.d;
+    d.layout = in.coin() ? XK_KV_CONTIGUOUS : XK_KV_PAGED;
+    static const xk_dtype dts[] = {XK_DTYPE_S8, XK_DTYPE_F32, XK_DTYPE_BF16};
+    d.dtype = dts[in.pick(3)];
+    d.batch = in.dim(1, 2);
+    d.kv_heads = in.dim(1, 2);
+    d.head_dim = head_dim(in);
+    const int64_t group = in.dim(1, 4), qh = d.kv_heads * group, hd = d.head_dim;
+    if (d.layout == XK_KV_CONTIGUOUS) {
+        d.capacity = in.dim(1, 100);
+    } else {
+        static const int64_t bs[] = {16, 32, 64};
+        d.block_size = bs[in.pick(3)];
+        d.max_blocks_per_seq = in.dim(1, 3);
+        d.num_blocks = d.batch * d.max_blocks_per_seq + in.pick(3);
+        std::vector<int32_t> perm(d.num_blocks);
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int64_t i = d.num_blocks - 1; i > 0; --i) std::swap(perm[i], perm[in.pick(static_cast<int>(i + 1))]);
+        c.table.assign(perm.begin(), perm.begin() + d.batch * d.max_blocks_per_seq);
+    }
+    int64_t nelem = 0, nsc = 0;
+    fz::expect_ok(fz::timed("xk_kv_cache_sizes", [&] { return xk_kv_cache_sizes(&d, &nelem, &nsc, &c.cap); }), "xk_kv_cache_sizes");
+    const int64_t es = d.dtype == XK_DTYPE_F32 ? 4 : d.dtype == XK_DTYPE_BF16 ? 2 : 1;
+    const bool s8 = d.dtype == XK_DTYPE_S8;
+    Buf<unsigned char> kc(nelem * es), vc(nelem * es);
+    Buf<float> ksc(s8 ? nsc : 0), vsc(s8 ? nsc : 0);
+    kc.fill(0);
+    vc.fill(0);
+    ksc.fill(kNaN);  // a scale never written must never be read
+    vsc.fill(kNaN);
+    xk_kv_cache cache{kc.data(), vc.data(), c.table.empty() ? nullptr : c.table.data(), s8 ? ksc.data() : nullptr,
+                      s8 ? vsc.data() : nullptr};
+    std::vector<int64_t> ctx(d.batch), seq, pos;
+    for (int64_t b = 0; b < d.batch; ++b) {
+        ctx[b] = in.dim(1, c.cap);
+        for (int64_t p = 0; p < ctx[b]; ++p) seq.push_back(b), pos.push_back(p);
+    }
+    const int64_t tokens = static_cast<int64_t>(seq.size());
+    Buf<float> kn(tokens * d.kv_heads * hd), vn(tokens * d.kv_heads * hd);
+    for (int64_t i = 0; i < tokens * d.kv_heads * hd; ++i) kn.data()[i] = data_value(in), vn.data()[i] = data_value(in);
+    xk_kv_append_args a;
+    xk_kv_append_args_init(&a);
+    a.tokens = tokens;
+    a.src_dtype = XK_DTYPE_F32;
+    a.k_new = kn.data();
+    a.v_new = vn.data();
+    a.seq_ids = seq.data();
+    a.positions = pos.data();
+    const bool rope = hd >= 2 && in.coin();
+    const int64_t rdim = rope ? 2 * in.dim(1, hd / 2) : 0;
+    std::vector<float> cs(rope ? static_cast<size_t>(c.cap * rdim) : 0);
+    for (auto& x : cs) x = static_cast<float>(in.pick(2001) - 1000) / 1000.0f;
+    if (rope) {
+        a.rope_cos_sin = cs.data();
+        a.rope_max_position = c.cap;
+        a.rope_rotary_dim = rdim == hd && in.coin() ? 0 : rdim;
+        a.rope_style = in.coin() ? XK_ROPE_NEOX : XK_ROPE_GPTJ;
+    }
+    if (in.pick(3) == 0) {  // hostile append: one thing wrong, nothing written
+        xk_kv_append_args b = a;
+        xk_kv_cache bc = cache;
+        std::vector<int64_t> bpos = pos;
+        const xk_kv_cache* cp = &bc;
+        const xk_kv_append_args* ap = &b;
+        const char* wrong = "";
+        switch (in.pick(6)) {
+            case 0: cp = nullptr; wrong = "cache null"; break;
+            case 1: ap = nullptr; wrong = "args null"; break;
+            case 2:
+                if (s8) { (in.coin() ? bc.k_scale : bc.v_scale) = nullptr; wrong = "s8 scale null"; break; }
+                [[fallthrough]];
+            case 3: bpos[in.pick(static_cast<int>(tokens))] = c.cap + in.pick(3); b.positions = bpos.data(); wrong = "position past capacity"; break;
+            case 4:
+                if (rope) { b.rope_rotary_dim = in.coin() ? 1 : hd + 2; wrong = "rope_rotary_dim bad"; break; }
+                [[fallthrough]];
+            default: { const int v = in.bad_enum(in.coin() ? 2 : 6); std::memcpy(&b.src_dtype, &v, sizeof v); wrong = "src_dtype bad"; break; }
+        }
+        const auto k0 = kc.snapshot(), v0 = vc.snapshot(), s0 = ksc.snapshot(), s1 = vsc.snapshot();
+        const xk_status st = fz::timed(what_app, [&] { return xk_kv_cache_append_ex(&d, cp, ap); });
+        fz::expect_rejected(st, what_app, wrong);
+        fz::expect_unchanged(kc, k0, what_app, "k cache");
+        fz::expect_unchanged(vc, v0, what_app, "v cache");
+        fz::expect_unchanged(ksc, s0, what_app, "k_scale");
+        fz::expect_unchanged(vsc, s1, what_app, "v_scale");
+        return;
+    }
+    fz::expect_ok(fz::timed(what_app, [&] { return xk_kv_cache_append_ex(&d, &cache, &a); }), what_app);
+    fz::expect_guards(kc, what_app, "k cache");
+    fz::expect_guards(vc, what_app, "v cache");
+    // Stored rows against the (rotated) sources: f32 within the rotation's rounding, bf16 one
+    // rounding more, s8 within half a quantization step (scale = max|row| / 127).
+    std::vector<double> row(static_cast<size_t>(hd));
+    for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t h = 0; h < d.kv_heads; ++h)
+            for (int which = 0; which < 2; ++which) {
+                const float* src = (which ? vn : kn).data() + (t * d.kv_heads + h) * hd;
+                double mag = 0;
+                for (int64_t e = 0; e < hd; ++e) row[e] = src[e];
+                if (rope && which == 0) {
+                    const float* r = cs.data() + pos[t] * rdim;
+                    for (int64_t i = 0; i < rdim / 2; ++i) {
+                        const bool neox = a.rope_style == XK_ROPE_NEOX;
+                        const int64_t i1 = neox ? i : 2 * i, i2 = neox ? i + rdim / 2 : 2 * i + 1;
+                        const double x1 = src[i1], x2 = src[i2];
+                        row[i1] = x1 * r[i] - x2 * r[rdim / 2 + i];
+                        row[i2] = x2 * r[i] + x1 * r[rdim / 2 + i];
+                        mag = std::max(mag, std::fabs(x1) + std::fabs(x2));
+                    }
+                }
+                double amax = 0;
+                for (int64_t e = 0; e < hd; ++e) amax = std::max(amax, std::fabs(row[e]));
+                const int64_t off = cache_off(c, seq[t], h, pos[t]);
+                const unsigned char* buf = (which ? vc : kc).data();
+                const float* sc = which ? vsc.data() : ksc.data();
+                for (int64_t e = 0; e < hd; ++e) {
+                    const double got = stored(d, buf, sc, off, e);
+                    double tol = 4 * kU * mag + 1e-38;
+                    if (d.dtype == XK_DTYPE_BF16) tol += 0x1p-8 * std::fabs(row[e]);
+                    if (s8) tol += amax / 127 * (0.5 + 1e-5) + 4 * kU * amax;
+                    if (!fz::close(got, row[e], 0, tol))
+                        fz::finding("%s (%s): token %lld head %lld %s[%lld] stored %.9g, want %.9g (+- %.3g)", what_app, cap_name,
+                                    (long long)t, (long long)h, which ? "v" : "k", (long long)e, got, row[e], tol);
+                }
+            }
+    // The plan: decode (one query per sequence) over the cache.
+    xk_cached_attention_desc pd;
+    xk_cached_attention_desc_init(&pd);
+    pd.cache = d;
+    pd.q_tokens = d.batch;
+    pd.q_heads = qh;
+    pd.q_dtype = pd.o_dtype = XK_DTYPE_F32;
+    pd.kv_splits = in.pick(3);
+    xk_cached_attention_plan* plan = nullptr;
+    fz::expect_ok(fz::timed("xk_cached_attention_plan_create", [&] { return xk_cached_attention_plan_create(&pd, &plan); }),
+                  "xk_cached_attention_plan_create");
+    if (!plan || xk_cached_attention_plan_impl_name(plan)[0] == '\0') fz::finding("xk_cached_attention_plan_create: no plan / impl name");
+    std::vector<int64_t> cu(d.batch + 1);
+    std::iota(cu.begin(), cu.end(), 0);
+    Buf<float> q(d.batch * qh * hd), o(d.batch * qh * hd);
+    for (int64_t i = 0; i < d.batch * qh * hd; ++i) q.data()[i] = data_value(in);
+    o.fill(kNaN);
+    std::vector<float> lse(d.batch * qh, kNaN);
+    if (in.pick(4) == 0) {  // hostile run
+        std::vector<int64_t> bctx = ctx;
+        bctx[in.pick(static_cast<int>(d.batch))] = c.cap + 1;
+        const auto o0 = o.snapshot();
+        const xk_status st = fz::timed(what, [&] {
+            return xk_cached_attention_plan_run(plan, &cache, q.data(), o.data(), lse.data(), cu.data(), bctx.data());
+        });
+        fz::expect_rejected(st, what, "context_lens past capacity");
+        fz::expect_unchanged(o, o0, what, "o");
+    } else {
+        fz::expect_ok(fz::timed(what, [&] {
+            return xk_cached_attention_plan_run(plan, &cache, q.data(), o.data(), lse.data(), cu.data(), ctx.data());
+        }), what);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+        std::vector<double> qr(static_cast<size_t>(hd)), orow;
+        for (int64_t b = 0; b < d.batch; ++b)
+            for (int64_t h = 0; h < qh; ++h) {
+                const int64_t kh = h / group;
+                for (int64_t e = 0; e < hd; ++e) qr[e] = q.data()[(b * qh + h) * hd + e];
+                double l = 0, err = 0, vmax = 0;
+                int64_t seen = 0;
+                oracle_row(
+                    qr, ctx[b], hd, scale, [&](int64_t j, int64_t e) { return stored(d, kc.data(), ksc.data(), cache_off(c, b, kh, j), e); },
+                    [&](int64_t j, int64_t e) { return stored(d, vc.data(), vsc.data(), cache_off(c, b, kh, j), e); },
+                    [](int64_t) { return true; }, [](int64_t) { return 0.0; }, orow, l, err, vmax, seen);
+                check_row<float>(what, o.data() + (b * qh + h) * hd, lse.data() + b * qh + h, orow, l, err, vmax, seen, hd, cap_name);
+            }
+    }
+    xk_cached_attention_plan_destroy(plan);
+}
+
+// xk_attention_plan against the one-shot call (same kernel, same cut: bitwise equal); a
+// descriptor with one thing wrong gives no plan.
+void op_sdpa_plan(In& in) {
+    xk_attention_desc d;
+    xk_attention_desc_init(&d);
+    d.batch = 1;
+    d.q_tokens = in.dim(0, 40);
+    d.kv_tokens = in.dim(0, 90);
+    d.kv_heads = in.dim(1, 2);
+    d.q_heads = d.kv_heads * in.dim(1, 3);
+    d.head_dim = head_dim(in);
+    const bool bf = in.coin();
+    d.dtype = d.o_dtype = bf ? XK_DTYPE_BF16 : XK_DTYPE_F32;
+    d.causal = in.coin();
+    d.causal_offset = in.dim(0, 5) - 2;
+    xk_attention_plan* plan = nullptr;
+    if (in.pick(4) == 0) {
+        xk_attention_desc b = d;
+        const char* wrong = "";
+        switch (in.pick(3)) {
+            case 0: b.q_heads = d.kv_heads * 2 + 1; b.kv_heads = 2; wrong = "q_heads not a multiple of kv_heads"; break;
+            case 1: b.head_dim = in.bad_size(); wrong = "head_dim bad"; break;
+            default: { const int v = in.bad_enum(2); std::memcpy(&b.dtype, &v, sizeof v); wrong = "dtype bad"; break; }
+        }
+        plan = reinterpret_cast<xk_attention_plan*>(&b);  // must be reset to NULL
+        fz::expect_rejected(fz::timed("xk_attention_plan_create", [&] { return xk_attention_plan_create(&b, &plan); }),
+                            "xk_attention_plan_create", wrong);
+        if (plan) fz::finding("xk_attention_plan_create: rejected (%s) but *plan is not NULL", wrong);
+        return;
+    }
+    fz::expect_ok(fz::timed("xk_attention_plan_create", [&] { return xk_attention_plan_create(&d, &plan); }), "xk_attention_plan_create");
+    const int64_t nq = d.q_tokens * d.q_heads * d.head_dim, nk = d.kv_tokens * d.kv_heads * d.head_dim;
+    std::vector<float> qf(nq), kf(nk), vf(nk);
+    for (auto& x : qf) x = data_value(in);
+    for (auto& x : kf) x = data_value(in);
+    for (auto& x : vf) x = data_value(in);
+    std::vector<uint16_t> qh(nq), kh(nk), vh(nk);
+    for (int64_t i = 0; i < nq; ++i) qh[i] = fz::to_bf16(qf[i]);
+    for (int64_t i = 0; i < nk; ++i) kh[i] = fz::to_bf16(kf[i]), vh[i] = fz::to_bf16(vf[i]);
+    std::vector<float> o1(nq, kNaN), o2(nq, kNaN), l1(d.q_tokens * d.q_heads, kNaN), l2 = l1;
+    std::vector<uint16_t> h1(nq), h2(nq);
+    const void* q = bf ? static_cast<const void*>(qh.data()) : qf.data();
+    const void* k = bf ? static_cast<const void*>(kh.data()) : kf.data();
+    const void* v = bf ? static_cast<const void*>(vh.data()) : vf.data();
+    fz::expect_ok(fz::timed("xk_attention_plan_run", [&] {
+        return xk_attention_plan_run(plan, q, k, v, bf ? static_cast<void*>(h1.data()) : o1.data(), l1.data(), nullptr,
+                                     nullptr, nullptr, nullptr);
+    }), "xk_attention_plan_run");
+    fz::expect_ok(fz::timed("xk_attention_f32/bf16", [&] {
+        return bf ? xk_attention_bf16(1, d.q_tokens, d.kv_tokens, d.q_heads, d.kv_heads, d.head_dim, qh.data(), kh.data(), vh.data(),
+                                      h2.data(), l2.data(), nullptr, nullptr, 0.0f, d.causal, d.causal_offset, nullptr, 0)
+                  : xk_attention_f32(1, d.q_tokens, d.kv_tokens, d.q_heads, d.kv_heads, d.head_dim, qf.data(), kf.data(), vf.data(),
+                                     o2.data(), l2.data(), nullptr, nullptr, 0.0f, d.causal, d.causal_offset, nullptr, 0);
+    }), "xk_attention_f32/bf16");
+    if ((bf ? std::memcmp(h1.data(), h2.data(), nq * 2) : std::memcmp(o1.data(), o2.data(), nq * 4)) != 0 ||
+        std::memcmp(l1.data(), l2.data(), l1.size() * 4) != 0)
+        fz::finding("xk_attention_plan_run: differs from the one-shot call (q_tokens %lld, kv_tokens %lld, hd %lld)",
+                    (long long)d.q_tokens, (long long)d.kv_tokens, (long long)d.head_dim);
+    xk_attention_plan_destroy(plan);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -492,7 +732,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fz::set_cap(isas.back());
     xk_set_num_threads(1);
     for (int calls = 0; calls < 8 && in.more(); ++calls) {
-        switch (in.pick(8)) {
+        switch (in.pick(10)) {
             case 0: fz::set_cap(isas[in.pick(static_cast<int>(isas.size()))]); break;
             case 1: fz::expect_ok(fz::timed("xk_set_num_threads", [&] { return xk_set_num_threads(1 + in.pick(2)); }), "xk_set_num_threads"); break;
             case 2: op_sdpa<float>(in); break;
@@ -500,6 +740,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 4: op_cache<float, float>(in); break;
             case 5: op_cache<uint16_t, float>(in); break;
             case 6: op_cache<uint16_t, uint16_t>(in); break;
+            case 8: op_ex(in); break;
+            case 9: op_sdpa_plan(in); break;
             default: op_cache<float, uint16_t>(in); break;
         }
     }

@@ -320,4 +320,24 @@ inline void init_once() {
     (void)done;
 }
 
+// Elements as stored: float, or bf16 bits (uint16_t).
+template <class T>
+float widen(T v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    else return from_bf16(v);
+}
+template <class T>
+T narrow(float v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    else return to_bf16(v);
+}
+
+// The ISA cap in effect, and its name (for messages).
+inline xk_isa current_cap(const char** name) {
+    xk_isa cap = XK_ISA_SCALAR;
+    expect_ok(timed("xk_get_max_isa", [&] { return xk_get_max_isa(&cap); }), "xk_get_max_isa");
+    *name = xk_isa_name(cap);
+    return cap;
+}
+
 }  // namespace fz

@@ -27,17 +27,8 @@ constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max(), kI64Min = std::
 
 using fz::Values;
 
-// Elements as stored: float, or bf16 bits (uint16_t).
-template <class T>
-float widen(T v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return fz::from_bf16(v);
-}
-template <class T>
-T narrow(float v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return fz::to_bf16(v);
-}
+using fz::narrow;
+using fz::widen;
 
 // A row stride: 0 (packed) or the minimum itself, or the minimum plus padding.
 int64_t stride(In& in, int64_t min) {
@@ -55,13 +46,7 @@ std::vector<int64_t> written_map(size_t n, int64_t off, int64_t rows, int64_t co
     return w;
 }
 
-// The cap in effect, and its name (for messages).
-xk_isa current_cap(const char** name) {
-    xk_isa cap = XK_ISA_SCALAR;
-    fz::expect_ok(fz::timed("xk_get_max_isa", [&] { return xk_get_max_isa(&cap); }), "xk_get_max_isa");
-    fz::timed("xk_isa_name", [&] { *name = xk_isa_name(cap); return XK_SUCCESS; });
-    return cap;
-}
+using fz::current_cap;
 
 // ---- GLU ------------------------------------------------------------------------------------------
 using fz::act_exact;

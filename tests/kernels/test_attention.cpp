@@ -45,6 +45,10 @@ static void for_each_isa(const std::function<void(xk::Isa)>& body) {
 //   (bf16 q / k / v are exact inputs: the oracle reads the same bf16 values.)
 constexpr double kF32Atol = 2e-5, kF32Rtol = 2e-4, kLseAtol = 1e-4;
 constexpr double kBf16Atol = 2e-5, kBf16Rtol = 1.0 / 256 + 2e-4;
+//   s8 cache: against the dequantized cache (scale * int8, what the kernel reads): the f32
+//                tolerances; against the unquantized f32 K / V (values in [-1, 1), head_dim 128,
+//                per-row scale max|x| / 127, error <= scale / 2 per element): atol 2e-2.
+constexpr double kS8QuantAtol = 2e-2;
 
 namespace {
 
@@ -302,6 +306,10 @@ struct CacheFixture {
     std::vector<int32_t> table;
     // Per sequence, the K / V rows (as stored in the cache dtype) in position order: [pos][h][d].
     std::vector<Tensor> ks, vs;
+    // s8 caches: the int8 rows and their scales (ks / vs are then the f32 sources, overwritten
+    // by append() with the dequantized values the kernel sees).
+    std::vector<int8_t> k8, v8;
+    std::vector<float> ksc, vsc;
 
     CacheFixture(KvLayout layout, DType dtype, int64_t batch, int64_t kv_heads, int64_t hd, int64_t capacity,
                  int64_t block_size, uint64_t seed) {
@@ -323,24 +331,42 @@ struct CacheFixture {
             table.assign(perm.begin(), perm.begin() + batch * cd.max_blocks_per_seq);
         }
         const int64_t n = kv_cache_elements(cd);
-        kc = Tensor(dtype, static_cast<size_t>(n));
-        vc = Tensor(dtype, static_cast<size_t>(n));
+        const DType st = dtype == DType::s8 ? DType::f32 : dtype;
+        if (dtype == DType::s8) {
+            k8.assign(static_cast<size_t>(n), 0);
+            v8.assign(static_cast<size_t>(n), 0);
+            ksc.assign(static_cast<size_t>(kv_cache_scale_elements(cd)), 0.0f);
+            vsc.assign(ksc.size(), 0.0f);
+        } else {
+            kc = Tensor(dtype, static_cast<size_t>(n));
+            vc = Tensor(dtype, static_cast<size_t>(n));
+        }
         const int64_t cap = kv_cache_capacity(cd);
         for (int64_t b = 0; b < batch; ++b) {
-            ks.emplace_back(dtype, static_cast<size_t>(cap * kv_heads * hd));
-            vs.emplace_back(dtype, static_cast<size_t>(cap * kv_heads * hd));
+            ks.emplace_back(st, static_cast<size_t>(cap * kv_heads * hd));
+            vs.emplace_back(st, static_cast<size_t>(cap * kv_heads * hd));
             ks.back().fill(g);
             vs.back().fill(g);
         }
     }
-    KvCache cache() { return KvCache{kc.data(), vc.data(), table.empty() ? nullptr : table.data()}; }
+    KvCache cache() {
+        const int32_t* bt = table.empty() ? nullptr : table.data();
+        if (cd.dtype == DType::s8) return KvCache{k8.data(), v8.data(), bt, ksc.data(), vsc.data()};
+        return KvCache{kc.data(), vc.data(), bt};
+    }
+    // Scale index of (sequence b, position p, head h) in an s8 cache.
+    int64_t srow(int64_t b, int64_t p, int64_t h) const {
+        if (cd.layout == KvLayout::contiguous) return (b * cd.kv_heads + h) * cd.capacity + p;
+        return (static_cast<int64_t>(table[b * cd.max_blocks_per_seq + p / cd.block_size]) * cd.kv_heads + h) *
+                   cd.block_size + p % cd.block_size;
+    }
     // Appends positions [p0, p1) of sequence b (from ks / vs, same dtype) with one call.
     void append(int64_t b, int64_t p0, int64_t p1) {
         const int64_t row = cd.kv_heads * cd.head_dim;
         KvAppendArgs a;
         a.tokens = p1 - p0;
-        a.src_dtype = cd.dtype;
-        const int es = dtype_size(cd.dtype);
+        a.src_dtype = cd.dtype == DType::s8 ? DType::f32 : cd.dtype;
+        const int es = dtype_size(a.src_dtype);
         a.k_new = static_cast<char*>(ks[b].data()) + p0 * row * es;
         a.v_new = static_cast<char*>(vs[b].data()) + p0 * row * es;
         std::vector<int64_t> seq(static_cast<size_t>(a.tokens), b), pos(static_cast<size_t>(a.tokens));
@@ -348,13 +374,30 @@ struct CacheFixture {
         a.seq_ids = seq.data();
         a.positions = pos.data();
         kv_cache_append(cd, cache(), a);
+        if (cd.dtype != DType::s8) return;
+        // Quantization within half a step; the sources become what the cache holds.
+        for (int64_t p = p0; p < p1; ++p)
+            for (int64_t h = 0; h < cd.kv_heads; ++h) {
+                const int64_t r = srow(b, p, h);
+                for (int which = 0; which < 2; ++which) {
+                    Tensor& src = which ? vs[b] : ks[b];
+                    const float sc = (which ? vsc : ksc)[r];
+                    const int8_t* q8 = (which ? v8 : k8).data() + r * cd.head_dim;
+                    for (int64_t e = 0; e < cd.head_dim; ++e) {
+                        const size_t i = static_cast<size_t>((p * cd.kv_heads + h) * cd.head_dim + e);
+                        const float deq = sc * q8[e];
+                        EXPECT_LE(std::fabs(deq - src.value(i)), sc * 0.5001 + 1e-7) << "row " << r << " e " << e;
+                        src.set(i, deq);
+                    }
+                }
+            }
     }
 };
 
 // Queries: n_b per sequence with context ctx_b; returns o (f32) and checks against naive.
 void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::vector<int64_t>& ctx, int64_t q_heads,
                   DType q_dtype, int64_t splits, uint64_t seed, std::vector<float>* out = nullptr,
-                  const std::vector<float>* qin = nullptr) {
+                  const std::vector<float>* qin = nullptr, double atol = kF32Atol, double rtol = kF32Rtol) {
     std::mt19937_64 g(seed);
     const int64_t B = f.cd.batch, hd = f.cd.head_dim, kvh = f.cd.kv_heads;
     std::vector<int64_t> cu(B + 1, 0);
@@ -404,8 +447,8 @@ void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::ve
                 want_lse.push_back(l);
             }
         }
-    EXPECT_TRUE(close(o, want, idx, kF32Atol, kF32Rtol));
-    EXPECT_TRUE(close_lse(lse, want_lse));
+    EXPECT_TRUE(close(o, want, idx, atol, rtol));
+    if (atol == kF32Atol) EXPECT_TRUE(close_lse(lse, want_lse));
     if (out) *out = o.f;
 }
 
@@ -435,6 +478,36 @@ TEST(Attention, DecodeOverCacheContiguousAndPaged) {
                         t7.f = o7;
                         EXPECT_TRUE(close(t7, w, idx, 1e-6, 1e-5));
                     }
+        });
+    }
+    set_num_threads(0);
+}
+
+// s8 cache: append quantizes (checked in CacheFixture::append), decode / chunked prefill over it
+// equal the naive attention of the dequantized cache, and stay near that of the f32 sources.
+TEST(Attention, Int8CacheDecodeAndPrefill) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t seed = 300;
+            for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+                for (int64_t hd : {128, 80}) {
+                    SCOPED_TRACE(std::string(kv_layout_name(layout)) + " hd=" + std::to_string(hd));
+                    const int64_t cap = kSanitized ? 200 : 530, bs = 32;
+                    CacheFixture f(layout, DType::s8, 3, 2, hd, cap, bs, seed++);
+                    const std::vector<Tensor> k0 = f.ks, v0 = f.vs;  // unquantized
+                    const std::vector<int64_t> ctx = {1, cap / 2 + 17, cap};
+                    for (int64_t b = 0; b < 3; ++b) f.append(b, 0, ctx[b]);
+                    check_cached(f, {1, 1, 1}, ctx, 8, DType::f32, 1, seed);
+                    check_cached(f, {1, 1, 1}, ctx, 8, DType::bf16, 0, seed);  // split over threads
+                    check_cached(f, {1, 9, 23}, ctx, 4, DType::f32, 0, seed);  // chunked prefill (>= 16 rows)
+                    const std::vector<Tensor> kd = f.ks, vd = f.vs;
+                    f.ks = k0;
+                    f.vs = v0;
+                    check_cached(f, {1, 1, 1}, ctx, 8, DType::f32, 0, seed, nullptr, nullptr, kS8QuantAtol, 0.0);
+                    f.ks = kd;
+                    f.vs = vd;
+                }
         });
     }
     set_num_threads(0);
@@ -708,6 +781,144 @@ TEST(Attention, CApiDecodeMatchesCpp) {
 }
 
 // ---- plans ---------------------------------------------------------------------------------------
+
+// The full-form C API: an s8 cache filled by xk_kv_cache_append_ex (RoPE fused) equals the C++
+// append, xk_cached_attention_plan_run equals cached_attention, xk_attention_plan_run equals
+// xk_attention_f32; rejected calls name the argument, write nothing and give no plan.
+TEST(Attention, CApiPlansAppendExS8) {
+    const int64_t B = 2, H = 2, hd = 64, cap = 48, T = 30;
+    CacheFixture f(KvLayout::paged, DType::s8, B, H, hd, cap, 16, 21);
+    xk_kv_cache_desc cd;
+    xk_kv_cache_desc_init(&cd);
+    cd.layout = XK_KV_PAGED;
+    cd.dtype = XK_DTYPE_S8;
+    cd.batch = B;
+    cd.kv_heads = H;
+    cd.head_dim = hd;
+    cd.block_size = 16;
+    cd.num_blocks = f.cd.num_blocks;
+    cd.max_blocks_per_seq = f.cd.max_blocks_per_seq;
+    int64_t ne = 0, ns = 0, cp = 0;
+    ASSERT_EQ(xk_kv_cache_sizes(&cd, &ne, &ns, &cp), XK_SUCCESS);
+    EXPECT_EQ(ne, kv_cache_elements(f.cd));
+    EXPECT_EQ(ns, kv_cache_scale_elements(f.cd));
+    EXPECT_EQ(cp, cap);
+    std::mt19937_64 g(5);
+    std::vector<float> kn(T * H * hd), vn(kn.size()), cs(cap * 32);
+    for (auto& x : kn) x = rnd(g);
+    for (auto& x : vn) x = rnd(g);
+    for (auto& x : cs) x = rnd(g);
+    std::vector<int64_t> seq(T), pos(T);
+    for (int64_t t = 0; t < T; ++t) seq[t] = t % 2, pos[t] = t / 2;
+    KvAppendArgs a;
+    a.tokens = T;
+    a.k_new = kn.data();
+    a.v_new = vn.data();
+    a.seq_ids = seq.data();
+    a.positions = pos.data();
+    a.rope_cos_sin = cs.data();
+    a.rope_max_position = cap;
+    a.rope_rotary_dim = 32;
+    a.rope_style = RopeStyle::gptj;
+    kv_cache_append(f.cd, f.cache(), a);
+    std::vector<int8_t> k2(f.k8.size(), 0), v2(f.v8.size(), 0);
+    std::vector<float> ks2(f.ksc.size(), 0.0f), vs2(f.vsc.size(), 0.0f);
+    xk_kv_cache cc{k2.data(), v2.data(), f.table.data(), ks2.data(), vs2.data()};
+    xk_kv_append_args ca;
+    xk_kv_append_args_init(&ca);
+    ca.tokens = T;
+    ca.src_dtype = XK_DTYPE_F32;
+    ca.k_new = kn.data();
+    ca.v_new = vn.data();
+    ca.seq_ids = seq.data();
+    ca.positions = pos.data();
+    ca.rope_cos_sin = cs.data();
+    ca.rope_max_position = cap;
+    ca.rope_rotary_dim = 32;
+    ca.rope_style = XK_ROPE_GPTJ;
+    // Rejected: no k_scale for an s8 cache; a position past the capacity.
+    cc.k_scale = nullptr;
+    EXPECT_EQ(xk_kv_cache_append_ex(&cd, &cc, &ca), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("cache.k_scale"), std::string::npos) << xk_last_error();
+    cc.k_scale = ks2.data();
+    std::vector<int64_t> bad = pos;
+    bad[3] = cap;
+    ca.positions = bad.data();
+    EXPECT_EQ(xk_kv_cache_append_ex(&cd, &cc, &ca), XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("positions[3]"), std::string::npos) << xk_last_error();
+    EXPECT_TRUE(std::all_of(k2.begin(), k2.end(), [](int8_t x) { return x == 0; }));
+    EXPECT_TRUE(std::all_of(ks2.begin(), ks2.end(), [](float x) { return x == 0.0f; }));
+    ca.positions = pos.data();
+    ASSERT_EQ(xk_kv_cache_append_ex(&cd, &cc, &ca), XK_SUCCESS) << xk_last_error();
+    EXPECT_EQ(k2, f.k8);
+    EXPECT_EQ(v2, f.v8);
+    EXPECT_EQ(ks2, f.ksc);
+    EXPECT_EQ(vs2, f.vsc);
+    // Cached plan (decode) against cached_attention.
+    std::vector<float> q(B * 4 * hd), o1(q.size()), o2(q.size(), -1.0f);
+    for (auto& x : q) x = rnd(g);
+    std::vector<int64_t> cu = {0, 1, 2}, ctx = {T / 2, T / 2};
+    CachedAttentionDesc d;
+    d.cache = f.cd;
+    d.q_tokens = B;
+    d.q_heads = 4;
+    CachedAttentionArgs ar;
+    ar.q = q.data();
+    ar.o = o1.data();
+    ar.cu_seqlens_q = cu.data();
+    ar.context_lens = ctx.data();
+    ar.cache = f.cache();
+    cached_attention(d, ar);
+    xk_cached_attention_desc pd;
+    xk_cached_attention_desc_init(&pd);
+    pd.cache = cd;
+    pd.q_tokens = B;
+    pd.q_heads = 4;
+    pd.q_dtype = pd.o_dtype = XK_DTYPE_F32;
+    xk_cached_attention_plan* plan = nullptr;
+    pd.q_heads = 5;
+    EXPECT_EQ(xk_cached_attention_plan_create(&pd, &plan), XK_INVALID_ARGUMENT);
+    EXPECT_EQ(plan, nullptr);
+    EXPECT_NE(std::string(xk_last_error()).find("q_heads=5"), std::string::npos) << xk_last_error();
+    pd.q_heads = 4;
+    ASSERT_EQ(xk_cached_attention_plan_create(&pd, &plan), XK_SUCCESS) << xk_last_error();
+    EXPECT_STRNE(xk_cached_attention_plan_impl_name(plan), "");
+    std::vector<int64_t> badctx = {T / 2, cap + 1};
+    EXPECT_EQ(xk_cached_attention_plan_run(plan, &cc, q.data(), o2.data(), nullptr, cu.data(), badctx.data()),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("context_lens[1]"), std::string::npos) << xk_last_error();
+    EXPECT_TRUE(std::all_of(o2.begin(), o2.end(), [](float x) { return x == -1.0f; }));
+    ASSERT_EQ(xk_cached_attention_plan_run(plan, &cc, q.data(), o2.data(), nullptr, cu.data(), ctx.data()), XK_SUCCESS)
+        << xk_last_error();
+    EXPECT_EQ(o1, o2);
+    xk_cached_attention_plan_destroy(plan);
+    // SDPA plan against the one-shot C call.
+    const int64_t L = 37;
+    std::vector<float> sq(L * 4 * hd), sk(L * 2 * hd), sv(sk.size()), so1(sq.size()), so2(sq.size());
+    for (auto& x : sq) x = rnd(g);
+    for (auto& x : sk) x = rnd(g);
+    for (auto& x : sv) x = rnd(g);
+    xk_attention_desc ad;
+    xk_attention_desc_init(&ad);
+    ad.batch = 1;
+    ad.q_tokens = ad.kv_tokens = L;
+    ad.q_heads = 4;
+    ad.kv_heads = 2;
+    ad.head_dim = hd;
+    ad.dtype = ad.o_dtype = XK_DTYPE_F32;
+    ad.causal = 1;
+    xk_attention_plan* sp = nullptr;
+    ASSERT_EQ(xk_attention_plan_create(&ad, &sp), XK_SUCCESS) << xk_last_error();
+    ASSERT_EQ(xk_attention_plan_run(sp, sq.data(), sk.data(), sv.data(), so1.data(), nullptr, nullptr, nullptr, nullptr,
+                                    nullptr),
+              XK_SUCCESS)
+        << xk_last_error();
+    ASSERT_EQ(xk_attention_f32(1, L, L, 4, 2, hd, sq.data(), sk.data(), sv.data(), so2.data(), nullptr, nullptr, nullptr,
+                               0.0f, 1, 0, nullptr, 0),
+              XK_SUCCESS);
+    EXPECT_EQ(so1, so2);
+    xk_attention_plan_destroy(sp);
+}
 
 TEST(Attention, PlansEqualOneShotAndValidateOnce) {
     for_each_isa([&](Isa) {

@@ -6,6 +6,7 @@
 #ifndef XK_C_ATTENTION_H
 #define XK_C_ATTENTION_H
 #include "xk/xk.h"
+#include "xk/c/rope.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,7 +18,7 @@ typedef enum xk_kv_layout XK_ENUM_INT {
 
 typedef struct xk_kv_cache_desc {
     xk_kv_layout layout;
-    xk_dtype dtype;             /* XK_DTYPE_F32 or XK_DTYPE_BF16 */
+    xk_dtype dtype;             /* XK_DTYPE_F32, XK_DTYPE_BF16 or XK_DTYPE_S8 (int8 + scales: xk_kv_cache) */
     int64_t batch, kv_heads, head_dim;
     int64_t capacity;           /* contiguous */
     int64_t block_size;         /* paged: 16, 32 or 64 */
@@ -54,6 +55,78 @@ xk_status xk_attention_bf16(int64_t batch, int64_t q_tokens, int64_t kv_tokens, 
                             int64_t head_dim, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* o,
                             float* lse, const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, float scale,
                             int causal, int64_t causal_offset, const float* mask, int64_t mask_stride);
+
+/* ---- full form: cache buffers, RoPE-fused append, plans (mirror xk::KvCache, KvAppendArgs,
+ * AttentionPlan, CachedAttentionPlan; packed q / k / v / o and new K / V rows) ---------------- */
+
+/* A cache's buffers. s8 caches: k_scale / v_scale hold one f32 per (token, kv head) row
+ * (xk_kv_cache_sizes' scale_elements each; row value = scale * int8); NULL for f32 / bf16. */
+typedef struct xk_kv_cache {
+    void* k;
+    void* v;
+    const int32_t* block_table; /* paged only */
+    float* k_scale;
+    float* v_scale;
+} xk_kv_cache;
+
+/* Elements of one K / V buffer, scales per buffer (s8), tokens per sequence; any may be NULL. */
+xk_status xk_kv_cache_sizes(const xk_kv_cache_desc* desc, int64_t* elements, int64_t* scale_elements,
+                            int64_t* capacity);
+
+typedef struct xk_kv_append_args {
+    int64_t tokens;
+    xk_dtype src_dtype;         /* XK_DTYPE_F32 or XK_DTYPE_BF16 */
+    const void* k_new;          /* [tokens x kv_heads x head_dim] packed */
+    const void* v_new;
+    const int64_t* seq_ids;     /* [tokens] */
+    const int64_t* positions;   /* [tokens] */
+    const float* rope_cos_sin;  /* optional: f32 [rope_max_position x rotary_dim]; NULL = no RoPE */
+    int64_t rope_max_position;
+    int64_t rope_rotary_dim;    /* even, <= head_dim; 0 = head_dim */
+    xk_rope_style rope_style;
+} xk_kv_append_args;
+/* Zeroes args (fields may be added). */
+void xk_kv_append_args_init(xk_kv_append_args* args);
+/* xk_kv_cache_append with the cache as xk_kv_cache (s8 caches) and RoPE fused on K. */
+xk_status xk_kv_cache_append_ex(const xk_kv_cache_desc* desc, const xk_kv_cache* cache, const xk_kv_append_args* args);
+
+typedef struct xk_cached_attention_desc {
+    xk_kv_cache_desc cache;
+    int64_t q_tokens, q_heads;
+    xk_dtype q_dtype, o_dtype; /* F32 or BF16 */
+    float scale;               /* 0 = 1/sqrt(head_dim) */
+    int64_t kv_splits;         /* 0 = automatic, 1 = never split */
+} xk_cached_attention_desc;
+void xk_cached_attention_desc_init(xk_cached_attention_desc* desc);
+
+typedef struct xk_cached_attention_plan xk_cached_attention_plan; /* opaque */
+/* Validates desc and selects the kernel once; *plan = NULL on failure. */
+xk_status xk_cached_attention_plan_create(const xk_cached_attention_desc* desc, xk_cached_attention_plan** plan);
+void xk_cached_attention_plan_destroy(xk_cached_attention_plan* plan); /* NULL is a no-op */
+/* Safe to call from several threads at once on one plan. lse may be NULL. */
+xk_status xk_cached_attention_plan_run(const xk_cached_attention_plan* plan, const xk_kv_cache* cache, const void* q,
+                                       void* o, float* lse, const int64_t* cu_seqlens_q, const int64_t* context_lens);
+const char* xk_cached_attention_plan_impl_name(const xk_cached_attention_plan* plan); /* "" for NULL */
+
+typedef struct xk_attention_desc {
+    int64_t batch, q_tokens, kv_tokens, q_heads, kv_heads, head_dim;
+    xk_dtype dtype, o_dtype; /* F32 or BF16 */
+    float scale;             /* 0 = 1/sqrt(head_dim) */
+    int causal;
+    int64_t causal_offset;
+    int has_mask;            /* f32 mask [q_tokens x mask_stride] given to run */
+    int64_t mask_stride;     /* 0 = kv_tokens */
+} xk_attention_desc;
+void xk_attention_desc_init(xk_attention_desc* desc);
+
+typedef struct xk_attention_plan xk_attention_plan; /* opaque */
+xk_status xk_attention_plan_create(const xk_attention_desc* desc, xk_attention_plan** plan);
+void xk_attention_plan_destroy(xk_attention_plan* plan); /* NULL is a no-op */
+/* cu_seqlens may be NULL when batch == 1; seqused_k, lse and (without has_mask) mask may be NULL. */
+xk_status xk_attention_plan_run(const xk_attention_plan* plan, const void* q, const void* k, const void* v, void* o,
+                                float* lse, const float* mask, const int64_t* cu_seqlens_q,
+                                const int64_t* cu_seqlens_k, const int64_t* seqused_k);
+const char* xk_attention_plan_impl_name(const xk_attention_plan* plan); /* "" for NULL */
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -283,7 +284,8 @@ std::shared_ptr<const AttnKernel> select_kernel(int64_t head_dim, DType kv_dtype
 void check_cache_desc(const char* fn, const KvCacheDesc& c) {
     if (c.layout != KvLayout::contiguous && c.layout != KvLayout::paged)
         fail_arg(fn, "cache.layout", std::to_string(static_cast<int>(c.layout)), "is not a KvLayout (contiguous=0, paged=1)");
-    check_io_dtype(fn, "cache.dtype", c.dtype);
+    if (c.dtype != DType::f32 && c.dtype != DType::bf16 && c.dtype != DType::s8)
+        fail_arg(fn, "cache.dtype", dtype_name(c.dtype), "must be f32, bf16 or s8");
     check_positive(fn, "cache.batch", c.batch);
     check_positive(fn, "cache.kv_heads", c.kv_heads);
     check_positive(fn, "cache.head_dim", c.head_dim);
@@ -306,6 +308,10 @@ void check_cache_ptrs(const char* fn, const KvCacheDesc& c, const KvCache& k) {
     check_not_null(fn, "cache.k", k.k);
     check_not_null(fn, "cache.v", k.v);
     if (c.layout == KvLayout::paged) check_not_null(fn, "cache.block_table", k.block_table);
+    if (c.dtype == DType::s8) {
+        check_not_null(fn, "cache.k_scale", k.k_scale);
+        check_not_null(fn, "cache.v_scale", k.v_scale);
+    }
 }
 
 // The block of token `pos` of sequence `b`, checked against the pool.
@@ -322,22 +328,35 @@ AttnKvSource cache_source(const KvCacheDesc& c, const KvCache& k, int64_t b, int
     AttnKvSource s;
     const int es = dtype_size(c.dtype);
     s.k_stride = s.v_stride = c.head_dim;
+    int64_t srow = 0;  // scale index of the head's first row
     if (c.layout == KvLayout::contiguous) {
-        const int64_t off = ((b * c.kv_heads + h) * c.capacity) * c.head_dim * es;
-        s.k = static_cast<const char*>(k.k) + off;
-        s.v = static_cast<const char*>(k.v) + off;
+        srow = (b * c.kv_heads + h) * c.capacity;
     } else {
-        const int64_t off = h * c.block_size * c.head_dim * es;
-        s.k = static_cast<const char*>(k.k) + off;
-        s.v = static_cast<const char*>(k.v) + off;
+        srow = h * c.block_size;
         s.blocks = k.block_table + b * c.max_blocks_per_seq;
         s.block_size = c.block_size;
         s.block_elems = c.kv_heads * c.block_size * c.head_dim;
+        s.scale_block_elems = c.kv_heads * c.block_size;
+    }
+    s.k = static_cast<const char*>(k.k) + srow * c.head_dim * es;
+    s.v = static_cast<const char*>(k.v) + srow * c.head_dim * es;
+    if (c.dtype == DType::s8) {
+        s.k_scale = k.k_scale + srow;
+        s.v_scale = k.v_scale + srow;
     }
     return s;
 }
 
 }  // namespace
+
+int64_t attn_prefetch_tiles() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_ATTN_PF");
+        if (!e || !*e) return int64_t{4};
+        return std::clamp<int64_t>(std::atoll(e), 0, 64);
+    }();
+    return v;
+}
 
 std::string AttnKernelDesc::key() const {
     return "head_dim=" + std::to_string(head_dim) + ",kv=" + dtype_name(kv_dtype);
@@ -351,7 +370,9 @@ const Registry<AttnKernelDesc, AttnKernel>& attention_registry() {
              [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
              create_attention_avx512},
             {"intr:avx2", Isa::avx2,
-             [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
+             [](const AttnKernelDesc& kd) {
+                 return kd.head_dim % 16 == 0 && kd.head_dim <= 256 && kd.kv_dtype != DType::s8;
+             },
              create_attention_avx2},
             {"ref:scalar", Isa::scalar, nullptr,
              [](const AttnKernelDesc& kd) -> std::shared_ptr<const AttnKernel> { return std::make_shared<RefAttention>(kd); }},
@@ -366,6 +387,11 @@ using namespace detail;
 int64_t kv_cache_capacity(const KvCacheDesc& c) {
     check_cache_desc("xk::kv_cache_capacity", c);
     return c.layout == KvLayout::contiguous ? c.capacity : c.max_blocks_per_seq * c.block_size;
+}
+
+int64_t kv_cache_scale_elements(const KvCacheDesc& c) {
+    check_cache_desc("xk::kv_cache_scale_elements", c);
+    return c.layout == KvLayout::contiguous ? c.batch * c.kv_heads * c.capacity : c.num_blocks * c.kv_heads * c.block_size;
 }
 
 int64_t kv_cache_elements(const KvCacheDesc& c) {
@@ -424,7 +450,7 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
     const int64_t head_step = (c.layout == KvLayout::contiguous ? c.capacity : c.block_size) * c.head_dim;
     const int64_t hd = c.head_dim;
     parallel_for(a.tokens, std::max<int64_t>(1, 4096 / (c.kv_heads * hd)), [&](int64_t tb, int64_t te) {
-        std::vector<float> row(rope ? static_cast<size_t>(hd) : 0);
+        std::vector<float> row(rope || c.dtype == DType::s8 ? static_cast<size_t>(hd) : 0);
         for (int64_t t = tb; t < te; ++t)
             for (int64_t h = 0; h < c.kv_heads; ++h)
                 for (int which = 0; which < 2; ++which) {
@@ -432,23 +458,36 @@ void kv_cache_append(const KvCacheDesc& c, const KvCache& cache, const KvAppendA
                     const int64_t soff = which ? t * vts + h * vhs : t * kts + h * khs;
                     const int64_t doff = dst[t] + h * head_step;
                     void* base = which ? cache.v : cache.k;
-                    if (rope && which == 0) {  // K rotated at its position, stored rounded once
+                    if ((rope && which == 0) || c.dtype == DType::s8) {  // through fp32: RoPE, int8 quantization
                         for (int64_t i = 0; i < hd; ++i) row[i] = load_el(src, soff + i, a.src_dtype);
-                        const float* cs = a.rope_cos_sin + a.positions[t] * rdim;
-                        const int64_t half = rdim / 2;
-                        for (int64_t i = 0; i < half; ++i) {
-                            const int64_t i1 = a.rope_style == RopeStyle::neox ? i : 2 * i;
-                            const int64_t i2 = a.rope_style == RopeStyle::neox ? i + half : 2 * i + 1;
-                            const float x1 = row[i1], x2 = row[i2], co = cs[i], si = cs[half + i];
-                            row[i1] = x1 * co - x2 * si;
-                            row[i2] = x2 * co + x1 * si;
+                        if (rope && which == 0) {  // K rotated at its position, stored rounded once
+                            const float* cs = a.rope_cos_sin + a.positions[t] * rdim;
+                            const int64_t half = rdim / 2;
+                            for (int64_t i = 0; i < half; ++i) {
+                                const int64_t i1 = a.rope_style == RopeStyle::neox ? i : 2 * i;
+                                const int64_t i2 = a.rope_style == RopeStyle::neox ? i + half : 2 * i + 1;
+                                const float x1 = row[i1], x2 = row[i2], co = cs[i], si = cs[half + i];
+                                row[i1] = x1 * co - x2 * si;
+                                row[i2] = x2 * co + x1 * si;
+                            }
                         }
                         if (c.dtype == DType::f32) {
                             float* d = static_cast<float*>(base) + doff;
                             for (int64_t i = 0; i < hd; ++i) d[i] = row[i];
-                        } else {
+                        } else if (c.dtype == DType::bf16) {
                             uint16_t* d = static_cast<uint16_t*>(base) + doff;
                             for (int64_t i = 0; i < hd; ++i) d[i] = bf16(row[i]).bits;
+                        } else {  // s8: symmetric per row, scale = max|x| / 127
+                            float amax = 0.0f;
+                            for (int64_t i = 0; i < hd; ++i) amax = std::max(amax, std::fabs(row[i]));
+                            const float sc = amax / 127.0f;
+                            const float inv = sc > 0.0f ? 1.0f / sc : 0.0f;
+                            int8_t* d = static_cast<int8_t*>(base) + doff;
+                            for (int64_t i = 0; i < hd; ++i) {
+                                const float x = std::nearbyint(row[i] * inv);
+                                d[i] = x == x ? static_cast<int8_t>(std::clamp(x, -127.0f, 127.0f)) : int8_t{0};
+                            }
+                            (which ? cache.v_scale : cache.k_scale)[doff / hd] = sc;
                         }
                     } else if (c.dtype == DType::f32) {
                         float* d = static_cast<float*>(base) + doff;

@@ -34,7 +34,16 @@ struct AttnKvSource {
     const int32_t* blocks = nullptr;     // paged: the sequence's block-table row
     int64_t block_size = 0;              // paged: a multiple of kAttnTile
     int64_t block_elems = 0;             // paged: elements between blocks of the pool
+    // s8 only: the scale of key j's row at k_scale[j] (paged: k_scale[blocks[j / block_size] *
+    // scale_block_elems + j % block_size]), likewise v_scale (already offset to the kv head).
+    const float* k_scale = nullptr;
+    const float* v_scale = nullptr;
+    int64_t scale_block_elems = 0;
 };
+
+inline int64_t attn_scale_index(const AttnKvSource& s, int64_t j) {
+    return s.blocks ? static_cast<int64_t>(s.blocks[j / s.block_size]) * s.scale_block_elems + j % s.block_size : j;
+}
 
 // Keys are processed in tiles of kAttnTile; a task's key range starts at a multiple of it, so a
 // tile never crosses a block of a paged cache.
@@ -55,8 +64,12 @@ struct AttnTask {
 
 // Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
 // (64 keys x head_dim each) and its [rows x 64] scores.
+// Keys per softmax step of the decode path (rows < 16): a multiple of kAttnTile.
+constexpr int64_t kAttnDecodeChunk = 256;
+
 inline int64_t attn_scratch_floats(int64_t rows, int64_t head_dim) {
-    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64;
+    return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64 +
+           (rows < 16 ? rows * kAttnDecodeChunk : 0);
 }
 
 struct AttnKernel {
@@ -68,11 +81,15 @@ struct AttnKernel {
 
 const Registry<AttnKernelDesc, AttnKernel>& attention_registry();
 
+// Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
+// clamped to [0, 64]), else 4. A tuning knob for the device runs.
+int64_t attn_prefetch_tiles();
+
 // Reference (specification): plain fp32 loops, the whole range at once (two passes).
 void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, float* l, float* acc);
 
-// Vector kernels (attn_avx512.cpp, attn_avx2.cpp): head_dim a multiple of 16 (avx512) / 8 (avx2),
-// up to 256.
+// Vector kernels (attn_avx512.cpp, attn_avx2.cpp): head_dim a multiple of 16, up to 256; s8
+// caches: avx512 only (the decode code for every row count).
 std::shared_ptr<const AttnKernel> create_attention_avx512(const AttnKernelDesc& kd);
 std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd);
 

@@ -22,6 +22,9 @@ struct V256 {
     static constexpr int kDotChunks = 4;
     static constexpr int kPvRows = 4;
     static constexpr bool kPvWide = false;  // 4 vectors of head_dim x 6 rows in the P.V loop
+    static constexpr bool kKeyBlocked = false;  // dots one key at a time (16 ymm registers)
+    static inline reg reduce4(reg a, reg, reg, reg) { return a; }           // (unused: kKeyBlocked)
+    static inline void reduce_final(const float*, int64_t, float*) {}
     static inline reg zero() { return _mm256_setzero_ps(); }
     static inline reg set1(float v) { return _mm256_set1_ps(v); }
     static inline reg load(const float* p) { return _mm256_loadu_ps(p); }

@@ -27,6 +27,7 @@ struct V512 {
     static constexpr int kDotChunks = 8;
     static constexpr int kPvRows = 8;
     static constexpr bool kPvWide = true;  // 4 vectors of head_dim x 6 rows in the P.V loop
+    static constexpr bool kKeyBlocked = true;  // decode dots: 4 keys x up to 4 rows (attn_dots4)
     static inline reg zero() { return _mm512_setzero_ps(); }
     static inline reg set1(float v) { return _mm512_set1_ps(v); }
     static inline reg load(const float* p) { return _mm512_loadu_ps(p); }
@@ -34,6 +35,9 @@ struct V512 {
     static inline reg loadkv(const uint16_t* p) {
         return _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    }
+    static inline reg loadkv(const int8_t* p) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     }
     static inline void loadkv_pair(const float* p, reg& a, reg& b) {
         a = _mm512_loadu_ps(p);
@@ -77,6 +81,24 @@ struct V512 {
         const __m256 b0 = _mm256_hadd_ps(a0, a1), b1 = _mm256_hadd_ps(a2, a3);
         return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
     }
+    // Keys a, b, c, d -> per 128-bit lane L: [sum a_L, sum b_L, sum c_L, sum d_L] (4 lanes each).
+    static inline reg reduce4(reg a, reg b, reg c, reg d) {
+        const reg t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        const reg t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+        return _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    // u[g*ustride ...] (g < 4) from reduce4 of keys 4g..4g+3 -> out[0..16): the 16 full sums.
+    static inline void reduce_final(const float* u, int64_t ustride, float* out) {
+        const reg u0 = _mm512_loadu_ps(u), u1 = _mm512_loadu_ps(u + ustride);
+        const reg u2 = _mm512_loadu_ps(u + 2 * ustride), u3 = _mm512_loadu_ps(u + 3 * ustride);
+        const reg w0 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+        const reg w1 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(3, 1, 3, 1)));
+        _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                            _mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1))));
+    }
     // out[j] = sum of the 16 lanes of z[j*16 ...], j < 16.
     static inline void reduce_tile(const float* z, float* out) {
         __m256 y[16];
@@ -114,7 +136,9 @@ void prefill_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
 
 void run_avx512(DType kv, const AttnTask& t, float* m, float* l, float* acc) {
     const bool many = t.tokens * t.group >= kPrefillRows;
-    if (kv == DType::bf16) {
+    if (kv == DType::s8) {  // int8 cache: the decode code for every row count
+        attn_dispatch<V512, int8_t>(t, m, l, acc);
+    } else if (kv == DType::bf16) {
         if (many)
             prefill_dispatch<uint16_t>(t, m, l, acc);
         else

@@ -41,32 +41,66 @@ inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     for (int i = 0; i < NB; ++i) V::store(z + i * 16 * V::W, a[i]);
 }
 
-template <class V, class T, int NB, int CV, int NC>
-inline void attn_pv(float* acc, int64_t hd, const float* P, const float* corr, const T* vt, int64_t vs, int64_t n,
-                    int c0) {
-    typename V::reg a[NB][CV];
-    for (int i = 0; i < NB; ++i) {
-        const typename V::reg cr = V::set1(corr[i]);
-        for (int c = 0; c < CV; ++c) a[i][c] = V::mul(V::load(acc + i * hd + (c0 + c) * V::W), cr);
-    }
-    for (int64_t jj = 0; jj < n; ++jj) {
-        typename V::reg vr[CV];
-        if constexpr (attn_pair<T, NC> && CV % 2 == 0) {
-            for (int c = 0; c < CV; c += 2) V::loadkv_pair(vt + jj * vs + (c0 + c) * V::W, vr[c], vr[c + 1]);
-        } else {
-            for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * vs + (c0 + c) * V::W);
+// Key-blocked dot products (V::kKeyBlocked, AVX-512): NB q rows x 4 keys at once, so each q chunk
+// is loaded once for 4 keys and NB*4 (x2 for NB <= 2) independent FMA chains hide the latency;
+// each row's 4 vectors are then folded into one (V::reduce4: per 128-bit lane the 4 keys' partial
+// sums) stored at u + i*W.
+template <class V, class T, int NB, int NC>
+inline __attribute__((always_inline)) void attn_dots4(const float* q, int64_t hd, const T* const* kp, float* u) {
+    constexpr bool pair = attn_pair<T, NC>;
+    constexpr int CS = pair ? 2 : 1;
+    constexpr bool dual = NB <= 2;
+    typename V::reg a[NB][4], b[NB][4];
+    for (int i = 0; i < NB; ++i)
+        for (int k = 0; k < 4; ++k) a[i][k] = b[i][k] = V::zero();
+    for (int c = 0; c < NC; c += CS) {
+        typename V::reg ke[4], ko[4];
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (pair)
+                V::loadkv_pair(kp[k] + c * V::W, ke[k], ko[k]);
+            else
+                ke[k] = V::loadkv(kp[k] + c * V::W);
         }
         for (int i = 0; i < NB; ++i) {
-            const typename V::reg p = V::set1(P[i * 16 + jj]);
-            for (int c = 0; c < CV; ++c) a[i][c] = V::fma(p, vr[c], a[i][c]);
+            const typename V::reg qe = V::load(q + i * hd + c * V::W);
+            if constexpr (pair) {
+                const typename V::reg qo = V::load(q + i * hd + (c + 1) * V::W);
+                for (int k = 0; k < 4; ++k) {
+                    a[i][k] = V::fma(qe, ke[k], a[i][k]);
+                    if constexpr (dual)
+                        b[i][k] = V::fma(qo, ko[k], b[i][k]);
+                    else
+                        a[i][k] = V::fma(qo, ko[k], a[i][k]);
+                }
+            } else {
+                for (int k = 0; k < 4; ++k) {
+                    if (dual && (c & 1))
+                        b[i][k] = V::fma(qe, ke[k], b[i][k]);
+                    else
+                        a[i][k] = V::fma(qe, ke[k], a[i][k]);
+                }
+            }
         }
     }
-    for (int i = 0; i < NB; ++i)
-        for (int c = 0; c < CV; ++c) V::store(acc + i * hd + (c0 + c) * V::W, a[i][c]);
+    for (int i = 0; i < NB; ++i) {
+        if constexpr (dual)
+            for (int k = 0; k < 4; ++k) a[i][k] = V::add(a[i][k], b[i][k]);
+        V::store(u + i * V::W, V::reduce4(a[i][0], a[i][1], a[i][2], a[i][3]));
+    }
 }
 
-constexpr int64_t kPrefetchTiles = 4;
-constexpr bool kDecodePrefetch = true;
+// The 16 scores of NB rows (q rows qb) against the tile's keys kt (n of them; the others repeat
+// the last key and are masked later) to out + i*os.
+template <class V, class T, int NB, int NC>
+void attn_scores_tile(const float* qb, int64_t hd, const T* kt, int64_t ks, int64_t n, float* U, float* out,
+                      int64_t os) {
+    for (int g = 0; g < 4; ++g) {
+        const T* kp[4];
+        for (int k = 0; k < 4; ++k) kp[k] = kt + (4 * g + k < n ? 4 * g + k : n - 1) * ks;
+        attn_dots4<V, T, NB, NC>(qb, hd, kp, U + g * 4 * V::W);
+    }
+    for (int i = 0; i < NB; ++i) V::reduce_final(U + i * V::W, 4 * V::W, out + i * os);
+}
 
 template <class T>
 inline void attn_tile_ptrs(const AttnKvSource& kv, const T* kbase, const T* vbase, int64_t j0, const T*& kt,
@@ -81,6 +115,38 @@ inline void attn_tile_ptrs(const AttnKvSource& kv, const T* kbase, const T* vbas
     }
 }
 
+// acc[NB rows x the CV vectors from chunk cv] += P.V over keys [j0, je) (one softmax chunk,
+// several tiles: the accumulators stay in registers across them). P row i at P + i*ps.
+template <class V, class T, int NB, int CV, int NC>
+void attn_pv(float* acc, int64_t hd, const float* P, int64_t ps, const AttnKvSource& kv, const T* vbase, int64_t j0,
+             int64_t je, int cv) {
+    typename V::reg a[NB][CV];
+    for (int i = 0; i < NB; ++i)
+        for (int c = 0; c < CV; ++c) a[i][c] = V::load(acc + i * hd + (cv + c) * V::W);
+    for (int64_t jt = j0; jt < je; jt += 16) {
+        const T* kt;
+        const T* vt;
+        attn_tile_ptrs(kv, vbase, vbase, jt, kt, vt);
+        const int64_t n = je - jt < 16 ? je - jt : 16;
+        const float* Pt = P + (jt - j0);
+        for (int64_t jj = 0; jj < n; ++jj) {
+            typename V::reg vr[CV];
+            if constexpr (attn_pair<T, NC> && CV % 2 == 0) {
+                for (int c = 0; c < CV; c += 2) V::loadkv_pair(vt + jj * kv.v_stride + (cv + c) * V::W, vr[c], vr[c + 1]);
+            } else {
+                for (int c = 0; c < CV; ++c) vr[c] = V::loadkv(vt + jj * kv.v_stride + (cv + c) * V::W);
+            }
+            for (int i = 0; i < NB; ++i) {
+                const typename V::reg p = V::set1(Pt[i * ps + jj]);
+                for (int c = 0; c < CV; ++c) a[i][c] = V::fma(p, vr[c], a[i][c]);
+            }
+        }
+    }
+    for (int i = 0; i < NB; ++i)
+        for (int c = 0; c < CV; ++c) V::store(acc + i * hd + (cv + c) * V::W, a[i][c]);
+}
+
+
 template <class V, class T, int NC>
 void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     constexpr int W = V::W;
@@ -89,8 +155,12 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     constexpr int RB = CV == 4 ? 6 : V::kPvRows;  // rows per block of the P.V loop
     const int64_t hd = static_cast<int64_t>(NC) * W;
     const int64_t R = t.tokens * t.group;
-    float* S = t.scratch;        // [R x 16]: scores, then probabilities
-    float* corr = S + R * 16;    // [R]
+    // Keys are taken in chunks of CH (decode: 256; a tile of 16 when the rows are many): scores of
+    // the whole chunk first, then one softmax step per row, then P.V — the running state is
+    // corrected once per chunk instead of once per tile.
+    const int64_t CH = R < 16 ? kAttnDecodeChunk : 16;
+    float* S = t.scratch;        // [R x CH]: scores, then probabilities
+    float* corr = S + R * CH;    // [R]
     float* z = corr + R + 16;    // [8 x 16 x W] dot vectors
     const float ninf = -__builtin_inff();
     constexpr bool pair = attn_pair<T, NC>;
@@ -120,15 +190,19 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);
     const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(T));
-    for (int64_t j0 = t.j_begin; j0 < jmax; j0 += 16) {
-        const int64_t n = jmax - j0 < 16 ? jmax - j0 : 16;
+    const int64_t pf_tiles = attn_prefetch_tiles();
+    for (int64_t c0 = t.j_begin; c0 < jmax; c0 += CH) {
+      const int64_t ce = jmax - c0 < CH ? jmax : c0 + CH;
+      // Phase 1: the chunk's scores, S[r*CH + j - c0] (masked lanes -inf).
+      for (int64_t j0 = c0; j0 < ce; j0 += 16) {
+        const int64_t n = ce - j0 < 16 ? ce - j0 : 16;
         const T* kt;
         const T* vt;
         attn_tile_ptrs(t.kv, kbase, vbase, j0, kt, vt);
         // Prefetch the keys / values kPrefetchTiles tiles ahead (decode is a stream through DRAM;
         // the hardware prefetchers alone leave it latency-bound).
-        const int64_t jp = j0 + 16 * kPrefetchTiles;
-        if (kDecodePrefetch && R < 16 && jp < jmax) {  // (prefill tiles are reused by many rows: no prefetch)
+        const int64_t jp = j0 + 16 * pf_tiles;
+        if (pf_tiles > 0 && R < 16 && jp < jmax) {  // (prefill tiles are reused by many rows: no prefetch)
             const T* kp;
             const T* vp;
             attn_tile_ptrs(t.kv, kbase, vbase, jp, kp, vp);
@@ -140,6 +214,21 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
         }
         // Scores.
+        if constexpr (V::kKeyBlocked) {
+            float* U = z;  // [4 rows x 4 key groups x W]
+            for (int64_t rb = 0; rb < R; rb += 4) {
+                const int64_t nb = R - rb < 4 ? R - rb : 4;
+                const float* qb = q + rb * hd;
+                float* so = S + rb * CH + (j0 - c0);
+                const int64_t ks = t.kv.k_stride;
+                switch (nb) {
+                    case 1: attn_scores_tile<V, T, 1, NC>(qb, hd, kt, ks, n, U, so, CH); break;
+                    case 2: attn_scores_tile<V, T, 2, NC>(qb, hd, kt, ks, n, U, so, CH); break;
+                    case 3: attn_scores_tile<V, T, 3, NC>(qb, hd, kt, ks, n, U, so, CH); break;
+                    default: attn_scores_tile<V, T, 4, NC>(qb, hd, kt, ks, n, U, so, CH); break;
+                }
+            }
+        } else
         for (int64_t rb = 0; rb < R; rb += 8) {
             const int64_t nb = R - rb < 8 ? R - rb : 8;
             const float* qb = q + rb * hd;
@@ -159,8 +248,18 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
             }
             for (int64_t i = 0; i < nb; ++i) {
                 for (int64_t jj = n; jj < 16; ++jj) V::store(z + (i * 16 + jj) * W, V::zero());
-                V::reduce_tile(z + i * 16 * W, S + (rb + i) * 16);
+                V::reduce_tile(z + i * 16 * W, S + (rb + i) * CH + (j0 - c0));
             }
+        }
+        if constexpr (sizeof(T) == 1) {  // s8 cache: s *= the keys' scales
+            float ksc[16];
+            const float* kscp = t.kv.k_scale + attn_scale_index(t.kv, j0);
+            for (int64_t jj = 0; jj < 16; ++jj) ksc[jj] = jj < n ? kscp[jj] : 0.0f;
+            for (int64_t r = 0; r < R; ++r)
+                for (int k = 0; k < 16 / W; ++k) {
+                    float* sp = S + r * CH + (j0 - c0) + k * W;
+                    V::store(sp, V::mul(V::load(sp), V::load(ksc + k * W)));
+                }
         }
         // Mask (only where some lane of the tile is not plainly visible).
         const bool plain = !t.mask && n == 16 && j0 + 16 <= lim_min;
@@ -169,7 +268,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 const int64_t tok = r / t.group;
                 const int64_t lim = t.limit[tok];
                 const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
-                float* s = S + r * 16;
+                float* s = S + r * CH + (j0 - c0);
                 for (int64_t jj = 0; jj < 16; ++jj) {
                     if (jj >= n || j0 + jj >= lim)
                         s[jj] = ninf;
@@ -178,54 +277,76 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
             }
         }
-        // Online softmax.
-        for (int64_t r = 0; r < R; ++r) {
-            float* s = S + r * 16;
-            typename V::reg sv[16 / W];
-            typename V::reg mx = V::set1(ninf);
-            for (int k = 0; k < 16 / W; ++k) {
-                sv[k] = V::load(s + k * W);
-                mx = V::max(mx, sv[k]);
-            }
-            const float mt = V::hmax(mx);
-            const float mo = m[r];
-            const float mn = mo > mt ? mo : mt;
-            if (mn == ninf) {  // nothing visible yet
-                for (int k = 0; k < 16 / W; ++k) V::store(s + k * W, V::zero());
-                corr[r] = 1.0f;
-                continue;
-            }
-            const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
-            typename V::reg sum = V::zero();
-            const typename V::reg mnv = V::set1(mn);
-            for (int k = 0; k < 16 / W; ++k) {
-                const typename V::reg p = V::exp_masked(V::sub(sv[k], mnv), sv[k]);
-                sum = V::add(sum, p);
-                V::store(s + k * W, p);
-            }
-            l[r] = l[r] * c + V::hsum(sum);
-            corr[r] = c;
-            m[r] = mn;
-        }
-        // Values.
-        for (int c0 = 0; c0 < NC; c0 += CV) {
-            for (int64_t rb = 0; rb < R; rb += RB) {
-                const int64_t nb = R - rb < RB ? R - rb : RB;
-                float* ab = acc + rb * hd;
-                const float* Pb = S + rb * 16;
-                const float* cb = corr + rb;
-                switch (nb) {
-                    case 1: attn_pv<V, T, 1, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    case 2: attn_pv<V, T, 2, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    case 3: attn_pv<V, T, 3, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    case 4: attn_pv<V, T, 4, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    case 5: attn_pv<V, T, (RB >= 5 ? 5 : 4), CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    case 6: attn_pv<V, T, (RB >= 6 ? 6 : 4), CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    case 7: attn_pv<V, T, (RB >= 7 ? 7 : 4), CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                    default: attn_pv<V, T, RB, CV, NC>(ab, hd, Pb, cb, vt, t.kv.v_stride, n, c0); break;
-                }
-            }
-        }
+      }
+      // Phase 2: online softmax once per chunk: per row the chunk max, the correction of the
+      // running state, p = exp(s - m) (masked lanes exactly 0), l updated.
+      const int64_t nvec = (ce - c0 + 15) / 16 * (16 / W);
+      bool rescale = false;
+      for (int64_t r = 0; r < R; ++r) {
+          float* s = S + r * CH;
+          typename V::reg mx = V::set1(ninf);
+          for (int64_t k = 0; k < nvec; ++k) mx = V::max(mx, V::load(s + k * W));
+          const float mt = V::hmax(mx);
+          const float mo = m[r];
+          const float mn = mo > mt ? mo : mt;
+          if (mn == ninf) {  // nothing visible yet
+              for (int64_t k = 0; k < nvec; ++k) V::store(s + k * W, V::zero());
+              corr[r] = 1.0f;
+              continue;
+          }
+          const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
+          typename V::reg sum = V::zero();
+          const typename V::reg mnv = V::set1(mn);
+          for (int64_t k = 0; k < nvec; ++k) {
+              const typename V::reg sv = V::load(s + k * W);
+              const typename V::reg p = V::exp_masked(V::sub(sv, mnv), sv);
+              sum = V::add(sum, p);
+              V::store(s + k * W, p);
+          }
+          l[r] = l[r] * c + V::hsum(sum);
+          corr[r] = c;
+          m[r] = mn;
+          rescale |= c != 1.0f;
+      }
+      if (rescale)
+          for (int64_t r = 0; r < R; ++r)
+              if (corr[r] != 1.0f) {
+                  const typename V::reg cr = V::set1(corr[r]);
+                  for (int64_t k = 0; k < hd / W; ++k) V::store(acc + r * hd + k * W, V::mul(V::load(acc + r * hd + k * W), cr));
+              }
+      if constexpr (sizeof(T) == 1) {  // s8 cache: p *= the values' scales (l keeps the plain p)
+          for (int64_t j0 = c0; j0 < ce; j0 += 16) {
+              const int64_t n = ce - j0 < 16 ? ce - j0 : 16;
+              float vsc[16];
+              const float* vscp = t.kv.v_scale + attn_scale_index(t.kv, j0);
+              for (int64_t jj = 0; jj < 16; ++jj) vsc[jj] = jj < n ? vscp[jj] : 0.0f;
+              for (int64_t r = 0; r < R; ++r)
+                  for (int k = 0; k < 16 / W; ++k) {
+                      float* pp = S + r * CH + (j0 - c0) + k * W;
+                      V::store(pp, V::mul(V::load(pp), V::load(vsc + k * W)));
+                  }
+          }
+      }
+      // Phase 3: acc += P.V over the chunk.
+      for (int cv = 0; cv < NC; cv += CV) {
+          for (int64_t rb = 0; rb < R; rb += RB) {
+              const int64_t nb = R - rb < RB ? R - rb : RB;
+              float* ab = acc + rb * hd;
+              const float* Pb = S + rb * CH;
+#define XK_PV(k) attn_pv<V, T, k, CV, NC>(ab, hd, Pb, CH, t.kv, vbase, c0, ce, cv)
+              switch (nb) {
+                  case 1: XK_PV(1); break;
+                  case 2: XK_PV(2); break;
+                  case 3: XK_PV(3); break;
+                  case 4: XK_PV(4); break;
+                  case 5: XK_PV((RB >= 5 ? 5 : 4)); break;
+                  case 6: XK_PV((RB >= 6 ? 6 : 4)); break;
+                  case 7: XK_PV((RB >= 7 ? 7 : 4)); break;
+                  default: XK_PV(RB); break;
+              }
+#undef XK_PV
+          }
+      }
     }
     if constexpr (pair) {  // acc back to the natural order
         float* tmp = z;

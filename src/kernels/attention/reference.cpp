@@ -18,6 +18,7 @@ inline const void* kv_row(const AttnKvSource& s, const void* base, int64_t strid
 
 inline float load(const void* p, int64_t d, DType t) {
     if (t == DType::bf16) return bf16::from_bits(static_cast<const uint16_t*>(p)[d]).to_float();
+    if (t == DType::s8) return static_cast<float>(static_cast<const int8_t*>(p)[d]);
     return static_cast<const float*>(p)[d];
 }
 
@@ -40,6 +41,7 @@ void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, 
                 const void* k = kv_row(t.kv, t.kv.k, t.kv.k_stride, j, esize);
                 float dot = 0.0f;
                 for (int64_t d = 0; d < hd; ++d) dot += q[d] * load(k, d, kd.kv_dtype);
+                if (t.kv.k_scale) dot *= t.kv.k_scale[attn_scale_index(t.kv, j)];
                 v = dot;
                 if (t.mask) v += t.mask[tok * t.mask_stride + j];
             }
@@ -56,7 +58,8 @@ void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, 
             const float p = std::exp(sj - mx);
             sum += p;
             const void* v = kv_row(t.kv, t.kv.v, t.kv.v_stride, j, esize);
-            for (int64_t d = 0; d < hd; ++d) a[d] += p * load(v, d, kd.kv_dtype);
+            const float pv = t.kv.v_scale ? p * t.kv.v_scale[attn_scale_index(t.kv, j)] : p;
+            for (int64_t d = 0; d < hd; ++d) a[d] += pv * load(v, d, kd.kv_dtype);
         }
         l[r] = sum;
     }
