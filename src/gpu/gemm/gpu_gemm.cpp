@@ -586,9 +586,16 @@ std::vector<GemmConfig> gemm_candidates(const Context& ctx) {
 
 // The device's candidates for d: on GPUs, where the largest tiles leave most compute units idle
 // (few work-groups) and K is long enough, split-K forms of the smaller tiles too.
+// (Off unless XK_GPU_SPLITK=1: on the H200 the tuner timed 128x4096x4096 split 4 at 0.14 ms of
+// device time, but calls of it took 2.7-12 ms on the host, 10x CLBlast's time; not yet explained.)
+bool splitk_tuning() {
+    const char* e = std::getenv("XK_GPU_SPLITK");
+    return e && std::string(e) == "1";
+}
+
 std::vector<GemmConfig> gemm_candidates(const Context& ctx, const GemmDesc& d) {
     std::vector<GemmConfig> out = gemm_candidates(ctx);
-    if (is_cpu(ctx)) return out;
+    if (is_cpu(ctx) || !splitk_tuning()) return out;
     const int64_t cu = std::max(ctx.device().compute_units, 1);
     const size_t base = out.size();
     for (size_t i = 0; i < base; ++i) {
