@@ -504,8 +504,8 @@ TEST(GemmJit, ZZCoverage) {
         std::printf("[coverage] %s XK_GEMM_SMALL_ZMM variants run:", kZmmSmall);
         for (const auto& [v, n] : runs_per_zmm_variant()) std::printf(" %d (%d cases)", v, n);
         std::printf("\n");
-        for (int v = 0; v < detail::kGemmSmallZmmVariants; ++v)
-            EXPECT_GT(runs_per_zmm_variant()[v], 100) << "XK_GEMM_SMALL_ZMM=" << v;
+        for (int v = 0; v < detail::kGemmSmallZmmVariants; ++v)  // (TSan runs the default tiling only)
+            if (!xk::test::kTsanSweep) EXPECT_GT(runs_per_zmm_variant()[v], 100) << "XK_GEMM_SMALL_ZMM=" << v;
     } else {
         std::printf("[coverage] no AVX-512 here: the %s tilings XK_GEMM_SMALL_ZMM=0..%d generated, not run\n",
                     kZmmSmall, detail::kGemmSmallZmmVariants - 1);
