@@ -683,7 +683,14 @@ void op_sdpa_plan(In& in) {
         const char* wrong = "";
         switch (in.pick(3)) {
             case 0: b.q_heads = d.kv_heads * 2 + 1; b.kv_heads = 2; wrong = "q_heads not a multiple of kv_heads"; break;
-            case 1: b.head_dim = in.bad_size(); wrong = "head_dim bad"; break;
+            // (a huge positive head_dim is a valid descriptor for a plan: only the call's buffers
+            // bound it, so the plan's hostile head_dim is one that is never valid)
+            case 1: {
+                const int64_t v[] = {0, -1, -7, std::numeric_limits<int64_t>::min()};
+                b.head_dim = v[in.pick(4)];
+                wrong = "head_dim bad";
+                break;
+            }
             default: { const int v = in.bad_enum(2); std::memcpy(&b.dtype, &v, sizeof v); wrong = "dtype bad"; break; }
         }
         plan = reinterpret_cast<xk_attention_plan*>(&b);  // must be reset to NULL
@@ -716,8 +723,10 @@ void op_sdpa_plan(In& in) {
                   : xk_attention_f32(1, d.q_tokens, d.kv_tokens, d.q_heads, d.kv_heads, d.head_dim, qf.data(), kf.data(), vf.data(),
                                      o2.data(), l2.data(), nullptr, nullptr, 0.0f, d.causal, d.causal_offset, nullptr, 0);
     }), "xk_attention_f32/bf16");
-    if ((bf ? std::memcmp(h1.data(), h2.data(), nq * 2) : std::memcmp(o1.data(), o2.data(), nq * 4)) != 0 ||
-        std::memcmp(l1.data(), l2.data(), l1.size() * 4) != 0)
+    // (memcmp of empty vectors would pass null pointers: UB even for 0 bytes)
+    auto differ = [](const void* a, const void* b, size_t n) { return n != 0 && std::memcmp(a, b, n) != 0; };
+    if ((bf ? differ(h1.data(), h2.data(), size_t(nq) * 2) : differ(o1.data(), o2.data(), size_t(nq) * 4)) ||
+        differ(l1.data(), l2.data(), l1.size() * 4))
         fz::finding("xk_attention_plan_run: differs from the one-shot call (q_tokens %lld, kv_tokens %lld, hd %lld)",
                     (long long)d.q_tokens, (long long)d.kv_tokens, (long long)d.head_dim);
     xk_attention_plan_destroy(plan);

@@ -587,8 +587,9 @@ void run_sdpa(const char* fn, const AttentionDesc& d, const AttnKernel& kernel, 
     const int es = dtype_size(d.dtype);
     p.kv = [&](int64_t b, int64_t h) {
         AttnKvSource s;
-        s.k = static_cast<const char*>(a.k) + (ck[b] * d.k_token_stride + h * d.k_head_stride) * es;
-        s.v = static_cast<const char*>(a.v) + (ck[b] * d.v_token_stride + h * d.v_head_stride) * es;
+        // (k / v may be null where no key is read: no offset from null)
+        s.k = a.k ? static_cast<const char*>(a.k) + (ck[b] * d.k_token_stride + h * d.k_head_stride) * es : nullptr;
+        s.v = a.v ? static_cast<const char*>(a.v) + (ck[b] * d.v_token_stride + h * d.v_head_stride) * es : nullptr;
         s.k_stride = d.k_token_stride;
         s.v_stride = d.v_token_stride;
         return s;

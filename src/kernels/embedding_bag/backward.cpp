@@ -157,6 +157,7 @@ void detail::embedding_bag_backward_update_impl(const char* fn, const EmbeddingB
     if (!(u.eps >= 0) || !std::isfinite(u.eps)) detail::fail_arg(fn, "update.eps", std::to_string(u.eps), "must be finite and >= 0");
     if (args.out) detail::fail_arg(fn, "args.out", detail::ptr_str(args.out), "must be null (the table is what is written)");
     const int64_t B = args.num_bags;
+    detail::check_nonnegative(fn, "args.num_bags", B);
     if (B > 0) detail::check_not_null(fn, "grad_out", grad_out);
     const int64_t osz = dtype_size(d.out_dtype);
     if (grad_out && reinterpret_cast<uintptr_t>(grad_out) % static_cast<uintptr_t>(osz) != 0)
@@ -167,7 +168,12 @@ void detail::embedding_bag_backward_update_impl(const char* fn, const EmbeddingB
         const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
         return pa < pb + static_cast<uintptr_t>(bn) && pb < pa + static_cast<uintptr_t>(an);
     };
-    const int64_t go_bytes = B == 0 ? 0 : ((B - 1) * d.ld_out + d.dim) * osz;
+    const int64_t go_bytes =
+        B == 0 ? 0
+               : detail::checked_mul(fn, "(num_bags-1)*ld_out*elem_size",
+                                     detail::checked_add(fn, "(num_bags-1)*ld_out+dim",
+                                                         detail::checked_mul(fn, "(num_bags-1)*ld_out", B - 1, d.ld_out), d.dim),
+                                     osz);
     if (overlap(grad_out, go_bytes, args.table, table_bytes))
         detail::fail_arg(fn, "grad_out", detail::ptr_str(grad_out), "overlaps table=" + detail::ptr_str(args.table));
     const int64_t ld_state = u.ld_state == 0 ? d.dim : u.ld_state;
