@@ -35,7 +35,7 @@ for cfg in $CONFIGS; do
   if [[ $cfg == fuzz ]]; then
     bash tests/fuzz/run.sh "${XK_FUZZ_SECONDS:-15}"
   else
-    ctest --test-dir "build/$cfg" --output-on-failure -j1
+    ctest --test-dir "build/$cfg" --output-on-failure -j"$JOBS"
   fi
   if [[ $cfg == release ]]; then
     echo "==================== release: install + find_package(xkernels) consumer ===================="
