@@ -1,4 +1,5 @@
-// AVX2 attention kernel (intrinsics, target pragma): the body is attn_simd.hpp over 8 lanes.
+// AVX2 attention kernel (intrinsics, target pragma): decode (few rows) is attn_simd.hpp over 8
+// lanes, prefill (>= 16 rows a task) attn_prefill256.hpp.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -99,12 +100,25 @@ struct V256 {
     XK_ATTN_NC(30) XK_ATTN_NC(32)
 #include "kernels/attention/attn_simd.hpp"
 #undef XK_ATTN_CASES
+#include "kernels/attention/attn_prefill256.hpp"
+
+// Many rows (prefill, chunked prefill, decode of wide GQA groups): the 64-key GEMM-shaped kernel;
+// few rows (decode): dot products along head_dim.
+constexpr int64_t kPrefillRows = 16;
 
 void run_avx2(DType kv, const AttnTask& t, float* m, float* l, float* acc) {
-    if (kv == DType::bf16)
-        attn_dispatch<V256, uint16_t>(t, m, l, acc);
-    else
-        attn_dispatch<V256, float>(t, m, l, acc);
+    const bool many = t.tokens * t.group >= kPrefillRows;
+    if (kv == DType::bf16) {
+        if (many)
+            attn_prefill256<uint16_t>(t, m, l, acc);
+        else
+            attn_dispatch<V256, uint16_t>(t, m, l, acc);
+    } else {
+        if (many)
+            attn_prefill256<float>(t, m, l, acc);
+        else
+            attn_dispatch<V256, float>(t, m, l, acc);
+    }
 }
 
 }  // namespace
