@@ -37,25 +37,100 @@ xk::KvCache to_cpp_cache(const xk_kv_cache* c) {
     return xk::KvCache{c->k, c->v, c->block_table, c->k_scale, c->v_scale};
 }
 
+// The descriptors and arguments of the plans, shared by the one-shot entry points (which fill a
+// C descriptor from their parameters) and the plan entry points.
+xk::CachedAttentionDesc to_cpp(const char* fn, const xk_cached_attention_desc& c) {
+    xk::CachedAttentionDesc d;
+    d.cache = to_cpp(fn, &c.cache);
+    d.q_tokens = c.q_tokens;
+    d.q_heads = c.q_heads;
+    d.q_dtype = static_cast<xk::DType>(c_enum(c.q_dtype));
+    d.o_dtype = static_cast<xk::DType>(c_enum(c.o_dtype));
+    d.scale = c.scale;
+    d.kv_splits = c.kv_splits;
+    return d;
+}
+
+xk::CachedAttentionArgs cached_args(const xk::KvCache& cache, const void* q, void* o, float* lse, const int64_t* cu,
+                                    const int64_t* ctx) {
+    xk::CachedAttentionArgs a;
+    a.q = q;
+    a.o = o;
+    a.lse = lse;
+    a.cu_seqlens_q = cu;
+    a.context_lens = ctx;
+    a.cache = cache;
+    return a;
+}
+
+xk::AttentionDesc to_cpp(const xk_attention_desc& c) {
+    xk::AttentionDesc d;
+    d.batch = c.batch;
+    d.q_tokens = c.q_tokens;
+    d.kv_tokens = c.kv_tokens;
+    d.q_heads = c.q_heads;
+    d.kv_heads = c.kv_heads;
+    d.head_dim = c.head_dim;
+    d.dtype = static_cast<xk::DType>(c_enum(c.dtype));
+    d.o_dtype = static_cast<xk::DType>(c_enum(c.o_dtype));
+    d.scale = c.scale;
+    d.causal = c.causal != 0;
+    d.causal_offset = c.causal_offset;
+    d.has_mask = c.has_mask != 0;
+    d.mask_stride = c.mask_stride;
+    return d;
+}
+
+xk::AttentionArgs sdpa_args(const void* q, const void* k, const void* v, void* o, float* lse, const float* mask,
+                            const int64_t* cu_q, const int64_t* cu_k, const int64_t* seqused_k) {
+    xk::AttentionArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.o = o;
+    a.lse = lse;
+    a.mask = mask;
+    a.cu_seqlens_q = cu_q;
+    a.cu_seqlens_k = cu_k;
+    a.seqused_k = seqused_k;
+    return a;
+}
+
+void append(const char* fn, const xk_kv_cache_desc* desc, const xk_kv_cache* cache, const xk_kv_append_args* args) {
+    const xk::KvCacheDesc d = to_cpp(fn, desc);
+    xk::detail::check_not_null(fn, "cache", cache);
+    xk::detail::check_not_null(fn, "args", args);
+    xk::KvAppendArgs a;
+    a.tokens = args->tokens;
+    a.src_dtype = static_cast<xk::DType>(c_enum(args->src_dtype));
+    a.k_new = args->k_new;
+    a.v_new = args->v_new;
+    a.seq_ids = args->seq_ids;
+    a.positions = args->positions;
+    a.rope_cos_sin = args->rope_cos_sin;
+    a.rope_max_position = args->rope_max_position;
+    a.rope_rotary_dim = args->rope_rotary_dim;
+    a.rope_style = static_cast<xk::RopeStyle>(c_enum(args->rope_style));
+    xk::kv_cache_append(d, to_cpp_cache(cache), a);
+}
+
+constexpr xk_dtype c_dtype(size_t elem) { return elem == 2 ? XK_DTYPE_BF16 : XK_DTYPE_F32; }
+
 template <class T>
 xk_status c_cached(const char* fn, const xk_kv_cache_desc* desc, const void* kc, const void* vc, const int32_t* table,
                    int64_t q_tokens, int64_t q_heads, const T* q, T* o, float* lse, const int64_t* cu,
                    const int64_t* ctx, float scale) {
     return capi_call([&] {
-        xk::CachedAttentionDesc d;
-        d.cache = to_cpp(fn, desc);
-        d.q_tokens = q_tokens;
-        d.q_heads = q_heads;
-        d.q_dtype = d.o_dtype = sizeof(T) == 2 ? xk::DType::bf16 : xk::DType::f32;
-        d.scale = scale;
-        xk::CachedAttentionArgs a;
-        a.q = q;
-        a.o = o;
-        a.lse = lse;
-        a.cu_seqlens_q = cu;
-        a.context_lens = ctx;
-        a.cache = xk::KvCache{const_cast<void*>(kc), const_cast<void*>(vc), table};
-        xk::cached_attention(d, a);
+        xk::detail::check_not_null(fn, "desc", desc);
+        xk_cached_attention_desc c;
+        xk_cached_attention_desc_init(&c);
+        c.cache = *desc;
+        c.q_tokens = q_tokens;
+        c.q_heads = q_heads;
+        c.q_dtype = c.o_dtype = c_dtype(sizeof(T));
+        c.scale = scale;
+        const xk::KvCache cache{const_cast<void*>(kc), const_cast<void*>(vc), table};
+        xk::cached_attention(to_cpp(fn, c), cached_args(cache, q, o, lse, cu, ctx));
     });
 }
 
@@ -65,29 +140,21 @@ xk_status c_sdpa(int64_t batch, int64_t q_tokens, int64_t kv_tokens, int64_t q_h
                  const int64_t* cu_k, float scale, int causal, int64_t causal_offset, const float* mask,
                  int64_t mask_stride) {
     return capi_call([&] {
-        xk::AttentionDesc d;
-        d.batch = batch;
-        d.q_tokens = q_tokens;
-        d.kv_tokens = kv_tokens;
-        d.q_heads = q_heads;
-        d.kv_heads = kv_heads;
-        d.head_dim = head_dim;
-        d.dtype = d.o_dtype = sizeof(T) == 2 ? xk::DType::bf16 : xk::DType::f32;
-        d.scale = scale;
-        d.causal = causal != 0;
-        d.causal_offset = causal_offset;
-        d.has_mask = mask != nullptr;
-        d.mask_stride = mask_stride;
-        xk::AttentionArgs a;
-        a.q = q;
-        a.k = k;
-        a.v = v;
-        a.o = o;
-        a.lse = lse;
-        a.mask = mask;
-        a.cu_seqlens_q = cu_q;
-        a.cu_seqlens_k = cu_k;
-        xk::attention(d, a);
+        xk_attention_desc c;
+        xk_attention_desc_init(&c);
+        c.batch = batch;
+        c.q_tokens = q_tokens;
+        c.kv_tokens = kv_tokens;
+        c.q_heads = q_heads;
+        c.kv_heads = kv_heads;
+        c.head_dim = head_dim;
+        c.dtype = c.o_dtype = c_dtype(sizeof(T));
+        c.scale = scale;
+        c.causal = causal;
+        c.causal_offset = causal_offset;
+        c.has_mask = mask != nullptr;
+        c.mask_stride = mask_stride;
+        xk::attention(to_cpp(c), sdpa_args(q, k, v, o, lse, mask, cu_q, cu_k, nullptr));
     });
 }
 
@@ -103,15 +170,16 @@ xk_status xk_kv_cache_append(const xk_kv_cache_desc* desc, void* k_cache, void* 
                              int64_t tokens, xk_dtype src_dtype, const void* k_new, const void* v_new,
                              const int64_t* seq_ids, const int64_t* positions) {
     return capi_call([&] {
-        const xk::KvCacheDesc d = to_cpp("xk_kv_cache_append", desc);
-        xk::KvAppendArgs a;
+        const xk_kv_cache cache{k_cache, v_cache, block_table, nullptr, nullptr};
+        xk_kv_append_args a;
+        xk_kv_append_args_init(&a);
         a.tokens = tokens;
-        a.src_dtype = static_cast<xk::DType>(c_enum(src_dtype));
+        a.src_dtype = src_dtype;
         a.k_new = k_new;
         a.v_new = v_new;
         a.seq_ids = seq_ids;
         a.positions = positions;
-        xk::kv_cache_append(d, xk::KvCache{k_cache, v_cache, block_table}, a);
+        append("xk_kv_cache_append", desc, &cache, &a);
     });
 }
 
@@ -161,24 +229,7 @@ void xk_kv_append_args_init(xk_kv_append_args* args) {
 }
 
 xk_status xk_kv_cache_append_ex(const xk_kv_cache_desc* desc, const xk_kv_cache* cache, const xk_kv_append_args* args) {
-    return capi_call([&] {
-        const char* fn = "xk_kv_cache_append_ex";
-        const xk::KvCacheDesc d = to_cpp(fn, desc);
-        xk::detail::check_not_null(fn, "cache", cache);
-        xk::detail::check_not_null(fn, "args", args);
-        xk::KvAppendArgs a;
-        a.tokens = args->tokens;
-        a.src_dtype = static_cast<xk::DType>(c_enum(args->src_dtype));
-        a.k_new = args->k_new;
-        a.v_new = args->v_new;
-        a.seq_ids = args->seq_ids;
-        a.positions = args->positions;
-        a.rope_cos_sin = args->rope_cos_sin;
-        a.rope_max_position = args->rope_max_position;
-        a.rope_rotary_dim = args->rope_rotary_dim;
-        a.rope_style = static_cast<xk::RopeStyle>(c_enum(args->rope_style));
-        xk::kv_cache_append(d, to_cpp_cache(cache), a);
-    });
+    return capi_call([&] { append("xk_kv_cache_append_ex", desc, cache, args); });
 }
 
 void xk_cached_attention_desc_init(xk_cached_attention_desc* desc) {
@@ -191,15 +242,7 @@ xk_status xk_cached_attention_plan_create(const xk_cached_attention_desc* desc, 
         const char* fn = "xk_cached_attention_plan_create";
         xk::detail::check_not_null(fn, "plan", plan);
         xk::detail::check_not_null(fn, "desc", desc);
-        xk::CachedAttentionDesc d;
-        d.cache = to_cpp(fn, &desc->cache);
-        d.q_tokens = desc->q_tokens;
-        d.q_heads = desc->q_heads;
-        d.q_dtype = static_cast<xk::DType>(c_enum(desc->q_dtype));
-        d.o_dtype = static_cast<xk::DType>(c_enum(desc->o_dtype));
-        d.scale = desc->scale;
-        d.kv_splits = desc->kv_splits;
-        *plan = new xk_cached_attention_plan{xk::CachedAttentionPlan(d)};
+        *plan = new xk_cached_attention_plan{xk::CachedAttentionPlan(to_cpp(fn, *desc))};
     });
 }
 
@@ -211,14 +254,7 @@ xk_status xk_cached_attention_plan_run(const xk_cached_attention_plan* plan, con
         const char* fn = "xk_cached_attention_plan_run";
         xk::detail::check_not_null(fn, "plan", plan);
         xk::detail::check_not_null(fn, "cache", cache);
-        xk::CachedAttentionArgs a;
-        a.q = q;
-        a.o = o;
-        a.lse = lse;
-        a.cu_seqlens_q = cu_seqlens_q;
-        a.context_lens = context_lens;
-        a.cache = to_cpp_cache(cache);
-        plan->plan.run(a);
+        plan->plan.run(cached_args(to_cpp_cache(cache), q, o, lse, cu_seqlens_q, context_lens));
     });
 }
 
@@ -236,21 +272,7 @@ xk_status xk_attention_plan_create(const xk_attention_desc* desc, xk_attention_p
         const char* fn = "xk_attention_plan_create";
         xk::detail::check_not_null(fn, "plan", plan);
         xk::detail::check_not_null(fn, "desc", desc);
-        xk::AttentionDesc d;
-        d.batch = desc->batch;
-        d.q_tokens = desc->q_tokens;
-        d.kv_tokens = desc->kv_tokens;
-        d.q_heads = desc->q_heads;
-        d.kv_heads = desc->kv_heads;
-        d.head_dim = desc->head_dim;
-        d.dtype = static_cast<xk::DType>(c_enum(desc->dtype));
-        d.o_dtype = static_cast<xk::DType>(c_enum(desc->o_dtype));
-        d.scale = desc->scale;
-        d.causal = desc->causal != 0;
-        d.causal_offset = desc->causal_offset;
-        d.has_mask = desc->has_mask != 0;
-        d.mask_stride = desc->mask_stride;
-        *plan = new xk_attention_plan{xk::AttentionPlan(d)};
+        *plan = new xk_attention_plan{xk::AttentionPlan(to_cpp(*desc))};
     });
 }
 
@@ -261,17 +283,7 @@ xk_status xk_attention_plan_run(const xk_attention_plan* plan, const void* q, co
                                 const int64_t* cu_seqlens_k, const int64_t* seqused_k) {
     return capi_call([&] {
         xk::detail::check_not_null("xk_attention_plan_run", "plan", plan);
-        xk::AttentionArgs a;
-        a.q = q;
-        a.k = k;
-        a.v = v;
-        a.o = o;
-        a.lse = lse;
-        a.mask = mask;
-        a.cu_seqlens_q = cu_seqlens_q;
-        a.cu_seqlens_k = cu_seqlens_k;
-        a.seqused_k = seqused_k;
-        plan->plan.run(a);
+        plan->plan.run(sdpa_args(q, k, v, o, lse, mask, cu_seqlens_q, cu_seqlens_k, seqused_k));
     });
 }
 

@@ -1,7 +1,8 @@
 // Concurrency soak: 16 std::threads run every op family at once (gemm, conv2d, embedding_bag,
 // norm, rope, quant, glu, softmax, eltwise, attention (SDPA, cached over contiguous / paged KV
 // caches, kv_cache_append), woq, qconv, interaction, optim (Lamb / AdamW steps in place), vision
-// (roi_align, nms)), C++ and C API mixed:
+// (roi_align, nms)), C++ and C API mixed (the C plans of attention, xk_kv_cache_append_ex and the
+// embedding backward / fused update among them, some of their shapes drawn from XK_SOAK_SEED):
 //   - shared plans created before the soak and run concurrently (GemmPlan also with a shared
 //     PackedB; xk_gemm_plan + xk_gemm_packed_b likewise),
 //   - plans created, used and destroyed inside the thread (GemmPlan::pack_b included),
@@ -702,6 +703,146 @@ void add_embedding_bag_cases(std::vector<Case>& cases) {
     d = EmbeddingBagDesc();
     d.num_embeddings = 1, d.dim = 33, d.table_dtype = DType::bf16, d.out_dtype = DType::bf16, d.ld_out = 40;
     add_embedding_bag(cases, "sum bf16->bf16 1x33 ld_out", d, 3, 2300);
+}
+
+// Backward of sum / mean bags fused with an SGD / Adagrad step, in place: the output buffer holds
+// the table (and the Adagrad state); init = their random starting values, so every call takes the
+// same step. xk::embedding_bag_backward_update and xk_embedding_bag_backward_update_f32 /
+// _f32_i32 / _f32_gbf16 (whichever the index and gradient types allow). Shapes from the seed.
+void add_embedding_backward(std::vector<Case>& cases, std::mt19937_64& rng) {
+    struct Data {
+        EmbeddingBagDesc d;
+        EmbeddingBagUpdate u;  // state: set per call (it lives in the output buffer)
+        int64_t num_bags = 0, num_indices = 0;
+        Bytes indices, bad_indices, offsets, grad;
+        std::vector<float> psw;
+        size_t off_state = 0;
+        EmbeddingBagArgs args(Out out, bool bad = false) const {
+            EmbeddingBagArgs a;
+            a.num_bags = num_bags, a.num_indices = num_indices;
+            a.table = out;
+            a.indices = bad ? bad_indices.data() : indices.data();
+            a.offsets = offsets.data();
+            a.per_sample_weights = d.per_sample_weights ? psw.data() : nullptr;
+            return a;
+        }
+        EmbeddingBagUpdate update(Out out, float lr) const {
+            EmbeddingBagUpdate x = u;
+            x.lr = lr;
+            x.state = u.optimizer == EmbeddingOptimizer::adagrad ? at<float>(out, off_state) : nullptr;
+            return x;
+        }
+        bool has_capi() const { return d.index_type == IndexType::i64 || d.out_dtype == DType::f32; }
+        xk_status capi(Out out, float lr, bool bad = false) const {
+            const xk_embedding_bag_desc cd = to_c(d);
+            const EmbeddingBagArgs a = args(out, bad);
+            const EmbeddingBagUpdate x = update(out, lr);
+            xk_embedding_update cu;
+            xk_embedding_update_init(&cu);
+            cu.optimizer = static_cast<xk_embedding_optimizer>(static_cast<int>(x.optimizer));
+            cu.lr = x.lr, cu.eps = x.eps, cu.state = x.state, cu.ld_state = x.ld_state;
+            float* table = at<float>(out, 0);
+            if (d.out_dtype == DType::bf16)
+                return xk_embedding_bag_backward_update_f32_gbf16(&cd, table, num_indices, static_cast<const int64_t*>(a.indices),
+                                                                  num_bags, static_cast<const int64_t*>(a.offsets),
+                                                                  a.per_sample_weights, u16(grad.data()), &cu);
+            const auto* gr = reinterpret_cast<const float*>(grad.data());
+            if (d.index_type == IndexType::i32)
+                return xk_embedding_bag_backward_update_f32_i32(&cd, table, num_indices, static_cast<const int32_t*>(a.indices),
+                                                                num_bags, static_cast<const int32_t*>(a.offsets),
+                                                                a.per_sample_weights, gr, &cu);
+            return xk_embedding_bag_backward_update_f32(&cd, table, num_indices, static_cast<const int64_t*>(a.indices),
+                                                        num_bags, static_cast<const int64_t*>(a.offsets),
+                                                        a.per_sample_weights, gr, &cu);
+        }
+    };
+    auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+    for (int i = 0; i < 3; ++i) {
+        auto g = std::make_shared<Data>();
+        EmbeddingBagDesc& d = g->d;
+        d.num_embeddings = pick(1, 200), d.dim = pick(1, 80);
+        d.ld_table = pick(0, 1) ? d.dim + pick(1, 9) : 0;
+        d.ld_out = pick(0, 1) ? d.dim + pick(1, 5) : 0;
+        d.mode = pick(0, 1) ? EmbeddingBagMode::mean : EmbeddingBagMode::sum;
+        // The three C entries in turn: int64 indices / f32 grad_out, int32 / f32, int64 / bf16.
+        d.index_type = i == 1 ? IndexType::i32 : IndexType::i64;
+        d.out_dtype = i == 2 ? DType::bf16 : DType::f32;  // grad_out's type
+        d.per_sample_weights = d.mode == EmbeddingBagMode::sum && pick(0, 1);
+        d.padding_idx = pick(0, 1) ? pick(0, d.num_embeddings - 1) : -1;
+        d.include_last_offset = pick(0, 1) == 1;
+        g->u.optimizer = i != 1 ? EmbeddingOptimizer::adagrad : EmbeddingOptimizer::sgd;
+        g->u.lr = 0.05f, g->u.eps = 1e-8f;
+        g->u.ld_state = g->u.optimizer == EmbeddingOptimizer::adagrad && pick(0, 1) ? d.dim + 3 : 0;
+        g->num_bags = pick(1, 40);
+        // Bags of 0..8 entries over a few hot rows and the rest (duplicates within and across bags).
+        std::vector<int64_t> offs{0}, idx;
+        for (int64_t b = 0; b < g->num_bags; ++b) {
+            for (int64_t j = pick(0, 8); j > 0; --j)
+                idx.push_back(pick(0, 1) ? pick(0, std::min<int64_t>(3, d.num_embeddings - 1)) : pick(0, d.num_embeddings - 1));
+            offs.push_back(static_cast<int64_t>(idx.size()));
+        }
+        if (!d.include_last_offset) offs.pop_back();
+        if (idx.empty()) idx.push_back(0), offs.back() = d.include_last_offset ? 1 : offs.back();
+        g->num_indices = static_cast<int64_t>(idx.size());
+        std::vector<int64_t> bad = idx;
+        bad[bad.size() - 1] = d.num_embeddings;  // one past the table
+        auto pack = [&](const std::vector<int64_t>& v) {
+            Bytes b(v.size() * 8 + 8);
+            for (size_t k = 0; k < v.size(); ++k) {
+                if (d.index_type == IndexType::i32) {
+                    const int32_t x = static_cast<int32_t>(v[k]);
+                    std::memcpy(b.data() + 4 * k, &x, 4);
+                } else {
+                    std::memcpy(b.data() + 8 * k, &v[k], 8);
+                }
+            }
+            return b;
+        };
+        g->indices = pack(idx), g->bad_indices = pack(bad), g->offsets = pack(offs);
+        const int64_t ldo = d.ld_out ? d.ld_out : d.dim, ldt = d.ld_table ? d.ld_table : d.dim;
+        g->grad = random_bytes(d.out_dtype, static_cast<size_t>(g->num_bags * ldo), rng());
+        g->psw = random_vec<float>(idx.size(), -1.0, 1.0, rng());
+        const size_t table_bytes = static_cast<size_t>(d.num_embeddings * ldt) * 4;
+        const int64_t lds = g->u.ld_state ? g->u.ld_state : d.dim;
+        const size_t state_bytes = static_cast<size_t>(d.num_embeddings * lds) * 4;
+        const bool adagrad = g->u.optimizer == EmbeddingOptimizer::adagrad;
+        Layout l;
+        l.add(table_bytes);
+        if (adagrad) g->off_state = l.add(state_bytes);
+        char name[200];
+        std::snprintf(name, sizeof name, "random backward %s %s %s grad %s %lldx%lld ld %lld/%lld %lld bags %lld entries%s%s%s",
+                      adagrad ? "adagrad" : "sgd", d.mode == EmbeddingBagMode::mean ? "mean" : "sum",
+                      d.index_type == IndexType::i32 ? "i32" : "i64", dtype_name(d.out_dtype),
+                      static_cast<long long>(d.num_embeddings), static_cast<long long>(d.dim),
+                      static_cast<long long>(d.ld_table), static_cast<long long>(d.ld_out),
+                      static_cast<long long>(g->num_bags), static_cast<long long>(g->num_indices),
+                      d.per_sample_weights ? " psw" : "", d.padding_idx >= 0 ? " padding_idx" : "",
+                      d.include_last_offset ? " include_last_offset" : "");
+        Case c(kEmbeddingBag, name, l.bytes);
+        const std::vector<float> t0 = random_vec<float>(table_bytes / 4, -1.0, 1.0, rng());
+        std::memcpy(c.init.data(), t0.data(), table_bytes);
+        if (adagrad) {
+            const std::vector<float> s0 = random_vec<float>(state_bytes / 4, 0.0, 0.5, rng());
+            std::memcpy(c.init.data() + g->off_state, s0.data(), state_bytes);
+        }
+        c.impl = "xk::embedding_bag_backward_update";
+        c.add(kOneShot, false, "xk::embedding_bag_backward_update", [g](Out out) {
+            embedding_bag_backward_update(g->d, g->args(out), g->grad.data(), g->update(out, g->u.lr));
+        });
+        if (g->has_capi())
+            c.add(kOneShot, true, "xk_embedding_bag_backward_update_*", [g](Out out) { XK_CAPI_OK(g->capi(out, g->u.lr)); });
+        c.bad.push_back([g](Out out) {  // the last index past the table: no row may be updated
+            return must_throw([&] { embedding_bag_backward_update(g->d, g->args(out, true), g->grad.data(), g->update(out, g->u.lr)); },
+                              ("indices[" + std::to_string(g->num_indices - 1) + "]=").c_str());
+        });
+        if (g->has_capi()) {
+            c.bad.push_back([g](Out out) {
+                return must_fail(g->capi(out, g->u.lr, true), ("indices[" + std::to_string(g->num_indices - 1) + "]=").c_str());
+            });
+            c.bad.push_back([g](Out out) { return must_fail(g->capi(out, -0.5f), "update.lr=-0.5"); });
+        }
+        cases.push_back(std::move(c));
+    }
 }
 
 // ---- norm ---------------------------------------------------------------------------------------
@@ -1421,7 +1562,34 @@ xk_status sdpa_capi(const SdpaData& g, const AttentionDesc& d, Out out) {
                              d.causal_offset, a.mask, d.mask_stride);
 }
 
-// Fused SDPA over packed q / k / v: AttentionPlan (shared / local), xk::attention, xk_attention_*.
+xk_attention_desc to_c(const AttentionDesc& d) {
+    xk_attention_desc c;
+    xk_attention_desc_init(&c);
+    c.batch = d.batch, c.q_tokens = d.q_tokens, c.kv_tokens = d.kv_tokens;
+    c.q_heads = d.q_heads, c.kv_heads = d.kv_heads, c.head_dim = d.head_dim;
+    c.dtype = static_cast<xk_dtype>(static_cast<int>(d.dtype));
+    c.o_dtype = static_cast<xk_dtype>(static_cast<int>(d.o_dtype));
+    c.scale = d.scale;
+    c.causal = d.causal ? 1 : 0;
+    c.causal_offset = d.causal_offset;
+    c.has_mask = d.has_mask ? 1 : 0;
+    c.mask_stride = d.mask_stride;
+    return c;
+}
+
+std::shared_ptr<xk_attention_plan> make_attention_plan(const xk_attention_desc& cd) {
+    xk_attention_plan* p = nullptr;
+    XK_CAPI_OK(xk_attention_plan_create(&cd, &p));
+    return std::shared_ptr<xk_attention_plan>(p, xk_attention_plan_destroy);
+}
+
+xk_status sdpa_plan_run(const xk_attention_plan* p, const SdpaData& g, Out out, const void* q) {
+    const AttentionArgs a = g.args(out);
+    return xk_attention_plan_run(p, q, a.k, a.v, a.o, a.lse, a.mask, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k);
+}
+
+// Fused SDPA over packed q / k / v: AttentionPlan (shared / local), xk::attention, xk_attention_*,
+// the C plan (shared / local).
 void add_sdpa(std::vector<Case>& cases, const std::string& name, const AttentionDesc& d, std::vector<int64_t> cu_q,
               std::vector<int64_t> cu_k, uint64_t seed) {
     auto g = std::make_shared<SdpaData>();
@@ -1447,10 +1615,28 @@ void add_sdpa(std::vector<Case>& cases, const std::string& name, const Attention
     c.add(kOneShot, false, "xk::attention", [g](Out out) { attention(g->d, g->args(out)); });
     const bool capi = d.dtype == d.o_dtype;
     if (capi) c.add(kOneShot, true, "xk_attention_*", [g](Out out) { XK_CAPI_OK(sdpa_capi(*g, g->d, out)); });
+    // The C plan (xk_attention_plan_*): shared, and created / run / destroyed in the thread.
+    auto cplan = make_attention_plan(to_c(d));
+    EXPECT_STREQ(xk_attention_plan_impl_name(cplan.get()), plan->impl_name()) << name;
+    c.add(kSharedPlan, true, "xk_attention_plan_run",
+          [g, cplan](Out out) { XK_CAPI_OK(sdpa_plan_run(cplan.get(), *g, out, g->q.data())); });
+    c.add(kLocalPlan, true, "xk_attention_plan_create + run + destroy", [g](Out out) {
+        auto p = make_attention_plan(to_c(g->d));
+        XK_CAPI_OK(sdpa_plan_run(p.get(), *g, out, g->q.data()));
+    });
     c.bad.push_back([g](Out out) {
         AttentionDesc bd = g->d;
         bd.kv_heads = 3;  // does not divide q_heads
         return must_throw([&] { attention(bd, g->args(out)); }, "q_heads=");
+    });
+    c.bad.push_back([g, cplan](Out out) { return must_fail(sdpa_plan_run(cplan.get(), *g, out, nullptr), "q=null"); });
+    c.bad.push_back([g](Out) {  // a descriptor the plan rejects: no plan comes back
+        xk_attention_desc bd = to_c(g->d);
+        bd.kv_heads = 3;
+        xk_attention_plan* p = reinterpret_cast<xk_attention_plan*>(&bd);  // a non-NULL sentinel
+        const std::string why = must_fail(xk_attention_plan_create(&bd, &p), "q_heads=");
+        if (p != nullptr) return why + " (and *plan is not NULL)";
+        return why;
     });
     c.bad.push_back([g, plan](Out out) {
         AttentionArgs a = g->args(out);
@@ -1469,6 +1655,7 @@ void add_sdpa(std::vector<Case>& cases, const std::string& name, const Attention
 struct CachedData {
     CachedAttentionDesc d;
     Bytes q, kc, vc;
+    std::vector<float> ks, vs;  // s8 caches: the row scales
     std::vector<int32_t> table;
     std::vector<int64_t> cu, ctx, bad_ctx;
     size_t off_lse = 0;
@@ -1480,10 +1667,36 @@ struct CachedData {
         a.cu_seqlens_q = cu.data();
         a.context_lens = bad ? bad_ctx.data() : ctx.data();
         a.cache = KvCache{const_cast<unsigned char*>(kc.data()), const_cast<unsigned char*>(vc.data()),
-                          table.empty() ? nullptr : table.data()};
+                          table.empty() ? nullptr : table.data(), ks.empty() ? nullptr : const_cast<float*>(ks.data()),
+                          vs.empty() ? nullptr : const_cast<float*>(vs.data())};
         return a;
     }
 };
+
+xk_cached_attention_desc to_c(const CachedAttentionDesc& d) {
+    xk_cached_attention_desc c;
+    xk_cached_attention_desc_init(&c);
+    c.cache = to_c(d.cache);
+    c.q_tokens = d.q_tokens, c.q_heads = d.q_heads;
+    c.q_dtype = static_cast<xk_dtype>(static_cast<int>(d.q_dtype));
+    c.o_dtype = static_cast<xk_dtype>(static_cast<int>(d.o_dtype));
+    c.scale = d.scale;
+    c.kv_splits = d.kv_splits;
+    return c;
+}
+
+xk_kv_cache to_c(const KvCache& k) { return xk_kv_cache{k.k, k.v, k.block_table, k.k_scale, k.v_scale}; }
+
+std::shared_ptr<xk_cached_attention_plan> make_cached_plan(const xk_cached_attention_desc& cd) {
+    xk_cached_attention_plan* p = nullptr;
+    XK_CAPI_OK(xk_cached_attention_plan_create(&cd, &p));
+    return std::shared_ptr<xk_cached_attention_plan>(p, xk_cached_attention_plan_destroy);
+}
+
+xk_status cached_plan_run(const xk_cached_attention_plan* p, const CachedAttentionArgs& a) {
+    const xk_kv_cache kc = to_c(a.cache);
+    return xk_cached_attention_plan_run(p, &kc, a.q, a.o, a.lse, a.cu_seqlens_q, a.context_lens);
+}
 
 xk_status cached_capi(const CachedData& g, const xk_kv_cache_desc& cd, const CachedAttentionArgs& a) {
     const CachedAttentionDesc& d = g.d;
@@ -1511,6 +1724,10 @@ void add_cached(std::vector<Case>& cases, const std::string& name, const CachedA
     g->q = random_bytes(d.q_dtype, d.q_tokens * d.q_heads * hd, seed);
     g->kc = random_bytes(d.cache.dtype, kv_cache_elements(d.cache), seed + 1);
     g->vc = random_bytes(d.cache.dtype, kv_cache_elements(d.cache), seed + 2);
+    if (d.cache.dtype == DType::s8) {  // row scales of an int8 cache (values up to ~1)
+        g->ks = random_vec<float>(static_cast<size_t>(kv_cache_scale_elements(d.cache)), 0.001, 0.008, seed + 4);
+        g->vs = random_vec<float>(static_cast<size_t>(kv_cache_scale_elements(d.cache)), 0.001, 0.008, seed + 5);
+    }
     if (d.cache.layout == KvLayout::paged) {  // the pool's blocks in a shuffled order
         std::vector<int32_t> blocks(static_cast<size_t>(d.cache.num_blocks));
         std::iota(blocks.begin(), blocks.end(), 0);
@@ -1529,10 +1746,28 @@ void add_cached(std::vector<Case>& cases, const std::string& name, const CachedA
     c.add(kLocalPlan, false, "local CachedAttentionPlan::run",
           [g](Out out) { CachedAttentionPlan(g->d).run(g->args(out)); });
     c.add(kOneShot, false, "xk::cached_attention", [g](Out out) { cached_attention(g->d, g->args(out)); });
-    const bool capi = d.q_dtype == d.o_dtype && d.kv_splits == 0;
+    const bool capi = d.q_dtype == d.o_dtype && d.kv_splits == 0 && d.cache.dtype != DType::s8;
     if (capi)
         c.add(kOneShot, true, "xk_cached_attention_*",
               [g](Out out) { XK_CAPI_OK(cached_capi(*g, to_c(g->d.cache), g->args(out))); });
+    // The C plan (xk_cached_attention_plan_*, any kv_splits / dtypes): shared and local.
+    auto cplan = make_cached_plan(to_c(d));
+    EXPECT_STREQ(xk_cached_attention_plan_impl_name(cplan.get()), plan->impl_name()) << name;
+    c.add(kSharedPlan, true, "xk_cached_attention_plan_run",
+          [g, cplan](Out out) { XK_CAPI_OK(cached_plan_run(cplan.get(), g->args(out))); });
+    c.add(kLocalPlan, true, "xk_cached_attention_plan_create + run + destroy",
+          [g](Out out) { XK_CAPI_OK(cached_plan_run(make_cached_plan(to_c(g->d)).get(), g->args(out))); });
+    c.bad.push_back([g, cplan](Out out) {
+        return must_fail(cached_plan_run(cplan.get(), g->args(out, true)), "context_lens[0]=");
+    });
+    c.bad.push_back([g](Out) {  // a descriptor the plan rejects: no plan comes back
+        xk_cached_attention_desc bd = to_c(g->d);
+        bd.q_heads = 3;
+        xk_cached_attention_plan* p = reinterpret_cast<xk_cached_attention_plan*>(&bd);  // a non-NULL sentinel
+        const std::string why = must_fail(xk_cached_attention_plan_create(&bd, &p), "q_heads=3");
+        if (p != nullptr) return why + " (and *plan is not NULL)";
+        return why;
+    });
     c.bad.push_back([g, plan](Out out) {  // context past the capacity (checked before anything is written)
         return must_throw([&] { plan->run(g->args(out, true)); }, "context_lens[0]=");
     });
@@ -1551,39 +1786,86 @@ void add_cached(std::vector<Case>& cases, const std::string& name, const CachedA
 }
 
 // kv_cache_append: new K / V rows written into the cache in place (the output buffer holds both
-// caches; init = their random contents): xk::kv_cache_append and xk_kv_cache_append.
+// caches, and the row scales of an s8 cache; init = their random contents): xk::kv_cache_append,
+// xk_kv_cache_append (f32 / bf16 caches without RoPE) and xk_kv_cache_append_ex. rope_dim > 0:
+// RoPE (style neox / gptj, rotary_dim rope_dim) fused on K, positions below the cache capacity.
+// The (sequence, position) slots must be distinct (two tokens on one slot: either may win).
+struct KvAppendOpts {
+    DType src = DType::f32;
+    int64_t rope_dim = 0;
+    RopeStyle style = RopeStyle::neox;
+};
 void add_kv_append(std::vector<Case>& cases, const std::string& name, const KvCacheDesc& cd,
-                   std::vector<int64_t> seq_ids, std::vector<int64_t> positions, uint64_t seed) {
+                   std::vector<int64_t> seq_ids, std::vector<int64_t> positions, uint64_t seed,
+                   const KvAppendOpts& opt = KvAppendOpts()) {
     struct Data {
         KvCacheDesc d;
+        KvAppendOpts o;
         Bytes k_new, v_new;
+        std::vector<float> cos_sin;  // [capacity x rope_dim]
         std::vector<int32_t> table;
         std::vector<int64_t> seq, pos, bad_pos, bad_seq;
-        size_t off_v = 0;
+        size_t off_v = 0, off_ks = 0, off_vs = 0;
         int64_t tokens = 0;
-        KvCache cache(Out out) const { return KvCache{out, out + off_v, table.empty() ? nullptr : table.data()}; }
+        KvCache cache(Out out) const {
+            const bool s8 = d.dtype == DType::s8;
+            return KvCache{out, out + off_v, table.empty() ? nullptr : table.data(),
+                           s8 ? at<float>(out, off_ks) : nullptr, s8 ? at<float>(out, off_vs) : nullptr};
+        }
         KvAppendArgs args(bool bad = false) const {
             KvAppendArgs a;
             a.tokens = tokens;
-            a.src_dtype = DType::f32;
+            a.src_dtype = o.src;
             a.k_new = k_new.data(), a.v_new = v_new.data();
             a.seq_ids = seq.data();
             a.positions = bad ? bad_pos.data() : pos.data();
+            if (o.rope_dim > 0) {
+                a.rope_cos_sin = cos_sin.data();
+                a.rope_max_position = kv_cache_capacity(d);
+                a.rope_rotary_dim = o.rope_dim;
+                a.rope_style = o.style;
+            }
             return a;
+        }
+        xk_status capi_ex(Out out, const KvAppendArgs& a) const {
+            const xk_kv_cache_desc cd = to_c(d);
+            const xk_kv_cache kc = to_c(cache(out));
+            xk_kv_append_args ca;
+            xk_kv_append_args_init(&ca);
+            ca.tokens = a.tokens;
+            ca.src_dtype = static_cast<xk_dtype>(static_cast<int>(a.src_dtype));
+            ca.k_new = a.k_new, ca.v_new = a.v_new;
+            ca.seq_ids = a.seq_ids, ca.positions = a.positions;
+            ca.rope_cos_sin = a.rope_cos_sin;
+            ca.rope_max_position = a.rope_max_position;
+            ca.rope_rotary_dim = a.rope_rotary_dim;
+            ca.rope_style = static_cast<xk_rope_style>(static_cast<int>(a.rope_style));
+            return xk_kv_cache_append_ex(&cd, &kc, &ca);
         }
     };
     auto g = std::make_shared<Data>();
     g->d = cd;
+    g->o = opt;
     g->tokens = static_cast<int64_t>(seq_ids.size());
     g->seq = std::move(seq_ids);
     g->pos = std::move(positions);
     g->bad_pos = g->pos;
-    g->bad_pos[1] = kv_cache_capacity(cd);
+    g->bad_pos[g->tokens > 1 ? 1 : 0] = kv_cache_capacity(cd);
     g->bad_seq = g->seq;
     g->bad_seq[0] = cd.batch;
     const int64_t row = cd.kv_heads * cd.head_dim;
-    g->k_new = random_bytes(DType::f32, g->tokens * row, seed);
-    g->v_new = random_bytes(DType::f32, g->tokens * row, seed + 1);
+    g->k_new = random_bytes(opt.src, g->tokens * row, seed);
+    g->v_new = random_bytes(opt.src, g->tokens * row, seed + 1);
+    if (opt.rope_dim > 0) {  // vLLM's cos_sin_cache: row p = cos(p w_i) | sin(p w_i)
+        const int64_t cap = kv_cache_capacity(cd), half = opt.rope_dim / 2;
+        g->cos_sin.resize(static_cast<size_t>(cap * opt.rope_dim));
+        for (int64_t p = 0; p < cap; ++p)
+            for (int64_t i = 0; i < half; ++i) {
+                const double th = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(opt.rope_dim));
+                g->cos_sin[static_cast<size_t>(p * opt.rope_dim + i)] = static_cast<float>(std::cos(th));
+                g->cos_sin[static_cast<size_t>(p * opt.rope_dim + half + i)] = static_cast<float>(std::sin(th));
+            }
+    }
     if (cd.layout == KvLayout::paged) {  // sequence b owns blocks b, b + batch, ... (interleaved)
         g->table.resize(static_cast<size_t>(cd.batch * cd.max_blocks_per_seq));
         for (int64_t b = 0; b < cd.batch; ++b)
@@ -1591,29 +1873,54 @@ void add_kv_append(std::vector<Case>& cases, const std::string& name, const KvCa
                 g->table[static_cast<size_t>(b * cd.max_blocks_per_seq + j)] =
                     static_cast<int32_t>((j * cd.batch + b) % cd.num_blocks);
     }
+    const bool s8 = cd.dtype == DType::s8;
     const size_t cache_bytes = static_cast<size_t>(kv_cache_elements(cd)) * dtype_size(cd.dtype);
+    const size_t scale_bytes = s8 ? static_cast<size_t>(kv_cache_scale_elements(cd)) * 4 : 0;
     Layout l;
     l.add(cache_bytes);
     g->off_v = l.add(cache_bytes);
+    if (s8) g->off_ks = l.add(scale_bytes), g->off_vs = l.add(scale_bytes);
     Case c(kAttention, name, l.bytes);
     const Bytes k0 = random_bytes(cd.dtype, kv_cache_elements(cd), seed + 2);
     const Bytes v0 = random_bytes(cd.dtype, kv_cache_elements(cd), seed + 3);
     std::memcpy(c.init.data(), k0.data(), cache_bytes);
     std::memcpy(c.init.data() + g->off_v, v0.data(), cache_bytes);
+    if (s8) {
+        const std::vector<float> ks = random_vec<float>(scale_bytes / 4, 0.001, 0.008, seed + 4);
+        const std::vector<float> vs = random_vec<float>(scale_bytes / 4, 0.001, 0.008, seed + 5);
+        std::memcpy(c.init.data() + g->off_ks, ks.data(), scale_bytes);
+        std::memcpy(c.init.data() + g->off_vs, vs.data(), scale_bytes);
+    }
     c.impl = "xk::kv_cache_append";
     c.add(kOneShot, false, "xk::kv_cache_append", [g](Out out) { kv_cache_append(g->d, g->cache(out), g->args()); });
     auto capi = [g](Out out, const int64_t* seq, const int64_t* pos) {
         const xk_kv_cache_desc cd = to_c(g->d);
         const KvCache kc = g->cache(out);
-        return xk_kv_cache_append(&cd, kc.k, kc.v, kc.block_table, g->tokens, XK_DTYPE_F32, g->k_new.data(),
-                                  g->v_new.data(), seq, pos);
+        return xk_kv_cache_append(&cd, kc.k, kc.v, kc.block_table, g->tokens,
+                                  static_cast<xk_dtype>(static_cast<int>(g->o.src)), g->k_new.data(), g->v_new.data(),
+                                  seq, pos);
     };
-    c.add(kOneShot, true, "xk_kv_cache_append", [g, capi](Out out) { XK_CAPI_OK(capi(out, g->seq.data(), g->pos.data())); });
+    const bool plain = !s8 && opt.rope_dim == 0;  // what xk_kv_cache_append can say
+    if (plain)
+        c.add(kOneShot, true, "xk_kv_cache_append",
+              [g, capi](Out out) { XK_CAPI_OK(capi(out, g->seq.data(), g->pos.data())); });
+    c.add(kOneShot, true, "xk_kv_cache_append_ex", [g](Out out) { XK_CAPI_OK(g->capi_ex(out, g->args())); });
     c.bad.push_back([g](Out out) {  // token 0 is valid: nothing at all may be written
-        return must_throw([&] { kv_cache_append(g->d, g->cache(out), g->args(true)); }, "positions[1]=");
+        return must_throw([&] { kv_cache_append(g->d, g->cache(out), g->args(true)); },
+                          g->tokens > 1 ? "positions[1]=" : "positions[0]=");
     });
-    c.bad.push_back([g, capi](Out out) {
-        return must_fail(capi(out, g->bad_seq.data(), g->pos.data()), ("seq_ids[0]=" + std::to_string(g->d.batch)).c_str());
+    if (plain)
+        c.bad.push_back([g, capi](Out out) {
+            return must_fail(capi(out, g->bad_seq.data(), g->pos.data()), ("seq_ids[0]=" + std::to_string(g->d.batch)).c_str());
+        });
+    c.bad.push_back([g](Out out) {
+        KvAppendArgs a = g->args();
+        a.seq_ids = g->bad_seq.data();
+        return must_fail(g->capi_ex(out, a), ("seq_ids[0]=" + std::to_string(g->d.batch)).c_str());
+    });
+    c.bad.push_back([g](Out out) {  // a position past the cache (RoPE fused: past its table too)
+        const KvAppendArgs a = g->args(true);
+        return must_fail(g->capi_ex(out, a), g->tokens > 1 ? "positions[1]=" : "positions[0]=");
     });
     cases.push_back(std::move(c));
 }
@@ -1669,6 +1976,101 @@ void add_attention_cases(std::vector<Case>& cases) {
         cd.batch = 2, cd.kv_heads = 2, cd.head_dim = 64;
         cd.block_size = 16, cd.num_blocks = 4, cd.max_blocks_per_seq = 2;
         add_kv_append(cases, "kv_cache_append f32 -> paged bf16 3 tokens", cd, {0, 1, 1}, {17, 0, 31}, 9500);
+    }
+}
+
+// Shapes drawn from the soak's seed (XK_SOAK_SEED): SDPA, cached attention (f32 / bf16 / s8
+// caches, contiguous / paged, any kv_splits) and appends (s8 caches, bf16 sources, fused RoPE),
+// each through C++ and the C plans / xk_kv_cache_append_ex. Small: a few hundred us a call.
+void add_random_attention_cases(std::vector<Case>& cases, std::mt19937_64& rng) {
+    auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+    const int64_t head_dims[] = {16, 32, 48, 64, 80, 128};
+    const DType io[] = {DType::f32, DType::bf16};
+    const DType cache_types[] = {DType::f32, DType::bf16, DType::s8};
+    for (int i = 0; i < 2; ++i) {  // SDPA: 1..3 sequences of 1..4 queries over as many keys or more
+        AttentionDesc d;
+        d.batch = pick(1, 3);
+        d.kv_heads = pick(1, 2);
+        d.q_heads = d.kv_heads << pick(0, 2);  // 1, 2, 4 or 8: kv_heads = 3 never divides it
+        d.head_dim = head_dims[pick(0, 5)];
+        d.dtype = io[pick(0, 1)], d.o_dtype = io[pick(0, 1)];
+        d.causal = pick(0, 1) == 1;
+        d.has_mask = pick(0, 1) == 1;
+        std::vector<int64_t> cu_q{0}, cu_k{0};
+        int64_t longest = 0;
+        for (int64_t b = 0; b < d.batch; ++b) {
+            const int64_t lq = pick(1, 4), lk = lq + pick(0, 5);
+            cu_q.push_back(cu_q.back() + lq), cu_k.push_back(cu_k.back() + lk);
+            longest = std::max(longest, lk);
+        }
+        d.q_tokens = cu_q.back(), d.kv_tokens = cu_k.back();
+        d.mask_stride = d.has_mask ? longest + pick(0, 3) : 0;
+        char name[160];
+        std::snprintf(name, sizeof name, "random sdpa %s->%s batch %lld %lld/%lld heads hd%lld%s%s",
+                      dtype_name(d.dtype), dtype_name(d.o_dtype), static_cast<long long>(d.batch),
+                      static_cast<long long>(d.q_heads), static_cast<long long>(d.kv_heads),
+                      static_cast<long long>(d.head_dim), d.causal ? " causal" : "", d.has_mask ? " mask" : "");
+        add_sdpa(cases, name, d, cu_q, cu_k, rng());
+    }
+    for (int i = 0; i < 2; ++i) {  // cached attention
+        CachedAttentionDesc d;
+        d.cache.layout = pick(0, 1) ? KvLayout::paged : KvLayout::contiguous;
+        d.cache.dtype = cache_types[i == 0 ? 2 : pick(0, 1)];  // an s8 cache, then f32 or bf16
+        d.cache.batch = pick(1, 3), d.cache.kv_heads = 2, d.cache.head_dim = head_dims[pick(0, 5)];
+        if (d.cache.layout == KvLayout::contiguous) {
+            d.cache.capacity = pick(8, 40);
+        } else {
+            d.cache.block_size = int64_t{16} << pick(0, 2);
+            d.cache.max_blocks_per_seq = pick(1, 3);
+            d.cache.num_blocks = pick(1, d.cache.batch * d.cache.max_blocks_per_seq);
+        }
+        d.q_heads = 2 * pick(1, 3);
+        d.q_dtype = io[pick(0, 1)], d.o_dtype = io[pick(0, 1)];
+        d.kv_splits = pick(0, 2);
+        const int64_t cap = kv_cache_capacity(d.cache);
+        std::vector<int64_t> cu{0}, ctx;
+        for (int64_t b = 0; b < d.cache.batch; ++b) {  // sequence 0 has a query at least
+            ctx.push_back(pick(1, cap));
+            cu.push_back(cu.back() + pick(b == 0 ? 1 : 0, std::min<int64_t>(ctx.back(), 3)));
+        }
+        d.q_tokens = cu.back();
+        char name[160];
+        std::snprintf(name, sizeof name, "random cached %s %s cache %s->%s batch %lld q %lld heads %lld hd%lld splits %lld",
+                      kv_layout_name(d.cache.layout), dtype_name(d.cache.dtype), dtype_name(d.q_dtype),
+                      dtype_name(d.o_dtype), static_cast<long long>(d.cache.batch), static_cast<long long>(d.q_tokens),
+                      static_cast<long long>(d.q_heads), static_cast<long long>(d.cache.head_dim),
+                      static_cast<long long>(d.kv_splits));
+        add_cached(cases, name, d, cu, ctx, rng());
+    }
+    for (int i = 0; i < 2; ++i) {  // appends: distinct (sequence, position) slots
+        KvCacheDesc cd;
+        cd.layout = pick(0, 1) ? KvLayout::paged : KvLayout::contiguous;
+        cd.dtype = cache_types[i == 0 ? 2 : pick(0, 2)];  // one s8 cache at least
+        cd.batch = pick(1, 3), cd.kv_heads = pick(1, 2), cd.head_dim = head_dims[pick(0, 5)];
+        if (cd.layout == KvLayout::contiguous) {
+            cd.capacity = pick(4, 40);
+        } else {
+            cd.block_size = 16, cd.max_blocks_per_seq = pick(1, 2);
+            cd.num_blocks = cd.batch * cd.max_blocks_per_seq;  // every sequence its own blocks
+        }
+        const int64_t cap = kv_cache_capacity(cd), tokens = pick(1, 5);
+        std::vector<int64_t> seq, pos;
+        while (static_cast<int64_t>(seq.size()) < tokens) {
+            const int64_t b = pick(0, cd.batch - 1), p = pick(0, cap - 1);
+            bool taken = false;
+            for (size_t t = 0; t < seq.size(); ++t) taken = taken || (seq[t] == b && pos[t] == p);
+            if (!taken) seq.push_back(b), pos.push_back(p);
+        }
+        KvAppendOpts o;
+        o.src = io[pick(0, 1)];
+        o.rope_dim = i == 0 || pick(0, 1) ? 2 * pick(1, cd.head_dim / 2) : 0;
+        o.style = pick(0, 1) ? RopeStyle::gptj : RopeStyle::neox;
+        char name[160];
+        std::snprintf(name, sizeof name, "random kv_cache_append %s -> %s %s %lld tokens kv_heads %lld hd%lld rope %lld %s",
+                      dtype_name(o.src), kv_layout_name(cd.layout), dtype_name(cd.dtype), static_cast<long long>(tokens),
+                      static_cast<long long>(cd.kv_heads), static_cast<long long>(cd.head_dim),
+                      static_cast<long long>(o.rope_dim), o.style == RopeStyle::gptj ? "gptj" : "neox");
+        add_kv_append(cases, name, cd, seq, pos, rng(), o);
     }
 }
 
@@ -2332,8 +2734,15 @@ void add_vision_cases(std::vector<Case>& cases) {
     add_nms(cases, "batched nms 37 boxes 3 classes score > 0.2 max 9", n, 13300);
 }
 
+// The seed of the randomised shapes (XK_SOAK_SEED=<n> for others; printed by the soak).
+uint64_t soak_seed() {
+    const char* e = std::getenv("XK_SOAK_SEED");
+    return e && *e ? std::strtoull(e, nullptr, 10) : 20261127;
+}
+
 std::vector<Case> build_cases() {
     std::vector<Case> cases;
+    std::mt19937_64 rng(soak_seed());
     add_gemm_cases(cases);
     add_conv_cases(cases);
     add_embedding_bag_cases(cases);
@@ -2346,6 +2755,8 @@ std::vector<Case> build_cases() {
     add_axpby(cases, 17, 1.5f, 0.25f, 8100);
     add_axpby(cases, 70001, -0.75f, 1.0f, 8200);  // two chunks of 2^16: two threads
     add_attention_cases(cases);
+    add_random_attention_cases(cases, rng);
+    add_embedding_backward(cases, rng);
     add_woq_cases(cases);
     add_qconv_cases(cases);
     add_interaction_cases(cases);
@@ -2518,9 +2929,10 @@ TEST(Soak, AllFamiliesSixteenThreads) {
     }
     const double setup_s = std::chrono::duration<double>(t1 - t0).count();
     const double soak_s = std::chrono::duration<double>(t2 - t1).count();
-    std::printf("[soak] %d threads x %d rounds, %d library threads: %llu calls in %.2f s (setup %.2f s); %llu cache "
-                "clears, kernels created %llu, cache hits %llu\n",
-                kThreads, rounds, kLibThreads, static_cast<unsigned long long>(total), soak_s, setup_s,
+    std::printf("[soak] %d threads x %d rounds, %d library threads, shapes of seed %llu: %llu calls in %.2f s (setup "
+                "%.2f s); %llu cache clears, kernels created %llu, cache hits %llu\n",
+                kThreads, rounds, kLibThreads, static_cast<unsigned long long>(soak_seed()),
+                static_cast<unsigned long long>(total), soak_s, setup_s,
                 static_cast<unsigned long long>(sum.clears),
                 static_cast<unsigned long long>(after.creations - before.creations),
                 static_cast<unsigned long long>(after.hits - before.hits));

@@ -473,3 +473,25 @@ TEST(GemmTune, DecisionsFollowTheIsaCap) {
     });
     EXPECT_EQ(detail::gemm_tune_stats().tunings, 0u);
 }
+
+// gemm_select under an explicit cap (the AMX decode kernel's plain-B route: cap avx512_bf16)
+// answers as the process capped there would: that cap's recorded decision, not the process cap's;
+// a cap above the process's is clamped to it.
+TEST(GemmTune, SelectUnderAnExplicitCapUsesThatCapsDecision) {
+    if (!have_onednn_entry()) GTEST_SKIP() << "the oneDNN entry needs AVX2";
+    TuneGuard tune;
+    GemmDesc d;
+    d.M = 256, d.N = 256, d.K = 256;
+    const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
+    const Isa top = max_isa();
+    {
+        IsaCap cap(Isa::avx2);
+        detail::gemm_tune_record(spec, "onednn");
+    }
+    ASSERT_EQ(max_isa(), top);
+    EXPECT_STREQ(detail::gemm_select(spec, false, Isa::avx2).impl->name, "onednn");
+    const std::string plain = detail::gemm_registry().select(spec, top).name;
+    if (top != Isa::avx2) EXPECT_EQ(detail::gemm_select(spec, false).impl->name, plain);  // no decision at top
+    EXPECT_EQ(detail::gemm_select(spec, false, Isa::amx).impl->name, detail::gemm_select(spec, false).impl->name);
+    EXPECT_EQ(detail::gemm_tune_stats().tunings, 0u);
+}

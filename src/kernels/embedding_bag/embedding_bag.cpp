@@ -264,39 +264,45 @@ void min_max_scalar(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 inside the min / max intrinsics
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-__attribute__((target("avx512f"))) void min_max_avx512(const int64_t* v, int64_t n, int64_t& lo, int64_t& hi) {
-    __m512i mn = _mm512_set1_epi64(v[0]), mx = mn;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+// The AVX-512 pass, one template over the index width (int64: 8 lanes, int32: 16): the first
+// vector starts both, then whole vectors, then the last L elements again (overlapping: min / max
+// do not mind); fewer than L indices take the scalar loop.
+template <typename I>
+struct Avx512MinMax;
+template <>
+struct Avx512MinMax<int64_t> {
+    __attribute__((target("avx512f"))) static __m512i min(__m512i a, __m512i b) { return _mm512_min_epi64(a, b); }
+    __attribute__((target("avx512f"))) static __m512i max(__m512i a, __m512i b) { return _mm512_max_epi64(a, b); }
+};
+template <>
+struct Avx512MinMax<int32_t> {
+    __attribute__((target("avx512f"))) static __m512i min(__m512i a, __m512i b) { return _mm512_min_epi32(a, b); }
+    __attribute__((target("avx512f"))) static __m512i max(__m512i a, __m512i b) { return _mm512_max_epi32(a, b); }
+};
+template <typename I>
+__attribute__((target("avx512f"))) void min_max_avx512(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
+    using Op = Avx512MinMax<I>;
+    constexpr int64_t L = 64 / sizeof(I);
+    if (n < L) return min_max_scalar(v, n, lo, hi);
+    __m512i mn = _mm512_loadu_si512(v), mx = mn;
+    int64_t i = L;
+    for (; i + L <= n; i += L) {
         const __m512i x = _mm512_loadu_si512(v + i);
-        mn = _mm512_min_epi64(mn, x);
-        mx = _mm512_max_epi64(mx, x);
+        mn = Op::min(mn, x);
+        mx = Op::max(mx, x);
     }
-    const __mmask8 m = static_cast<__mmask8>((1u << (n - i)) - 1);
-    mn = _mm512_mask_min_epi64(mn, m, mn, _mm512_maskz_loadu_epi64(m, v + i));
-    mx = _mm512_mask_max_epi64(mx, m, mx, _mm512_maskz_loadu_epi64(m, v + i));
-    alignas(64) int64_t a[8], b[8];  // (the reduce intrinsics warn under GCC 12)
+    if (i < n) {
+        const __m512i x = _mm512_loadu_si512(v + n - L);
+        mn = Op::min(mn, x);
+        mx = Op::max(mx, x);
+    }
+    alignas(64) I a[L], b[L];  // (the reduce intrinsics warn under GCC 12)
     _mm512_store_si512(a, mn);
     _mm512_store_si512(b, mx);
-    lo = a[0], hi = b[0];
-    for (int k = 1; k < 8; ++k) lo = std::min(lo, a[k]), hi = std::max(hi, b[k]);
-}
-__attribute__((target("avx512f"))) void min_max_avx512(const int32_t* v, int64_t n, int64_t& lo, int64_t& hi) {
-    __m512i mn = _mm512_set1_epi32(v[0]), mx = mn;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i x = _mm512_loadu_si512(v + i);
-        mn = _mm512_min_epi32(mn, x);
-        mx = _mm512_max_epi32(mx, x);
-    }
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    mn = _mm512_mask_min_epi32(mn, m, mn, _mm512_maskz_loadu_epi32(m, v + i));
-    mx = _mm512_mask_max_epi32(mx, m, mx, _mm512_maskz_loadu_epi32(m, v + i));
-    alignas(64) int32_t a[16], b[16];
-    _mm512_store_si512(a, mn);
-    _mm512_store_si512(b, mx);
-    lo = a[0], hi = b[0];
-    for (int k = 1; k < 16; ++k) lo = std::min<int64_t>(lo, a[k]), hi = std::max<int64_t>(hi, b[k]);
+    I l = a[0], h = b[0];
+    for (int64_t k = 1; k < L; ++k) l = std::min(l, a[k]), h = std::max(h, b[k]);
+    lo = l;
+    hi = h;
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

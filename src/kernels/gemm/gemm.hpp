@@ -238,6 +238,11 @@ constexpr double kGemmTuneMaxBytes = 1073741824.0;
 // runs for s: the registry's pick, unless autotuning is on and the decision for s (measured now
 // or earlier in the process) is oneDNN.
 Registry<GemmSpec, GemmKernel>::Selected gemm_select(const GemmSpec& s, bool may_tune);
+// The same under an ISA cap below the process's (clamped to it): what a plan (may_tune) or a
+// one-shot call would run with max_isa() == cap, the decision cached under that cap's key. The
+// AMX decode kernel takes its plain-B kernel this way (cap avx512_bf16, never tuning: it is
+// created for one-shot calls too).
+Registry<GemmSpec, GemmKernel>::Selected gemm_select(const GemmSpec& s, bool may_tune, Isa cap);
 // Whether s is worth timing: f32, both candidates apply, 2 M N K >= kGemmTuneMinFlops.
 bool gemm_tune_eligible(const GemmSpec& s);
 

@@ -75,8 +75,8 @@ Cache& cache() {
     return c;
 }
 
-std::string decision_key(const GemmSpec& s) {
-    return s.key() + ",cap:" + isa_name(max_isa()) + ",threads:" + std::to_string(get_num_threads());
+std::string decision_key(const GemmSpec& s, Isa cap) {
+    return s.key() + ",cap:" + isa_name(cap) + ",threads:" + std::to_string(get_num_threads());
 }
 
 const Reg::ImplT* lookup(const std::string& key) {
@@ -197,14 +197,17 @@ bool gemm_tune_eligible(const GemmSpec& s) {
     return bytes <= kGemmTuneMaxBytes;
 }
 
-Reg::Selected gemm_select(const GemmSpec& s, bool may_tune) {
+Reg::Selected gemm_select(const GemmSpec& s, bool may_tune) { return gemm_select(s, may_tune, max_isa()); }
+
+Reg::Selected gemm_select(const GemmSpec& s, bool may_tune, Isa cap) {
+    if (cap > max_isa()) cap = max_isa();
     const Reg& reg = gemm_registry();
-    const Reg::ImplT& pick = reg.select(s, max_isa());
+    const Reg::ImplT& pick = reg.select(s, cap);
     if (!get_gemm_autotune() || !gemm_tune_eligible(s)) return reg.get(s, pick);
     // oneDNN runs under any cap that allows the entry's ISA (avx2): below it, the registry's pick.
     const Reg::ImplT& dnn = reg.find("onednn");
-    if (dnn.isa > max_isa() || !isa_supported(dnn.isa)) return reg.get(s, pick);
-    const std::string key = decision_key(s);
+    if (dnn.isa > cap || !isa_supported(dnn.isa)) return reg.get(s, pick);
+    const std::string key = decision_key(s, cap);
     if (const Reg::ImplT* d = lookup(key)) {
         cache().hits.fetch_add(1, std::memory_order_relaxed);
         if (verbose_level() >= 2) verbose_log("tuned", "gemm", key + ",pick:" + d->name, 0.0);
@@ -238,7 +241,9 @@ void gemm_tune_clear() {
     c.hits.store(0);
 }
 
-void gemm_tune_record(const GemmSpec& s, const char* impl) { store(decision_key(s), &gemm_registry().find(impl)); }
+void gemm_tune_record(const GemmSpec& s, const char* impl) {
+    store(decision_key(s, max_isa()), &gemm_registry().find(impl));
+}
 
 }  // namespace detail
 }  // namespace xk

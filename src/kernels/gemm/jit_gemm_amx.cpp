@@ -950,14 +950,15 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
 }
 
 // Decode-sized M (2..31) with bf16: the tiles run when B comes packed in their layout (a plan's
-// pack_b), where the vector kernels are FMA-bound from M = 16 up; a plain B runs the vector kernel
-// the avx512_bf16 cap would select (packing B per call would triple the weight traffic of a
-// weight-streaming call).
+// pack_b), where the vector kernels are FMA-bound from M = 16 up; a plain B runs the kernel the
+// avx512_bf16 cap would run (packing B per call would triple the weight traffic of a
+// weight-streaming call), routed as a one-shot call under that cap is: gemm_select, so a measured
+// decision recorded under that cap applies (the kernel is shared with one-shot calls: it never tunes).
 namespace {
 class AmxDecode final : public GemmKernel {
 public:
     explicit AmxDecode(const GemmSpec& s)
-        : amx_(std::make_shared<AmxGemm>(s)), vec_(gemm_registry().get(s, gemm_registry().select(s, Isa::avx512_bf16)).kernel) {}
+        : amx_(std::make_shared<AmxGemm>(s)), vec_(gemm_select(s, false, Isa::avx512_bf16).kernel) {}
     void run(const GemmCall& call) const override { (call.packed_b ? static_cast<const GemmKernel&>(*amx_) : *vec_).run(call); }
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return amx_->pack_b(B); }
     std::string packed_layout() const override { return amx_->packed_layout(); }

@@ -17,15 +17,14 @@
 //     each dword, the same split of X); u4 by VPMADDUBSW (nibble * xq pairs: |sum| <= 3810, no
 //     saturation) then VPMADDWD by ones.
 // K is padded to 8 with zero activations (the weight bytes read past K lie in the packed buffer,
-// whose q part is rounded up to 64 bytes). Rows of X in passes of up to 4; threads split the blocks.
+// whose q part is rounded up to 64 bytes). Rows of X in passes of up to 4; threads split the blocks
+// (woq_int8_driver.hpp, shared with the AVX512-VNNI kernel).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
-#include "common/parallel.hpp"
-#include "kernels/woq/woq.hpp"
+#include "kernels/woq/woq_int8_driver.hpp"
 #include "xk/isa.hpp"
 
 #define XK_I8_AVX2 __attribute__((target("avx2,fma")))
@@ -42,38 +41,15 @@ namespace {
 
 constexpr int kMaxMB = 4;
 
-struct XQ {
-    std::vector<int8_t> q;
-    std::vector<float> sx;
-    std::vector<int32_t> xs;
-    int64_t ldq = 0;
+// Slot of k in a quantized row, within its 4 (s8: slots hold k = 0 2 1 3) or 8 (u4: k = 0 4 2 6 1 5
+// 3 7) elements.
+struct Slot {
+    int64_t operator()(int64_t k, bool u4) const {
+        static constexpr int kPosU4[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+        static constexpr int kPosS8[4] = {0, 2, 1, 3};
+        return u4 ? (k & ~int64_t(7)) + kPosU4[k & 7] : (k & ~int64_t(3)) + kPosS8[k & 3];
+    }
 };
-
-void prep(const WoqSpec& s, const WoqCall& c, XQ& p) {
-    const WoqPacked& w = *c.w;
-    const int64_t M = s.M, K = s.K;
-    p.ldq = (K + 7) / 8 * 8 + 64;
-    p.q.assign(static_cast<size_t>(M * p.ldq), 0);
-    p.sx.resize(static_cast<size_t>(M));
-    p.xs.assign(static_cast<size_t>(M * w.G), 0);
-    const int64_t esz = dtype_size(s.a_type);
-    const bool u4 = s.wtype == WoqWeightType::u4;
-    // slot of k within its 4 (s8: slots hold k = 0 2 1 3) or 8 (u4: k = 0 4 2 6 1 5 3 7) elements
-    static const int kPosU4[8] = {0, 4, 2, 6, 1, 5, 3, 7};
-    static const int kPosS8[4] = {0, 2, 1, 3};
-    parallel_for(M, 8, [&](int64_t m0, int64_t m1) {
-        std::vector<int8_t> row(static_cast<size_t>(K));
-        for (int64_t m = m0; m < m1; ++m) {
-            p.sx[m] = woq_quantize_row(s, static_cast<const char*>(c.args.A) + m * s.lda * esz, row.data());
-            int8_t* d = p.q.data() + m * p.ldq;
-            for (int64_t k = 0; k < K; ++k) {
-                const int64_t pos = u4 ? (k & ~int64_t(7)) + kPosU4[k & 7] : (k & ~int64_t(3)) + kPosS8[k & 3];
-                d[pos] = row[k];
-                p.xs[m * w.G + k / w.gs] += row[k];
-            }
-        }
-    });
-}
 
 // 64 bytes (rows r..r+3 of 16 channels) -> t0: channels {0-3, 8-11}, t1: {4-7, 12-15}; dword
 // bytes = rows (r, r+2, r+1, r+3).
@@ -131,7 +107,7 @@ struct Dot<false, false> {
 #undef XK_I8_NAME
 #undef XK_I8_VNNI
 
-using BlockFn = void (*)(const WoqPacked&, int64_t, const int8_t*, int64_t, const float*, const int32_t*, float*);
+using BlockFn = WoqI8BlockFn;
 
 template <bool VNNI, bool U4>
 BlockFn pick(int mb) {
@@ -157,31 +133,10 @@ public:
     WoqInt8Avx2(const WoqSpec& s, bool vnni) : s_(s), vnni_(vnni) {}
 
     void run(const WoqCall& c) const override {
-        const WoqSpec& s = s_;
-        const WoqPacked& w = *c.w;
-        static thread_local XQ xq_tls;  // the caller's buffer, read by the workers through this reference
-        XQ& xq = xq_tls;
-        prep(s, c, xq);
-        const bool u4 = s.wtype == WoqWeightType::u4;
-        const int64_t ldq = xq.ldq;
-        const int64_t passes = (s.M + kMaxMB - 1) / kMaxMB;
-        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, w.q_block_bytes * passes));
-        parallel_for(w.nblk, grain, [&](int64_t b0, int64_t b1) {
-            alignas(64) float out[kMaxMB * 16];
-            for (int64_t b = b0; b < b1; ++b) {
-                const int64_t n0 = b * 16, n1 = std::min(s.N, n0 + 16);
-                int64_t m0 = 0;
-                for (int64_t p = 0; p < passes; ++p) {
-                    const int64_t mb = (s.M - m0 + (passes - p) - 1) / (passes - p);
-                    const int mbi = static_cast<int>(mb);
-                    const BlockFn fn = vnni_ ? (u4 ? pick<true, true>(mbi) : pick<true, false>(mbi))
-                                             : (u4 ? pick<false, true>(mbi) : pick<false, false>(mbi));
-                    fn(w, b, xq.q.data() + m0 * ldq, ldq, xq.sx.data() + m0, xq.xs.data() + m0 * w.G, out);
-                    woq_epilogue(s, c, out, 16, m0, mb, n0, n1);
-                    m0 += mb;
-                }
-            }
-        });
+        if (vnni_)
+            woq_i8_run<kMaxMB>(s_, c, Slot{}, [](int mb, bool u4) { return u4 ? pick<true, true>(mb) : pick<true, false>(mb); });
+        else
+            woq_i8_run<kMaxMB>(s_, c, Slot{}, [](int mb, bool u4) { return u4 ? pick<false, true>(mb) : pick<false, false>(mb); });
     }
 
 private:

@@ -14,7 +14,8 @@
 //       (per 8 k: the even ones, then the odd ones), so each dword of X matches its weights.
 // K is padded to 8 with zero activations: the weight bytes read past K (within the packed buffer,
 // whose q part is rounded up to 64 bytes) multiply zeros. Rows of X in passes of up to 16 (the
-// accumulators: up to 16 int32 vectors, the f32 sums in registers up to 8 rows, in L1 above); threads split the blocks of 16 channels.
+// accumulators: up to 16 int32 vectors, the f32 sums in registers up to 8 rows, in L1 above); threads split the blocks of 16 channels
+// (woq_int8_driver.hpp, shared with the AVX2 kernels).
 #include <immintrin.h>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
@@ -22,10 +23,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
-#include "common/parallel.hpp"
-#include "kernels/woq/woq.hpp"
+#include "kernels/woq/woq_int8_driver.hpp"
 
 #define XK_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma")))
 
@@ -41,38 +40,11 @@ namespace {
 
 constexpr int kMaxMB = 16;  // rows a pass: up to 8 with y in registers, 9..16 with y in L1
 
-// Quantized X: xq[m * ldq + k'] (k' in the kernel's order), sx[m], group sums xs[m * G + g].
-struct XQ {
-    std::vector<int8_t> q;
-    std::vector<float> sx;
-    std::vector<int32_t> xs;
-    std::vector<int8_t> row;
-    int64_t ldq = 0;
+// Slot of k in a quantized row: s8 in order; u4 within each 8 k the even k first (dword 0), then
+// the odd (dword 1).
+struct Slot {
+    int64_t operator()(int64_t k, bool u4) const { return u4 ? (k & ~int64_t(7)) + ((k & 1) ? 4 : 0) + ((k & 7) >> 1) : k; }
 };
-
-void prep(const WoqSpec& s, const WoqCall& c, XQ& p) {
-    const WoqPacked& w = *c.w;
-    const int64_t M = s.M, K = s.K;
-    p.ldq = (K + 7) / 8 * 8 + 64;  // (+64: rows apart by a non-multiple of 4 KiB)
-    p.q.assign(static_cast<size_t>(M * p.ldq), 0);
-    p.sx.resize(static_cast<size_t>(M));
-    p.xs.assign(static_cast<size_t>(M * w.G), 0);
-    const int64_t esz = dtype_size(s.a_type);
-    const bool u4 = s.wtype == WoqWeightType::u4;
-    parallel_for(M, 8, [&](int64_t m0, int64_t m1) {
-        std::vector<int8_t> row(static_cast<size_t>(K));
-        for (int64_t m = m0; m < m1; ++m) {
-            p.sx[m] = woq_quantize_row(s, static_cast<const char*>(c.args.A) + m * s.lda * esz, row.data());
-            int8_t* d = p.q.data() + m * p.ldq;
-            for (int64_t k = 0; k < K; ++k) {
-                // u4: within each 8 k, the even k first (dword 0), then the odd (dword 1)
-                const int64_t pos = u4 ? (k & ~int64_t(7)) + ((k & 1) ? 4 : 0) + ((k & 7) >> 1) : k;
-                d[pos] = row[k];
-                p.xs[m * w.G + k / w.gs] += row[k];
-            }
-        }
-    });
-}
 
 // One block of 16 channels, MB rows: out[m * 16 + c].
 template <bool U4, int MB>
@@ -140,7 +112,7 @@ XK_VNNI_TARGET void block(const WoqPacked& w, int64_t b, const int8_t* xq, int64
     for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, kYMem ? _mm512_load_ps(ym + m * 16) : y[kYMem ? 0 : m]);
 }
 
-using BlockFn = void (*)(const WoqPacked&, int64_t, const int8_t*, int64_t, const float*, const int32_t*, float*);
+using BlockFn = WoqI8BlockFn;
 
 template <bool U4>
 BlockFn pick(int mb) {
@@ -169,32 +141,7 @@ public:
     explicit WoqVnni(const WoqSpec& s) : s_(s) {}
 
     void run(const WoqCall& c) const override {
-        const WoqSpec& s = s_;
-        const WoqPacked& w = *c.w;
-        // The caller's quantized rows: a reference, so the workers below read this thread's buffer
-        // (naming the thread_local inside the lambda would give each worker its own, empty one).
-        static thread_local XQ xq_tls;
-        XQ& xq = xq_tls;
-        prep(s, c, xq);
-        const bool u4 = s.wtype == WoqWeightType::u4;
-        const int64_t ldq = xq.ldq;
-        // Passes of balanced row counts (<= kMaxMB), the same for every block.
-        const int64_t passes = (s.M + kMaxMB - 1) / kMaxMB;
-        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, w.q_block_bytes * passes));
-        parallel_for(w.nblk, grain, [&](int64_t b0, int64_t b1) {
-            alignas(64) float out[kMaxMB * 16];
-            for (int64_t b = b0; b < b1; ++b) {
-                const int64_t n0 = b * 16, n1 = std::min(s.N, n0 + 16);
-                int64_t m0 = 0;
-                for (int64_t p = 0; p < passes; ++p) {
-                    const int64_t mb = (s.M - m0 + (passes - p) - 1) / (passes - p);
-                    const BlockFn fn = u4 ? pick<true>(static_cast<int>(mb)) : pick<false>(static_cast<int>(mb));
-                    fn(w, b, xq.q.data() + m0 * ldq, ldq, xq.sx.data() + m0, xq.xs.data() + m0 * w.G, out);
-                    woq_epilogue(s, c, out, 16, m0, mb, n0, n1);
-                    m0 += mb;
-                }
-            }
-        });
+        woq_i8_run<kMaxMB>(s_, c, Slot{}, [](int mb, bool u4) { return u4 ? pick<true>(mb) : pick<false>(mb); });
     }
 
 private:
