@@ -63,7 +63,8 @@ size_t row_wg(const Context& ctx, int64_t n, int nv = kNv) {
     cap = p2;
     // CPU devices (PoCL): one size (its compiler specializes each work-group size: a build each;
     // the registers of a work-item are memory there anyway)
-    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(128, cap));
+    // (The bf16 kernels, twice the chunks per work-item: 64, so 4096-element rows fill the group.)
+    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(nv == kNv16 ? 64 : 128, cap));
     int64_t wg = 32;
     while (wg < want && wg < cap) wg *= 2;
     return static_cast<size_t>(std::min(wg, cap));
