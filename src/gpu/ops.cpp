@@ -2,6 +2,8 @@
 // Validation at the door like the CPU ops (sizes, dtypes, strides, flags, aliasing) plus the
 // buffers: each must belong to the context and hold the descriptor's extent from its offset.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <initializer_list>
 #include <mutex>
 #include <unordered_set>
@@ -52,6 +54,14 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
 constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item in registers
 constexpr int kNv16 = 8;       // XK_NV16 of ops.cl: the same for the bf16 kernels (twice the elements)
 constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
+// XK_GPU_BF16_KERNELS=0: bf16 calls take the generic kernels (a same-run comparison in bench_gpu).
+bool bf16_kernels_on() {
+    static const bool on = [] {
+        const char* e = std::getenv("XK_GPU_BF16_KERNELS");
+        return !(e && std::string(e) == "0");
+    }();
+    return on;
+}
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
 // the row in registers (kNv chunks of 8 per work-item), capped by the device; longer rows loop.
 size_t row_wg(const Context& ctx, int64_t n, int nv = kNv) {
@@ -213,7 +223,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
                                d.ld_residual, t.residual_out.offset, d.ld_residual_out});
     // Every tensor bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernels.
-    const bool all_bf16 = d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 &&
+    const bool all_bf16 = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 &&
                           (!(d.has_weight || d.has_bias) || d.weight_dtype == DType::bf16) &&
                           (!d.fused_residual || d.residual_dtype == DType::bf16);
     const size_t local16 = row_wg(ctx, d.hidden, kNv16);
@@ -273,7 +283,8 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x's gate half: same offset, stride and dtype)");
     const int al = align_code({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y});
     // bf16 with 8-aligned rows and inner a multiple of 16: 16 columns per work-item.
-    const bool bf16k = d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.inner % 16 == 0;
+    const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 &&
+                       d.inner % 16 == 0;
     const int per_item = bf16k ? 16 : 8;
     cl_kernel k = ops_kernel(ctx, bf16k ? "xk_glu_bf16" : "xk_glu", 2);
     cl_uint i = 0;
@@ -325,7 +336,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y});
     const size_t local16 = row_wg(ctx, d.cols, kNv16);
     // bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernel.
-    const bool bf16k = d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.cols % 8 == 0 &&
+    const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.cols % 8 == 0 &&
                        d.cols / 8 <= static_cast<int64_t>(local16) * kNv16;
     cl_kernel k = ops_kernel(ctx, bf16k ? "xk_softmax_bf16" : "xk_softmax", 3);
     cl_uint i = 0;
@@ -453,7 +464,7 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     const int al = align_code({t.q.offset, d.q_token_stride, d.q_head_stride, t.k.offset, d.k_token_stride,
                                d.k_head_stride, t.cos_sin_cache.offset, d.rotary_dim / 2});
     // 16-bit q / k, neox, everything 8-aligned: eight pairs per work-item (16-byte accesses).
-    const bool vec8 = (d.dtype == DType::bf16 || d.dtype == DType::f16) && d.style == RopeStyle::neox && al == 2 &&
+    const bool vec8 = bf16_kernels_on() && (d.dtype == DType::bf16 || d.dtype == DType::f16) && d.style == RopeStyle::neox && al == 2 &&
                       (d.rotary_dim / 2) % 8 == 0;
     const bool vec4 = !vec8 && (d.rotary_dim / 2) % 4 == 0;  // four pairs per work-item
     const char* kname = vec8 ? "xk_rope8" : vec4 ? "xk_rope4" : "xk_rope";
