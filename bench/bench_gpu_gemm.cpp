@@ -10,6 +10,8 @@
 // 128x4096x4096, 1x4096x4096). On a CPU device (PoCL) shapes above 2^31 M N K are skipped unless
 // XK_BENCH_GPU_ALL=1 (8192^3 takes a minute per call there). The first call of each row (ours:
 // tuning on a new shape class, then both: program builds) runs before the timing.
+// gpu_gemm/f32/xk_splitk[_fresh_ws]/<config>/128x4096x4096: a forced split-K configuration with the
+// workspace of calls (the context's scratch) or a Buffer per call (before; a diagnostic).
 #include <benchmark/benchmark.h>
 
 #include <clblast.h>
@@ -81,6 +83,36 @@ void bench_xk(benchmark::State& state, Shape s, xk::DType t) {
     state.SetLabel(name);
 }
 
+// Split-K diagnostic rows: one forced split-K configuration, its workspace the context's scratch
+// (as calls run) or a new Buffer per call (how calls ran before: a sub-buffer created and released
+// each call). Wall time from enqueue to clFinish, like the other rows.
+void bench_xk_forced(benchmark::State& state, Shape s, gpu::detail::GemmConfig cfg, bool fresh_ws) {
+    Operands o = make(s, xk::DType::f32);
+    xk::GemmDesc d;
+    d.M = s.M, d.N = s.N, d.K = s.K;
+    const gpu::GemmTensors ts{o.A, o.B, o.C};
+    gpu::detail::GemmOptions opt;
+    opt.kind = gpu::detail::GemmKernelKind::tiled;
+    opt.force_config = true;
+    opt.config = cfg;
+    opt.splitk_fresh_workspace = fresh_ws;
+    std::string name;
+    gpu::detail::gemm_ex(ctx(), d, ts, opt, &name).wait();
+    double enqueue_s = 0;
+    for (auto _ : state) {
+        const auto t0 = std::chrono::steady_clock::now();
+        gpu::detail::gemm_ex(ctx(), d, ts, opt);
+        const auto t1 = std::chrono::steady_clock::now();
+        ctx().finish();
+        state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        enqueue_s += std::chrono::duration<double>(t1 - t0).count();
+    }
+    xk::bench::set_gflops(state, s.flops());
+    // Host ms until gemm returned (enqueue, and the old path's workspace release), per call.
+    state.counters["enqueue_ms"] = 1e3 * enqueue_s / double(std::max<int64_t>(state.iterations(), 1));
+    state.SetLabel(name);
+}
+
 void bench_clblast(benchmark::State& state, Shape s) {
     Operands o = make(s, xk::DType::f32);
     cl_command_queue q = gpu::detail::cl_queue(ctx());
@@ -134,6 +166,25 @@ bool register_all() {
                                      [s](benchmark::State& st) { bench_xk(st, s, xk::DType::f16); })
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
+    }
+    // Split-K by 4 of each tile the tuner splits for 128x4096x4096 (a CPU device: the default
+    // tile), scratch vs a Buffer per call.
+    const Shape sk{128, 4096, 4096};
+    {
+        xk::GemmDesc d;
+        d.M = sk.M, d.N = sk.N, d.K = sk.K;
+        std::vector<gpu::detail::GemmConfig> cs = gpu::detail::gemm_candidates(ctx(), d);
+        if (cpu) cs = {gpu::detail::gemm_default_config(ctx())}, cs[0].splitk = 4;  // the tuner splits on GPUs only
+        for (const gpu::detail::GemmConfig& c : cs) {
+            if (c.splitk != 4) continue;
+            for (bool fresh : {false, true}) {
+                const std::string row = std::string("gpu_gemm/f32/") + (fresh ? "xk_splitk_fresh_ws/" : "xk_splitk/") +
+                                        c.str() + "/" + sk.name();
+                benchmark::RegisterBenchmark(row.c_str(), [sk, c, fresh](benchmark::State& st) { bench_xk_forced(st, sk, c, fresh); })
+                    ->UseManualTime()
+                    ->Unit(benchmark::kMillisecond);
+            }
+        }
     }
     return true;
 }

@@ -114,6 +114,7 @@ public:
     MemoryStats memory_stats() const;
     void reset_peak_stats() const;
     void empty_cache() const;                // returns every cached (free) segment to OpenCL
+                                             // (and the context's scratch: split-K's workspace)
     // Caps what the allocator reserves from OpenCL (0 = the device's global memory); reaching the
     // cap is out of memory. Like torch.xpu.set_per_process_memory_fraction, in bytes.
     void set_memory_limit(int64_t bytes) const;

@@ -26,11 +26,12 @@
 //                  (XK_GPU_XMX=emulate forces it on any device: for tests, slow);
 //   "gpu:tiled"    everything else: register- and local-memory-tiled, its tile sizes chosen per
 //                  (device, driver, types, transposes, shape class) by a built-in tuner that times
-//                  a few candidates once and keeps the winner on disk beside the program cache
-//                  (gpu::cache_dir()/gemm_tune.txt); XK_GPU_TUNE=0 uses the device-type default.
+//                  a few candidates once (host time per call, as calls run) and keeps the winner
+//                  on disk beside the program cache (gpu::cache_dir()/gemm_tune.txt);
+//                  XK_GPU_TUNE=0 uses the device-type default.
 //                  For small M x N on GPUs the candidates include split-K forms (",S<n>": n
-//                  partial products in an f32 workspace from the caching allocator, then a
-//                  reduce kernel with the epilogue).
+//                  partial products in the context's f32 scratch workspace, kept between calls,
+//                  then a reduce kernel with the epilogue); XK_GPU_SPLITK=0 leaves them out.
 //   XK_GPU_XMX=0 never takes the XMX kernel.
 #pragma once
 #include <string>

@@ -34,6 +34,15 @@ struct ContextImpl {
     std::mutex programs_mu;
     std::unordered_map<std::string, std::shared_ptr<ProgramEntry>> programs;  // key: name \n options \n hash
     std::atomic<int64_t> memory_hits{0}, disk_hits{0}, source_builds{0}, disk_writes{0}, disk_rejects{0};
+    std::atomic<int64_t> kernels_created{0};
+
+    // Scratch device memory kept between calls (split-K partial sums): a block of the allocator and
+    // its one sub-buffer, grown on demand, released with the context or by empty_cache().
+    std::mutex scratch_mu;
+    CachingAllocator::Block* scratch_block = nullptr;
+    cl_mem scratch_mem = nullptr;
+    int64_t scratch_bytes = 0, scratch_grows = 0;
+    void release_scratch_locked();
 
     ~ContextImpl();
 };

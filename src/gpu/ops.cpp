@@ -2,6 +2,8 @@
 // Validation at the door like the CPU ops (sizes, dtypes, strides, flags, aliasing) plus the
 // buffers: each must belong to the context and hold the descriptor's extent from its offset.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <initializer_list>
 #include <mutex>
 #include <unordered_set>
@@ -50,19 +52,29 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
 
 #if XK_WITH_OPENCL
 constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item in registers
+constexpr int kNv16 = 8;       // XK_NV16 of ops.cl: the same for the bf16 kernels (twice the elements)
 constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
+// XK_GPU_BF16_KERNELS=0: bf16 calls take the generic kernels (a same-run comparison in bench_gpu).
+bool bf16_kernels_on() {
+    static const bool on = [] {
+        const char* e = std::getenv("XK_GPU_BF16_KERNELS");
+        return !(e && std::string(e) == "0");
+    }();
+    return on;
+}
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
 // the row in registers (kNv chunks of 8 per work-item), capped by the device; longer rows loop.
-size_t row_wg(const Context& ctx, int64_t n) {
+size_t row_wg(const Context& ctx, int64_t n, int nv = kNv) {
     const int64_t chunks = (n + 7) / 8;
-    const int64_t want = (chunks + kNv - 1) / kNv;
+    const int64_t want = (chunks + nv - 1) / nv;
     int64_t cap = std::min<int64_t>(kMaxWg, ctx.device().max_work_group_size);
     int64_t p2 = 1;
     while (p2 * 2 <= cap) p2 *= 2;
     cap = p2;
     // CPU devices (PoCL): one size (its compiler specializes each work-group size: a build each;
     // the registers of a work-item are memory there anyway)
-    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(128, cap));
+    // (The bf16 kernels, twice the chunks per work-item: 64, so 4096-element rows fill the group.)
+    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(nv == kNv16 ? 64 : 128, cap));
     int64_t wg = 32;
     while (wg < want && wg < cap) wg *= 2;
     return static_cast<size_t>(std::min(wg, cap));
@@ -208,7 +220,16 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
         no_overlap(fn, "residual_out", ro, "weight", w);
         no_overlap(fn, "residual_out", ro, "bias", b);
     }
-    cl_kernel k = ops_kernel(ctx, "xk_norm", 1);
+    const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
+                               d.ld_residual, t.residual_out.offset, d.ld_residual_out});
+    // Every tensor bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernels.
+    const bool all_bf16 = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 &&
+                          (!(d.has_weight || d.has_bias) || d.weight_dtype == DType::bf16) &&
+                          (!d.fused_residual || d.residual_dtype == DType::bf16);
+    const size_t local16 = row_wg(ctx, d.hidden, kNv16);
+    const bool bf16k = all_bf16 && al == 2 && d.hidden % 8 == 0 && d.hidden / 8 <= static_cast<int64_t>(local16) * kNv16;
+    const char* kname = !bf16k ? "xk_norm" : d.kind == NormKind::layer_norm ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms";
+    cl_kernel k = ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -220,14 +241,12 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     set_arg(k, i++, U(d.hidden));
     set_arg(k, i++, d.eps);
     const cl_int dts = dcode(d.x_dtype) | dcode(d.y_dtype) << 8 | dcode(d.residual_dtype) << 16 | dcode(d.weight_dtype) << 24;
-    const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
-                               d.ld_residual, t.residual_out.offset, d.ld_residual_out});
     const cl_int flags = (d.has_weight ? 1 : 0) | (d.has_bias ? 2 : 0) | (d.fused_residual ? 4 : 0) |
                          (d.kind == NormKind::layer_norm ? 8 : 0) | (al == 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(k, i++, dts);
     set_arg(k, i++, flags);
-    const size_t local = row_wg(ctx, d.hidden), global = static_cast<size_t>(d.rows) * local;
-    verbose_pick("norm", std::string("ocl:xk_norm,wg=") + std::to_string(local) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+    const size_t local = bf16k ? local16 : row_wg(ctx, d.hidden), global = static_cast<size_t>(d.rows) * local;
+    verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
                              ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -262,20 +281,25 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
     const bool in_place = same(y, gate) && d.y_dtype == d.x_dtype;
     if (!in_place && overlap(y, x))
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x's gate half: same offset, stride and dtype)");
-    cl_kernel k = ops_kernel(ctx, "xk_glu", 2);
+    const int al = align_code({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y});
+    // bf16 with 8-aligned rows and inner a multiple of 16: 16 columns per work-item.
+    const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 &&
+                       d.inner % 16 == 0;
+    const int per_item = bf16k ? 16 : 8;
+    cl_kernel k = ops_kernel(ctx, bf16k ? "xk_glu_bf16" : "xk_glu", 2);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
     set_arg(k, i++, U(d.inner));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
     set_arg(k, i++, static_cast<cl_int>(a));
-    set_arg(k, i++, static_cast<cl_int>(align_code({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y})));
-    const size_t chunks = static_cast<size_t>((d.inner + 7) / 8);
+    set_arg(k, i++, static_cast<cl_int>(al));
+    const size_t chunks = static_cast<size_t>((d.inner + per_item - 1) / per_item);
     const size_t lx = std::min<size_t>(chunks <= 64 ? 64 : chunks <= 128 ? 128 : 256,
                                        static_cast<size_t>(std::max(ctx.device().max_work_group_size, 1)));
     const size_t gx = (chunks + lx - 1) / lx * lx;
     const size_t global[2] = {gx, static_cast<size_t>(d.rows)}, local[2] = {lx, 1};
-    verbose_pick("glu", "ocl:xk_glu,wg=" + std::to_string(lx) + "x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
+    verbose_pick("glu", std::string(bf16k ? "ocl:xk_glu_bf16,wg=" : "ocl:xk_glu,wg=") + std::to_string(lx) + "x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
                             dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 2, global, local, fn);
 #else
@@ -309,7 +333,12 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const bool in_place = same(y, x) && d.y_dtype == d.x_dtype;
     if (!in_place && overlap(y, x))
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x: same offset, stride and dtype)");
-    cl_kernel k = ops_kernel(ctx, "xk_softmax", 3);
+    const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y});
+    const size_t local16 = row_wg(ctx, d.cols, kNv16);
+    // bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernel.
+    const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.cols % 8 == 0 &&
+                       d.cols / 8 <= static_cast<int64_t>(local16) * kNv16;
+    cl_kernel k = ops_kernel(ctx, bf16k ? "xk_softmax_bf16" : "xk_softmax", 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -318,9 +347,9 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_int>(d.causal ? 1 : 0));
     set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
-    set_arg(k, i++, static_cast<cl_int>(align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y})));
-    const size_t local = row_wg(ctx, d.cols), global = static_cast<size_t>(d.rows) * local;
-    verbose_pick("softmax", "ocl:xk_softmax,wg=" + std::to_string(local) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+    set_arg(k, i++, static_cast<cl_int>(al));
+    const size_t local = bf16k ? local16 : row_wg(ctx, d.cols), global = static_cast<size_t>(d.rows) * local;
+    verbose_pick("softmax", std::string(bf16k ? "ocl:xk_softmax_bf16,wg=" : "ocl:xk_softmax,wg=") + std::to_string(local) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -432,8 +461,14 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     no_overlap(fn, "k", k, "positions", p);
     no_overlap(fn, "q", q, "cos_sin_cache", c);
     no_overlap(fn, "k", k, "cos_sin_cache", c);
-    const bool vec4 = (d.rotary_dim / 2) % 4 == 0;  // four pairs per work-item
-    cl_kernel kk = ops_kernel(ctx, vec4 ? "xk_rope4" : "xk_rope", 4);
+    const int al = align_code({t.q.offset, d.q_token_stride, d.q_head_stride, t.k.offset, d.k_token_stride,
+                               d.k_head_stride, t.cos_sin_cache.offset, d.rotary_dim / 2});
+    // 16-bit q / k, neox, everything 8-aligned: eight pairs per work-item (16-byte accesses).
+    const bool vec8 = bf16_kernels_on() && (d.dtype == DType::bf16 || d.dtype == DType::f16) && d.style == RopeStyle::neox && al == 2 &&
+                      (d.rotary_dim / 2) % 8 == 0;
+    const bool vec4 = !vec8 && (d.rotary_dim / 2) % 4 == 0;  // four pairs per work-item
+    const char* kname = vec8 ? "xk_rope8" : vec4 ? "xk_rope4" : "xk_rope";
+    cl_kernel kk = ops_kernel(ctx, kname, 4);
     const cl_mem any = mem_of(t.positions);
     cl_uint i = 0;
     set_arg(kk, i++, mem_or(t.q, any)); set_arg(kk, i++, U(t.q.offset)); set_arg(kk, i++, U(d.q_token_stride));
@@ -445,18 +480,16 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     set_arg(kk, i++, U(d.max_position)); set_arg(kk, i++, static_cast<cl_int>(dcode(d.cache_dtype)));
     set_arg(kk, i++, U(d.rotary_dim)); set_arg(kk, i++, d.base); set_arg(kk, i++, d.scaling_factor);
     set_arg(kk, i++, static_cast<cl_int>(dcode(d.dtype)));
-    const int al = align_code({t.q.offset, d.q_token_stride, d.q_head_stride, t.k.offset, d.k_token_stride,
-                               d.k_head_stride, t.cos_sin_cache.offset, d.rotary_dim / 2});
     const cl_int flags = (d.style == RopeStyle::gptj ? 1 : 0) | (d.cos_sin == RopeCosSin::compute ? 2 : 0) |
                          (d.position_type == RopePositionType::s32 ? 4 : 0) | (al >= 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(kk, i++, flags);
     const int64_t heads = d.q_heads + d.k_heads;
     const int64_t total = checked_mul(fn, "tokens*heads*rotary_dim/2", checked_mul(fn, "tokens*heads", d.tokens, heads),
-                                      d.rotary_dim / (vec4 ? 8 : 2));
+                                      d.rotary_dim / (vec8 ? 16 : vec4 ? 8 : 2));
     set_arg(kk, i++, U(heads));
     set_arg(kk, i++, U(total));
     const size_t local = 128, global = (static_cast<size_t>(total) + local - 1) / local * local;
-    verbose_pick("rope", std::string(vec4 ? "ocl:xk_rope4,wg=128," : "ocl:xk_rope,wg=128,") + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
+    verbose_pick("rope", std::string("ocl:") + kname + ",wg=128," + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
                              ",rotary_dim=" + std::to_string(d.rotary_dim) + ",dtype=" + dtype_name(d.dtype) +
                              ",device=" + ctx.device().name);
     return detail::enqueue(ctx, kk, 1, &global, &local, fn);

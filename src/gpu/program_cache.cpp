@@ -180,6 +180,7 @@ cl_kernel kernel_of(ContextImpl& c, ProgramEntry& e, std::string_view kernel_nam
         throw Error(Status::runtime_error, "xk::gpu::get_kernel: kernel \"" + key.first + "\": clCreateKernel failed: " +
                                                cl_error_name(rc));
     e.kernels.emplace(key, k);
+    ++c.kernels_created;
     return k;
 }
 
@@ -244,6 +245,7 @@ ProgramCacheStats program_cache_stats(const Context& ctx) {
     s.source_builds = c.source_builds;
     s.disk_writes = c.disk_writes;
     s.disk_rejects = c.disk_rejects;
+    s.kernels_created = c.kernels_created;
     return s;
 }
 

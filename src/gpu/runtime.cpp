@@ -113,10 +113,48 @@ void throw_cl(const char* where, const char* call, cl_int rc) {
 
 ContextImpl::~ContextImpl() {
     if (queue) clFinish(queue);
+    release_scratch_locked();
     release_programs(*this);
     alloc.reset();
     if (queue) clReleaseCommandQueue(queue);
     if (context) clReleaseContext(context);
+}
+
+void ContextImpl::release_scratch_locked() {
+    if (scratch_mem) clReleaseMemObject(scratch_mem);
+    // Commands still queued that use the block run before any later user (one in-order queue).
+    if (scratch_block) alloc->free(scratch_block, {});
+    scratch_mem = nullptr;
+    scratch_block = nullptr;
+    scratch_bytes = 0;
+}
+
+ScratchLease::ScratchLease(const Context& ctx, int64_t bytes) : lock_(ctx.impl()->scratch_mu) {
+    ContextImpl& c = *ctx.impl();
+    if (c.scratch_bytes < bytes) {
+        c.release_scratch_locked();
+        // Grow by at least a quarter: a few sizes in turn settle on one block.
+        const int64_t want = std::max(bytes, c.scratch_bytes + c.scratch_bytes / 4);
+        c.scratch_block = c.alloc->allocate(want);
+        cl_buffer_region region{static_cast<size_t>(c.scratch_block->offset), static_cast<size_t>(want)};
+        cl_int rc = CL_SUCCESS;
+        cl_mem m = clCreateSubBuffer(c.scratch_block->seg->mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &rc);
+        if (rc != CL_SUCCESS || !m) {
+            c.alloc->free(c.scratch_block, {});
+            c.scratch_block = nullptr;
+            throw_cl("xk::gpu scratch", "clCreateSubBuffer", rc);
+        }
+        c.scratch_mem = m;
+        c.scratch_bytes = want;
+        ++c.scratch_grows;
+    }
+    mem_ = c.scratch_mem;
+}
+
+ScratchStats scratch_stats(const Context& ctx) {
+    ContextImpl& c = *ctx.impl();
+    std::lock_guard<std::mutex> lk(c.scratch_mu);
+    return {c.scratch_bytes, c.scratch_grows};
 }
 
 BufferImpl::~BufferImpl() {
@@ -215,7 +253,13 @@ void Context::finish() const { check_cl(clFinish(impl_->queue), kCtx, "clFinish"
 void Context::flush() const { check_cl(clFlush(impl_->queue), kCtx, "clFlush"); }
 MemoryStats Context::memory_stats() const { return impl_->alloc->stats(); }
 void Context::reset_peak_stats() const { impl_->alloc->reset_peak(); }
-void Context::empty_cache() const { impl_->alloc->empty_cache(); }
+void Context::empty_cache() const {
+    {
+        std::lock_guard<std::mutex> lk(impl_->scratch_mu);
+        impl_->release_scratch_locked();
+    }
+    impl_->alloc->empty_cache();
+}
 void Context::set_memory_limit(int64_t bytes) const {
     xk::detail::check_nonnegative("xk::gpu::Context::set_memory_limit", "bytes", bytes);
     impl_->alloc->set_limit(bytes);

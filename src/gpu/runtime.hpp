@@ -10,6 +10,7 @@
 #include <CL/cl.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -53,11 +54,33 @@ cl_kernel get_kernel_from_source(const Context& ctx, std::string_view source_key
 // Program-cache statistics of a context (tests, XK_VERBOSE).
 struct ProgramCacheStats {
     int64_t memory_hits = 0, disk_hits = 0, source_builds = 0, disk_writes = 0, disk_rejects = 0;
+    int64_t kernels_created = 0;  // clCreateKernel calls (one per program, kernel name and thread)
 };
 ProgramCacheStats program_cache_stats(const Context& ctx);
 // Drops the context's in-memory programs and kernels (tests: the next get_kernel goes to disk).
 // Only while no other thread uses kernels of this context.
 void clear_program_memory_cache(const Context& ctx);
+
+// The context's scratch memory (split-K's partial sums): one device block kept between calls and
+// grown when a call needs more, so a steady-state call creates no OpenCL object. A lease holds the
+// context's scratch lock: enqueue every command that uses mem() before the lease ends — the
+// in-order queue then runs them before any later lease's commands (which may overwrite it).
+class ScratchLease {
+public:
+    ScratchLease(const Context& ctx, int64_t bytes);  // bytes > 0
+    cl_mem mem() const { return mem_; }
+    ScratchLease(const ScratchLease&) = delete;
+    ScratchLease& operator=(const ScratchLease&) = delete;
+
+private:
+    std::unique_lock<std::mutex> lock_;
+    cl_mem mem_ = nullptr;
+};
+struct ScratchStats {
+    int64_t bytes = 0;  // held now
+    int64_t grows = 0;  // (re)allocations, ever
+};
+ScratchStats scratch_stats(const Context& ctx);
 
 // Kernel-argument helpers.
 inline void set_arg(cl_kernel k, cl_uint i, cl_mem m) { check_cl(clSetKernelArg(k, i, sizeof(cl_mem), &m), "xk::gpu", "clSetKernelArg"); }

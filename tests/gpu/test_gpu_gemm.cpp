@@ -14,6 +14,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/activation.hpp"
@@ -21,6 +22,11 @@
 #include "gpu/gemm/gpu_gemm.hpp"
 #include "xk/gpu.hpp"
 #include "xk/gpu_gemm.hpp"
+
+#if __has_include(<CL/cl.h>)
+#include "gpu/runtime.hpp"
+#define XK_TEST_HAVE_CL 1
+#endif
 
 namespace {
 
@@ -306,6 +312,82 @@ TEST(GpuGemm, SplitK) {
     gpu::detail::GemmConfig bad;
     EXPECT_FALSE(gpu::detail::GemmConfig::parse("MWG64,NWG64,KWG16,MDIMC8,NDIMC8,VWM1,VWN1,L1,Sx", bad));
 }
+
+#ifdef XK_TEST_HAVE_CL
+// A steady-state split-K call creates no OpenCL object: no allocation (the workspace is the
+// context's scratch, kept between calls), no program build or load, no kernel object, and the
+// same result each time; empty_cache() drops the scratch and the next call grows it again. Two
+// threads sharing the context's scratch get the results of one thread.
+TEST(GpuGemm, SplitKSteadyStateCreatesNothing) {
+    NEED_DEVICE();
+    GemmOptions o = tiled_default();
+    o.config.splitk = 3;
+    struct Call {
+        GemmDesc d;
+        gpu::GemmTensors t;
+        std::vector<float> run(const GemmOptions& opt) const {
+            gpu::detail::gemm_ex(ctx(), d, t, opt).wait();
+            return t.C.buffer.to_host<float>();
+        }
+    };
+    auto make = [](int64_t M, int64_t N, int64_t K, uint64_t seed) {
+        Call c;
+        c.d.M = M, c.d.N = N, c.d.K = K;
+        c.d.epilogue.bias = true;
+        HostMat A(DType::f32, M * K, seed), B(DType::f32, K * N, seed + 1), bias(DType::f32, N, seed + 2);
+        c.t.A = gpu::Buffer(ctx(), int64_t(A.bytes.size()));
+        c.t.B = gpu::Buffer(ctx(), int64_t(B.bytes.size()));
+        c.t.bias = gpu::Buffer(ctx(), int64_t(bias.bytes.size()));
+        c.t.C = gpu::Buffer(ctx(), M * N * 4);
+        c.t.A.buffer.write(A.bytes.data(), c.t.A.buffer.bytes());
+        c.t.B.buffer.write(B.bytes.data(), c.t.B.buffer.bytes());
+        c.t.bias.buffer.write(bias.bytes.data(), c.t.bias.buffer.bytes());
+        return c;
+    };
+    const Call big = make(33, 45, 96, 11), small = make(9, 20, 64, 21);
+    const std::vector<float> want_big = big.run(o), want_small = small.run(o);  // warm: builds, scratch grown
+    const auto m0 = ctx().memory_stats();
+    const auto p0 = gpu::detail::program_cache_stats(ctx());
+    const auto s0 = gpu::detail::scratch_stats(ctx());
+    EXPECT_GE(s0.bytes, 3 * 33 * 45 * 4);
+    for (int r = 0; r < 3; ++r) {
+        EXPECT_EQ(big.run(o), want_big);
+        EXPECT_EQ(small.run(o), want_small);  // a smaller workspace: the same scratch
+    }
+    const auto m1 = ctx().memory_stats();
+    const auto p1 = gpu::detail::program_cache_stats(ctx());
+    const auto s1 = gpu::detail::scratch_stats(ctx());
+    EXPECT_EQ(m1.num_allocs, m0.num_allocs);
+    EXPECT_EQ(m1.num_segments, m0.num_segments);
+    EXPECT_EQ(m1.allocated_bytes, m0.allocated_bytes);
+    EXPECT_EQ(p1.source_builds, p0.source_builds);
+    EXPECT_EQ(p1.disk_hits, p0.disk_hits);
+    EXPECT_EQ(p1.kernels_created, p0.kernels_created);
+    EXPECT_EQ(s1.grows, s0.grows);
+    EXPECT_EQ(s1.bytes, s0.bytes);
+
+    ctx().finish();
+    ctx().empty_cache();
+    EXPECT_EQ(gpu::detail::scratch_stats(ctx()).bytes, 0);
+    EXPECT_EQ(big.run(o), want_big);
+    EXPECT_EQ(gpu::detail::scratch_stats(ctx()).grows, s0.grows + 1);
+
+    // Two threads, each its own operands, the context's one scratch.
+    std::vector<int> bad(2, 0);
+    auto work = [&](int id) {
+        const Call& c = id ? small : big;
+        const std::vector<float>& w = id ? want_small : want_big;
+        for (int r = 0; r < 4; ++r) {
+            gpu::detail::gemm_ex(ctx(), c.d, c.t, o);
+            if (c.t.C.buffer.to_host<float>() != w) ++bad[size_t(id)];  // blocking read: after its own gemm
+        }
+    };
+    std::thread t0(work, 0), t1(work, 1);
+    t0.join();
+    t1.join();
+    EXPECT_EQ(bad[0] + bad[1], 0);
+}
+#endif  // XK_TEST_HAVE_CL
 
 TEST(GpuGemm, HalfTypesTiled) {
     NEED_DEVICE();

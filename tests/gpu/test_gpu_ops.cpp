@@ -38,6 +38,10 @@ gpu::Context* shared_ctx() {
 
 const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
 const int64_t kSizes[] = {1, 7, 17, 64, 1023, 4097};  // 64: rows aligned to 4 elements (the vector path)
+// Plus, 8-aligned (every row base a multiple of 8 elements: the bf16 kernels): 64 in every dtype,
+// 2048 in bf16 (more chunks than work-items: each work-item several).
+const int64_t kSizes8[] = {1, 7, 17, 64, 1023, 4097, 2048};
+bool run_size(int64_t n, DType t, bool a8) { return a8 ? (n == 64 || (n == 2048 && t == DType::bf16)) : n != 2048; }
 
 float rtol(DType t) { return t == DType::f32 ? 2e-5f : t == DType::bf16 ? 1.0f / 128 : 1.0f / 512; }
 float atol(DType t) { return t == DType::f32 ? 1e-6f : t == DType::bf16 ? 1e-6f : 2e-5f; }
@@ -118,19 +122,21 @@ TEST(GpuOps, Norm) {
     const int64_t rows = 3;
     for (DType t : kDtypes)
         for (int kind = 0; kind < 2; ++kind)
-            for (int64_t n : kSizes)
-                for (int variant = 0; variant < 2; ++variant) {  // 0: packed, weight; 1: strided, offsets, residual, bias
+            for (int64_t n : kSizes8)
+                for (int variant = 0; variant < 3; ++variant) {  // 0: packed, weight; 1: strided, offsets, residual, bias; 2: 1 8-aligned
+                    if (!run_size(n, t, variant == 2) || (n == 2048 && variant != 2)) continue;
                     xk::NormDesc d;
                     d.kind = static_cast<xk::NormKind>(kind);
                     d.rows = rows;
                     d.hidden = n;
                     d.x_dtype = d.y_dtype = d.residual_dtype = d.weight_dtype = t;
                     d.eps = 1e-5f;
-                    d.has_bias = variant == 1 && kind == 1;
-                    d.fused_residual = variant == 1;
+                    d.has_bias = variant >= 1 && kind == 1;
+                    d.fused_residual = variant >= 1;
                     const bool a4 = n % 4 == 0;  // aligned layouts for n = 64
                     // n = 64: packed rows are 8-aligned, the strided ones 4-aligned (the two vector forms)
-                    const int64_t ld = variant == 1 ? (a4 ? n + 4 : n + 3) : n, off = variant == 1 ? (a4 ? 4 : 5) : 0;
+                    int64_t ld = variant == 1 ? (a4 ? n + 4 : n + 3) : n, off = variant == 1 ? (a4 ? 4 : 5) : 0;
+                    if (variant == 2) ld = n + 8, off = 8;
                     d.ld_x = d.ld_y = d.ld_residual = d.ld_residual_out = ld;
                     const int es = xk::dtype_size(t);
                     const size_t m = static_cast<size_t>((rows - 1) * ld + n);
@@ -228,11 +234,14 @@ TEST(GpuOps, Glu) {
     const xk::Activation acts[] = {xk::Activation::silu, xk::Activation::gelu_tanh, xk::Activation::gelu_erf,
                                    xk::Activation::relu, xk::Activation::none};
     for (DType t : kDtypes)
-        for (int64_t n : kSizes)
+        for (int64_t n : kSizes8)
+            for (int a8 = 0; a8 < 2; ++a8)
             for (xk::Activation act : acts) {
+                if (!run_size(n, t, a8 == 1)) continue;
                 if (act != xk::Activation::silu && (t != DType::f32 || n > 17)) continue;  // the others: f32, small
                 const bool a4 = n % 4 == 0;
-                const int64_t rows = 3, ldx = a4 ? 2 * n + 4 : 2 * n + 1, ldy = a4 ? n + 4 : n + 2, off = a4 ? 4 : 3;
+                int64_t rows = 3, ldx = a4 ? 2 * n + 4 : 2 * n + 1, ldy = a4 ? n + 4 : n + 2, off = a4 ? 4 : 3;
+                if (a8) ldx = 2 * n + 8, ldy = n + 8, off = 8;
                 xk::GluDesc d;
                 d.activation = act;
                 d.rows = rows;
@@ -275,10 +284,13 @@ TEST(GpuOps, Softmax) {
     XK_NEED_GPU();
     std::mt19937 rng(4);
     for (DType t : kDtypes)
-        for (int64_t n : kSizes)
+        for (int64_t n : kSizes8)
+            for (int a8 = 0; a8 < 2; ++a8)
             for (int causal = 0; causal < 2; ++causal) {
+                if (!run_size(n, t, a8 == 1)) continue;
                 const bool a4 = n % 4 == 0;
-                const int64_t rows = 4, ld = a4 ? n + 4 : n + 1, off = a4 ? 12 : 1;
+                int64_t rows = 4, ld = a4 ? n + 4 : n + 1, off = a4 ? 12 : 1;
+                if (a8) ld = n + 8, off = 8;
                 xk::SoftmaxDesc d;
                 d.rows = rows;
                 d.cols = n;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "common/activation.hpp"
@@ -261,7 +262,8 @@ std::string shape_class(int64_t v) {
 std::string tune_key(const Context& ctx, const GemmDesc& d) {
     const DeviceInfo& di = ctx.device();
     std::ostringstream os;
-    os << di.platform_name << " / " << di.name << " / " << di.driver_version << " | " << dtype_name(d.a_type) << ">"
+    // "t2": timed as calls run (host time); entries timed by device time alone (no marker) are retuned.
+    os << "t2 | " << di.platform_name << " / " << di.name << " / " << di.driver_version << " | " << dtype_name(d.a_type) << ">"
        << dtype_name(d.c_type) << ":" << trans_name(d.trans_a) << trans_name(d.trans_b) << ":M" << shape_class(d.M)
        << "N" << shape_class(d.N) << "K" << shape_class(d.K);
     std::string k = os.str();
@@ -364,11 +366,13 @@ bool aligned(int64_t off, int64_t ld, int64_t bs, int64_t batch, int elems) {
     return off % elems == 0 && ld % elems == 0 && (batch <= 1 || bs % elems == 0);
 }
 
-Event launch(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, int flags) {
+// c_mem: C's memory when not t.C's buffer (split-K's scratch).
+Event launch(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, int flags,
+             cl_mem c_mem = nullptr) {
     cl_kernel k = get_kernel(ctx, l.source, l.kernel, l.options);
     auto mem = [](const Tensor& x) { return x.buffer.empty() ? cl_mem(nullptr) : cl_buffer(x.buffer); };
     // Unused operands get any valid buffer (C's) so that no null cl_mem reaches the kernel.
-    cl_mem cm = mem(t.C);
+    cl_mem cm = c_mem ? c_mem : mem(t.C);
     cl_mem am = d.K ? mem(t.A) : cm, bm = d.K ? mem(t.B) : cm;
     cl_mem biasm = d.epilogue.bias ? mem(t.bias) : cm, rm = d.epilogue.residual ? mem(t.residual) : cm;
     cl_uint i = 0;
@@ -417,12 +421,22 @@ int flags_of(const GemmDesc& d, const GemmTensors& t, bool xmx) {
 }
 
 // Split-K (l.splitk > 1): the tiled kernel writes each split's partial product (alpha 1, no
-// epilogue) to an f32 workspace from the caching allocator (freed on return: the in-order queue
-// runs later users after both kernels), then xk_gemm_splitk_reduce adds the splits and applies
-// alpha, beta, bias, activation and residual. Returns the reduce's Event; *first the partial one's.
-Event launch_splitk(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, Event* first) {
+// epilogue) to an f32 workspace, then xk_gemm_splitk_reduce adds the splits and applies alpha,
+// beta, bias, activation and residual. Returns the reduce's Event; *first the partial one's.
+// The workspace is the context's scratch (ScratchLease), kept between calls, so a steady-state
+// call creates no OpenCL object. Before, each call took a new workspace Buffer (a sub-buffer
+// created, used and released per call), and the H200 ran those calls at 2.7-12 ms of host time
+// against 0.14 ms of device time. fresh_ws: that old way (GemmOptions::splitk_fresh_workspace,
+// bench_gpu_gemm's diagnostic rows only).
+Event launch_splitk(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, Event* first,
+                    bool fresh_ws) {
     const int S = l.splitk;
-    Buffer ws(ctx, std::max<int64_t>(splitk_workspace_bytes(d, S), 16));
+    const int64_t ws_bytes = std::max<int64_t>(splitk_workspace_bytes(d, S), 16);
+    std::optional<ScratchLease> lease;
+    Buffer fresh;
+    if (fresh_ws) fresh = Buffer(ctx, ws_bytes);
+    else lease.emplace(ctx, ws_bytes);
+    const cl_mem ws = fresh_ws ? cl_buffer(fresh) : lease->mem();
     GemmDesc p = d;
     p.c_type = DType::f32;
     p.alpha = 1.0f, p.beta = 0.0f;
@@ -430,9 +444,9 @@ Event launch_splitk(const Context& ctx, const Launch& l, const GemmDesc& d, cons
     p.ldc = std::max<int64_t>(d.N, 1);
     p.batch_stride_c = d.M * d.N;
     GemmTensors pt = t;
-    pt.C = Tensor(ws, 0);
+    pt.C = Tensor();  // offset 0 in the scratch
     pt.bias = Tensor(), pt.residual = Tensor();
-    Event e1 = launch(ctx, l, p, pt, flags_of(p, pt, false) & (XK_FLAG_VEC_A | XK_FLAG_VEC_B));
+    Event e1 = launch(ctx, l, p, pt, flags_of(p, pt, false) & (XK_FLAG_VEC_A | XK_FLAG_VEC_B), ws);
     if (first) *first = e1;
     std::ostringstream os;
     os << type_defines(d);
@@ -444,7 +458,7 @@ Event launch_splitk(const Context& ctx, const Launch& l, const GemmDesc& d, cons
     set_arg(k, i++, cl_int(d.M));
     set_arg(k, i++, cl_int(d.N));
     set_arg(k, i++, cl_int(S));
-    set_arg(k, i++, cl_buffer(ws));
+    set_arg(k, i++, ws);
     set_arg(k, i++, cm);
     set_arg(k, i++, cl_ulong(t.C.offset));
     set_arg(k, i++, cl_int(d.ldc));
@@ -467,30 +481,37 @@ Event launch_splitk(const Context& ctx, const Launch& l, const GemmDesc& d, cons
     return make_event(ev);
 }
 
-// One call of `l` (split-K: both kernels); *ms = device time from the first start to the last end.
-Event run_launch(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, int flags, double* ms) {
-    if (l.splitk > 1) {
-        Event first;
-        Event e = launch_splitk(ctx, l, d, t, &first);
-        if (ms) *ms = double(e.end_ns() - first.start_ns()) * 1e-6;
-        return e;
-    }
+// One call of `l` (split-K: both kernels): returns the last kernel's Event, *first (optional) the
+// first kernel's (the same one without split-K).
+Event run_launch(const Context& ctx, const Launch& l, const GemmDesc& d, const GemmTensors& t, int flags, Event* first,
+                 bool fresh_ws = false) {
+    if (l.splitk > 1) return launch_splitk(ctx, l, d, t, first, fresh_ws);
     Event e = launch(ctx, l, d, t, flags);
-    if (ms) *ms = e.elapsed_ms();
+    if (first) *first = e;
     return e;
 }
 
-// Times `l` on scratch operands of d's shape (no epilogue): the best of a few runs, ms.
-double time_config(const Context& ctx, const GemmDesc& d, const Launch& l, const GemmTensors& scratch) {
+// Times `l` on scratch operands of d's shape (no epilogue) the way a call runs: host time from
+// the call to the queue's end (ctx.finish()), so everything a call costs on the host (each
+// kernel's launch, anything it creates) counts, not only its kernels' device time. The best of a
+// few calls after a warm-up, ms; *device_ms: the same call's device time (start of the first
+// kernel to the end of the last).
+double time_config(const Context& ctx, const GemmDesc& d, const Launch& l, const GemmTensors& scratch,
+                   double* device_ms) {
     const int flags = flags_of(d, scratch, false);
     run_launch(ctx, l, d, scratch, flags, nullptr).wait();  // warm up (and build)
-    double best = 1e30, total = 0;
+    ctx.finish();
+    double best = 1e30, best_dev = 0, total = 0;
     for (int r = 0; r < 5 && (r < 2 || total < 50.0); ++r) {
-        double ms = 0;
-        run_launch(ctx, l, d, scratch, flags, &ms);
-        best = std::min(best, ms);
+        Event first;
+        const double t0 = now_us();
+        Event e = run_launch(ctx, l, d, scratch, flags, &first);
+        ctx.finish();
+        const double ms = (now_us() - t0) * 1e-3;
+        if (ms < best) best = ms, best_dev = double(e.end_ns() - first.start_ns()) * 1e-6;
         total += ms;
     }
+    if (device_ms) *device_ms = best_dev;
     return best;
 }
 
@@ -516,8 +537,9 @@ GemmConfig tune(const Context& ctx, const GemmDesc& d0) {
     double best_ms = 1e30;
     std::ostringstream log;
     for (const GemmConfig& c : gemm_candidates(ctx, d)) {
-        const double ms = time_config(ctx, d, tiled_launch(d, c), s);
-        log << " " << c.str() << "=" << ms << "ms";
+        double dev = 0;
+        const double ms = time_config(ctx, d, tiled_launch(d, c), s, &dev);
+        log << " " << c.str() << "=" << ms << "ms(device " << dev << ")";
         if (ms < best_ms) best_ms = ms, best = c;
     }
     if (verbose_level() >= 1)
@@ -585,12 +607,13 @@ std::vector<GemmConfig> gemm_candidates(const Context& ctx) {
 }
 
 // The device's candidates for d: on GPUs, where the largest tiles leave most compute units idle
-// (few work-groups) and K is long enough, split-K forms of the smaller tiles too.
-// (Off unless XK_GPU_SPLITK=1: on the H200 the tuner timed 128x4096x4096 split 4 at 0.14 ms of
-// device time, but calls of it took 2.7-12 ms on the host, 10x CLBlast's time; not yet explained.)
+// (few work-groups) and K is long enough, split-K forms of the smaller tiles too (XK_GPU_SPLITK=0:
+// not). The tuner times every candidate the way a call runs (host time to the queue's end):
+// before, it timed device time only and picked split-K for 128x4096x4096 on the H200 at 0.14 ms
+// while the calls took 2.7-12 ms (each created and released its workspace sub-buffer).
 bool splitk_tuning() {
     const char* e = std::getenv("XK_GPU_SPLITK");
-    return e && std::string(e) == "1";
+    return !(e && std::string(e) == "0");
 }
 
 std::vector<GemmConfig> gemm_candidates(const Context& ctx, const GemmDesc& d) {
@@ -641,7 +664,7 @@ Event gemm_ex(const Context& ctx, const GemmDesc& desc, const GemmTensors& t, co
     const Launch l = select(ctx, r.d, opt);
     if (kernel_name) *kernel_name = l.name;
     const bool xmx = l.source == "gemm_xmx";
-    Event e = run_launch(ctx, l, r.d, t, flags_of(r.d, t, xmx), nullptr);
+    Event e = run_launch(ctx, l, r.d, t, flags_of(r.d, t, xmx), nullptr, opt.splitk_fresh_workspace);
     if (verbose_level() >= 1) {
         const GemmDesc& d = r.d;
         std::ostringstream os;

@@ -29,6 +29,9 @@ struct GemmOptions {
     bool force_config = false;                 // tiled: run `config` (no tuning)
     GemmConfig config;
     int tune = -1;                             // -1: XK_GPU_TUNE (default on), 0 off, 1 on
+    // Split-K: a new workspace Buffer per call (a sub-buffer created and released each call), as
+    // before the context's scratch; bench_gpu_gemm's diagnostic rows only.
+    bool splitk_fresh_workspace = false;
 };
 
 // gemm() with forced choices; the public gemm() is gemm_ex(ctx, desc, t, {}).

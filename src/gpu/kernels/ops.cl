@@ -140,6 +140,21 @@ inline float8 mask8(float8 v, uint nv) {
     return select((float8)(0.0f), v, lane < (int8)((int)nv));
 }
 
+
+// ---- bf16 kept packed: 8 elements in a uint4 (element 2k in the low half of word k) ---------------
+// The bf16 kernels below hold rows as these raw words (4 registers per 8 elements, as many bytes
+// per register as f32), issue every load of a work-item before its first use (indices clamped,
+// never branched around), and carry twice the elements per work-item of the f32 forms.
+inline float8 bf8_f(uint4 r) {
+    float8 f;
+    f.even = as_float4(r << 16);
+    f.odd = as_float4(r & (uint4)(0xffff0000u));
+    return f;
+}
+inline uint4 f_bf8(float8 v) { return as_uint4(f8_to_bf16(v)); }
+inline uint4 ldr(__global const uchar* p, ulong i) { return *((__global const uint4*)((__global const ushort*)p + i)); }
+inline void str(__global uchar* p, ulong i, uint4 v) { *((__global uint4*)((__global ushort*)p + i)) = v; }
+
 // ---- work-group reductions: two barriers whatever the size -------------------------------------
 // Every work-item of the group calls them (uniform control flow); buf holds XK_MAXWG floats,
 // buf2 32 (8 float4). Stage 1: items 0..31 each combine the values lid, lid + 32, ...; stage 2:
@@ -183,6 +198,9 @@ inline float wg_max(float v, __local float* buf, __local float4* buf2) {
 #endif
 #ifndef XK_NV
 #define XK_NV 4  // 8-element chunks a work-item keeps in registers (row ops)
+#endif
+#ifndef XK_NV16
+#define XK_NV16 8  // the same for the bf16 row kernels (twice the elements, packed: the same registers)
 #endif
 
 #if XK_OP == 0 || XK_OP == 1
@@ -309,6 +327,91 @@ __kernel void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
     }
 }
 
+
+// ---- RMSNorm / LayerNorm, every tensor bf16 --------------------------------------------------------
+// The host takes these when x, y, weight, bias and the residual are bf16, every row base and
+// hidden are multiples of 8 elements and the row fits in registers (chunks <= wg * XK_NV16).
+// Same arguments and results as xk_norm. The weight (and LayerNorm's bias) rows are loaded with
+// the row, before the reduction, so no L2 round trip follows it.
+// LAYER: a constant at each call (the two kernels below), so each is compiled for its kind.
+inline void norm_bf16(const bool LAYER, __local float* buf, __local float4* buf2, __global const uchar* x, ulong x_off,
+                      ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off,
+                      __global const uchar* b, ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res,
+                      __global uchar* res_out, ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
+    const ulong row = get_group_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint nc = (uint)(hidden / 8);
+    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
+    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
+    const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
+    const float inv_n = 1.0f / (float)hidden;
+    uint4 h[XK_NV16], wr[XK_NV16], br[XK_NV16];
+    #pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
+        h[j] = ldr(x, xr + cc);
+        wr[j] = hw ? ldr(w, w_off + cc) : (uint4)(0x3f80u | (0x3f80u << 16));
+        br[j] = (LAYER && hb) ? ldr(b, b_off + cc) : (uint4)(0u);
+    }
+    if (fused) {
+        uint4 r[XK_NV16];
+        #pragma unroll
+        for (int j = 0; j < XK_NV16; ++j) {
+            const uint c = lid + (uint)j * wg;
+            r[j] = ldr(res, rr + (c < nc ? c : nc - 1) * 8);
+        }
+        #pragma unroll
+        for (int j = 0; j < XK_NV16; ++j) {
+            const uint c = lid + (uint)j * wg;
+            h[j] = f_bf8(bf8_f(h[j]) + bf8_f(r[j]));
+            if (c < nc) str(res_out, ror + c * 8, h[j]);
+        }
+    }
+    float s1 = 0.0f, s2 = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        const float8 v = c < nc ? bf8_f(h[j]) : (float8)(0.0f);
+        s1 += hsum8(v);
+        s2 += hsum8(v * v);
+    }
+    float mean = 0.0f, rstd;
+    if (LAYER) {
+        mean = wg_sum(s1, buf, buf2) * inv_n;
+        float var = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < XK_NV16; ++j) {
+            const uint c = lid + (uint)j * wg;
+            const float8 d = c < nc ? bf8_f(h[j]) - mean : (float8)(0.0f);
+            var += hsum8(d * d);
+        }
+        rstd = rsqrt(wg_sum(var, buf, buf2) * inv_n + eps);
+    } else {
+        rstd = rsqrt(wg_sum(s2, buf, buf2) * inv_n + eps);
+    }
+    #pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nc) {
+            float8 o = (bf8_f(h[j]) - mean) * rstd;
+            if (hw) o *= bf8_f(wr[j]);
+            if (hb) o += LAYER ? bf8_f(br[j]) : bf8_f(ldr(b, b_off + c * 8));
+            str(y, yr + c * 8, f_bf8(o));
+        }
+    }
+}
+#define XK_NORM_BF16_KERNEL(NAME, LAYER) \
+    __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y, \
+                       __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off, \
+                       __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off, \
+                       ulong ld_ro, ulong hidden, float eps, int dts, int flags) { \
+        __local float buf[XK_MAXWG]; \
+        __local float4 buf2[8]; \
+        norm_bf16(LAYER, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, \
+                  ro_off, ld_ro, hidden, eps, flags); \
+    }
+XK_NORM_BF16_KERNEL(xk_norm_bf16_rms, false)
+XK_NORM_BF16_KERNEL(xk_norm_bf16_ln, true)
 #endif
 
 #if XK_OP == 0 || XK_OP == 2
@@ -346,6 +449,34 @@ __kernel void xk_glu(__global const uchar* x, ulong x_off, ulong ld_x, __global 
     stv(y, yr + c, nv, dy, o, aligned);
 }
 
+
+// bf16 x and y, inner a multiple of 16, every row base (gate and up) a multiple of 8 elements:
+// 16 columns per work-item (two 16-byte loads of gate, two of up, issued together), the math of
+// xk_glu. global (inner / 16 rounded up to the group, rows).
+__kernel void xk_glu_bf16(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                          ulong inner, int dts, int activation, int aligned) {
+    const ulong c = get_global_id(0) * 16, row = get_global_id(1);
+    if (c >= inner) return;
+    const ulong xr = x_off + row * ld_x + c, yr = y_off + row * ld_y + c;
+    const uint4 g0 = ldr(x, xr), g1 = ldr(x, xr + 8), u0 = ldr(x, xr + inner), u1 = ldr(x, xr + inner + 8);
+    float8 o[2];
+    const float8 g[2] = {bf8_f(g0), bf8_f(g1)}, u[2] = {bf8_f(u0), bf8_f(u1)};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (activation == 4) {
+            o[h] = g[h] / (1.0f + exp(-g[h])) * u[h];
+        } else if (activation == 1) {
+            o[h] = fmax(g[h], (float8)(0.0f)) * u[h];
+        } else {
+            float e[8];
+            vstore8(g[h], 0, e);
+            for (int k = 0; k < 8; ++k) e[k] = act(e[k], activation);
+            o[h] = vload8(0, e) * u[h];
+        }
+    }
+    str(y, yr, f_bf8(o[0]));
+    str(y, yr + 8, f_bf8(o[1]));
+}
 #endif
 
 #if XK_OP == 0 || XK_OP == 3
@@ -431,6 +562,58 @@ __kernel void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __glo
     }
 }
 
+
+// bf16 x and y, cols a multiple of 8, row bases multiples of 8 elements, the row in registers
+// (chunks <= wg * XK_NV16): every chunk loaded (packed, clamped index) before the first use;
+// the math of xk_softmax.
+__kernel void xk_softmax_bf16(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
+                              ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
+    __local float buf[XK_MAXWG];
+    __local float4 buf2[8];
+    const ulong row = get_group_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
+    ulong vis = cols;
+    if (causal) {
+        const long p = (long)row + causal_offset + 1;
+        vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
+    }
+    const uint nc = (uint)(cols / 8), nvis = (uint)((vis + 7) / 8);
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    uint4 r[XK_NV16];
+#pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        r[j] = ldr(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
+    }
+    float8 v[XK_NV16];
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk
+        v[j] = select((float8)(-INFINITY), bf8_f(r[j]) * scale, lane < (int8)((int)(nv < 8 ? (nv < 0 ? 0 : nv) : 8)));
+        m = fmax(m, hmax8(v[j]));
+    }
+    m = wg_max(m, buf, buf2);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nvis) {
+            v[j] = exp(v[j] - m);  // -inf lanes -> 0
+            s += hsum8(v[j]);
+        } else {
+            v[j] = (float8)(0.0f);
+        }
+    }
+    const float inv = 1.0f / wg_sum(s, buf, buf2);
+#pragma unroll
+    for (int j = 0; j < XK_NV16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nc) str(y, yr + c * 8, f_bf8(c < nvis ? v[j] * inv : (float8)(0.0f)));
+    }
+}
 #endif
 
 #if XK_OP == 0 || XK_OP == 4
@@ -484,6 +667,73 @@ __kernel void xk_rope(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, ul
     const float x1 = ld1(t, i1, dt), x2 = ld1(t, i2, dt);
     st1(t, i1, dt, x1 * cs - x2 * sn);
     st1(t, i2, dt, x2 * cs + x1 * sn);
+}
+
+// Eight rotated pairs per work-item for bf16 / f16 q and k, neox style (rotary_dim / 2 a multiple
+// of 8; every head base, the cache rows and rotary_dim / 2 multiples of 8 elements): x1 and x2
+// are one 16-byte load each, cos / sin 8 cache entries each; the math of xk_rope4.
+// id = (tok * heads + head) * rotary_dim / 16 + i8, id < total.
+__kernel void xk_rope8(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, ulong q_heads,
+                       __global uchar* k, ulong k_off, ulong k_ts, ulong k_hs,
+                       __global const uchar* positions, ulong p_off,
+                       __global const uchar* cache, ulong c_off, ulong max_position, int cache_dt,
+                       ulong rotary_dim, float base, float scaling, int dt, int flags, ulong heads, ulong total) {
+    const ulong id = get_global_id(0);
+    if (id >= total) return;
+    const ulong half_r = rotary_dim / 2, q8 = half_r / 8;
+    ulong i, head, tok;
+    if (total <= 0xffffffffUL) {
+        const uint id32 = (uint)id, q32 = (uint)q8, th = id32 / q32;
+        i = (ulong)(id32 - th * q32) * 8;
+        head = th % (uint)heads;
+        tok = th / (uint)heads;
+    } else {
+        const ulong th = id / q8;
+        i = (id % q8) * 8;
+        head = th % heads;
+        tok = th / heads;
+    }
+    long p;
+    if (flags & 4) p = ((__global const int*)positions)[p_off + tok];
+    else p = ((__global const long*)positions)[p_off + tok];
+    __global uchar* t;
+    ulong base_i;
+    if (head < q_heads) {
+        t = q;
+        base_i = q_off + tok * q_ts + head * q_hs;
+    } else {
+        t = k;
+        base_i = k_off + tok * k_ts + (head - q_heads) * k_hs;
+    }
+    // q / k loaded before the position check's branch: their latency overlaps the cache's.
+    const float8 x1 = ld8(t, base_i + i, dt, 2), x2 = ld8(t, base_i + half_r + i, dt, 2);
+    float8 cs, sn;
+    if (flags & 2) {
+        if (p < 0) return;
+        float c8[8], s8[8];
+        for (int j = 0; j < 8; ++j) {
+#ifdef XK_HAVE_FP64
+            const double inv_freq = pow((double)base, -2.0 * (double)(i + j) / (double)rotary_dim);
+            const double theta = ((double)p / (double)scaling) * inv_freq;
+            c8[j] = (float)cos(theta);
+            s8[j] = (float)sin(theta);
+#else
+            const float inv_freq = pow(base, -2.0f * (float)(i + j) / (float)rotary_dim);
+            const float theta = ((float)p / scaling) * inv_freq;
+            c8[j] = cos(theta);
+            s8[j] = sin(theta);
+#endif
+        }
+        cs = vload8(0, c8);
+        sn = vload8(0, s8);
+    } else {
+        if (p < 0 || (ulong)p >= max_position) return;
+        const ulong row = c_off + (ulong)p * rotary_dim;
+        cs = ld8(cache, row + i, cache_dt, 2);
+        sn = ld8(cache, row + half_r + i, cache_dt, 2);
+    }
+    st8(t, base_i + i, dt, x1 * cs - x2 * sn, 2);
+    st8(t, base_i + half_r + i, dt, x2 * cs + x1 * sn, 2);
 }
 
 // Four rotated pairs per work-item (rotary_dim / 2 a multiple of 4): id = (tok * heads + head) *
