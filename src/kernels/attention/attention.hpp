@@ -106,7 +106,9 @@ std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd
 // (q and p rounded to bf16); every other task runs the avx512 kernel. emulate_tiles (tests only,
 // never selected by dispatch): the tile kernel replaced by amx_tile_emulate, so the data flow runs
 // on any AVX-512 BF16 machine without AMX.
-std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles);
+// tile_acc: 1 = P V added on the tiles into acc in the C layout, 0 = a temporary block added with
+// AVX-512, -1 = XK_ATTN_AMX_ACC (default 1).
+std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc = -1);
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd);  // (emulate_tiles = false)
 
 }  // namespace xk::detail

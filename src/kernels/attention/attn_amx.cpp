@@ -19,8 +19,11 @@
 //       S    = the tile kernel over head_dim (one or two 32 x 32 blocks);
 //       softmax: online per row over the 64 scores (masked lanes: keys past the row's limit or
 //            the tile's end, exactly p = 0), p rounded to bf16 into the A layout of P;
-//       P V  = the tile kernel per 32 values of head_dim (1 or 2 k steps) into a 32 x 32 block,
-//            then acc = acc * corr + block (AVX-512 FMA).
+//       P V  = the tile kernel per 32 values of head_dim (1 or 2 k steps), added on the tiles
+//            (accumulate = 1) to acc kept in the kernel's C layout [row block][32 values][32 x 32]
+//            for the task (rows whose running max moved are first rescaled with AVX-512), acc
+//            copied out to [rows x head_dim] at the end. XK_ATTN_AMX_ACC=0: each block into a
+//            temporary, then acc = acc * corr + block (AVX-512 FMA) on [rows x head_dim].
 // Rounding: q (not for bf16 queries) and p are rounded to bf16; products exact, f32 sums.
 //
 // For tests on machines without AMX, create_attention_amx(kd, true) runs the same data flow with
@@ -29,6 +32,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -112,6 +116,7 @@ struct AmxScratch {
     uint16_t* P;   // [2][32][32] bf16 (A of P V)
     float* blk;    // [32][32]
     float* corr;   // [32]
+    float* accb;   // [nrb][NK][32][32]: acc in the tile kernel's C layout (XK_ATTN_AMX_ACC=1)
 };
 
 inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd) {
@@ -131,11 +136,13 @@ inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd) {
     s.blk = reinterpret_cast<float*>(base);
     base += 4096;
     s.corr = reinterpret_cast<float*>(base);
+    base += 256;
+    s.accb = reinterpret_cast<float*>(base);
     return s;
 }
 
 template <int NK>
-void attn_prefill_amx(AmxTileFn tile, const AttnTask& t, float* m, float* l, float* acc) {
+void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
     constexpr int64_t hd = 32 * NK;
     const int64_t R = t.tokens * t.group, nrb = (R + 31) / 32;
     const float ninf = -__builtin_inff();
@@ -161,7 +168,10 @@ void attn_prefill_amx(AmxTileFn tile, const AttnTask& t, float* m, float* l, flo
         m[r] = ninf;
         l[r] = 0.0f;
     }
-    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    if (tile_acc)
+        std::memset(sc.accb, 0, static_cast<size_t>(nrb * NK * 4096));
+    else
+        for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
     int64_t lim_max = 0;
     for (int64_t i = 0; i < t.tokens; ++i)
         if (t.limit[i] > lim_max) lim_max = t.limit[i];
@@ -266,6 +276,25 @@ void attn_prefill_amx(AmxTileFn tile, const AttnTask& t, float* m, float* l, flo
             // ---- acc = acc * corr + P V, 32 values of head_dim at a time
             ta.a = sc.P;
             ta.steps = nkb;
+            if (tile_acc) {  // the rows whose max moved rescaled, then P V added on the tiles
+                float* ab = sc.accb + rb * NK * 1024;
+                for (int64_t r = 0; r < nr; ++r)
+                    if (sc.corr[r] != 1.0f) {
+                        const __m512 cr = _mm512_set1_ps(sc.corr[r]);
+                        for (int64_t cb = 0; cb < NK; ++cb) {
+                            float* ar = ab + cb * 1024 + r * 32;
+                            _mm512_storeu_ps(ar, _mm512_mul_ps(_mm512_loadu_ps(ar), cr));
+                            _mm512_storeu_ps(ar + 16, _mm512_mul_ps(_mm512_loadu_ps(ar + 16), cr));
+                        }
+                    }
+                ta.accumulate = 1;
+                for (int64_t cb = 0; cb < NK; ++cb) {
+                    ta.b = sc.vp + cb * 2 * 1024;
+                    ta.acc = ab + cb * 1024;
+                    tile(&ta);
+                }
+                continue;
+            }
             ta.acc = sc.blk;
             for (int64_t cb = 0; cb < NK; ++cb) {
                 ta.b = sc.vp + cb * 2 * 1024;
@@ -280,18 +309,25 @@ void attn_prefill_amx(AmxTileFn tile, const AttnTask& t, float* m, float* l, flo
             }
         }
     }
+    if (tile_acc)  // back to [R x head_dim]
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t cb = 0; cb < NK; ++cb) {
+                const float* src = sc.accb + ((r / 32) * NK + cb) * 1024 + (r % 32) * 32;
+                _mm512_storeu_ps(acc + r * hd + cb * 32, _mm512_loadu_ps(src));
+                _mm512_storeu_ps(acc + r * hd + cb * 32 + 16, _mm512_loadu_ps(src + 16));
+            }
 }
 
-void run_amx(AmxTileFn tile, const AttnTask& t, float* m, float* l, float* acc) {
+void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
     switch (t.head_dim / 32) {
-        case 1: attn_prefill_amx<1>(tile, t, m, l, acc); return;
-        case 2: attn_prefill_amx<2>(tile, t, m, l, acc); return;
-        case 3: attn_prefill_amx<3>(tile, t, m, l, acc); return;
-        case 4: attn_prefill_amx<4>(tile, t, m, l, acc); return;
-        case 5: attn_prefill_amx<5>(tile, t, m, l, acc); return;
-        case 6: attn_prefill_amx<6>(tile, t, m, l, acc); return;
-        case 7: attn_prefill_amx<7>(tile, t, m, l, acc); return;
-        case 8: attn_prefill_amx<8>(tile, t, m, l, acc); return;
+        case 1: attn_prefill_amx<1>(tile, tile_acc, t, m, l, acc); return;
+        case 2: attn_prefill_amx<2>(tile, tile_acc, t, m, l, acc); return;
+        case 3: attn_prefill_amx<3>(tile, tile_acc, t, m, l, acc); return;
+        case 4: attn_prefill_amx<4>(tile, tile_acc, t, m, l, acc); return;
+        case 5: attn_prefill_amx<5>(tile, tile_acc, t, m, l, acc); return;
+        case 6: attn_prefill_amx<6>(tile, tile_acc, t, m, l, acc); return;
+        case 7: attn_prefill_amx<7>(tile, tile_acc, t, m, l, acc); return;
+        case 8: attn_prefill_amx<8>(tile, tile_acc, t, m, l, acc); return;
     }
     __builtin_trap();
 }
@@ -309,21 +345,35 @@ namespace xk::detail {
 
 int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim) {
     const int64_t nk = (head_dim + 31) / 32, nrb = (rows + 31) / 32;
-    return (nrb * nk * 2048 + 2 * nk * 2048 + nk * 4096 + 8192 + 4096 + 4096 + 128 + 64) / 4;
+    return (nrb * nk * 2048 + 2 * nk * 2048 + nk * 4096 + 8192 + 4096 + 4096 + 256 + nrb * nk * 4096 + 64) / 4;
 }
 
 namespace {
 void no_cfg(const void*) {}
 void no_release() {}
 
+// XK_ATTN_AMX_ACC (read once; a measurement knob): 1 (default) keeps acc in the tile kernel's C
+// layout and adds P V on the tiles (accumulate = 1; rows whose max moved rescaled first with
+// AVX-512), 0 computes each P V block into a temporary and adds it with AVX-512 FMAs
+// (acc = acc * corr + block).
+bool env_tile_acc() {
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_AMX_ACC");
+        return !(e && *e && std::atoi(e) == 0);
+    }();
+    return v;
+}
+
 struct AmxAttention final : AttnKernel {
     DType kv;
     bool tiles_ok;  // bf16 cache, head_dim a multiple of 32 up to 256
+    bool tile_acc;
     AmxBf16Tile tile;
     std::shared_ptr<const AttnKernel> vec;
-    AmxAttention(const AttnKernelDesc& kd, bool emulate)
+    AmxAttention(const AttnKernelDesc& kd, bool emulate, int acc_mode)
         : kv(kd.kv_dtype),
           tiles_ok(kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256),
+          tile_acc(acc_mode < 0 ? env_tile_acc() : acc_mode != 0),
           vec(create_attention_avx512(kd)) {
         if (emulate) {
             tile = AmxBf16Tile{amx_tile_emulate, no_cfg, no_release};
@@ -338,14 +388,14 @@ struct AmxAttention final : AttnKernel {
             return;
         }
         tile.configure(amx_tile_config());
-        run_amx(tile.fn, t, m, l, acc);
+        run_amx(tile.fn, tile_acc, t, m, l, acc);
         tile.release();
     }
 };
 }  // namespace
 
-std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles) {
-    return std::make_shared<AmxAttention>(kd, emulate_tiles);
+std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc) {
+    return std::make_shared<AmxAttention>(kd, emulate_tiles, tile_acc);
 }
 
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd) {
