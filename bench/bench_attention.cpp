@@ -13,7 +13,7 @@
 //       the decode rows' yardstick (BW% = decode GBPS / this).
 //   attention/<dtype>/xk/prefill/T:<T>/nt:<t>
 //       causal fused SDPA, 32 heads x 128 (MHA), T tokens; GFLOPS counts the causal half:
-//       4 * T * T * 128 * 32 / 2.
+//       4 * T * T * 128 * 32 / 2. The label names the kernel (amx:bf16: AMX tiles; intr:avx512).
 //   attention/<dtype>/xk/gemm/M:1024/N:1024/K:128/nt:<t>
 //       our GEMM on a Q.K^T-like shape (K = head_dim): the GEMM rate the prefill is held to.
 // XK_BENCH_THREADS picks the thread counts (default 1,2); XK_BENCH_PREFILL_8K=1 adds T = 8192.
@@ -155,6 +155,7 @@ void bench_prefill(benchmark::State& state, xk::DType dt, int64_t T, int threads
     a.k = bf ? static_cast<const void*>(kb.data()) : kf.data();
     a.v = bf ? static_cast<const void*>(vb.data()) : vf.data();
     a.o = bf ? static_cast<void*>(ob.data()) : of.data();
+    state.SetLabel(xk::AttentionPlan(d).impl_name());  // the kernel (bf16 on AMX machines: amx:bf16)
     for (auto _ : state) xk::attention(d, a);
     xb::set_gflops(state, 4.0 * double(T) * double(T) * kHd * kQHeads / 2.0);
 }

@@ -15,6 +15,8 @@
 
 #include "common/test_util.hpp"
 #include "kernels/attention/attention.hpp"
+#include "kernels/gemm/amx_tile.hpp"
+#include "kernels/gemm/gemm.hpp"
 #include "xk/attention.hpp"
 #include "xk/c/attention.h"
 #include "xk/llm.hpp"
@@ -23,17 +25,26 @@
 
 using namespace xk;
 
-// for_each_isa, skipping the ISA levels that select an attention implementation an earlier level
-// of the same sweep already ran (avx512, avx512_vnni and avx512_bf16 all pick intr:avx512).
+// Whether the level the sweep is at runs bf16 caches on AMX tiles (q and p rounded to bf16).
+static bool g_amx_bf16 = false;
+
+// for_each_isa, skipping the ISA levels that select the attention implementations (f32 and bf16
+// caches) an earlier level of the same sweep already ran (avx512, avx512_vnni and avx512_bf16 all
+// pick intr:avx512).
 static void for_each_isa(const std::function<void(xk::Isa)>& body) {
     std::vector<std::string> seen;
     xk::test::for_each_isa([&](xk::Isa isa) {
         xk::detail::AttnKernelDesc kd;
         kd.head_dim = 64;
-        const std::string name = xk::detail::attention_registry().select(kd, isa).name;
+        std::string name = xk::detail::attention_registry().select(kd, isa).name;
+        kd.kv_dtype = xk::DType::bf16;
+        const std::string bname = xk::detail::attention_registry().select(kd, isa).name;
+        name += "," + bname;
         if (std::find(seen.begin(), seen.end(), name) != seen.end()) return;
         seen.push_back(name);
+        g_amx_bf16 = bname.rfind("amx", 0) == 0;
         body(isa);
+        g_amx_bf16 = false;
     });
 }
 
@@ -49,6 +60,14 @@ constexpr double kBf16Atol = 2e-5, kBf16Rtol = 1.0 / 256 + 2e-4;
 //                tolerances; against the unquantized f32 K / V (values in [-1, 1), head_dim 128,
 //                per-row scale max|x| / 127, error <= scale / 2 per element): atol 2e-2.
 constexpr double kS8QuantAtol = 2e-2;
+//   AMX (amx:bf16, bf16 caches, >= 16 rows; the emulated tiles here, the real ones on AMX
+//                machines): q rounded to bf16 (exact for bf16 q: the kernel divides the scale
+//                out first) and each p = exp(s - m) in [0, 1] rounded to bf16 (relative 2^-9)
+//                before P.V, l summed from the unrounded p: |o - o_exact| <= 2^-9 max|v| from
+//                p, plus the bf16 q rounding of f32 queries (2^-9 |q| per element, scores within
+//                ~2^-9 * |s|): atol 2^-9 + 2e-5 (observed <= 9e-4 on the emulated cases), lse
+//                unchanged for bf16 q (kLseAtol), 2e-3 for f32 q.
+constexpr double kAmxAtol = 1.0 / 512 + 2e-5, kAmxLseAtolF32q = 2e-3;
 
 namespace {
 
@@ -239,7 +258,8 @@ void run_sdpa(const SdpaCase& c, uint64_t seed) {
         }
     }
     const bool bf = c.o_dtype == DType::bf16;
-    EXPECT_TRUE(close(o, want, idx, bf ? kBf16Atol : kF32Atol, bf ? kBf16Rtol : kF32Rtol));
+    const double atol = g_amx_bf16 && c.dtype == DType::bf16 ? kAmxAtol : (bf ? kBf16Atol : kF32Atol);
+    EXPECT_TRUE(close(o, want, idx, atol, bf ? kBf16Rtol : kF32Rtol));
     EXPECT_TRUE(close_lse(lse, want_lse));
     // Padding between rows untouched.
     if (c.pad > 0 && Tq > 0) EXPECT_EQ(o.value(static_cast<size_t>(c.q_heads * hd)), 0.0);
@@ -296,6 +316,159 @@ TEST(Attention, SdpaCausalMaskPaddingGqaMqa) {
                 run_sdpa(c, seed++);
             }
     });
+}
+
+// ---- the AMX prefill kernel's data flow (emulated tiles: runs without AMX) ----------------------
+
+// The tile model (amx_tile_emulate) over the AMX GEMM's own packing of B (both trans_b forms: the
+// attention packs K like B^T and V like B), A in place with a packed K tail, then accumulating:
+// the layouts and semantics the attention kernel relies on, against a double GEMM.
+TEST(Attention, AmxTileModelMatchesGemmPacking) {
+    const int64_t M = 32, N = 45, K = 70, nkb = (K + 31) / 32;
+    std::mt19937_64 g(5);
+    std::vector<uint16_t> A(static_cast<size_t>(M * K)), B(static_cast<size_t>(K * N));
+    for (auto& x : A) x = bf16(rnd(g)).bits;
+    for (auto& x : B) x = bf16(rnd(g)).bits;
+    auto val = [](uint16_t h) { return static_cast<double>(bf16::from_bits(h).to_float()); };
+    std::vector<uint16_t> tail(32 * 32, 0);  // k 64..69 of A's rows, zero-padded
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 64; k < K; ++k) tail[static_cast<size_t>(m * 32 + k - 64)] = A[static_cast<size_t>(m * K + k)];
+    for (Trans tb : {Trans::N, Trans::T}) {
+        detail::GemmSpec s;
+        s.M = M;
+        s.N = N;
+        s.K = K;
+        s.trans_b = tb;
+        s.lda = K;
+        s.ldb = tb == Trans::T ? K : N;
+        s.ldc = N;
+        s.a_type = s.b_type = DType::bf16;
+        auto packed = detail::create_gemm_amx_bf16(s)->pack_b(B.data());  // (generates, runs no tile code)
+        for (int64_t nb = 0; nb * 32 < N; ++nb) {
+            alignas(64) float acc[32 * 32];
+            detail::AmxTileArgs ta;
+            ta.a = A.data();
+            ta.lda = K * 2;
+            ta.a_step = 64;
+            ta.steps = K / 32;
+            ta.a_tail = tail.data();
+            ta.b = static_cast<const uint8_t*>(packed->data) + nb * nkb * detail::kAmxTileStepBytes;
+            ta.acc = acc;
+            for (int pass = 0; pass < 2; ++pass) {  // the second pass accumulates: twice the product
+                ta.accumulate = pass;
+                detail::amx_tile_emulate(&ta);
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t n = 0; n < 32; ++n) {
+                        double want = 0;
+                        for (int64_t k = 0; nb * 32 + n < N && k < K; ++k)
+                            want += val(A[static_cast<size_t>(m * K + k)]) *
+                                    val(B[static_cast<size_t>(tb == Trans::T ? (nb * 32 + n) * K + k : k * N + nb * 32 + n)]);
+                        ASSERT_NEAR(acc[m * 32 + n], (pass + 1) * want, 1e-5 * (pass + 1) * K)
+                            << "trans_b=" << (tb == Trans::T) << " nb=" << nb << " m=" << m << " n=" << n;
+                    }
+            }
+        }
+    }
+}
+
+struct AmxTaskCase {
+    int64_t tokens, group, hd, nk;
+    int64_t offset = INT64_MIN;  // causal: token t sees keys j <= t + offset (INT64_MIN: all)
+    bool mask = false, f32q = false;
+    int64_t block_size = 0;      // paged
+    int64_t j_begin = 0, j_end = -1;
+};
+
+// One task through create_attention_amx(kd, /*emulate_tiles=*/true, tile_acc) against attention_reference
+// (normalised o and lse: the running max differs by the rounding of the scores).
+void run_amx_task(const AmxTaskCase& c, uint64_t seed, int tile_acc) {
+    std::mt19937_64 g(seed);
+    const int64_t R = c.tokens * c.group, hd = c.hd, stride = hd + 16;  // padded key rows
+    const float scale = 0.3f;
+    // K / V: contiguous rows, or blocks of a shuffled pool
+    const int64_t nblocks = c.block_size ? (c.nk + c.block_size - 1) / c.block_size : 0;
+    const int64_t rows_alloc = c.block_size ? (nblocks + 2) * c.block_size : c.nk;
+    std::vector<uint16_t> kc(static_cast<size_t>(rows_alloc * stride)), vc(kc.size());
+    for (auto& x : kc) x = bf16(rnd(g)).bits;
+    for (auto& x : vc) x = bf16(rnd(g)).bits;
+    std::vector<int32_t> table(static_cast<size_t>(nblocks + 2));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), g);
+    std::vector<float> q(static_cast<size_t>(R * hd));
+    for (auto& x : q) x = (c.f32q ? rnd(g) : bf16(rnd(g)).to_float()) * scale;
+    std::vector<int64_t> lim(static_cast<size_t>(c.tokens));
+    for (int64_t t = 0; t < c.tokens; ++t)
+        lim[t] = c.offset == INT64_MIN ? c.nk : std::clamp<int64_t>(t + c.offset + 1, 0, c.nk);
+    std::vector<float> mask(static_cast<size_t>(c.tokens * (c.nk + 3)));
+    for (auto& x : mask) x = g() % 6 == 0 ? -std::numeric_limits<float>::infinity() : rnd(g, -2, 2);
+    detail::AttnTask t;
+    t.tokens = c.tokens;
+    t.group = c.group;
+    t.head_dim = hd;
+    t.q = q.data();
+    t.scale = scale;
+    t.limit = lim.data();
+    if (c.mask) {
+        t.mask = mask.data();
+        t.mask_stride = c.nk + 3;
+    }
+    t.kv.k = kc.data();
+    t.kv.v = vc.data();
+    t.kv.k_stride = t.kv.v_stride = stride;
+    if (c.block_size) {
+        t.kv.blocks = table.data();
+        t.kv.block_size = c.block_size;
+        t.kv.block_elems = c.block_size * stride;
+    }
+    t.j_begin = c.j_begin;
+    t.j_end = c.j_end < 0 ? c.nk : c.j_end;
+    std::vector<float> scratch(static_cast<size_t>(detail::attn_scratch_floats(R, hd)));
+    t.scratch = scratch.data();
+    detail::AttnKernelDesc kd;
+    kd.head_dim = hd;
+    kd.kv_dtype = DType::bf16;
+    std::vector<float> mr(R), lr(R), ar(static_cast<size_t>(R * hd)), me(R), le(R), ae(ar.size(), 7.0f);
+    detail::attention_reference(kd, t, mr.data(), lr.data(), ar.data());
+    std::fill(scratch.begin(), scratch.end(), std::numeric_limits<float>::quiet_NaN());  // reads only what it writes
+    detail::create_attention_amx(kd, true, tile_acc)->run(t, me.data(), le.data(), ae.data());
+    const double lse_tol = c.f32q ? kAmxLseAtolF32q : kLseAtol;
+    for (int64_t r = 0; r < R; ++r) {
+        if (lr[r] == 0.0f) {  // sees no key of the range
+            ASSERT_EQ(le[r], 0.0f) << "r=" << r;
+            ASSERT_EQ(me[r], -std::numeric_limits<float>::infinity()) << "r=" << r;
+            for (int64_t d = 0; d < hd; ++d) ASSERT_EQ(ae[r * hd + d], 0.0f) << "r=" << r;
+            continue;
+        }
+        ASSERT_GT(le[r], 0.0f) << "r=" << r;
+        ASSERT_NEAR(me[r] + std::log(le[r]), mr[r] + std::log(lr[r]), lse_tol) << "r=" << r;
+        for (int64_t d = 0; d < hd; ++d)
+            ASSERT_NEAR(ae[r * hd + d] / le[r], ar[r * hd + d] / lr[r], kAmxAtol) << "r=" << r << " d=" << d;
+    }
+}
+
+TEST(Attention, AmxPrefillEmulatedTilesAgainstReference) {
+    if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "the kernel's vector code needs AVX512_BF16";
+    std::vector<AmxTaskCase> cases = {
+        {17, 1, 64, 17, 0},                                    // causal square, 1..17 keys per row
+        {33, 4, 128, 100, 67, true},                           // GQA 4, causal bottom-right, mask
+        {20, 1, 64, 1, -3},                                    // one key, first rows see nothing
+        {16, 1, 96, 65, INT64_MIN, true},                      // one key past a 64-key tile
+        {9, 2, 128, 130, 121, false, false, 64, 64, 130},      // paged 64, a split key range
+        {48, 1, 64, 77, 29, false, true, 32},                  // paged 32, f32 q
+        {17, 2, 48, 70, 53},                                   // head_dim 48: the avx512 fallback
+        {3, 4, 64, 40, 37},                                    // 12 rows: the decode path
+    };
+    if (!kSanitized) {
+        cases.push_back({100, 1, 64, 100, INT64_MIN, false, false, 16});  // paged 16, non-causal
+        cases.push_back({40, 3, 256, 150, 110, true});                  // head_dim 256
+    }
+    uint64_t seed = 900;
+    for (const AmxTaskCase& c : cases) {
+        SCOPED_TRACE("tokens=" + std::to_string(c.tokens) + " group=" + std::to_string(c.group) +
+                     " hd=" + std::to_string(c.hd) + " nk=" + std::to_string(c.nk));
+        for (int tile_acc : {1, 0}) run_amx_task(c, seed, tile_acc);  // P V added on the tiles / with AVX-512
+        ++seed;
+    }
 }
 
 // ---- KV cache, decode, chunked prefill ---------------------------------------------------------
@@ -447,7 +620,8 @@ void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::ve
                 want_lse.push_back(l);
             }
         }
-    EXPECT_TRUE(close(o, want, idx, atol, rtol));
+    const bool amx = g_amx_bf16 && f.cd.dtype == DType::bf16;
+    EXPECT_TRUE(close(o, want, idx, amx ? std::max(atol, kAmxAtol) : atol, rtol));
     if (atol == kF32Atol) EXPECT_TRUE(close_lse(lse, want_lse));
     if (out) *out = o.f;
 }

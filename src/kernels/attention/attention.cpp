@@ -240,6 +240,7 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             t.group = group;
             t.head_dim = hd;
             t.q = qbuf;
+            t.scale = p.scale;
             t.limit = lim.data();
             if (p.mask) {
                 t.mask = p.mask + (s.mask_row + u.t0) * p.mask_stride;
@@ -366,6 +367,13 @@ const Registry<AttnKernelDesc, AttnKernel>& attention_registry() {
     static const Registry<AttnKernelDesc, AttnKernel> r(
         "attention",
         {
+            // bf16 caches, head_dim a multiple of 32: both prefill products on AMX tiles (decode-sized
+            // tasks run the avx512 code inside it).
+            {"amx:bf16", Isa::amx,
+             [](const AttnKernelDesc& kd) {
+                 return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256;
+             },
+             create_attention_amx_variant},
             {"intr:avx512", Isa::avx512,
              [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
              create_attention_avx512},

@@ -54,6 +54,7 @@ struct AttnTask {
     int64_t group = 0;          // q heads per kv head
     int64_t head_dim = 0;
     const float* q = nullptr;   // [tokens*group x head_dim] f32, already multiplied by the scale
+    float scale = 1.0f;         // that scale (the AMX kernel divides it out before rounding q to bf16)
     const int64_t* limit = nullptr;  // [tokens]: token t sees keys j < limit[t] (and in the range)
     const float* mask = nullptr;     // optional: additive, token t / key j at mask[t*mask_stride + j]
     int64_t mask_stride = 0;
@@ -67,9 +68,16 @@ struct AttnTask {
 // Keys per softmax step of the decode path (rows < 16): a multiple of kAttnTile.
 constexpr int64_t kAttnDecodeChunk = 256;
 
+// Rows from which a task takes the prefill kernels (fewer: the decode code).
+constexpr int64_t kAttnPrefillRows = 16;
+
+// Scratch of the AMX prefill kernel (attn_amx.cpp): q in bf16, the packed K / V tiles, one row
+// block's scores / probabilities.
+int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim);
+
 inline int64_t attn_scratch_floats(int64_t rows, int64_t head_dim) {
     return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64 +
-           (rows < 16 ? rows * kAttnDecodeChunk : 0);
+           (rows < kAttnPrefillRows ? rows * kAttnDecodeChunk : attn_amx_scratch_floats(rows, head_dim));
 }
 
 struct AttnKernel {
@@ -92,5 +100,15 @@ void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, 
 // caches: avx512 only (the decode code for every row count).
 std::shared_ptr<const AttnKernel> create_attention_avx512(const AttnKernelDesc& kd);
 std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd);
+
+// AMX kernel (attn_amx.cpp, registry "amx:bf16" at Isa::amx): bf16 caches with head_dim a multiple
+// of 32 up to 256 and >= kAttnPrefillRows rows run both products on the GEMM's bf16 tile kernel
+// (q and p rounded to bf16); every other task runs the avx512 kernel. emulate_tiles (tests only,
+// never selected by dispatch): the tile kernel replaced by amx_tile_emulate, so the data flow runs
+// on any AVX-512 BF16 machine without AMX.
+// tile_acc: 1 = P V added on the tiles into acc in the C layout, 0 = a temporary block added with
+// AVX-512, -1 = XK_ATTN_AMX_ACC (default 1).
+std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc = -1);
+std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd);  // (emulate_tiles = false)
 
 }  // namespace xk::detail

@@ -51,6 +51,7 @@
 #include "dispatch/kernel_cache.hpp"
 #include "dispatch/verbose.hpp"
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/amx_tile.hpp"
 #include "kernels/gemm/jit_gemm_common.hpp"
 #include "xk/error.hpp"
 
@@ -177,19 +178,7 @@ const TileConfig& tile_config() {
     return c;
 }
 
-// One 32 x 32 block: acc = A[32 x K] * B[K x 32] (all k steps), stored to acc (f32, 128-byte rows).
-struct AmxTileArgs {
-    const void* a = nullptr;       // row 0, k 0 of the block's A
-    int64_t lda = 0;               // bytes between A rows
-    const void* b = nullptr;       // the packed B block
-    float* acc = nullptr;          // 32 x 32 f32 (128-byte rows)
-    int64_t steps = 0;             // k steps read from a (>= 0)
-    const void* a_tail = nullptr;  // one more k step from a packed [32][32] bf16 buffer, or null
-    int64_t accumulate = 0;        // non-zero: start from acc's sums (earlier K blocks), else 0
-    int64_t a_step = 64;           // bytes between k steps of a (64 in place, 2048 packed)
-};
-using AmxTileFn = void (*)(const AmxTileArgs*);
-using AmxCfgFn = void (*)(const void*);
+// One 32 x 32 block: acc = A[32 x K] * B[K x 32] (all k steps): AmxTileArgs (amx_tile.hpp).
 
 // The tile product of a kernel: bf16 pairs, u8 x s8 or s8 x s8 quads (s32 accumulators, wrapping).
 enum class TileOp : int { bf16 = 0, u8s8 = 1, s8s8 = 2 };
@@ -992,5 +981,14 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_int8(const GemmSpec& s) {
     if (!gemm_amx_int8_any_supports(s)) throw Error(Status::unsupported, "gemm amx int8: " + s.key() + " is not supported");
     return std::make_shared<AmxGemm>(s);
 }
+
+// The bf16 tile kernel for other families (amx_tile.hpp): the GEMM's cached code, held for the
+// process.
+AmxBf16Tile amx_bf16_tile() {
+    static const std::shared_ptr<const TileCode> code = tile_code(TileOp::bf16);
+    return AmxBf16Tile{code->fn, code->configure, code->release};
+}
+
+const void* amx_tile_config() { return &tile_config(); }
 
 }  // namespace xk::detail

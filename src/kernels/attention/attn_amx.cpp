@@ -1,0 +1,405 @@
+// AMX attention prefill (Isa::amx, "amx:bf16"): bf16 K / V caches, >= 16 rows, head_dim a multiple
+// of 32 up to 256. Both products run on the GEMM's bf16 tile kernel (amx_tile.hpp, TDPBF16PS,
+// 32 x 32 f32 blocks); everything else is AVX-512 (+ AVX512_BF16 conversions: the amx level
+// implies both). Other tasks (f32 / s8 caches, other head_dims, < 16 rows: decode) run the
+// AVX-512 kernel.
+//
+// Per task (one kv head, R = tokens x group rows, a key range):
+//   q:       the f32 rows (already scaled) are divided by the scale again and rounded to bf16
+//            once (bf16 queries come back exactly), packed per 32-row block in the tile kernel's
+//            A layout [k step][32 rows][32 bf16], zero rows past R; the scale is applied to the
+//            f32 scores;
+//   per tile of 64 keys (K / V packed once, shared by every row block of the task):
+//     K:     B of S = Q K^T (k = head_dim, columns = keys): per 32-key block and k step, two
+//            16 x 16 dword transposes of 16 key rows' 64-byte slices (a head_dim pair of one
+//            key is contiguous: one dword); keys past the tile's end are zero;
+//     V:     B of P V (k = keys, columns = head_dim): per 32-column block and k step, 16 pairs
+//            of V rows interleaved 16-bit-wise (VPERMT2W); keys past the end zero;
+//     per 32-row block (skipped when its tokens see none of the tile: causal):
+//       S    = the tile kernel over head_dim (one or two 32 x 32 blocks);
+//       softmax: online per row over the 64 scores (masked lanes: keys past the row's limit or
+//            the tile's end, exactly p = 0), p rounded to bf16 into the A layout of P;
+//       P V  = the tile kernel per 32 values of head_dim (1 or 2 k steps), added on the tiles
+//            (accumulate = 1) to acc kept in the kernel's C layout [row block][32 values][32 x 32]
+//            for the task (rows whose running max moved are first rescaled with AVX-512), acc
+//            copied out to [rows x head_dim] at the end. XK_ATTN_AMX_ACC=0: each block into a
+//            temporary, then acc = acc * corr + block (AVX-512 FMA) on [rows x head_dim].
+// Rounding: q (not for bf16 queries) and p are rounded to bf16; products exact, f32 sums.
+//
+// For tests on machines without AMX, create_attention_amx(kd, true) runs the same data flow with
+// amx_tile_emulate (a scalar model of the tile kernel over the same packed layouts).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "kernels/attention/attention.hpp"
+#include "kernels/gemm/amx_tile.hpp"
+#include "xk/error.hpp"
+#include "xk/isa.hpp"
+
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace xk::detail {
+
+// ---- the scalar model of the tile kernel (amx_tile.hpp) -----------------------------------------
+
+namespace {
+inline float bf16_in(uint16_t h) {  // bf16 -> f32, denormals as 0 (TDPBF16PS: DAZ)
+    if ((h & 0x7f80u) == 0) h &= 0x8000u;
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline float ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
+}  // namespace
+
+void amx_tile_emulate(const AmxTileArgs* p) {
+    const auto* a = static_cast<const uint8_t*>(p->a);
+    const auto* b = static_cast<const uint8_t*>(p->b);
+    const int64_t nsteps = p->steps + (p->a_tail ? 1 : 0);
+    for (int m = 0; m < 32; ++m)
+        for (int n = 0; n < 32; ++n) {
+            float c = p->accumulate ? p->acc[m * 32 + n] : 0.0f;
+            for (int64_t s = 0; s < nsteps; ++s) {
+                const uint8_t* arow = s < p->steps ? a + s * p->a_step + m * p->lda
+                                                   : static_cast<const uint8_t*>(p->a_tail) + m * 64;
+                const uint8_t* brow = b + s * kAmxTileStepBytes + (n / 16) * 1024;
+                for (int q = 0; q < 16; ++q) {
+                    uint16_t a0, a1, b0, b1;
+                    std::memcpy(&a0, arow + 4 * q, 2);
+                    std::memcpy(&a1, arow + 4 * q + 2, 2);
+                    std::memcpy(&b0, brow + q * 64 + (n % 16) * 4, 2);
+                    std::memcpy(&b1, brow + q * 64 + (n % 16) * 4 + 2, 2);
+                    c = ftz(c + bf16_in(a0) * bf16_in(b0));
+                    c = ftz(c + bf16_in(a1) * bf16_in(b1));
+                }
+            }
+            p->acc[m * 32 + n] = c;
+        }
+}
+
+}  // namespace xk::detail
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+#endif
+
+namespace xk::detail {
+namespace {
+
+#include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16, pf_exp
+
+constexpr int64_t kAmxKeys = 64;  // keys per tile
+
+inline void to_bf16_32(const float* src, __m512 mul, uint16_t* dst) {
+    const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(src), mul), hi = _mm512_mul_ps(_mm512_loadu_ps(src + 16), mul);
+    _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Scratch of a task (floats), laid out by amx_layout below.
+struct AmxScratch {
+    uint16_t* qp;  // [nrb][NK][32][32] bf16
+    uint16_t* kp;  // [2 column blocks][NK][2 x 16 x 32] bf16 (B of S)
+    uint16_t* vp;  // [NK column blocks][2][2 x 16 x 32] bf16 (B of P V)
+    float* S;      // 2 x [32][32]
+    uint16_t* P;   // [2][32][32] bf16 (A of P V)
+    float* blk;    // [32][32]
+    float* corr;   // [32]
+    float* accb;   // [nrb][NK][32][32]: acc in the tile kernel's C layout (XK_ATTN_AMX_ACC=1)
+};
+
+inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd) {
+    const int64_t nk = hd / 32, nrb = (R + 31) / 32;
+    auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+    AmxScratch s;
+    s.qp = reinterpret_cast<uint16_t*>(base);
+    base += nrb * nk * 2048;
+    s.kp = reinterpret_cast<uint16_t*>(base);
+    base += 2 * nk * 2048;
+    s.vp = reinterpret_cast<uint16_t*>(base);
+    base += nk * 4096;
+    s.S = reinterpret_cast<float*>(base);
+    base += 8192;
+    s.P = reinterpret_cast<uint16_t*>(base);
+    base += 4096;
+    s.blk = reinterpret_cast<float*>(base);
+    base += 4096;
+    s.corr = reinterpret_cast<float*>(base);
+    base += 256;
+    s.accb = reinterpret_cast<float*>(base);
+    return s;
+}
+
+template <int NK>
+void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
+    constexpr int64_t hd = 32 * NK;
+    const int64_t R = t.tokens * t.group, nrb = (R + 31) / 32;
+    const float ninf = -__builtin_inff();
+    AmxScratch sc = amx_layout(t.scratch, R, hd);
+    // q: divide the scale out (bf16 queries exact again) unless it is extreme.
+    const float as = std::fabs(t.scale);
+    const bool unscale = as >= 0x1p-24f && as <= 0x1p24f;
+    const __m512 qmul = _mm512_set1_ps(unscale ? 1.0f / t.scale : 1.0f);
+    const float smul = unscale ? t.scale : 1.0f;
+    for (int64_t rb = 0; rb < nrb; ++rb)
+        for (int64_t ks = 0; ks < NK; ++ks) {
+            uint16_t* dst = sc.qp + (rb * NK + ks) * 1024;
+            for (int64_t r = 0; r < 32; ++r) {
+                const int64_t row = rb * 32 + r;
+                if (row < R)
+                    to_bf16_32(t.q + row * hd + ks * 32, qmul, dst + r * 32);
+                else
+                    _mm512_storeu_si512(dst + r * 32, _mm512_setzero_si512());
+            }
+        }
+    std::memset(sc.P, 0, 4096);
+    for (int64_t r = 0; r < R; ++r) {
+        m[r] = ninf;
+        l[r] = 0.0f;
+    }
+    if (tile_acc)
+        std::memset(sc.accb, 0, static_cast<size_t>(nrb * NK * 4096));
+    else
+        for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    int64_t lim_max = 0;
+    for (int64_t i = 0; i < t.tokens; ++i)
+        if (t.limit[i] > lim_max) lim_max = t.limit[i];
+    const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
+    const uint16_t* kbase = static_cast<const uint16_t*>(t.kv.k);
+    const uint16_t* vbase = static_cast<const uint16_t*>(t.kv.v);
+    // VPERMT2W indices: dword c of the low / high half = (a[c], b[c]) / (a[16 + c], b[16 + c]).
+    alignas(64) uint16_t ilo[32], ihi[32];
+    for (int i = 0; i < 32; ++i) {
+        ilo[i] = static_cast<uint16_t>((i & 1 ? 32 : 0) + i / 2);
+        ihi[i] = static_cast<uint16_t>((i & 1 ? 32 : 0) + 16 + i / 2);
+    }
+    const __m512i vilo = _mm512_load_si512(ilo), vihi = _mm512_load_si512(ihi);
+    AmxTileArgs ta;
+    for (int64_t j0 = t.j_begin; j0 < jmax; j0 += kAmxKeys) {
+        const int64_t n = jmax - j0 < kAmxKeys ? jmax - j0 : kAmxKeys;
+        const int64_t nkb = n > 32 ? 2 : 1;  // 32-key blocks of the tile
+        // ---- K into the B layout of S (keys past n: 0)
+        for (int64_t cb = 0; cb < nkb; ++cb)
+            for (int kg = 0; kg < 2; ++kg) {
+                const uint16_t* rows[16];
+                for (int c = 0; c < 16; ++c) {
+                    const int64_t j = cb * 32 + kg * 16 + c;
+                    rows[c] = j < n ? pf_row(t.kv, kbase, t.kv.k_stride, j0 + j) : nullptr;
+                }
+                for (int64_t ks = 0; ks < NK; ++ks) {
+                    __m512 r16[16];
+                    for (int c = 0; c < 16; ++c)
+                        r16[c] = rows[c] ? _mm512_loadu_ps(rows[c] + ks * 32) : _mm512_setzero_ps();
+                    pf_transpose16(r16, reinterpret_cast<float*>(sc.kp + (cb * NK + ks) * 1024 + kg * 512), 16);
+                }
+            }
+        // ---- V into the B layout of P V (keys past n: 0)
+        for (int64_t ks = 0; ks < nkb; ++ks)
+            for (int p = 0; p < 16; ++p) {
+                const int64_t ja = ks * 32 + 2 * p, jb = ja + 1;
+                const uint16_t* ra = ja < n ? pf_row(t.kv, vbase, t.kv.v_stride, j0 + ja) : nullptr;
+                const uint16_t* rb = jb < n ? pf_row(t.kv, vbase, t.kv.v_stride, j0 + jb) : nullptr;
+                for (int64_t cb = 0; cb < NK; ++cb) {
+                    const __m512i a = ra ? _mm512_loadu_si512(ra + cb * 32) : _mm512_setzero_si512();
+                    const __m512i b = rb ? _mm512_loadu_si512(rb + cb * 32) : _mm512_setzero_si512();
+                    uint16_t* d = sc.vp + (cb * 2 + ks) * 1024 + p * 32;
+                    _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, vilo, b));
+                    _mm512_storeu_si512(d + 512, _mm512_permutex2var_epi16(a, vihi, b));
+                }
+            }
+        for (int64_t rb = 0; rb < nrb; ++rb) {
+            const int64_t r0 = rb * 32, nr = R - r0 < 32 ? R - r0 : 32;
+            if (t.limit[(r0 + nr - 1) / t.group] <= j0) continue;  // (limits grow with the token)
+            // ---- S = Q K^T
+            ta.a = sc.qp + rb * NK * 1024;
+            ta.lda = 64;
+            ta.a_step = 2048;
+            ta.steps = NK;
+            ta.a_tail = nullptr;
+            ta.accumulate = 0;
+            for (int64_t cb = 0; cb < nkb; ++cb) {
+                ta.b = sc.kp + cb * NK * 1024;
+                ta.acc = sc.S + cb * 1024;
+                tile(&ta);
+            }
+            // ---- online softmax per row: P (bf16), corr
+            const __m512 smv = _mm512_set1_ps(smul);
+            for (int64_t r = 0; r < nr; ++r) {
+                const int64_t row = r0 + r, tok = row / t.group;
+                int64_t cnt = t.limit[tok] - j0;
+                if (cnt > n) cnt = n;
+                const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
+                __m512 sv[4];
+                __m512 mx = _mm512_set1_ps(ninf);
+                for (int k = 0; k < 4; ++k) {
+                    const int64_t left = cnt - 16 * k;
+                    const __mmask16 km = left >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                                    : (left <= 0 ? static_cast<__mmask16>(0)
+                                                                 : static_cast<__mmask16>((1u << left) - 1));
+                    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16), smv);
+                    if (mrow) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(km, mrow + k * 16));
+                    sv[k] = _mm512_mask_mov_ps(_mm512_set1_ps(ninf), km, x);
+                    mx = _mm512_max_ps(mx, sv[k]);
+                }
+                const float mt = _mm512_reduce_max_ps(mx);
+                const float mo = m[row];
+                const float mn = mo > mt ? mo : mt;
+                uint16_t* prow = sc.P + r * 32;
+                if (mn == ninf) {  // nothing visible yet
+                    _mm512_storeu_si512(prow, _mm512_setzero_si512());
+                    _mm512_storeu_si512(prow + 1024, _mm512_setzero_si512());
+                    sc.corr[r] = 1.0f;
+                    continue;
+                }
+                const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
+                const __m512 mnv = _mm512_set1_ps(mn);
+                __m512 pv[4];
+                for (int k = 0; k < 4; ++k) pv[k] = pf_exp(_mm512_sub_ps(sv[k], mnv));
+                _mm512_storeu_si512(prow, (__m512i)_mm512_cvtne2ps_pbh(pv[1], pv[0]));
+                _mm512_storeu_si512(prow + 1024, (__m512i)_mm512_cvtne2ps_pbh(pv[3], pv[2]));
+                const __m512 sum = _mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3]));
+                l[row] = l[row] * c + _mm512_reduce_add_ps(sum);
+                sc.corr[r] = c;
+                m[row] = mn;
+            }
+            // ---- acc = acc * corr + P V, 32 values of head_dim at a time
+            ta.a = sc.P;
+            ta.steps = nkb;
+            if (tile_acc) {  // the rows whose max moved rescaled, then P V added on the tiles
+                float* ab = sc.accb + rb * NK * 1024;
+                for (int64_t r = 0; r < nr; ++r)
+                    if (sc.corr[r] != 1.0f) {
+                        const __m512 cr = _mm512_set1_ps(sc.corr[r]);
+                        for (int64_t cb = 0; cb < NK; ++cb) {
+                            float* ar = ab + cb * 1024 + r * 32;
+                            _mm512_storeu_ps(ar, _mm512_mul_ps(_mm512_loadu_ps(ar), cr));
+                            _mm512_storeu_ps(ar + 16, _mm512_mul_ps(_mm512_loadu_ps(ar + 16), cr));
+                        }
+                    }
+                ta.accumulate = 1;
+                for (int64_t cb = 0; cb < NK; ++cb) {
+                    ta.b = sc.vp + cb * 2 * 1024;
+                    ta.acc = ab + cb * 1024;
+                    tile(&ta);
+                }
+                continue;
+            }
+            ta.acc = sc.blk;
+            for (int64_t cb = 0; cb < NK; ++cb) {
+                ta.b = sc.vp + cb * 2 * 1024;
+                tile(&ta);
+                for (int64_t r = 0; r < nr; ++r) {
+                    float* ar = acc + (r0 + r) * hd + cb * 32;
+                    const __m512 cr = _mm512_set1_ps(sc.corr[r]);
+                    _mm512_storeu_ps(ar, _mm512_fmadd_ps(_mm512_loadu_ps(ar), cr, _mm512_loadu_ps(sc.blk + r * 32)));
+                    _mm512_storeu_ps(ar + 16,
+                                     _mm512_fmadd_ps(_mm512_loadu_ps(ar + 16), cr, _mm512_loadu_ps(sc.blk + r * 32 + 16)));
+                }
+            }
+        }
+    }
+    if (tile_acc)  // back to [R x head_dim]
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t cb = 0; cb < NK; ++cb) {
+                const float* src = sc.accb + ((r / 32) * NK + cb) * 1024 + (r % 32) * 32;
+                _mm512_storeu_ps(acc + r * hd + cb * 32, _mm512_loadu_ps(src));
+                _mm512_storeu_ps(acc + r * hd + cb * 32 + 16, _mm512_loadu_ps(src + 16));
+            }
+}
+
+void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
+    switch (t.head_dim / 32) {
+        case 1: attn_prefill_amx<1>(tile, tile_acc, t, m, l, acc); return;
+        case 2: attn_prefill_amx<2>(tile, tile_acc, t, m, l, acc); return;
+        case 3: attn_prefill_amx<3>(tile, tile_acc, t, m, l, acc); return;
+        case 4: attn_prefill_amx<4>(tile, tile_acc, t, m, l, acc); return;
+        case 5: attn_prefill_amx<5>(tile, tile_acc, t, m, l, acc); return;
+        case 6: attn_prefill_amx<6>(tile, tile_acc, t, m, l, acc); return;
+        case 7: attn_prefill_amx<7>(tile, tile_acc, t, m, l, acc); return;
+        case 8: attn_prefill_amx<8>(tile, tile_acc, t, m, l, acc); return;
+    }
+    __builtin_trap();
+}
+
+}  // namespace
+}  // namespace xk::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace xk::detail {
+
+int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim) {
+    const int64_t nk = (head_dim + 31) / 32, nrb = (rows + 31) / 32;
+    return (nrb * nk * 2048 + 2 * nk * 2048 + nk * 4096 + 8192 + 4096 + 4096 + 256 + nrb * nk * 4096 + 64) / 4;
+}
+
+namespace {
+void no_cfg(const void*) {}
+void no_release() {}
+
+// XK_ATTN_AMX_ACC (read once; a measurement knob): 1 (default) keeps acc in the tile kernel's C
+// layout and adds P V on the tiles (accumulate = 1; rows whose max moved rescaled first with
+// AVX-512), 0 computes each P V block into a temporary and adds it with AVX-512 FMAs
+// (acc = acc * corr + block).
+bool env_tile_acc() {
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_AMX_ACC");
+        return !(e && *e && std::atoi(e) == 0);
+    }();
+    return v;
+}
+
+struct AmxAttention final : AttnKernel {
+    DType kv;
+    bool tiles_ok;  // bf16 cache, head_dim a multiple of 32 up to 256
+    bool tile_acc;
+    AmxBf16Tile tile;
+    std::shared_ptr<const AttnKernel> vec;
+    AmxAttention(const AttnKernelDesc& kd, bool emulate, int acc_mode)
+        : kv(kd.kv_dtype),
+          tiles_ok(kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256),
+          tile_acc(acc_mode < 0 ? env_tile_acc() : acc_mode != 0),
+          vec(create_attention_avx512(kd)) {
+        if (emulate) {
+            tile = AmxBf16Tile{amx_tile_emulate, no_cfg, no_release};
+        } else if (tiles_ok) {
+            if (!isa_supported(Isa::amx)) throw Error(Status::unsupported, "attention amx: AMX is not available");
+            tile = amx_bf16_tile();
+        }
+    }
+    void run(const AttnTask& t, float* m, float* l, float* acc) const override {
+        if (!tiles_ok || t.tokens * t.group < kAttnPrefillRows) {
+            vec->run(t, m, l, acc);
+            return;
+        }
+        tile.configure(amx_tile_config());
+        run_amx(tile.fn, tile_acc, t, m, l, acc);
+        tile.release();
+    }
+};
+}  // namespace
+
+std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc) {
+    return std::make_shared<AmxAttention>(kd, emulate_tiles, tile_acc);
+}
+
+std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd) {
+    return create_attention_amx(kd, false);
+}
+
+}  // namespace xk::detail
