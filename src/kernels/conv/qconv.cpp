@@ -300,7 +300,8 @@ namespace {
 using QReg = Registry<QConvProblem, QConvKernel>;
 
 constexpr double kMinGain = 0.05;       // oneDNN must be this much faster (ours is exact; noise)
-constexpr double kLongRunUs = 25000.0;  // a run this long: one timed round
+constexpr int kMaxRounds = 5;               // timed rounds (one run of each candidate)
+constexpr double kRoundsBudgetUs = 200000.0;  // no new round once the rounds took this long
 constexpr int64_t kMaxTuneBytes = int64_t{256} << 20;  // scratch operands larger: not timed
 
 struct QTune {
@@ -329,8 +330,8 @@ std::string us_str(double us) {
 
 // Times gemm:qconv against onednn:qconv on scratch operands of the descriptor's extents (u8 / s8
 // source with zero point 0, unit-ish scales, packed weights on both sides): an untimed warm-up of
-// each (oneDNN makes its primitive), then three alternating rounds (five when a run is < 2 ms,
-// one when > 25 ms), the minimum of each.
+// each (oneDNN makes its primitive), then up to five alternating rounds (none started after
+// 200 ms of rounds), the minimum of each.
 const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, const QReg::ImplT& dnn,
                              const std::string& key) {
     const QReg& reg = qconv_registry();
@@ -369,19 +370,18 @@ const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, con
             };
             once(*kg, pg.get());
             once(*kd, pd.get());
-            // The minimum of each over the rounds: a preemption on the shared host inflates single
-            // runs many times over (seen: 23.8 ms for a 0.4 ms call), so no early exit on a large
-            // gap, only when one run is long; runs under 2 ms get five rounds.
+            // The minimum of each over the rounds: a preemption on a shared host inflates single
+            // runs many times over (seen: 23.8 ms for a 0.4 ms call; 2-thread calls of 0.3 ms took
+            // 40-48 ms on the oversubscribed 2-vCPU host), so no early exit on a large gap: up to
+            // five rounds, fewer only once the rounds have taken kRoundsBudgetUs.
             double tg = 1e300, td = 1e300;
             int rounds = 0;
-            for (int max_rounds = 3; rounds < max_rounds; ++rounds) {
+            const double t_rounds = now_us();
+            while (rounds < kMaxRounds) {
                 tg = std::min(tg, once(*kg, pg.get()));
                 td = std::min(td, once(*kd, pd.get()));
-                if (std::max(tg, td) > kLongRunUs) {
-                    ++rounds;
-                    break;
-                }
-                if (rounds == 0 && std::max(tg, td) < 2000.0) max_rounds = 5;
+                ++rounds;
+                if (now_us() - t_rounds > kRoundsBudgetUs) break;
             }
             if (td < (1.0 - kMinGain) * tg) best = &dnn;
             why = ",gemm:qconv=" + us_str(tg) + ",onednn:qconv(" + kd->backend_info().substr(7) + ")=" + us_str(td) +
