@@ -300,7 +300,7 @@ namespace {
 using QReg = Registry<QConvProblem, QConvKernel>;
 
 constexpr double kMinGain = 0.05;       // oneDNN must be this much faster (ours is exact; noise)
-constexpr int kMaxRounds = 5;               // timed rounds (one run of each candidate)
+constexpr int kMaxRounds = 10;              // timed rounds (one run of each candidate)
 constexpr double kRoundsBudgetUs = 200000.0;  // no new round once the rounds took this long
 constexpr int64_t kMaxTuneBytes = int64_t{256} << 20;  // scratch operands larger: not timed
 
@@ -330,7 +330,7 @@ std::string us_str(double us) {
 
 // Times gemm:qconv against onednn:qconv on scratch operands of the descriptor's extents (u8 / s8
 // source with zero point 0, unit-ish scales, packed weights on both sides): an untimed warm-up of
-// each (oneDNN makes its primitive), then up to five alternating rounds (none started after
+// each (oneDNN makes its primitive), then up to ten alternating rounds (none started after
 // 200 ms of rounds), the minimum of each.
 const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, const QReg::ImplT& dnn,
                              const std::string& key) {
@@ -372,8 +372,9 @@ const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, con
             once(*kd, pd.get());
             // The minimum of each over the rounds: a preemption on a shared host inflates single
             // runs many times over (seen: 23.8 ms for a 0.4 ms call; 2-thread calls of 0.3 ms took
-            // 40-48 ms on the oversubscribed 2-vCPU host), so no early exit on a large gap: up to
-            // five rounds, fewer only once the rounds have taken kRoundsBudgetUs.
+            // 40-48 ms on the oversubscribed 2-vCPU host; a process's first 2-thread timing saw
+            // both 10-20x slow for five rounds in a row), so no early exit on a large gap: up to
+            // ten rounds, fewer only once the rounds have taken kRoundsBudgetUs.
             double tg = 1e300, td = 1e300;
             int rounds = 0;
             const double t_rounds = now_us();
