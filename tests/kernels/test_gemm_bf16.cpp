@@ -150,9 +150,9 @@ bool ref_runs(const GemmDesc& d) {
 std::string want_impl(const GemmDesc& d) {
     if (ref_runs(d)) return "ref:scalar";
     if (max_isa() >= Isa::amx && d.M >= 32) return "amx:bf16";  // the tiles, from 32 rows up
-    // M 2..31: the tiles for a PackedB in their layout, the vector pick for a plain B
+    // M 1..31: the tiles for a PackedB in their layout, the vector pick for a plain B
     const char* dec = std::getenv("XK_AMX_DECODE");  // (=0: the decode-sized tiles off)
-    if (max_isa() >= Isa::amx && d.M >= 2 && !ref_preferred(d) && !(dec && std::string(dec) == "0"))
+    if (max_isa() >= Isa::amx && d.M >= 1 && !ref_preferred(d) && !(dec && std::string(dec) == "0"))
         return "amx:bf16:decode";
     return gemv_runs(d) ? gemv_name() : isa_prefix();
 }
