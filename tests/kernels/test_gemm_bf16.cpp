@@ -572,8 +572,10 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                             const GemmPlan packer(pc.desc());
                             const PackedB w = packer.pack_b(src.B.data());
                             const bool jit_layout = !ref_runs(pc.desc());
-                            // Plans of 32 rows and more pack for the AMX tiles at the amx cap.
-                            const bool amx_layout = jit_layout && isa >= Isa::amx && packer_m >= 32;
+                            // Plans of 32 rows and more, and the decode-sized ones ("amx:bf16:decode",
+                            // M 1..31), pack for the AMX tiles at the amx cap.
+                            const bool amx_layout = jit_layout && isa >= Isa::amx &&
+                                                    (packer_m >= 32 || want_impl(pc.desc()) == "amx:bf16:decode");
                             if (amx_layout) {
                                 EXPECT_EQ(w.layout(), "amx:bf16:K" + std::to_string(K) + ":N" + std::to_string(N));
                                 EXPECT_EQ(w.size_bytes(), static_cast<size_t>((N + 31) / 32 * ((K + 31) / 32) * 2048));
