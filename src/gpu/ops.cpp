@@ -65,12 +65,11 @@ bool bf16_kernels_on() {
 }
 // XK_GPU_ROW_V2=0: the norms, softmax and bf16 RoPE take the kernels before the v2 forms (one
 // reduction per row, weights read after it, RoPE heads sharing cos / sin): a same-run comparison.
+// Read at each call (bench_gpu's xk_v1 rows set it around their calls; a getenv is nothing next
+// to an enqueue).
 bool row_v2_on() {
-    static const bool on = [] {
-        const char* e = std::getenv("XK_GPU_ROW_V2");
-        return !(e && std::string(e) == "0");
-    }();
-    return on;
+    const char* e = std::getenv("XK_GPU_ROW_V2");
+    return !(e && e[0] == '0' && e[1] == '\0');
 }
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
 // the row in registers (kNv chunks of 8 per work-item), capped by the device; longer rows loop.

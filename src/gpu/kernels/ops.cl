@@ -895,22 +895,32 @@ __kernel void xk_softmax2_f32(__global const uchar* x, ulong x_off, ulong ld_x, 
         const uint c = lid + (uint)j * wg;
         r[j] = LDX_F32(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
     }
-    float m = -INFINITY;
+    // max of the visible raw values (scale > 0: max(x * scale) = scale * max(x), the same rounding)
+    float mx = -INFINITY;
     #pragma unroll
     for (int j = 0; j < NVC_F32; ++j) {
         const uint c = lid + (uint)j * wg;
-        const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk
-        m = fmax(m, hmax8(select((float8)(-INFINITY), CV_F32(r[j]) * scale, lane < (int8)((int)(nv < 8 ? (nv < 0 ? 0 : nv) : 8)))));
+        if (c < nvis) {
+            float8 t = CV_F32(r[j]);
+            const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
+            if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
+            mx = fmax(mx, hmax8(t));
+        }
     }
+    const float m = mx * scale;
     float8 v[NVC_F32];
     float s = 0.0f;
     #pragma unroll
     for (int j = 0; j < NVC_F32; ++j) {
         const uint c = lid + (uint)j * wg;
-        const long nv = (long)vis - (long)c * 8;
-        const float8 t = select((float8)(-INFINITY), CV_F32(r[j]) * scale, lane < (int8)((int)(nv < 8 ? (nv < 0 ? 0 : nv) : 8)));
-        v[j] = m == -INFINITY ? (float8)(0.0f) : exp(t - m);  // -inf lanes -> 0
-        s += hsum8(v[j]);
+        float8 e = (float8)(0.0f);
+        if (c < nvis && m != -INFINITY) {
+            e = exp(CV_F32(r[j]) * scale - m);
+            const long nv = (long)vis - (long)c * 8;
+            if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
+        }
+        v[j] = e;
+        s += hsum8(e);
     }
     const float2 ms = wg_maxsum(m, s, buf, buf2);
     const float f = m == -INFINITY ? 0.0f : exp(m - ms.x) / ms.y;
@@ -941,22 +951,32 @@ __kernel void xk_softmax2_bf16(__global const uchar* x, ulong x_off, ulong ld_x,
         const uint c = lid + (uint)j * wg;
         r[j] = LDX_BF16(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
     }
-    float m = -INFINITY;
+    // max of the visible raw values (scale > 0: max(x * scale) = scale * max(x), the same rounding)
+    float mx = -INFINITY;
     #pragma unroll
     for (int j = 0; j < NVC_BF16; ++j) {
         const uint c = lid + (uint)j * wg;
-        const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk
-        m = fmax(m, hmax8(select((float8)(-INFINITY), CV_BF16(r[j]) * scale, lane < (int8)((int)(nv < 8 ? (nv < 0 ? 0 : nv) : 8)))));
+        if (c < nvis) {
+            float8 t = CV_BF16(r[j]);
+            const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
+            if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
+            mx = fmax(mx, hmax8(t));
+        }
     }
+    const float m = mx * scale;
     float8 v[NVC_BF16];
     float s = 0.0f;
     #pragma unroll
     for (int j = 0; j < NVC_BF16; ++j) {
         const uint c = lid + (uint)j * wg;
-        const long nv = (long)vis - (long)c * 8;
-        const float8 t = select((float8)(-INFINITY), CV_BF16(r[j]) * scale, lane < (int8)((int)(nv < 8 ? (nv < 0 ? 0 : nv) : 8)));
-        v[j] = m == -INFINITY ? (float8)(0.0f) : exp(t - m);  // -inf lanes -> 0
-        s += hsum8(v[j]);
+        float8 e = (float8)(0.0f);
+        if (c < nvis && m != -INFINITY) {
+            e = exp(CV_BF16(r[j]) * scale - m);
+            const long nv = (long)vis - (long)c * 8;
+            if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
+        }
+        v[j] = e;
+        s += hsum8(e);
     }
     const float2 ms = wg_maxsum(m, s, buf, buf2);
     const float f = m == -INFINITY ? 0.0f : exp(m - ms.x) / ms.y;
