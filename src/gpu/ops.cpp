@@ -54,6 +54,7 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
 constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item in registers
 constexpr int kNv16 = 8;       // XK_NV16 of ops.cl: the same for the bf16 kernels (twice the elements)
 constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
+constexpr int kMaxWg2 = 512;   // XK_MAXWG2 of ops.cl: the v2 row kernels' largest group
 constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rope8h
 // XK_GPU_BF16_KERNELS=0: bf16 calls take the generic kernels (a same-run comparison in bench_gpu).
 bool bf16_kernels_on() {
@@ -241,11 +242,12 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
                          (!(d.has_weight || d.has_bias) || d.weight_dtype == DType::f32) &&
                          (!d.fused_residual || d.residual_dtype == DType::f32);
     const size_t local32 = row_wg(ctx, d.hidden);
-    const bool f32k = all_f32 && row_v2_on() && al == 2 && d.hidden % 8 == 0 && d.hidden / 8 <= static_cast<int64_t>(local32) * kNv;
+    const bool f32k = all_f32 && row_v2_on() && al == 2 && d.hidden % 8 == 0 && local32 <= kMaxWg2 &&
+                      d.hidden / 8 <= static_cast<int64_t>(local32) * kNv;
     const bool ln = d.kind == NormKind::layer_norm;
     const char* kname = f32k ? (ln ? "xk_norm2_f32_ln" : "xk_norm2_f32_rms")
                         : !bf16k ? "xk_norm"
-                        : row_v2_on() ? (ln ? "xk_norm2_bf16_ln" : "xk_norm2_bf16_rms")
+                        : row_v2_on() && local16 <= kMaxWg2 ? (ln ? "xk_norm2_bf16_ln" : "xk_norm2_bf16_rms")
                                       : (ln ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms");
     cl_kernel k = ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
@@ -358,8 +360,10 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
                        d.cols / 8 <= static_cast<int64_t>(local16) * kNv16;
     const size_t local32 = row_wg(ctx, d.cols);
     const bool f32k = row_v2_on() && d.x_dtype == DType::f32 && d.y_dtype == DType::f32 && al == 2 && d.cols % 8 == 0 &&
-                      d.cols / 8 <= static_cast<int64_t>(local32) * kNv;
-    const char* kname = f32k ? "xk_softmax2_f32" : !bf16k ? "xk_softmax" : row_v2_on() ? "xk_softmax2_bf16" : "xk_softmax_bf16";
+                      local32 <= kMaxWg2 && d.cols / 8 <= static_cast<int64_t>(local32) * kNv;
+    const char* kname = f32k ? "xk_softmax2_f32"
+                        : !bf16k ? "xk_softmax"
+                        : row_v2_on() && local16 <= kMaxWg2 ? "xk_softmax2_bf16" : "xk_softmax_bf16";
     cl_kernel k = ops_kernel(ctx, kname, 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));

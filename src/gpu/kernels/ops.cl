@@ -193,8 +193,13 @@ inline float wg_max(float v, __local float* buf, __local float4* buf2) {
     return fmax(fmax(r.x, r.y), fmax(r.z, r.w));
 }
 
+// The v2 row kernels' groups: <= XK_MAXWG2 work-items (their float2 reduction buffer stays 4 KB,
+// the local memory of the kernels before them, so the L1 left beside it is the same).
+#ifndef XK_MAXWG2
+#define XK_MAXWG2 512
+#endif
 // (sum a, sum b) of every work-item in one reduction (two barriers): LayerNorm's moments.
-// buf: XK_MAXWG float2, buf2: 16 float4 (32 float2 partials). Same order in every item.
+// buf: XK_MAXWG2 float2, buf2: 16 float4 (32 float2 partials). Same order in every item.
 inline float2 wg_sum2(float2 v, __local float2* buf, __local float4* buf2) {
     const int lid = get_local_id(0), wg = get_local_size(0);
     buf[lid] = v;
@@ -634,7 +639,7 @@ __kernel void xk_norm2_f32_rms(__global const uchar* x, ulong x_off, ulong ld_x,
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
                      __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG];
+    __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
     norm2_f32(false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
              hidden, eps, flags);
@@ -643,7 +648,7 @@ __kernel void xk_norm2_f32_ln(__global const uchar* x, ulong x_off, ulong ld_x, 
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
                      __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG];
+    __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
     norm2_f32(true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
              hidden, eps, flags);
@@ -652,7 +657,7 @@ __kernel void xk_norm2_bf16_rms(__global const uchar* x, ulong x_off, ulong ld_x
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
                      __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG];
+    __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
     norm2_bf16(false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
              hidden, eps, flags);
@@ -661,7 +666,7 @@ __kernel void xk_norm2_bf16_ln(__global const uchar* x, ulong x_off, ulong ld_x,
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
                      __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG];
+    __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
     norm2_bf16(true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
              hidden, eps, flags);
@@ -877,7 +882,7 @@ __kernel void xk_softmax_bf16(__global const uchar* x, ulong x_off, ulong ld_x, 
 // the result is scaled by exp(m_i - M) / S, S = sum over items of s_i exp(m_i - M).
 __kernel void xk_softmax2_f32(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
                               ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
-    __local float2 buf[XK_MAXWG];
+    __local float2 buf[XK_MAXWG2];
     __local float4 buf2[4];
     const ulong row = get_group_id(0);
     const uint lid = get_local_id(0), wg = get_local_size(0);
@@ -933,7 +938,7 @@ __kernel void xk_softmax2_f32(__global const uchar* x, ulong x_off, ulong ld_x, 
 
 __kernel void xk_softmax2_bf16(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
                               ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
-    __local float2 buf[XK_MAXWG];
+    __local float2 buf[XK_MAXWG2];
     __local float4 buf2[4];
     const ulong row = get_group_id(0);
     const uint lid = get_local_id(0), wg = get_local_size(0);
