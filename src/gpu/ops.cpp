@@ -245,10 +245,15 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const bool f32k = all_f32 && row_v2_on() && al == 2 && d.hidden % 8 == 0 && local32 <= kMaxWg2 &&
                       d.hidden / 8 <= static_cast<int64_t>(local32) * kNv;
     const bool ln = d.kind == NormKind::layer_norm;
-    const char* kname = f32k ? (ln ? "xk_norm2_f32_ln" : "xk_norm2_f32_rms")
-                        : !bf16k ? "xk_norm"
-                        : row_v2_on() && local16 <= kMaxWg2 ? (ln ? "xk_norm2_bf16_ln" : "xk_norm2_bf16_rms")
-                                      : (ln ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms");
+    // XK_GPU_NORM_PRELOAD=1: the v2 forms that load the weight and bias with the row (a comparison).
+    const char* pre_env = std::getenv("XK_GPU_NORM_PRELOAD");
+    const bool pre = pre_env && std::string(pre_env) == "1";
+    const std::string kname_s =
+        f32k ? std::string(ln ? "xk_norm2_f32_ln" : "xk_norm2_f32_rms") + (pre ? "_pre" : "")
+        : !bf16k ? std::string("xk_norm")
+        : row_v2_on() && local16 <= kMaxWg2 ? std::string(ln ? "xk_norm2_bf16_ln" : "xk_norm2_bf16_rms") + (pre ? "_pre" : "")
+                                             : std::string(ln ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms");
+    const char* kname = kname_s.c_str();
     cl_kernel k = ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;

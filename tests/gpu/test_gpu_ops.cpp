@@ -10,6 +10,7 @@
 //   bf16 rtol 2^-7, atol 1e-6   (one bf16 ulp: both round an f32 result that differs in the last bits)
 //   f16  rtol 2^-9, atol 2e-5   (one f16 ulp plus the f16 rounding of intermediate h / inputs)
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -120,11 +121,14 @@ TEST(GpuOps, Norm) {
     XK_NEED_GPU();
     std::mt19937 rng(1);
     const int64_t rows = 3;
+    for (int pre = 0; pre < 2; ++pre)  // 1: XK_GPU_NORM_PRELOAD=1 (the v2 norms' weight / bias loaded with the row)
     for (DType t : kDtypes)
         for (int kind = 0; kind < 2; ++kind)
             for (int64_t n : kSizes8)
                 for (int variant = 0; variant < 3; ++variant) {  // 0: packed, weight; 1: strided, offsets, residual, bias; 2: 1 8-aligned
-                    if (!run_size(n, t, variant == 2) || (n == 2048 && variant != 2)) continue;
+                    if (!run_size(n, t, variant == 2) || (n == 2048 && variant != 2) || (pre && (variant == 1 || t == DType::f16))) continue;
+                    if (pre) setenv("XK_GPU_NORM_PRELOAD", "1", 1);
+                    else unsetenv("XK_GPU_NORM_PRELOAD");
                     xk::NormDesc d;
                     d.kind = static_cast<xk::NormKind>(kind);
                     d.rows = rows;
@@ -179,13 +183,14 @@ TEST(GpuOps, Norm) {
                     }
                     xk::norm(c, a);
                     const std::string what = std::string(xk::dtype_name(t)) + " " + xk::norm_kind_name(d.kind) +
-                                             " hidden=" + std::to_string(n) + " variant=" + std::to_string(variant);
+                                             " hidden=" + std::to_string(n) + " variant=" + std::to_string(variant) + (pre ? " preload" : "");
                     expect_close(decode(download(g.y.buffer, off, es, m * es), t), decode(cy, c.y_dtype), rows, n, ld, t,
                                  what + " y");
                     if (d.fused_residual)
                         expect_close(decode(download(g.residual.buffer, off, es, m * es), t), decode(cr, c.residual_dtype),
                                      rows, n, ld, t, what + " residual_out");
                 }
+    unsetenv("XK_GPU_NORM_PRELOAD");
 }
 
 TEST(GpuOps, NormInPlaceAndBadInput) {

@@ -495,7 +495,7 @@ XK_NORM_BF16_KERNEL(xk_norm_bf16_ln, true)
 // sum d^2 / n - mean_d^2 does not cancel). Only the row is held across the barriers: the weight
 // and bias are read after the reduction (the same 8-16 KB for every row: L1 / L2 hits), in groups
 // of XK_EPI chunks issued together, so the registers held are the row's, not row + weight + bias.
-inline void norm2_f32(const bool LAYER, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
+inline void norm2_f32(const bool LAYER, const bool PRE, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
                      __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
                      ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
                      ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
@@ -511,6 +511,15 @@ inline void norm2_f32(const bool LAYER, __local float2* buf, __local float4* buf
     for (int j = 0; j < NVC_F32; ++j) {
         const uint c = lid + (uint)j * wg;
         h[j] = LDX_F32(x, xr + (c < nc ? c : nc - 1) * 8);
+    }
+    RAW_F32 wp[NVC_F32], bp[NVC_F32];  // PRE: the weight / bias with the row
+    if (PRE) {
+        #pragma unroll
+        for (int j = 0; j < NVC_F32; ++j) {
+            const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
+            if (hw) wp[j] = LDX_F32(w, w_off + cc);
+            if (hb) bp[j] = LDX_F32(b, b_off + cc);
+        }
     }
     float K = 0.0f;
     if (LAYER) K = LD1_F32(x, xr);
@@ -549,8 +558,8 @@ inline void norm2_f32(const bool LAYER, __local float2* buf, __local float4* buf
         #pragma unroll
         for (int j = 0; j < EPI_F32; ++j) {
             const uint c = lid + (uint)(j0 + j) * wg, cc = (c < nc ? c : nc - 1) * 8;
-            if (hw) wr[j] = LDX_F32(w, w_off + cc);
-            if (hb) br[j] = LDX_F32(b, b_off + cc);
+            if (hw) wr[j] = PRE ? wp[j0 + j] : LDX_F32(w, w_off + cc);
+            if (hb) br[j] = PRE ? bp[j0 + j] : LDX_F32(b, b_off + cc);
         }
         #pragma unroll
         for (int j = 0; j < EPI_F32; ++j) {
@@ -565,7 +574,7 @@ inline void norm2_f32(const bool LAYER, __local float2* buf, __local float4* buf
         }
     }
 }
-inline void norm2_bf16(const bool LAYER, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
+inline void norm2_bf16(const bool LAYER, const bool PRE, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
                      __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
                      ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
                      ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
@@ -581,6 +590,15 @@ inline void norm2_bf16(const bool LAYER, __local float2* buf, __local float4* bu
     for (int j = 0; j < NVC_BF16; ++j) {
         const uint c = lid + (uint)j * wg;
         h[j] = LDX_BF16(x, xr + (c < nc ? c : nc - 1) * 8);
+    }
+    RAW_BF16 wp[NVC_BF16], bp[NVC_BF16];  // PRE: the weight / bias with the row
+    if (PRE) {
+        #pragma unroll
+        for (int j = 0; j < NVC_BF16; ++j) {
+            const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
+            if (hw) wp[j] = LDX_BF16(w, w_off + cc);
+            if (hb) bp[j] = LDX_BF16(b, b_off + cc);
+        }
     }
     float K = 0.0f;
     if (LAYER) K = LD1_BF16(x, xr);
@@ -619,8 +637,8 @@ inline void norm2_bf16(const bool LAYER, __local float2* buf, __local float4* bu
         #pragma unroll
         for (int j = 0; j < EPI_BF16; ++j) {
             const uint c = lid + (uint)(j0 + j) * wg, cc = (c < nc ? c : nc - 1) * 8;
-            if (hw) wr[j] = LDX_BF16(w, w_off + cc);
-            if (hb) br[j] = LDX_BF16(b, b_off + cc);
+            if (hw) wr[j] = PRE ? wp[j0 + j] : LDX_BF16(w, w_off + cc);
+            if (hb) br[j] = PRE ? bp[j0 + j] : LDX_BF16(b, b_off + cc);
         }
         #pragma unroll
         for (int j = 0; j < EPI_BF16; ++j) {
@@ -635,14 +653,24 @@ inline void norm2_bf16(const bool LAYER, __local float2* buf, __local float4* bu
         }
     }
 }
+// *_pre: the weight and bias loaded with the row (XK_GPU_NORM_PRELOAD=1: a same-run comparison).
 __kernel void xk_norm2_f32_rms(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
                      __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
     __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
-    norm2_f32(false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
-             hidden, eps, flags);
+    norm2_f32(false, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_f32_rms_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_f32(false, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
 }
 __kernel void xk_norm2_f32_ln(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
@@ -650,8 +678,17 @@ __kernel void xk_norm2_f32_ln(__global const uchar* x, ulong x_off, ulong ld_x, 
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
     __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
-    norm2_f32(true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
-             hidden, eps, flags);
+    norm2_f32(true, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_f32_ln_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_f32(true, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
 }
 __kernel void xk_norm2_bf16_rms(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
@@ -659,8 +696,17 @@ __kernel void xk_norm2_bf16_rms(__global const uchar* x, ulong x_off, ulong ld_x
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
     __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
-    norm2_bf16(false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
-             hidden, eps, flags);
+    norm2_bf16(false, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_bf16_rms_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_bf16(false, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
 }
 __kernel void xk_norm2_bf16_ln(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
                      __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
@@ -668,8 +714,17 @@ __kernel void xk_norm2_bf16_ln(__global const uchar* x, ulong x_off, ulong ld_x,
                      ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
     __local float2 buf[XK_MAXWG2];
     __local float4 buf2[16];
-    norm2_bf16(true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off, ld_ro,
-             hidden, eps, flags);
+    norm2_bf16(true, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_bf16_ln_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_bf16(true, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
 }
 #endif
 
