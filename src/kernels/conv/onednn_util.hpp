@@ -24,10 +24,16 @@ inline dnnl::stream& thread_stream() {
     return s;
 }
 
-// Sets the calling thread's OpenMP thread count for one primitive creation / execution.
+// Sets the calling thread's OpenMP thread count for one primitive creation / execution. With the
+// std::thread parallel-for backend (the TSan build) oneDNN runs on the calling thread alone: its
+// OpenMP pool synchronises inside the uninstrumented libgomp, so TSan would report every buffer a
+// pool thread touches after the caller allocated it.
 class OmpThreads {
 public:
     explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
+#if !XK_THREADING_OMP
+        n = 1;
+#endif
         if (n != saved_) omp_set_num_threads(n);
     }
     ~OmpThreads() {
