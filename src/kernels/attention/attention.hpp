@@ -16,6 +16,8 @@
 
 namespace xk::detail {
 
+struct AmxTileArgs;  // kernels/gemm/amx_tile.hpp
+
 // What a kernel is created for.
 struct AttnKernelDesc {
     int64_t head_dim = 0;
@@ -110,5 +112,9 @@ std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd
 // AVX-512, -1 = XK_ATTN_AMX_ACC (default 1).
 std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc = -1);
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd);  // (emulate_tiles = false)
+// Tests / profiling only: the tile kernel replaced by `tile` (an AmxTileFn of amx_tile.hpp; tile
+// configure / release skipped), e.g. a no-op to time the rest of the kernel on machines without AMX.
+std::shared_ptr<const AttnKernel> create_attention_amx_custom(const AttnKernelDesc& kd, void (*tile)(const AmxTileArgs*),
+                                                              int tile_acc = -1);
 
 }  // namespace xk::detail

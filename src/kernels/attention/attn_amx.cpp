@@ -30,11 +30,15 @@
 // amx_tile_emulate (a scalar model of the tile kernel over the same packed layouts).
 #include <immintrin.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <x86intrin.h>
 
 #include "kernels/attention/attention.hpp"
 #include "kernels/gemm/amx_tile.hpp"
@@ -85,6 +89,54 @@ void amx_tile_emulate(const AmxTileArgs* p) {
         }
 }
 
+// XK_ATTN_PROFILE=1 (a measurement aid, read once): TSC cycles per phase of the AMX prefill,
+// summed over tasks and threads, printed at exit (stderr): q packing + state init, K packing, V
+// packing, the S tile products, the softmax, the acc rescale, the P V tile products, the copy out;
+// with the counts of tasks, packed key tiles and (32-row block, key tile) pairs.
+struct AttnAmxProfile {
+    enum { setup, kpack, vpack, stile, soft, resc, pvtile, out, tasks, tiles, pairs, n };
+    std::atomic<uint64_t> v[n] = {};
+    static bool on() {
+        static const bool b = [] {
+            const char* e = std::getenv("XK_ATTN_PROFILE");
+            return e && *e && std::atoi(e) != 0;
+        }();
+        return b;
+    }
+    static AttnAmxProfile& get() {
+        static AttnAmxProfile* p = [] {
+            auto* q = new AttnAmxProfile;
+            std::atexit([] { get().print(); });
+            return q;
+        }();
+        return *p;
+    }
+    void add(const uint64_t* x) {
+        for (int i = 0; i < n; ++i)
+            if (x[i]) v[i].fetch_add(x[i], std::memory_order_relaxed);
+    }
+    void print() const {
+        const uint64_t np = v[pairs].load();
+        if (!np) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t c0 = __rdtsc();
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) {
+        }
+        const double ghz =
+            double(__rdtsc() - c0) / std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        static const char* names[] = {"setup", "kpack", "vpack", "S-tiles", "softmax", "rescale", "PV-tiles", "out"};
+        uint64_t tot = 0;
+        for (int i = 0; i < tasks; ++i) tot += v[i].load();
+        std::fprintf(stderr, "[xk attn amx profile] %llu tasks, %llu key tiles packed, %llu (row block, tile) pairs, TSC %.2f GHz, %.1f ms summed over threads\n",
+                     static_cast<unsigned long long>(v[tasks].load()), static_cast<unsigned long long>(v[tiles].load()),
+                     static_cast<unsigned long long>(np), ghz, double(tot) / ghz * 1e-6);
+        for (int i = 0; i < tasks; ++i)
+            std::fprintf(stderr, "[xk attn amx profile]   %-9s %6.1f%%  %8.1f TSC cycles per pair  %9.2f ms\n", names[i],
+                         tot ? 100.0 * double(v[i].load()) / double(tot) : 0.0, double(v[i].load()) / double(np),
+                         double(v[i].load()) / ghz * 1e-6);
+    }
+};
+
 }  // namespace xk::detail
 
 #if defined(__clang__)
@@ -101,6 +153,29 @@ namespace {
 #include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16, pf_exp
 
 constexpr int64_t kAmxKeys = 64;  // keys per tile
+constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
+
+// 2^d for d <= 0 (d = -inf: the clamp), lanes outside `keep` 0: d clamped at -126 (2^-126, a
+// normal number, stands in for anything smaller: such a p is < 2^-126 of the row's largest, 1),
+// 2^d = 2^round(d) * P(d - round(d)) with the Cephes exp2f polynomial (|rel. error| ~ 2e-7).
+inline __m512 amx_exp2(__mmask16 keep, __m512 d) {
+    d = _mm512_max_ps(d, _mm512_set1_ps(-126.0f));
+    const __m512 fx = _mm512_roundscale_ps(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(d, fx);
+    __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.339887440266574e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.618437357674640e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.550332471162809e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.402264791363012e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.931472028550421e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(keep, y, fx);
+}
+
+inline __mmask16 amx_lanes(int64_t left) {  // the first `left` of 16 lanes
+    return left >= 16 ? static_cast<__mmask16>(0xFFFF)
+                      : (left <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << left) - 1));
+}
 
 inline void to_bf16_32(const float* src, __m512 mul, uint16_t* dst) {
     const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(src), mul), hi = _mm512_mul_ps(_mm512_loadu_ps(src + 16), mul);
@@ -116,6 +191,8 @@ struct AmxScratch {
     uint16_t* P;   // [2][32][32] bf16 (A of P V)
     float* blk;    // [32][32]
     float* corr;   // [32]
+    float* mt;     // [32]: the row block's maxima of this tile, then the new running maxima
+    float* lv;     // [R][16]: l per row as 16 partial sums (reduced once at the end of the task)
     float* accb;   // [nrb][NK][32][32]: acc in the tile kernel's C layout (XK_ATTN_AMX_ACC=1)
 };
 
@@ -136,7 +213,11 @@ inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd) {
     s.blk = reinterpret_cast<float*>(base);
     base += 4096;
     s.corr = reinterpret_cast<float*>(base);
-    base += 256;
+    base += 128;
+    s.mt = reinterpret_cast<float*>(base);
+    base += 128;
+    s.lv = reinterpret_cast<float*>(base);
+    base += nrb * 32 * 64;
     s.accb = reinterpret_cast<float*>(base);
     return s;
 }
@@ -147,6 +228,15 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     const int64_t R = t.tokens * t.group, nrb = (R + 31) / 32;
     const float ninf = -__builtin_inff();
     AmxScratch sc = amx_layout(t.scratch, R, hd);
+    const bool prof = AttnAmxProfile::on();
+    uint64_t pc[AttnAmxProfile::n] = {};
+    uint64_t tsc = prof ? __rdtsc() : 0;
+    auto mark = [&](int phase) {  // adds the cycles since the last mark to `phase`
+        if (!prof) return;
+        const uint64_t now = __rdtsc();
+        pc[phase] += now - tsc;
+        tsc = now;
+    };
     // q: divide the scale out (bf16 queries exact again) unless it is extreme.
     const float as = std::fabs(t.scale);
     const bool unscale = as >= 0x1p-24f && as <= 0x1p24f;
@@ -164,10 +254,8 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
             }
         }
     std::memset(sc.P, 0, 4096);
-    for (int64_t r = 0; r < R; ++r) {
-        m[r] = ninf;
-        l[r] = 0.0f;
-    }
+    for (int64_t r = 0; r < R; ++r) m[r] = ninf;  // (in log2 units until the end of the task)
+    std::memset(sc.lv, 0, static_cast<size_t>(R * 64));
     if (tile_acc)
         std::memset(sc.accb, 0, static_cast<size_t>(nrb * NK * 4096));
     else
@@ -186,7 +274,9 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     }
     const __m512i vilo = _mm512_load_si512(ilo), vihi = _mm512_load_si512(ihi);
     AmxTileArgs ta;
+    mark(AttnAmxProfile::setup);
     for (int64_t j0 = t.j_begin; j0 < jmax; j0 += kAmxKeys) {
+        ++pc[AttnAmxProfile::tiles];
         const int64_t n = jmax - j0 < kAmxKeys ? jmax - j0 : kAmxKeys;
         const int64_t nkb = n > 32 ? 2 : 1;  // 32-key blocks of the tile
         // ---- K into the B layout of S (keys past n: 0)
@@ -204,6 +294,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                     pf_transpose16(r16, reinterpret_cast<float*>(sc.kp + (cb * NK + ks) * 1024 + kg * 512), 16);
                 }
             }
+        mark(AttnAmxProfile::kpack);
         // ---- V into the B layout of P V (keys past n: 0)
         for (int64_t ks = 0; ks < nkb; ++ks)
             for (int p = 0; p < 16; ++p) {
@@ -218,9 +309,11 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                     _mm512_storeu_si512(d + 512, _mm512_permutex2var_epi16(a, vihi, b));
                 }
             }
+        mark(AttnAmxProfile::vpack);
         for (int64_t rb = 0; rb < nrb; ++rb) {
             const int64_t r0 = rb * 32, nr = R - r0 < 32 ? R - r0 : 32;
             if (t.limit[(r0 + nr - 1) / t.group] <= j0) continue;  // (limits grow with the token)
+            ++pc[AttnAmxProfile::pairs];
             // ---- S = Q K^T
             ta.a = sc.qp + rb * NK * 1024;
             ta.lda = 64;
@@ -233,46 +326,62 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 ta.acc = sc.S + cb * 1024;
                 tile(&ta);
             }
-            // ---- online softmax per row: P (bf16), corr
-            const __m512 smv = _mm512_set1_ps(smul);
+            mark(AttnAmxProfile::stile);
+            // ---- online softmax (log2 units: x = s * scale * log2(e), p = 2^(x - m)): per row the
+            //      tile's max (masked lanes: keys past the row's limit or the tile's end), then the
+            //      new maxima and corr = 2^(m_old - m_new) for 16 rows at a time, then per row p
+            //      (bf16 into the A layout of P) and its sum into the row's 16 partial sums of l.
+            const __m512 smv = _mm512_set1_ps(smul * kLog2e), l2e = _mm512_set1_ps(kLog2e);
             for (int64_t r = 0; r < nr; ++r) {
-                const int64_t row = r0 + r, tok = row / t.group;
-                int64_t cnt = t.limit[tok] - j0;
-                if (cnt > n) cnt = n;
+                const int64_t tok = (r0 + r) / t.group;
+                const int64_t cnt = t.limit[tok] - j0 < n ? t.limit[tok] - j0 : n;
                 const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
-                __m512 sv[4];
                 __m512 mx = _mm512_set1_ps(ninf);
                 for (int k = 0; k < 4; ++k) {
-                    const int64_t left = cnt - 16 * k;
-                    const __mmask16 km = left >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                                    : (left <= 0 ? static_cast<__mmask16>(0)
-                                                                 : static_cast<__mmask16>((1u << left) - 1));
-                    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16), smv);
-                    if (mrow) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(km, mrow + k * 16));
-                    sv[k] = _mm512_mask_mov_ps(_mm512_set1_ps(ninf), km, x);
-                    mx = _mm512_max_ps(mx, sv[k]);
+                    const __mmask16 km = amx_lanes(cnt - 16 * k);
+                    float* sp = sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16;
+                    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, sp), smv);
+                    if (mrow) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km, mrow + k * 16), l2e, x);
+                    _mm512_storeu_ps(sp, x);
+                    mx = _mm512_mask_max_ps(mx, km, mx, x);
                 }
-                const float mt = _mm512_reduce_max_ps(mx);
-                const float mo = m[row];
-                const float mn = mo > mt ? mo : mt;
+                sc.mt[r] = _mm512_reduce_max_ps(mx);
+            }
+            for (int64_t g = 0; g < nr; g += 16) {  // m_new = max(m_old, tile max), corr
+                const __mmask16 rm = amx_lanes(nr - g);
+                const __m512 mo = _mm512_mask_loadu_ps(_mm512_set1_ps(ninf), rm, m + r0 + g);
+                const __m512 mn = _mm512_max_ps(mo, _mm512_mask_loadu_ps(_mm512_set1_ps(ninf), rm, sc.mt + g));
+                // corr 1 where the max did not move and on the empty state (m_old = -inf: acc, l 0)
+                const __mmask16 seen = _mm512_cmp_ps_mask(mo, _mm512_set1_ps(ninf), _CMP_NEQ_OQ);
+                const __mmask16 same = _mm512_cmp_ps_mask(mo, mn, _CMP_EQ_OQ);
+                const __m512 c = _mm512_mask_mov_ps(amx_exp2(seen, _mm512_sub_ps(mo, mn)), static_cast<__mmask16>(~seen | same),
+                                                    _mm512_set1_ps(1.0f));
+                _mm512_storeu_ps(sc.corr + g, c);
+                _mm512_storeu_ps(sc.mt + g, mn);
+                _mm512_mask_storeu_ps(m + r0 + g, rm, mn);
+            }
+            for (int64_t r = 0; r < nr; ++r) {
+                const int64_t tok = (r0 + r) / t.group;
+                const int64_t cnt = t.limit[tok] - j0 < n ? t.limit[tok] - j0 : n;
+                const float mn = sc.mt[r];
                 uint16_t* prow = sc.P + r * 32;
                 if (mn == ninf) {  // nothing visible yet
                     _mm512_storeu_si512(prow, _mm512_setzero_si512());
                     _mm512_storeu_si512(prow + 1024, _mm512_setzero_si512());
-                    sc.corr[r] = 1.0f;
                     continue;
                 }
-                const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
                 const __m512 mnv = _mm512_set1_ps(mn);
                 __m512 pv[4];
-                for (int k = 0; k < 4; ++k) pv[k] = pf_exp(_mm512_sub_ps(sv[k], mnv));
+                for (int k = 0; k < 4; ++k)
+                    pv[k] = amx_exp2(amx_lanes(cnt - 16 * k),
+                                     _mm512_sub_ps(_mm512_loadu_ps(sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16), mnv));
                 _mm512_storeu_si512(prow, (__m512i)_mm512_cvtne2ps_pbh(pv[1], pv[0]));
                 _mm512_storeu_si512(prow + 1024, (__m512i)_mm512_cvtne2ps_pbh(pv[3], pv[2]));
+                float* lr = sc.lv + (r0 + r) * 16;
                 const __m512 sum = _mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3]));
-                l[row] = l[row] * c + _mm512_reduce_add_ps(sum);
-                sc.corr[r] = c;
-                m[row] = mn;
+                _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_loadu_ps(lr), _mm512_set1_ps(sc.corr[r]), sum));
             }
+            mark(AttnAmxProfile::soft);
             // ---- acc = acc * corr + P V, 32 values of head_dim at a time
             ta.a = sc.P;
             ta.steps = nkb;
@@ -287,12 +396,14 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                             _mm512_storeu_ps(ar + 16, _mm512_mul_ps(_mm512_loadu_ps(ar + 16), cr));
                         }
                     }
+                mark(AttnAmxProfile::resc);
                 ta.accumulate = 1;
                 for (int64_t cb = 0; cb < NK; ++cb) {
                     ta.b = sc.vp + cb * 2 * 1024;
                     ta.acc = ab + cb * 1024;
                     tile(&ta);
                 }
+                mark(AttnAmxProfile::pvtile);
                 continue;
             }
             ta.acc = sc.blk;
@@ -307,6 +418,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                                      _mm512_fmadd_ps(_mm512_loadu_ps(ar + 16), cr, _mm512_loadu_ps(sc.blk + r * 32 + 16)));
                 }
             }
+            mark(AttnAmxProfile::pvtile);
         }
     }
     if (tile_acc)  // back to [R x head_dim]
@@ -316,6 +428,15 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 _mm512_storeu_ps(acc + r * hd + cb * 32, _mm512_loadu_ps(src));
                 _mm512_storeu_ps(acc + r * hd + cb * 32 + 16, _mm512_loadu_ps(src + 16));
             }
+    for (int64_t r = 0; r < R; ++r) {
+        l[r] = _mm512_reduce_add_ps(_mm512_loadu_ps(sc.lv + r * 16));
+        m[r] *= kLn2;  // (-inf stays)
+    }
+    if (prof) {
+        mark(AttnAmxProfile::out);
+        pc[AttnAmxProfile::tasks] = 1;
+        AttnAmxProfile::get().add(pc);
+    }
 }
 
 void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
@@ -345,7 +466,7 @@ namespace xk::detail {
 
 int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim) {
     const int64_t nk = (head_dim + 31) / 32, nrb = (rows + 31) / 32;
-    return (nrb * nk * 2048 + 2 * nk * 2048 + nk * 4096 + 8192 + 4096 + 4096 + 256 + nrb * nk * 4096 + 64) / 4;
+    return (nrb * nk * 2048 + 2 * nk * 2048 + nk * 4096 + 8192 + 4096 + 4096 + 256 + nrb * 32 * 64 + nrb * nk * 4096 + 64) / 4;
 }
 
 namespace {
@@ -370,13 +491,13 @@ struct AmxAttention final : AttnKernel {
     bool tile_acc;
     AmxBf16Tile tile;
     std::shared_ptr<const AttnKernel> vec;
-    AmxAttention(const AttnKernelDesc& kd, bool emulate, int acc_mode)
+    AmxAttention(const AttnKernelDesc& kd, AmxTileFn custom, int acc_mode)
         : kv(kd.kv_dtype),
           tiles_ok(kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256),
           tile_acc(acc_mode < 0 ? env_tile_acc() : acc_mode != 0),
           vec(create_attention_avx512(kd)) {
-        if (emulate) {
-            tile = AmxBf16Tile{amx_tile_emulate, no_cfg, no_release};
+        if (custom) {
+            tile = AmxBf16Tile{custom, no_cfg, no_release};
         } else if (tiles_ok) {
             if (!isa_supported(Isa::amx)) throw Error(Status::unsupported, "attention amx: AMX is not available");
             tile = amx_bf16_tile();
@@ -395,7 +516,11 @@ struct AmxAttention final : AttnKernel {
 }  // namespace
 
 std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc) {
-    return std::make_shared<AmxAttention>(kd, emulate_tiles, tile_acc);
+    return std::make_shared<AmxAttention>(kd, emulate_tiles ? amx_tile_emulate : nullptr, tile_acc);
+}
+
+std::shared_ptr<const AttnKernel> create_attention_amx_custom(const AttnKernelDesc& kd, AmxTileFn tile, int tile_acc) {
+    return std::make_shared<AmxAttention>(kd, tile, tile_acc);
 }
 
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd) {
