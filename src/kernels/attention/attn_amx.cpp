@@ -89,6 +89,27 @@ void amx_tile_emulate(const AmxTileArgs* p) {
         }
 }
 
+// Keys per tile of the AMX prefill in 32-key blocks: XK_ATTN_AMX_KEYS (read once; a tuning knob:
+// a multiple of 32 in [32, 512]), default 256. Larger tiles take the per-row softmax overheads
+// (the max reduction, the acc rescale) and the tile kernel's C loads / stores of P V over more keys.
+int64_t amx_key_blocks() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_ATTN_AMX_KEYS");
+        const int64_t k = e && *e ? std::atoll(e) : 256;
+        return k >= 32 && k <= 512 && k % 32 == 0 ? k / 32 : int64_t{8};
+    }();
+    return v;
+}
+
+// XK_ATTN_AMX_PF=0 (read once; a measurement knob): no prefetch of the next key tile's rows.
+bool amx_prefetch_on() {
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_AMX_PF");
+        return !(e && *e && std::atoi(e) == 0);
+    }();
+    return v;
+}
+
 // XK_ATTN_PROFILE=1 (a measurement aid, read once): TSC cycles per phase of the AMX prefill,
 // summed over tasks and threads, printed at exit (stderr): q packing + state init, K packing, V
 // packing, the S tile products, the softmax, the acc rescale, the P V tile products, the copy out;
@@ -196,20 +217,20 @@ struct AmxScratch {
     float* accb;   // [nrb][NK][32][32]: acc in the tile kernel's C layout (XK_ATTN_AMX_ACC=1)
 };
 
-inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd) {
+inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd, int64_t kbs) {
     const int64_t nk = hd / 32, nrb = (R + 31) / 32;
     auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
     AmxScratch s;
     s.qp = reinterpret_cast<uint16_t*>(base);
     base += nrb * nk * 2048;
     s.kp = reinterpret_cast<uint16_t*>(base);
-    base += 2 * nk * 2048;
+    base += kbs * nk * 2048;
     s.vp = reinterpret_cast<uint16_t*>(base);
-    base += nk * 4096;
+    base += kbs * nk * 2048;
     s.S = reinterpret_cast<float*>(base);
-    base += 8192;
+    base += kbs * 4096;
     s.P = reinterpret_cast<uint16_t*>(base);
-    base += 4096;
+    base += kbs * 2048;
     s.blk = reinterpret_cast<float*>(base);
     base += 4096;
     s.corr = reinterpret_cast<float*>(base);
@@ -227,7 +248,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     constexpr int64_t hd = 32 * NK;
     const int64_t R = t.tokens * t.group, nrb = (R + 31) / 32;
     const float ninf = -__builtin_inff();
-    AmxScratch sc = amx_layout(t.scratch, R, hd);
+    AmxScratch sc = amx_layout(t.scratch, R, hd, amx_key_blocks());
     const bool prof = AttnAmxProfile::on();
     uint64_t pc[AttnAmxProfile::n] = {};
     uint64_t tsc = prof ? __rdtsc() : 0;
@@ -242,6 +263,11 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     const bool unscale = as >= 0x1p-24f && as <= 0x1p24f;
     const __m512 qmul = _mm512_set1_ps(unscale ? 1.0f / t.scale : 1.0f);
     const float smul = unscale ? t.scale : 1.0f;
+    // Scores in log2 units: x = s * sl2 (+ mask * log2(e)). Without a mask and for sl2 > 0 the row
+    // max is max(s) * sl2 and x - m one FMA in the exponent (direct); else x is stored over s.
+    const float sl2 = smul * kLog2e;
+    const bool direct = !t.mask && sl2 > 0.0f;
+    const __m512 smv = _mm512_set1_ps(sl2), l2e = _mm512_set1_ps(kLog2e), xmul = direct ? smv : _mm512_set1_ps(1.0f);
     for (int64_t rb = 0; rb < nrb; ++rb)
         for (int64_t ks = 0; ks < NK; ++ks) {
             uint16_t* dst = sc.qp + (rb * NK + ks) * 1024;
@@ -253,7 +279,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                     _mm512_storeu_si512(dst + r * 32, _mm512_setzero_si512());
             }
         }
-    std::memset(sc.P, 0, 4096);
+    std::memset(sc.P, 0, static_cast<size_t>(amx_key_blocks() * 2048));  // (rows past R stay 0)
     for (int64_t r = 0; r < R; ++r) m[r] = ninf;  // (in log2 units until the end of the task)
     std::memset(sc.lv, 0, static_cast<size_t>(R * 64));
     if (tile_acc)
@@ -275,11 +301,12 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     const __m512i vilo = _mm512_load_si512(ilo), vihi = _mm512_load_si512(ihi);
     AmxTileArgs ta;
     mark(AttnAmxProfile::setup);
-    for (int64_t j0 = t.j_begin; j0 < jmax; j0 += kAmxKeys) {
+    const int64_t kbs = amx_key_blocks();  // 32-key blocks per key tile
+    for (int64_t j0 = t.j_begin; j0 < jmax; j0 += 32 * kbs) {
         ++pc[AttnAmxProfile::tiles];
-        const int64_t n = jmax - j0 < kAmxKeys ? jmax - j0 : kAmxKeys;
-        const int64_t nkb = n > 32 ? 2 : 1;  // 32-key blocks of the tile
-        // ---- K into the B layout of S (keys past n: 0)
+        const int64_t n = jmax - j0 < 32 * kbs ? jmax - j0 : 32 * kbs;
+        const int64_t nkb = (n + 31) / 32;  // 32-key blocks of this tile
+        // ---- K into the B layout of S, per 32-key block [NK k steps][2 x 16 x 32] (keys past n: 0)
         for (int64_t cb = 0; cb < nkb; ++cb)
             for (int kg = 0; kg < 2; ++kg) {
                 const uint16_t* rows[16];
@@ -295,7 +322,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 }
             }
         mark(AttnAmxProfile::kpack);
-        // ---- V into the B layout of P V (keys past n: 0)
+        // ---- V into the B layout of P V, per 32 values [kbs k steps][2 x 16 x 32] (keys past n: 0)
         for (int64_t ks = 0; ks < nkb; ++ks)
             for (int p = 0; p < 16; ++p) {
                 const int64_t ja = ks * 32 + 2 * p, jb = ja + 1;
@@ -304,24 +331,45 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 for (int64_t cb = 0; cb < NK; ++cb) {
                     const __m512i a = ra ? _mm512_loadu_si512(ra + cb * 32) : _mm512_setzero_si512();
                     const __m512i b = rb ? _mm512_loadu_si512(rb + cb * 32) : _mm512_setzero_si512();
-                    uint16_t* d = sc.vp + (cb * 2 + ks) * 1024 + p * 32;
+                    uint16_t* d = sc.vp + (cb * kbs + ks) * 1024 + p * 32;
                     _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, vilo, b));
                     _mm512_storeu_si512(d + 512, _mm512_permutex2var_epi16(a, vihi, b));
                 }
             }
         mark(AttnAmxProfile::vpack);
+        // The next tile's K / V rows are prefetched into L2 (and the TLB: the rows of a cache sit
+        // heads x head_dim apart, a page or more) a few keys per softmax row, the rest after the
+        // row blocks: its packing then finds them there.
+        const int64_t pf_end = jmax - (j0 + 32 * kbs) < 32 * kbs ? jmax - (j0 + 32 * kbs) : 32 * kbs;
+        const int64_t pf_rate = pf_end > 0 ? (pf_end + R - 1) / R : 0;  // keys per row
+        int64_t pf_done = amx_prefetch_on() ? 0 : pf_end;
+        auto prefetch_keys = [&](int64_t upto) {
+            for (; pf_done < upto && pf_done < pf_end; ++pf_done) {
+                const char* kr = reinterpret_cast<const char*>(pf_row(t.kv, kbase, t.kv.k_stride, j0 + 32 * kbs + pf_done));
+                const char* vr = reinterpret_cast<const char*>(pf_row(t.kv, vbase, t.kv.v_stride, j0 + 32 * kbs + pf_done));
+                for (int64_t c = 0; c < NK; ++c) {
+                    _mm_prefetch(kr + c * 64, _MM_HINT_T1);
+                    _mm_prefetch(vr + c * 64, _MM_HINT_T1);
+                }
+            }
+        };
         for (int64_t rb = 0; rb < nrb; ++rb) {
             const int64_t r0 = rb * 32, nr = R - r0 < 32 ? R - r0 : 32;
-            if (t.limit[(r0 + nr - 1) / t.group] <= j0) continue;  // (limits grow with the token)
+            // the block's last row sees the most keys (limits grow with the token): 32-key blocks
+            // past it are skipped
+            const int64_t seen = t.limit[(r0 + nr - 1) / t.group] - j0;
+            if (seen <= 0) continue;
+            const int64_t nb = seen >= n ? nkb : (seen + 31) / 32;
+            const int64_t nv = 2 * nb;  // 16-key vectors per row
             ++pc[AttnAmxProfile::pairs];
-            // ---- S = Q K^T
+            // ---- S = Q K^T, per 32-key block
             ta.a = sc.qp + rb * NK * 1024;
             ta.lda = 64;
             ta.a_step = 2048;
             ta.steps = NK;
             ta.a_tail = nullptr;
             ta.accumulate = 0;
-            for (int64_t cb = 0; cb < nkb; ++cb) {
+            for (int64_t cb = 0; cb < nb; ++cb) {
                 ta.b = sc.kp + cb * NK * 1024;
                 ta.acc = sc.S + cb * 1024;
                 tile(&ta);
@@ -331,13 +379,19 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
             //      tile's max (masked lanes: keys past the row's limit or the tile's end), then the
             //      new maxima and corr = 2^(m_old - m_new) for 16 rows at a time, then per row p
             //      (bf16 into the A layout of P) and its sum into the row's 16 partial sums of l.
-            const __m512 smv = _mm512_set1_ps(smul * kLog2e), l2e = _mm512_set1_ps(kLog2e);
             for (int64_t r = 0; r < nr; ++r) {
                 const int64_t tok = (r0 + r) / t.group;
                 const int64_t cnt = t.limit[tok] - j0 < n ? t.limit[tok] - j0 : n;
-                const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
                 __m512 mx = _mm512_set1_ps(ninf);
-                for (int k = 0; k < 4; ++k) {
+                if (direct) {  // max(s * c) = max(s) * c (c > 0); x formed in the exponent below
+                    for (int64_t k = 0; k < nv; ++k)
+                        mx = _mm512_mask_max_ps(mx, amx_lanes(cnt - 16 * k), mx,
+                                                _mm512_loadu_ps(sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16));
+                    sc.mt[r] = _mm512_reduce_max_ps(mx) * sl2;
+                    continue;
+                }
+                const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
+                for (int64_t k = 0; k < nv; ++k) {  // x stored in place of s
                     const __mmask16 km = amx_lanes(cnt - 16 * k);
                     float* sp = sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16;
                     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, sp), smv);
@@ -352,10 +406,10 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 const __m512 mo = _mm512_mask_loadu_ps(_mm512_set1_ps(ninf), rm, m + r0 + g);
                 const __m512 mn = _mm512_max_ps(mo, _mm512_mask_loadu_ps(_mm512_set1_ps(ninf), rm, sc.mt + g));
                 // corr 1 where the max did not move and on the empty state (m_old = -inf: acc, l 0)
-                const __mmask16 seen = _mm512_cmp_ps_mask(mo, _mm512_set1_ps(ninf), _CMP_NEQ_OQ);
+                const __mmask16 seen_m = _mm512_cmp_ps_mask(mo, _mm512_set1_ps(ninf), _CMP_NEQ_OQ);
                 const __mmask16 same = _mm512_cmp_ps_mask(mo, mn, _CMP_EQ_OQ);
-                const __m512 c = _mm512_mask_mov_ps(amx_exp2(seen, _mm512_sub_ps(mo, mn)), static_cast<__mmask16>(~seen | same),
-                                                    _mm512_set1_ps(1.0f));
+                const __m512 c = _mm512_mask_mov_ps(amx_exp2(seen_m, _mm512_sub_ps(mo, mn)),
+                                                    static_cast<__mmask16>(~seen_m | same), _mm512_set1_ps(1.0f));
                 _mm512_storeu_ps(sc.corr + g, c);
                 _mm512_storeu_ps(sc.mt + g, mn);
                 _mm512_mask_storeu_ps(m + r0 + g, rm, mn);
@@ -366,25 +420,28 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 const float mn = sc.mt[r];
                 uint16_t* prow = sc.P + r * 32;
                 if (mn == ninf) {  // nothing visible yet
-                    _mm512_storeu_si512(prow, _mm512_setzero_si512());
-                    _mm512_storeu_si512(prow + 1024, _mm512_setzero_si512());
+                    for (int64_t k = 0; k < nb; ++k) _mm512_storeu_si512(prow + k * 1024, _mm512_setzero_si512());
                     continue;
                 }
                 const __m512 mnv = _mm512_set1_ps(mn);
-                __m512 pv[4];
-                for (int k = 0; k < 4; ++k)
-                    pv[k] = amx_exp2(amx_lanes(cnt - 16 * k),
-                                     _mm512_sub_ps(_mm512_loadu_ps(sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16), mnv));
-                _mm512_storeu_si512(prow, (__m512i)_mm512_cvtne2ps_pbh(pv[1], pv[0]));
-                _mm512_storeu_si512(prow + 1024, (__m512i)_mm512_cvtne2ps_pbh(pv[3], pv[2]));
+                __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+                for (int64_t k = 0; k < nb; ++k) {
+                    const float* sp = sc.S + k * 1024 + r * 32;
+                    const __m512 p0 = amx_exp2(amx_lanes(cnt - 32 * k), _mm512_fmsub_ps(_mm512_loadu_ps(sp), xmul, mnv));
+                    const __m512 p1 =
+                        amx_exp2(amx_lanes(cnt - 32 * k - 16), _mm512_fmsub_ps(_mm512_loadu_ps(sp + 16), xmul, mnv));
+                    _mm512_storeu_si512(prow + k * 1024, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+                    sum0 = _mm512_add_ps(sum0, p0);
+                    sum1 = _mm512_add_ps(sum1, p1);
+                }
+                prefetch_keys(pf_done + pf_rate);
                 float* lr = sc.lv + (r0 + r) * 16;
-                const __m512 sum = _mm512_add_ps(_mm512_add_ps(pv[0], pv[1]), _mm512_add_ps(pv[2], pv[3]));
-                _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_loadu_ps(lr), _mm512_set1_ps(sc.corr[r]), sum));
+                _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_loadu_ps(lr), _mm512_set1_ps(sc.corr[r]), _mm512_add_ps(sum0, sum1)));
             }
             mark(AttnAmxProfile::soft);
-            // ---- acc = acc * corr + P V, 32 values of head_dim at a time
+            // ---- acc = acc * corr + P V, 32 values of head_dim at a time (nb k steps)
             ta.a = sc.P;
-            ta.steps = nkb;
+            ta.steps = nb;
             if (tile_acc) {  // the rows whose max moved rescaled, then P V added on the tiles
                 float* ab = sc.accb + rb * NK * 1024;
                 for (int64_t r = 0; r < nr; ++r)
@@ -399,7 +456,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 mark(AttnAmxProfile::resc);
                 ta.accumulate = 1;
                 for (int64_t cb = 0; cb < NK; ++cb) {
-                    ta.b = sc.vp + cb * 2 * 1024;
+                    ta.b = sc.vp + cb * kbs * 1024;
                     ta.acc = ab + cb * 1024;
                     tile(&ta);
                 }
@@ -408,7 +465,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
             }
             ta.acc = sc.blk;
             for (int64_t cb = 0; cb < NK; ++cb) {
-                ta.b = sc.vp + cb * 2 * 1024;
+                ta.b = sc.vp + cb * kbs * 1024;
                 tile(&ta);
                 for (int64_t r = 0; r < nr; ++r) {
                     float* ar = acc + (r0 + r) * hd + cb * 32;
@@ -420,6 +477,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
             }
             mark(AttnAmxProfile::pvtile);
         }
+        prefetch_keys(pf_end);
     }
     if (tile_acc)  // back to [R x head_dim]
         for (int64_t r = 0; r < R; ++r)
@@ -466,7 +524,8 @@ namespace xk::detail {
 
 int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim) {
     const int64_t nk = (head_dim + 31) / 32, nrb = (rows + 31) / 32;
-    return (nrb * nk * 2048 + 2 * nk * 2048 + nk * 4096 + 8192 + 4096 + 4096 + 256 + nrb * 32 * 64 + nrb * nk * 4096 + 64) / 4;
+    const int64_t kbs = amx_key_blocks();
+    return (nrb * nk * 2048 + 2 * kbs * nk * 2048 + kbs * 4096 + kbs * 2048 + 4096 + 256 + nrb * 32 * 64 + nrb * nk * 4096 + 64) / 4;
 }
 
 namespace {
