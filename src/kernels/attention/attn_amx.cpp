@@ -306,11 +306,15 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
     const uint16_t* kbase = static_cast<const uint16_t*>(t.kv.k);
     const uint16_t* vbase = static_cast<const uint16_t*>(t.kv.v);
-    // VPERMT2W indices: dword c of the low / high half = (a[c], b[c]) / (a[16 + c], b[16 + c]).
-    alignas(64) uint16_t ilo[32], ihi[32];
-    for (int i = 0; i < 32; ++i) {
-        ilo[i] = static_cast<uint16_t>((i & 1 ? 32 : 0) + i / 2);
-        ihi[i] = static_cast<uint16_t>((i & 1 ? 32 : 0) + 16 + i / 2);
+    // V pairs: VPUNPCKL/HWD interleave a and b per 128-bit lane (dwords (a[c], b[c]) for c in
+    // 0-3, 8-11, 16-19, 24-27 / 4-7, 12-15, 20-23, 28-31), VPERMT2D puts the dwords in order:
+    // low half c = 0..15, high half 16..31 (one uop each, where VPERMT2W takes three).
+    alignas(64) uint32_t ilo[16], ihi[16];
+    for (int i = 0; i < 16; ++i) {  // dword c (lane c / 4 of 0..7 in order) from lo (lane even) / hi (odd)
+        const int c = i, lane = c / 4, src = lane & 1, pos = (lane / 2) * 4 + c % 4;
+        ilo[i] = static_cast<uint32_t>(src * 16 + pos);
+        const int c2 = 16 + i, lane2 = c2 / 4, src2 = lane2 & 1, pos2 = (lane2 / 2) * 4 + c2 % 4;
+        ihi[i] = static_cast<uint32_t>(src2 * 16 + pos2);
     }
     const __m512i vilo = _mm512_load_si512(ilo), vihi = _mm512_load_si512(ihi);
     AmxTileArgs ta;
@@ -346,8 +350,9 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                     const __m512i a = ra ? _mm512_loadu_si512(ra + cb * 32) : _mm512_setzero_si512();
                     const __m512i b = rb ? _mm512_loadu_si512(rb + cb * 32) : _mm512_setzero_si512();
                     uint16_t* d = sc.vp + (cb * kbs + ks) * 1024 + p * 32;
-                    _mm512_storeu_si512(d, _mm512_permutex2var_epi16(a, vilo, b));
-                    _mm512_storeu_si512(d + 512, _mm512_permutex2var_epi16(a, vihi, b));
+                    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+                    _mm512_storeu_si512(d, _mm512_permutex2var_epi32(lo, vilo, hi));
+                    _mm512_storeu_si512(d + 512, _mm512_permutex2var_epi32(lo, vihi, hi));
                 }
             }
         mark(AttnAmxProfile::vpack);
