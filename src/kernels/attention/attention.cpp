@@ -130,10 +130,10 @@ void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t
 
 void execute(const AttnKernel& kernel, const Problem& p) {
     const int64_t group = p.q_heads / p.kv_heads, hd = p.head_dim;
-    // Query tokens per task: ~256 rows (the K / V tiles a task packs are shared by its rows), fewer
-    // (down to ~64) while that leaves under 4 tasks a thread.
+    // Query tokens per task: the kernel's task_rows() (256; amx:bf16 512: the K / V tiles a task
+    // packs are shared by its rows), fewer (down to ~64 rows) while that leaves under 4 tasks a thread.
     const int threads = get_num_threads();
-    int64_t tq = std::max<int64_t>(1, 256 / group);
+    int64_t tq = std::max<int64_t>(1, kernel.task_rows() / group);
     for (;;) {
         int64_t tasks = 0;
         for (const SeqInfo& s : p.seqs) tasks += (s.nq + tq - 1) / tq * p.kv_heads;
@@ -180,6 +180,13 @@ void execute(const AttnKernel& kernel, const Problem& p) {
     }
     std::vector<float> parts(static_cast<size_t>(part_floats));
     const int64_t nunits = static_cast<int64_t>(units.size());
+    // Threads take the units largest first (rows x keys; causal blocks differ up to the sequence
+    // length), so the last ones to finish are short.
+    std::vector<int64_t> order(static_cast<size_t>(nunits));
+    for (int64_t i = 0; i < nunits; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return units[a].nt * (units[a].j1 - units[a].j0) > units[b].nt * (units[b].j1 - units[b].j0);
+    });
     std::atomic<int64_t> next{0};
     const int nthr = static_cast<int>(std::min<int64_t>(threads, nunits));
     // Per-thread buffers sized by the largest task of this call (decode: one token), not
@@ -224,8 +231,9 @@ void execute(const AttnKernel& kernel, const Problem& p) {
         float* scratch = lp + max_rows;
         std::vector<int64_t> lim(static_cast<size_t>(max_nt));
         for (;;) {
-            const int64_t ui = next.fetch_add(1);
-            if (ui >= nunits) break;
+            const int64_t oi = next.fetch_add(1);
+            if (oi >= nunits) break;
+            const int64_t ui = order[oi];
             const Unit& u = units[ui];
             const SeqInfo& s = p.seqs[u.b];
             const int64_t rows = u.nt * group;

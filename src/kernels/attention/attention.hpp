@@ -87,6 +87,9 @@ struct AttnKernel {
     // Writes m[rows], l[rows] and acc[rows x head_dim] for the task's key range (rows that see no
     // key there: m = -inf, l = 0, acc = 0). Single-threaded.
     virtual void run(const AttnTask& t, float* m, float* l, float* acc) const = 0;
+    // Query rows (tokens x group) per task the driver starts from for a prefill (it takes fewer
+    // while that leaves under 4 tasks a thread): K / V tiles a task packs are shared by its rows.
+    virtual int64_t task_rows() const { return 256; }
 };
 
 const Registry<AttnKernelDesc, AttnKernel>& attention_registry();

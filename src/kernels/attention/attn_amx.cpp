@@ -101,6 +101,17 @@ int64_t amx_key_blocks() {
     return v;
 }
 
+// Prefill rows per task (AttnKernel::task_rows): XK_ATTN_AMX_ROWS (read once; a tuning knob, a
+// multiple of 32 in [32, 1024]), default 512: the packed K / V of a key tile serve 16 row blocks.
+int64_t amx_task_rows() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_ATTN_AMX_ROWS");
+        const int64_t r = e && *e ? std::atoll(e) : 512;
+        return r >= 32 && r <= 1024 && r % 32 == 0 ? r : int64_t{512};
+    }();
+    return v;
+}
+
 // XK_ATTN_AMX_PF=0 (read once; a measurement knob): no prefetch of the next key tile's rows.
 bool amx_prefetch_on() {
     static const bool v = [] {
@@ -581,6 +592,7 @@ struct AmxAttention final : AttnKernel {
             tile = amx_bf16_tile();
         }
     }
+    int64_t task_rows() const override { return tiles_ok ? amx_task_rows() : vec->task_rows(); }
     void run(const AttnTask& t, float* m, float* l, float* acc) const override {
         if (!tiles_ok || t.tokens * t.group < kAttnPrefillRows) {
             vec->run(t, m, l, acc);
