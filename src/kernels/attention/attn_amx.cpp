@@ -112,6 +112,16 @@ int64_t amx_task_rows() {
     return v;
 }
 
+// XK_ATTN_AMX_PIPE=0 (read once; a measurement knob): no S products of the next row block issued
+// ahead of the softmax (the profile's phases then separate the tile and the vector work).
+bool amx_pipeline_on() {
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_AMX_PIPE");
+        return !(e && *e && std::atoi(e) == 0);
+    }();
+    return v;
+}
+
 // XK_ATTN_AMX_PF=0 (read once; a measurement knob): no prefetch of the next key tile's rows.
 bool amx_prefetch_on() {
     static const bool v = [] {
@@ -233,7 +243,7 @@ struct AmxScratch {
     uint16_t* qp;  // [nrb][NK][32][32] bf16
     uint16_t* kp;  // [2 column blocks][NK][2 x 16 x 32] bf16 (B of S)
     uint16_t* vp;  // [NK column blocks][2][2 x 16 x 32] bf16 (B of P V)
-    float* S;      // 2 x [32][32]
+    float* S;      // 2 buffers [kbs][32][32] (the scores of one row block; pipelined: two)
     uint16_t* P;   // [2][32][32] bf16 (A of P V)
     float* blk;    // [32][32]
     float* corr;   // [32]
@@ -253,7 +263,7 @@ inline AmxScratch amx_layout(float* scratch, int64_t R, int64_t hd, int64_t kbs)
     s.vp = reinterpret_cast<uint16_t*>(base);
     base += kbs * nk * 2048;
     s.S = reinterpret_cast<float*>(base);
-    base += kbs * 4096;
+    base += 2 * kbs * 4096;
     s.P = reinterpret_cast<uint16_t*>(base);
     base += kbs * 2048;
     s.blk = reinterpret_cast<float*>(base);
@@ -328,9 +338,12 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
         ihi[i] = static_cast<uint32_t>(src2 * 16 + pos2);
     }
     const __m512i vilo = _mm512_load_si512(ilo), vihi = _mm512_load_si512(ihi);
-    AmxTileArgs ta;
+    AmxTileArgs ta;  // P V: A = P [k step][32 rows][32 keys]
+    ta.lda = 64;
+    ta.a_step = 2048;
     mark(AttnAmxProfile::setup);
     const int64_t kbs = amx_key_blocks();  // 32-key blocks per key tile
+    const bool pipe = amx_pipeline_on();
     for (int64_t j0 = t.j_begin; j0 < jmax; j0 += 32 * kbs) {
         ++pc[AttnAmxProfile::tiles];
         const int64_t n = jmax - j0 < 32 * kbs ? jmax - j0 : 32 * kbs;
@@ -383,27 +396,48 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 }
             }
         };
-        for (int64_t rb = 0; rb < nrb; ++rb) {
+        // 32-key blocks of the tile row block rb needs (0: none): its last row sees the most keys
+        // (limits grow with the token), blocks past that are skipped.
+        auto blocks_of = [&](int64_t rb) -> int64_t {
             const int64_t r0 = rb * 32, nr = R - r0 < 32 ? R - r0 : 32;
-            // the block's last row sees the most keys (limits grow with the token): 32-key blocks
-            // past it are skipped
             const int64_t seen = t.limit[(r0 + nr - 1) / t.group] - j0;
-            if (seen <= 0) continue;
-            const int64_t nb = seen >= n ? nkb : (seen + 31) / 32;
-            const int64_t nv = 2 * nb;  // 16-key vectors per row
-            ++pc[AttnAmxProfile::pairs];
-            // ---- S = Q K^T, per 32-key block
-            ta.a = sc.qp + rb * NK * 1024;
-            ta.lda = 64;
-            ta.a_step = 2048;
-            ta.steps = NK;
-            ta.a_tail = nullptr;
-            ta.accumulate = 0;
+            return seen <= 0 ? 0 : (seen >= n ? nkb : (seen + 31) / 32);
+        };
+        auto next_block = [&](int64_t rb) {
+            while (rb < nrb && blocks_of(rb) == 0) ++rb;
+            return rb;
+        };
+        // ---- S = Q K^T of row block rb into Sb, per 32-key block
+        auto s_tiles = [&](int64_t rb, float* Sb) {
+            AmxTileArgs ts;
+            ts.a = sc.qp + rb * NK * 1024;
+            ts.lda = 64;
+            ts.a_step = 2048;
+            ts.steps = NK;
+            ts.accumulate = 0;
+            const int64_t nb = blocks_of(rb);
             for (int64_t cb = 0; cb < nb; ++cb) {
-                ta.b = sc.kp + cb * NK * 1024;
-                ta.acc = sc.S + cb * 1024;
-                tile(&ta);
+                ts.b = sc.kp + cb * NK * 1024;
+                ts.acc = Sb + cb * 1024;
+                tile(&ts);
             }
+        };
+        // Pipelined (default): the S products of the next row block are issued before this one's
+        // softmax, into the other S buffer, so the tile unit works on them while the vector code
+        // runs (XK_ATTN_AMX_PIPE=0: each block's S just before its softmax).
+        int64_t rb = next_block(0);
+        if (pipe && rb < nrb) s_tiles(rb, sc.S);
+        for (int cur = 0; rb < nrb; cur ^= 1) {
+            const int64_t rbc = rb, r0 = rb * 32, nr = R - r0 < 32 ? R - r0 : 32;
+            const int64_t nb = blocks_of(rb);
+            const int64_t nv = 2 * nb;  // 16-key vectors per row
+            rb = next_block(rb + 1);
+            float* const Sb = sc.S + cur * kbs * 1024;
+            if (!pipe)
+                s_tiles(rbc, Sb);
+            else if (rb < nrb)
+                s_tiles(rb, sc.S + (cur ^ 1) * kbs * 1024);
+            ++pc[AttnAmxProfile::pairs];
             mark(AttnAmxProfile::stile);
             // ---- online softmax (log2 units: x = s * scale * log2(e), p = 2^(x - m)): per row the
             //      tile's max (masked lanes: keys past the row's limit or the tile's end), then the
@@ -416,14 +450,14 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 if (direct) {  // max(s * c) = max(s) * c (c > 0); x formed in the exponent below
                     for (int64_t k = 0; k < nv; ++k)
                         mx = _mm512_mask_max_ps(mx, amx_lanes(cnt - 16 * k), mx,
-                                                _mm512_loadu_ps(sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16));
+                                                _mm512_loadu_ps(Sb + (k / 2) * 1024 + r * 32 + (k % 2) * 16));
                     sc.mt[r] = _mm512_reduce_max_ps(mx) * sl2;
                     continue;
                 }
                 const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
                 for (int64_t k = 0; k < nv; ++k) {  // x stored in place of s
                     const __mmask16 km = amx_lanes(cnt - 16 * k);
-                    float* sp = sc.S + (k / 2) * 1024 + r * 32 + (k % 2) * 16;
+                    float* sp = Sb + (k / 2) * 1024 + r * 32 + (k % 2) * 16;
                     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, sp), smv);
                     if (mrow) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km, mrow + k * 16), l2e, x);
                     _mm512_storeu_ps(sp, x);
@@ -456,7 +490,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 const __m512 mnv = _mm512_set1_ps(mn);
                 __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
                 for (int64_t k = 0; k < nb; ++k) {
-                    const float* sp = sc.S + k * 1024 + r * 32;
+                    const float* sp = Sb + k * 1024 + r * 32;
                     const __m512 p0 = amx_exp2_p(amx_lanes(cnt - 32 * k), _mm512_fmsub_ps(_mm512_loadu_ps(sp), xmul, mnv));
                     const __m512 p1 =
                         amx_exp2_p(amx_lanes(cnt - 32 * k - 16), _mm512_fmsub_ps(_mm512_loadu_ps(sp + 16), xmul, mnv));
@@ -473,7 +507,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
             ta.a = sc.P;
             ta.steps = nb;
             if (tile_acc) {  // the rows whose max moved rescaled, then P V added on the tiles
-                float* ab = sc.accb + rb * NK * 1024;
+                float* ab = sc.accb + rbc * NK * 1024;
                 for (int64_t r = 0; r < nr; ++r)
                     if (sc.corr[r] != 1.0f) {
                         const __m512 cr = _mm512_set1_ps(sc.corr[r]);
@@ -555,7 +589,7 @@ namespace xk::detail {
 int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim) {
     const int64_t nk = (head_dim + 31) / 32, nrb = (rows + 31) / 32;
     const int64_t kbs = amx_key_blocks();
-    return (nrb * nk * 2048 + 2 * kbs * nk * 2048 + kbs * 4096 + kbs * 2048 + 4096 + 256 + nrb * 32 * 64 + nrb * nk * 4096 + 64) / 4;
+    return (nrb * nk * 2048 + 2 * kbs * nk * 2048 + 2 * kbs * 4096 + kbs * 2048 + 4096 + 256 + nrb * 32 * 64 + nrb * nk * 4096 + 64) / 4;
 }
 
 namespace {
