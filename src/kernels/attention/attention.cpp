@@ -93,6 +93,7 @@ struct Problem {
     int64_t kv_splits = 0;
     std::vector<SeqInfo> seqs;
     std::function<AttnKvSource(int64_t b, int64_t h)> kv;
+    bool vec_rows = isa_supported(Isa::avx512);  // q / o rows converted with AVX-512
 };
 
 struct Unit {
@@ -118,7 +119,11 @@ void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t
     const int64_t hd = p.head_dim;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const int64_t off = tok * p.o_ts + qh * p.o_hs;
-    if (p.o_dtype == DType::bf16) {
+    if (p.vec_rows) {
+        const bool b = p.o_dtype == DType::bf16;
+        attn_o_row_avx512(acc, inv, b, b ? static_cast<void*>(static_cast<uint16_t*>(p.o) + off)
+                                         : static_cast<void*>(static_cast<float*>(p.o) + off), hd);
+    } else if (p.o_dtype == DType::bf16) {
         uint16_t* o = static_cast<uint16_t*>(p.o) + off;
         for (int64_t d = 0; d < hd; ++d) o[d] = bf16(acc[d] * inv).bits;
     } else {
@@ -244,7 +249,14 @@ void execute(const AttnKernel& kernel, const Problem& p) {
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t tok = s.q_begin + u.t0 + r / group, qh = u.h * group + r % group;
                 const int64_t off = tok * p.q_ts + qh * p.q_hs;
-                for (int64_t d = 0; d < hd; ++d) qbuf[r * hd + d] = load_el(p.q, off + d, p.q_dtype) * p.scale;
+                if (p.vec_rows) {
+                    const bool b = p.q_dtype == DType::bf16;
+                    attn_q_row_avx512(b ? static_cast<const void*>(static_cast<const uint16_t*>(p.q) + off)
+                                        : static_cast<const void*>(static_cast<const float*>(p.q) + off),
+                                      b, p.scale, qbuf + r * hd, hd);
+                } else {
+                    for (int64_t d = 0; d < hd; ++d) qbuf[r * hd + d] = load_el(p.q, off + d, p.q_dtype) * p.scale;
+                }
             }
             for (int64_t i = 0; i < u.nt; ++i) lim[i] = limit_of(p, s, u.t0 + i);
             AttnTask t;

@@ -94,6 +94,12 @@ struct AttnKernel {
 
 const Registry<AttnKernelDesc, AttnKernel>& attention_registry();
 
+// The driver's row conversions with AVX-512 (attn_amx.cpp; call where isa_supported(avx512)),
+// bit for bit its scalar loops: dst[d] = q[d] * scale (q f32 or bf16); o[d] = acc[d] * inv into
+// f32 or bf16 (round to nearest even).
+void attn_q_row_avx512(const void* src, bool bf16_in, float scale, float* dst, int64_t n);
+void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, int64_t n);
+
 // Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
 // clamped to [0, 64]), else 4. A tuning knob for the device runs.
 int64_t attn_prefetch_tiles();

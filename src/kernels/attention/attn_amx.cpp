@@ -576,6 +576,44 @@ void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* 
 }
 
 }  // namespace
+
+// The driver's row conversions (attention.cpp), bit for bit its scalar loops: q row * scale into
+// f32, o row = acc * inv into f32 / bf16 (round to nearest even, NaN quieted).
+void attn_q_row_avx512(const void* src, bool bf16_in, float scale, float* dst, int64_t n) {
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (int64_t d = 0; d < n; d += 16) {
+        const __mmask16 k = amx_lanes(n - d);
+        __m512 x;
+        if (bf16_in)
+            x = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(src) + d)), 16));
+        else
+            x = _mm512_maskz_loadu_ps(k, static_cast<const float*>(src) + d);
+        _mm512_mask_storeu_ps(dst + d, k, _mm512_mul_ps(x, sv));
+    }
+}
+
+void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, int64_t n) {
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (int64_t d = 0; d < n; d += 16) {
+        const __mmask16 k = amx_lanes(n - d);
+        const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, acc + d), iv);
+        if (!bf16_out) {
+            _mm512_mask_storeu_ps(static_cast<float*>(dst) + d, k, x);
+            continue;
+        }
+        const __m512i u = _mm512_castps_si512(x);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+        const __mmask16 nan =
+            _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + d, k, _mm512_cvtepi32_epi16(r));
+    }
+}
+
+namespace {
+}  // namespace
 }  // namespace xk::detail
 
 #if defined(__clang__)
