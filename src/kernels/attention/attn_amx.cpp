@@ -134,9 +134,13 @@ bool amx_prefetch_on() {
 // XK_ATTN_PROFILE=1 (a measurement aid, read once): TSC cycles per phase of the AMX prefill,
 // summed over tasks and threads, printed at exit (stderr): q packing + state init, K packing, V
 // packing, the S tile products, the softmax, the acc rescale, the P V tile products, the copy out;
-// with the counts of tasks, packed key tiles and (32-row block, key tile) pairs.
+// with the counts of tasks, packed key tiles, (32-row block, key tile) pairs and 32 x 32 score
+// blocks; per phase the share and TSC cycles per 32 x 32 score block (a 32-row block against 32
+// keys: 32 x 32 x head_dim x 4 flops). With the pipeline on (XK_ATTN_AMX_PIPE, default) the S
+// products of a block are issued during the previous one: S-tiles counts issue time, a wait for
+// them lands in softmax; XK_ATTN_AMX_PIPE=0 separates them.
 struct AttnAmxProfile {
-    enum { setup, kpack, vpack, stile, soft, resc, pvtile, out, tasks, tiles, pairs, n };
+    enum { setup, kpack, vpack, stile, soft, resc, pvtile, out, tasks, tiles, pairs, blocks, n };
     std::atomic<uint64_t> v[n] = {};
     static bool on() {
         static const bool b = [] {
@@ -158,8 +162,8 @@ struct AttnAmxProfile {
             if (x[i]) v[i].fetch_add(x[i], std::memory_order_relaxed);
     }
     void print() const {
-        const uint64_t np = v[pairs].load();
-        if (!np) return;
+        const uint64_t np = v[pairs].load(), nb = v[blocks].load();
+        if (!np || !nb) return;
         const auto t0 = std::chrono::steady_clock::now();
         const uint64_t c0 = __rdtsc();
         while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) {
@@ -169,12 +173,17 @@ struct AttnAmxProfile {
         static const char* names[] = {"setup", "kpack", "vpack", "S-tiles", "softmax", "rescale", "PV-tiles", "out"};
         uint64_t tot = 0;
         for (int i = 0; i < tasks; ++i) tot += v[i].load();
-        std::fprintf(stderr, "[xk attn amx profile] %llu tasks, %llu key tiles packed, %llu (row block, tile) pairs, TSC %.2f GHz, %.1f ms summed over threads\n",
-                     static_cast<unsigned long long>(v[tasks].load()), static_cast<unsigned long long>(v[tiles].load()),
-                     static_cast<unsigned long long>(np), ghz, double(tot) / ghz * 1e-6);
+        std::fprintf(stderr,
+                     "[xk attn amx profile] key tile %lld, task rows %lld, pipeline %d, prefetch %d: %llu tasks, %llu key "
+                     "tiles packed, %llu (row block, key tile) pairs, %llu 32x32 score blocks, TSC %.2f GHz, %.1f ms "
+                     "summed over threads\n",
+                     static_cast<long long>(32 * amx_key_blocks()), static_cast<long long>(amx_task_rows()),
+                     amx_pipeline_on() ? 1 : 0, amx_prefetch_on() ? 1 : 0, static_cast<unsigned long long>(v[tasks].load()),
+                     static_cast<unsigned long long>(v[tiles].load()), static_cast<unsigned long long>(np),
+                     static_cast<unsigned long long>(nb), ghz, double(tot) / ghz * 1e-6);
         for (int i = 0; i < tasks; ++i)
-            std::fprintf(stderr, "[xk attn amx profile]   %-9s %6.1f%%  %8.1f TSC cycles per pair  %9.2f ms\n", names[i],
-                         tot ? 100.0 * double(v[i].load()) / double(tot) : 0.0, double(v[i].load()) / double(np),
+            std::fprintf(stderr, "[xk attn amx profile]   %-9s %6.1f%%  %8.1f TSC cycles per 32x32 block  %9.2f ms\n",
+                         names[i], tot ? 100.0 * double(v[i].load()) / double(tot) : 0.0, double(v[i].load()) / double(nb),
                          double(v[i].load()) / ghz * 1e-6);
     }
 };
@@ -438,6 +447,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
             else if (rb < nrb)
                 s_tiles(rb, sc.S + (cur ^ 1) * kbs * 1024);
             ++pc[AttnAmxProfile::pairs];
+            pc[AttnAmxProfile::blocks] += static_cast<uint64_t>(nb);
             mark(AttnAmxProfile::stile);
             // ---- online softmax (log2 units: x = s * scale * log2(e), p = 2^(x - m)): per row the
             //      tile's max (masked lanes: keys past the row's limit or the tile's end), then the
