@@ -4,27 +4,34 @@
 // implies both). Other tasks (f32 / s8 caches, other head_dims, < 16 rows: decode) run the
 // AVX-512 kernel.
 //
-// Per task (one kv head, R = tokens x group rows, a key range):
+// Per task (one kv head, R = tokens x group rows (512 by default: task_rows), a key range):
 //   q:       the f32 rows (already scaled) are divided by the scale again and rounded to bf16
 //            once (bf16 queries come back exactly), packed per 32-row block in the tile kernel's
 //            A layout [k step][32 rows][32 bf16], zero rows past R; the scale is applied to the
 //            f32 scores;
-//   per tile of 64 keys (K / V packed once, shared by every row block of the task):
+//   per tile of 256 keys (XK_ATTN_AMX_KEYS; K / V packed once, shared by every row block):
 //     K:     B of S = Q K^T (k = head_dim, columns = keys): per 32-key block and k step, two
 //            16 x 16 dword transposes of 16 key rows' 64-byte slices (a head_dim pair of one
 //            key is contiguous: one dword); keys past the tile's end are zero;
 //     V:     B of P V (k = keys, columns = head_dim): per 32-column block and k step, 16 pairs
-//            of V rows interleaved 16-bit-wise (VPERMT2W); keys past the end zero;
-//     per 32-row block (skipped when its tokens see none of the tile: causal):
-//       S    = the tile kernel over head_dim (one or two 32 x 32 blocks);
-//       softmax: online per row over the 64 scores (masked lanes: keys past the row's limit or
-//            the tile's end, exactly p = 0), p rounded to bf16 into the A layout of P;
-//       P V  = the tile kernel per 32 values of head_dim (1 or 2 k steps), added on the tiles
-//            (accumulate = 1) to acc kept in the kernel's C layout [row block][32 values][32 x 32]
-//            for the task (rows whose running max moved are first rescaled with AVX-512), acc
-//            copied out to [rows x head_dim] at the end. XK_ATTN_AMX_ACC=0: each block into a
-//            temporary, then acc = acc * corr + block (AVX-512 FMA) on [rows x head_dim].
+//            of V rows interleaved 16-bit-wise (VPUNPCKL/HWD + VPERMT2D); keys past the end zero;
+//     the next tile's K / V rows prefetched into L2 a few keys per softmax row;
+//     per 32-row block (skipped when its tokens see none of the tile, 32-key blocks past its
+//     last row's limit skipped: causal):
+//       S    = the tile kernel over head_dim per 32-key block, issued one row block ahead (two S
+//            buffers) so the tile unit overlaps the vector work;
+//       softmax: online, in log2 units (x = s * scale * log2 e, p = 2^(x - m)): per row the max
+//            of the visible scores, then m / corr for 16 rows at a time (vector exp2), then per
+//            row p (VREDUCEPS, degree-4 polynomial, VSCALEFPS; masked lanes exactly 0) rounded
+//            to bf16 into the A layout of P and summed into the row's 16 partial sums of l;
+//       P V  = the tile kernel per 32 values of head_dim (a k step per 32 keys), added on the
+//            tiles (accumulate = 1) to acc kept in the kernel's C layout [row block][32 values]
+//            [32 x 32] for the task (rows whose running max moved are first rescaled with
+//            AVX-512), acc copied out to [rows x head_dim] at the end, m back to natural units,
+//            l reduced. XK_ATTN_AMX_ACC=0: each block into a temporary, then acc = acc * corr +
+//            block (AVX-512 FMA) on [rows x head_dim].
 // Rounding: q (not for bf16 queries) and p are rounded to bf16; products exact, f32 sums.
+// XK_ATTN_PROFILE=1: TSC cycles per phase printed at exit (AttnAmxProfile).
 //
 // For tests on machines without AMX, create_attention_amx(kd, true) runs the same data flow with
 // amx_tile_emulate (a scalar model of the tile kernel over the same packed layouts).
