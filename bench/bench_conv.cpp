@@ -12,11 +12,16 @@
 // Batches 1 and 8 (XK_BENCH_CONV_BATCHES="1,8,32" to change).
 //   qconv/u8s8u8/xk/<layer>/n:<N>/nt:<T>        xk::QConvPlan, weights packed once: u8 src (zero point 0, as after a
 //                                                ReLU), s8 weights with per-channel scales, bias,
-//                                                ReLU, requantized u8 dst ("gemm:qconv")
-//   qconv/u8s8u8/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's int8 convolution primitive, same
-//                                                types, per-channel output scales, bias, ReLU
-//                                                post-op, weights reordered once (timing only:
-//                                                oneDNN adds the bias before its output scale)
+//                                                ReLU, requantized u8 dst; the plan's route
+//                                                (label: onednn:qconv + oneDNN's kernel, or
+//                                                gemm:qconv). Counter vsOneDNN% = 100 * its rate /
+//                                                oneDNN's own primitive's (below) run interleaved
+//                                                in the same loop (timer paused around the peer)
+//   qconvgemm/u8s8u8/xk/<layer>/n:<N>/nt:<T>    xk's own int8 path forced ("gemm:qconv"), same
+//                                                interleaved vsOneDNN% counter
+//   qconv/u8s8u8/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's int8 convolution primitive alone, same
+//                                                types, static per-channel output scales, bias, ReLU
+//                                                post-op, weights reordered once
 #include <dnnl.hpp>
 #include <string>
 #include <unordered_map>
@@ -43,6 +48,7 @@ const Layer kLayers[] = {
     {56, 56, 64, 64, 3},    // conv2_x 3x3
     {56, 56, 64, 256, 1},   // conv2_x 1x1 expand
     {28, 28, 128, 128, 3},  // conv3_x 3x3
+    {14, 14, 256, 256, 3},  // conv4_x 3x3
     {7, 7, 512, 512, 3},    // conv5_x 3x3
 };
 
@@ -160,7 +166,7 @@ xk::QConvDesc qdesc_of(const Layer& l, int64_t n) {
 }
 
 struct QData {
-    std::vector<uint8_t> src, dst;
+    std::vector<uint8_t> src, dst, dst2;  // dst2: the interleaved oneDNN peer's
     std::vector<int8_t> wei;
     std::vector<float> bias, ws;
 };
@@ -170,6 +176,7 @@ QData make_qdata(const xk::QConvDesc& q, int64_t oh, int64_t ow) {
     x.src.resize(static_cast<size_t>(q.n * q.h * q.w * q.c));
     x.wei.resize(static_cast<size_t>(q.oc * q.kh * q.kw * q.c));
     x.dst.resize(static_cast<size_t>(q.n * oh * ow * q.oc));
+    x.dst2.resize(x.dst.size());
     x.bias.resize(static_cast<size_t>(q.oc));
     x.ws.resize(static_cast<size_t>(q.oc));
     for (size_t i = 0; i < x.src.size(); ++i) x.src[i] = static_cast<uint8_t>(xb::detail::unit(1, i) * 255);
@@ -181,32 +188,19 @@ QData make_qdata(const xk::QConvDesc& q, int64_t oh, int64_t ow) {
     return x;
 }
 
-void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt) {
-    xb::ScopedThreads threads(nt);
-    const xk::QConvDesc q = qdesc_of(l, n);
-    const xk::ConvDesc d = desc_of(l, n, DType::f32);
-    QData x = make_qdata(q, d.oh(), d.ow());
-    xk::QConvArgs a;
-    a.src = x.src.data(); a.weights = x.wei.data(); a.bias = x.bias.data(); a.dst = x.dst.data();
-    a.weight_scales = x.ws.data(); a.src_scale = 0.05f; a.dst_scale = 0.1f;
-    const xk::QConvPlan plan(q);
-    const xk::QConvPackedWeights pw = plan.pack_weights(x.wei.data());  // once, like oneDNN's reorder
-    for (auto _ : state) plan.run(a, pw);
-    state.SetLabel(plan.impl_name());
-    xb::set_gflops(state, flops(d));
-}
+// oneDNN 2.6's own int8 convolution for the layer, used directly: u8 src / dst NHWC, s8 weights
+// "any" reordered once, f32 bias, static per-channel output scales, ReLU post-op.
+struct QOnednn {
+    dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+    dnnl::stream st{eng};
+    dnnl::convolution_forward prim;
+    std::unordered_map<int, dnnl::memory> args;
+    std::string impl;
 
-void BM_qonednn(benchmark::State& state, Layer l, int64_t n, int nt) {
-    xb::ScopedThreads threads(nt);
-    const xk::QConvDesc q = qdesc_of(l, n);
-    const xk::ConvDesc d = desc_of(l, n, DType::f32);
-    QData x = make_qdata(q, d.oh(), d.ow());
-    using tag = dnnl::memory::format_tag;
-    using dtp = dnnl::memory::data_type;
-    try {
-        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-        dnnl::stream st(eng);
-        const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtp::u8, tag::nhwc), dst({n, l.oc, d.oh(), d.ow()}, dtp::u8, tag::nhwc),
+    QOnednn(const Layer& l, int64_t n, QData& x, int64_t oh, int64_t ow) {
+        using tag = dnnl::memory::format_tag;
+        using dtp = dnnl::memory::data_type;
+        const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtp::u8, tag::nhwc), dst({n, l.oc, oh, ow}, dtp::u8, tag::nhwc),
             wany({l.oc, l.c, l.k, l.k}, dtp::s8, tag::any), wuser({l.oc, l.c, l.k, l.k}, dtp::s8, tag::ohwi),
             bias({l.oc}, dtp::f32, tag::a);
         std::vector<float> scales(static_cast<size_t>(l.oc));
@@ -224,16 +218,78 @@ void BM_qonednn(benchmark::State& state, Layer l, int64_t n, int nt) {
         dnnl::memory wu(wuser, eng, x.wei.data()), wp(pd.weights_desc(), eng);
         dnnl::reorder(wu, wp).execute(st, wu, wp);
         st.wait();
-        const dnnl::convolution_forward prim(pd);
-        const std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(src, eng, x.src.data())},
-                                                            {DNNL_ARG_WEIGHTS, wp},
-                                                            {DNNL_ARG_BIAS, dnnl::memory(bias, eng, x.bias.data())},
-                                                            {DNNL_ARG_DST, dnnl::memory(dst, eng, x.dst.data())}};
-        for (auto _ : state) {
-            prim.execute(st, args);
-            st.wait();
+        prim = dnnl::convolution_forward(pd);
+        args = {{DNNL_ARG_SRC, dnnl::memory(src, eng, x.src.data())},
+                {DNNL_ARG_WEIGHTS, wp},
+                {DNNL_ARG_BIAS, dnnl::memory(bias, eng, x.bias.data())},
+                {DNNL_ARG_DST, dnnl::memory(dst, eng, x.dst2.data())}};
+        impl = pd.impl_info_str();
+    }
+    void run() {
+        prim.execute(st, args);
+        st.wait();
+    }
+};
+
+// Ours (the routed plan, or gemm:qconv forced) with oneDNN's own primitive interleaved in the same
+// loop (xb::InPhase, timer paused around it): counter vsOneDNN% = 100 * our rate / oneDNN's.
+void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt, bool force_gemm) {
+    xb::ScopedThreads threads(nt);
+    const xk::QConvDesc q = qdesc_of(l, n);
+    const xk::ConvDesc d = desc_of(l, n, DType::f32);
+    QData x = make_qdata(q, d.oh(), d.ow());
+    xk::QConvArgs a;
+    a.src = x.src.data(); a.weights = x.wei.data(); a.bias = x.bias.data(); a.dst = x.dst.data();
+    a.weight_scales = x.ws.data(); a.src_scale = 0.05f; a.dst_scale = 0.1f;
+    try {
+        QOnednn peer(l, n, x, d.oh(), d.ow());
+        xb::InPhase ph(state);
+        ph.add("vsOneDNN%", "OneDNN_GFLOPS", flops(d), [&] {
+            peer.run();
+            return flops(d);
+        });
+        std::string label;
+        if (force_gemm) {
+            const auto& reg = xk::detail::qconv_registry();
+            const auto p = xk::detail::qconv_validate_desc("bench", q);
+            const auto k = reg.get(p, reg.find("gemm:qconv")).kernel;
+            const auto pw = k->pack(x.wei.data());
+            k->run(a, pw.get());
+            for (auto _ : state) {
+                ph.begin();
+                k->run(a, pw.get());
+                ph.end();
+            }
+            label = "gemm:qconv";
+        } else {
+            const xk::QConvPlan plan(q);
+            const xk::QConvPackedWeights pw = plan.pack_weights(x.wei.data());  // once, like oneDNN's reorder
+            plan.run(a, pw);  // oneDNN's route makes its primitive for these scales on the first call
+            for (auto _ : state) {
+                ph.begin();
+                plan.run(a, pw);
+                ph.end();
+            }
+            label = std::string(plan.impl_name()) + (plan.backend_info().empty() ? "" : " " + plan.backend_info());
         }
-        state.SetLabel(pd.impl_info_str());
+        ph.finish();
+        state.SetLabel(label + " | peer " + peer.impl);
+    } catch (const std::exception& e) {
+        state.SkipWithError(e.what());
+        return;
+    }
+    xb::set_gflops(state, flops(d));
+}
+
+void BM_qonednn(benchmark::State& state, Layer l, int64_t n, int nt) {
+    xb::ScopedThreads threads(nt);
+    const xk::QConvDesc q = qdesc_of(l, n);
+    const xk::ConvDesc d = desc_of(l, n, DType::f32);
+    QData x = make_qdata(q, d.oh(), d.ow());
+    try {
+        QOnednn peer(l, n, x, d.oh(), d.ow());
+        for (auto _ : state) peer.run();
+        state.SetLabel(peer.impl);
     } catch (const dnnl::error& e) {
         state.SkipWithError(e.what());
         return;
@@ -276,7 +332,10 @@ const bool registered = [] {
         for (int64_t n : batches())
             for (int nt : xb::thread_counts()) {
                 const std::string sh = l.name(), ns = "n:" + std::to_string(n), nts = "nt:" + std::to_string(nt);
-                reg(xb::join_name({"qconv", "u8s8u8", "xk", sh, ns, nts}), [=](benchmark::State& s) { BM_qxk(s, l, n, nt); });
+                reg(xb::join_name({"qconv", "u8s8u8", "xk", sh, ns, nts}),
+                    [=](benchmark::State& s) { BM_qxk(s, l, n, nt, false); });
+                reg(xb::join_name({"qconvgemm", "u8s8u8", "xk", sh, ns, nts}),
+                    [=](benchmark::State& s) { BM_qxk(s, l, n, nt, true); });
                 reg(xb::join_name({"qconv", "u8s8u8", "onednn", sh, ns, nts}),
                     [=](benchmark::State& s) { BM_qonednn(s, l, n, nt); });
             }

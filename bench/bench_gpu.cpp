@@ -17,10 +17,14 @@
 // Copy%: the op's GB/s over our float4 copy's GB/s moving the same number of bytes (half read,
 // half written), the copy run after each call of the op (so both see the same device state).
 // XK_GPU_DEVICE picks the device (default: the first GPU, else the first device).
+// XK_BENCH_GPU_V1=1 adds .../xk_v1/... rows: norm, softmax, rope with XK_GPU_ROW_V2=0 (the kernels
+// before the v2 row kernels), measured in the same process, and .../xk_v2pre/... norm rows
+// (XK_GPU_NORM_PRELOAD=1: the v2 norms loading the weight / bias with the row).
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -304,6 +308,38 @@ void register_all() {
         reg("gpu_softmax/" + dn + "/xk/16384x4096/causal", [=](benchmark::State& s) { bm_softmax(s, t, 16384, 4096, true); });
         reg("gpu_rope/" + dn + "/xk/4096x32x128", [=](benchmark::State& s) { bm_rope(s, t, 4096, 32, 8, 128); });
     }
+    // XK_BENCH_GPU_V1=1: the same rows with the kernels before the v2 row kernels (XK_GPU_ROW_V2=0
+    // around each call), named .../xk_v1/..., for a same-process comparison, and the v2 norms with
+    // the weight / bias loaded with the row (XK_GPU_NORM_PRELOAD=1), .../xk_v2pre/....
+    const char* v1 = std::getenv("XK_BENCH_GPU_V1");
+    if (v1 && std::string(v1) == "1")
+        for (DType t : {DType::f32, DType::bf16}) {
+            const std::string dn = xk::dtype_name(t);
+            const int64_t R = 4096, H = 4096;
+            auto old = [](auto fn) {
+                return [fn](benchmark::State& s) {
+                    setenv("XK_GPU_ROW_V2", "0", 1);
+                    fn(s);
+                    unsetenv("XK_GPU_ROW_V2");
+                };
+            };
+            reg("gpu_rms_norm/" + dn + "/xk_v1/4096x4096", old([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, false); }));
+            reg("gpu_layer_norm/" + dn + "/xk_v1/4096x4096", old([=](benchmark::State& s) { bm_norm(s, xk::NormKind::layer_norm, t, R, H, false); }));
+            reg("gpu_rms_norm/" + dn + "/xk_v1/4096x4096/residual", old([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, true); }));
+            auto pre = [](auto fn) {
+                return [fn](benchmark::State& s) {
+                    setenv("XK_GPU_NORM_PRELOAD", "1", 1);
+                    fn(s);
+                    unsetenv("XK_GPU_NORM_PRELOAD");
+                };
+            };
+            reg("gpu_rms_norm/" + dn + "/xk_v2pre/4096x4096", pre([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, false); }));
+            reg("gpu_layer_norm/" + dn + "/xk_v2pre/4096x4096", pre([=](benchmark::State& s) { bm_norm(s, xk::NormKind::layer_norm, t, R, H, false); }));
+            reg("gpu_rms_norm/" + dn + "/xk_v2pre/4096x4096/residual", pre([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, true); }));
+            reg("gpu_softmax/" + dn + "/xk_v1/16384x4096", old([=](benchmark::State& s) { bm_softmax(s, t, 16384, 4096, false); }));
+            reg("gpu_softmax/" + dn + "/xk_v1/16384x4096/causal", old([=](benchmark::State& s) { bm_softmax(s, t, 16384, 4096, true); }));
+            reg("gpu_rope/" + dn + "/xk_v1/4096x32x128", old([=](benchmark::State& s) { bm_rope(s, t, 4096, 32, 8, 128); }));
+        }
 #ifdef XK_BENCH_HAVE_CL
     const char* ops[] = {"norm", "glu", "softmax", "rope", "copy"};
     for (int i = 0; i < 5; ++i)

@@ -184,6 +184,20 @@ std::vector<Selection> selections() {
         d.c = 256; d.h = 56; d.w = 56; d.layout = ConvLayout::nhwc; d.activation = Activation::relu;
         return frozen_bn_validate_desc("xk-info", d);
     }));
+    // qconv2d routes by a one-time timing (gemm:qconv vs onednn:qconv): the route and what decided it.
+    try {
+        QConvDesc q;  // ResNet-50 conv2_x 3x3, u8 -> u8, bias + ReLU
+        q.c = 64; q.h = 56; q.w = 56; q.oc = 64; q.kh = q.kw = 3;
+        q.pad_top = q.pad_bottom = q.pad_left = q.pad_right = 1;
+        q.dst_dtype = DType::u8; q.with_bias = true; q.activation = Activation::relu;
+        const QConvProblem p = qconv_validate_desc("xk-info", q);
+        const char* how = "";
+        const auto sel = qconv_select(p, &how);
+        const std::string be = sel.kernel->backend_info();
+        v.push_back({"qconv2d", p.key(), std::string(sel.impl->name) + (be.empty() ? "" : " " + be) + " (" + how + ")"});
+    } catch (const std::exception& e) {
+        v.push_back({"qconv2d", "?", std::string("none (") + e.what() + ")"});
+    }
     return v;
 }
 

@@ -185,9 +185,21 @@ namespace xk {
 //   x = act(x)
 //   dst = x (f32), or, for u8 / s8 dst,
 //         clamp(nearbyint(x / dst_scale) + dst_zero_point) to the type's range.
-// K = KH*KW*C must be <= 33025 (the int32 sum cannot overflow). dst: u8, s8 or f32. Runs as xk's int8 GEMM
-// (u8|s8 x s8, requantizing epilogue) on the NHWC rows: directly for 1x1 / stride 1 / no padding,
-// else over im2col row blocks padded with src_zero_point.
+// K = KH*KW*C must be <= 33025 (the int32 sum cannot overflow). dst: u8, s8 or f32.
+// Two implementations, routed per descriptor (docs/conv.md):
+//   "gemm:qconv"   xk's int8 GEMM (u8|s8 x s8, requantizing epilogue) on the NHWC rows: directly
+//                  for 1x1 / stride 1 / no padding, else over im2col row blocks padded with
+//                  src_zero_point. Its results are those of the formula above (f32 epilogue).
+//   "onednn:qconv" oneDNN's int8 convolution primitive (AVX-512 VNNI / AMX machines): exact int32
+//                  sums, but oneDNN adds the bias before its output scale and rounds after adding
+//                  the zero point, so a u8 / s8 dst may differ by 1 from the formula (f32 dst: by a
+//                  few ulps of max(|scale * acc|, |bias|)). The quantization parameters are baked
+//                  into its primitive (oneDNN 2.6 has no runtime output scales): the first call
+//                  with new scales / zero points creates one (kept, 8 per plan).
+// The route is timed once per (descriptor, ISA cap, thread count) in the process (the faster,
+// oneDNN only when >= 5% faster); XK_QCONV_IMPL=gemm or =onednn forces one (where supported).
+// XK_VERBOSE=1 logs the timing and each plan's route, QConvPlan::impl_name() / backend_info()
+// name them.
 struct QConvDesc {
     int64_t n = 1, c = 1, h = 1, w = 1;
     int64_t oc = 1;
@@ -218,8 +230,9 @@ struct QConvPlanState;
 struct QConvPackedData;
 }  // namespace detail
 
-// s8 weights packed once by QConvPlan::pack_weights for plans of the same descriptor (the GEMM's
-// packed B of each row block); opaque, immutable, copies share the data.
+// s8 weights packed once by QConvPlan::pack_weights for plans of the same descriptor and
+// implementation (the GEMM's packed B of each row block, or oneDNN's blocked layout plus a plain
+// copy); opaque, immutable, copies share the data.
 class QConvPackedWeights {
 public:
     bool empty() const noexcept { return !data_; }
@@ -239,13 +252,14 @@ public:
     // rejected naming `packed_weights`.
     void run(const QConvArgs& args, const QConvPackedWeights& packed_weights) const;
     QConvPackedWeights pack_weights(const int8_t* weights) const;
-    const char* impl_name() const;
+    const char* impl_name() const;      // "onednn:qconv", "gemm:qconv" or "ref:scalar"
+    std::string backend_info() const;   // e.g. "onednn:brgconv:avx512_core_vnni"; "" for ours
 
 private:
     std::shared_ptr<const detail::QConvPlanState> s_;
 };
 
-// One-shot: validates, selects ("gemm:qconv" at avx2 and above, else "ref:scalar") and runs.
+// One-shot: validates, routes like QConvPlan (same timed decision), runs. "ref:scalar" below avx2.
 void qconv2d(const QConvDesc& desc, const QConvArgs& args);
 const char* qconv2d_impl_name(const QConvDesc& desc);
 

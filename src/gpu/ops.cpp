@@ -54,6 +54,8 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
 constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item in registers
 constexpr int kNv16 = 8;       // XK_NV16 of ops.cl: the same for the bf16 kernels (twice the elements)
 constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
+constexpr int kMaxWg2 = 512;   // XK_MAXWG2 of ops.cl: the v2 row kernels' largest group
+constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rope8h
 // XK_GPU_BF16_KERNELS=0: bf16 calls take the generic kernels (a same-run comparison in bench_gpu).
 bool bf16_kernels_on() {
     static const bool on = [] {
@@ -61,6 +63,14 @@ bool bf16_kernels_on() {
         return !(e && std::string(e) == "0");
     }();
     return on;
+}
+// XK_GPU_ROW_V2=0: the norms, softmax and bf16 RoPE take the kernels before the v2 forms (one
+// reduction per row, weights read after it, RoPE heads sharing cos / sin): a same-run comparison.
+// Read at each call (bench_gpu's xk_v1 rows set it around their calls; a getenv is nothing next
+// to an enqueue).
+bool row_v2_on() {
+    const char* e = std::getenv("XK_GPU_ROW_V2");
+    return !(e && e[0] == '0' && e[1] == '\0');
 }
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
 // the row in registers (kNv chunks of 8 per work-item), capped by the device; longer rows loop.
@@ -228,7 +238,22 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
                           (!d.fused_residual || d.residual_dtype == DType::bf16);
     const size_t local16 = row_wg(ctx, d.hidden, kNv16);
     const bool bf16k = all_bf16 && al == 2 && d.hidden % 8 == 0 && d.hidden / 8 <= static_cast<int64_t>(local16) * kNv16;
-    const char* kname = !bf16k ? "xk_norm" : d.kind == NormKind::layer_norm ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms";
+    const bool all_f32 = d.x_dtype == DType::f32 && d.y_dtype == DType::f32 &&
+                         (!(d.has_weight || d.has_bias) || d.weight_dtype == DType::f32) &&
+                         (!d.fused_residual || d.residual_dtype == DType::f32);
+    const size_t local32 = row_wg(ctx, d.hidden);
+    const bool f32k = all_f32 && row_v2_on() && al == 2 && d.hidden % 8 == 0 && local32 <= kMaxWg2 &&
+                      d.hidden / 8 <= static_cast<int64_t>(local32) * kNv;
+    const bool ln = d.kind == NormKind::layer_norm;
+    // XK_GPU_NORM_PRELOAD=1: the v2 forms that load the weight and bias with the row (a comparison).
+    const char* pre_env = std::getenv("XK_GPU_NORM_PRELOAD");
+    const bool pre = pre_env && std::string(pre_env) == "1";
+    const std::string kname_s =
+        f32k ? std::string(ln ? "xk_norm2_f32_ln" : "xk_norm2_f32_rms") + (pre ? "_pre" : "")
+        : !bf16k ? std::string("xk_norm")
+        : row_v2_on() && local16 <= kMaxWg2 ? std::string(ln ? "xk_norm2_bf16_ln" : "xk_norm2_bf16_rms") + (pre ? "_pre" : "")
+                                             : std::string(ln ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms");
+    const char* kname = kname_s.c_str();
     cl_kernel k = ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
@@ -245,7 +270,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
                          (d.kind == NormKind::layer_norm ? 8 : 0) | (al == 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(k, i++, dts);
     set_arg(k, i++, flags);
-    const size_t local = bf16k ? local16 : row_wg(ctx, d.hidden), global = static_cast<size_t>(d.rows) * local;
+    const size_t local = bf16k ? local16 : local32, global = static_cast<size_t>(d.rows) * local;
     verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
                              ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
@@ -338,7 +363,13 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     // bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernel.
     const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.cols % 8 == 0 &&
                        d.cols / 8 <= static_cast<int64_t>(local16) * kNv16;
-    cl_kernel k = ops_kernel(ctx, bf16k ? "xk_softmax_bf16" : "xk_softmax", 3);
+    const size_t local32 = row_wg(ctx, d.cols);
+    const bool f32k = row_v2_on() && d.x_dtype == DType::f32 && d.y_dtype == DType::f32 && al == 2 && d.cols % 8 == 0 &&
+                      local32 <= kMaxWg2 && d.cols / 8 <= static_cast<int64_t>(local32) * kNv;
+    const char* kname = f32k ? "xk_softmax2_f32"
+                        : !bf16k ? "xk_softmax"
+                        : row_v2_on() && local16 <= kMaxWg2 ? "xk_softmax2_bf16" : "xk_softmax_bf16";
+    cl_kernel k = ops_kernel(ctx, kname, 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -348,8 +379,8 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
     set_arg(k, i++, static_cast<cl_int>(al));
-    const size_t local = bf16k ? local16 : row_wg(ctx, d.cols), global = static_cast<size_t>(d.rows) * local;
-    verbose_pick("softmax", std::string(bf16k ? "ocl:xk_softmax_bf16,wg=" : "ocl:xk_softmax,wg=") + std::to_string(local) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+    const size_t local = bf16k ? local16 : local32, global = static_cast<size_t>(d.rows) * local;
+    verbose_pick("softmax", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -467,7 +498,8 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     const bool vec8 = bf16_kernels_on() && (d.dtype == DType::bf16 || d.dtype == DType::f16) && d.style == RopeStyle::neox && al == 2 &&
                       (d.rotary_dim / 2) % 8 == 0;
     const bool vec4 = !vec8 && (d.rotary_dim / 2) % 4 == 0;  // four pairs per work-item
-    const char* kname = vec8 ? "xk_rope8" : vec4 ? "xk_rope4" : "xk_rope";
+    const bool heads8 = vec8 && row_v2_on() && d.dtype == DType::bf16;  // 8 pairs of kRopeHeads heads per work-item
+    const char* kname = heads8 ? "xk_rope8h" : vec8 ? "xk_rope8" : vec4 ? "xk_rope4" : "xk_rope";
     cl_kernel kk = ops_kernel(ctx, kname, 4);
     const cl_mem any = mem_of(t.positions);
     cl_uint i = 0;
@@ -484,7 +516,8 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
                          (d.position_type == RopePositionType::s32 ? 4 : 0) | (al >= 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(kk, i++, flags);
     const int64_t heads = d.q_heads + d.k_heads;
-    const int64_t total = checked_mul(fn, "tokens*heads*rotary_dim/2", checked_mul(fn, "tokens*heads", d.tokens, heads),
+    const int64_t item_heads = heads8 ? (heads + kRopeHeads - 1) / kRopeHeads : heads;
+    const int64_t total = checked_mul(fn, "tokens*heads*rotary_dim/2", checked_mul(fn, "tokens*heads", d.tokens, item_heads),
                                       d.rotary_dim / (vec8 ? 16 : vec4 ? 8 : 2));
     set_arg(kk, i++, U(heads));
     set_arg(kk, i++, U(total));

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -107,9 +108,13 @@ std::string build_log(cl_program p, cl_device_id d) {
 }
 
 // Builds entry->program; sets build_error on failure. Counts into c.pstats under programs_mu.
+// XK_GPU_CL_OPTIONS: appended to every build's options (part of the disk key); the build log of
+// each source build then goes to stderr (e.g. "-cl-nv-verbose": NVIDIA's registers per kernel).
 void build_entry(ContextImpl& c, ProgramEntry& e, std::string_view name, const std::string& source,
-                 const std::string& options) {
+                 const std::string& base_options) {
     const double t0 = xk::detail::now_us();
+    const char* extra = std::getenv("XK_GPU_CL_OPTIONS");
+    const std::string options = extra && *extra ? base_options + " " + extra : base_options;
     const std::string dir = cache_dir();
     const std::string key = disk_key(c, source, options);
     const std::string path = dir.empty() ? std::string() : dir + "/" + hex(fnv1a(key.data(), key.size())) + ".bin";
@@ -149,6 +154,9 @@ void build_entry(ContextImpl& c, ProgramEntry& e, std::string_view name, const s
             return;
         }
         e.program = p;
+        if (extra && *extra)
+            std::fprintf(stderr, "[xk] build log of \"%.*s\" (options \"%s\"):\n%s\n", static_cast<int>(name.size()), name.data(),
+                         options.c_str(), build_log(p, c.device).c_str());
         if (!path.empty()) {
             size_t bsize = 0;
             if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsize, &bsize, nullptr) == CL_SUCCESS && bsize > 0) {

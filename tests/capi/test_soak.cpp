@@ -284,7 +284,7 @@ void add_gemm(std::vector<Case>& cases, const std::string& name, const GemmDesc&
     capi_ok(xk_gemm_plan_pack_b(cplan.get(), g->B.data(), &cpk_raw), "xk_gemm_plan_pack_b");
     std::shared_ptr<xk_gemm_packed_b> cpacked(cpk_raw, xk_gemm_packed_b_destroy);
 
-    // "amx:bf16:decode" (M 2..31 at the amx cap) runs the tiles for a PackedB and the vector
+    // "amx:bf16:decode" (M 1..31 at the amx cap) runs the tiles for a PackedB and the vector
     // kernel for a plain B: two sums of different order, so its packed calls are a case of their own.
     const bool split = c.impl == "amx:bf16:decode";
     Case cp(kGemm, name + " (PackedB: tiles)", c_bytes);

@@ -150,9 +150,9 @@ bool ref_runs(const GemmDesc& d) {
 std::string want_impl(const GemmDesc& d) {
     if (ref_runs(d)) return "ref:scalar";
     if (max_isa() >= Isa::amx && d.M >= 32) return "amx:bf16";  // the tiles, from 32 rows up
-    // M 2..31: the tiles for a PackedB in their layout, the vector pick for a plain B
+    // M 1..31: the tiles for a PackedB in their layout, the vector pick for a plain B
     const char* dec = std::getenv("XK_AMX_DECODE");  // (=0: the decode-sized tiles off)
-    if (max_isa() >= Isa::amx && d.M >= 2 && !ref_preferred(d) && !(dec && std::string(dec) == "0"))
+    if (max_isa() >= Isa::amx && d.M >= 1 && !ref_preferred(d) && !(dec && std::string(dec) == "0"))
         return "amx:bf16:decode";
     return gemv_runs(d) ? gemv_name() : isa_prefix();
 }
@@ -572,8 +572,10 @@ TEST(GemmBf16, PackedBServesEveryMAndIsBf16) {
                             const GemmPlan packer(pc.desc());
                             const PackedB w = packer.pack_b(src.B.data());
                             const bool jit_layout = !ref_runs(pc.desc());
-                            // Plans of 32 rows and more pack for the AMX tiles at the amx cap.
-                            const bool amx_layout = jit_layout && isa >= Isa::amx && packer_m >= 32;
+                            // Plans of 32 rows and more, and the decode-sized ones ("amx:bf16:decode",
+                            // M 1..31), pack for the AMX tiles at the amx cap.
+                            const bool amx_layout = jit_layout && isa >= Isa::amx &&
+                                                    (packer_m >= 32 || want_impl(pc.desc()) == "amx:bf16:decode");
                             if (amx_layout) {
                                 EXPECT_EQ(w.layout(), "amx:bf16:K" + std::to_string(K) + ":N" + std::to_string(N));
                                 EXPECT_EQ(w.size_bytes(), static_cast<size_t>((N + 31) / 32 * ((K + 31) / 32) * 2048));

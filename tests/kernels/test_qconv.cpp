@@ -1,12 +1,28 @@
-// int8 convolution (xk::qconv2d): every ISA (the int8 GEMM's avx2 / avx2_vnni / avx512 kernels
-// through "gemm:qconv") and the reference against an oracle written here (exact int64 sum of
-// (src - zp) * w, the epilogue in double), 1x1 (the direct GEMM) and im2col shapes (3x3, strides,
-// asymmetric padding that reads the zero point, dilation), u8 / s8 src, u8 / s8 / f32 dst, bias,
-// ReLU, zero points, odd channel counts, 1 and 2 threads, bad input (nothing written).
-// Tolerances: f32 dst |got - want| <= 1e-5 * (|want| + |bias| + 1) (the f32 scale product and the
-// float(acc) conversion); u8 / s8 dst within 1 (a value within rounding of a .5 boundary may go
-// either way after the f32 epilogue), and exactly equal where the oracle is >= 0.01 from one.
+// int8 convolution (xk::qconv2d / QConvPlan), both routes against an oracle written here (exact
+// int64 sum of (src - zp) * w, the epilogue in double):
+//   gemm:qconv   every ISA (the int8 GEMM's avx2 / avx2_vnni / avx512 kernels) and the reference:
+//                1x1 (the direct GEMM) and im2col shapes (3x3, strides, asymmetric padding that reads
+//                the zero point, dilation), u8 / s8 src, u8 / s8 / f32 dst, bias, ReLU, zero points,
+//                odd channel counts, 1 and 2 threads, packed plans; bad input (nothing written).
+//   onednn:qconv (AVX-512 VNNI / AMX machines) forced with XK_QCONV_IMPL=onednn: odd shapes (1x1,
+//                3x3, 7x7 stride 2, strides, asymmetric padding, dilation, N > 1, odd channels),
+//                u8 / s8 src, u8 / s8 / f32 dst, every activation, bias or not, zero points zero or
+//                not, one-shot and packed plans at 1 and 2 threads, new scales on the same plan,
+//                parameters oneDNN cannot take (falls back to ours), routing / override / packs of
+//                the other route rejected, bad input validated before any oneDNN call.
+// Tolerances:
+//   f32 dst: |got - want| <= 1e-5 * (|want| + |bias| + 1) (the f32 scale product and the
+//     float(acc) conversion; oneDNN: its bias / scale order, same bound); gelu / silu: + 1e-5
+//     (the activation's approximation).
+//   u8 / s8 dst, gemm:qconv and the reference: within 1 where the oracle is < 0.01 from a .5
+//     boundary (the f32 epilogue may round either way), else exactly equal.
+//   u8 / s8 dst, onednn:qconv: within 1 everywhere (oneDNN adds the bias before its output scale,
+//     as bias / scale, and rounds after adding the zero point: ties and near-ties may go the
+//     other way). Exactness holds only where our own path runs.
 #include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
 
 #include "common/test_util.hpp"
 #include "kernels/conv/conv.hpp"
@@ -34,6 +50,37 @@ struct Shape {
     int64_t n, c, h, w, oc, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw;
 };
 
+double act(Activation a, double x) {
+    switch (a) {
+        case Activation::none: return x;
+        case Activation::relu: return std::max(x, 0.0);
+        case Activation::gelu_erf: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+        case Activation::gelu_tanh:
+            return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+        case Activation::silu: return x / (1.0 + std::exp(-x));
+    }
+    return x;
+}
+
+// Sets an environment variable for a scope (XK_QCONV_IMPL: the route override).
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* o = std::getenv(name)) had_ = true, old_ = o;
+        if (value) setenv(name, value, 1);
+        else unsetenv(name);
+    }
+    ~ScopedEnv() {
+        if (had_) setenv(name_, old_.c_str(), 1);
+        else unsetenv(name_);
+    }
+
+private:
+    const char* name_;
+    bool had_ = false;
+    std::string old_;
+};
+
 std::vector<double> oracle(const QConvDesc& d, int64_t oh, int64_t ow, const uint8_t* src, const int8_t* wt,
                            const float* bias, const float* ws, float ss, int32_t szp) {
     const bool su8 = d.src_dtype == DType::u8;
@@ -55,13 +102,14 @@ std::vector<double> oracle(const QConvDesc& d, int64_t oh, int64_t ow, const uin
                             }
                         }
                     double v = static_cast<double>(ss) * ws[o] * static_cast<double>(acc) + (bias ? bias[o] : 0.0);
-                    if (d.activation == Activation::relu) v = std::max(v, 0.0);
+                    v = act(d.activation, v);
                     out[static_cast<size_t>(((n * oh + oy) * ow + ox) * d.oc + o)] = v;
                 }
     return out;
 }
 
 TEST(QConv, EveryIsaMatchesOracle) {
+    const ScopedEnv route("XK_QCONV_IMPL", "gemm");  // our path at every ISA (oneDNN: below)
     const Shape shapes[] = {
         {2, 17, 5, 7, 9, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},   // 1x1: one GEMM
         {1, 7, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   // 3x3 pad 1
@@ -157,6 +205,7 @@ TEST(QConv, EveryIsaMatchesOracle) {
 }
 
 TEST(QConv, BadInput) {
+    const ScopedEnv route("XK_QCONV_IMPL", "onednn");  // validation comes before any oneDNN call
     QConvDesc d;
     d.c = 4; d.h = 3; d.w = 3; d.oc = 2; d.kh = d.kw = 3; d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
     d.dst_dtype = DType::u8;
@@ -201,6 +250,225 @@ TEST(QConv, BadInput) {
     XK_EXPECT_INVALID(QConvPlan(d).run(a, pw_other), "packed_weights=");
     XK_EXPECT_INVALID(QConvPlan(d).run(a, QConvPackedWeights()), "packed_weights=empty");
     for (uint8_t v : dst) ASSERT_EQ(v, 42) << "a rejected call wrote dst";
+}
+
+// ---- onednn:qconv ----------------------------------------------------------------------------
+
+namespace dq {
+
+struct Params {
+    float src_scale;
+    int32_t src_zp;
+    float dst_scale;
+    int32_t dst_zp;
+};
+
+// Compares got against the oracle; onednn: within 1 everywhere (int8 dst), else the exact rule.
+size_t compare(const QConvDesc& d, const std::vector<double>& want, const void* got, const Params& q,
+               const std::vector<float>& bias, bool onednn, const std::string& who) {
+    const DType dt = d.dst_dtype;
+    const bool approx_act = d.activation != Activation::none && d.activation != Activation::relu;
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        const int64_t o = static_cast<int64_t>(i) % d.oc;
+        bool ok;
+        double gv;
+        if (dt == DType::f32) {
+            gv = static_cast<const float*>(got)[i];
+            const double b = d.with_bias ? std::fabs(bias[o]) : 0.0;
+            ok = std::fabs(gv - want[i]) <= 1e-5 * (std::fabs(want[i]) + b + 1) + (approx_act ? 1e-5 : 0.0);
+        } else {
+            const double lo = dt == DType::u8 ? 0 : -128, hi = dt == DType::u8 ? 255 : 127;
+            const double x = want[i] / q.dst_scale;
+            const double qv = std::min(hi, std::max(lo, std::nearbyint(x) + q.dst_zp));
+            gv = dt == DType::u8 ? static_cast<const uint8_t*>(got)[i] : static_cast<const int8_t*>(got)[i];
+            const bool near_half = std::fabs(std::fabs(x - std::floor(x)) - 0.5) < 0.01;
+            ok = (onednn || near_half) ? std::fabs(gv - qv) <= 1 : gv == qv;
+        }
+        if (!ok && bad++ < 3) ADD_FAILURE() << who << " [" << i << "] got " << gv << " want " << want[i];
+    }
+    return bad;
+}
+
+struct Case {
+    QConvDesc d;
+    detail::QConvProblem p;
+    Buffer<uint8_t> src;
+    Buffer<int8_t> wt;
+    std::vector<float> bias, ws;
+    size_t nd = 0;
+
+    explicit Case(const QConvDesc& desc, uint64_t seed) : d(desc), p(detail::qconv_validate_desc("test", desc)) {
+        const size_t ns = static_cast<size_t>(d.n * d.h * d.w * d.c), nw = static_cast<size_t>(d.oc * d.kh * d.kw * d.c);
+        nd = static_cast<size_t>(d.n * p.oh * p.ow * d.oc);
+        src = Buffer<uint8_t>(ns, 1);
+        wt = Buffer<int8_t>(nw, 3);
+        std::mt19937_64 g(seed);
+        for (auto& v : src) v = static_cast<uint8_t>(g());
+        for (auto& v : wt) v = static_cast<int8_t>(g());
+        bias.resize(static_cast<size_t>(d.oc));
+        ws.resize(static_cast<size_t>(d.oc));
+        for (int64_t o = 0; o < d.oc; ++o) {
+            bias[o] = static_cast<float>(static_cast<int>(g() % 2001) - 1000) / 10.0f;
+            ws[o] = 1e-3f * static_cast<float>(1 + g() % 100);
+        }
+    }
+    QConvArgs args(const Params& q, void* dst) const {
+        QConvArgs a;
+        a.src = src.data(); a.weights = wt.data(); a.bias = d.with_bias ? bias.data() : nullptr; a.dst = dst;
+        a.weight_scales = ws.data(); a.src_scale = q.src_scale; a.src_zero_point = q.src_zp;
+        a.dst_scale = q.dst_scale; a.dst_zero_point = q.dst_zp;
+        return a;
+    }
+    std::vector<double> want(const Params& q) const {
+        return oracle(d, p.oh, p.ow, src.data(), wt.data(), d.with_bias ? bias.data() : nullptr, ws.data(), q.src_scale,
+                      q.src_zp);
+    }
+    size_t dst_bytes() const { return nd * static_cast<size_t>(dtype_size(d.dst_dtype)); }
+};
+
+bool onednn_route_available() { return isa_supported(Isa::avx512_vnni); }
+
+}  // namespace dq
+
+TEST(QConvOnednn, MatchesOracleWithinOne) {
+    if (!dq::onednn_route_available()) GTEST_SKIP() << "onednn:qconv needs AVX-512 VNNI (or AMX)";
+    const ScopedEnv route("XK_QCONV_IMPL", "onednn");
+    const Shape shapes[] = {
+        {2, 17, 5, 7, 9, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},     // 1x1, N = 2, odd channels
+        {1, 7, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // 3x3 pad 1
+        {2, 3, 11, 8, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     // stride 2
+        {1, 16, 6, 6, 7, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1},     // 1x1 stride 2
+        {1, 5, 9, 10, 3, 3, 2, 1, 1, 2, 0, 1, 1, 2, 1},     // asymmetric padding, dilation
+        {1, 3, 15, 13, 19, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1},   // 7x7 stride 2 pad 3 (a stem)
+        {3, 33, 7, 5, 31, 3, 3, 1, 2, 0, 1, 1, 0, 1, 1},    // N = 3, odd channels, mixed stride / padding
+        {1, 64, 14, 14, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // larger (Release only)
+    };
+    const Activation acts[] = {Activation::none, Activation::relu, Activation::gelu_erf, Activation::gelu_tanh,
+                               Activation::silu};
+    uint64_t seed = 100;
+    int idx = 0, on_onednn = 0;
+    for (const Shape& s : shapes) {
+        if (kSlow && s.c == 64) continue;
+        for (DType st : {DType::u8, DType::s8})
+            for (DType dt : {DType::u8, DType::s8, DType::f32}) {
+                ++idx;
+                QConvDesc d;
+                d.n = s.n; d.c = s.c; d.h = s.h; d.w = s.w; d.oc = s.oc; d.kh = s.kh; d.kw = s.kw;
+                d.stride_h = s.sh; d.stride_w = s.sw; d.pad_top = s.pt; d.pad_bottom = s.pb; d.pad_left = s.pl;
+                d.pad_right = s.pr; d.dilation_h = s.dh; d.dilation_w = s.dw;
+                d.src_dtype = st; d.dst_dtype = dt;
+                d.with_bias = idx % 2 == 0;
+                d.activation = acts[idx % 5];
+                const dq::Case c(d, seed++);
+                SCOPED_TRACE(c.p.key());
+                // Zero points zero or not (a source zero point moves oneDNN to its jit_int8 kernels).
+                const bool zp = idx % 3 != 0;
+                const dq::Params q1{0.02f, zp ? (st == DType::u8 ? 128 : -3) : 0, dt == DType::f32 ? 1.0f : 0.5f,
+                                    zp ? (dt == DType::u8 ? 100 : (dt == DType::s8 ? 5 : 0)) : 0};
+                const dq::Params q2{0.03f, st == DType::u8 ? 7 : 11, dt == DType::f32 ? 1.0f : 0.75f,
+                                    dt == DType::u8 ? 3 : (dt == DType::s8 ? -9 : 0)};
+                const std::vector<double> w1 = c.want(q1), w2 = c.want(q2);
+                const bool dnn = detail::onednn_qconv_supports(c.p);
+                on_onednn += dnn;
+                EXPECT_STREQ(qconv2d_impl_name(d), dnn ? "onednn:qconv" : "gemm:qconv");
+                // One-shot at 1 thread.
+                set_num_threads(1);
+                Buffer<uint8_t> out(c.dst_bytes(), dt == DType::f32 ? 4 : 1);
+                qconv2d(d, c.args(q1, out.data()));
+                dq::compare(d, w1, out.data(), q1, c.bias, dnn, "one-shot");
+                // A plan, weights packed once, 2 threads: the first parameters, new ones (another
+                // primitive), the first again (kept).
+                set_num_threads(2);
+                const QConvPlan plan(d);
+                EXPECT_STREQ(plan.impl_name(), dnn ? "onednn:qconv" : "gemm:qconv");
+                if (dnn) EXPECT_EQ(plan.backend_info().rfind("onednn:", 0), 0u) << plan.backend_info();
+                const QConvPackedWeights pw = plan.pack_weights(c.wt.data());
+                for (const dq::Params* q : {&q1, &q2, &q1}) {
+                    Buffer<uint8_t> o2(c.dst_bytes());
+                    QConvArgs b = c.args(*q, o2.data());
+                    b.weights = nullptr;
+                    plan.run(b, pw);
+                    dq::compare(d, q == &q1 ? w1 : w2, o2.data(), *q, c.bias, dnn, "plan");
+                }
+                set_num_threads(0);
+            }
+    }
+    EXPECT_GT(on_onednn, 0) << "no case ran on oneDNN";
+}
+
+TEST(QConvOnednn, ParametersOneDnnCannotTakeRunOurs) {
+    if (!dq::onednn_route_available()) GTEST_SKIP() << "onednn:qconv needs AVX-512 VNNI (or AMX)";
+    const ScopedEnv route("XK_QCONV_IMPL", "onednn");
+    QConvDesc d;
+    d.n = 1; d.c = 9; d.h = d.w = 6; d.oc = 5; d.kh = d.kw = 3; d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
+    d.dst_dtype = DType::s8;
+    d.with_bias = true;
+    const dq::Case c(d, 7);
+    const QConvPlan plan(d);
+    ASSERT_STREQ(plan.impl_name(), "onednn:qconv");
+    const QConvPackedWeights pw = plan.pack_weights(c.wt.data());
+    // src_scale * weight_scales[o] subnormal in f32 (no output scale oneDNN can take; bias /
+    // scale overflows), or 1 / dst_scale overflowing: those calls run on gemm:qconv (XK_VERBOSE=1
+    // logs "fallback"), with its exact-rounding tolerance.
+    for (const dq::Params q : {dq::Params{1e-37f, 3, 0.25f, -2}, dq::Params{0.02f, 3, 1e-39f, -2}}) {
+        Buffer<uint8_t> out(c.dst_bytes());
+        QConvArgs b = c.args(q, out.data());
+        b.weights = nullptr;
+        plan.run(b, pw);
+        EXPECT_EQ(dq::compare(d, c.want(q), out.data(), q, c.bias, /*onednn=*/false, "fallback"), 0u) << q.src_scale;
+    }
+}
+
+TEST(QConvOnednn, RoutingOverrideAndPacks) {
+    QConvDesc d;
+    d.n = 1; d.c = 32; d.h = d.w = 8; d.oc = 16; d.kh = d.kw = 3; d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
+    d.dst_dtype = DType::u8;
+    d.with_bias = true;
+    d.activation = Activation::relu;
+    const dq::Case c(d, 9);
+    {
+        const ScopedEnv route("XK_QCONV_IMPL", "gemm");
+        const QConvPlan g(d);
+        EXPECT_STREQ(g.impl_name(), "gemm:qconv");
+        EXPECT_EQ(g.backend_info(), "");
+    }
+    if (!dq::onednn_route_available()) GTEST_SKIP() << "onednn:qconv needs AVX-512 VNNI (or AMX)";
+    // The timed route: one of the two, the same decision for the next plan and the one-shot.
+    detail::qconv_tune_clear();
+    {
+        const ScopedEnv route("XK_QCONV_IMPL", nullptr);
+        const QConvPlan t1(d), t2(d);
+        EXPECT_TRUE(std::string(t1.impl_name()) == "onednn:qconv" || std::string(t1.impl_name()) == "gemm:qconv");
+        EXPECT_STREQ(t1.impl_name(), t2.impl_name());
+        EXPECT_STREQ(qconv2d_impl_name(d), t1.impl_name());
+    }
+    const ScopedEnv gemm_env("XK_QCONV_IMPL", "gemm");
+    const QConvPlan g(d);
+    const QConvPackedWeights pg = g.pack_weights(c.wt.data());
+    const ScopedEnv dnn_env("XK_QCONV_IMPL", "onednn");
+    const QConvPlan o(d);
+    ASSERT_STREQ(o.impl_name(), "onednn:qconv");
+    const QConvPackedWeights po = o.pack_weights(c.wt.data());
+    // A pack of the other route is rejected (same descriptor), nothing written.
+    const dq::Params q{0.02f, 0, 0.5f, 3};
+    std::vector<uint8_t> dst(c.dst_bytes(), 42);
+    QConvArgs a = c.args(q, dst.data());
+    XK_EXPECT_INVALID(o.run(a, pg), "packed_weights=gemm:qconv|");
+    XK_EXPECT_INVALID(g.run(a, po), "packed_weights=onednn:qconv|");
+    for (uint8_t v : dst) ASSERT_EQ(v, 42) << "a rejected call wrote dst";
+    // Under a cap without VNNI the override cannot pick oneDNN (its int8 kernels would saturate).
+    set_max_isa(Isa::avx512);
+    EXPECT_STREQ(QConvPlan(d).impl_name(), "gemm:qconv");
+    reset_max_isa();
+    // Both routes agree within 1 (u8 dst, ReLU).
+    std::vector<uint8_t> og(c.dst_bytes()), oo(c.dst_bytes());
+    a.weights = nullptr;
+    a.dst = og.data();
+    g.run(a, pg);
+    a.dst = oo.data();
+    o.run(a, po);
+    for (size_t i = 0; i < og.size(); ++i) ASSERT_LE(std::abs(int(og[i]) - int(oo[i])), 1) << i;
 }
 
 }  // namespace

@@ -193,6 +193,58 @@ inline float wg_max(float v, __local float* buf, __local float4* buf2) {
     return fmax(fmax(r.x, r.y), fmax(r.z, r.w));
 }
 
+// The v2 row kernels' groups: <= XK_MAXWG2 work-items (their float2 reduction buffer stays 4 KB,
+// the local memory of the kernels before them, so the L1 left beside it is the same).
+#ifndef XK_MAXWG2
+#define XK_MAXWG2 512
+#endif
+// (sum a, sum b) of every work-item in one reduction (two barriers): LayerNorm's moments.
+// buf: XK_MAXWG2 float2, buf2: 16 float4 (32 float2 partials). Same order in every item.
+inline float2 wg_sum2(float2 v, __local float2* buf, __local float4* buf2) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < 32; t += wg) {
+        float2 s = (float2)(0.0f);
+        for (int j = t; j < wg; j += 32) s += buf[j];
+        ((__local float2*)buf2)[t] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 r = buf2[0];
+    for (int j = 1; j < 16; ++j) r += buf2[j];
+    return r.xy + r.zw;
+}
+// Softmax's (max, sum) in one reduction (two barriers): each item gives its local max m and
+// s = sum exp(v - m) over its values; returns (M, S = sum s exp(m - M)). Stage 1: items 0..7 merge
+// the items t, t + 8, ...; stage 2: every item merges the 8 partials (same order everywhere).
+// An item with m = -inf (no visible value) adds nothing.
+inline float2 wg_maxsum(float m, float s, __local float2* buf, __local float4* buf2) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    buf[lid] = (float2)(m, s);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < 8; t += wg) {
+        float mm = -INFINITY, ss = 0.0f;
+        for (int j = t; j < wg; j += 8) mm = fmax(mm, buf[j].x);
+        if (mm != -INFINITY)
+            for (int j = t; j < wg; j += 8) {
+                const float2 e = buf[j];
+                if (e.x != -INFINITY) ss += e.y * exp(e.x - mm);
+            }
+        ((__local float2*)buf2)[t] = (float2)(mm, ss);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float4 p0 = buf2[0], p1 = buf2[1], p2 = buf2[2], p3 = buf2[3];
+    const float M = fmax(fmax(fmax(p0.x, p0.z), fmax(p1.x, p1.z)), fmax(fmax(p2.x, p2.z), fmax(p3.x, p3.z)));
+    if (M == -INFINITY) return (float2)(M, 0.0f);
+    float S = 0.0f;
+    const float4 p[4] = {p0, p1, p2, p3};
+    for (int j = 0; j < 4; ++j) {
+        if (p[j].x != -INFINITY) S += p[j].y * exp(p[j].x - M);
+        if (p[j].z != -INFINITY) S += p[j].w * exp(p[j].z - M);
+    }
+    return (float2)(M, S);
+}
+
 #ifndef XK_OP
 #define XK_OP 0  // 0: every op
 #endif
@@ -202,6 +254,26 @@ inline float wg_max(float v, __local float* buf, __local float4* buf2) {
 #ifndef XK_NV16
 #define XK_NV16 8  // the same for the bf16 row kernels (twice the elements, packed: the same registers)
 #endif
+
+// Chunk-of-8 accessors of the v2 row kernels (norm2 / softmax2), per storage type: f32 a float8
+// (two float4), bf16 packed (uint4). Row bases multiples of 8 elements.
+#define LDX_F32(p, i) ((float8)(*((__global const float4*)((__global const float*)(p) + (i))), \
+                                *((__global const float4*)((__global const float*)(p) + (i) + 4))))
+#define CV_F32(r) (r)
+#define PK_F32(v) (v)
+#define STX_F32(p, i, r) do { __global float4* q_ = (__global float4*)((__global float*)(p) + (i)); q_[0] = (r).lo; q_[1] = (r).hi; } while (0)
+#define LD1_F32(p, i) (((__global const float*)(p))[i])
+#define RAW_F32 float8
+#define NVC_F32 XK_NV
+#define EPI_F32 2
+#define LDX_BF16(p, i) ldr(p, i)
+#define CV_BF16(r) bf8_f(r)
+#define PK_BF16(v) f_bf8(v)
+#define STX_BF16(p, i, r) str(p, i, r)
+#define LD1_BF16(p, i) bf16_to_f(((__global const ushort*)(p))[i])
+#define RAW_BF16 uint4
+#define NVC_BF16 XK_NV16
+#define EPI_BF16 4
 
 #if XK_OP == 0 || XK_OP == 1
 // ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
@@ -412,6 +484,248 @@ inline void norm_bf16(const bool LAYER, __local float* buf, __local float4* buf2
     }
 XK_NORM_BF16_KERNEL(xk_norm_bf16_rms, false)
 XK_NORM_BF16_KERNEL(xk_norm_bf16_ln, true)
+
+// ---- RMSNorm / LayerNorm v2: every tensor f32, or every tensor bf16 ---------------------------------
+// Taken (unless XK_GPU_ROW_V2=0) when every row base and hidden are multiples of 8 elements and
+// the row fits in registers: f32 XK_NV chunks of 8 per work-item (two float4 each), bf16 XK_NV16
+// packed (a uint4 each). Every load of the row (and the residual) is issued before the first use
+// (clamped indices); with the residual, h = x + residual is stored (to residual_out, maybe the
+// residual itself) after the reduction, with y. One reduction per row (two barriers): RMSNorm sum x^2; LayerNorm sum d and
+// sum d^2 together, d = x - K with K the row's first x (+ residual) (a shift near the data, so
+// sum d^2 / n - mean_d^2 does not cancel). Only the row is held across the barriers: the weight
+// and bias are read after the reduction (the same 8-16 KB for every row: L1 / L2 hits), in groups
+// of XK_EPI chunks issued together, so the registers held are the row's, not row + weight + bias.
+inline void norm2_f32(const bool LAYER, const bool PRE, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
+                     __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
+                     ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
+                     ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
+    const ulong row = get_group_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint nc = (uint)(hidden / 8);
+    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
+    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
+    const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
+    const float inv_n = 1.0f / (float)hidden;
+    RAW_F32 h[NVC_F32];
+    #pragma unroll
+    for (int j = 0; j < NVC_F32; ++j) {
+        const uint c = lid + (uint)j * wg;
+        h[j] = LDX_F32(x, xr + (c < nc ? c : nc - 1) * 8);
+    }
+    RAW_F32 wp[NVC_F32], bp[NVC_F32];  // PRE: the weight / bias with the row
+    if (PRE) {
+        #pragma unroll
+        for (int j = 0; j < NVC_F32; ++j) {
+            const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
+            if (hw) wp[j] = LDX_F32(w, w_off + cc);
+            if (hb) bp[j] = LDX_F32(b, b_off + cc);
+        }
+    }
+    float K = 0.0f;
+    if (LAYER) K = LD1_F32(x, xr);
+    if (fused) {
+        RAW_F32 r[NVC_F32];
+        #pragma unroll
+        for (int j = 0; j < NVC_F32; ++j) {
+            const uint c = lid + (uint)j * wg;
+            r[j] = LDX_F32(res, rr + (c < nc ? c : nc - 1) * 8);
+        }
+        if (LAYER) K += LD1_F32(res, rr);
+        #pragma unroll
+        for (int j = 0; j < NVC_F32; ++j) {
+            h[j] = PK_F32(CV_F32(h[j]) + CV_F32(r[j]));
+        }
+    }
+    float2 s = (float2)(0.0f);
+    #pragma unroll
+    for (int j = 0; j < NVC_F32; ++j) {
+        const uint c = lid + (uint)j * wg;
+        const float8 d = c < nc ? CV_F32(h[j]) - K : (float8)(0.0f);
+        if (LAYER) s.x += hsum8(d);
+        s.y += hsum8(d * d);
+    }
+    float mean = 0.0f, rstd;
+    if (LAYER) {
+        const float2 t = wg_sum2(s, buf, buf2) * inv_n;
+        mean = K + t.x;
+        rstd = rsqrt(fmax(t.y - t.x * t.x, 0.0f) + eps);
+    } else {
+        rstd = rsqrt(wg_sum(s.y, (__local float*)buf, buf2) * inv_n + eps);
+    }
+    #pragma unroll
+    for (int j0 = 0; j0 < NVC_F32; j0 += EPI_F32) {
+        RAW_F32 wr[EPI_F32], br[EPI_F32];
+        #pragma unroll
+        for (int j = 0; j < EPI_F32; ++j) {
+            const uint c = lid + (uint)(j0 + j) * wg, cc = (c < nc ? c : nc - 1) * 8;
+            if (hw) wr[j] = PRE ? wp[j0 + j] : LDX_F32(w, w_off + cc);
+            if (hb) br[j] = PRE ? bp[j0 + j] : LDX_F32(b, b_off + cc);
+        }
+        #pragma unroll
+        for (int j = 0; j < EPI_F32; ++j) {
+            const uint c = lid + (uint)(j0 + j) * wg;
+            if (c < nc) {
+                if (fused) STX_F32(res_out, ror + c * 8, h[j0 + j]);  // after the barriers: K read the residual
+                float8 o = (CV_F32(h[j0 + j]) - mean) * rstd;
+                if (hw) o *= CV_F32(wr[j]);
+                if (hb) o += CV_F32(br[j]);
+                STX_F32(y, yr + c * 8, PK_F32(o));
+            }
+        }
+    }
+}
+inline void norm2_bf16(const bool LAYER, const bool PRE, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
+                     __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
+                     ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
+                     ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
+    const ulong row = get_group_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint nc = (uint)(hidden / 8);
+    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
+    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
+    const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
+    const float inv_n = 1.0f / (float)hidden;
+    RAW_BF16 h[NVC_BF16];
+    #pragma unroll
+    for (int j = 0; j < NVC_BF16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        h[j] = LDX_BF16(x, xr + (c < nc ? c : nc - 1) * 8);
+    }
+    RAW_BF16 wp[NVC_BF16], bp[NVC_BF16];  // PRE: the weight / bias with the row
+    if (PRE) {
+        #pragma unroll
+        for (int j = 0; j < NVC_BF16; ++j) {
+            const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
+            if (hw) wp[j] = LDX_BF16(w, w_off + cc);
+            if (hb) bp[j] = LDX_BF16(b, b_off + cc);
+        }
+    }
+    float K = 0.0f;
+    if (LAYER) K = LD1_BF16(x, xr);
+    if (fused) {
+        RAW_BF16 r[NVC_BF16];
+        #pragma unroll
+        for (int j = 0; j < NVC_BF16; ++j) {
+            const uint c = lid + (uint)j * wg;
+            r[j] = LDX_BF16(res, rr + (c < nc ? c : nc - 1) * 8);
+        }
+        if (LAYER) K += LD1_BF16(res, rr);
+        #pragma unroll
+        for (int j = 0; j < NVC_BF16; ++j) {
+            h[j] = PK_BF16(CV_BF16(h[j]) + CV_BF16(r[j]));
+        }
+    }
+    float2 s = (float2)(0.0f);
+    #pragma unroll
+    for (int j = 0; j < NVC_BF16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        const float8 d = c < nc ? CV_BF16(h[j]) - K : (float8)(0.0f);
+        if (LAYER) s.x += hsum8(d);
+        s.y += hsum8(d * d);
+    }
+    float mean = 0.0f, rstd;
+    if (LAYER) {
+        const float2 t = wg_sum2(s, buf, buf2) * inv_n;
+        mean = K + t.x;
+        rstd = rsqrt(fmax(t.y - t.x * t.x, 0.0f) + eps);
+    } else {
+        rstd = rsqrt(wg_sum(s.y, (__local float*)buf, buf2) * inv_n + eps);
+    }
+    #pragma unroll
+    for (int j0 = 0; j0 < NVC_BF16; j0 += EPI_BF16) {
+        RAW_BF16 wr[EPI_BF16], br[EPI_BF16];
+        #pragma unroll
+        for (int j = 0; j < EPI_BF16; ++j) {
+            const uint c = lid + (uint)(j0 + j) * wg, cc = (c < nc ? c : nc - 1) * 8;
+            if (hw) wr[j] = PRE ? wp[j0 + j] : LDX_BF16(w, w_off + cc);
+            if (hb) br[j] = PRE ? bp[j0 + j] : LDX_BF16(b, b_off + cc);
+        }
+        #pragma unroll
+        for (int j = 0; j < EPI_BF16; ++j) {
+            const uint c = lid + (uint)(j0 + j) * wg;
+            if (c < nc) {
+                if (fused) STX_BF16(res_out, ror + c * 8, h[j0 + j]);  // after the barriers: K read the residual
+                float8 o = (CV_BF16(h[j0 + j]) - mean) * rstd;
+                if (hw) o *= CV_BF16(wr[j]);
+                if (hb) o += CV_BF16(br[j]);
+                STX_BF16(y, yr + c * 8, PK_BF16(o));
+            }
+        }
+    }
+}
+// *_pre: the weight and bias loaded with the row (XK_GPU_NORM_PRELOAD=1: a same-run comparison).
+__kernel void xk_norm2_f32_rms(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_f32(false, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_f32_rms_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_f32(false, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_f32_ln(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_f32(true, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_f32_ln_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_f32(true, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_bf16_rms(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_bf16(false, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_bf16_rms_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_bf16(false, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_bf16_ln(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_bf16(true, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
+__kernel void xk_norm2_bf16_ln_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
+                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
+                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
+                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[16];
+    norm2_bf16(true, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
+             ld_ro, hidden, eps, flags);
+}
 #endif
 
 #if XK_OP == 0 || XK_OP == 2
@@ -614,6 +928,124 @@ __kernel void xk_softmax_bf16(__global const uchar* x, ulong x_off, ulong ld_x, 
         if (c < nc) str(y, yr + c * 8, f_bf8(c < nvis ? v[j] * inv : (float8)(0.0f)));
     }
 }
+
+
+// ---- softmax v2: x and y both f32 or both bf16 (unless XK_GPU_ROW_V2=0) ---------------------------
+// cols a multiple of 8, row bases multiples of 8 elements, the row in registers (f32 XK_NV chunks
+// of 8 per work-item, bf16 XK_NV16 packed). One reduction per row (two barriers, wg_maxsum)
+// instead of a max then a sum: each item exponentiates its values against its own max m_i and
+// the result is scaled by exp(m_i - M) / S, S = sum over items of s_i exp(m_i - M).
+__kernel void xk_softmax2_f32(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
+                              ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[4];
+    const ulong row = get_group_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
+    ulong vis = cols;
+    if (causal) {
+        const long p = (long)row + causal_offset + 1;
+        vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
+    }
+    const uint nc = (uint)(cols / 8), nvis = (uint)((vis + 7) / 8);
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    RAW_F32 r[NVC_F32];
+    #pragma unroll
+    for (int j = 0; j < NVC_F32; ++j) {
+        const uint c = lid + (uint)j * wg;
+        r[j] = LDX_F32(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
+    }
+    // max of the visible raw values (scale > 0: max(x * scale) = scale * max(x), the same rounding)
+    float mx = -INFINITY;
+    #pragma unroll
+    for (int j = 0; j < NVC_F32; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nvis) {
+            float8 t = CV_F32(r[j]);
+            const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
+            if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
+            mx = fmax(mx, hmax8(t));
+        }
+    }
+    const float m = mx * scale;
+    float8 v[NVC_F32];
+    float s = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < NVC_F32; ++j) {
+        const uint c = lid + (uint)j * wg;
+        float8 e = (float8)(0.0f);
+        if (c < nvis && m != -INFINITY) {
+            e = exp(CV_F32(r[j]) * scale - m);
+            const long nv = (long)vis - (long)c * 8;
+            if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
+        }
+        v[j] = e;
+        s += hsum8(e);
+    }
+    const float2 ms = wg_maxsum(m, s, buf, buf2);
+    const float f = m == -INFINITY ? 0.0f : exp(m - ms.x) / ms.y;
+    #pragma unroll
+    for (int j = 0; j < NVC_F32; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nc) STX_F32(y, yr + c * 8, PK_F32(c < nvis ? v[j] * f : (float8)(0.0f)));
+    }
+}
+
+__kernel void xk_softmax2_bf16(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
+                              ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
+    __local float2 buf[XK_MAXWG2];
+    __local float4 buf2[4];
+    const ulong row = get_group_id(0);
+    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
+    ulong vis = cols;
+    if (causal) {
+        const long p = (long)row + causal_offset + 1;
+        vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
+    }
+    const uint nc = (uint)(cols / 8), nvis = (uint)((vis + 7) / 8);
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    RAW_BF16 r[NVC_BF16];
+    #pragma unroll
+    for (int j = 0; j < NVC_BF16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        r[j] = LDX_BF16(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
+    }
+    // max of the visible raw values (scale > 0: max(x * scale) = scale * max(x), the same rounding)
+    float mx = -INFINITY;
+    #pragma unroll
+    for (int j = 0; j < NVC_BF16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nvis) {
+            float8 t = CV_BF16(r[j]);
+            const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
+            if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
+            mx = fmax(mx, hmax8(t));
+        }
+    }
+    const float m = mx * scale;
+    float8 v[NVC_BF16];
+    float s = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < NVC_BF16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        float8 e = (float8)(0.0f);
+        if (c < nvis && m != -INFINITY) {
+            e = exp(CV_BF16(r[j]) * scale - m);
+            const long nv = (long)vis - (long)c * 8;
+            if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
+        }
+        v[j] = e;
+        s += hsum8(e);
+    }
+    const float2 ms = wg_maxsum(m, s, buf, buf2);
+    const float f = m == -INFINITY ? 0.0f : exp(m - ms.x) / ms.y;
+    #pragma unroll
+    for (int j = 0; j < NVC_BF16; ++j) {
+        const uint c = lid + (uint)j * wg;
+        if (c < nc) STX_BF16(y, yr + c * 8, PK_BF16(c < nvis ? v[j] * f : (float8)(0.0f)));
+    }
+}
 #endif
 
 #if XK_OP == 0 || XK_OP == 4
@@ -734,6 +1166,89 @@ __kernel void xk_rope8(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
     }
     st8(t, base_i + i, dt, x1 * cs - x2 * sn, 2);
     st8(t, base_i + half_r + i, dt, x2 * cs + x1 * sn, 2);
+}
+
+// xk_rope8 for bf16 q and k with the heads of a token shared (unless XK_GPU_ROW_V2=0): a work-item
+// takes 8 pairs (i8) of XK_RH heads hg, hg + HG, ... (HG = ceil(heads / XK_RH)) of one token, so
+// the position and the cos / sin (cache reads or the computed values) are fetched once per
+// XK_RH heads, and its 2 * XK_RH 16-byte q / k loads are issued together (kept packed).
+// id = (tok * HG + hg) * rotary_dim / 16 + i8, id < total. Same preconditions as xk_rope8.
+#ifndef XK_RH
+#define XK_RH 4
+#endif
+__kernel void xk_rope8h(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, ulong q_heads,
+                        __global uchar* k, ulong k_off, ulong k_ts, ulong k_hs,
+                        __global const uchar* positions, ulong p_off,
+                        __global const uchar* cache, ulong c_off, ulong max_position, int cache_dt,
+                        ulong rotary_dim, float base, float scaling, int dt, int flags, ulong heads, ulong total) {
+    const ulong id = get_global_id(0);
+    if (id >= total) return;
+    const ulong half_r = rotary_dim / 2, q8 = half_r / 8, hgs = (heads + XK_RH - 1) / XK_RH;
+    ulong i, hg, tok;
+    if (total <= 0xffffffffUL) {
+        const uint id32 = (uint)id, q32 = (uint)q8, th = id32 / q32;
+        i = (ulong)(id32 - th * q32) * 8;
+        hg = th % (uint)hgs;
+        tok = th / (uint)hgs;
+    } else {
+        const ulong th = id / q8;
+        i = (id % q8) * 8;
+        hg = th % hgs;
+        tok = th / hgs;
+    }
+    long p;
+    if (flags & 4) p = ((__global const int*)positions)[p_off + tok];
+    else p = ((__global const long*)positions)[p_off + tok];
+    __global uchar* t[XK_RH];
+    ulong bi[XK_RH];
+    uint4 x1[XK_RH], x2[XK_RH];
+#pragma unroll
+    for (int r = 0; r < XK_RH; ++r) {
+        ulong h = hg + (ulong)r * hgs;
+        if (h >= heads) h = hg;  // clamped (not stored)
+        if (h < q_heads) {
+            t[r] = q;
+            bi[r] = q_off + tok * q_ts + h * q_hs;
+        } else {
+            t[r] = k;
+            bi[r] = k_off + tok * k_ts + (h - q_heads) * k_hs;
+        }
+        x1[r] = ldr(t[r], bi[r] + i);
+        x2[r] = ldr(t[r], bi[r] + half_r + i);
+    }
+    float8 cs, sn;
+    if (flags & 2) {
+        if (p < 0) return;
+        float c8[8], s8[8];
+        for (int j = 0; j < 8; ++j) {
+#ifdef XK_HAVE_FP64
+            const double inv_freq = pow((double)base, -2.0 * (double)(i + j) / (double)rotary_dim);
+            const double theta = ((double)p / (double)scaling) * inv_freq;
+            c8[j] = (float)cos(theta);
+            s8[j] = (float)sin(theta);
+#else
+            const float inv_freq = pow(base, -2.0f * (float)(i + j) / (float)rotary_dim);
+            const float theta = ((float)p / scaling) * inv_freq;
+            c8[j] = cos(theta);
+            s8[j] = sin(theta);
+#endif
+        }
+        cs = vload8(0, c8);
+        sn = vload8(0, s8);
+    } else {
+        if (p < 0 || (ulong)p >= max_position) return;
+        const ulong row = c_off + (ulong)p * rotary_dim;
+        cs = ld8(cache, row + i, cache_dt, 2);
+        sn = ld8(cache, row + half_r + i, cache_dt, 2);
+    }
+#pragma unroll
+    for (int r = 0; r < XK_RH; ++r) {
+        if (hg + (ulong)r * hgs < heads) {
+            const float8 a = bf8_f(x1[r]), b2 = bf8_f(x2[r]);
+            str(t[r], bi[r] + i, f_bf8(a * cs - b2 * sn));
+            str(t[r], bi[r] + half_r + i, f_bf8(b2 * cs + a * sn));
+        }
+    }
 }
 
 // Four rotated pairs per work-item (rotary_dim / 2 a multiple of 4): id = (tok * heads + head) *

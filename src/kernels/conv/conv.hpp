@@ -105,15 +105,34 @@ QConvProblem qconv_validate_desc(const char* fn, const QConvDesc& d);
 void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs& a, bool weights_packed = false);
 struct QConvPackedData {
     virtual ~QConvPackedData() = default;
-    std::string key;  // the descriptor key of the plan that packed it
+    std::string key;  // "<implementation>|<descriptor key>" of the kernel that packed it
 };
 struct QConvKernel {
     virtual ~QConvKernel() = default;
     // With `packed` (from this kernel's pack()), a.weights is not read.
     virtual void run(const QConvArgs& a, const QConvPackedData* packed = nullptr) const = 0;
     virtual std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const = 0;
+    // Where the work runs (oneDNN's implementation name); "" when nothing more to say.
+    virtual std::string backend_info() const { return ""; }
 };
+// The key a kernel of implementation `impl` stamps on its packs (QConvPackedData::key).
+std::string qconv_packed_key(const char* impl, const QConvProblem& p);
 const Registry<QConvProblem, QConvKernel>& qconv_registry();
+
+// "onednn:qconv" (onednn_qconv.cpp): oneDNN 2.6's int8 convolution primitive. supports() needs
+// a JIT implementation for the descriptor (checked once per descriptor and thread count when its
+// primitive descriptor is created, the answer remembered). The registry entry is not selectable:
+// qconv_select() routes to it.
+bool onednn_qconv_supports(const QConvProblem& p);
+std::shared_ptr<const QConvKernel> create_onednn_qconv(const QConvProblem& p);
+
+// Routing between "gemm:qconv" and "onednn:qconv" (qconv.cpp): the registry's pick unless
+// oneDNN's entry is allowed (ISA cap, machine) and supports the descriptor; then XK_QCONV_IMPL
+// (onednn | gemm) forces one, else a one-time timing of both per (descriptor, ISA cap, thread
+// count), remembered process-wide. `how` (optional) receives "forced", "timed", "cached" or
+// "registry" (what decided).
+Registry<QConvProblem, QConvKernel>::Selected qconv_select(const QConvProblem& p, const char** how = nullptr);
+void qconv_tune_clear();  // forgets the timed decisions (tests)
 // Reference: exact int32 accumulation, then the epilogue of xk/conv.hpp in f32.
 void qconv2d_reference(const QConvProblem& p, const QConvArgs& a);
 

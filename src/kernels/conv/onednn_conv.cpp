@@ -33,6 +33,7 @@
 #include "common/check.hpp"
 #include "common/parallel.hpp"
 #include "kernels/conv/conv.hpp"
+#include "kernels/conv/onednn_util.hpp"
 
 namespace xk::detail {
 namespace {
@@ -40,61 +41,13 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-const dnnl::engine& engine() {
-    static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
+using dnn::engine;
+using dnn::is_reference_impl;
+using dnn::md_layout;
+using dnn::OmpThreads;
+using dnn::thread_stream;
 
-class OmpThreads {
-public:
-    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
-        if (n != saved_) omp_set_num_threads(n);
-    }
-    ~OmpThreads() {
-        if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-    }
-    OmpThreads(const OmpThreads&) = delete;
-    OmpThreads& operator=(const OmpThreads&) = delete;
-
-private:
-    int saved_;
-};
-
-// Per-thread growing 64-byte aligned buffers: [0] the scratchpad, [1] per-call reordered weights.
-void* thread_buffer(int which, size_t bytes) {
-    struct Buf {
-        void* p = nullptr;
-        size_t cap = 0;
-        ~Buf() { std::free(p); }
-    };
-    thread_local Buf b[2];
-    Buf& x = b[which];
-    if (x.cap < bytes) {
-        const size_t n = (bytes + 4095) / 4096 * 4096;
-        void* p = std::aligned_alloc(64, n);
-        if (!p) throw std::bad_alloc();
-        std::free(x.p);
-        x.p = p, x.cap = n;
-    }
-    return x.p;
-}
-
-dnnl::stream& thread_stream() {
-    thread_local dnnl::stream s(engine());
-    return s;
-}
-
-dnnl::algorithm eltwise_alg(Activation a, float& alpha) {
-    alpha = 0.0f;
-    switch (a) {
-        case Activation::relu: return dnnl::algorithm::eltwise_relu;
-        case Activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
-        case Activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
-        case Activation::silu: alpha = 1.0f; return dnnl::algorithm::eltwise_swish;
-        case Activation::none: break;
-    }
-    return dnnl::algorithm::undef;
-}
+using dnn::eltwise_alg;
 
 dt to_dt(DType t) { return t == DType::bf16 ? dt::bf16 : dt::f32; }
 
@@ -113,27 +66,6 @@ dnnl::memory::desc user_weights_md(const ConvProblem& p) {
 dnnl::memory::desc act_md(const ConvProblem& p, int64_t C, int64_t H, int64_t W, DType t) {
     const auto tag = p.d.layout == ConvLayout::nhwc ? dnnl::memory::format_tag::nhwc : dnnl::memory::format_tag::nchw;
     return dnnl::memory::desc({p.d.n, C, H, W}, to_dt(t), tag);
-}
-
-// A readable, comparable description of a (blocked) weights descriptor.
-std::string md_layout(const dnnl::memory::desc& md) {
-    const dnnl_memory_desc_t& c = md.data;
-    std::ostringstream os;
-    os << "dt" << static_cast<int>(c.data_type) << ":d";
-    for (int i = 0; i < c.ndims; ++i) os << c.dims[i] << (i + 1 < c.ndims ? "x" : "");
-    os << ":p";
-    for (int i = 0; i < c.ndims; ++i) os << c.padded_dims[i] << (i + 1 < c.ndims ? "x" : "");
-    if (c.format_kind == dnnl_blocked) {
-        const auto& b = c.format_desc.blocking;
-        os << ":s";
-        for (int i = 0; i < c.ndims; ++i) os << b.strides[i] << (i + 1 < c.ndims ? "," : "");
-        os << ":b";
-        for (int i = 0; i < b.inner_nblks; ++i) os << b.inner_idxs[i] << "." << b.inner_blks[i] << ";";
-    } else {
-        os << ":fk" << static_cast<int>(c.format_kind);
-    }
-    os << ":x" << static_cast<int>(c.extra.flags);
-    return os.str();
 }
 
 struct Prim {
@@ -170,10 +102,6 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvProblem& p) {
     if (d.residual == ConvResidual::add_after_activation) po.append_sum(1.0f);
     attr.set_post_ops(po);
     return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
-}
-
-bool is_reference_impl(const std::string& impl) {
-    return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos;
 }
 
 struct OnednnPacked final : ConvPacked {
@@ -215,7 +143,7 @@ public:
             const void* wsrc = packed ? packed->data : a.weights;
             void* wptr = const_cast<void*>(wsrc);
             if (have != pr->wei_md) {
-                wptr = thread_buffer(1, pr->wei_md.get_size());
+                wptr = dnn::thread_buffer(dnn::Buf::weights, pr->wei_md.get_size());
                 dnnl::memory from(have, eng, const_cast<void*>(wsrc)), to(pr->wei_md, eng, wptr);
                 dnnl::reorder(from, to).execute(st, from, to);
             }
@@ -227,7 +155,7 @@ public:
             if (d.with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr->bias_md, eng, const_cast<float*>(a.bias)));
             if (pr->scratch_bytes)
                 args.emplace(DNNL_ARG_SCRATCHPAD,
-                             dnnl::memory(pr->scratch_md, eng, thread_buffer(0, pr->scratch_bytes)));
+                             dnnl::memory(pr->scratch_md, eng, dnn::thread_buffer(dnn::Buf::scratchpad, pr->scratch_bytes)));
             pr->prim.execute(st, args);
             st.wait();
         } catch (const dnnl::error& e) {

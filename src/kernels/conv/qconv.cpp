@@ -4,13 +4,18 @@
 // with the source zero point) in one parallel region, each block one GEMM.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "common/activation.hpp"
 #include "common/check.hpp"
 #include "common/parallel.hpp"
+#include "dispatch/verbose.hpp"
 #include "kernels/conv/conv.hpp"
 #include "xk/gemm.hpp"
 
@@ -96,7 +101,7 @@ public:
 
     std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
         auto pk = std::make_shared<GemmQPacked>();
-        pk->key = p_.key();
+        pk->key = qconv_packed_key("gemm:qconv", p_);
         pk->full = full_->pack_b(weights);
         if (tail_) pk->tail = tail_->pack_b(weights);
         return pk;
@@ -162,7 +167,7 @@ struct RefQConv final : QConvKernel {
     }
     std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
         auto pk = std::make_shared<PlainQPacked>();
-        pk->key = p_.key();
+        pk->key = qconv_packed_key("ref:scalar", p_);
         pk->w.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * p_.d.c);
         return pk;
     }
@@ -274,9 +279,13 @@ void qconv2d_reference(const QConvProblem& p, const QConvArgs& a) {
     });
 }
 
+std::string qconv_packed_key(const char* impl, const QConvProblem& p) { return std::string(impl) + "|" + p.key(); }
+
 const Registry<QConvProblem, QConvKernel>& qconv_registry() {
     static const Registry<QConvProblem, QConvKernel> r(
         "qconv2d", {
+                       // Reached through qconv_select() only (measured routing), never by select().
+                       {"onednn:qconv", Isa::avx512_vnni, onednn_qconv_supports, create_onednn_qconv, /*selectable=*/false},
                        {"gemm:qconv", Isa::avx2, nullptr,
                         [](const QConvProblem& p) -> std::shared_ptr<const QConvKernel> { return std::make_shared<GemmQConv>(p); }},
                        {"ref:scalar", Isa::scalar, nullptr,
@@ -285,9 +294,163 @@ const Registry<QConvProblem, QConvKernel>& qconv_registry() {
     return r;
 }
 
+// ---- routing: gemm:qconv or onednn:qconv, by a one-time timing ----
+namespace {
+
+using QReg = Registry<QConvProblem, QConvKernel>;
+
+constexpr double kMinGain = 0.05;       // oneDNN must be this much faster (ours is exact; noise)
+constexpr int kMaxRounds = 10;              // timed rounds (one run of each candidate)
+constexpr double kRoundsBudgetUs = 200000.0;  // no new round once the rounds took this long
+constexpr int64_t kMaxTuneBytes = int64_t{256} << 20;  // scratch operands larger: not timed
+
+struct QTune {
+    std::mutex mu;       // guards map
+    std::mutex tune_mu;  // one timing at a time
+    std::unordered_map<std::string, const QReg::ImplT*> map;
+};
+
+QTune& qtune() {
+    static QTune t;
+    return t;
+}
+
+const QReg::ImplT* qtune_lookup(const std::string& key) {
+    QTune& t = qtune();
+    std::lock_guard<std::mutex> lock(t.mu);
+    const auto it = t.map.find(key);
+    return it == t.map.end() ? nullptr : it->second;
+}
+
+std::string us_str(double us) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1fus", us);
+    return b;
+}
+
+// Times gemm:qconv against onednn:qconv on scratch operands of the descriptor's extents (u8 / s8
+// source with zero point 0, unit-ish scales, packed weights on both sides): an untimed warm-up of
+// each (oneDNN makes its primitive), then up to ten rounds of two runs of each (the second
+// timed; none started after 200 ms of rounds), the minimum of each.
+const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, const QReg::ImplT& dnn,
+                             const std::string& key) {
+    const QReg& reg = qconv_registry();
+    const QConvDesc& d = p.d;
+    const double t_start = now_us();
+    const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * d.c;
+    const int64_t dst_b = d.n * p.oh * p.ow * d.oc * dtype_size(d.dst_dtype);
+    const QReg::ImplT* best = &gemm;
+    std::string why;
+    try {
+        if (src_b + wei_b + dst_b > kMaxTuneBytes) {
+            best = &dnn;  // too large to time here: oneDNN's JIT kernel (the measured rule)
+            why = ",not timed (operands > 256 MiB)";
+        } else {
+            const auto kg = reg.get(p, gemm).kernel;
+            const auto kd = reg.get(p, dnn).kernel;
+            std::vector<uint8_t> src(static_cast<size_t>(src_b)), dst(static_cast<size_t>(dst_b) + 64);
+            std::vector<int8_t> wei(static_cast<size_t>(wei_b));
+            std::vector<float> bias(static_cast<size_t>(d.oc), 0.25f), ws(static_cast<size_t>(d.oc), 1.0f / 512);
+            for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 37) % 127);
+            for (size_t i = 0; i < wei.size(); ++i) wei[i] = static_cast<int8_t>(static_cast<int>((i * 29) % 255) - 127);
+            QConvArgs a;
+            a.src = src.data();
+            a.bias = d.with_bias ? bias.data() : nullptr;
+            a.dst = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(dst.data()) + 63) / 64 * 64);
+            a.weight_scales = ws.data();
+            a.src_scale = 1.0f / 64;
+            a.dst_scale = 0.5f;
+            a.dst_zero_point = d.dst_dtype == DType::u8 ? 1 : 0;
+            const auto pg = kg->pack(wei.data());
+            const auto pd = kd->pack(wei.data());
+            auto once = [&](const QConvKernel& k, const QConvPackedData* pk) {
+                const double t0 = now_us();
+                k.run(a, pk);
+                return now_us() - t0;
+            };
+            once(*kg, pg.get());
+            once(*kd, pd.get());
+            // The minimum of each over the rounds: a preemption on a shared host inflates single
+            // runs many times over (seen: 23.8 ms for a 0.4 ms call; 2-thread calls of 0.3 ms took
+            // 40-48 ms on the oversubscribed 2-vCPU host; a process's first 2-thread timing saw
+            // both 10-20x slow for five rounds in a row), so no early exit on a large gap: up to
+            // ten rounds, fewer only once the rounds have taken kRoundsBudgetUs.
+            double tg = 1e300, td = 1e300;
+            int rounds = 0;
+            const double t_rounds = now_us();
+            // Each round runs a route twice and keeps the second: the first call after the other
+            // route pays for the switch (device Xeon, 16 threads: oneDNN's AMX conv right after our
+            // GEMM path took ~1 ms instead of 32-45 us, so alternating single runs picked our path
+            // at 0.2x of oneDNN's own rate); a network keeps one route per layer shape, so the
+            // steady rate is what a call sees.
+            while (rounds < kMaxRounds) {
+                once(*kg, pg.get());
+                tg = std::min(tg, once(*kg, pg.get()));
+                once(*kd, pd.get());
+                td = std::min(td, once(*kd, pd.get()));
+                ++rounds;
+                if (now_us() - t_rounds > kRoundsBudgetUs) break;
+            }
+            if (td < (1.0 - kMinGain) * tg) best = &dnn;
+            why = ",gemm:qconv=" + us_str(tg) + ",onednn:qconv(" + kd->backend_info().substr(7) + ")=" + us_str(td) +
+                  ",rounds:" + std::to_string(rounds);
+        }
+    } catch (const std::exception& e) {
+        best = &gemm;  // oneDNN could not make or run it, or scratch memory ran out: ours
+        why = std::string(",not timed: ") + e.what();
+    }
+    {
+        QTune& t = qtune();
+        std::lock_guard<std::mutex> lock(t.mu);
+        if (t.map.size() >= 4096) t.map.clear();
+        t.map[key] = best;
+    }
+    verbose_log("tune", "qconv2d", key + why + ",pick:" + best->name, now_us() - t_start);
+    return best;
+}
+
+}  // namespace
+
+QReg::Selected qconv_select(const QConvProblem& p, const char** how) {
+    const QReg& reg = qconv_registry();
+    const QReg::ImplT& pick = reg.select(p, max_isa());
+    const char* h = "registry";
+    const QReg::ImplT* impl = &pick;
+    if (std::strcmp(pick.name, "gemm:qconv") == 0) {
+        const QReg::ImplT& dnn = reg.find("onednn:qconv");
+        const char* env = std::getenv("XK_QCONV_IMPL");
+        const std::string force = env ? env : "";
+        if (force == "gemm") {
+            h = "forced";
+        } else if (dnn.isa <= max_isa() && isa_supported(dnn.isa) && onednn_qconv_supports(p)) {
+            if (force == "onednn") {
+                h = "forced", impl = &dnn;
+            } else {
+                const std::string key = p.key() + ",cap:" + isa_name(max_isa()) + ",threads:" + std::to_string(get_num_threads());
+                if (const QReg::ImplT* c = qtune_lookup(key)) {
+                    h = "cached", impl = c;
+                } else {
+                    std::lock_guard<std::mutex> lock(qtune().tune_mu);
+                    if (const QReg::ImplT* c2 = qtune_lookup(key)) h = "cached", impl = c2;
+                    else h = "timed", impl = qtune_run(p, pick, dnn, key);
+                }
+            }
+        }
+    }
+    if (how) *how = h;
+    return reg.get(p, *impl);
+}
+
+void qconv_tune_clear() {
+    QTune& t = qtune();
+    std::lock_guard<std::mutex> lock(t.mu);
+    t.map.clear();
+}
+
 struct QConvPlanState {
     QConvProblem p;
     const char* impl = nullptr;
+    std::string backend, packed_key;
     std::shared_ptr<const QConvKernel> kernel;
 };
 
@@ -296,9 +459,17 @@ struct QConvPlanState {
 QConvPlan::QConvPlan(const QConvDesc& desc) {
     auto s = std::make_shared<detail::QConvPlanState>();
     s->p = detail::qconv_validate_desc("xk::QConvPlan", desc);
-    const auto sel = detail::qconv_registry().get(s->p);
+    const char* how = "";
+    const auto sel = detail::qconv_select(s->p, &how);
     s->impl = sel.impl->name;
     s->kernel = sel.kernel;
+    s->backend = sel.kernel->backend_info();
+    s->packed_key = detail::qconv_packed_key(s->impl, s->p);
+    if (detail::verbose_level() >= 1)
+        detail::verbose_log("plan", "qconv2d",
+                            std::string(s->impl) + (s->backend.empty() ? "" : "(" + s->backend + ")") + "," + s->p.key() +
+                                ",route:" + how,
+                            0.0);
     s_ = std::move(s);
 }
 
@@ -310,9 +481,9 @@ void QConvPlan::run(const QConvArgs& args) const {
 void QConvPlan::run(const QConvArgs& args, const QConvPackedWeights& packed_weights) const {
     constexpr const char* fn = "xk::QConvPlan::run";
     if (packed_weights.empty()) detail::fail_arg(fn, "packed_weights", "empty", "must come from QConvPlan::pack_weights");
-    if (packed_weights.data_->key != s_->p.key())
+    if (packed_weights.data_->key != s_->packed_key)
         detail::fail_arg(fn, "packed_weights", packed_weights.data_->key,
-                         "was packed by a plan of another descriptor (this plan: " + s_->p.key() + ")");
+                         "was packed by a plan of another descriptor or implementation (this plan: " + s_->packed_key + ")");
     detail::qconv_validate_args(fn, s_->p, args, /*weights_packed=*/true);
     s_->kernel->run(args, packed_weights.data_.get());
 }
@@ -325,17 +496,18 @@ QConvPackedWeights QConvPlan::pack_weights(const int8_t* weights) const {
 }
 
 const char* QConvPlan::impl_name() const { return s_->impl; }
+std::string QConvPlan::backend_info() const { return s_->backend; }
 
 void qconv2d(const QConvDesc& desc, const QConvArgs& args) {
     constexpr const char* fn = "xk::qconv2d";
     const detail::QConvProblem p = detail::qconv_validate_desc(fn, desc);
     detail::qconv_validate_args(fn, p, args);
-    detail::qconv_registry().get(p).kernel->run(args);
+    detail::qconv_select(p).kernel->run(args);
 }
 
 const char* qconv2d_impl_name(const QConvDesc& desc) {
     const detail::QConvProblem p = detail::qconv_validate_desc("xk::qconv2d_impl_name", desc);
-    return detail::qconv_registry().select(p, max_isa()).name;
+    return detail::qconv_select(p).impl->name;
 }
 
 }  // namespace xk

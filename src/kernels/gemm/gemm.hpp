@@ -206,7 +206,7 @@ std::shared_ptr<const GemmKernel> create_gemm_direct(const GemmSpec& s, Isa isa)
 bool gemm_amx_bf16_supports(const GemmSpec& s);
 bool gemm_amx_bf16_any_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s);
-//   "amx:bf16:decode": M 2..31, the tiles for a B packed in their layout, else the avx512_bf16 pick.
+//   "amx:bf16:decode": M 1..31, the tiles for a B packed in their layout, else the avx512_bf16 pick.
 bool gemm_amx_bf16_decode_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s);
 //   and int8 (TDPBUSD for u8 A, TDPBSSD for s8 A: no shift), s32 accumulators, B in the same tile

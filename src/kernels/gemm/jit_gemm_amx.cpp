@@ -938,8 +938,10 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
     return std::make_shared<AmxGemm>(s);
 }
 
-// Decode-sized M (2..31) with bf16: the tiles run when B comes packed in their layout (a plan's
-// pack_b), where the vector kernels are FMA-bound from M = 16 up; a plain B runs the kernel the
+// Decode-sized M (1..31) with bf16: the tiles run when B comes packed in their layout (a plan's
+// pack_b), where the vector kernels are FMA-bound from M = 16 up (M = 1 too: a PackedB made by an
+// M = 1 plan must be the tile layout, or every larger M reading it would run the vector kernels —
+// a bf16 prefill through weights packed once for decode ran 0.40x PyTorch on the device); a plain B runs the kernel the
 // avx512_bf16 cap would run (packing B per call would triple the weight traffic of a
 // weight-streaming call), routed as a one-shot call under that cap is: gemm_select, so a measured
 // decision recorded under that cap applies (the kernel is shared with one-shot calls: it never tunes).
@@ -960,7 +962,7 @@ private:
 
 bool gemm_amx_bf16_decode_supports(const GemmSpec& s) {
     static const bool on = env_int("XK_AMX_DECODE", 1) != 0;  // (XK_AMX_DECODE=0: the vector kernels)
-    return on && gemm_amx_bf16_any_supports(s) && s.M >= 2 && s.M < kBlk && !gemm_bf16_ref_preferred(s) &&
+    return on && gemm_amx_bf16_any_supports(s) && s.M >= 1 && s.M < kBlk && !gemm_bf16_ref_preferred(s) &&
            isa_supported(Isa::avx512_bf16);
 }
 

@@ -1,0 +1,373 @@
+// int8 convolution through oneDNN 2.6's convolution primitive: the "onednn:qconv" entry.
+//
+// Mapping of QConvDesc / QConvArgs onto one primitive (forward_inference, convolution_direct):
+//   src / dst   {N, C, H, W} u8|s8 / {N, OC, OH, OW} u8|s8|f32, NHWC ("acdb"), used in place
+//   weights     s8, format "any" (oneDNN's blocked layout, with its s8-source or zero-point
+//               compensation where the primitive wants one): reordered once by pack_weights
+//               (lazily once more per other layout a call needs), else per call
+//   scales      oneDNN 2.6 has no runtime output scales for convolutions (primitive creation
+//               fails with DNNL_RUNTIME_F32_VAL), so the quantization parameters are baked into
+//               the primitive: output scales (mask 2) m[o] = src_scale * weight_scales[o], and
+//               for u8 / s8 dst with no activation or ReLU also * (1 / dst_scale) (ReLU commutes
+//               with a positive scale); other activations: eltwise post-op with scale 1/dst_scale
+//   bias        oneDNN adds its f32 bias before the output scale: bias'[o] = bias[o] / m[o],
+//               computed per call (OC divisions) into a per-thread buffer
+//   zero points src / dst zero points as attributes (only when non-zero: a source zero point
+//               moves oneDNN from brgconv to its jit_int8 kernels)
+// A primitive is made per (thread count, parameters) on first use and kept (8 most recent):
+// static quantization calls a plan with the same parameters every time, so the steady state
+// creates nothing. Per call the parameters are computed (OC multiplies) and compared.
+//
+// Results: the int32 sums are exact (the entry needs AVX-512 VNNI or AMX: without VNNI oneDNN
+// 2.6 goes through VPMADDUBSW's saturating int16 pairs and halves s8 weights), the epilogue is
+// f32 in another order than ours: (acc + b / m) * m vs m * acc + b, and requantization rounds
+// (x + dst_zp) rather than x then adds dst_zp. u8 / s8 dst may differ from gemm:qconv / the
+// reference by 1; f32 dst by a few ulps of max(|m * acc|, |bias|) (tests/kernels/test_qconv.cpp).
+//
+// Calls oneDNN cannot express (an m[o] that is zero / subnormal after the f32 product, a bias
+// quotient or scale that overflows) or for which oneDNN offers only a reference implementation
+// (e.g. with a source zero point on some shapes) run on "gemm:qconv" instead (logged at
+// XK_VERBOSE=1).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "dispatch/verbose.hpp"
+#include "kernels/conv/conv.hpp"
+#include "kernels/conv/onednn_util.hpp"
+
+namespace xk::detail {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+
+dt to_dt(DType t) { return t == DType::u8 ? dt::u8 : t == DType::s8 ? dt::s8 : dt::f32; }
+
+bool int8_dst(const QConvDesc& d) { return d.dst_dtype != DType::f32; }
+// 1 / dst_scale folds into the output scales (no post-op) for no activation and ReLU.
+bool fold_dst_scale(const QConvDesc& d) {
+    return int8_dst(d) && (d.activation == Activation::none || d.activation == Activation::relu);
+}
+
+// The quantization parameters a primitive is made for.
+struct QParams {
+    int threads = 1;
+    int32_t szp = 0, dzp = 0;
+    float post_scale = 1.0f;  // the eltwise post-op's scale (1 / dst_scale when not folded)
+    std::vector<float> scales;
+    bool operator==(const QParams& o) const {
+        return threads == o.threads && szp == o.szp && dzp == o.dzp &&
+               std::memcmp(&post_scale, &o.post_scale, sizeof(float)) == 0 && scales.size() == o.scales.size() &&
+               std::memcmp(scales.data(), o.scales.data(), scales.size() * sizeof(float)) == 0;
+    }
+};
+
+QParams unit_params(const QConvProblem& p, int threads) {
+    QParams q;
+    q.threads = threads;
+    q.scales.assign(static_cast<size_t>(p.d.oc), 1.0f);
+    return q;
+}
+
+// The parameters of one call, and bias' = bias / m when `bias_out`. false: not expressible.
+bool call_params(const QConvProblem& p, const QConvArgs& a, QParams& q, float* bias_out) {
+    const QConvDesc& d = p.d;
+    q.threads = get_num_threads();
+    q.szp = a.src_zero_point;
+    q.dzp = int8_dst(d) ? a.dst_zero_point : 0;
+    const float inv = int8_dst(d) ? 1.0f / a.dst_scale : 1.0f;
+    if (!std::isnormal(inv)) return false;
+    const bool fold = fold_dst_scale(d);
+    q.post_scale = fold ? 1.0f : inv;
+    q.scales.resize(static_cast<size_t>(d.oc));
+    for (int64_t o = 0; o < d.oc; ++o) {
+        const float m = a.src_scale * a.weight_scales[o];  // the product as the reference forms it
+        const float s = fold ? m * inv : m;
+        if (!std::isnormal(m) || !std::isnormal(s)) return false;
+        q.scales[static_cast<size_t>(o)] = s;
+        if (bias_out) {
+            const float b = a.bias[o] / m;
+            if (!std::isfinite(b)) return false;
+            bias_out[o] = b;
+        }
+    }
+    return true;
+}
+
+dnnl::convolution_forward::primitive_desc make_pd(const QConvProblem& p, const QParams& q) {
+    const QConvDesc& d = p.d;
+    const dnnl::memory::desc src({d.n, d.c, d.h, d.w}, to_dt(d.src_dtype), tag::nhwc);
+    const dnnl::memory::desc dst({d.n, d.oc, p.oh, p.ow}, to_dt(d.dst_dtype), tag::nhwc);
+    const dnnl::memory::desc wei({d.oc, d.c, d.kh, d.kw}, dt::s8, tag::any);
+    const dnnl::memory::desc bias({d.oc}, dt::f32, tag::a);
+    const dims strides{d.stride_h, d.stride_w}, dil{d.dilation_h - 1, d.dilation_w - 1};
+    const dims pl{d.pad_top, d.pad_left}, pr{d.pad_bottom, d.pad_right};
+    const auto fwd = dnnl::prop_kind::forward_inference;
+    const auto alg = dnnl::algorithm::convolution_direct;
+    const auto desc = d.with_bias ? dnnl::convolution_forward::desc(fwd, alg, src, wei, bias, dst, strides, dil, pl, pr)
+                                  : dnnl::convolution_forward::desc(fwd, alg, src, wei, dst, strides, dil, pl, pr);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_output_scales(2, q.scales);
+    if (q.szp) attr.set_zero_points(DNNL_ARG_SRC, 0, {q.szp});
+    if (q.dzp) attr.set_zero_points(DNNL_ARG_DST, 0, {q.dzp});
+    dnnl::post_ops po;
+    float alpha = 0.0f;
+    const dnnl::algorithm act = dnn::eltwise_alg(d.activation, alpha);  // sets alpha (swish): before the call
+    if (d.activation != Activation::none) {
+        po.append_eltwise(q.post_scale, act, alpha, 0.0f);
+    } else if (q.post_scale != 1.0f) {
+        po.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, q.post_scale, 0.0f);
+    }
+    attr.set_post_ops(po);
+    return dnnl::convolution_forward::primitive_desc(desc, attr, dnn::engine());
+}
+
+struct QPrim {
+    QParams q;
+    bool reference = false;  // oneDNN offers only a reference implementation: run ours
+    dnnl::memory::desc src_md, wei_md, bias_md, dst_md, scratch_md;
+    size_t scratch_bytes = 0;
+    dnnl::convolution_forward prim;
+    std::string impl;
+};
+
+struct AlignedBytes {
+    void* p = nullptr;
+    explicit AlignedBytes(size_t n) {
+        p = std::aligned_alloc(64, std::max<size_t>(64, (n + 63) / 64 * 64));
+        if (!p) throw std::bad_alloc();
+    }
+    ~AlignedBytes() { std::free(p); }
+    AlignedBytes(const AlignedBytes&) = delete;
+    AlignedBytes& operator=(const AlignedBytes&) = delete;
+};
+
+void reorder(const dnnl::memory::desc& from_md, const void* from, const dnnl::memory::desc& to_md, void* to,
+             int threads) {
+    dnn::OmpThreads omp(threads);
+    dnnl::stream& st = dnn::thread_stream();
+    dnnl::memory f(from_md, dnn::engine(), const_cast<void*>(from)), t(to_md, dnn::engine(), to);
+    dnnl::reorder(f, t).execute(st, f, t);
+    st.wait();
+}
+
+// Packed weights: the plain OHWI copy (the source of every other layout, and what a call that
+// falls back to gemm:qconv reads) and oneDNN's layouts, the plan's first one made by pack(),
+// others (a source zero point's compensated layout, another thread count's) once, when needed.
+struct OnednnQPacked final : QConvPackedData {
+    std::vector<int8_t> plain;
+    dnnl::memory::desc plain_md;
+    mutable std::mutex mu;
+    mutable std::vector<std::pair<std::string, std::shared_ptr<AlignedBytes>>> layouts;
+
+    const void* get(const dnnl::memory::desc& md, int threads) const {
+        const std::string l = dnn::md_layout(md);
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& x : layouts)
+            if (x.first == l) return x.second->p;
+        auto b = std::make_shared<AlignedBytes>(md.get_size());
+        reorder(plain_md, plain.data(), md, b->p, threads);
+        layouts.emplace_back(l, b);
+        return b->p;
+    }
+};
+
+class OnednnQConv final : public QConvKernel {
+public:
+    explicit OnednnQConv(const QConvProblem& p)
+        : p_(p), user_wei_md_({p.d.oc, p.d.c, p.d.kh, p.d.kw}, dt::s8, tag::ohwi) {
+        first_ = create(unit_params(p, get_num_threads()));
+        if (first_->reference)
+            throw Error(Status::unsupported, "qconv2d onednn: oneDNN has only " + first_->impl + " for " + p.key());
+    }
+
+    void run(const QConvArgs& a, const QConvPackedData* packed) const override {
+        const QConvDesc& d = p_.d;
+        thread_local QParams q;
+        float* bias = d.with_bias ? static_cast<float*>(dnn::thread_buffer(dnn::Buf::small, d.oc * sizeof(float))) : nullptr;
+        if (!call_params(p_, a, q, bias)) return fallback(a, packed, "parameters oneDNN cannot express");
+        const std::shared_ptr<const QPrim> pr = prim_for(q);
+        if (pr->reference) return fallback(a, packed, "oneDNN has only " + pr->impl);
+        try {
+            dnn::OmpThreads omp(q.threads);
+            dnnl::stream& st = dnn::thread_stream();
+            void* w;
+            if (packed) {
+                w = const_cast<void*>(static_cast<const OnednnQPacked*>(packed)->get(pr->wei_md, q.threads));
+            } else {
+                w = dnn::thread_buffer(dnn::Buf::weights, pr->wei_md.get_size());
+                dnnl::memory from(user_wei_md_, dnn::engine(), const_cast<int8_t*>(a.weights)), to(pr->wei_md, dnn::engine(), w);
+                dnnl::reorder(from, to).execute(st, from, to);
+            }
+            void* scratch = pr->scratch_bytes ? dnn::thread_buffer(dnn::Buf::scratchpad, pr->scratch_bytes) : nullptr;
+            ThreadArgs& ta = thread_args(pr);
+            // Plain (unpadded) memories: a new handle costs nothing. The blocked weights' handle is
+            // set only when it changes (setting one writes the layout's zero padding).
+            ta.src.set_data_handle(const_cast<void*>(a.src));
+            ta.dst.set_data_handle(a.dst);
+            if (bias) ta.bias.set_data_handle(bias);
+            if (scratch) ta.scratch.set_data_handle(scratch);
+            if (ta.wei_ptr != w) ta.wei.set_data_handle(w), ta.wei_ptr = w;
+            pr->prim.execute(st, ta.args);
+            st.wait();
+        } catch (const dnnl::error& e) {
+            throw Error(Status::runtime_error,
+                        "qconv2d onednn: oneDNN convolution for " + p_.key() + " failed to execute: " + e.what());
+        }
+    }
+
+    std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
+        auto pk = std::make_shared<OnednnQPacked>();
+        pk->key = qconv_packed_key("onednn:qconv", p_);
+        pk->plain.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * p_.d.c);
+        pk->plain_md = user_wei_md_;
+        try {
+            pk->get(first_->wei_md, first_->q.threads);
+        } catch (const dnnl::error& e) {
+            throw Error(Status::runtime_error, "qconv2d onednn: weight reorder for " + p_.key() + " failed: " + e.what());
+        }
+        return pk;
+    }
+
+    std::string backend_info() const override { return "onednn:" + first_->impl; }
+
+private:
+    // A thread's memory objects for one primitive (made once, their handles set per call): creating
+    // five dnnl::memory objects per call cost microseconds, a noticeable part of a 16-thread call
+    // on a small layer. The 16 most recent primitives per thread (kept alive by the entry).
+    struct ThreadArgs {
+        std::shared_ptr<const QPrim> prim;
+        dnnl::memory src, wei, dst, bias, scratch;
+        const void* wei_ptr = nullptr;
+        std::unordered_map<int, dnnl::memory> args;
+    };
+    static ThreadArgs& thread_args(const std::shared_ptr<const QPrim>& pr) {
+        thread_local std::vector<std::unique_ptr<ThreadArgs>> cache;
+        for (size_t i = 0; i < cache.size(); ++i)
+            if (cache[i]->prim == pr) {
+                if (i) std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                                   cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+                return *cache.front();
+            }
+        auto t = std::make_unique<ThreadArgs>();
+        const dnnl::engine& eng = dnn::engine();
+        t->prim = pr;
+        t->src = dnnl::memory(pr->src_md, eng, DNNL_MEMORY_NONE);
+        t->wei = dnnl::memory(pr->wei_md, eng, DNNL_MEMORY_NONE);
+        t->dst = dnnl::memory(pr->dst_md, eng, DNNL_MEMORY_NONE);
+        t->args = {{DNNL_ARG_SRC, t->src}, {DNNL_ARG_WEIGHTS, t->wei}, {DNNL_ARG_DST, t->dst}};
+        if (pr->bias_md.get_size()) {
+            t->bias = dnnl::memory(pr->bias_md, eng, DNNL_MEMORY_NONE);
+            t->args.emplace(DNNL_ARG_BIAS, t->bias);
+        }
+        if (pr->scratch_bytes) {
+            t->scratch = dnnl::memory(pr->scratch_md, eng, DNNL_MEMORY_NONE);
+            t->args.emplace(DNNL_ARG_SCRATCHPAD, t->scratch);
+        }
+        if (cache.size() >= 16) cache.pop_back();
+        cache.insert(cache.begin(), std::move(t));
+        return *cache.front();
+    }
+
+    std::shared_ptr<const QPrim> create(const QParams& q) const {
+        auto pr = std::make_shared<QPrim>();
+        pr->q = q;
+        try {
+            dnn::OmpThreads omp(q.threads);
+            const auto pd = make_pd(p_, q);
+            pr->impl = pd.impl_info_str();
+            pr->reference = dnn::is_reference_impl(pr->impl);
+            if (pr->reference) return pr;
+            pr->src_md = pd.src_desc();
+            pr->wei_md = pd.weights_desc();
+            pr->bias_md = pd.bias_desc();
+            pr->dst_md = pd.dst_desc();
+            pr->scratch_md = pd.scratchpad_desc();
+            pr->scratch_bytes = pr->scratch_md.get_size();
+            pr->prim = dnnl::convolution_forward(pd);
+        } catch (const dnnl::error& e) {
+            if (e.status != dnnl_unimplemented)
+                throw Error(Status::runtime_error, "qconv2d onednn: oneDNN convolution for " + p_.key() + " failed: " + e.what());
+            pr->reference = true;  // nothing at all for these parameters: ours runs them
+            pr->impl = "no implementation";
+        }
+        return pr;
+    }
+
+    std::shared_ptr<const QPrim> prim_for(const QParams& q) const {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = 0; i < prims_.size(); ++i)
+            if (prims_[i]->q == q) {
+                if (i) std::rotate(prims_.begin(), prims_.begin() + static_cast<std::ptrdiff_t>(i),
+                                   prims_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+                return prims_.front();
+            }
+        auto pr = create(q);
+        if (prims_.size() >= 8) prims_.pop_back();
+        prims_.insert(prims_.begin(), pr);
+        return pr;
+    }
+
+    void fallback(const QConvArgs& a, const QConvPackedData* packed, const std::string& why) const {
+        std::call_once(gemm_once_, [&] {
+            const auto& reg = qconv_registry();
+            gemm_ = reg.get(p_, reg.find("gemm:qconv")).kernel;
+        });
+        if (verbose_level() >= 1) verbose_log("fallback", "qconv2d", "onednn:qconv->gemm:qconv," + p_.key() + "," + why, 0.0);
+        QConvArgs b = a;
+        if (packed) b.weights = static_cast<const OnednnQPacked*>(packed)->plain.data();
+        gemm_->run(b);
+    }
+
+    QConvProblem p_;
+    dnnl::memory::desc user_wei_md_;
+    std::shared_ptr<const QPrim> first_;
+    mutable std::mutex mu_;
+    mutable std::vector<std::shared_ptr<const QPrim>> prims_;
+    mutable std::once_flag gemm_once_;
+    mutable std::shared_ptr<const QConvKernel> gemm_;
+};
+
+}  // namespace
+
+bool onednn_qconv_supports(const QConvProblem& p) {
+    const QConvDesc& d = p.d;
+    constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+    if (d.n * d.c * d.h * d.w > kMax || d.n * d.oc * p.oh * p.ow > kMax) return false;
+    // Padding as wide as the dilated kernel: output pixels that see only padding crashed oneDNN
+    // 2.6's f32 JIT (onednn_conv.cpp); not given to its int8 kernels either.
+    const int64_t ekh = (d.kh - 1) * d.dilation_h + 1, ekw = (d.kw - 1) * d.dilation_w + 1;
+    if (d.pad_top >= ekh || d.pad_bottom >= ekh || d.pad_left >= ekw || d.pad_right >= ekw) return false;
+    static std::mutex mu;
+    static std::unordered_map<std::string, bool> known;
+    const std::string key = p.key() + "|t" + std::to_string(get_num_threads());
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = known.find(key);
+        if (it != known.end()) return it->second;
+    }
+    bool ok = false;
+    try {
+        dnn::OmpThreads omp(get_num_threads());
+        const auto pd = make_pd(p, unit_params(p, get_num_threads()));
+        ok = !dnn::is_reference_impl(pd.impl_info_str());
+    } catch (const dnnl::error&) {
+        ok = false;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (known.size() >= 4096) known.clear();
+    known[key] = ok;
+    return ok;
+}
+
+std::shared_ptr<const QConvKernel> create_onednn_qconv(const QConvProblem& p) { return std::make_shared<OnednnQConv>(p); }
+
+}  // namespace xk::detail

@@ -1,0 +1,103 @@
+// Helpers shared by the conv family's oneDNN implementations (onednn_conv.cpp, onednn_qconv.cpp):
+// the CPU engine, a per-thread stream, per-thread scratch buffers, the calling thread's OpenMP
+// thread count set for one primitive call, and a printable weights layout.
+#pragma once
+#include <omp.h>
+
+#include <cstdlib>
+#include <dnnl.hpp>
+#include <new>
+#include <sstream>
+#include <string>
+
+#include "xk/types.hpp"
+
+namespace xk::detail::dnn {
+
+inline const dnnl::engine& engine() {
+    static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+}
+
+inline dnnl::stream& thread_stream() {
+    thread_local dnnl::stream s(engine());
+    return s;
+}
+
+// Sets the calling thread's OpenMP thread count for one primitive creation / execution.
+class OmpThreads {
+public:
+    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
+        if (n != saved_) omp_set_num_threads(n);
+    }
+    ~OmpThreads() {
+        if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+    }
+    OmpThreads(const OmpThreads&) = delete;
+    OmpThreads& operator=(const OmpThreads&) = delete;
+
+private:
+    int saved_;
+};
+
+// Per-thread growing 64-byte aligned buffers (contents not kept across growth):
+//   0 the scratchpad, 1 per-call reordered weights, 2 per-call small vectors (qconv's bias).
+enum class Buf : int { scratchpad = 0, weights = 1, small = 2 };
+inline void* thread_buffer(Buf which, size_t bytes) {
+    struct B {
+        void* p = nullptr;
+        size_t cap = 0;
+        ~B() { std::free(p); }
+    };
+    thread_local B b[3];
+    B& x = b[static_cast<int>(which)];
+    if (x.cap < bytes) {
+        const size_t n = (bytes + 4095) / 4096 * 4096;
+        void* p = std::aligned_alloc(64, n);
+        if (!p) throw std::bad_alloc();
+        std::free(x.p);
+        x.p = p, x.cap = n;
+    }
+    return x.p;
+}
+
+// A readable, comparable description of a (blocked) memory descriptor.
+inline std::string md_layout(const dnnl::memory::desc& md) {
+    const dnnl_memory_desc_t& c = md.data;
+    std::ostringstream os;
+    os << "dt" << static_cast<int>(c.data_type) << ":d";
+    for (int i = 0; i < c.ndims; ++i) os << c.dims[i] << (i + 1 < c.ndims ? "x" : "");
+    os << ":p";
+    for (int i = 0; i < c.ndims; ++i) os << c.padded_dims[i] << (i + 1 < c.ndims ? "x" : "");
+    if (c.format_kind == dnnl_blocked) {
+        const auto& b = c.format_desc.blocking;
+        os << ":s";
+        for (int i = 0; i < c.ndims; ++i) os << b.strides[i] << (i + 1 < c.ndims ? "," : "");
+        os << ":b";
+        for (int i = 0; i < b.inner_nblks; ++i) os << b.inner_idxs[i] << "." << b.inner_blks[i] << ";";
+    } else {
+        os << ":fk" << static_cast<int>(c.format_kind);
+    }
+    os << ":x" << static_cast<int>(c.extra.flags);
+    return os.str();
+}
+
+// The eltwise post-op of an activation (alpha set for swish); undef for none.
+inline dnnl::algorithm eltwise_alg(Activation a, float& alpha) {
+    alpha = 0.0f;
+    switch (a) {
+        case Activation::relu: return dnnl::algorithm::eltwise_relu;
+        case Activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
+        case Activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
+        case Activation::silu: alpha = 1.0f; return dnnl::algorithm::eltwise_swish;
+        case Activation::none: break;
+    }
+    return dnnl::algorithm::undef;
+}
+
+// oneDNN's reference implementations ("ref:any", "gemm:ref", ...): never routed to.
+inline bool is_reference_impl(const std::string& impl) {
+    return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos;
+}
+
+}  // namespace xk::detail::dnn
