@@ -457,6 +457,8 @@ TEST(Attention, AmxPrefillEmulatedTilesAgainstReference) {
         {48, 1, 64, 77, 29, false, true, 32},                  // paged 32, f32 q
         {17, 2, 48, 70, 53},                                   // head_dim 48: the avx512 fallback
         {3, 4, 64, 40, 37},                                    // 12 rows: the decode path
+        {48, 2, 64, 600, 560, true},                           // 3 key tiles of 256, 3 row blocks, mask
+        {40, 2, 64, 333, 300},                                 // 2 key tiles, the last one short
     };
     if (!kSanitized) {
         cases.push_back({100, 1, 64, 100, INT64_MIN, false, false, 16});  // paged 16, non-causal

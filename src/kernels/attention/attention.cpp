@@ -93,6 +93,7 @@ struct Problem {
     int64_t kv_splits = 0;
     std::vector<SeqInfo> seqs;
     std::function<AttnKvSource(int64_t b, int64_t h)> kv;
+    bool vec_rows = isa_supported(Isa::avx512);  // q / o rows converted with AVX-512
 };
 
 struct Unit {
@@ -118,7 +119,11 @@ void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t
     const int64_t hd = p.head_dim;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const int64_t off = tok * p.o_ts + qh * p.o_hs;
-    if (p.o_dtype == DType::bf16) {
+    if (p.vec_rows) {
+        const bool b = p.o_dtype == DType::bf16;
+        attn_o_row_avx512(acc, inv, b, b ? static_cast<void*>(static_cast<uint16_t*>(p.o) + off)
+                                         : static_cast<void*>(static_cast<float*>(p.o) + off), hd);
+    } else if (p.o_dtype == DType::bf16) {
         uint16_t* o = static_cast<uint16_t*>(p.o) + off;
         for (int64_t d = 0; d < hd; ++d) o[d] = bf16(acc[d] * inv).bits;
     } else {
@@ -130,10 +135,10 @@ void write_row(const Problem& p, const SeqInfo& s, int64_t h, int64_t r, int64_t
 
 void execute(const AttnKernel& kernel, const Problem& p) {
     const int64_t group = p.q_heads / p.kv_heads, hd = p.head_dim;
-    // Query tokens per task: ~256 rows (the K / V tiles a task packs are shared by its rows), fewer
-    // (down to ~64) while that leaves under 4 tasks a thread.
+    // Query tokens per task: the kernel's task_rows() (256; amx:bf16 512: the K / V tiles a task
+    // packs are shared by its rows), fewer (down to ~64 rows) while that leaves under 4 tasks a thread.
     const int threads = get_num_threads();
-    int64_t tq = std::max<int64_t>(1, 256 / group);
+    int64_t tq = std::max<int64_t>(1, kernel.task_rows() / group);
     for (;;) {
         int64_t tasks = 0;
         for (const SeqInfo& s : p.seqs) tasks += (s.nq + tq - 1) / tq * p.kv_heads;
@@ -180,6 +185,17 @@ void execute(const AttnKernel& kernel, const Problem& p) {
     }
     std::vector<float> parts(static_cast<size_t>(part_floats));
     const int64_t nunits = static_cast<int64_t>(units.size());
+    // Threads take the units of one (sequence, kv head) after another (its K / V stay in cache
+    // across them: handing out all the largest first cost the 2-vCPU VM's f32 / bf16 prefill ~20%),
+    // within one the largest first (causal: the last token blocks), so the units left at the end
+    // are short ones.
+    std::vector<int64_t> order(static_cast<size_t>(nunits));
+    for (int64_t i = 0; i < nunits; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        const Unit &ua = units[a], &ub = units[b];
+        if (ua.b != ub.b || ua.h != ub.h) return ua.b != ub.b ? ua.b < ub.b : ua.h < ub.h;
+        return ua.nt * (ua.j1 - ua.j0) > ub.nt * (ub.j1 - ub.j0);
+    });
     std::atomic<int64_t> next{0};
     const int nthr = static_cast<int>(std::min<int64_t>(threads, nunits));
     // Per-thread buffers sized by the largest task of this call (decode: one token), not
@@ -224,15 +240,23 @@ void execute(const AttnKernel& kernel, const Problem& p) {
         float* scratch = lp + max_rows;
         std::vector<int64_t> lim(static_cast<size_t>(max_nt));
         for (;;) {
-            const int64_t ui = next.fetch_add(1);
-            if (ui >= nunits) break;
+            const int64_t oi = next.fetch_add(1);
+            if (oi >= nunits) break;
+            const int64_t ui = order[oi];
             const Unit& u = units[ui];
             const SeqInfo& s = p.seqs[u.b];
             const int64_t rows = u.nt * group;
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t tok = s.q_begin + u.t0 + r / group, qh = u.h * group + r % group;
                 const int64_t off = tok * p.q_ts + qh * p.q_hs;
-                for (int64_t d = 0; d < hd; ++d) qbuf[r * hd + d] = load_el(p.q, off + d, p.q_dtype) * p.scale;
+                if (p.vec_rows) {
+                    const bool b = p.q_dtype == DType::bf16;
+                    attn_q_row_avx512(b ? static_cast<const void*>(static_cast<const uint16_t*>(p.q) + off)
+                                        : static_cast<const void*>(static_cast<const float*>(p.q) + off),
+                                      b, p.scale, qbuf + r * hd, hd);
+                } else {
+                    for (int64_t d = 0; d < hd; ++d) qbuf[r * hd + d] = load_el(p.q, off + d, p.q_dtype) * p.scale;
+                }
             }
             for (int64_t i = 0; i < u.nt; ++i) lim[i] = limit_of(p, s, u.t0 + i);
             AttnTask t;

@@ -16,6 +16,8 @@
 
 namespace xk::detail {
 
+struct AmxTileArgs;  // kernels/gemm/amx_tile.hpp
+
 // What a kernel is created for.
 struct AttnKernelDesc {
     int64_t head_dim = 0;
@@ -85,9 +87,18 @@ struct AttnKernel {
     // Writes m[rows], l[rows] and acc[rows x head_dim] for the task's key range (rows that see no
     // key there: m = -inf, l = 0, acc = 0). Single-threaded.
     virtual void run(const AttnTask& t, float* m, float* l, float* acc) const = 0;
+    // Query rows (tokens x group) per task the driver starts from for a prefill (it takes fewer
+    // while that leaves under 4 tasks a thread): K / V tiles a task packs are shared by its rows.
+    virtual int64_t task_rows() const { return 256; }
 };
 
 const Registry<AttnKernelDesc, AttnKernel>& attention_registry();
+
+// The driver's row conversions with AVX-512 (attn_amx.cpp; call where isa_supported(avx512)),
+// bit for bit its scalar loops: dst[d] = q[d] * scale (q f32 or bf16); o[d] = acc[d] * inv into
+// f32 or bf16 (round to nearest even).
+void attn_q_row_avx512(const void* src, bool bf16_in, float scale, float* dst, int64_t n);
+void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, int64_t n);
 
 // Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
 // clamped to [0, 64]), else 4. A tuning knob for the device runs.
@@ -110,5 +121,9 @@ std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd
 // AVX-512, -1 = XK_ATTN_AMX_ACC (default 1).
 std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc = -1);
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd);  // (emulate_tiles = false)
+// Tests / profiling only: the tile kernel replaced by `tile` (an AmxTileFn of amx_tile.hpp; tile
+// configure / release skipped), e.g. a no-op to time the rest of the kernel on machines without AMX.
+std::shared_ptr<const AttnKernel> create_attention_amx_custom(const AttnKernelDesc& kd, void (*tile)(const AmxTileArgs*),
+                                                              int tile_acc = -1);
 
 }  // namespace xk::detail
