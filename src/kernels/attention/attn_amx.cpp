@@ -37,6 +37,7 @@
 // amx_tile_emulate (a scalar model of the tile kernel over the same packed layouts).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -332,7 +333,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
         }
     std::memset(sc.P, 0, static_cast<size_t>(amx_key_blocks() * 2048));  // (rows past R stay 0)
     for (int64_t r = 0; r < R; ++r) m[r] = ninf;  // (in log2 units until the end of the task)
-    std::memset(sc.lv, 0, static_cast<size_t>(R * 64));
+    std::memset(sc.lv, 0, static_cast<size_t>(std::max<int64_t>(R, 0)) * 64);  // (R > 0: GCC cannot tell)
     if (tile_acc)
         std::memset(sc.accb, 0, static_cast<size_t>(nrb * NK * 4096));
     else
@@ -629,8 +630,6 @@ void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, in
     }
 }
 
-namespace {
-}  // namespace
 }  // namespace xk::detail
 
 #if defined(__clang__)

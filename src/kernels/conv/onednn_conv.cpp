@@ -224,37 +224,15 @@ private:
 
 bool onednn_conv_supports(const ConvProblem& p) {
     const ConvDesc& d = p.d;
-    constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-    if (d.n * d.c * d.h * d.w > kMax || d.n * d.oc * p.oh * p.ow > kMax) return false;
-    // Padding as wide as the (dilated) kernel gives output pixels that see only padding: oneDNN
-    // 2.6's JIT read through a null pointer on such a shape (fuzz_conv: 1 x 1 input, 1 x 1 kernel,
-    // left padding 2, residual + gelu_tanh post-ops). Those go to our GEMM path.
-    const int64_t ekh = (d.kh - 1) * d.dilation_h + 1, ekw = (d.kw - 1) * d.dilation_w + 1;
-    if (d.pad_top >= ekh || d.pad_bottom >= ekh || d.pad_left >= ekw || d.pad_right >= ekw) return false;
+    if (!dnn::shape_supported(d, p.oh, p.ow)) return false;
     // A residual (oneDNN's sum post-op, with an activation after it) crashed oneDNN 2.6's JIT the
     // same way on tiny shapes (fuzz_conv: 2 x 1 x 1 x 2 bf16, 2 x 2 kernel, dilation 2): until that
     // is narrowed down, residual convolutions take our GEMM path.
     if (d.residual != ConvResidual::none) return false;
-    // The answer per descriptor (and thread count: oneDNN may pick by it), remembered.
-    static std::mutex mu;
-    static std::unordered_map<std::string, bool> known;
-    const std::string key = p.key() + "|t" + std::to_string(get_num_threads());
-    {
-        std::lock_guard<std::mutex> lock(mu);
-        auto it = known.find(key);
-        if (it != known.end()) return it->second;
-    }
-    bool ok = false;
-    try {
+    return dnn::jit_available("conv|" + p.key() + "|t" + std::to_string(get_num_threads()), [&] {
         OmpThreads omp(get_num_threads());
-        const auto pd = make_pd(p);
-        ok = !is_reference_impl(pd.impl_info_str());
-    } catch (const dnnl::error&) {
-        ok = false;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    known[key] = ok;
-    return ok;
+        return make_pd(p).impl_info_str();
+    });
 }
 
 bool onednn_conv_preferred(const ConvProblem& p) {

@@ -339,33 +339,11 @@ private:
 }  // namespace
 
 bool onednn_qconv_supports(const QConvProblem& p) {
-    const QConvDesc& d = p.d;
-    constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-    if (d.n * d.c * d.h * d.w > kMax || d.n * d.oc * p.oh * p.ow > kMax) return false;
-    // Padding as wide as the dilated kernel: output pixels that see only padding crashed oneDNN
-    // 2.6's f32 JIT (onednn_conv.cpp); not given to its int8 kernels either.
-    const int64_t ekh = (d.kh - 1) * d.dilation_h + 1, ekw = (d.kw - 1) * d.dilation_w + 1;
-    if (d.pad_top >= ekh || d.pad_bottom >= ekh || d.pad_left >= ekw || d.pad_right >= ekw) return false;
-    static std::mutex mu;
-    static std::unordered_map<std::string, bool> known;
-    const std::string key = p.key() + "|t" + std::to_string(get_num_threads());
-    {
-        std::lock_guard<std::mutex> lock(mu);
-        auto it = known.find(key);
-        if (it != known.end()) return it->second;
-    }
-    bool ok = false;
-    try {
+    if (!dnn::shape_supported(p.d, p.oh, p.ow)) return false;
+    return dnn::jit_available("qconv|" + p.key() + "|t" + std::to_string(get_num_threads()), [&] {
         dnn::OmpThreads omp(get_num_threads());
-        const auto pd = make_pd(p, unit_params(p, get_num_threads()));
-        ok = !dnn::is_reference_impl(pd.impl_info_str());
-    } catch (const dnnl::error&) {
-        ok = false;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    if (known.size() >= 4096) known.clear();
-    known[key] = ok;
-    return ok;
+        return make_pd(p, unit_params(p, get_num_threads())).impl_info_str();
+    });
 }
 
 std::shared_ptr<const QConvKernel> create_onednn_qconv(const QConvProblem& p) { return std::make_shared<OnednnQConv>(p); }

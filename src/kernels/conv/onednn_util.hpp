@@ -6,9 +6,11 @@
 
 #include <cstdlib>
 #include <dnnl.hpp>
+#include <mutex>
 #include <new>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 
 #include "xk/types.hpp"
 
@@ -104,6 +106,42 @@ inline dnnl::algorithm eltwise_alg(Activation a, float& alpha) {
 // oneDNN's reference implementations ("ref:any", "gemm:ref", ...): never routed to.
 inline bool is_reference_impl(const std::string& impl) {
     return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos;
+}
+
+// The shapes both conv routes keep from oneDNN 2.6: extents past int32, and padding as wide as the
+// dilated kernel (output pixels that see only padding: its f32 JIT read through a null pointer on
+// such a shape, fuzz_conv: 1 x 1 input, 1 x 1 kernel, left padding 2, residual + gelu_tanh).
+// Desc: ConvDesc or QConvDesc.
+template <class Desc>
+bool shape_supported(const Desc& d, int64_t oh, int64_t ow) {
+    constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+    if (d.n * d.c * d.h * d.w > kMax || d.n * d.oc * oh * ow > kMax) return false;
+    const int64_t ekh = (d.kh - 1) * d.dilation_h + 1, ekw = (d.kw - 1) * d.dilation_w + 1;
+    return !(d.pad_top >= ekh || d.pad_bottom >= ekh || d.pad_left >= ekw || d.pad_right >= ekw);
+}
+
+// Whether oneDNN makes a non-reference primitive for `key` (the descriptor and thread count: oneDNN
+// may pick by them), asked once per key and remembered: impl() creates the primitive descriptor
+// and returns its impl_info_str(); a dnnl::error from it counts as no.
+template <class Impl>
+bool jit_available(const std::string& key, Impl impl) {
+    static std::mutex mu;
+    static std::unordered_map<std::string, bool> known;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = known.find(key);
+        if (it != known.end()) return it->second;
+    }
+    bool ok = false;
+    try {
+        ok = !is_reference_impl(impl());
+    } catch (const dnnl::error&) {
+        ok = false;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (known.size() >= 4096) known.clear();
+    known[key] = ok;
+    return ok;
 }
 
 }  // namespace xk::detail::dnn
