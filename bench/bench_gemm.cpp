@@ -30,8 +30,8 @@
 //                     an eltwise_gelu_erf post-op)
 //   <MxNxK>_paired    bf16 (xk only), the issue shapes but 4096^3 (quick: 384x3072x768): xk's bf16,
 //                     xk's f32 and oneDNN's bf16 called in turn in one loop (below)
-//   <MxNxK>_vs_onednn[_prepacked]  bf16 and u8s8s32, the `_paired` shapes (or XK_BENCH_GEMM_SHAPES=
-//                     "MxNxK,..."): xk and oneDNN called in
+//   <MxNxK>_vs_onednn[_prepacked]  bf16 and u8s8s32, the `_paired` shapes (or XK_BENCH_GEMM_SHAPES="MxNxK,...",
+//                     which also replaces the plain rows' issue shapes): xk and oneDNN called in
 //                     turn in one loop (xk/onednn = the ratio of that loop); plain B (both pack per
 //                     call) or prepacked (xk's PackedB, oneDNN's weights reordered once)
 //   <MxNxK>_decode_<layout>  decode, M = 1 and 16, weights from DRAM (below)
@@ -762,6 +762,21 @@ bool register_all() {
     const std::vector<int> threads_list = xb::thread_counts();
     const bool has1 = std::find(threads_list.begin(), threads_list.end(), 1) != threads_list.end();
     auto pick = [quick](const std::vector<Shape>& full, const std::vector<Shape>& q) { return quick ? q : full; };
+    // XK_BENCH_GEMM_SHAPES="512x4096x4096,512x14336x4096": the plain and `_vs_onednn` rows at these
+    // shapes instead of the issue shapes (e.g. a model's Linear layers: M tokens x N outputs x K
+    // inputs).
+    std::vector<Shape> env_shapes;
+    if (const char* e = std::getenv("XK_BENCH_GEMM_SHAPES"); e && *e) {
+        const std::string list(e);
+        for (size_t p0 = 0; p0 < list.size();) {
+            size_t p1 = list.find(',', p0);
+            if (p1 == std::string::npos) p1 = list.size();
+            long m = 0, n = 0, k = 0;
+            if (std::sscanf(list.substr(p0, p1 - p0).c_str(), "%ldx%ldx%ld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0)
+                env_shapes.push_back({m, n, k});
+            p0 = p1 + 1;
+        }
+    }
     for (Kind k : {Kind::f32, Kind::bf16, Kind::u8s8s32, Kind::u8s8f32}) {
         std::vector<Shape> shapes;
         if (k != Kind::u8s8f32) {
@@ -772,7 +787,7 @@ bool register_all() {
         } else {
             shapes.push_back({256, 256, 256});
         }
-        const auto issue = pick(kIssue, kIssueQuick);
+        const auto issue = env_shapes.empty() ? pick(kIssue, kIssueQuick) : env_shapes;
         shapes.insert(shapes.end(), issue.begin(), issue.end());
         for (const Shape& s : shapes) {
             for (int threads : threads_list) {
@@ -802,23 +817,10 @@ bool register_all() {
                                          [=](benchmark::State& st) { bench_bf16_paired(st, Kind::bf16, s, threads); })
                 ->UseManualTime()
                 ->Unit(benchmark::kMillisecond);
-    // XK_BENCH_GEMM_SHAPES="512x4096x4096,512x14336x4096": the `_vs_onednn` rows at these shapes
-    // instead (e.g. a model's Linear layers: M tokens x N outputs x K inputs).
-    std::vector<Shape> lp_shapes;
-    for (const Shape& s : pick(kIssue, {kFused}))
-        if (s.M < 4096) lp_shapes.push_back(s);
-    if (const char* e = std::getenv("XK_BENCH_GEMM_SHAPES"); e && *e) {
-        lp_shapes.clear();
-        std::string list(e);
-        for (size_t p0 = 0; p0 < list.size();) {
-            size_t p1 = list.find(',', p0);
-            if (p1 == std::string::npos) p1 = list.size();
-            Shape s{};
-            if (std::sscanf(list.substr(p0, p1 - p0).c_str(), "%ldx%ldx%ld", &s.M, &s.N, &s.K) == 3 && s.M > 0 && s.N > 0 && s.K > 0)
-                lp_shapes.push_back(s);
-            p0 = p1 + 1;
-        }
-    }
+    std::vector<Shape> lp_shapes = env_shapes;
+    if (lp_shapes.empty())
+        for (const Shape& s : pick(kIssue, {kFused}))
+            if (s.M < 4096) lp_shapes.push_back(s);
     for (Kind k : {Kind::bf16, Kind::u8s8s32})
         for (bool pp : {false, true})
             for (const Shape& s : lp_shapes)
