@@ -716,6 +716,19 @@ TEST(GemmBf16, SeveralAmxKBlocks) {
     });
 }
 
+// The AMX kernel's shared packed A (a thread whose columns span several 1 MiB B chunks): 2 threads
+// (run_case: bit-equal to 1 thread, which packs per thread) with M, N and K tails.
+TEST(GemmBf16, AmxSharedPackedA) {
+    for_each_isa([&](Isa isa) {
+        if (isa < Isa::amx || kSanitized) return;
+        Case c;
+        c.M = 70, c.N = 1100, c.K = 4100, c.c = DType::bf16, c.bias = true, c.beta = 0.5f, c.ta = Trans::T;
+        c.seed = 8200;
+        SCOPED_TRACE(c.str());
+        run_case(c);
+    });
+}
+
 TEST(GemmBf16, TallBf16COverSeveralKBlocks) {
     const Isa top = available_isas().back();
     for_each_isa([&](Isa isa) {

@@ -361,6 +361,30 @@ TEST(GemmInt8, ManyThreadsShareTheirPackedPanels) {
     }, /*with_avx2_vnni=*/true);
 }
 
+// The AMX kernel's shared packed A (a thread whose columns span several 1 MiB B chunks), at 1 / 2 /
+// 5 threads with M, N and K tails: the same bits as the reference.
+TEST(GemmInt8, AmxSharedPackedA) {
+    for_each_isa([&](Isa isa) {
+        if (isa < Isa::amx || kSanitized) return;
+        GemmDesc d = int8_desc(DType::u8, DType::f32, 70, 1100, 8300);
+        d.epilogue.bias = true, d.b_scale_per_channel = true;
+        Problem p(d, 0, 1, 2100);
+        p.azp = zp_for(d.a_type, 3), p.bzp = zp_for(DType::s8, 2);
+        SCOPED_TRACE(describe(p.d, p));
+        const std::vector<uint8_t> before = p.c_copy();
+        run_reference(p);
+        const std::vector<uint8_t> want = p.c_copy();
+        const GemmPlan plan(p.d);
+        for (int threads : {1, 2, 5}) {
+            set_num_threads(threads);
+            std::memcpy(p.C.data(), before.data(), before.size());
+            plan.run(p.args());
+            EXPECT_TRUE(same_c(p, p.c_copy(), want, before)) << threads << " threads, impl " << plan.impl_name();
+        }
+        set_num_threads(0);
+    });
+}
+
 TEST(GemmInt8, SaturationWorstCasesAndEveryShiftPath) {
     // All 255 x all -128, all 127 x 127, s8 A = -128 with its extremes; K long enough that the
     // s32 sum wraps (255 * 128 * 70000 > 2^31) and the short one that does not.

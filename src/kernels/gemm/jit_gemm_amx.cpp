@@ -24,7 +24,10 @@
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
 // cores). One thread: the (chunk, 32-row block) tasks chunk-major. Several: every thread one
 // rectangle of the (32-row block x column block) grid (tm x tn threads, the most even split, then
-// the least A + B traffic), walked chunk-major; its A block packed once per row block.
+// the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
+// thread's columns span several B chunks (it would re-pack each row block per chunk), once per
+// call into a buffer the threads share, each row block by the first thread that needs it
+// (XK_AMX_SHARED_A=0: always per thread).
 // Measured on the device Xeon (16 cores, bench_gemm's `_vs_onednn` rows, one run each): the
 // rectangles against the earlier chunk-major task list took 16-thread bf16 from 0.89-1.36x oneDNN
 // to 0.97-1.49x; K blocks of 64 steps against 8 took 16-thread int8 from 0.77-1.13x to 0.81-1.35x
@@ -160,6 +163,13 @@ int64_t pack_a_mode() {
     static const int64_t v = env_int("XK_AMX_PACKA", 1);
     return v;
 }
+// XK_AMX_SHARED_A=0: every thread packs its own copy of each A row block (per task chunk) instead of
+// the call's one shared packed A (see AmxGemm::run).
+bool shared_a_on() {
+    static const bool v = env_int("XK_AMX_SHARED_A", 1) != 0;
+    return v;
+}
+constexpr int64_t kSharedAMaxBytes = int64_t(64) << 20;  // the shared packed A, at most
 
 struct alignas(64) TileConfig {
     uint8_t palette = 1, start_row = 0;
@@ -697,6 +707,30 @@ public:
             }
         }
         const int64_t ntasks = grid2d ? tm * tn : nchunks * mblocks;
+        // One packed A for the call (the default packing, several threads per row block): each row
+        // block is packed once, by the first thread that reaches it (the others wait on its flag),
+        // instead of once per (thread, B chunk). The threads of one grid row start at different row
+        // blocks, so they pack different blocks at first. Llama's M = 512 Linear shapes at 16
+        // threads had spent ~24% of a thread's time re-packing A (K = 4096; more at K = 14336).
+        const int64_t a_blk_bytes = nkb_ * kStepBytes;
+        uint8_t* a_shared = nullptr;
+        std::atomic<uint32_t>* a_flags = nullptr;
+        // Only where a thread would pack a row block more than once (its columns span two B chunks
+        // or more): else each thread packs each of its row blocks once anyway, and the blocks another
+        // core packed arrive slower than the ones a core packs itself (device, 16 threads:
+        // 384x768x768 and 512x1024x4096 lost 20-40% shared; 512x4096x14336 gained 2.9x, 512x14336x4096
+        // 1.25x).
+        const int64_t cols_t = (nblocks_ + tn - 1) / tn;
+        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, kChunkBytes / block_bytes, kMaxChunk}));
+        const bool repacks = (cols_t + pc_t - 1) / pc_t >= 2;
+        if (grid2d && tn > 1 && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
+            const size_t abytes = static_cast<size_t>(mblocks * a_blk_bytes);
+            auto* buf = reinterpret_cast<uint8_t*>(
+                gemm_thread_buffer(5, (abytes + static_cast<size_t>(mblocks) * sizeof(std::atomic<uint32_t>) + 3) / 4));
+            a_flags = reinterpret_cast<std::atomic<uint32_t>*>(buf + abytes);
+            for (int64_t b = 0; b < mblocks; ++b) new (a_flags + b) std::atomic<uint32_t>(0);
+            a_shared = buf;
+        }
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -766,8 +800,17 @@ public:
                     // Packed: k step kb's two tiles contiguous, [kb][32 rows][64 bytes] (rows 64 bytes
                     // apart: every row of a step in its own L1 set), zeros beyond M and K.
                     uint8_t* buf = a_pack;
-                    const bool fresh = a_packed_mb != mb;
-                    a_packed_mb = mb;
+                    bool fresh = a_packed_mb != mb;
+                    if (a_shared) {
+                        buf = a_shared + mb * a_blk_bytes;
+                        std::atomic<uint32_t>& f = a_flags[mb];
+                        uint32_t st = f.load(std::memory_order_acquire);
+                        fresh = st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel);
+                        if (!fresh)
+                            while (f.load(std::memory_order_acquire) != 2) _mm_pause();
+                    } else {
+                        a_packed_mb = mb;
+                    }
                     if (fresh && (rows < kBlk || krem)) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
                     if (!fresh) {
                     } else if (!at) {
@@ -787,6 +830,7 @@ public:
                             }
                         }
                     }
+                    if (fresh && a_shared) a_flags[mb].store(2, std::memory_order_release);
                     a_base = buf;
                     a_ld = 64;
                     a_step = kStepBytes;
@@ -897,8 +941,12 @@ public:
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
                 const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                // (the threads of one grid row start at different row blocks: with a shared A they
+                // pack different blocks first; results do not depend on the order)
+                const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
                 for (int64_t nb0 = n_lo; nb0 < n_hi; nb0 += pc)
-                    for (int64_t mb = m_lo; mb < m_hi; ++mb) block_task(mb, nb0, std::min(n_hi, nb0 + pc));
+                    for (int64_t q = 0; q < nm; ++q)
+                        block_task(m_lo + (first + q) % nm, nb0, std::min(n_hi, nb0 + pc));
             }
         });
         if (prof) {

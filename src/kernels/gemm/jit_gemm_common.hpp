@@ -165,13 +165,14 @@ struct GemmBLayout {
 GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype = DType::f32);
 std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* B);
 
-// A 64-byte aligned per-thread scratch buffer (slot 0..4) of at least `floats` floats, reused
+// A 64-byte aligned per-thread scratch buffer (slot 0..5) of at least `floats` floats, reused
 // across calls. Slots 0 and 1 are a worker's own packing buffers; 2 and 3 hold the operands the
 // blocked kernel's calling thread shares with its workers for one call (jit_gemm.cpp); 4 is a
 // worker's f32 accumulator of a bf16 C block. The AMX kernel (jit_gemm_amx.cpp) uses the same
 // roles: 0 packed A, 1 A's K tail and a requantization tile, 2 and 3 the per-call packed B and
-// int8 column terms, 4 the accumulators of a task's column blocks.
-constexpr int kGemmThreadBufferSlots = 5;
+// int8 column terms, 4 the accumulators of a task's column blocks, 5 (the calling thread's) the
+// call's shared packed A.
+constexpr int kGemmThreadBufferSlots = 6;
 float* gemm_thread_buffer(int slot, size_t floats);
 
 
