@@ -143,18 +143,27 @@ class BertSelfAttention(nn.Module):
         return o.transpose(1, 2).reshape(B, T, H)
 
 
+class BertIntermediate(nn.Module):
+    def __init__(self, hidden, inter):
+        super().__init__()
+        self.dense, self.intermediate_act_fn = nn.Linear(hidden, inter), nn.GELU()
+
+    def forward(self, x):
+        return self.intermediate_act_fn(self.dense(x))
+
+
 class BertLayer(nn.Module):
     def __init__(self, hidden, heads, inter, eps):
         super().__init__()
         self.attention = _Named(self=BertSelfAttention(hidden, heads),
                                 output=_Named(dense=nn.Linear(hidden, hidden), LayerNorm=nn.LayerNorm(hidden, eps)))
-        self.intermediate = _Named(dense=nn.Linear(hidden, inter))
+        self.intermediate = BertIntermediate(hidden, inter)
         self.output = _Named(dense=nn.Linear(inter, hidden), LayerNorm=nn.LayerNorm(hidden, eps))
 
     def forward(self, x, mask):
         a = self.attention
         x = a.output.LayerNorm(a.output.dense(getattr(a, "self")(x, mask)) + x)
-        h = nn.functional.gelu(self.intermediate.dense(x))
+        h = self.intermediate(x)
         return self.output.LayerNorm(self.output.dense(h) + x)
 
 

@@ -54,6 +54,39 @@ def test_optimize_llama_patterns():
     assert isinstance(m["mlp"].gate_proj, torch.nn.Linear)
 
 
+class _Intermediate(torch.nn.Module):  # Hugging Face's BertIntermediate
+    def __init__(self, act):
+        super().__init__()
+        self.dense, self.intermediate_act_fn = torch.nn.Linear(32, 80), act
+
+    def forward(self, x):
+        return self.intermediate_act_fn(self.dense(x))
+
+
+class _NotIntermediate(_Intermediate):  # same children, another forward: left to the Linear rule
+    def forward(self, x):
+        return self.intermediate_act_fn(self.dense(x)) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_optimize_fuses_linear_activation(dtype):
+    torch.manual_seed(0)
+    acts = {"gelu": torch.nn.GELU(), "gelu_tanh": torch.nn.GELU(approximate="tanh"), "relu": torch.nn.ReLU(),
+            "silu": torch.nn.SiLU()}
+    m = torch.nn.ModuleDict({k: _Intermediate(a) for k, a in acts.items()})
+    m["other"] = _NotIntermediate(torch.nn.GELU())
+    opt = xkt.optimize(m, dtype=dtype)
+    want_act = {"gelu": "gelu_erf", "gelu_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
+    for k, a in want_act.items():
+        assert type(opt[k]).__name__ == "LinearAct" and opt[k].dense.activation == a
+    assert isinstance(opt["other"], _NotIntermediate) and opt["other"].dense.activation == "none"
+    assert set(opt.state_dict()) == set(m.state_dict())
+    x = torch.randn(5, 32).to(dtype)
+    with torch.no_grad():
+        for k in m:
+            torch.testing.assert_close(opt[k](x).float(), m[k].to(dtype)(x).float(), **TOL[dtype])
+
+
 def test_state_dict_and_save_load():
     torch.manual_seed(0)
     ref = LlamaDecoderLayer().eval()

@@ -65,6 +65,19 @@ class Linear(nn.Module):
             self.in_features, self.out_features, self.bias is not None, self.activation)
 
 
+class LinearAct(nn.Module):
+    """act(dense(x)) as one xk GEMM with the activation in its epilogue: Hugging Face's
+    BertIntermediate (`dense` + `intermediate_act_fn`) and its look-alikes; the child keeps the
+    name `dense`, so state-dict keys are unchanged."""
+
+    def __init__(self, dense):
+        super().__init__()
+        self.dense = dense
+
+    def forward(self, hidden_states):
+        return self.dense(hidden_states)
+
+
 class LayerNorm(nn.Module):
     """nn.LayerNorm over the last dimension (f32 / bf16); forward(x, residual) also fuses the pre-norm
     residual add (residual += x in place, returns layer_norm(residual))."""

@@ -83,6 +83,41 @@ def _gated_mlp(m):
                             modules.Linear.from_linear(d), "silu")
 
 
+def _activation_name(act):
+    """xk's epilogue activation equal to `act` (a module or function), or None."""
+    if isinstance(act, nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu_erf"
+    if isinstance(act, nn.ReLU) or act is torch.relu or act is nn.functional.relu:
+        return "relu"
+    if _is_silu(act):
+        return "silu"
+    if act is nn.functional.gelu:
+        return "gelu_erf"
+    name = type(act).__name__
+    if name == "GELUActivation":  # Hugging Face's "gelu" (erf)
+        return "gelu_erf"
+    if name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh", "FastGELUActivation"):
+        return "gelu_tanh"
+    return None
+
+
+def _linear_act(m):
+    """Hugging Face's BertIntermediate pattern: a `dense` Linear and an `intermediate_act_fn` ->
+    (xk LinearAct, None), (None, why) or (None, None) when `m` is not that pattern."""
+    dense, act = getattr(m, "dense", None), getattr(m, "intermediate_act_fn", None)
+    if not isinstance(dense, nn.Linear) or act is None:
+        return None, None
+    name = _activation_name(act)
+    if name is None:
+        return None, "activation %s has no xk epilogue" % type(act).__name__
+    if dense.weight.dtype not in (torch.float32, torch.bfloat16):
+        return None, "weight dtype %s" % dense.weight.dtype
+    new = modules.LinearAct(modules.Linear.from_linear(dense, name))
+    if not _same_output(m, new, dense.in_features, dense.weight.dtype):
+        return None, "has dense + intermediate_act_fn, but its forward is not act(dense(x))"
+    return new, None
+
+
 _ATTN_CHILDREN = {"q_proj", "k_proj", "v_proj", "o_proj", "rotary_emb"}
 
 
@@ -254,6 +289,9 @@ def _replacement(child, path, dtype, skipped, quant=None):
         new, why = _llama_attention(child)
         if new is not None and not _same_attention(child, new, _param_dtype(child.q_proj, dtype)):
             new, why = None, "q / k / v / o projections, but its forward is not Llama's RoPE + SDPA"
+    elif quant is None and hasattr(child, "intermediate_act_fn") and isinstance(getattr(child, "dense", None),
+                                                                             nn.Linear):
+        new, why = _linear_act(child)
     elif quant is None and type(child).__name__.endswith("SelfAttention"):
         new, why = _bert_self_attention(child, _param_dtype(child.query, dtype) if hasattr(child, "query") else dtype)
     elif quant is None:  # quantized: the MLP's Linears are replaced one by one instead
