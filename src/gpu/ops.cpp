@@ -63,11 +63,14 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 //   pre=0|1      norms: weight / bias loaded with the row (else after the reduction)
 //   split=0|1    softmax: max, then sum (two reductions; else one)
 //   persist=0|1  a group loops over rows, prefetching the next one; occ=n groups per compute unit
+//   seg=0|1      rows that need <= 32 work-items: several rows per group (wg=n items, default 128)
 //   ptx=0|1      NVIDIA: warp-shuffle reductions (inline PTX); cvt=0|1 NVIDIA: cvt.rn.bf16x2 stores
+// (rv=16 too: 16 vectors per item.)
 struct RowCfg {
     int rv = 8;
-    bool pre = false, split = false, persist = false, ptx = false, cvt = false;
-    int occ = 0;  // persistent groups per compute unit (0: 2048 / group size / 2)
+    bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false;
+    int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
+    int wg = 0;   // seg: the group size (0: 128)
 };
 RowCfg row_cfg(const char* op, DType t, bool layer_or_causal) {
     RowCfg c;
@@ -86,7 +89,9 @@ RowCfg row_cfg(const char* op, DType t, bool layer_or_causal) {
         if (eq != std::string::npos) {
             const std::string k = kv.substr(0, eq);
             const int v = std::atoi(kv.c_str() + eq + 1);
-            if (k == "rv" && (v == 1 || v == 2 || v == 4 || v == 8)) c.rv = v;
+            if (k == "rv" && (v == 1 || v == 2 || v == 4 || v == 8 || v == 16)) c.rv = v;
+            else if (k == "seg") c.seg = v != 0;
+            else if (k == "wg" && (v == 32 || v == 64 || v == 128 || v == 256 || v == 512)) c.wg = v;
             else if (k == "pre") c.pre = v != 0;
             else if (k == "split") c.split = v != 0;
             else if (k == "persist") c.persist = v != 0;
@@ -103,8 +108,9 @@ bool is_nvidia(const Context& ctx) {
     return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
 // Build options of a row-kernel program (the op's default program when every knob is default).
-std::string row_options(const Context& ctx, int op, const RowCfg& c) {
+std::string row_options(const Context& ctx, int op, const RowCfg& c, int seg) {
     std::string o = "-DXK_OP=" + std::to_string(op);
+    if (seg > 0) o += " -DXK_SEG=" + std::to_string(seg);
     if (c.rv != 8) o += " -DXK_RV=" + std::to_string(c.rv);
     if (c.persist) o += " -DXK_PERSIST=1";
     if (c.ptx && is_nvidia(ctx)) o += " -DXK_PTX=1";
@@ -131,21 +137,43 @@ size_t row_wg(const Context& ctx, int64_t n, int nv, int64_t cap_max = kMaxWg) {
     while (wg < want && wg < cap) wg *= 2;
     return static_cast<size_t>(std::min(wg, cap));
 }
-// Launch of a row kernel: `local` items per group, one group per row, or with persist
-// min(rows, compute units x occ) groups; red = the reductions' local memory.
+// Launch of a row kernel for rows of n elements: `local` items per group, seg items per row (0:
+// the group), one group per row (per local / seg rows), or with persist at most compute units x
+// occ groups; red = the reductions' local memory. ok = false: the row does not fit in registers.
 struct RowLaunch {
+    bool ok = false;
+    int seg = 0;
     size_t local = 0, global = 0, red_bytes = 0;
 };
-RowLaunch row_launch(const Context& ctx, const RowCfg& c, size_t local, int64_t rows) {
+RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, int64_t rows) {
     RowLaunch l;
-    l.local = local;
-    int64_t groups = rows;
-    if (c.persist) {
-        const int64_t occ = c.occ > 0 ? c.occ : std::max<int64_t>(1, 1024 / static_cast<int64_t>(local));
-        groups = std::min<int64_t>(rows, std::max(1, ctx.device().compute_units) * occ);
+    const int nvc = row_nvc(t, c.rv);
+    const int64_t chunks = n / 8, items = (chunks + nvc - 1) / nvc;
+    const bool ptx = c.ptx && is_nvidia(ctx);
+    int64_t rpg = 1;
+    if (c.seg && items <= 32) {
+        int64_t s = 1;
+        while (s < items) s *= 2;
+        int64_t wg = c.wg > 0 ? c.wg : 128, cap = std::max(ctx.device().max_work_group_size, 1);
+        while (wg > cap) wg /= 2;
+        wg = std::max(wg, s);
+        if (wg > cap) return l;
+        l.seg = static_cast<int>(s);
+        l.local = static_cast<size_t>(wg);
+        rpg = wg / s;
+        l.red_bytes = ptx ? 8 : 2 * l.local * 8;
+    } else {
+        l.local = row_wg(ctx, n, nvc, kMaxRowWg);
+        if (chunks > static_cast<int64_t>(l.local) * nvc) return l;
+        l.red_bytes = (ptx ? 64 : l.local + 32) * 8;  // float2
     }
-    l.global = static_cast<size_t>(groups) * local;
-    l.red_bytes = (c.ptx && is_nvidia(ctx) ? 64 : local + 32) * 8;  // float2
+    int64_t groups = (rows + rpg - 1) / rpg;
+    if (c.persist) {
+        const int64_t occ = c.occ > 0 ? c.occ : std::max<int64_t>(1, 1024 / static_cast<int64_t>(l.local));
+        groups = std::min<int64_t>(groups, std::max(1, ctx.device().compute_units) * occ);
+    }
+    l.global = static_cast<size_t>(groups) * l.local;
+    l.ok = true;
     return l;
 }
 
@@ -298,13 +326,13 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
                           (!d.fused_residual || (d.residual_dtype == rt && rt != DType::f16));
     const bool ln = d.kind == NormKind::layer_norm;
     const RowCfg rc = row_cfg("norm", rt, ln);
-    const int nvc = row_nvc(rt, rc.rv);
-    const size_t rlocal = row_wg(ctx, d.hidden, nvc, kMaxRowWg);
-    const bool rowk = one_type && al == 2 && d.hidden % 8 == 0 && d.hidden / 8 <= static_cast<int64_t>(rlocal) * nvc;
+    RowLaunch rl;
+    if (one_type && al == 2 && d.hidden % 8 == 0) rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+    const bool rowk = rl.ok;
     const std::string kname_s = rowk ? std::string(ln ? "xk_rnorm_ln_" : "xk_rnorm_rms_") + (rc.pre ? "pre_" : "") + dsuffix(rt)
                                      : std::string("xk_norm");
     const char* kname = kname_s.c_str();
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 1, rc)) : ops_kernel(ctx, kname, 1);
+    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 1, rc, rl.seg)) : ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -320,9 +348,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
                          (d.kind == NormKind::layer_norm ? 8 : 0) | (al == 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(k, i++, dts);
     set_arg(k, i++, flags);
-    RowLaunch rl;
     if (rowk) {
-        rl = row_launch(ctx, rc, rlocal, d.rows);
         set_arg(k, i++, U(d.rows));
         detail::check_cl(clSetKernelArg(k, i++, rl.red_bytes, nullptr), fn, "clSetKernelArg");
     } else {
@@ -330,7 +356,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
         rl.global = static_cast<size_t>(d.rows) * rl.local;
     }
     const size_t local = rl.local, global = rl.global;
-    verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) : std::string()) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+    verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) + (rl.seg ? ",seg=" + std::to_string(rl.seg) : std::string()) : std::string()) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
                              ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -420,12 +446,12 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     // x and y of one type, 8-aligned rows that fit in registers: the row kernels (ops_row.h).
     const DType rt = d.x_dtype;
     const RowCfg rc = row_cfg("softmax", rt, d.causal);
-    const int nvc = row_nvc(rt, rc.rv);
-    const size_t rlocal = row_wg(ctx, d.cols, nvc, kMaxRowWg);
-    const bool rowk = d.y_dtype == rt && al == 2 && d.cols % 8 == 0 && d.cols / 8 <= static_cast<int64_t>(rlocal) * nvc;
+    RowLaunch rl;
+    if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+    const bool rowk = rl.ok;
     const std::string kname_s = rowk ? std::string("xk_rsoftmax_") + (rc.split ? "split_" : "") + dsuffix(rt) : std::string("xk_softmax");
     const char* kname = kname_s.c_str();
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 3, rc)) : ops_kernel(ctx, kname, 3);
+    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 3, rc, rl.seg)) : ops_kernel(ctx, kname, 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -435,9 +461,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
     set_arg(k, i++, static_cast<cl_int>(al));
-    RowLaunch rl;
     if (rowk) {
-        rl = row_launch(ctx, rc, rlocal, d.rows);
         set_arg(k, i++, U(d.rows));
         detail::check_cl(clSetKernelArg(k, i++, rl.red_bytes, nullptr), fn, "clSetKernelArg");
     } else {
@@ -445,7 +469,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
         rl.global = static_cast<size_t>(d.rows) * rl.local;
     }
     const size_t local = rl.local, global = rl.global;
-    verbose_pick("softmax", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) : std::string()) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+    verbose_pick("softmax", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) + (rl.seg ? ",seg=" + std::to_string(rl.seg) : std::string()) : std::string()) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else

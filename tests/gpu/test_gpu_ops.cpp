@@ -47,11 +47,18 @@ bool run_size(int64_t n, DType t, bool a8) { return a8 ? (n == 64 || (n == 2048 
 // XK_GPU_ROW_VARIANT values the norm / softmax sweeps run (the row kernels' forms, src/gpu/ops.cpp):
 // the defaults (per op and dtype: weights with the row or after it, softmax's one or two
 // reductions), and one more on the f32 / bf16 8-aligned rows: 4 vectors per work-item, weights
-// with the row, two reductions, groups looping over rows (occ=1 leaves fewer groups than rows).
-// (One more only: PoCL compiles each kernel anew per form and group size.)
-const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1"};
+// with the row, two reductions, groups looping over rows (occ=1 leaves fewer groups than rows),
+// short rows several per group (seg). (One more only: PoCL compiles each kernel anew per form and
+// group size.) An XK_GPU_ROW_VARIANT set when the test starts replaces the defaults (a device run
+// checks a measured form that way).
+const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1"};
 void set_row_variant(const char* v) {
+    static const std::string initial = [] {
+        const char* e = std::getenv("XK_GPU_ROW_VARIANT");
+        return std::string(e ? e : "");
+    }();
     if (*v) setenv("XK_GPU_ROW_VARIANT", v, 1);
+    else if (!initial.empty()) setenv("XK_GPU_ROW_VARIANT", initial.c_str(), 1);
     else unsetenv("XK_GPU_ROW_VARIANT");
 }
 

@@ -228,12 +228,77 @@ inline float2 wg_sum2(float2 v, __local float2* buf, __local float4* buf2) {
 #ifndef XK_PTX
 #define XK_PTX 0
 #endif
+#ifndef XK_SEG
+#define XK_SEG 0
+#endif
 #if XK_PTX
 inline float shx(float v, int m) {
     float r;
     asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));
     return r;
 }
+#endif
+// (m, s) pairs in the log2 domain: merged = (M, sum s 2^(m - M)); m = -inf adds nothing.
+inline float2 ms_merge(float2 a, float2 b) {
+    const float M = fmax(a.x, b.x);
+    if (M == -INFINITY) return (float2)(M, 0.0f);
+    return (float2)(M, (a.x == -INFINITY ? 0.0f : a.y * exp2(a.x - M)) + (b.x == -INFINITY ? 0.0f : b.y * exp2(b.x - M)));
+}
+#if XK_SEG
+// XK_SEG (a power of two <= 32): each row is reduced by its XK_SEG consecutive work-items (several
+// rows per group). PTX: a butterfly of shuffles within the segment (the same value in every lane:
+// each step adds the same two numbers in both partners); else the segment's values in local
+// memory (2 wg float2: par alternates halves), one barrier, every item adds them in order.
+#if XK_PTX
+inline float2 red_sum2(float2 v, __local float2* red, int par) {
+    for (int m = XK_SEG / 2; m >= 1; m >>= 1) {
+        v.x += shx(v.x, m);
+        v.y += shx(v.y, m);
+    }
+    return v;
+}
+inline float red_max(float v, __local float2* red, int par) {
+    for (int m = XK_SEG / 2; m >= 1; m >>= 1) v = fmax(v, shx(v, m));
+    return v;
+}
+inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
+    float2 v = (float2)(m, s);
+    for (int k = XK_SEG / 2; k >= 1; k >>= 1) v = ms_merge(v, (float2)(shx(v.x, k), shx(v.y, k)));
+    return v;
+}
+#else
+inline float2 red_sum2(float2 v, __local float2* red, int par) {
+    const uint lid = get_local_id(0);
+    __local float2* p = red + par * get_local_size(0);
+    p[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint b0 = lid & ~(uint)(XK_SEG - 1);
+    float2 s = p[b0];
+    for (int k = 1; k < XK_SEG; ++k) s += p[b0 + k];
+    return s;
+}
+inline float red_max(float v, __local float2* red, int par) {
+    const uint lid = get_local_id(0);
+    __local float2* p = red + par * get_local_size(0);
+    p[lid].x = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint b0 = lid & ~(uint)(XK_SEG - 1);
+    float s = p[b0].x;
+    for (int k = 1; k < XK_SEG; ++k) s = fmax(s, p[b0 + k].x);
+    return s;
+}
+inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
+    const uint lid = get_local_id(0);
+    __local float2* p = red + par * get_local_size(0);
+    p[lid] = (float2)(m, s);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint b0 = lid & ~(uint)(XK_SEG - 1);
+    float2 r = p[b0];
+    for (int k = 1; k < XK_SEG; ++k) r = ms_merge(r, p[b0 + k]);
+    return r;
+}
+#endif
+#elif XK_PTX
 inline float2 warp_sum2(float2 v) {
     for (int m = 16; m >= 1; m >>= 1) {
         v.x += shx(v.x, m);
@@ -260,12 +325,6 @@ inline float red_max(float v, __local float2* red, int par) {
     float s = p[0];
     for (int j = 1; j < nw; ++j) s = fmax(s, p[j]);
     return s;
-}
-// (m, s) pairs in the log2 domain: merged = (M, sum s 2^(m - M)); m = -inf adds nothing.
-inline float2 ms_merge(float2 a, float2 b) {
-    const float M = fmax(a.x, b.x);
-    if (M == -INFINITY) return (float2)(M, 0.0f);
-    return (float2)(M, (a.x == -INFINITY ? 0.0f : a.y * exp2(a.x - M)) + (b.x == -INFINITY ? 0.0f : b.y * exp2(b.x - M)));
 }
 inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
     const int lid = get_local_id(0), nw = (get_local_size(0) + 31) >> 5;

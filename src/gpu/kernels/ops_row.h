@@ -18,6 +18,9 @@
 //   XK_PERSIST=1  (build option) a group loops over the rows g, g + G, ... (G = the number of
 //                 groups) and issues the next row's loads before the current row's reduction;
 //                 else one row per group
+//   XK_SEG=s      (build option, a power of two <= 32) s work-items per row, wg / s rows per group
+//                 (short rows; reductions within the segment: no barrier with XK_PTX); else the
+//                 group is the row's
 #define XCAT2(a, b) a##b
 #define XCAT(a, b) XCAT2(a, b)
 
@@ -34,14 +37,16 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
                              ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags, ulong rows,
                              __local float2* red) {
     const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint S = XK_SEG ? XK_SEG : wg, sl = XK_SEG ? lid % S : lid;  // items per row, this item's index in its row
+    const ulong rpg = wg / S, sub = lid / S;                             // rows per group, this item's row in it
     const uint nc = (uint)(hidden / 8);
     const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
     const float inv_n = 1.0f / (float)hidden;
-    const ulong G = XK_PERSIST ? get_num_groups(0) : 1;
+    const ulong G = (XK_PERSIST ? get_num_groups(0) : 1) * rpg;  // rows from one iteration to the next
     uint cc[NVC];  // clamped element offsets of the chunks
     #pragma unroll
     for (int j = 0; j < NVC; ++j) {
-        const uint c = lid + (uint)j * wg;
+        const uint c = sl + (uint)j * S;
         cc[j] = (c < nc ? c : nc - 1) * 8;
     }
     RAW wp[NVC], bp[NVC];
@@ -52,41 +57,46 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
             if (hb) bp[j] = LDR(b, b_off + cc[j]);
         }
     }
-    ulong row = get_group_id(0);
+    // Rows base + sub; the loop is uniform over the group (a row past the last is computed on
+    // the last row's data, not stored).
+    ulong base = get_group_id(0) * rpg;
+    ulong lr = base + sub < rows ? base + sub : rows - 1;
     RAW h[NVC], r[NVC];
     float K = 0.0f;
     #pragma unroll
     for (int j = 0; j < NVC; ++j) {
-        h[j] = LDR(x, x_off + row * ld_x + cc[j]);
-        if (fused) r[j] = LDR(res, res_off + row * ld_res + cc[j]);
+        h[j] = LDR(x, x_off + lr * ld_x + cc[j]);
+        if (fused) r[j] = LDR(res, res_off + lr * ld_res + cc[j]);
     }
-    if (LAYER) K = LD1(x, x_off + row * ld_x) + (fused ? LD1(res, res_off + row * ld_res) : 0.0f);
+    if (LAYER) K = LD1(x, x_off + lr * ld_x) + (fused ? LD1(res, res_off + lr * ld_res) : 0.0f);
     int par = 0;
     for (;;) {
-        const ulong nrow = row + G;
+        const bool valid = base + sub < rows;
+        const ulong nbase = base + G;
         RAW hn[NVC], rn[NVC];
         float Kn = 0.0f;
-        if (XK_PERSIST) {  // the next row's loads (the current row again past the last one: not used)
-            const ulong pr = nrow < rows ? nrow : row;
+        ulong nlr = lr;
+        if (XK_PERSIST) {  // the next row's loads, issued before this row's reduction
+            nlr = nbase + sub < rows ? nbase + sub : rows - 1;
             #pragma unroll
             for (int j = 0; j < NVC; ++j) {
-                hn[j] = LDR(x, x_off + pr * ld_x + cc[j]);
-                if (fused) rn[j] = LDR(res, res_off + pr * ld_res + cc[j]);
+                hn[j] = LDR(x, x_off + nlr * ld_x + cc[j]);
+                if (fused) rn[j] = LDR(res, res_off + nlr * ld_res + cc[j]);
             }
-            if (LAYER) Kn = LD1(x, x_off + pr * ld_x) + (fused ? LD1(res, res_off + pr * ld_res) : 0.0f);
+            if (LAYER) Kn = LD1(x, x_off + nlr * ld_x) + (fused ? LD1(res, res_off + nlr * ld_res) : 0.0f);
         }
-        const ulong yr = y_off + row * ld_y, ror = ro_off + row * ld_ro;
+        const ulong yr = y_off + lr * ld_y, ror = ro_off + lr * ld_ro;
         if (fused) {
             #pragma unroll
             for (int j = 0; j < NVC; ++j) {
                 h[j] = PK(CV(h[j]) + CV(r[j]));
-                if (!LAYER && lid + (uint)j * wg < nc) STR(res_out, ror + (lid + (uint)j * wg) * 8, h[j]);
+                if (!LAYER && valid && sl + (uint)j * S < nc) STR(res_out, ror + (sl + (uint)j * S) * 8, h[j]);
             }
         }
         float2 s = (float2)(0.0f);
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            const float8 d = lid + (uint)j * wg < nc ? CV(h[j]) - K : (float8)(0.0f);
+            const float8 d = sl + (uint)j * S < nc ? CV(h[j]) - K : (float8)(0.0f);
             if (LAYER) s.x += hsum8(d);
             s.y += hsum8(d * d);
         }
@@ -108,8 +118,8 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
             }
             #pragma unroll
             for (int j = 0; j < EPI; ++j) {
-                const uint c = lid + (uint)(j0 + j) * wg;
-                if (c < nc) {
+                const uint c = sl + (uint)(j0 + j) * S;
+                if (valid && c < nc) {
                     if (LAYER && fused) STR(res_out, ror + c * 8, h[j0 + j]);
                     float8 o = (CV(h[j0 + j]) - mean) * rstd;
                     if (hw) o *= CV(wr[j]);
@@ -118,14 +128,15 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
                 }
             }
         }
-        row = nrow;
-        if (!XK_PERSIST || row >= rows) break;
+        base = nbase;
+        if (!XK_PERSIST || base >= rows) break;
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             h[j] = hn[j];
             if (fused) r[j] = rn[j];
         }
         K = Kn;
+        lr = nlr;
         par ^= 1;
     }
 }
@@ -152,14 +163,17 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
                                 ulong y_off, ulong ld_y, ulong cols, float scale, int causal, long causal_offset,
                                 ulong rows, __local float2* red) {
     const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint S = XK_SEG ? XK_SEG : wg, sl = XK_SEG ? lid % S : lid;
+    const ulong rpg = wg / S, sub = lid / S;
     const uint nc = (uint)(cols / 8);
-    const ulong G = XK_PERSIST ? get_num_groups(0) : 1;
-    const float sl = scale * M_LOG2E_F;
+    const ulong G = (XK_PERSIST ? get_num_groups(0) : 1) * rpg;
+    const float sl2 = scale * M_LOG2E_F;
     const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    ulong row = get_group_id(0);
+    ulong base = get_group_id(0) * rpg;
+    ulong lr = base + sub < rows ? base + sub : rows - 1;
     ulong vis = cols;
     if (causal) {
-        const long p = (long)row + causal_offset + 1;
+        const long p = (long)lr + causal_offset + 1;
         vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
     }
     RAW r[NVC];
@@ -167,34 +181,35 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         const uint nvis = (uint)((vis + 7) / 8);
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            const uint c = lid + (uint)j * wg;
-            r[j] = LDR(x, x_off + row * ld_x + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: not used
+            const uint c = sl + (uint)j * S;
+            r[j] = LDR(x, x_off + lr * ld_x + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: not used
         }
     }
     int par = 0;
     for (;;) {
-        const ulong nrow = row + G;
-        ulong nvs = cols;
+        const bool valid = base + sub < rows;
+        const ulong nbase = base + G;
+        ulong nvs = cols, nlr = lr;
         RAW rn[NVC];
         if (XK_PERSIST) {
-            const ulong pr = nrow < rows ? nrow : row;
+            nlr = nbase + sub < rows ? nbase + sub : rows - 1;
             if (causal) {
-                const long p = (long)pr + causal_offset + 1;
+                const long p = (long)nlr + causal_offset + 1;
                 nvs = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
             }
             const uint nnv = (uint)((nvs + 7) / 8);
             #pragma unroll
             for (int j = 0; j < NVC; ++j) {
-                const uint c = lid + (uint)j * wg;
-                rn[j] = LDR(x, x_off + pr * ld_x + (c < nnv ? c : 0) * 8);
+                const uint c = sl + (uint)j * S;
+                rn[j] = LDR(x, x_off + nlr * ld_x + (c < nnv ? c : 0) * 8);
             }
         }
         const uint nvis = (uint)((vis + 7) / 8);
-        // max of the visible raw values (scale > 0: the max of x sl is sl times the max of x)
+        // max of the visible raw values (scale > 0: the max of x sl2 is sl2 times the max of x)
         float mx = -INFINITY;
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            const uint c = lid + (uint)j * wg;
+            const uint c = sl + (uint)j * S;
             if (c < nvis) {
                 float8 t = CV(r[j]);
                 const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
@@ -202,16 +217,16 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
                 mx = fmax(mx, hmax8(t));
             }
         }
-        float m = mx * sl;
+        float m = mx * sl2;
         if (SPLIT) m = red_max(m, red, 0);  // (split: halves 0 and 1 for the max and the sum)
         float8 v[NVC];
         float s = 0.0f;
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            const uint c = lid + (uint)j * wg;
+            const uint c = sl + (uint)j * S;
             float8 e = (float8)(0.0f);
             if (c < nvis && m != -INFINITY) {
-                e = exp2(CV(r[j]) * sl - m);
+                e = exp2(CV(r[j]) * sl2 - m);
                 const long nv = (long)vis - (long)c * 8;
                 if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
             }
@@ -220,23 +235,24 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         }
         float f;
         if (SPLIT) {
-            const float S = red_sum(s, red, 1);
-            f = m == -INFINITY ? 0.0f : 1.0f / S;
+            const float S2 = red_sum(s, red, 1);
+            f = m == -INFINITY ? 0.0f : 1.0f / S2;
         } else {
             const float2 ms = red_maxsum(m, s, red, par);
             f = m == -INFINITY ? 0.0f : exp2(m - ms.x) / ms.y;
         }
-        const ulong yr = y_off + row * ld_y;
+        const ulong yr = y_off + lr * ld_y;
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            const uint c = lid + (uint)j * wg;
-            if (c < nc) STR(y, yr + c * 8, PK(c < nvis ? v[j] * f : (float8)(0.0f)));
+            const uint c = sl + (uint)j * S;
+            if (valid && c < nc) STR(y, yr + c * 8, PK(c < nvis ? v[j] * f : (float8)(0.0f)));
         }
-        row = nrow;
-        if (!XK_PERSIST || row >= rows) break;
+        base = nbase;
+        if (!XK_PERSIST || base >= rows) break;
         #pragma unroll
         for (int j = 0; j < NVC; ++j) r[j] = rn[j];
         vis = nvs;
+        lr = nlr;
         par ^= 1;
     }
 }
