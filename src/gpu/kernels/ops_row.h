@@ -93,13 +93,14 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
                 if (!LAYER && valid && sl + (uint)j * S < nc) STR(res_out, ror + (sl + (uint)j * S) * 8, h[j]);
             }
         }
-        float2 s = (float2)(0.0f);
+        float8 a1 = (float8)(0.0f), a2 = (float8)(0.0f);  // per lane: one add / fma per element
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const float8 d = sl + (uint)j * S < nc ? CV(h[j]) - K : (float8)(0.0f);
-            if (LAYER) s.x += hsum8(d);
-            s.y += hsum8(d * d);
+            if (LAYER) a1 += d;
+            a2 = fma(d, d, a2);
         }
+        const float2 s = (float2)(LAYER ? hsum8(a1) : 0.0f, hsum8(a2));
         float mean = 0.0f, rstd;
         if (LAYER) {
             const float2 t = red_sum2(s, red, par) * inv_n;
@@ -206,7 +207,7 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         }
         const uint nvis = (uint)((vis + 7) / 8);
         // max of the visible raw values (scale > 0: the max of x sl2 is sl2 times the max of x)
-        float mx = -INFINITY;
+        float8 mx8 = (float8)(-INFINITY);
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const uint c = sl + (uint)j * S;
@@ -214,13 +215,13 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
                 float8 t = CV(r[j]);
                 const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
                 if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
-                mx = fmax(mx, hmax8(t));
+                mx8 = fmax(mx8, t);
             }
         }
+        const float mx = hmax8(mx8);
         float m = mx * sl2;
         if (SPLIT) m = red_max(m, red, 0);  // (split: halves 0 and 1 for the max and the sum)
-        float8 v[NVC];
-        float s = 0.0f;
+        float8 v[NVC], sacc = (float8)(0.0f);
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const uint c = sl + (uint)j * S;
@@ -231,8 +232,9 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
                 if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
             }
             v[j] = e;
-            s += hsum8(e);
+            sacc += e;
         }
+        const float s = hsum8(sacc);
         float f;
         if (SPLIT) {
             const float S2 = red_sum(s, red, 1);
