@@ -65,10 +65,11 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 //   persist=0|1  a group loops over rows, prefetching the next one; occ=n groups per compute unit
 //   seg=0|1      rows that need <= 32 work-items: several rows per group (wg=n items, default 128)
 //   ptx=0|1      NVIDIA: warp-shuffle reductions (inline PTX); cvt=0|1 NVIDIA: cvt.rn.bf16x2 stores
+//   fixwg=0|1    the group size a compile-time constant (reqd_work_group_size; a program per size)
 // (rv=16 too: 16 vectors per item.)
 struct RowCfg {
     int rv = 8;
-    bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false;
+    bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
     int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
     int wg = 0;   // seg: the group size (0: 128)
 };
@@ -91,6 +92,7 @@ RowCfg row_cfg(const char* op, DType t, bool layer_or_causal) {
             const int v = std::atoi(kv.c_str() + eq + 1);
             if (k == "rv" && (v == 1 || v == 2 || v == 4 || v == 8 || v == 16)) c.rv = v;
             else if (k == "seg") c.seg = v != 0;
+            else if (k == "fixwg") c.fixwg = v != 0;
             else if (k == "wg" && (v == 32 || v == 64 || v == 128 || v == 256 || v == 512)) c.wg = v;
             else if (k == "pre") c.pre = v != 0;
             else if (k == "split") c.split = v != 0;
@@ -108,8 +110,9 @@ bool is_nvidia(const Context& ctx) {
     return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
 // Build options of a row-kernel program (the op's default program when every knob is default).
-std::string row_options(const Context& ctx, int op, const RowCfg& c, int seg) {
+std::string row_options(const Context& ctx, int op, const RowCfg& c, int seg, size_t local) {
     std::string o = "-DXK_OP=" + std::to_string(op);
+    if (c.fixwg) o += " -DXK_WG=" + std::to_string(local);
     if (seg > 0) o += " -DXK_SEG=" + std::to_string(seg);
     if (c.rv != 8) o += " -DXK_RV=" + std::to_string(c.rv);
     if (c.persist) o += " -DXK_PERSIST=1";
@@ -332,7 +335,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const std::string kname_s = rowk ? std::string(ln ? "xk_rnorm_ln_" : "xk_rnorm_rms_") + (rc.pre ? "pre_" : "") + dsuffix(rt)
                                      : std::string("xk_norm");
     const char* kname = kname_s.c_str();
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 1, rc, rl.seg)) : ops_kernel(ctx, kname, 1);
+    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 1, rc, rl.seg, rl.local)) : ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -451,7 +454,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const bool rowk = rl.ok;
     const std::string kname_s = rowk ? std::string("xk_rsoftmax_") + (rc.split ? "split_" : "") + dsuffix(rt) : std::string("xk_softmax");
     const char* kname = kname_s.c_str();
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 3, rc, rl.seg)) : ops_kernel(ctx, kname, 3);
+    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 3, rc, rl.seg, rl.local)) : ops_kernel(ctx, kname, 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));

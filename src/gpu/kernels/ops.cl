@@ -994,6 +994,12 @@ __kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
 #ifndef XK_PERSIST
 #define XK_PERSIST 0
 #endif
+#ifndef XK_WG
+#define XK_WG 0
+#define XK_WG_ATTR
+#else
+#define XK_WG_ATTR __attribute__((reqd_work_group_size(XK_WG, 1, 1)))
+#endif
 #if XK_OP == 0 || XK_OP == 1 || XK_OP == 3
 // f32: a float8 (two float4 accesses) per chunk.
 #define XT f32

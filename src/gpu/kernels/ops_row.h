@@ -18,6 +18,7 @@
 //   XK_PERSIST=1  (build option) a group loops over the rows g, g + G, ... (G = the number of
 //                 groups) and issues the next row's loads before the current row's reduction;
 //                 else one row per group
+//   XK_WG=n       (build option) the group size known at compile time (reqd_work_group_size)
 //   XK_SEG=s      (build option, a power of two <= 32) s work-items per row, wg / s rows per group
 //                 (short rows; reductions within the segment: no barrier with XK_PTX); else the
 //                 group is the row's
@@ -32,11 +33,11 @@
 // residual_out (RMSNorm: before the reduction; LayerNorm: after it, since every item reads K
 // from the residual, which residual_out may be) and normalised as rounded.
 inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y,
-                             ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
+                             ulong y_off, ulong ld_y, __global const uchar* restrict w, ulong w_off, __global const uchar* restrict b,
                              ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
                              ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags, ulong rows,
                              __local float2* red) {
-    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint lid = get_local_id(0), wg = XK_WG ? XK_WG : get_local_size(0);
     const uint S = XK_SEG ? XK_SEG : wg, sl = XK_SEG ? lid % S : lid;  // items per row, this item's index in its row
     const ulong rpg = wg / S, sub = lid / S;                             // rows per group, this item's row in it
     const uint nc = (uint)(hidden / 8);
@@ -142,8 +143,9 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
     }
 }
 #define XK_RNORM_KERNEL(NAME, LAYER, PRE)                                                                                   \
-    __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,     \
-                       __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,                       \
+    XK_WG_ATTR __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,      \
+                       ulong ld_y, __global const uchar* restrict w, ulong w_off, __global const uchar* restrict b,      \
+                       ulong b_off,                                                                                      \
                        __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,    \
                        ulong ld_ro, ulong hidden, float eps, int dts, int flags, ulong rows, __local float2* red) {      \
         XCAT(rnorm_, XT)(LAYER, PRE, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out,    \
@@ -163,7 +165,7 @@ XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_pre_, XT), true, true)
 inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y,
                                 ulong y_off, ulong ld_y, ulong cols, float scale, int causal, long causal_offset,
                                 ulong rows, __local float2* red) {
-    const uint lid = get_local_id(0), wg = get_local_size(0);
+    const uint lid = get_local_id(0), wg = XK_WG ? XK_WG : get_local_size(0);
     const uint S = XK_SEG ? XK_SEG : wg, sl = XK_SEG ? lid % S : lid;
     const ulong rpg = wg / S, sub = lid / S;
     const uint nc = (uint)(cols / 8);
@@ -259,7 +261,7 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
     }
 }
 #define XK_RSOFTMAX_KERNEL(NAME, SPLIT)                                                                                  \
-    __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,     \
+    XK_WG_ATTR __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,     \
                        ulong cols, float scale, int causal, long causal_offset, int dts, int aligned, ulong rows,        \
                        __local float2* red) {                                                                            \
         XCAT(rsoftmax_, XT)(SPLIT, x, x_off, ld_x, y, y_off, ld_y, cols, scale, causal, causal_offset, rows, red);      \
