@@ -73,11 +73,13 @@ struct RowCfg {
     int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
     int wg = 0;   // seg: the group size (0: 128)
 };
-RowCfg row_cfg(const char* op, DType t, bool layer_or_causal) {
+// The defaults: op "norm" (flag: LayerNorm) or "softmax" (flag: causal), storage t, rows of n.
+RowCfg row_cfg(const char* op, DType t, bool flag, int64_t n) {
     RowCfg c;
     const bool b16 = t != DType::f32;
-    if (std::string(op) == "norm") c.pre = layer_or_causal ? !b16 : b16;  // f32 LayerNorm, 16-bit RMSNorm
-    else c.split = b16 && !layer_or_causal;                              // 16-bit softmax without causal
+    (void)n;
+    if (std::string(op) == "norm") c.pre = flag ? !b16 : b16;  // f32 LayerNorm, 16-bit RMSNorm
+    else c.split = b16 && !flag;                              // 16-bit softmax without causal
     const char* e = std::getenv("XK_GPU_ROW_VARIANT");
     if (!e || !*e) return c;
     std::string s(e);
@@ -328,7 +330,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const bool one_type = d.y_dtype == rt && (!(d.has_weight || d.has_bias) || d.weight_dtype == rt) &&
                           (!d.fused_residual || (d.residual_dtype == rt && rt != DType::f16));
     const bool ln = d.kind == NormKind::layer_norm;
-    const RowCfg rc = row_cfg("norm", rt, ln);
+    const RowCfg rc = row_cfg("norm", rt, ln, d.hidden);
     RowLaunch rl;
     if (one_type && al == 2 && d.hidden % 8 == 0) rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
     const bool rowk = rl.ok;
@@ -448,7 +450,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y});
     // x and y of one type, 8-aligned rows that fit in registers: the row kernels (ops_row.h).
     const DType rt = d.x_dtype;
-    const RowCfg rc = row_cfg("softmax", rt, d.causal);
+    const RowCfg rc = row_cfg("softmax", rt, d.causal, d.cols);
     RowLaunch rl;
     if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) rl = row_launch(ctx, rc, rt, d.cols, d.rows);
     const bool rowk = rl.ok;
