@@ -5,11 +5,11 @@
 //   CV(r)      RAW -> float8                      PK(v)    float8 -> RAW (rounded to the type)
 //   LD1(p, i)  one element as float               NVC      8-element chunks per work-item
 //   EPI        chunks of weights loaded together after the reduction (divides NVC)
-// and #undef's nothing: this file undefines them at its end.
+// (this file #undef's them at its end).
 // Preconditions (checked on the host): every tensor of the type, every row base and the row
-// length multiples of 8 elements, rows of at most get_local_size * NVC chunks. Work-item lid takes
-// the chunks lid, lid + wg, ... (wg = the group size); every load of a row is issued before its
-// first use (indices clamped, never branched around).
+// length multiples of 8 elements, rows of at most S * NVC chunks, S the work-items of a row (the
+// group, or XK_SEG). Item i of a row takes the chunks i, i + S, ...; every load of a row is
+// issued before its first use (indices clamped, never branched around).
 // Forms (the host picks one per (op, dtype); see ops.cpp):
 //   _pre kernels  the norms load the weight (and bias) once, with the first row, and keep them in
 //                 registers (else after each row's reduction, EPI chunks at a time: L1 / L2 hits)
