@@ -144,17 +144,16 @@ size_t row_wg(const Context& ctx, int64_t n, int nv, int64_t cap_max = kMaxWg) {
 }
 // Launch of a row kernel for rows of n elements: `local` items per group, seg items per row (0:
 // the group), one group per row (per local / seg rows), or with persist at most compute units x
-// occ groups; red = the reductions' local memory. ok = false: the row does not fit in registers.
+// occ groups. ok = false: the row does not fit in registers.
 struct RowLaunch {
     bool ok = false;
     int seg = 0;
-    size_t local = 0, global = 0, red_bytes = 0;
+    size_t local = 0, global = 0;
 };
 RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, int64_t rows) {
     RowLaunch l;
     const int nvc = row_nvc(t, c.rv);
     const int64_t chunks = n / 8, items = (chunks + nvc - 1) / nvc;
-    const bool ptx = c.ptx && is_nvidia(ctx);
     int64_t rpg = 1;
     if (c.seg && items <= 32) {
         int64_t s = 1;
@@ -166,11 +165,9 @@ RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, in
         l.seg = static_cast<int>(s);
         l.local = static_cast<size_t>(wg);
         rpg = wg / s;
-        l.red_bytes = ptx ? 8 : 2 * l.local * 8;
     } else {
         l.local = row_wg(ctx, n, nvc, kMaxRowWg);
         if (chunks > static_cast<int64_t>(l.local) * nvc) return l;
-        l.red_bytes = (ptx ? 64 : l.local + 32) * 8;  // float2
     }
     int64_t groups = (rows + rpg - 1) / rpg;
     if (c.persist) {
@@ -355,7 +352,6 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     set_arg(k, i++, flags);
     if (rowk) {
         set_arg(k, i++, U(d.rows));
-        detail::check_cl(clSetKernelArg(k, i++, rl.red_bytes, nullptr), fn, "clSetKernelArg");
     } else {
         rl.local = row_wg(ctx, d.hidden, kNv);
         rl.global = static_cast<size_t>(d.rows) * rl.local;
@@ -468,7 +464,6 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_int>(al));
     if (rowk) {
         set_arg(k, i++, U(d.rows));
-        detail::check_cl(clSetKernelArg(k, i++, rl.red_bytes, nullptr), fn, "clSetKernelArg");
     } else {
         rl.local = row_wg(ctx, d.cols, kNv);
         rl.global = static_cast<size_t>(d.rows) * rl.local;

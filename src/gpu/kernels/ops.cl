@@ -193,8 +193,7 @@ inline float wg_max(float v, __local float* buf, __local float4* buf2) {
     return fmax(fmax(r.x, r.y), fmax(r.z, r.w));
 }
 
-// The v2 row kernels' groups: <= XK_MAXWG2 work-items (their float2 reduction buffer stays 4 KB,
-// the local memory of the kernels before them, so the L1 left beside it is the same).
+// The row kernels' groups (ops_row.h): <= XK_MAXWG2 work-items (the reduction buffer: about 4 KB).
 #ifndef XK_MAXWG2
 #define XK_MAXWG2 512
 #endif
@@ -217,8 +216,9 @@ inline float2 wg_sum2(float2 v, __local float2* buf, __local float4* buf2) {
 
 // ---- the row kernels' reductions (ops_row.h) -----------------------------------------------------
 // red_*(value, red, par): every work-item of the group calls them (uniform control flow) and gets
-// the same result (the same summation order in every item). `red`: local memory given by the
-// host (a kernel argument sized to the group), par (0 / 1): alternate on consecutive calls.
+// the same result (the same summation order in every item). `red`: XK_RED4 float4 of local memory
+// declared in the kernel (16-byte aligned: the tree reads its partials as float4), par (0 / 1):
+// alternate on consecutive calls. Groups <= XK_MAXWG2 work-items.
 // XK_PTX=1 (NVIDIA only, set by the host): each warp reduces with shfl.sync.bfly (inline PTX),
 // lane 0 of each warp writes its partial to red[par * 32 + warp], one barrier, every item adds
 // the <= 16 partials (64 float2; the two halves let the next call write without a barrier).
@@ -230,6 +230,15 @@ inline float2 wg_sum2(float2 v, __local float2* buf, __local float4* buf2) {
 #endif
 #ifndef XK_SEG
 #define XK_SEG 0
+#endif
+#if XK_PTX && XK_SEG
+#define XK_RED4 1                      // unused
+#elif XK_PTX
+#define XK_RED4 32                     // 2 x 32 float2
+#elif XK_SEG
+#define XK_RED4 XK_MAXWG2              // 2 x wg float2
+#else
+#define XK_RED4 ((XK_MAXWG2 + 32) / 2) // wg + 32 float2
 #endif
 #if XK_PTX
 inline float shx(float v, int m) {

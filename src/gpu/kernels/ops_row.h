@@ -26,14 +26,14 @@
 #define XCAT(a, b) XCAT2(a, b)
 
 #if XK_OP == 0 || XK_OP == 1
-// RMSNorm / LayerNorm. Arguments as xk_norm plus rows (the number of rows) and red (local memory
-// of the reductions). RMSNorm: one reduction (sum x^2). LayerNorm: sum d and sum d^2 together,
+// RMSNorm / LayerNorm. Arguments as xk_norm plus rows (the number of rows); red: the reductions'
+// local memory (XK_RED4 float4 declared in the kernel). RMSNorm: one reduction (sum x^2). LayerNorm: sum d and sum d^2 together,
 // d = x - K with K the row's first element (a shift near the data, so sum d^2 / n - mean_d^2 does
 // not cancel when the mean is far from 0). With the residual, h = round(x + residual) is stored to
 // residual_out (RMSNorm: before the reduction; LayerNorm: after it, since every item reads K
 // from the residual, which residual_out may be) and normalised as rounded.
 inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y,
-                             ulong y_off, ulong ld_y, __global const uchar* restrict w, ulong w_off, __global const uchar* restrict b,
+                             ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
                              ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
                              ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags, ulong rows,
                              __local float2* red) {
@@ -142,14 +142,14 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
         par ^= 1;
     }
 }
-#define XK_RNORM_KERNEL(NAME, LAYER, PRE)                                                                                   \
+#define XK_RNORM_KERNEL(NAME, LAYER, PRE)                                                                                \
     XK_WG_ATTR __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,      \
-                       ulong ld_y, __global const uchar* restrict w, ulong w_off, __global const uchar* restrict b,      \
-                       ulong b_off,                                                                                      \
+                       ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,           \
                        __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,    \
-                       ulong ld_ro, ulong hidden, float eps, int dts, int flags, ulong rows, __local float2* red) {      \
+                       ulong ld_ro, ulong hidden, float eps, int dts, int flags, ulong rows) {                           \
+        __local float4 red4[XK_RED4];                                                                                    \
         XCAT(rnorm_, XT)(LAYER, PRE, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out,    \
-                         ro_off, ld_ro, hidden, eps, flags, rows, red);                                                  \
+                         ro_off, ld_ro, hidden, eps, flags, rows, (__local float2*)red4);                                \
     }
 XK_RNORM_KERNEL(XCAT(xk_rnorm_rms_, XT), false, false)
 XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_, XT), true, false)
@@ -159,7 +159,7 @@ XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_pre_, XT), true, true)
 #endif
 
 #if XK_OP == 0 || XK_OP == 3
-// Softmax. Arguments as xk_softmax plus rows and red. Columns j >= visible are 0 (visible = cols,
+// Softmax. Arguments as xk_softmax plus rows. Columns j >= visible are 0 (visible = cols,
 // or with causal clamp(row + causal_offset + 1, 0, cols)); a row that sees nothing is all 0.
 // exp(x scale - m) as exp2(x (scale log2 e) - m'), m' the max in that domain.
 inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y,
@@ -261,10 +261,12 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
     }
 }
 #define XK_RSOFTMAX_KERNEL(NAME, SPLIT)                                                                                  \
-    XK_WG_ATTR __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,     \
-                       ulong cols, float scale, int causal, long causal_offset, int dts, int aligned, ulong rows,        \
-                       __local float2* red) {                                                                            \
-        XCAT(rsoftmax_, XT)(SPLIT, x, x_off, ld_x, y, y_off, ld_y, cols, scale, causal, causal_offset, rows, red);      \
+    XK_WG_ATTR __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,      \
+                       ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned,        \
+                       ulong rows) {                                                                                     \
+        __local float4 red4[XK_RED4];                                                                                    \
+        XCAT(rsoftmax_, XT)(SPLIT, x, x_off, ld_x, y, y_off, ld_y, cols, scale, causal, causal_offset, rows,             \
+                            (__local float2*)red4);                                                                      \
     }
 XK_RSOFTMAX_KERNEL(XCAT(xk_rsoftmax_, XT), false)
 XK_RSOFTMAX_KERNEL(XCAT(xk_rsoftmax_split_, XT), true)
