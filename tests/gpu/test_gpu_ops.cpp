@@ -48,10 +48,11 @@ bool run_size(int64_t n, DType t, bool a8) { return a8 ? (n == 64 || (n == 2048 
 // the defaults (per op and dtype: weights with the row or after it, softmax's one or two
 // reductions), and one more on the bf16 8-aligned rows (the body is the same for every type):
 // 4 vectors per work-item, weights with the row, two reductions, groups looping over rows (occ=1
-// leaves fewer groups than rows), short rows several per group (seg). (One more only: PoCL
+// leaves fewer groups than rows), short rows several per group (seg), the group size compiled in,
+// local-memory reductions (ptx=0: the NVIDIA defaults use shuffles). (One more only: PoCL
 // compiles each kernel anew per form and group size.) An XK_GPU_ROW_VARIANT set when the test
 // starts replaces the defaults (a device run checks a measured form that way).
-const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1"};
+const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1,fixwg=1,ptx=0,cvt=0"};
 void set_row_variant(const char* v) {
     static const std::string initial = [] {
         const char* e = std::getenv("XK_GPU_ROW_VARIANT");
