@@ -59,14 +59,13 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 // The row kernels' form (src/gpu/kernels/ops_row.h), chosen per (op, dtype) from the H200's
 // measurements (docs/gpu.md); XK_GPU_ROW_VARIANT overrides any field for a measurement, read at
 // each call: comma-separated key=value of
-//   rv=1|2|4|8   16-byte vectors of the row per work-item (the group size follows: fewer = larger)
+//   rv=1..16     16-byte vectors of the row per work-item (1, 2, 4, 8, 16; the group size follows)
 //   pre=0|1      norms: weight / bias loaded with the row (else after the reduction)
 //   split=0|1    softmax: max, then sum (two reductions; else one)
 //   persist=0|1  a group loops over rows, prefetching the next one; occ=n groups per compute unit
 //   seg=0|1      rows that need <= 32 work-items: several rows per group (wg=n items, default 128)
 //   ptx=0|1      NVIDIA: warp-shuffle reductions (inline PTX); cvt=0|1 NVIDIA: cvt.rn.bf16x2 stores
 //   fixwg=0|1    the group size a compile-time constant (reqd_work_group_size; a program per size)
-// (rv=16 too: 16 vectors per item.)
 struct RowCfg {
     int rv = 8;
     bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
