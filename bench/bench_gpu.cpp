@@ -17,15 +17,17 @@
 // Copy%: the op's GB/s over our float4 copy's GB/s moving the same number of bytes (half read,
 // half written), the copy run after each call of the op (so both see the same device state).
 // XK_GPU_DEVICE picks the device (default: the first GPU, else the first device).
-// XK_BENCH_GPU_V1=1 adds .../xk_v1/... rows: norm, softmax, rope with XK_GPU_ROW_V2=0 (the kernels
-// before the v2 row kernels), measured in the same process, and .../xk_v2pre/... norm rows
-// (XK_GPU_NORM_PRELOAD=1: the v2 norms loading the weight / bias with the row).
+// XK_BENCH_GPU_VARIANTS="name=spec;name=spec;..." adds .../xk_<name>/... rows of the row kernels
+// (norms, softmax; f32 and bf16; 4096-element rows and 1024-element ones) with
+// XK_GPU_ROW_VARIANT=spec around each call (src/gpu/ops.cpp lists the keys: rv, pre, split,
+// persist, occ, ptx, cvt), measured in the same process as the default rows.
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -308,38 +310,49 @@ void register_all() {
         reg("gpu_softmax/" + dn + "/xk/16384x4096/causal", [=](benchmark::State& s) { bm_softmax(s, t, 16384, 4096, true); });
         reg("gpu_rope/" + dn + "/xk/4096x32x128", [=](benchmark::State& s) { bm_rope(s, t, 4096, 32, 8, 128); });
     }
-    // XK_BENCH_GPU_V1=1: the same rows with the kernels before the v2 row kernels (XK_GPU_ROW_V2=0
-    // around each call), named .../xk_v1/..., for a same-process comparison, and the v2 norms with
-    // the weight / bias loaded with the row (XK_GPU_NORM_PRELOAD=1), .../xk_v2pre/....
-    const char* v1 = std::getenv("XK_BENCH_GPU_V1");
-    if (v1 && std::string(v1) == "1")
+    // XK_BENCH_GPU_VARIANTS: the row kernels' rows again under each XK_GPU_ROW_VARIANT spec.
+    std::vector<std::pair<std::string, std::string>> variants{{"", ""}};  // the defaults first
+    if (const char* vs = std::getenv("XK_BENCH_GPU_VARIANTS")) {
+        std::string all(vs);
+        size_t pos = 0;
+        while (pos < all.size()) {
+            size_t end = all.find(';', pos);
+            if (end == std::string::npos) end = all.size();
+            const std::string item = all.substr(pos, end - pos);
+            const size_t eq = item.find('=');
+            if (eq != std::string::npos && eq > 0) variants.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+            pos = end + 1;
+        }
+    }
+    for (const auto& [vname, spec] : variants) {
+        auto with = [spec = spec](auto fn) {
+            return [fn, spec](benchmark::State& s) {
+                if (!spec.empty()) setenv("XK_GPU_ROW_VARIANT", spec.c_str(), 1);
+                try {
+                    fn(s);
+                } catch (const std::exception& e) {  // a form that does not build here: its rows say why
+                    s.SkipWithError(e.what());
+                }
+                unsetenv("XK_GPU_ROW_VARIANT");
+            };
+        };
+        const std::string tag = vname.empty() ? "/xk/" : "/xk_" + vname + "/";
         for (DType t : {DType::f32, DType::bf16}) {
             const std::string dn = xk::dtype_name(t);
-            const int64_t R = 4096, H = 4096;
-            auto old = [](auto fn) {
-                return [fn](benchmark::State& s) {
-                    setenv("XK_GPU_ROW_V2", "0", 1);
-                    fn(s);
-                    unsetenv("XK_GPU_ROW_V2");
-                };
-            };
-            reg("gpu_rms_norm/" + dn + "/xk_v1/4096x4096", old([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, false); }));
-            reg("gpu_layer_norm/" + dn + "/xk_v1/4096x4096", old([=](benchmark::State& s) { bm_norm(s, xk::NormKind::layer_norm, t, R, H, false); }));
-            reg("gpu_rms_norm/" + dn + "/xk_v1/4096x4096/residual", old([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, true); }));
-            auto pre = [](auto fn) {
-                return [fn](benchmark::State& s) {
-                    setenv("XK_GPU_NORM_PRELOAD", "1", 1);
-                    fn(s);
-                    unsetenv("XK_GPU_NORM_PRELOAD");
-                };
-            };
-            reg("gpu_rms_norm/" + dn + "/xk_v2pre/4096x4096", pre([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, false); }));
-            reg("gpu_layer_norm/" + dn + "/xk_v2pre/4096x4096", pre([=](benchmark::State& s) { bm_norm(s, xk::NormKind::layer_norm, t, R, H, false); }));
-            reg("gpu_rms_norm/" + dn + "/xk_v2pre/4096x4096/residual", pre([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, true); }));
-            reg("gpu_softmax/" + dn + "/xk_v1/16384x4096", old([=](benchmark::State& s) { bm_softmax(s, t, 16384, 4096, false); }));
-            reg("gpu_softmax/" + dn + "/xk_v1/16384x4096/causal", old([=](benchmark::State& s) { bm_softmax(s, t, 16384, 4096, true); }));
-            reg("gpu_rope/" + dn + "/xk_v1/4096x32x128", old([=](benchmark::State& s) { bm_rope(s, t, 4096, 32, 8, 128); }));
+            for (int64_t H : {int64_t(4096), int64_t(1024)}) {
+                if (vname.empty() && H == 4096) continue;  // registered above
+                const int64_t R = H == 4096 ? 4096 : 16384;
+                const std::string sz = std::to_string(R) + "x" + std::to_string(H);
+                reg("gpu_rms_norm/" + dn + tag + sz, with([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, false); }));
+                reg("gpu_layer_norm/" + dn + tag + sz, with([=](benchmark::State& s) { bm_norm(s, xk::NormKind::layer_norm, t, R, H, false); }));
+                reg("gpu_rms_norm/" + dn + tag + sz + "/residual", with([=](benchmark::State& s) { bm_norm(s, xk::NormKind::rms_norm, t, R, H, true); }));
+                const int64_t SR = H == 4096 ? 16384 : 65536;
+                const std::string ss = std::to_string(SR) + "x" + std::to_string(H);
+                reg("gpu_softmax/" + dn + tag + ss, with([=](benchmark::State& s) { bm_softmax(s, t, SR, H, false); }));
+                reg("gpu_softmax/" + dn + tag + ss + "/causal", with([=](benchmark::State& s) { bm_softmax(s, t, SR, H, true); }));
+            }
         }
+    }
 #ifdef XK_BENCH_HAVE_CL
     const char* ops[] = {"norm", "glu", "softmax", "rope", "copy"};
     for (int i = 0; i < 5; ++i)

@@ -51,43 +51,139 @@ int64_t resolve_ld(const char* fn, const char* arg, int64_t ld, int64_t min_ld, 
 }
 
 #if XK_WITH_OPENCL
-constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item in registers
-constexpr int kNv16 = 8;       // XK_NV16 of ops.cl: the same for the bf16 kernels (twice the elements)
+constexpr int kNv = 4;         // XK_NV of ops.cl: 8-element chunks per work-item of xk_norm / xk_softmax
 constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
-constexpr int kMaxWg2 = 512;   // XK_MAXWG2 of ops.cl: the v2 row kernels' largest group
+constexpr int kMaxRowWg = 512; // the row kernels' (ops_row.h) largest group
 constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rope8h
-// XK_GPU_BF16_KERNELS=0: bf16 calls take the generic kernels (a same-run comparison in bench_gpu).
-bool bf16_kernels_on() {
-    static const bool on = [] {
-        const char* e = std::getenv("XK_GPU_BF16_KERNELS");
-        return !(e && std::string(e) == "0");
-    }();
-    return on;
+
+// The row kernels' form (src/gpu/kernels/ops_row.h), chosen per (op, dtype) from the H200's
+// measurements (docs/gpu.md); XK_GPU_ROW_VARIANT overrides any field for a measurement, read at
+// each call: comma-separated key=value of
+//   rv=1..16     16-byte vectors of the row per work-item (1, 2, 4, 8, 16; the group size follows)
+//   pre=0|1      norms: weight / bias loaded with the row (else after the reduction)
+//   split=0|1    softmax: max, then sum (two reductions; else one)
+//   persist=0|1  a group loops over rows, prefetching the next one; occ=n groups per compute unit
+//   seg=0|1      rows that need <= 32 work-items: several rows per group (wg=n items, default 128)
+//   ptx=0|1      NVIDIA: warp-shuffle reductions (inline PTX); cvt=0|1 NVIDIA: cvt.rn.bf16x2 stores
+//   fixwg=0|1    the group size a compile-time constant (reqd_work_group_size; a program per size)
+struct RowCfg {
+    int rv = 8;
+    bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
+    int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
+    int wg = 0;   // seg: the group size (0: 128)
+};
+bool is_nvidia(const Context& ctx) {
+    const auto& d = ctx.device();
+    return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
-// XK_GPU_ROW_V2=0: the norms, softmax and bf16 RoPE take the kernels before the v2 forms (one
-// reduction per row, weights read after it, RoPE heads sharing cos / sin): a same-run comparison.
-// Read at each call (bench_gpu's xk_v1 rows set it around their calls; a getenv is nothing next
-// to an enqueue).
-bool row_v2_on() {
-    const char* e = std::getenv("XK_GPU_ROW_V2");
-    return !(e && e[0] == '0' && e[1] == '\0');
+// The defaults: op "norm" (flag: LayerNorm) or "softmax" (flag: causal), storage t, rows of n.
+// From the H200's rows (docs/gpu.md): weights with the row for f32 LayerNorm and 16-bit RMSNorm;
+// two reductions for 16-bit softmax without causal; on NVIDIA the norms take the persistent form
+// (4 vectors per item, the group size compiled in, warp-shuffle reductions, cvt stores: f32
+// 85-94% of the copy, bf16 RMSNorm 77-92%, where one row per group gave 79-85% / 72-81%).
+RowCfg row_cfg(const Context& ctx, const char* op, DType t, bool flag, int64_t n) {
+    RowCfg c;
+    const bool b16 = t != DType::f32;
+    (void)n;
+    if (std::string(op) == "norm") {
+        c.pre = flag ? !b16 : b16;  // f32 LayerNorm, 16-bit RMSNorm
+        if (is_nvidia(ctx)) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4;
+    } else {
+        c.split = b16 && !flag;  // 16-bit softmax without causal
+    }
+    const char* e = std::getenv("XK_GPU_ROW_VARIANT");
+    if (!e || !*e) return c;
+    std::string s(e);
+    size_t pos = 0;
+    while (pos < s.size()) {
+        size_t end = s.find(',', pos);
+        if (end == std::string::npos) end = s.size();
+        const std::string kv = s.substr(pos, end - pos);
+        const size_t eq = kv.find('=');
+        if (eq != std::string::npos) {
+            const std::string k = kv.substr(0, eq);
+            const int v = std::atoi(kv.c_str() + eq + 1);
+            if (k == "rv" && (v == 1 || v == 2 || v == 4 || v == 8 || v == 16)) c.rv = v;
+            else if (k == "seg") c.seg = v != 0;
+            else if (k == "fixwg") c.fixwg = v != 0;
+            else if (k == "wg" && (v == 32 || v == 64 || v == 128 || v == 256 || v == 512)) c.wg = v;
+            else if (k == "pre") c.pre = v != 0;
+            else if (k == "split") c.split = v != 0;
+            else if (k == "persist") c.persist = v != 0;
+            else if (k == "ptx") c.ptx = v != 0;
+            else if (k == "cvt") c.cvt = v != 0;
+            else if (k == "occ" && v >= 1 && v <= 64) c.occ = v;
+        }
+        pos = end + 1;
+    }
+    return c;
 }
+// Build options of a row-kernel program (the op's default program when every knob is default).
+std::string row_options(const Context& ctx, int op, const RowCfg& c, int seg, size_t local) {
+    std::string o = "-DXK_OP=" + std::to_string(op);
+    if (c.fixwg) o += " -DXK_WG=" + std::to_string(local);
+    if (seg > 0) o += " -DXK_SEG=" + std::to_string(seg);
+    if (c.rv != 8) o += " -DXK_RV=" + std::to_string(c.rv);
+    if (c.persist) o += " -DXK_PERSIST=1";
+    if (c.ptx && is_nvidia(ctx)) o += " -DXK_PTX=1";
+    if (c.cvt && is_nvidia(ctx)) o += " -DXK_PTX_CVT=1";
+    return o;
+}
+// 8-element chunks per work-item of the row kernels for dtype t (the NVC of ops.cl).
+int row_nvc(DType t, int rv) { return t == DType::bf16 ? rv : std::max(rv / 2, 1); }
+const char* dsuffix(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16"; }
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
-// the row in registers (kNv chunks of 8 per work-item), capped by the device; longer rows loop.
-size_t row_wg(const Context& ctx, int64_t n, int nv = kNv) {
+// the row in registers (nv chunks of 8 per work-item), capped by the device (and cap); longer rows
+// loop (xk_norm / xk_softmax) or take those.
+size_t row_wg(const Context& ctx, int64_t n, int nv, int64_t cap_max = kMaxWg) {
     const int64_t chunks = (n + 7) / 8;
     const int64_t want = (chunks + nv - 1) / nv;
-    int64_t cap = std::min<int64_t>(kMaxWg, ctx.device().max_work_group_size);
+    int64_t cap = std::min<int64_t>(cap_max, ctx.device().max_work_group_size);
     int64_t p2 = 1;
     while (p2 * 2 <= cap) p2 *= 2;
     cap = p2;
-    // CPU devices (PoCL): one size (its compiler specializes each work-group size: a build each;
-    // the registers of a work-item are memory there anyway)
-    // (The bf16 kernels, twice the chunks per work-item: 64, so 4096-element rows fill the group.)
-    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(nv == kNv16 ? 64 : 128, cap));
+    // CPU devices (PoCL): one size per chunk count (its compiler specializes each work-group size:
+    // a build each; the registers of a work-item are memory there anyway): 4096-element rows fill it.
+    if (ctx.device().type == "cpu") return static_cast<size_t>(std::min<int64_t>(512 / nv, cap));
     int64_t wg = 32;
     while (wg < want && wg < cap) wg *= 2;
     return static_cast<size_t>(std::min(wg, cap));
+}
+// Launch of a row kernel for rows of n elements: `local` items per group, seg items per row (0:
+// the group), one group per row (per local / seg rows), or with persist at most compute units x
+// occ groups. ok = false: the row does not fit in registers.
+struct RowLaunch {
+    bool ok = false;
+    int seg = 0;
+    size_t local = 0, global = 0;
+};
+RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, int64_t rows) {
+    RowLaunch l;
+    const int nvc = row_nvc(t, c.rv);
+    const int64_t chunks = n / 8, items = (chunks + nvc - 1) / nvc;
+    int64_t rpg = 1;
+    if (c.seg && items <= 32) {
+        int64_t s = 1;
+        while (s < items) s *= 2;
+        int64_t wg = c.wg > 0 ? c.wg : 128, cap = std::max(ctx.device().max_work_group_size, 1);
+        while (wg > cap) wg /= 2;
+        wg = std::max(wg, s);
+        if (wg > cap) return l;
+        l.seg = static_cast<int>(s);
+        l.local = static_cast<size_t>(wg);
+        rpg = wg / s;
+    } else {
+        l.local = row_wg(ctx, n, nvc, kMaxRowWg);
+        if (chunks > static_cast<int64_t>(l.local) * nvc) return l;
+    }
+    int64_t groups = (rows + rpg - 1) / rpg;
+    if (c.persist) {
+        const int64_t occ = c.occ > 0 ? c.occ : std::max<int64_t>(1, 1024 / static_cast<int64_t>(l.local));
+        groups = std::min<int64_t>(groups, std::max(1, ctx.device().compute_units) * occ);
+    }
+    l.global = static_cast<size_t>(groups) * l.local;
+    l.ok = true;
+    return l;
 }
 
 // A used tensor: a buffer of this context holding `extent` elements of `dt` from its offset.
@@ -232,29 +328,20 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     }
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y, t.weight.offset, t.bias.offset, t.residual.offset,
                                d.ld_residual, t.residual_out.offset, d.ld_residual_out});
-    // Every tensor bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernels.
-    const bool all_bf16 = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 &&
-                          (!(d.has_weight || d.has_bias) || d.weight_dtype == DType::bf16) &&
-                          (!d.fused_residual || d.residual_dtype == DType::bf16);
-    const size_t local16 = row_wg(ctx, d.hidden, kNv16);
-    const bool bf16k = all_bf16 && al == 2 && d.hidden % 8 == 0 && d.hidden / 8 <= static_cast<int64_t>(local16) * kNv16;
-    const bool all_f32 = d.x_dtype == DType::f32 && d.y_dtype == DType::f32 &&
-                         (!(d.has_weight || d.has_bias) || d.weight_dtype == DType::f32) &&
-                         (!d.fused_residual || d.residual_dtype == DType::f32);
-    const size_t local32 = row_wg(ctx, d.hidden);
-    const bool f32k = all_f32 && row_v2_on() && al == 2 && d.hidden % 8 == 0 && local32 <= kMaxWg2 &&
-                      d.hidden / 8 <= static_cast<int64_t>(local32) * kNv;
+    // Every tensor of one type, 8-aligned rows that fit in registers (f16 without the residual):
+    // the row kernels (ops_row.h); else xk_norm.
+    const DType rt = d.x_dtype;
+    const bool one_type = d.y_dtype == rt && (!(d.has_weight || d.has_bias) || d.weight_dtype == rt) &&
+                          (!d.fused_residual || (d.residual_dtype == rt && rt != DType::f16));
     const bool ln = d.kind == NormKind::layer_norm;
-    // XK_GPU_NORM_PRELOAD=1: the v2 forms that load the weight and bias with the row (a comparison).
-    const char* pre_env = std::getenv("XK_GPU_NORM_PRELOAD");
-    const bool pre = pre_env && std::string(pre_env) == "1";
-    const std::string kname_s =
-        f32k ? std::string(ln ? "xk_norm2_f32_ln" : "xk_norm2_f32_rms") + (pre ? "_pre" : "")
-        : !bf16k ? std::string("xk_norm")
-        : row_v2_on() && local16 <= kMaxWg2 ? std::string(ln ? "xk_norm2_bf16_ln" : "xk_norm2_bf16_rms") + (pre ? "_pre" : "")
-                                             : std::string(ln ? "xk_norm_bf16_ln" : "xk_norm_bf16_rms");
+    const RowCfg rc = row_cfg(ctx, "norm", rt, ln, d.hidden);
+    RowLaunch rl;
+    if (one_type && al == 2 && d.hidden % 8 == 0) rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+    const bool rowk = rl.ok;
+    const std::string kname_s = rowk ? std::string(ln ? "xk_rnorm_ln_" : "xk_rnorm_rms_") + (rc.pre ? "pre_" : "") + dsuffix(rt)
+                                     : std::string("xk_norm");
     const char* kname = kname_s.c_str();
-    cl_kernel k = ops_kernel(ctx, kname, 1);
+    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 1, rc, rl.seg, rl.local)) : ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -270,8 +357,14 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
                          (d.kind == NormKind::layer_norm ? 8 : 0) | (al == 1 ? 16 : 0) | (al == 2 ? 32 : 0);
     set_arg(k, i++, dts);
     set_arg(k, i++, flags);
-    const size_t local = bf16k ? local16 : local32, global = static_cast<size_t>(d.rows) * local;
-    verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+    if (rowk) {
+        set_arg(k, i++, U(d.rows));
+    } else {
+        rl.local = row_wg(ctx, d.hidden, kNv);
+        rl.global = static_cast<size_t>(d.rows) * rl.local;
+    }
+    const size_t local = rl.local, global = rl.global;
+    verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) + (rl.seg ? ",seg=" + std::to_string(rl.seg) : std::string()) : std::string()) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
                              ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -308,8 +401,7 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x's gate half: same offset, stride and dtype)");
     const int al = align_code({t.x.offset, d.ld_x, d.inner, t.y.offset, d.ld_y});
     // bf16 with 8-aligned rows and inner a multiple of 16: 16 columns per work-item.
-    const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 &&
-                       d.inner % 16 == 0;
+    const bool bf16k = d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.inner % 16 == 0;
     const int per_item = bf16k ? 16 : 8;
     cl_kernel k = ops_kernel(ctx, bf16k ? "xk_glu_bf16" : "xk_glu", 2);
     cl_uint i = 0;
@@ -359,17 +451,15 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     if (!in_place && overlap(y, x))
         fail_arg(fn, "y", "(buffer range)", "overlaps x (in place needs y == x: same offset, stride and dtype)");
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y});
-    const size_t local16 = row_wg(ctx, d.cols, kNv16);
-    // bf16, 8-aligned rows of whole chunks that fit in registers: the bf16 kernel.
-    const bool bf16k = bf16_kernels_on() && d.x_dtype == DType::bf16 && d.y_dtype == DType::bf16 && al == 2 && d.cols % 8 == 0 &&
-                       d.cols / 8 <= static_cast<int64_t>(local16) * kNv16;
-    const size_t local32 = row_wg(ctx, d.cols);
-    const bool f32k = row_v2_on() && d.x_dtype == DType::f32 && d.y_dtype == DType::f32 && al == 2 && d.cols % 8 == 0 &&
-                      local32 <= kMaxWg2 && d.cols / 8 <= static_cast<int64_t>(local32) * kNv;
-    const char* kname = f32k ? "xk_softmax2_f32"
-                        : !bf16k ? "xk_softmax"
-                        : row_v2_on() && local16 <= kMaxWg2 ? "xk_softmax2_bf16" : "xk_softmax_bf16";
-    cl_kernel k = ops_kernel(ctx, kname, 3);
+    // x and y of one type, 8-aligned rows that fit in registers: the row kernels (ops_row.h).
+    const DType rt = d.x_dtype;
+    const RowCfg rc = row_cfg(ctx, "softmax", rt, d.causal, d.cols);
+    RowLaunch rl;
+    if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+    const bool rowk = rl.ok;
+    const std::string kname_s = rowk ? std::string("xk_rsoftmax_") + (rc.split ? "split_" : "") + dsuffix(rt) : std::string("xk_softmax");
+    const char* kname = kname_s.c_str();
+    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 3, rc, rl.seg, rl.local)) : ops_kernel(ctx, kname, 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -379,8 +469,14 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     set_arg(k, i++, static_cast<cl_long>(d.causal_offset));
     set_arg(k, i++, static_cast<cl_int>(dcode(d.x_dtype) | dcode(d.y_dtype) << 8));
     set_arg(k, i++, static_cast<cl_int>(al));
-    const size_t local = bf16k ? local16 : local32, global = static_cast<size_t>(d.rows) * local;
-    verbose_pick("softmax", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+    if (rowk) {
+        set_arg(k, i++, U(d.rows));
+    } else {
+        rl.local = row_wg(ctx, d.cols, kNv);
+        rl.global = static_cast<size_t>(d.rows) * rl.local;
+    }
+    const size_t local = rl.local, global = rl.global;
+    verbose_pick("softmax", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) + (rl.seg ? ",seg=" + std::to_string(rl.seg) : std::string()) : std::string()) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -495,10 +591,10 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     const int al = align_code({t.q.offset, d.q_token_stride, d.q_head_stride, t.k.offset, d.k_token_stride,
                                d.k_head_stride, t.cos_sin_cache.offset, d.rotary_dim / 2});
     // 16-bit q / k, neox, everything 8-aligned: eight pairs per work-item (16-byte accesses).
-    const bool vec8 = bf16_kernels_on() && (d.dtype == DType::bf16 || d.dtype == DType::f16) && d.style == RopeStyle::neox && al == 2 &&
+    const bool vec8 = (d.dtype == DType::bf16 || d.dtype == DType::f16) && d.style == RopeStyle::neox && al == 2 &&
                       (d.rotary_dim / 2) % 8 == 0;
     const bool vec4 = !vec8 && (d.rotary_dim / 2) % 4 == 0;  // four pairs per work-item
-    const bool heads8 = vec8 && row_v2_on() && d.dtype == DType::bf16;  // 8 pairs of kRopeHeads heads per work-item
+    const bool heads8 = vec8 && d.dtype == DType::bf16;  // 8 pairs of kRopeHeads heads per work-item
     const char* kname = heads8 ? "xk_rope8h" : vec8 ? "xk_rope8" : vec4 ? "xk_rope4" : "xk_rope";
     cl_kernel kk = ops_kernel(ctx, kname, 4);
     const cl_mem any = mem_of(t.positions);

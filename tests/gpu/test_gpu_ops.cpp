@@ -44,6 +44,25 @@ const int64_t kSizes[] = {1, 7, 17, 64, 1023, 4097};  // 64: rows aligned to 4 e
 const int64_t kSizes8[] = {1, 7, 17, 64, 1023, 4097, 2048};
 bool run_size(int64_t n, DType t, bool a8) { return a8 ? (n == 64 || (n == 2048 && t != DType::f16)) : n != 2048; }
 
+// XK_GPU_ROW_VARIANT values the norm / softmax sweeps run (the row kernels' forms, src/gpu/ops.cpp):
+// the defaults (per op and dtype: weights with the row or after it, softmax's one or two
+// reductions), and one more on the bf16 8-aligned rows (the body is the same for every type):
+// 4 vectors per work-item, weights with the row, two reductions, groups looping over rows (occ=1
+// leaves fewer groups than rows), short rows several per group (seg), the group size compiled in,
+// local-memory reductions (ptx=0: the NVIDIA defaults use shuffles). (One more only: PoCL
+// compiles each kernel anew per form and group size.) An XK_GPU_ROW_VARIANT set when the test
+// starts replaces the defaults (a device run checks a measured form that way).
+const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1,fixwg=1,ptx=0,cvt=0"};
+void set_row_variant(const char* v) {
+    static const std::string initial = [] {
+        const char* e = std::getenv("XK_GPU_ROW_VARIANT");
+        return std::string(e ? e : "");
+    }();
+    if (*v) setenv("XK_GPU_ROW_VARIANT", v, 1);
+    else if (!initial.empty()) setenv("XK_GPU_ROW_VARIANT", initial.c_str(), 1);
+    else unsetenv("XK_GPU_ROW_VARIANT");
+}
+
 float rtol(DType t) { return t == DType::f32 ? 2e-5f : t == DType::bf16 ? 1.0f / 128 : 1.0f / 512; }
 float atol(DType t) { return t == DType::f32 ? 1e-6f : t == DType::bf16 ? 1e-6f : 2e-5f; }
 float g_extra_atol = 0.0f;  // gelu: the absolute error of 1 + erf / tanh near -1 (5 ulp |g u|)
@@ -121,14 +140,13 @@ TEST(GpuOps, Norm) {
     XK_NEED_GPU();
     std::mt19937 rng(1);
     const int64_t rows = 3;
-    for (int pre = 0; pre < 2; ++pre)  // 1: XK_GPU_NORM_PRELOAD=1 (the v2 norms' weight / bias loaded with the row)
+    for (const char* rv : kRowVariants)
     for (DType t : kDtypes)
         for (int kind = 0; kind < 2; ++kind)
             for (int64_t n : kSizes8)
                 for (int variant = 0; variant < 3; ++variant) {  // 0: packed, weight; 1: strided, offsets, residual, bias; 2: 1 8-aligned
-                    if (!run_size(n, t, variant == 2) || (n == 2048 && variant != 2) || (pre && (variant == 1 || t == DType::f16))) continue;
-                    if (pre) setenv("XK_GPU_NORM_PRELOAD", "1", 1);
-                    else unsetenv("XK_GPU_NORM_PRELOAD");
+                    if (!run_size(n, t, variant == 2) || (n == 2048 && variant != 2) || (*rv && (variant == 1 || t != DType::bf16))) continue;
+                    set_row_variant(rv);
                     xk::NormDesc d;
                     d.kind = static_cast<xk::NormKind>(kind);
                     d.rows = rows;
@@ -183,14 +201,14 @@ TEST(GpuOps, Norm) {
                     }
                     xk::norm(c, a);
                     const std::string what = std::string(xk::dtype_name(t)) + " " + xk::norm_kind_name(d.kind) +
-                                             " hidden=" + std::to_string(n) + " variant=" + std::to_string(variant) + (pre ? " preload" : "");
+                                             " hidden=" + std::to_string(n) + " variant=" + std::to_string(variant) + " " + rv;
                     expect_close(decode(download(g.y.buffer, off, es, m * es), t), decode(cy, c.y_dtype), rows, n, ld, t,
                                  what + " y");
                     if (d.fused_residual)
                         expect_close(decode(download(g.residual.buffer, off, es, m * es), t), decode(cr, c.residual_dtype),
                                      rows, n, ld, t, what + " residual_out");
                 }
-    unsetenv("XK_GPU_NORM_PRELOAD");
+    set_row_variant("");
 }
 
 TEST(GpuOps, NormInPlaceAndBadInput) {
@@ -289,12 +307,14 @@ TEST(GpuOps, Glu) {
 TEST(GpuOps, Softmax) {
     XK_NEED_GPU();
     std::mt19937 rng(4);
+    for (const char* rv : kRowVariants)
     for (DType t : kDtypes)
         for (int64_t n : kSizes8)
             for (int a8 = 0; a8 < 2; ++a8)
             for (int causal = 0; causal < 2; ++causal)
             for (int empty_rows = 0; empty_rows < 2; ++empty_rows) {  // 1: causal rows that see nothing, 1, 2 columns
-                if (!run_size(n, t, a8 == 1) || (empty_rows && !(causal && a8))) continue;
+                if (!run_size(n, t, a8 == 1) || (empty_rows && !(causal && a8)) || (*rv && (!a8 || t != DType::bf16))) continue;
+                set_row_variant(rv);
                 const bool a4 = n % 4 == 0;
                 int64_t rows = 4, ld = a4 ? n + 4 : n + 1, off = a4 ? 12 : 1;
                 if (a8) ld = n + 8, off = 8;
@@ -322,8 +342,9 @@ TEST(GpuOps, Softmax) {
                 xk::softmax(c, a);
                 expect_close(decode(download(bx, off, es, m * es), t), decode(cy, c.y_dtype), rows, n, ld, t,
                              std::string("softmax ") + xk::dtype_name(t) + " cols=" + std::to_string(n) +
-                                 (causal ? " causal" : "") + (empty_rows ? " offset=-2" : ""));
+                                 (causal ? " causal" : "") + (empty_rows ? " offset=-2" : "") + " " + rv);
             }
+    set_row_variant("");
     xk::SoftmaxDesc d;
     d.rows = 2;
     d.cols = 5;

@@ -193,8 +193,7 @@ inline float wg_max(float v, __local float* buf, __local float4* buf2) {
     return fmax(fmax(r.x, r.y), fmax(r.z, r.w));
 }
 
-// The v2 row kernels' groups: <= XK_MAXWG2 work-items (their float2 reduction buffer stays 4 KB,
-// the local memory of the kernels before them, so the L1 left beside it is the same).
+// The row kernels' groups (ops_row.h): <= XK_MAXWG2 work-items (the reduction buffer: about 4 KB).
 #ifndef XK_MAXWG2
 #define XK_MAXWG2 512
 #endif
@@ -214,12 +213,179 @@ inline float2 wg_sum2(float2 v, __local float2* buf, __local float4* buf2) {
     for (int j = 1; j < 16; ++j) r += buf2[j];
     return r.xy + r.zw;
 }
-// Softmax's (max, sum) in one reduction (two barriers): each item gives its local max m and
-// s = sum exp(v - m) over its values; returns (M, S = sum s exp(m - M)). Stage 1: items 0..7 merge
-// the items t, t + 8, ...; stage 2: every item merges the 8 partials (same order everywhere).
-// An item with m = -inf (no visible value) adds nothing.
-inline float2 wg_maxsum(float m, float s, __local float2* buf, __local float4* buf2) {
+
+// ---- the row kernels' reductions (ops_row.h) -----------------------------------------------------
+// red_*(value, red, par): every work-item of the group calls them (uniform control flow) and gets
+// the same result (the same summation order in every item). `red`: XK_RED4 float4 of local memory
+// declared in the kernel (16-byte aligned: the tree reads its partials as float4), par (0 / 1):
+// alternate on consecutive calls. Groups <= XK_MAXWG2 work-items.
+// XK_PTX=1 (NVIDIA only, set by the host): each warp reduces with shfl.sync.bfly (inline PTX),
+// lane 0 of each warp writes its partial to red[par * 32 + warp], one barrier, every item adds
+// the <= 16 partials (64 float2; the two halves let the next call write without a barrier).
+// Otherwise a local-memory tree in two barriers (wg + 32 float2): items 0..31 add the values lid,
+// lid + 32, ..., then every item adds the 32 partials; consecutive calls may reuse the buffer
+// (the first barrier of the next call orders them), so par is not used.
+#ifndef XK_PTX
+#define XK_PTX 0
+#endif
+#ifndef XK_SEG
+#define XK_SEG 0
+#endif
+#if XK_PTX && XK_SEG
+#define XK_RED4 1                      // unused
+#elif XK_PTX
+#define XK_RED4 32                     // 2 x 32 float2
+#elif XK_SEG
+#define XK_RED4 XK_MAXWG2              // 2 x wg float2
+#else
+#define XK_RED4 ((XK_MAXWG2 + 32) / 2) // wg + 32 float2
+#endif
+#if XK_PTX
+inline float shx(float v, int m) {
+    float r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));
+    return r;
+}
+#endif
+// (m, s) pairs in the log2 domain: merged = (M, sum s 2^(m - M)); m = -inf adds nothing.
+inline float2 ms_merge(float2 a, float2 b) {
+    const float M = fmax(a.x, b.x);
+    if (M == -INFINITY) return (float2)(M, 0.0f);
+    return (float2)(M, (a.x == -INFINITY ? 0.0f : a.y * exp2(a.x - M)) + (b.x == -INFINITY ? 0.0f : b.y * exp2(b.x - M)));
+}
+#if XK_SEG
+// XK_SEG (a power of two <= 32): each row is reduced by its XK_SEG consecutive work-items (several
+// rows per group). PTX: a butterfly of shuffles within the segment (the same value in every lane:
+// each step adds the same two numbers in both partners); else the segment's values in local
+// memory (2 wg float2: par alternates halves), one barrier, every item adds them in order.
+#if XK_PTX
+inline float2 red_sum2(float2 v, __local float2* red, int par) {
+    for (int m = XK_SEG / 2; m >= 1; m >>= 1) {
+        v.x += shx(v.x, m);
+        v.y += shx(v.y, m);
+    }
+    return v;
+}
+inline float red_max(float v, __local float2* red, int par) {
+    for (int m = XK_SEG / 2; m >= 1; m >>= 1) v = fmax(v, shx(v, m));
+    return v;
+}
+inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
+    float2 v = (float2)(m, s);
+    for (int k = XK_SEG / 2; k >= 1; k >>= 1) v = ms_merge(v, (float2)(shx(v.x, k), shx(v.y, k)));
+    return v;
+}
+#else
+inline float2 red_sum2(float2 v, __local float2* red, int par) {
+    const uint lid = get_local_id(0);
+    __local float2* p = red + par * get_local_size(0);
+    p[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint b0 = lid & ~(uint)(XK_SEG - 1);
+    float2 s = p[b0];
+    for (int k = 1; k < XK_SEG; ++k) s += p[b0 + k];
+    return s;
+}
+inline float red_max(float v, __local float2* red, int par) {
+    const uint lid = get_local_id(0);
+    __local float2* p = red + par * get_local_size(0);
+    p[lid].x = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint b0 = lid & ~(uint)(XK_SEG - 1);
+    float s = p[b0].x;
+    for (int k = 1; k < XK_SEG; ++k) s = fmax(s, p[b0 + k].x);
+    return s;
+}
+inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
+    const uint lid = get_local_id(0);
+    __local float2* p = red + par * get_local_size(0);
+    p[lid] = (float2)(m, s);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint b0 = lid & ~(uint)(XK_SEG - 1);
+    float2 r = p[b0];
+    for (int k = 1; k < XK_SEG; ++k) r = ms_merge(r, p[b0 + k]);
+    return r;
+}
+#endif
+#elif XK_PTX
+inline float2 warp_sum2(float2 v) {
+    for (int m = 16; m >= 1; m >>= 1) {
+        v.x += shx(v.x, m);
+        v.y += shx(v.y, m);
+    }
+    return v;
+}
+inline float2 red_sum2(float2 v, __local float2* red, int par) {
+    const int lid = get_local_id(0), nw = (get_local_size(0) + 31) >> 5;
+    __local float2* p = red + par * 32;
+    v = warp_sum2(v);
+    if ((lid & 31) == 0) p[lid >> 5] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float2 s = p[0];
+    for (int j = 1; j < nw; ++j) s += p[j];
+    return s;
+}
+inline float red_max(float v, __local float2* red, int par) {
+    const int lid = get_local_id(0), nw = (get_local_size(0) + 31) >> 5;
+    __local float* p = (__local float*)(red + par * 32);
+    for (int m = 16; m >= 1; m >>= 1) v = fmax(v, shx(v, m));
+    if ((lid & 31) == 0) p[lid >> 5] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s = p[0];
+    for (int j = 1; j < nw; ++j) s = fmax(s, p[j]);
+    return s;
+}
+inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
+    const int lid = get_local_id(0), nw = (get_local_size(0) + 31) >> 5;
+    __local float2* p = red + par * 32;
+    float2 v = (float2)(m, s);
+    for (int k = 16; k >= 1; k >>= 1) v = ms_merge(v, (float2)(shx(v.x, k), shx(v.y, k)));
+    if ((lid & 31) == 0) p[lid >> 5] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float2 r = p[0];
+    for (int j = 1; j < nw; ++j) r = ms_merge(r, p[j]);
+    return r;
+}
+#else
+inline float2 red_sum2(float2 v, __local float2* red, int par) {
     const int lid = get_local_id(0), wg = get_local_size(0);
+    __local float2* buf = red;
+    __local float2* part = red + wg;
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < 32; t += wg) {
+        float2 s = (float2)(0.0f);
+        for (int j = t; j < wg; j += 32) s += buf[j];
+        part[t] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 r = ((__local float4*)part)[0];
+    for (int j = 1; j < 16; ++j) r += ((__local float4*)part)[j];
+    return r.xy + r.zw;
+}
+inline float red_max(float v, __local float2* red, int par) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    __local float* buf = (__local float*)red;
+    __local float* part = (__local float*)(red + wg);
+    buf[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = lid; t < 32; t += wg) {
+        float s = -INFINITY;
+        for (int j = t; j < wg; j += 32) s = fmax(s, buf[j]);
+        part[t] = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float4 r = ((__local float4*)part)[0];
+    for (int j = 1; j < 8; ++j) r = fmax(r, ((__local float4*)part)[j]);
+    return fmax(fmax(r.x, r.y), fmax(r.z, r.w));
+}
+// Softmax's (max, sum) in one reduction, log2 domain: each item gives its local max m and
+// s = sum 2^(v - m) over its values; returns (M, S = sum s 2^(m - M)). Stage 1: items 0..7 merge
+// the items t, t + 8, ...; stage 2: every item merges the 8 partials. m = -inf adds nothing.
+inline float2 red_maxsum(float m, float s, __local float2* red, int par) {
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    __local float2* buf = red;
+    __local float2* part = red + wg;
     buf[lid] = (float2)(m, s);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int t = lid; t < 8; t += wg) {
@@ -228,22 +394,40 @@ inline float2 wg_maxsum(float m, float s, __local float2* buf, __local float4* b
         if (mm != -INFINITY)
             for (int j = t; j < wg; j += 8) {
                 const float2 e = buf[j];
-                if (e.x != -INFINITY) ss += e.y * exp(e.x - mm);
+                if (e.x != -INFINITY) ss += e.y * exp2(e.x - mm);
             }
-        ((__local float2*)buf2)[t] = (float2)(mm, ss);
+        part[t] = (float2)(mm, ss);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float4 p0 = buf2[0], p1 = buf2[1], p2 = buf2[2], p3 = buf2[3];
-    const float M = fmax(fmax(fmax(p0.x, p0.z), fmax(p1.x, p1.z)), fmax(fmax(p2.x, p2.z), fmax(p3.x, p3.z)));
+    float M = part[0].x;
+    for (int j = 1; j < 8; ++j) M = fmax(M, part[j].x);
     if (M == -INFINITY) return (float2)(M, 0.0f);
     float S = 0.0f;
-    const float4 p[4] = {p0, p1, p2, p3};
-    for (int j = 0; j < 4; ++j) {
-        if (p[j].x != -INFINITY) S += p[j].y * exp(p[j].x - M);
-        if (p[j].z != -INFINITY) S += p[j].w * exp(p[j].z - M);
+    for (int j = 0; j < 8; ++j) {
+        const float2 e = part[j];
+        if (e.x != -INFINITY) S += e.y * exp2(e.x - M);
     }
     return (float2)(M, S);
 }
+#endif
+inline float red_sum(float v, __local float2* red, int par) { return red_sum2((float2)(v, 0.0f), red, par).x; }
+
+// bf16 packing of the row kernels: XK_PTX_CVT=1 (NVIDIA sm_80+, set by the host) cvt.rn.bf16x2.f32
+// (2 elements per instruction; NaN -> the canonical NaN), else f_bf8 (integer rounding).
+#ifndef XK_PTX_CVT
+#define XK_PTX_CVT 0
+#endif
+#if XK_PTX_CVT
+inline uint cvt_bf2(float lo, float hi) {
+    uint r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+inline uint4 pk_bf8(float8 v) { return (uint4)(cvt_bf2(v.s0, v.s1), cvt_bf2(v.s2, v.s3), cvt_bf2(v.s4, v.s5), cvt_bf2(v.s6, v.s7)); }
+#else
+inline uint4 pk_bf8(float8 v) { return f_bf8(v); }
+#endif
+
 
 #ifndef XK_OP
 #define XK_OP 0  // 0: every op
@@ -251,29 +435,6 @@ inline float2 wg_maxsum(float m, float s, __local float2* buf, __local float4* b
 #ifndef XK_NV
 #define XK_NV 4  // 8-element chunks a work-item keeps in registers (row ops)
 #endif
-#ifndef XK_NV16
-#define XK_NV16 8  // the same for the bf16 row kernels (twice the elements, packed: the same registers)
-#endif
-
-// Chunk-of-8 accessors of the v2 row kernels (norm2 / softmax2), per storage type: f32 a float8
-// (two float4), bf16 packed (uint4). Row bases multiples of 8 elements.
-#define LDX_F32(p, i) ((float8)(*((__global const float4*)((__global const float*)(p) + (i))), \
-                                *((__global const float4*)((__global const float*)(p) + (i) + 4))))
-#define CV_F32(r) (r)
-#define PK_F32(v) (v)
-#define STX_F32(p, i, r) do { __global float4* q_ = (__global float4*)((__global float*)(p) + (i)); q_[0] = (r).lo; q_[1] = (r).hi; } while (0)
-#define LD1_F32(p, i) (((__global const float*)(p))[i])
-#define RAW_F32 float8
-#define NVC_F32 XK_NV
-#define EPI_F32 2
-#define LDX_BF16(p, i) ldr(p, i)
-#define CV_BF16(r) bf8_f(r)
-#define PK_BF16(v) f_bf8(v)
-#define STX_BF16(p, i, r) str(p, i, r)
-#define LD1_BF16(p, i) bf16_to_f(((__global const ushort*)(p))[i])
-#define RAW_BF16 uint4
-#define NVC_BF16 XK_NV16
-#define EPI_BF16 4
 
 #if XK_OP == 0 || XK_OP == 1
 // ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
@@ -399,333 +560,6 @@ __kernel void xk_norm(__global const uchar* x, ulong x_off, ulong ld_x,
     }
 }
 
-
-// ---- RMSNorm / LayerNorm, every tensor bf16 --------------------------------------------------------
-// The host takes these when x, y, weight, bias and the residual are bf16, every row base and
-// hidden are multiples of 8 elements and the row fits in registers (chunks <= wg * XK_NV16).
-// Same arguments and results as xk_norm. The weight (and LayerNorm's bias) rows are loaded with
-// the row, before the reduction, so no L2 round trip follows it.
-// LAYER: a constant at each call (the two kernels below), so each is compiled for its kind.
-inline void norm_bf16(const bool LAYER, __local float* buf, __local float4* buf2, __global const uchar* x, ulong x_off,
-                      ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off,
-                      __global const uchar* b, ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res,
-                      __global uchar* res_out, ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
-    const ulong row = get_group_id(0);
-    const uint lid = get_local_id(0), wg = get_local_size(0);
-    const uint nc = (uint)(hidden / 8);
-    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
-    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
-    const float inv_n = 1.0f / (float)hidden;
-    uint4 h[XK_NV16], wr[XK_NV16], br[XK_NV16];
-    #pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
-        h[j] = ldr(x, xr + cc);
-        wr[j] = hw ? ldr(w, w_off + cc) : (uint4)(0x3f80u | (0x3f80u << 16));
-        br[j] = (LAYER && hb) ? ldr(b, b_off + cc) : (uint4)(0u);
-    }
-    if (fused) {
-        uint4 r[XK_NV16];
-        #pragma unroll
-        for (int j = 0; j < XK_NV16; ++j) {
-            const uint c = lid + (uint)j * wg;
-            r[j] = ldr(res, rr + (c < nc ? c : nc - 1) * 8);
-        }
-        #pragma unroll
-        for (int j = 0; j < XK_NV16; ++j) {
-            const uint c = lid + (uint)j * wg;
-            h[j] = f_bf8(bf8_f(h[j]) + bf8_f(r[j]));
-            if (c < nc) str(res_out, ror + c * 8, h[j]);
-        }
-    }
-    float s1 = 0.0f, s2 = 0.0f;
-    #pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        const float8 v = c < nc ? bf8_f(h[j]) : (float8)(0.0f);
-        s1 += hsum8(v);
-        s2 += hsum8(v * v);
-    }
-    float mean = 0.0f, rstd;
-    if (LAYER) {
-        mean = wg_sum(s1, buf, buf2) * inv_n;
-        float var = 0.0f;
-        #pragma unroll
-        for (int j = 0; j < XK_NV16; ++j) {
-            const uint c = lid + (uint)j * wg;
-            const float8 d = c < nc ? bf8_f(h[j]) - mean : (float8)(0.0f);
-            var += hsum8(d * d);
-        }
-        rstd = rsqrt(wg_sum(var, buf, buf2) * inv_n + eps);
-    } else {
-        rstd = rsqrt(wg_sum(s2, buf, buf2) * inv_n + eps);
-    }
-    #pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nc) {
-            float8 o = (bf8_f(h[j]) - mean) * rstd;
-            if (hw) o *= bf8_f(wr[j]);
-            if (hb) o += LAYER ? bf8_f(br[j]) : bf8_f(ldr(b, b_off + c * 8));
-            str(y, yr + c * 8, f_bf8(o));
-        }
-    }
-}
-#define XK_NORM_BF16_KERNEL(NAME, LAYER) \
-    __kernel void NAME(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y, \
-                       __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off, \
-                       __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off, \
-                       ulong ld_ro, ulong hidden, float eps, int dts, int flags) { \
-        __local float buf[XK_MAXWG]; \
-        __local float4 buf2[8]; \
-        norm_bf16(LAYER, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, \
-                  ro_off, ld_ro, hidden, eps, flags); \
-    }
-XK_NORM_BF16_KERNEL(xk_norm_bf16_rms, false)
-XK_NORM_BF16_KERNEL(xk_norm_bf16_ln, true)
-
-// ---- RMSNorm / LayerNorm v2: every tensor f32, or every tensor bf16 ---------------------------------
-// Taken (unless XK_GPU_ROW_V2=0) when every row base and hidden are multiples of 8 elements and
-// the row fits in registers: f32 XK_NV chunks of 8 per work-item (two float4 each), bf16 XK_NV16
-// packed (a uint4 each). Every load of the row (and the residual) is issued before the first use
-// (clamped indices); with the residual, h = x + residual is stored (to residual_out, maybe the
-// residual itself) after the reduction, with y. One reduction per row (two barriers): RMSNorm sum x^2; LayerNorm sum d and
-// sum d^2 together, d = x - K with K the row's first x (+ residual) (a shift near the data, so
-// sum d^2 / n - mean_d^2 does not cancel). Only the row is held across the barriers: the weight
-// and bias are read after the reduction (the same 8-16 KB for every row: L1 / L2 hits), in groups
-// of XK_EPI chunks issued together, so the registers held are the row's, not row + weight + bias.
-inline void norm2_f32(const bool LAYER, const bool PRE, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
-                     __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
-                     ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
-                     ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
-    const ulong row = get_group_id(0);
-    const uint lid = get_local_id(0), wg = get_local_size(0);
-    const uint nc = (uint)(hidden / 8);
-    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
-    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
-    const float inv_n = 1.0f / (float)hidden;
-    RAW_F32 h[NVC_F32];
-    #pragma unroll
-    for (int j = 0; j < NVC_F32; ++j) {
-        const uint c = lid + (uint)j * wg;
-        h[j] = LDX_F32(x, xr + (c < nc ? c : nc - 1) * 8);
-    }
-    RAW_F32 wp[NVC_F32], bp[NVC_F32];  // PRE: the weight / bias with the row
-    if (PRE) {
-        #pragma unroll
-        for (int j = 0; j < NVC_F32; ++j) {
-            const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
-            if (hw) wp[j] = LDX_F32(w, w_off + cc);
-            if (hb) bp[j] = LDX_F32(b, b_off + cc);
-        }
-    }
-    float K = 0.0f;
-    if (LAYER) K = LD1_F32(x, xr);
-    if (fused) {
-        RAW_F32 r[NVC_F32];
-        #pragma unroll
-        for (int j = 0; j < NVC_F32; ++j) {
-            const uint c = lid + (uint)j * wg;
-            r[j] = LDX_F32(res, rr + (c < nc ? c : nc - 1) * 8);
-        }
-        if (LAYER) K += LD1_F32(res, rr);
-        #pragma unroll
-        for (int j = 0; j < NVC_F32; ++j) {
-            h[j] = PK_F32(CV_F32(h[j]) + CV_F32(r[j]));
-        }
-    }
-    float2 s = (float2)(0.0f);
-    #pragma unroll
-    for (int j = 0; j < NVC_F32; ++j) {
-        const uint c = lid + (uint)j * wg;
-        const float8 d = c < nc ? CV_F32(h[j]) - K : (float8)(0.0f);
-        if (LAYER) s.x += hsum8(d);
-        s.y += hsum8(d * d);
-    }
-    float mean = 0.0f, rstd;
-    if (LAYER) {
-        const float2 t = wg_sum2(s, buf, buf2) * inv_n;
-        mean = K + t.x;
-        rstd = rsqrt(fmax(t.y - t.x * t.x, 0.0f) + eps);
-    } else {
-        rstd = rsqrt(wg_sum(s.y, (__local float*)buf, buf2) * inv_n + eps);
-    }
-    #pragma unroll
-    for (int j0 = 0; j0 < NVC_F32; j0 += EPI_F32) {
-        RAW_F32 wr[EPI_F32], br[EPI_F32];
-        #pragma unroll
-        for (int j = 0; j < EPI_F32; ++j) {
-            const uint c = lid + (uint)(j0 + j) * wg, cc = (c < nc ? c : nc - 1) * 8;
-            if (hw) wr[j] = PRE ? wp[j0 + j] : LDX_F32(w, w_off + cc);
-            if (hb) br[j] = PRE ? bp[j0 + j] : LDX_F32(b, b_off + cc);
-        }
-        #pragma unroll
-        for (int j = 0; j < EPI_F32; ++j) {
-            const uint c = lid + (uint)(j0 + j) * wg;
-            if (c < nc) {
-                if (fused) STX_F32(res_out, ror + c * 8, h[j0 + j]);  // after the barriers: K read the residual
-                float8 o = (CV_F32(h[j0 + j]) - mean) * rstd;
-                if (hw) o *= CV_F32(wr[j]);
-                if (hb) o += CV_F32(br[j]);
-                STX_F32(y, yr + c * 8, PK_F32(o));
-            }
-        }
-    }
-}
-inline void norm2_bf16(const bool LAYER, const bool PRE, __local float2* buf, __local float4* buf2, __global const uchar* x, ulong x_off, ulong ld_x,
-                     __global uchar* y, ulong y_off, ulong ld_y, __global const uchar* w, ulong w_off, __global const uchar* b,
-                     ulong b_off, __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out,
-                     ulong ro_off, ulong ld_ro, ulong hidden, float eps, int flags) {
-    const ulong row = get_group_id(0);
-    const uint lid = get_local_id(0), wg = get_local_size(0);
-    const uint nc = (uint)(hidden / 8);
-    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
-    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    const ulong rr = res_off + row * ld_res, ror = ro_off + row * ld_ro;
-    const float inv_n = 1.0f / (float)hidden;
-    RAW_BF16 h[NVC_BF16];
-    #pragma unroll
-    for (int j = 0; j < NVC_BF16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        h[j] = LDX_BF16(x, xr + (c < nc ? c : nc - 1) * 8);
-    }
-    RAW_BF16 wp[NVC_BF16], bp[NVC_BF16];  // PRE: the weight / bias with the row
-    if (PRE) {
-        #pragma unroll
-        for (int j = 0; j < NVC_BF16; ++j) {
-            const uint c = lid + (uint)j * wg, cc = (c < nc ? c : nc - 1) * 8;
-            if (hw) wp[j] = LDX_BF16(w, w_off + cc);
-            if (hb) bp[j] = LDX_BF16(b, b_off + cc);
-        }
-    }
-    float K = 0.0f;
-    if (LAYER) K = LD1_BF16(x, xr);
-    if (fused) {
-        RAW_BF16 r[NVC_BF16];
-        #pragma unroll
-        for (int j = 0; j < NVC_BF16; ++j) {
-            const uint c = lid + (uint)j * wg;
-            r[j] = LDX_BF16(res, rr + (c < nc ? c : nc - 1) * 8);
-        }
-        if (LAYER) K += LD1_BF16(res, rr);
-        #pragma unroll
-        for (int j = 0; j < NVC_BF16; ++j) {
-            h[j] = PK_BF16(CV_BF16(h[j]) + CV_BF16(r[j]));
-        }
-    }
-    float2 s = (float2)(0.0f);
-    #pragma unroll
-    for (int j = 0; j < NVC_BF16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        const float8 d = c < nc ? CV_BF16(h[j]) - K : (float8)(0.0f);
-        if (LAYER) s.x += hsum8(d);
-        s.y += hsum8(d * d);
-    }
-    float mean = 0.0f, rstd;
-    if (LAYER) {
-        const float2 t = wg_sum2(s, buf, buf2) * inv_n;
-        mean = K + t.x;
-        rstd = rsqrt(fmax(t.y - t.x * t.x, 0.0f) + eps);
-    } else {
-        rstd = rsqrt(wg_sum(s.y, (__local float*)buf, buf2) * inv_n + eps);
-    }
-    #pragma unroll
-    for (int j0 = 0; j0 < NVC_BF16; j0 += EPI_BF16) {
-        RAW_BF16 wr[EPI_BF16], br[EPI_BF16];
-        #pragma unroll
-        for (int j = 0; j < EPI_BF16; ++j) {
-            const uint c = lid + (uint)(j0 + j) * wg, cc = (c < nc ? c : nc - 1) * 8;
-            if (hw) wr[j] = PRE ? wp[j0 + j] : LDX_BF16(w, w_off + cc);
-            if (hb) br[j] = PRE ? bp[j0 + j] : LDX_BF16(b, b_off + cc);
-        }
-        #pragma unroll
-        for (int j = 0; j < EPI_BF16; ++j) {
-            const uint c = lid + (uint)(j0 + j) * wg;
-            if (c < nc) {
-                if (fused) STX_BF16(res_out, ror + c * 8, h[j0 + j]);  // after the barriers: K read the residual
-                float8 o = (CV_BF16(h[j0 + j]) - mean) * rstd;
-                if (hw) o *= CV_BF16(wr[j]);
-                if (hb) o += CV_BF16(br[j]);
-                STX_BF16(y, yr + c * 8, PK_BF16(o));
-            }
-        }
-    }
-}
-// *_pre: the weight and bias loaded with the row (XK_GPU_NORM_PRELOAD=1: a same-run comparison).
-__kernel void xk_norm2_f32_rms(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_f32(false, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_f32_rms_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_f32(false, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_f32_ln(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_f32(true, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_f32_ln_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_f32(true, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_bf16_rms(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_bf16(false, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_bf16_rms_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_bf16(false, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_bf16_ln(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_bf16(true, false, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
-__kernel void xk_norm2_bf16_ln_pre(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off, ulong ld_y,
-                     __global const uchar* w, ulong w_off, __global const uchar* b, ulong b_off,
-                     __global const uchar* res, ulong res_off, ulong ld_res, __global uchar* res_out, ulong ro_off,
-                     ulong ld_ro, ulong hidden, float eps, int dts, int flags) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[16];
-    norm2_bf16(true, true, buf, buf2, x, x_off, ld_x, y, y_off, ld_y, w, w_off, b, b_off, res, res_off, ld_res, res_out, ro_off,
-             ld_ro, hidden, eps, flags);
-}
 #endif
 
 #if XK_OP == 0 || XK_OP == 2
@@ -878,174 +712,6 @@ __kernel void xk_softmax(__global const uchar* x, ulong x_off, ulong ld_x, __glo
 
 
 // bf16 x and y, cols a multiple of 8, row bases multiples of 8 elements, the row in registers
-// (chunks <= wg * XK_NV16): every chunk loaded (packed, clamped index) before the first use;
-// the math of xk_softmax.
-__kernel void xk_softmax_bf16(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
-                              ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
-    __local float buf[XK_MAXWG];
-    __local float4 buf2[8];
-    const ulong row = get_group_id(0);
-    const uint lid = get_local_id(0), wg = get_local_size(0);
-    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    ulong vis = cols;
-    if (causal) {
-        const long p = (long)row + causal_offset + 1;
-        vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
-    }
-    const uint nc = (uint)(cols / 8), nvis = (uint)((vis + 7) / 8);
-    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    uint4 r[XK_NV16];
-#pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        r[j] = ldr(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
-    }
-    float8 v[XK_NV16];
-    float m = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk
-        v[j] = select((float8)(-INFINITY), bf8_f(r[j]) * scale, lane < (int8)((int)(nv < 8 ? (nv < 0 ? 0 : nv) : 8)));
-        m = fmax(m, hmax8(v[j]));
-    }
-    m = wg_max(m, buf, buf2);
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nvis) {
-            v[j] = exp(v[j] - m);  // -inf lanes -> 0
-            s += hsum8(v[j]);
-        } else {
-            v[j] = (float8)(0.0f);
-        }
-    }
-    const float inv = 1.0f / wg_sum(s, buf, buf2);
-#pragma unroll
-    for (int j = 0; j < XK_NV16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nc) str(y, yr + c * 8, f_bf8(c < nvis ? v[j] * inv : (float8)(0.0f)));
-    }
-}
-
-
-// ---- softmax v2: x and y both f32 or both bf16 (unless XK_GPU_ROW_V2=0) ---------------------------
-// cols a multiple of 8, row bases multiples of 8 elements, the row in registers (f32 XK_NV chunks
-// of 8 per work-item, bf16 XK_NV16 packed). One reduction per row (two barriers, wg_maxsum)
-// instead of a max then a sum: each item exponentiates its values against its own max m_i and
-// the result is scaled by exp(m_i - M) / S, S = sum over items of s_i exp(m_i - M).
-__kernel void xk_softmax2_f32(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
-                              ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[4];
-    const ulong row = get_group_id(0);
-    const uint lid = get_local_id(0), wg = get_local_size(0);
-    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    ulong vis = cols;
-    if (causal) {
-        const long p = (long)row + causal_offset + 1;
-        vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
-    }
-    const uint nc = (uint)(cols / 8), nvis = (uint)((vis + 7) / 8);
-    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    RAW_F32 r[NVC_F32];
-    #pragma unroll
-    for (int j = 0; j < NVC_F32; ++j) {
-        const uint c = lid + (uint)j * wg;
-        r[j] = LDX_F32(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
-    }
-    // max of the visible raw values (scale > 0: max(x * scale) = scale * max(x), the same rounding)
-    float mx = -INFINITY;
-    #pragma unroll
-    for (int j = 0; j < NVC_F32; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nvis) {
-            float8 t = CV_F32(r[j]);
-            const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
-            if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
-            mx = fmax(mx, hmax8(t));
-        }
-    }
-    const float m = mx * scale;
-    float8 v[NVC_F32];
-    float s = 0.0f;
-    #pragma unroll
-    for (int j = 0; j < NVC_F32; ++j) {
-        const uint c = lid + (uint)j * wg;
-        float8 e = (float8)(0.0f);
-        if (c < nvis && m != -INFINITY) {
-            e = exp(CV_F32(r[j]) * scale - m);
-            const long nv = (long)vis - (long)c * 8;
-            if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
-        }
-        v[j] = e;
-        s += hsum8(e);
-    }
-    const float2 ms = wg_maxsum(m, s, buf, buf2);
-    const float f = m == -INFINITY ? 0.0f : exp(m - ms.x) / ms.y;
-    #pragma unroll
-    for (int j = 0; j < NVC_F32; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nc) STX_F32(y, yr + c * 8, PK_F32(c < nvis ? v[j] * f : (float8)(0.0f)));
-    }
-}
-
-__kernel void xk_softmax2_bf16(__global const uchar* x, ulong x_off, ulong ld_x, __global uchar* y, ulong y_off,
-                              ulong ld_y, ulong cols, float scale, int causal, long causal_offset, int dts, int aligned) {
-    __local float2 buf[XK_MAXWG2];
-    __local float4 buf2[4];
-    const ulong row = get_group_id(0);
-    const uint lid = get_local_id(0), wg = get_local_size(0);
-    const ulong xr = x_off + row * ld_x, yr = y_off + row * ld_y;
-    ulong vis = cols;
-    if (causal) {
-        const long p = (long)row + causal_offset + 1;
-        vis = p <= 0 ? 0 : ((ulong)p < cols ? (ulong)p : cols);
-    }
-    const uint nc = (uint)(cols / 8), nvis = (uint)((vis + 7) / 8);
-    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    RAW_BF16 r[NVC_BF16];
-    #pragma unroll
-    for (int j = 0; j < NVC_BF16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        r[j] = LDX_BF16(x, xr + (c < nvis ? c : 0) * 8);  // chunks past the visible ones: never used
-    }
-    // max of the visible raw values (scale > 0: max(x * scale) = scale * max(x), the same rounding)
-    float mx = -INFINITY;
-    #pragma unroll
-    for (int j = 0; j < NVC_BF16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nvis) {
-            float8 t = CV_BF16(r[j]);
-            const long nv = (long)vis - (long)c * 8;  // visible lanes of this chunk (>= 1)
-            if (nv < 8) t = select((float8)(-INFINITY), t, lane < (int8)((int)nv));
-            mx = fmax(mx, hmax8(t));
-        }
-    }
-    const float m = mx * scale;
-    float8 v[NVC_BF16];
-    float s = 0.0f;
-    #pragma unroll
-    for (int j = 0; j < NVC_BF16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        float8 e = (float8)(0.0f);
-        if (c < nvis && m != -INFINITY) {
-            e = exp(CV_BF16(r[j]) * scale - m);
-            const long nv = (long)vis - (long)c * 8;
-            if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
-        }
-        v[j] = e;
-        s += hsum8(e);
-    }
-    const float2 ms = wg_maxsum(m, s, buf, buf2);
-    const float f = m == -INFINITY ? 0.0f : exp(m - ms.x) / ms.y;
-    #pragma unroll
-    for (int j = 0; j < NVC_BF16; ++j) {
-        const uint c = lid + (uint)j * wg;
-        if (c < nc) STX_BF16(y, yr + c * 8, PK_BF16(c < nvis ? v[j] * f : (float8)(0.0f)));
-    }
-}
 #endif
 
 #if XK_OP == 0 || XK_OP == 4
@@ -1168,7 +834,7 @@ __kernel void xk_rope8(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
     st8(t, base_i + half_r + i, dt, x2 * cs + x1 * sn, 2);
 }
 
-// xk_rope8 for bf16 q and k with the heads of a token shared (unless XK_GPU_ROW_V2=0): a work-item
+// xk_rope8 for bf16 q and k with the heads of a token shared: a work-item
 // takes 8 pairs (i8) of XK_RH heads hg, hg + HG, ... (HG = ceil(heads / XK_RH)) of one token, so
 // the position and the cos / sin (cache reads or the computed values) are fetched once per
 // XK_RH heads, and its 2 * XK_RH 16-byte q / k loads are issued together (kept packed).
@@ -1329,3 +995,55 @@ __kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
     }
 }
 #endif
+
+// ---- the row kernels per storage type (ops_row.h) ------------------------------------------------
+#ifndef XK_RV
+#define XK_RV 8  // 16-byte vectors of a row per work-item: 8 bf16 / f16 chunks of 8, 4 f32 chunks
+#endif
+#ifndef XK_PERSIST
+#define XK_PERSIST 0
+#endif
+#ifndef XK_WG
+#define XK_WG 0
+#define XK_WG_ATTR
+#else
+#define XK_WG_ATTR __attribute__((reqd_work_group_size(XK_WG, 1, 1)))
+#endif
+#if XK_OP == 0 || XK_OP == 1 || XK_OP == 3
+// f32: a float8 (two float4 accesses) per chunk.
+#define XT f32
+#define RAW float8
+#define LDR(p, i) ((float8)(*((__global const float4*)((__global const float*)(p) + (i))), \
+                            *((__global const float4*)((__global const float*)(p) + (i) + 4))))
+#define STR(p, i, r) do { __global float4* q_ = (__global float4*)((__global float*)(p) + (i)); q_[0] = (r).lo; q_[1] = (r).hi; } while (0)
+#define CV(r) (r)
+#define PK(v) (v)
+#define LD1(p, i) (((__global const float*)(p))[i])
+#define NVC (XK_RV >= 2 ? XK_RV / 2 : 1)
+#define EPI (NVC >= 2 ? 2 : 1)
+#include "ops_row.h"
+// bf16: kept packed, a uint4 per chunk (the registers of 4 floats).
+#define XT bf16
+#define RAW uint4
+#define LDR(p, i) ldr(p, i)
+#define STR(p, i, r) str(p, i, r)
+#define CV(r) bf8_f(r)
+#define PK(v) pk_bf8(v)
+#define LD1(p, i) bf16_to_f(((__global const ushort*)(p))[i])
+#define NVC XK_RV
+#define EPI (NVC >= 4 ? 4 : NVC)
+#include "ops_row.h"
+// f16: widened at the load (vloada_half8), rounded at the store (vstorea_half8_rte). PK is not a
+// rounding here, so the host sends f16 norms with a residual to xk_norm.
+#define XT f16
+#define RAW float8
+#define LDR(p, i) vloada_half8(0, (__global const half*)(p) + (i))
+#define STR(p, i, r) vstorea_half8_rte((r), 0, (__global half*)(p) + (i))
+#define CV(r) (r)
+#define PK(v) (v)
+#define LD1(p, i) vload_half((i), (__global const half*)(p))
+#define NVC (XK_RV >= 2 ? XK_RV / 2 : 1)
+#define EPI (NVC >= 2 ? 2 : 1)
+#include "ops_row.h"
+#endif
+
