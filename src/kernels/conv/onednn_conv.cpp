@@ -13,8 +13,8 @@
 //   dilation    oneDNN counts from 0 (ours - 1)
 // Gaps: a shape / dtype / epilogue for which oneDNN 2.6 offers only a reference implementation
 // ("ref:any", "gemm:ref" ...) or nothing is refused by onednn_conv_supports() (checked once per
-// descriptor when the primitive descriptor is created, the answer remembered), and selection
-// moves on to xk's own path. bf16 is offered only where oneDNN runs it with AVX-512 code.
+// descriptor when the primitive descriptor is created, the answer remembered), and the routing
+// keeps xk's own path. Where both can run a descriptor, conv_select() (conv.cpp) times them once.
 //
 // Threads: like onednn_gemm.cpp, each primitive is created and executed with the calling thread's
 // OpenMP thread count set to xk::get_num_threads(); one primitive per thread count, made on first
@@ -233,14 +233,6 @@ bool onednn_conv_supports(const ConvProblem& p) {
         OmpThreads omp(get_num_threads());
         return make_pd(p).impl_info_str();
     });
-}
-
-bool onednn_conv_preferred(const ConvProblem& p) {
-    const ConvDesc& d = p.d;
-    const bool depthwise = d.groups == d.c && d.oc == d.c;
-    if (d.src_dtype == DType::bf16 && d.layout == ConvLayout::nhwc && !depthwise && !isa_supported(Isa::amx))
-        return false;
-    return onednn_conv_supports(p);
 }
 
 std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p) {

@@ -17,6 +17,7 @@
 #include "common/parallel.hpp"
 #include "dispatch/verbose.hpp"
 #include "kernels/conv/conv.hpp"
+#include "kernels/conv/route_tune.hpp"
 #include "xk/gemm.hpp"
 
 namespace xk {
@@ -294,44 +295,19 @@ const Registry<QConvProblem, QConvKernel>& qconv_registry() {
     return r;
 }
 
-// ---- routing: gemm:qconv or onednn:qconv, by a one-time timing ----
+// ---- routing: gemm:qconv or onednn:qconv, by a one-time timing (route_tune.hpp) ----
 namespace {
 
 using QReg = Registry<QConvProblem, QConvKernel>;
 
-constexpr double kMinGain = 0.05;       // oneDNN must be this much faster (ours is exact; noise)
-constexpr int kMaxRounds = 10;              // timed rounds (one run of each candidate)
-constexpr double kRoundsBudgetUs = 200000.0;  // no new round once the rounds took this long
-constexpr int64_t kMaxTuneBytes = int64_t{256} << 20;  // scratch operands larger: not timed
-
-struct QTune {
-    std::mutex mu;       // guards map
-    std::mutex tune_mu;  // one timing at a time
-    std::unordered_map<std::string, const QReg::ImplT*> map;
-};
-
-QTune& qtune() {
-    static QTune t;
-    return t;
+route::Decisions<QReg::ImplT>& qdecisions() {
+    static route::Decisions<QReg::ImplT> d;
+    return d;
 }
 
-const QReg::ImplT* qtune_lookup(const std::string& key) {
-    QTune& t = qtune();
-    std::lock_guard<std::mutex> lock(t.mu);
-    const auto it = t.map.find(key);
-    return it == t.map.end() ? nullptr : it->second;
-}
-
-std::string us_str(double us) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1fus", us);
-    return b;
-}
-
-// Times gemm:qconv against onednn:qconv on scratch operands of the descriptor's extents (u8 / s8
-// source with zero point 0, unit-ish scales, packed weights on both sides): an untimed warm-up of
-// each (oneDNN makes its primitive), then up to ten rounds of two runs of each (the second
-// timed; none started after 200 ms of rounds), the minimum of each.
+// Times gemm:qconv against onednn:qconv (route::time_routes) on scratch operands of the
+// descriptor's extents (u8 / s8 source with zero point 0, unit-ish scales, packed weights on both
+// sides). oneDNN is kept only when >= 5% faster (ours is exact).
 const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, const QReg::ImplT& dnn,
                              const std::string& key) {
     const QReg& reg = qconv_registry();
@@ -342,7 +318,7 @@ const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, con
     const QReg::ImplT* best = &gemm;
     std::string why;
     try {
-        if (src_b + wei_b + dst_b > kMaxTuneBytes) {
+        if (src_b + wei_b + dst_b > route::kMaxTuneBytes) {
             best = &dnn;  // too large to time here: oneDNN's JIT kernel (the measured rule)
             why = ",not timed (operands > 256 MiB)";
         } else {
@@ -363,47 +339,14 @@ const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, con
             a.dst_zero_point = d.dst_dtype == DType::u8 ? 1 : 0;
             const auto pg = kg->pack(wei.data());
             const auto pd = kd->pack(wei.data());
-            auto once = [&](const QConvKernel& k, const QConvPackedData* pk) {
-                const double t0 = now_us();
-                k.run(a, pk);
-                return now_us() - t0;
-            };
-            once(*kg, pg.get());
-            once(*kd, pd.get());
-            // The minimum of each over the rounds: a preemption on a shared host inflates single
-            // runs many times over (seen: 23.8 ms for a 0.4 ms call; 2-thread calls of 0.3 ms took
-            // 40-48 ms on the oversubscribed 2-vCPU host; a process's first 2-thread timing saw
-            // both 10-20x slow for five rounds in a row), so no early exit on a large gap: up to
-            // ten rounds, fewer only once the rounds have taken kRoundsBudgetUs.
-            double tg = 1e300, td = 1e300;
-            int rounds = 0;
-            const double t_rounds = now_us();
-            // Each round runs a route twice and keeps the second: the first call after the other
-            // route pays for the switch (device Xeon, 16 threads: oneDNN's AMX conv right after our
-            // GEMM path took ~1 ms instead of 32-45 us, so alternating single runs picked our path
-            // at 0.2x of oneDNN's own rate); a network keeps one route per layer shape, so the
-            // steady rate is what a call sees.
-            while (rounds < kMaxRounds) {
-                once(*kg, pg.get());
-                tg = std::min(tg, once(*kg, pg.get()));
-                once(*kd, pd.get());
-                td = std::min(td, once(*kd, pd.get()));
-                ++rounds;
-                if (now_us() - t_rounds > kRoundsBudgetUs) break;
-            }
-            if (td < (1.0 - kMinGain) * tg) best = &dnn;
-            why = ",gemm:qconv=" + us_str(tg) + ",onednn:qconv(" + kd->backend_info().substr(7) + ")=" + us_str(td) +
-                  ",rounds:" + std::to_string(rounds);
+            const route::Timing t = route::time_routes([&] { kg->run(a, pg.get()); }, [&] { kd->run(a, pd.get()); });
+            if (t.b_us < (1.0 - route::kMinGain) * t.a_us) best = &dnn;
+            why = ",gemm:qconv=" + route::us_str(t.a_us) + ",onednn:qconv(" + kd->backend_info().substr(7) +
+                  ")=" + route::us_str(t.b_us) + ",rounds:" + std::to_string(t.rounds);
         }
     } catch (const std::exception& e) {
         best = &gemm;  // oneDNN could not make or run it, or scratch memory ran out: ours
         why = std::string(",not timed: ") + e.what();
-    }
-    {
-        QTune& t = qtune();
-        std::lock_guard<std::mutex> lock(t.mu);
-        if (t.map.size() >= 4096) t.map.clear();
-        t.map[key] = best;
     }
     verbose_log("tune", "qconv2d", key + why + ",pick:" + best->name, now_us() - t_start);
     return best;
@@ -426,14 +369,8 @@ QReg::Selected qconv_select(const QConvProblem& p, const char** how) {
             if (force == "onednn") {
                 h = "forced", impl = &dnn;
             } else {
-                const std::string key = p.key() + ",cap:" + isa_name(max_isa()) + ",threads:" + std::to_string(get_num_threads());
-                if (const QReg::ImplT* c = qtune_lookup(key)) {
-                    h = "cached", impl = c;
-                } else {
-                    std::lock_guard<std::mutex> lock(qtune().tune_mu);
-                    if (const QReg::ImplT* c2 = qtune_lookup(key)) h = "cached", impl = c2;
-                    else h = "timed", impl = qtune_run(p, pick, dnn, key);
-                }
+                const std::string key = route::decision_key(p.key());
+                impl = qdecisions().get(key, [&] { return qtune_run(p, pick, dnn, key); }, &h);
             }
         }
     }
@@ -441,11 +378,7 @@ QReg::Selected qconv_select(const QConvProblem& p, const char** how) {
     return reg.get(p, *impl);
 }
 
-void qconv_tune_clear() {
-    QTune& t = qtune();
-    std::lock_guard<std::mutex> lock(t.mu);
-    t.map.clear();
-}
+void qconv_tune_clear() { qdecisions().clear(); }
 
 struct QConvPlanState {
     QConvProblem p;
