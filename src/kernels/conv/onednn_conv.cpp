@@ -231,7 +231,9 @@ bool onednn_conv_supports(const ConvProblem& p) {
     if (d.residual != ConvResidual::none) return false;
     return dnn::jit_available("conv|" + p.key() + "|t" + std::to_string(get_num_threads()), [&] {
         OmpThreads omp(get_num_threads());
-        return make_pd(p).impl_info_str();
+        const auto pd = make_pd(p);
+        dnnl::convolution_forward prim(pd);  // made too (as onednn_qconv_supports): creation may fail
+        return pd.impl_info_str();
     });
 }
 
