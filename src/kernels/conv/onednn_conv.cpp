@@ -33,7 +33,7 @@
 #include "common/check.hpp"
 #include "common/parallel.hpp"
 #include "kernels/conv/conv.hpp"
-#include "kernels/conv/onednn_util.hpp"
+#include "common/onednn_util.hpp"
 
 namespace xk::detail {
 namespace {

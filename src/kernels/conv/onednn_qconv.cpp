@@ -39,7 +39,7 @@
 #include "common/parallel.hpp"
 #include "dispatch/verbose.hpp"
 #include "kernels/conv/conv.hpp"
-#include "kernels/conv/onednn_util.hpp"
+#include "common/onednn_util.hpp"
 
 namespace xk::detail {
 namespace {
