@@ -12,7 +12,8 @@
 //                                                  own buffers), GFLOPS = their sum: the whole-stack
 //                                                  row beside torch_peer.py's (conv + bn + relu per
 //                                                  layer; BN folded into our weights and bias)
-// layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K.
+// layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K
+// (/ groups); the int8 rows also run depthwise 3x3 layers dw_<H>x<W>x<C>_k3_oc<C> (groups = C).
 // The 1x1 expand layer (56x56x64 -> 256) ends a ResNet bottleneck: it adds the shortcut before the
 // ReLU (ours: residual add_before_activation in place in dst; oneDNN: sum post-op before ReLU).
 // The label names the implementation that ran (oneDNN's impl_info_str for both oneDNN rows).
@@ -47,8 +48,9 @@ using xk::DType;
 struct Layer {
     int64_t h, w, c, oc, k;
     bool residual = false;  // + shortcut before the ReLU (the bottleneck's last conv)
+    int64_t groups = 1;     // depthwise rows (int8): groups == C == OC
     std::string name() const {
-        return "r50_" + std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) + "_k" + std::to_string(k) +
+        return (groups > 1 ? "dw_" : "r50_") + std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) + "_k" + std::to_string(k) +
                "_oc" + std::to_string(oc);
     }
 };
@@ -61,9 +63,17 @@ const Layer kLayers[] = {
     {7, 7, 512, 512, 3},    // conv5_x 3x3
 };
 
+// Depthwise 3x3 layers (MobileNetV2's expanded blocks), int8 rows only.
+const Layer kDwLayers[] = {
+    {56, 56, 144, 144, 3, false, 144},
+    {28, 28, 192, 192, 3, false, 192},
+    {14, 14, 576, 576, 3, false, 576},
+};
+
 xk::ConvDesc desc_of(const Layer& l, int64_t n, DType t) {
     xk::ConvDesc d;
     d.n = n, d.c = l.c, d.h = l.h, d.w = l.w, d.oc = l.oc, d.kh = d.kw = l.k;
+    d.groups = l.groups;
     d.set_padding((l.k - 1) / 2, (l.k - 1) / 2);
     d.layout = xk::ConvLayout::nhwc;
     d.weight_layout = xk::ConvWeightLayout::ohwi;
@@ -183,6 +193,7 @@ void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
 xk::QConvDesc qdesc_of(const Layer& l, int64_t n) {
     xk::QConvDesc q;
     q.n = n, q.c = l.c, q.h = l.h, q.w = l.w, q.oc = l.oc, q.kh = q.kw = l.k;
+    q.groups = l.groups;
     q.pad_top = q.pad_bottom = q.pad_left = q.pad_right = (l.k - 1) / 2;
     q.src_dtype = DType::u8;
     q.dst_dtype = DType::u8;
@@ -200,7 +211,7 @@ struct QData {
 QData make_qdata(const xk::QConvDesc& q, int64_t oh, int64_t ow) {
     QData x;
     x.src.resize(static_cast<size_t>(q.n * q.h * q.w * q.c));
-    x.wei.resize(static_cast<size_t>(q.oc * q.kh * q.kw * q.c));
+    x.wei.resize(static_cast<size_t>(q.oc * q.kh * q.kw * (q.c / q.groups)));
     x.dst.resize(static_cast<size_t>(q.n * oh * ow * q.oc));
     x.dst2.resize(x.dst.size());
     x.bias.resize(static_cast<size_t>(q.oc));
@@ -226,8 +237,12 @@ struct QOnednn {
     QOnednn(const Layer& l, int64_t n, QData& x, int64_t oh, int64_t ow) {
         using tag = dnnl::memory::format_tag;
         using dtp = dnnl::memory::data_type;
+        const int64_t G = l.groups, og = l.oc / G, cg = l.c / G;
+        const dnnl::memory::dims wd = G == 1 ? dnnl::memory::dims{l.oc, l.c, l.k, l.k} : dnnl::memory::dims{G, og, cg, l.k, l.k};
         const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtp::u8, tag::nhwc), dst({n, l.oc, oh, ow}, dtp::u8, tag::nhwc),
-            wany({l.oc, l.c, l.k, l.k}, dtp::s8, tag::any), wuser({l.oc, l.c, l.k, l.k}, dtp::s8, tag::ohwi),
+            wany(wd, dtp::s8, tag::any),
+            wuser = G == 1 ? dnnl::memory::desc(wd, dtp::s8, tag::ohwi)
+                           : dnnl::memory::desc(wd, dtp::s8, {og * l.k * l.k * cg, l.k * l.k * cg, 1, l.k * cg, cg}),
             bias({l.oc}, dtp::f32, tag::a);
         std::vector<float> scales(static_cast<size_t>(l.oc));
         for (size_t o = 0; o < scales.size(); ++o) scales[o] = 0.05f * x.ws[o] / 0.1f;
@@ -407,7 +422,9 @@ const bool registered = [] {
                 reg(xb::join_name({"convstack", dt, "onednn", "r50_5layers", ns, nts}),
                     [=](benchmark::State& s) { BM_stack(s, n, t, nt, true); });
             }
-    for (const Layer& l : kLayers)
+    std::vector<Layer> qlayers(std::begin(kLayers), std::end(kLayers));
+    qlayers.insert(qlayers.end(), std::begin(kDwLayers), std::end(kDwLayers));
+    for (const Layer& l : qlayers)
         for (int64_t n : batches())
             for (int nt : xb::thread_counts()) {
                 const std::string sh = l.name(), ns = "n:" + std::to_string(n), nts = "nt:" + std::to_string(nt);

@@ -500,6 +500,17 @@ TEST(QConvOnednn, RoutingOverrideAndPacks) {
         EXPECT_TRUE(std::string(t1.impl_name()) == "onednn:qconv" || std::string(t1.impl_name()) == "gemm:qconv");
         EXPECT_STREQ(t1.impl_name(), t2.impl_name());
         EXPECT_STREQ(qconv2d_impl_name(d), t1.impl_name());
+        // Depthwise: oneDNN untimed where it has a primitive.
+        QConvDesc dw = d;
+        dw.oc = dw.c;
+        dw.groups = dw.c;
+        const detail::QConvProblem pdw = detail::qconv_validate_desc("test", dw);
+        const char* how = "";
+        const auto sel = detail::qconv_select(pdw, &how);
+        if (detail::onednn_qconv_supports(pdw)) {
+            EXPECT_STREQ(sel.impl->name, "onednn:qconv");
+            EXPECT_STREQ(how, "grouped");
+        }
     }
     const ScopedEnv gemm_env("XK_QCONV_IMPL", "gemm");
     const QConvPlan g(d);

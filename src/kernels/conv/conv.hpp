@@ -131,9 +131,9 @@ std::shared_ptr<const QConvKernel> create_onednn_qconv(const QConvProblem& p);
 
 // Routing between "gemm:qconv" and "onednn:qconv" (qconv.cpp): the registry's pick unless
 // oneDNN's entry is allowed (ISA cap, machine) and supports the descriptor; then XK_QCONV_IMPL
-// (onednn | gemm) forces one, else a one-time timing of both per (descriptor, ISA cap, thread
-// count), remembered process-wide. `how` (optional) receives "forced", "timed", "cached" or
-// "registry" (what decided).
+// (onednn | gemm) forces one, grouped / depthwise descriptors take oneDNN, else a one-time timing
+// of both per (descriptor, ISA cap, thread count), remembered process-wide. `how` (optional)
+// receives "forced", "grouped", "timed", "cached" or "registry" (what decided).
 Registry<QConvProblem, QConvKernel>::Selected qconv_select(const QConvProblem& p, const char** how = nullptr);
 void qconv_tune_clear();  // forgets the timed decisions (tests)
 // Reference: exact int32 accumulation, then the epilogue of xk/conv.hpp in f32.

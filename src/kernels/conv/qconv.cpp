@@ -403,6 +403,11 @@ QReg::Selected qconv_select(const QConvProblem& p, const char** how) {
         } else if (dnn.isa <= max_isa() && isa_supported(dnn.isa) && onednn_qconv_supports(p)) {
             if (force == "onednn") {
                 h = "forced", impl = &dnn;
+            } else if (p.d.groups > 1) {
+                // Grouped / depthwise: oneDNN, not timed — ours runs one GEMM of OC/groups columns
+                // per group and block (56x56x144 depthwise, 1 thread: 497 ms against oneDNN's
+                // brdgmm_dw 0.19 ms), so the timing alone would cost seconds.
+                h = "grouped", impl = &dnn;
             } else {
                 const std::string key = route::decision_key(p.key());
                 impl = qdecisions().get(key, [&] { return qtune_run(p, pick, dnn, key); }, &h);
