@@ -7,9 +7,17 @@
 //                                                  bias, eltwise_relu post-op), same process
 //   convgemm/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>    xk's own path forced ("gemm:conv": 1x1 as one
 //                                                  GEMM, 3x3 im2col row blocks over xk's GEMM)
-// layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K.
+//   convstack/<f32|bf16>/<xk|onednn>/r50_5layers/n:<N>/nt:<T>
+//                                                  the five layers below one after another (each its
+//                                                  own buffers), GFLOPS = their sum: the whole-stack
+//                                                  row beside torch_peer.py's (conv + bn + relu per
+//                                                  layer; BN folded into our weights and bias)
+// layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K
+// (/ groups); the int8 rows also run depthwise 3x3 layers dw_<H>x<W>x<C>_k3_oc<C> (groups = C).
+// The 1x1 expand layer (56x56x64 -> 256) ends a ResNet bottleneck: it adds the shortcut before the
+// ReLU (ours: residual add_before_activation in place in dst; oneDNN: sum post-op before ReLU).
 // The label names the implementation that ran (oneDNN's impl_info_str for both oneDNN rows).
-// Batches 1 and 8 (XK_BENCH_CONV_BATCHES="1,8,32" to change).
+// Batches 1 and 8 (XK_BENCH_CONV_BATCHES="1,8,32" to change; torch_peer.py reads it too).
 //   qconv/u8s8u8/xk/<layer>/n:<N>/nt:<T>        xk::QConvPlan, weights packed once: u8 src (zero point 0, as after a
 //                                                ReLU), s8 weights with per-channel scales, bias,
 //                                                ReLU, requantized u8 dst; the plan's route
@@ -23,6 +31,7 @@
 //                                                types, static per-channel output scales, bias, ReLU
 //                                                post-op, weights reordered once
 #include <dnnl.hpp>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,29 +47,40 @@ using xk::DType;
 
 struct Layer {
     int64_t h, w, c, oc, k;
+    bool residual = false;  // + shortcut before the ReLU (the bottleneck's last conv)
+    int64_t groups = 1;     // depthwise rows (int8): groups == C == OC
     std::string name() const {
-        return "r50_" + std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) + "_k" + std::to_string(k) +
+        return (groups > 1 ? "dw_" : "r50_") + std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) + "_k" + std::to_string(k) +
                "_oc" + std::to_string(oc);
     }
 };
 
 const Layer kLayers[] = {
     {56, 56, 64, 64, 3},    // conv2_x 3x3
-    {56, 56, 64, 256, 1},   // conv2_x 1x1 expand
+    {56, 56, 64, 256, 1, true},  // conv2_x 1x1 expand (+ shortcut)
     {28, 28, 128, 128, 3},  // conv3_x 3x3
     {14, 14, 256, 256, 3},  // conv4_x 3x3
     {7, 7, 512, 512, 3},    // conv5_x 3x3
 };
 
+// Depthwise 3x3 layers (MobileNetV2's expanded blocks), int8 rows only.
+const Layer kDwLayers[] = {
+    {56, 56, 144, 144, 3, false, 144},
+    {28, 28, 192, 192, 3, false, 192},
+    {14, 14, 576, 576, 3, false, 576},
+};
+
 xk::ConvDesc desc_of(const Layer& l, int64_t n, DType t) {
     xk::ConvDesc d;
     d.n = n, d.c = l.c, d.h = l.h, d.w = l.w, d.oc = l.oc, d.kh = d.kw = l.k;
+    d.groups = l.groups;
     d.set_padding((l.k - 1) / 2, (l.k - 1) / 2);
     d.layout = xk::ConvLayout::nhwc;
     d.weight_layout = xk::ConvWeightLayout::ohwi;
     d.src_dtype = d.weight_dtype = d.dst_dtype = t;
     d.with_bias = true;
     d.activation = xk::Activation::relu;
+    if (l.residual) d.residual = xk::ConvResidual::add_before_activation;
     return d;
 }
 
@@ -92,11 +112,12 @@ Data make_data(const xk::ConvDesc& d) {
     return x;
 }
 
+// Ours: the plan (or gemm:conv forced) with weights packed once; a residual in place in dst.
 void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, bool force_gemm) {
     xb::ScopedThreads threads(nt);
     const xk::ConvDesc d = desc_of(l, n, t);
     Data x = make_data(d);
-    const xk::ConvArgs a{x.src.data(), nullptr, x.bias.data(), x.dst.data(), nullptr};
+    const xk::ConvArgs a{x.src.data(), nullptr, x.bias.data(), x.dst.data(), l.residual ? x.dst.data() : nullptr};
     if (force_gemm) {
         const auto& reg = xk::detail::conv_registry();
         const auto p = xk::detail::conv_validate_desc("bench", d);
@@ -113,19 +134,23 @@ void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, bool fo
     xb::set_gflops(state, flops(d));
 }
 
-void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
-    xb::ScopedThreads threads(nt);
-    const xk::ConvDesc d = desc_of(l, n, t);
-    Data x = make_data(d);
-    using tag = dnnl::memory::format_tag;
-    const auto dtt = t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-    try {
-        dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-        dnnl::stream st(eng);
-        const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtt, tag::nhwc), dst({n, l.oc, d.oh(), d.ow()}, dtt, tag::nhwc),
+// oneDNN 2.6's convolution primitive for a layer, used directly: NHWC src / dst, weights "any"
+// reordered once, f32 bias, [sum,] eltwise_relu post-ops.
+struct DnnConv {
+    dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+    dnnl::stream st{eng};
+    dnnl::convolution_forward prim;
+    std::unordered_map<int, dnnl::memory> args;
+    std::string impl;
+
+    DnnConv(const Layer& l, const xk::ConvDesc& d, Data& x) {
+        using tag = dnnl::memory::format_tag;
+        const auto dtt = d.src_dtype == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+        const dnnl::memory::desc src({d.n, l.c, l.h, l.w}, dtt, tag::nhwc), dst({d.n, l.oc, d.oh(), d.ow()}, dtt, tag::nhwc),
             wany({l.oc, l.c, l.k, l.k}, dtt, tag::any), wuser({l.oc, l.c, l.k, l.k}, dtt, tag::ohwi),
             bias({l.oc}, dnnl::memory::data_type::f32, tag::a);
         dnnl::post_ops po;
+        if (l.residual) po.append_sum(1.0f);
         po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         dnnl::primitive_attr attr;
         attr.set_post_ops(po);
@@ -137,16 +162,27 @@ void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
         dnnl::memory wu(wuser, eng, x.wei.data()), wp(pd.weights_desc(), eng);
         dnnl::reorder(wu, wp).execute(st, wu, wp);
         st.wait();
-        const dnnl::convolution_forward prim(pd);
-        const std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(src, eng, x.src.data())},
-                                                            {DNNL_ARG_WEIGHTS, wp},
-                                                            {DNNL_ARG_BIAS, dnnl::memory(bias, eng, x.bias.data())},
-                                                            {DNNL_ARG_DST, dnnl::memory(dst, eng, x.dst.data())}};
-        for (auto _ : state) {
-            prim.execute(st, args);
-            st.wait();
-        }
-        state.SetLabel(pd.impl_info_str());
+        prim = dnnl::convolution_forward(pd);
+        args = {{DNNL_ARG_SRC, dnnl::memory(src, eng, x.src.data())},
+                {DNNL_ARG_WEIGHTS, wp},
+                {DNNL_ARG_BIAS, dnnl::memory(bias, eng, x.bias.data())},
+                {DNNL_ARG_DST, dnnl::memory(dst, eng, x.dst.data())}};
+        impl = pd.impl_info_str();
+    }
+    void run() {
+        prim.execute(st, args);
+        st.wait();
+    }
+};
+
+void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
+    xb::ScopedThreads threads(nt);
+    const xk::ConvDesc d = desc_of(l, n, t);
+    Data x = make_data(d);
+    try {
+        DnnConv c(l, d, x);
+        for (auto _ : state) c.run();
+        state.SetLabel(c.impl);
     } catch (const dnnl::error& e) {
         state.SkipWithError(e.what());
         return;
@@ -157,6 +193,7 @@ void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
 xk::QConvDesc qdesc_of(const Layer& l, int64_t n) {
     xk::QConvDesc q;
     q.n = n, q.c = l.c, q.h = l.h, q.w = l.w, q.oc = l.oc, q.kh = q.kw = l.k;
+    q.groups = l.groups;
     q.pad_top = q.pad_bottom = q.pad_left = q.pad_right = (l.k - 1) / 2;
     q.src_dtype = DType::u8;
     q.dst_dtype = DType::u8;
@@ -174,7 +211,7 @@ struct QData {
 QData make_qdata(const xk::QConvDesc& q, int64_t oh, int64_t ow) {
     QData x;
     x.src.resize(static_cast<size_t>(q.n * q.h * q.w * q.c));
-    x.wei.resize(static_cast<size_t>(q.oc * q.kh * q.kw * q.c));
+    x.wei.resize(static_cast<size_t>(q.oc * q.kh * q.kw * (q.c / q.groups)));
     x.dst.resize(static_cast<size_t>(q.n * oh * ow * q.oc));
     x.dst2.resize(x.dst.size());
     x.bias.resize(static_cast<size_t>(q.oc));
@@ -200,8 +237,12 @@ struct QOnednn {
     QOnednn(const Layer& l, int64_t n, QData& x, int64_t oh, int64_t ow) {
         using tag = dnnl::memory::format_tag;
         using dtp = dnnl::memory::data_type;
+        const int64_t G = l.groups, og = l.oc / G, cg = l.c / G;
+        const dnnl::memory::dims wd = G == 1 ? dnnl::memory::dims{l.oc, l.c, l.k, l.k} : dnnl::memory::dims{G, og, cg, l.k, l.k};
         const dnnl::memory::desc src({n, l.c, l.h, l.w}, dtp::u8, tag::nhwc), dst({n, l.oc, oh, ow}, dtp::u8, tag::nhwc),
-            wany({l.oc, l.c, l.k, l.k}, dtp::s8, tag::any), wuser({l.oc, l.c, l.k, l.k}, dtp::s8, tag::ohwi),
+            wany(wd, dtp::s8, tag::any),
+            wuser = G == 1 ? dnnl::memory::desc(wd, dtp::s8, tag::ohwi)
+                           : dnnl::memory::desc(wd, dtp::s8, {og * l.k * l.k * cg, l.k * l.k * cg, 1, l.k * cg, cg}),
             bias({l.oc}, dtp::f32, tag::a);
         std::vector<float> scales(static_cast<size_t>(l.oc));
         for (size_t o = 0; o < scales.size(); ++o) scales[o] = 0.05f * x.ws[o] / 0.1f;
@@ -297,6 +338,50 @@ void BM_qonednn(benchmark::State& state, Layer l, int64_t n, int nt) {
     xb::set_gflops(state, flops(d));
 }
 
+// The whole stack: every layer once per iteration, in order (ours: plans with packed weights;
+// oneDNN: its primitives).
+void BM_stack(benchmark::State& state, int64_t n, DType t, int nt, bool onednn) {
+    xb::ScopedThreads threads(nt);
+    std::vector<xk::ConvDesc> ds;
+    std::vector<Data> xs;
+    double total = 0;
+    for (const Layer& l : kLayers) {
+        ds.push_back(desc_of(l, n, t));
+        xs.push_back(make_data(ds.back()));
+        total += flops(ds.back());
+    }
+    std::string label;
+    try {
+        if (onednn) {
+            std::vector<std::unique_ptr<DnnConv>> cs;
+            for (size_t i = 0; i < ds.size(); ++i) {
+                cs.push_back(std::make_unique<DnnConv>(kLayers[i], ds[i], xs[i]));
+                label += (i ? "," : "") + cs.back()->impl;
+            }
+            for (auto _ : state)
+                for (auto& c : cs) c->run();
+        } else {
+            std::vector<xk::ConvPlan> plans;
+            std::vector<xk::ConvPackedWeights> pws;
+            std::vector<xk::ConvArgs> as;
+            for (size_t i = 0; i < ds.size(); ++i) {
+                plans.emplace_back(ds[i]);
+                pws.push_back(plans.back().pack_weights(xs[i].wei.data()));
+                as.push_back({xs[i].src.data(), nullptr, xs[i].bias.data(), xs[i].dst.data(),
+                              kLayers[i].residual ? xs[i].dst.data() : nullptr});
+                label += (i ? "," : "") + std::string(plans.back().impl_name());
+            }
+            for (auto _ : state)
+                for (size_t i = 0; i < plans.size(); ++i) plans[i].run(as[i], pws[i]);
+        }
+    } catch (const std::exception& e) {
+        state.SkipWithError(e.what());
+        return;
+    }
+    state.SetLabel(label);
+    xb::set_gflops(state, total);
+}
+
 std::vector<int64_t> batches() {
     std::vector<int64_t> v;
     if (const char* e = std::getenv("XK_BENCH_CONV_BATCHES")) {
@@ -328,7 +413,18 @@ const bool registered = [] {
                     reg(xb::join_name({"convgemm", dt, "xk", sh, ns, nts}),
                         [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, true); });
                 }
-    for (const Layer& l : kLayers)
+    for (DType t : {DType::f32, DType::bf16})
+        for (int64_t n : batches())
+            for (int nt : xb::thread_counts()) {
+                const std::string dt = xk::dtype_name(t), ns = "n:" + std::to_string(n), nts = "nt:" + std::to_string(nt);
+                reg(xb::join_name({"convstack", dt, "xk", "r50_5layers", ns, nts}),
+                    [=](benchmark::State& s) { BM_stack(s, n, t, nt, false); });
+                reg(xb::join_name({"convstack", dt, "onednn", "r50_5layers", ns, nts}),
+                    [=](benchmark::State& s) { BM_stack(s, n, t, nt, true); });
+            }
+    std::vector<Layer> qlayers(std::begin(kLayers), std::end(kLayers));
+    qlayers.insert(qlayers.end(), std::begin(kDwLayers), std::end(kDwLayers));
+    for (const Layer& l : qlayers)
         for (int64_t n : batches())
             for (int nt : xb::thread_counts()) {
                 const std::string sh = l.name(), ns = "n:" + std::to_string(n), nts = "nt:" + std::to_string(nt);

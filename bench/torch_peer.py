@@ -576,6 +576,79 @@ def cases(torch, F, threads):  # noqa: F811
     return _cases_without_interaction(torch, F, threads) + interaction_cases(torch, F, threads)
 
 
+# ---- bench_conv's peers (issue 31): ResNet-50's layers as PyTorch eager runs them -------------------
+#   conv/<f32|bf16>/torch/r50_<H>x<W>x<C>_k<K>_oc<OC>/n:<N>/nt:<T>   torchvision's Bottleneck order on
+#       channels-last tensors: F.conv2d (no bias, stride 1, padding (K-1)/2) -> F.batch_norm (eval,
+#       running stats) [-> += shortcut for the 1x1 expand layer] -> F.relu(inplace=True); bf16 rows
+#       hold everything in bf16 (a model .to(torch.bfloat16)). GFLOPS = 2*N*H*W*OC*C*K*K (the conv's,
+#       as bench_conv counts them; ours fuses BN into the weights and bias).
+#   convstack/<f32|bf16>/torch/r50_5layers/n:<N>/nt:<T>   the five layers one after another,
+#       GFLOPS = their sum (bench_conv's convstack rows).
+#   Batches: XK_BENCH_CONV_BATCHES (default 1,8), as bench_conv.
+CONV_LAYERS = [(56, 56, 64, 64, 3, False), (56, 56, 64, 256, 1, True), (28, 28, 128, 128, 3, False),
+               (14, 14, 256, 256, 3, False), (7, 7, 512, 512, 3, False)]
+
+
+def conv_batches():
+    s = os.environ.get("XK_BENCH_CONV_BATCHES", "")
+    v = [int(x) for x in s.split(",") if x.strip().isdigit() and int(x) > 0]
+    return v or [1, 8]
+
+
+def conv_cases(torch, F, threads):
+    cl = torch.channels_last
+
+    def tensors(layer, n, tdt):
+        h, w, c, oc, k, res = layer
+        x = (torch.rand(n, c, h, w) * 2 - 1).to(tdt).contiguous(memory_format=cl)
+        wt = ((torch.rand(oc, c, k, k) * 2 - 1) / math.sqrt(c * k * k)).to(tdt).contiguous(memory_format=cl)
+        bn = [(torch.rand(oc) - 0.5).to(tdt), (torch.rand(oc) + 0.5).to(tdt),  # running mean, var
+              (torch.rand(oc) + 0.5).to(tdt), (torch.rand(oc) - 0.5).to(tdt)]  # gamma, beta
+        sc = (torch.rand(n, oc, h, w) * 2 - 1).to(tdt).contiguous(memory_format=cl) if res else None
+        return (x, wt, *bn, sc, (k - 1) // 2)
+
+    def layer(x, wt, rm, rv, g, b, sc, pad):
+        y = F.conv2d(x, wt, None, 1, pad)
+        y = F.batch_norm(y, rm, rv, g, b, False, 0.0, 1e-5)
+        if sc is not None:
+            y += sc
+        return F.relu(y, inplace=True)
+
+    out = []
+    for dt, tdt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        for n in conv_batches():
+            for L in CONV_LAYERS:
+                h, w, c, oc, k, _ = L
+                fl = 2 * n * h * w * oc * c * k * k
+
+                def mk(nsets, L=L, n=n, tdt=tdt):
+                    return [tensors(L, n, tdt)]
+
+                for nt in threads:
+                    out.append((f"conv/{dt}/torch/r50_{h}x{w}x{c}_k{k}_oc{oc}/n:{n}/nt:{nt}", nt, {"GFLOPS": fl}, 1,
+                                mk, layer))
+
+            def mk_stack(nsets, n=n, tdt=tdt):
+                return [tuple(tensors(L, n, tdt) for L in CONV_LAYERS)]
+
+            def stack(*ls):
+                for t in ls:
+                    layer(*t)
+
+            fl_all = sum(2 * n * h * w * oc * c * k * k for h, w, c, oc, k, _ in CONV_LAYERS)
+            for nt in threads:
+                out.append((f"convstack/{dt}/torch/r50_5layers/n:{n}/nt:{nt}", nt, {"GFLOPS": fl_all}, 1,
+                            mk_stack, stack))
+    return out
+
+
+_cases_without_conv = cases
+
+
+def cases(torch, F, threads):  # noqa: F811
+    return _cases_without_conv(torch, F, threads) + conv_cases(torch, F, threads)
+
+
 def median_by_name(path):
     """{(key, provider): (median, unit)}: GB/s where a row has GBPS (memory-bound), else GFLOP/s.
     The key is the name without the provider (and real_time); PyTorch's s8s8s32 GEMM rows are keyed

@@ -71,7 +71,8 @@ std::vector<Selection> selections() {
                      [] { return gemm_check_desc("xk-info", gemm_desc(384, 3072, 768, DType::bf16, DType::bf16, DType::f32)); }));
     v.push_back(pick("gemm u8s8", gemm_registry(),
                      [] { return gemm_check_desc("xk-info", gemm_desc(384, 3072, 768, DType::u8, DType::s8, DType::s32)); }));
-    v.push_back(pick("conv2d", conv_registry(), [] {
+    // conv2d routes like qconv2d (xk's pick vs onednn:conv, timed once): the route and what decided it.
+    try {
         ConvDesc d;
         d.n = 1; d.c = 64; d.h = 56; d.w = 56; d.oc = 64; d.kh = 3; d.kw = 3;
         d.set_padding(1, 1);
@@ -79,8 +80,17 @@ std::vector<Selection> selections() {
         d.weight_layout = ConvWeightLayout::ohwi;
         d.with_bias = true;
         d.activation = Activation::relu;
-        return conv_validate_desc("xk-info", d);
-    }));
+        const ConvProblem p = conv_validate_desc("xk-info", d);
+        const char* how = "";
+        try {
+            const auto sel = conv_select(p, &how);
+            v.push_back({"conv2d", p.key(), std::string(sel.impl->name) + " (" + how + ")"});
+        } catch (const std::exception& e) {
+            v.push_back({"conv2d", p.key(), std::string("none (") + e.what() + ")"});
+        }
+    } catch (const std::exception& e) {
+        v.push_back({"conv2d", "?", std::string("invalid descriptor (") + e.what() + ")"});
+    }
     v.push_back(pick("embedding_bag", embedding_bag_registry(), [] {
         EmbeddingBagDesc d;
         d.num_embeddings = 1000000;

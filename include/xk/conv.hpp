@@ -178,18 +178,22 @@ namespace xk {
 
 // ---- int8 convolution (static quantization of CNNs) ------------------------------------------
 // NHWC activations (u8 or s8, one scale and zero point per tensor), OHWI s8 weights (symmetric,
-// one scale per output channel), groups = 1. Geometry (stride, padding, dilation) as ConvDesc.
-//   acc[n,oy,ox,o] = sum over (ky, kx, ic) of (src - src_zero_point) * w         (exact int32; a
-//                    tap in the padding reads src_zero_point, i.e. the real value 0)
+// one scale per output channel). Geometry (stride, padding, dilation) as ConvDesc; groups as
+// ConvDesc (output channel o reads input channels [g*C/groups, (g+1)*C/groups), g =
+// o / (OC/groups); weights [OC][KH][KW][C/groups]; depthwise: groups == C == OC, or OC = k*C).
+//   acc[n,oy,ox,o] = sum over (ky, kx, ic of o's group) of (src - src_zero_point) * w   (exact
+//                    int32; a tap in the padding reads src_zero_point, i.e. the real value 0)
 //   x = (src_scale * weight_scales[o]) * float(acc) + bias[o]   (bias f32, optional)
 //   x = act(x)
 //   dst = x (f32), or, for u8 / s8 dst,
 //         clamp(nearbyint(x / dst_scale) + dst_zero_point) to the type's range.
-// K = KH*KW*C must be <= 33025 (the int32 sum cannot overflow). dst: u8, s8 or f32.
+// K = KH*KW*C/groups must be <= 33025 (the int32 sum cannot overflow). dst: u8, s8 or f32.
 // Two implementations, routed per descriptor (docs/conv.md):
-//   "gemm:qconv"   xk's int8 GEMM (u8|s8 x s8, requantizing epilogue) on the NHWC rows: directly
-//                  for 1x1 / stride 1 / no padding, else over im2col row blocks padded with
-//                  src_zero_point. Its results are those of the formula above (f32 epilogue).
+//   "gemm:qconv"   xk's int8 GEMM (u8|s8 x s8, requantizing epilogue) on the NHWC rows, one per
+//                  group: directly for 1x1 / stride 1 / no padding, else over im2col row blocks
+//                  padded with src_zero_point. Its results are those of the formula above (f32
+//                  epilogue). Grouped / depthwise shapes run here only where oneDNN cannot (a GEMM
+//                  of OC/groups columns is slow for depthwise).
 //   "onednn:qconv" oneDNN's int8 convolution primitive (AVX-512 VNNI / AMX machines): exact int32
 //                  sums, but oneDNN adds the bias before its output scale and rounds after adding
 //                  the zero point, so a u8 / s8 dst may differ by 1 from the formula (f32 dst: by a
@@ -207,6 +211,7 @@ struct QConvDesc {
     int64_t stride_h = 1, stride_w = 1;
     int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
     int64_t dilation_h = 1, dilation_w = 1;
+    int64_t groups = 1;            // divides C and OC; depthwise: groups == C
     DType src_dtype = DType::u8;   // u8 or s8
     DType dst_dtype = DType::f32;  // u8, s8 or f32
     bool with_bias = false;
@@ -215,7 +220,7 @@ struct QConvDesc {
 
 struct QConvArgs {
     const void* src = nullptr;              // src_dtype[N*H*W*C]
-    const int8_t* weights = nullptr;        // s8[OC*KH*KW*C]
+    const int8_t* weights = nullptr;        // s8[OC*KH*KW*(C/groups)]
     const float* bias = nullptr;            // f32[OC] iff with_bias
     void* dst = nullptr;                    // dst_dtype[N*OH*OW*OC]
     float src_scale = 1.0f;                 // finite, > 0

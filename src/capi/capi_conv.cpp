@@ -95,7 +95,6 @@ xk_status xk_qconv2d(const xk_conv2d_desc* desc, xk_dtype src_type, xk_dtype dst
             xk::detail::fail_arg(fn, "layout", std::to_string(static_cast<int>(c.layout)), "must be NHWC (1)");
         if (c.weight_layout != xk::ConvWeightLayout::ohwi)
             xk::detail::fail_arg(fn, "weight_layout", std::to_string(static_cast<int>(c.weight_layout)), "must be OHWI (1)");
-        if (c.groups != 1) xk::detail::fail_arg(fn, "groups", std::to_string(c.groups), "must be 1");
         if (c.residual != xk::ConvResidual::none)
             xk::detail::fail_arg(fn, "residual", std::to_string(static_cast<int>(c.residual)), "must be none (0)");
         const int st = xk::detail::c_enum(src_type), dt = xk::detail::c_enum(dst_type);
@@ -106,6 +105,7 @@ xk_status xk_qconv2d(const xk_conv2d_desc* desc, xk_dtype src_type, xk_dtype dst
         q.stride_h = c.stride_h; q.stride_w = c.stride_w;
         q.pad_top = c.pad_top; q.pad_bottom = c.pad_bottom; q.pad_left = c.pad_left; q.pad_right = c.pad_right;
         q.dilation_h = c.dilation_h; q.dilation_w = c.dilation_w;
+        q.groups = c.groups;
         q.src_dtype = static_cast<xk::DType>(st);
         q.dst_dtype = static_cast<xk::DType>(dt);
         q.with_bias = bias != nullptr;

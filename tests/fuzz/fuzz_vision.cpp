@@ -14,7 +14,7 @@
 //     coordinates, negative or overflowing sizes, NaN thresholds / scores, var + eps <= 0, bad enums,
 //     null pointers, overlapping outputs): rejected, outputs untouched;
 //   xk_qconv2d (int8 convolution, u8 / s8 src, u8 / s8 / f32 dst, 1x1 and padded / strided /
-//     dilated kernels, zero points, per-channel weight scales, bias, activations) against an exact
+//     dilated kernels, groups and depthwise, zero points, per-channel weight scales, bias, activations) against an exact
 //     int64 sum and a double epilogue (requantized outputs within 1), and its hostile variants;
 //   ISA cap and thread count changes.
 #include <algorithm>
@@ -403,9 +403,22 @@ void op_frozen_bn(In& in) {
 
 void op_qconv(In& in) {
     xk_conv2d_desc d;
-    const int64_t n = in.dim(1, 2), c = in.dim(1, 9), h = in.dim(1, 7), w = in.dim(1, 7), oc = in.dim(1, 9);
+    const int64_t n = in.dim(1, 2), c = in.dim(1, 9), h = in.dim(1, 7), w = in.dim(1, 7);
+    int64_t oc = in.dim(1, 9);
     const int64_t kh = in.dim(1, 3), kw = in.dim(1, 3);
+    // Groups: 1, depthwise (OC = C or 2C), or a common divisor of C and OC.
+    int64_t groups = 1;
+    switch (in.pick(3)) {
+        case 1: groups = c; oc = c * in.dim(1, 2); break;
+        case 2:
+            for (int64_t g = std::min(c, oc); g > 1; --g)
+                if (c % g == 0 && oc % g == 0 && in.coin()) { groups = g; break; }
+            break;
+        default: break;
+    }
+    const int64_t cg = c / groups, ocg = oc / groups;
     if (xk_conv2d_desc_init(&d, n, c, h, w, oc, kh, kw) != XK_SUCCESS) fz::finding("xk_conv2d_desc_init failed");
+    d.groups = groups;
     d.layout = XK_CONV_NHWC;
     d.weight_layout = XK_CONV_OHWI;
     d.stride_h = in.dim(1, 3); d.stride_w = in.dim(1, 3);
@@ -422,7 +435,7 @@ void op_qconv(In& in) {
     const int dk = in.pick(3);  // 0 u8, 1 s8, 2 f32
     const xk_dtype st = su8 ? XK_DTYPE_U8 : XK_DTYPE_S8;
     const xk_dtype dt = dk == 0 ? XK_DTYPE_U8 : (dk == 1 ? XK_DTYPE_S8 : XK_DTYPE_F32);
-    const int64_t ns = n * h * w * c, nw = oc * d.kh * d.kw * c, nd = n * oh * ow * oc;
+    const int64_t ns = n * h * w * c, nw = oc * d.kh * d.kw * cg, nd = n * oh * ow * oc;
     Buf<uint8_t> src(static_cast<size_t>(ns), in.pick(3));
     Buf<int8_t> wt(static_cast<size_t>(nw), in.pick(3));
     {
@@ -458,7 +471,7 @@ void op_qconv(In& in) {
                     else { ds = in.coin() ? -2.0f : std::numeric_limits<float>::quiet_NaN(); what = "dst_scale"; }
                     break;
             case 4: e.layout = XK_CONV_NCHW; what = "layout"; break;
-            case 5: e.groups = c > 1 ? c : 2; what = "groups"; break;
+            case 5: e.groups = in.coin() ? 0 : c + 1; what = "groups"; break;  // does not divide C
             case 6: { const int bad = in.coin() ? 0 /* f32 */ : in.bad_enum(6); std::memcpy(&est, &bad, sizeof bad); what = "src_type"; break; }
             case 7: e.kh = h + e.pad_top + e.pad_bottom + 1 + in.pick(3); e.dilation_h = 1; what = "kernel past the input"; break;
             default: switch (in.pick(3)) { case 0: sp = nullptr; break; case 1: wp = nullptr; break; default: dp = nullptr; }
@@ -486,10 +499,10 @@ void op_qconv(In& in) {
                             const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
                             const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
                             if (y < 0 || y >= h || x < 0 || x >= w) continue;
-                            for (int64_t ic = 0; ic < c; ++ic) {
-                                const uint8_t raw = src[((b * h + y) * w + x) * c + ic];
+                            for (int64_t ic = 0; ic < cg; ++ic) {  // o's group
+                                const uint8_t raw = src[((b * h + y) * w + x) * c + (o / ocg) * cg + ic];
                                 const int64_t sv = su8 ? raw : static_cast<int8_t>(raw);
-                                acc += (sv - szp) * wt[((o * d.kh + ky) * d.kw + kx) * c + ic];
+                                acc += (sv - szp) * wt[((o * d.kh + ky) * d.kw + kx) * cg + ic];
                             }
                         }
                     const double pre = static_cast<double>(ss) * ws[o] * static_cast<double>(acc);

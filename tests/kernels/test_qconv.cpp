@@ -28,6 +28,7 @@
 #include "kernels/conv/conv.hpp"
 #include "xk/conv.hpp"
 #include "xk/runtime.hpp"
+#include "xk/xk.h"
 
 using namespace xk;
 using xk::test::Buffer;
@@ -48,6 +49,7 @@ constexpr bool kSlow = false;
 
 struct Shape {
     int64_t n, c, h, w, oc, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw;
+    int64_t g = 1;  // groups
 };
 
 double act(Activation a, double x) {
@@ -84,6 +86,7 @@ private:
 std::vector<double> oracle(const QConvDesc& d, int64_t oh, int64_t ow, const uint8_t* src, const int8_t* wt,
                            const float* bias, const float* ws, float ss, int32_t szp) {
     const bool su8 = d.src_dtype == DType::u8;
+    const int64_t cg = d.c / d.groups, ocg = d.oc / d.groups;
     std::vector<double> out(static_cast<size_t>(d.n * oh * ow * d.oc));
     for (int64_t n = 0; n < d.n; ++n)
         for (int64_t oy = 0; oy < oh; ++oy)
@@ -95,10 +98,10 @@ std::vector<double> oracle(const QConvDesc& d, int64_t oh, int64_t ow, const uin
                             const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
                             const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
                             if (y < 0 || y >= d.h || x < 0 || x >= d.w) continue;
-                            for (int64_t c = 0; c < d.c; ++c) {
-                                const uint8_t raw = src[((n * d.h + y) * d.w + x) * d.c + c];
+                            for (int64_t c = 0; c < cg; ++c) {  // the channels of o's group
+                                const uint8_t raw = src[((n * d.h + y) * d.w + x) * d.c + (o / ocg) * cg + c];
                                 const int64_t s = su8 ? raw : static_cast<int8_t>(raw);
-                                acc += (s - szp) * wt[((o * d.kh + ky) * d.kw + kx) * d.c + c];
+                                acc += (s - szp) * wt[((o * d.kh + ky) * d.kw + kx) * cg + c];
                             }
                         }
                     double v = static_cast<double>(ss) * ws[o] * static_cast<double>(acc) + (bias ? bias[o] : 0.0);
@@ -117,6 +120,9 @@ TEST(QConv, EveryIsaMatchesOracle) {
         {1, 16, 6, 6, 7, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1},   // 1x1 stride 2 (im2col)
         {1, 5, 9, 10, 3, 3, 2, 1, 1, 2, 0, 1, 3, 2, 1},   // asymmetric padding, dilation
         {1, 64, 14, 14, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // several im2col blocks
+        {1, 12, 7, 6, 18, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 3},     // groups 3: one GEMM per group
+        {2, 16, 6, 7, 16, 3, 3, 2, 1, 1, 0, 1, 1, 1, 1, 16},    // depthwise, stride, asymmetric padding
+        {1, 8, 5, 5, 12, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 4},      // 1x1 grouped (direct GEMMs, lda = C)
     };
     uint64_t seed = 1;
     for (const Shape& s : shapes) {
@@ -128,12 +134,14 @@ TEST(QConv, EveryIsaMatchesOracle) {
                     d.n = s.n; d.c = s.c; d.h = s.h; d.w = s.w; d.oc = s.oc; d.kh = s.kh; d.kw = s.kw;
                     d.stride_h = s.sh; d.stride_w = s.sw; d.pad_top = s.pt; d.pad_bottom = s.pb; d.pad_left = s.pl;
                     d.pad_right = s.pr; d.dilation_h = s.dh; d.dilation_w = s.dw;
+                    d.groups = s.g;
                     d.src_dtype = st; d.dst_dtype = dt;
                     d.with_bias = variant == 1;
                     d.activation = variant == 1 ? Activation::relu : Activation::none;
                     const detail::QConvProblem p = detail::qconv_validate_desc("test", d);
                     SCOPED_TRACE(p.key());
-                    const size_t ns = static_cast<size_t>(d.n * d.h * d.w * d.c), nw = static_cast<size_t>(d.oc * d.kh * d.kw * d.c);
+                    const size_t ns = static_cast<size_t>(d.n * d.h * d.w * d.c),
+                                 nw = static_cast<size_t>(d.oc * d.kh * d.kw * (d.c / d.groups));
                     const size_t nd = static_cast<size_t>(d.n * p.oh * p.ow * d.oc);
                     Buffer<uint8_t> src(ns, 3);
                     Buffer<int8_t> wt(nw, 1);
@@ -236,7 +244,11 @@ TEST(QConv, BadInput) {
     e = d; e.dst_dtype = DType::bf16;
     XK_EXPECT_ERROR(qconv2d(e, a), Status::unsupported, "dst_dtype=bf16");
     e = d; e.c = 4000;
-    XK_EXPECT_INVALID(qconv2d(e, a), "KH*KW*C=36000");
+    XK_EXPECT_INVALID(qconv2d(e, a), "KH*KW*C/groups=36000");
+    e = d; e.groups = 3;  // does not divide C
+    XK_EXPECT_INVALID(qconv2d(e, a), "groups=3");
+    e = d; e.groups = 0;
+    XK_EXPECT_INVALID(qconv2d(e, a), "groups=0");
     e = d; e.kh = 9;
     XK_EXPECT_INVALID(qconv2d(e, a), "OH");
     e = d; e.oc = -2;
@@ -250,6 +262,43 @@ TEST(QConv, BadInput) {
     XK_EXPECT_INVALID(QConvPlan(d).run(a, pw_other), "packed_weights=");
     XK_EXPECT_INVALID(QConvPlan(d).run(a, QConvPackedWeights()), "packed_weights=empty");
     for (uint8_t v : dst) ASSERT_EQ(v, 42) << "a rejected call wrote dst";
+}
+
+// The C API passes groups through (depthwise here): the same bytes as the C++ call; a groups that
+// does not divide C is rejected naming it.
+TEST(QConv, CApiGroups) {
+    QConvDesc d;
+    d.n = 1; d.c = 8; d.h = 6; d.w = 5; d.oc = 16; d.kh = d.kw = 3; d.groups = 8;
+    d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
+    d.dst_dtype = DType::u8; d.with_bias = true; d.activation = Activation::relu;
+    const detail::QConvProblem p = detail::qconv_validate_desc("test", d);
+    std::vector<uint8_t> src(static_cast<size_t>(d.n * d.h * d.w * d.c)), a_out(static_cast<size_t>(p.oh * p.ow * d.oc)),
+        c_out(a_out.size(), 7);
+    std::vector<int8_t> wt(static_cast<size_t>(d.oc * 9));
+    std::vector<float> ws(16, 0.01f), bias(16, 0.5f);
+    std::mt19937_64 g(3);
+    for (auto& v : src) v = static_cast<uint8_t>(g());
+    for (auto& v : wt) v = static_cast<int8_t>(g());
+    QConvArgs a;
+    a.src = src.data(); a.weights = wt.data(); a.bias = bias.data(); a.dst = a_out.data(); a.weight_scales = ws.data();
+    a.src_scale = 0.05f; a.src_zero_point = 3; a.dst_scale = 0.2f; a.dst_zero_point = 2;
+    qconv2d(d, a);
+    xk_conv2d_desc cd;
+    ASSERT_EQ(xk_conv2d_desc_init(&cd, d.n, d.c, d.h, d.w, d.oc, d.kh, d.kw), XK_SUCCESS);
+    cd.layout = XK_CONV_NHWC; cd.weight_layout = XK_CONV_OHWI; cd.groups = 8; cd.activation = XK_ACT_RELU;
+    cd.pad_top = cd.pad_bottom = cd.pad_left = cd.pad_right = 1;
+    ASSERT_EQ(xk_qconv2d(&cd, XK_DTYPE_U8, XK_DTYPE_U8, src.data(), 0.05f, 3, wt.data(), ws.data(), bias.data(),
+                         c_out.data(), 0.2f, 2),
+              XK_SUCCESS)
+        << xk_last_error();
+    EXPECT_EQ(a_out, c_out);
+    cd.groups = 3;
+    std::vector<uint8_t> untouched = c_out;
+    EXPECT_EQ(xk_qconv2d(&cd, XK_DTYPE_U8, XK_DTYPE_U8, src.data(), 0.05f, 3, wt.data(), ws.data(), bias.data(),
+                         c_out.data(), 0.2f, 2),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("groups=3"), std::string::npos) << xk_last_error();
+    EXPECT_EQ(c_out, untouched);
 }
 
 // ---- onednn:qconv ----------------------------------------------------------------------------
@@ -299,7 +348,8 @@ struct Case {
     size_t nd = 0;
 
     explicit Case(const QConvDesc& desc, uint64_t seed) : d(desc), p(detail::qconv_validate_desc("test", desc)) {
-        const size_t ns = static_cast<size_t>(d.n * d.h * d.w * d.c), nw = static_cast<size_t>(d.oc * d.kh * d.kw * d.c);
+        const size_t ns = static_cast<size_t>(d.n * d.h * d.w * d.c),
+                     nw = static_cast<size_t>(d.oc * d.kh * d.kw * (d.c / d.groups));
         nd = static_cast<size_t>(d.n * p.oh * p.ow * d.oc);
         src = Buffer<uint8_t>(ns, 1);
         wt = Buffer<int8_t>(nw, 3);
@@ -343,11 +393,16 @@ TEST(QConvOnednn, MatchesOracleWithinOne) {
         {1, 3, 15, 13, 19, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1},   // 7x7 stride 2 pad 3 (a stem)
         {3, 33, 7, 5, 31, 3, 3, 1, 2, 0, 1, 1, 0, 1, 1},    // N = 3, odd channels, mixed stride / padding
         {1, 64, 14, 14, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // larger (Release only)
+        {1, 24, 9, 8, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 24},   // depthwise 3x3
+        {2, 32, 11, 9, 32, 3, 3, 2, 2, 1, 0, 1, 1, 1, 1, 32},  // depthwise stride 2, asymmetric padding
+        {1, 16, 7, 7, 32, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 16},   // depthwise x2 channel multiplier, 5x5
+        {1, 20, 8, 7, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4},    // groups 4
+        {2, 64, 5, 5, 64, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 8},    // 1x1 groups 8
     };
     const Activation acts[] = {Activation::none, Activation::relu, Activation::gelu_erf, Activation::gelu_tanh,
                                Activation::silu};
     uint64_t seed = 100;
-    int idx = 0, on_onednn = 0;
+    int idx = 0, on_onednn = 0, grouped_on_onednn = 0;
     for (const Shape& s : shapes) {
         if (kSlow && s.c == 64) continue;
         for (DType st : {DType::u8, DType::s8})
@@ -357,6 +412,7 @@ TEST(QConvOnednn, MatchesOracleWithinOne) {
                 d.n = s.n; d.c = s.c; d.h = s.h; d.w = s.w; d.oc = s.oc; d.kh = s.kh; d.kw = s.kw;
                 d.stride_h = s.sh; d.stride_w = s.sw; d.pad_top = s.pt; d.pad_bottom = s.pb; d.pad_left = s.pl;
                 d.pad_right = s.pr; d.dilation_h = s.dh; d.dilation_w = s.dw;
+                d.groups = s.g;
                 d.src_dtype = st; d.dst_dtype = dt;
                 d.with_bias = idx % 2 == 0;
                 d.activation = acts[idx % 5];
@@ -371,6 +427,7 @@ TEST(QConvOnednn, MatchesOracleWithinOne) {
                 const std::vector<double> w1 = c.want(q1), w2 = c.want(q2);
                 const bool dnn = detail::onednn_qconv_supports(c.p);
                 on_onednn += dnn;
+                grouped_on_onednn += dnn && d.groups > 1;
                 EXPECT_STREQ(qconv2d_impl_name(d), dnn ? "onednn:qconv" : "gemm:qconv");
                 // One-shot at 1 thread.
                 set_num_threads(1);
@@ -395,6 +452,7 @@ TEST(QConvOnednn, MatchesOracleWithinOne) {
             }
     }
     EXPECT_GT(on_onednn, 0) << "no case ran on oneDNN";
+    EXPECT_GT(grouped_on_onednn, 0) << "no grouped / depthwise case ran on oneDNN";
 }
 
 TEST(QConvOnednn, ParametersOneDnnCannotTakeRunOurs) {
@@ -442,6 +500,17 @@ TEST(QConvOnednn, RoutingOverrideAndPacks) {
         EXPECT_TRUE(std::string(t1.impl_name()) == "onednn:qconv" || std::string(t1.impl_name()) == "gemm:qconv");
         EXPECT_STREQ(t1.impl_name(), t2.impl_name());
         EXPECT_STREQ(qconv2d_impl_name(d), t1.impl_name());
+        // Depthwise: oneDNN untimed where it has a primitive.
+        QConvDesc dw = d;
+        dw.oc = dw.c;
+        dw.groups = dw.c;
+        const detail::QConvProblem pdw = detail::qconv_validate_desc("test", dw);
+        const char* how = "";
+        const auto sel = detail::qconv_select(pdw, &how);
+        if (detail::onednn_qconv_supports(pdw)) {
+            EXPECT_STREQ(sel.impl->name, "onednn:qconv");
+            EXPECT_STREQ(how, "grouped");
+        }
     }
     const ScopedEnv gemm_env("XK_QCONV_IMPL", "gemm");
     const QConvPlan g(d);

@@ -58,8 +58,8 @@ xk_status xk_conv2d_fold_batchnorm(const xk_conv2d_desc* desc, const float* weig
                                    const float* gamma, const float* beta, const float* mean, const float* var,
                                    float eps, float* out_weights, float* out_bias);
 
-/* int8 convolution (xk::qconv2d): desc gives the geometry and the activation; it must be NHWC /
- * OHWI, groups 1, no residual. src_type XK_DTYPE_U8 or _S8 (one scale / zero point), s8 weights
+/* int8 convolution (xk::qconv2d): desc gives the geometry, groups and the activation; it must be
+ * NHWC / OHWI (weights [OC][KH][KW][C/groups]), no residual. src_type XK_DTYPE_U8 or _S8 (one scale / zero point), s8 weights
  * with weight_scales f32[oc], bias f32[oc] or NULL, dst_type XK_DTYPE_U8 / _S8 (requantized with
  * dst_scale / dst_zero_point) or _F32 (dst_scale / dst_zero_point not read). */
 xk_status xk_qconv2d(const xk_conv2d_desc* desc, xk_dtype src_type, xk_dtype dst_type, const void* src,

@@ -2,12 +2,15 @@
 #include "kernels/conv/conv.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "common/activation.hpp"
 #include "common/check.hpp"
+#include "dispatch/verbose.hpp"
+#include "kernels/conv/route_tune.hpp"
 
 namespace xk {
 
@@ -225,9 +228,10 @@ const Registry<ConvProblem, ConvKernel>& conv_registry() {
     static const Registry<ConvProblem, ConvKernel> r(
         "conv2d", {
                       // oneDNN where it has a non-reference implementation (f32 and bf16 at
-                      // AVX-512; its own ISA dispatch, so only offered under an avx512+ cap),
-                      // except bf16 on CPUs without AMX (gemm:conv measured faster there).
-                      {"onednn:conv", Isa::avx512, onednn_conv_preferred, create_onednn_conv},
+                      // AVX-512; its own ISA dispatch, so only offered under an avx512+ cap).
+                      // Reached through conv_select() only (measured against our pick), never by
+                      // select().
+                      {"onednn:conv", Isa::avx512, onednn_conv_supports, create_onednn_conv, /*selectable=*/false},
                       // Depthwise NHWC: vectorised over channels (no GEMM in a depthwise conv).
                       {"avx512:dwconv", Isa::avx512, dw_conv_supports, create_dw_conv_avx512},
                       {"avx2:dwconv", Isa::avx2, dw_conv_supports, create_dw_conv_avx2},
@@ -238,6 +242,100 @@ const Registry<ConvProblem, ConvKernel>& conv_registry() {
                   });
     return r;
 }
+
+// ---- routing: xk's own pick or onednn:conv, by a one-time timing (route_tune.hpp) ----
+namespace {
+
+using CReg = Registry<ConvProblem, ConvKernel>;
+
+route::Decisions<CReg::ImplT>& cdecisions() {
+    static route::Decisions<CReg::ImplT> d;
+    return d;
+}
+
+// Times our pick against onednn:conv (route::time_routes) on scratch operands of the descriptor's
+// extents (small finite values, weights packed on both sides, a residual in place in dst). Ours is
+// kept only when >= 5% faster: oneDNN's primitive needs no im2col buffer, and a tie gives the same
+// rate either way.
+const CReg::ImplT* ctune_run(const ConvProblem& p, const CReg::ImplT& ours, const CReg::ImplT& dnn,
+                             const std::string& key) {
+    const CReg& reg = conv_registry();
+    const ConvDesc& d = p.d;
+    const double t_start = now_us();
+    const int64_t es = elem_size(d.src_dtype), ed = elem_size(d.dst_dtype);
+    const int64_t src_b = d.n * d.c * d.h * d.w * es, wei_b = d.oc * p.icg() * d.kh * d.kw * es;
+    const int64_t dst_b = d.n * d.oc * p.oh * p.ow * ed;
+    const CReg::ImplT* best = &dnn;
+    std::string why;
+    try {
+        if (src_b + wei_b + dst_b > route::kMaxTuneBytes) {
+            why = ",not timed (operands > 256 MiB)";  // oneDNN's JIT kernel
+        } else {
+            const auto ko = reg.get(p, ours).kernel;
+            const auto kd = reg.get(p, dnn).kernel;
+            auto fill = [](std::vector<unsigned char>& v, int64_t esize, int mul) {
+                const size_t n = v.size() / static_cast<size_t>(esize);
+                for (size_t i = 0; i < n; ++i) {
+                    const float f = static_cast<float>((i * static_cast<size_t>(mul)) % 127) / 127.0f - 0.5f;
+                    if (esize == 2) reinterpret_cast<uint16_t*>(v.data())[i] = bf16::from_float(f);
+                    else reinterpret_cast<float*>(v.data())[i] = f;
+                }
+            };
+            // std::vector's storage is 16-byte aligned: enough for f32 / bf16 elements.
+            std::vector<unsigned char> src(static_cast<size_t>(src_b)), wei(static_cast<size_t>(wei_b)),
+                dst(static_cast<size_t>(dst_b));
+            fill(src, es, 37);
+            fill(wei, es, 29);
+            fill(dst, ed, 17);  // the residual, when there is one (in place)
+            std::vector<float> bias(static_cast<size_t>(d.oc), 0.25f);
+            ConvArgs a;
+            a.src = src.data();
+            a.weights = wei.data();
+            a.bias = d.with_bias ? bias.data() : nullptr;
+            a.dst = dst.data();
+            a.residual = d.residual != ConvResidual::none ? dst.data() : nullptr;
+            const auto po = ko->pack(wei.data());
+            const auto pd = kd->pack(wei.data());
+            const route::Timing t = route::time_routes([&] { ko->run(a, po.get()); }, [&] { kd->run(a, pd.get()); });
+            if (t.a_us < (1.0 - route::kMinGain) * t.b_us) best = &ours;
+            why = std::string(",") + ours.name + "=" + route::us_str(t.a_us) + ",onednn:conv(" +
+                  kd->backend_info().substr(7) + ")=" + route::us_str(t.b_us) + ",rounds:" + std::to_string(t.rounds);
+        }
+    } catch (const std::exception& e) {
+        best = &ours;  // oneDNN could not make or run it, or scratch memory ran out: ours
+        why = std::string(",not timed: ") + e.what();
+    }
+    verbose_log("tune", "conv2d", key + why + ",pick:" + best->name, now_us() - t_start);
+    return best;
+}
+
+}  // namespace
+
+CReg::Selected conv_select(const ConvProblem& p, const char** how) {
+    const CReg& reg = conv_registry();
+    const CReg::ImplT& pick = reg.select(p, max_isa());
+    const char* h = "registry";
+    const CReg::ImplT* impl = &pick;
+    if (pick.isa != Isa::scalar) {  // one of ours (the reference stays below avx2)
+        const CReg::ImplT& dnn = reg.find("onednn:conv");
+        const char* env = std::getenv("XK_CONV_IMPL");
+        const std::string force = env ? env : "";
+        if (force == "gemm") {
+            h = "forced";
+        } else if (dnn.isa <= max_isa() && isa_supported(dnn.isa) && onednn_conv_supports(p)) {
+            if (force == "onednn") {
+                h = "forced", impl = &dnn;
+            } else {
+                const std::string key = route::decision_key(p.key());
+                impl = cdecisions().get(key, [&] { return ctune_run(p, pick, dnn, key); }, &h);
+            }
+        }
+    }
+    if (how) *how = h;
+    return reg.get(p, *impl);
+}
+
+void conv_tune_clear() { cdecisions().clear(); }
 
 }  // namespace detail
 
@@ -275,9 +373,16 @@ struct ConvPlan::State {
 ConvPlan::ConvPlan(const ConvDesc& desc) {
     auto s = std::make_shared<State>();
     s->p = detail::conv_validate_desc("xk::ConvPlan", desc);
-    const auto sel = detail::conv_registry().get(s->p);
+    const char* how = "";
+    const auto sel = detail::conv_select(s->p, &how);
     s->impl = sel.impl->name;
     s->kernel = sel.kernel;
+    if (detail::verbose_level() >= 1) {
+        const std::string be = s->kernel->backend_info();
+        detail::verbose_log("plan", "conv2d",
+                            std::string(s->impl) + (be.empty() ? "" : "(" + be + ")") + "," + s->p.key() + ",route:" + how,
+                            0.0);
+    }
     s_ = std::move(s);
 }
 
@@ -354,7 +459,7 @@ void conv2d(const ConvDesc& desc, const ConvArgs& args) {
     constexpr const char* fn = "xk::conv2d";
     const detail::ConvProblem p = detail::conv_validate_desc(fn, desc);
     detail::conv_validate_args(fn, p, args);
-    detail::conv_registry().get(p).kernel->run(args);
+    detail::conv_select(p).kernel->run(args);
 }
 
 }  // namespace xk

@@ -71,10 +71,6 @@ std::string conv_plain_layout(const ConvProblem& p);
 // (once per descriptor, remembered) and accepts it only when oneDNN picks a non-reference
 // implementation for this shape, dtype and epilogue.
 bool onednn_conv_supports(const ConvProblem& p);
-// What selection offers oneDNN: onednn_conv_supports() minus bf16 non-depthwise NHWC on machines
-// without AMX, where xk's bf16 GEMM path measured faster than oneDNN 2.6's brgconv bf16
-// (bench_conv, docs/conv.md).
-bool onednn_conv_preferred(const ConvProblem& p);
 std::shared_ptr<const ConvKernel> create_onednn_conv(const ConvProblem& p);
 // xk's GEMM on channels-last rows (gemm_conv.cpp): 1x1 / stride 1 / no padding as one GEMM per
 // group, anything else through im2col row blocks into a per-thread buffer. NHWC activations (NCHW transposed to NHWC around it per call).
@@ -86,6 +82,13 @@ std::shared_ptr<const ConvKernel> create_dw_conv_avx512(const ConvProblem& p);
 std::shared_ptr<const ConvKernel> create_gemm_conv(const ConvProblem& p);
 
 const Registry<ConvProblem, ConvKernel>& conv_registry();
+// Routing (conv.cpp): the registry's pick (select() never picks "onednn:conv") unless it is one of
+// ours and oneDNN's entry is allowed (ISA cap, machine) and supports the descriptor; then
+// XK_CONV_IMPL (onednn | gemm: xk's own pick) forces one, else a one-time timing of both per
+// (descriptor, ISA cap, thread count) decides (route_tune.hpp), remembered process-wide. `how`
+// (optional) receives "forced", "timed", "cached" or "registry" (what decided).
+Registry<ConvProblem, ConvKernel>::Selected conv_select(const ConvProblem& p, const char** how = nullptr);
+void conv_tune_clear();  // forgets the timed decisions (tests)
 
 // Reference (specification): direct convolution, fp32 accumulation over (ic, kh, kw) in that
 // order, then the epilogue in the order documented in xk/conv.hpp. Parallel over (N, OC-block).
@@ -128,9 +131,9 @@ std::shared_ptr<const QConvKernel> create_onednn_qconv(const QConvProblem& p);
 
 // Routing between "gemm:qconv" and "onednn:qconv" (qconv.cpp): the registry's pick unless
 // oneDNN's entry is allowed (ISA cap, machine) and supports the descriptor; then XK_QCONV_IMPL
-// (onednn | gemm) forces one, else a one-time timing of both per (descriptor, ISA cap, thread
-// count), remembered process-wide. `how` (optional) receives "forced", "timed", "cached" or
-// "registry" (what decided).
+// (onednn | gemm) forces one, grouped / depthwise descriptors take oneDNN, else a one-time timing
+// of both per (descriptor, ISA cap, thread count), remembered process-wide. `how` (optional)
+// receives "forced", "grouped", "timed", "cached" or "registry" (what decided).
 Registry<QConvProblem, QConvKernel>::Selected qconv_select(const QConvProblem& p, const char** how = nullptr);
 void qconv_tune_clear();  // forgets the timed decisions (tests)
 // Reference: exact int32 accumulation, then the epilogue of xk/conv.hpp in f32.

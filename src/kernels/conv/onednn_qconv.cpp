@@ -2,7 +2,7 @@
 //
 // Mapping of QConvDesc / QConvArgs onto one primitive (forward_inference, convolution_direct):
 //   src / dst   {N, C, H, W} u8|s8 / {N, OC, OH, OW} u8|s8|f32, NHWC ("acdb"), used in place
-//   weights     s8, format "any" (oneDNN's blocked layout, with its s8-source or zero-point
+//   weights     s8 {OC, C, KH, KW} ({G, OC/G, C/G, KH, KW} grouped / depthwise), format "any" (oneDNN's blocked layout, with its s8-source or zero-point
 //               compensation where the primitive wants one): reordered once by pack_weights
 //               (lazily once more per other layout a call needs), else per call
 //   scales      oneDNN 2.6 has no runtime output scales for convolutions (primitive creation
@@ -39,7 +39,7 @@
 #include "common/parallel.hpp"
 #include "dispatch/verbose.hpp"
 #include "kernels/conv/conv.hpp"
-#include "kernels/conv/onednn_util.hpp"
+#include "common/onednn_util.hpp"
 
 namespace xk::detail {
 namespace {
@@ -101,11 +101,24 @@ bool call_params(const QConvProblem& p, const QConvArgs& a, QParams& q, float* b
     return true;
 }
 
+// The weights' dims: {OC, C, KH, KW}, or {G, OC/G, C/G, KH, KW} for groups > 1.
+dims wei_dims(const QConvDesc& d) {
+    if (d.groups == 1) return {d.oc, d.c, d.kh, d.kw};
+    return {d.groups, d.oc / d.groups, d.c / d.groups, d.kh, d.kw};
+}
+
+// The user's OHWI weights ([OC][KH][KW][C/G]) as a memory descriptor of wei_dims.
+dnnl::memory::desc user_wei_md(const QConvDesc& d) {
+    if (d.groups == 1) return dnnl::memory::desc(wei_dims(d), dt::s8, tag::ohwi);
+    const int64_t og = d.oc / d.groups, cg = d.c / d.groups;
+    return dnnl::memory::desc(wei_dims(d), dt::s8, dims{og * d.kh * d.kw * cg, d.kh * d.kw * cg, 1, d.kw * cg, cg});
+}
+
 dnnl::convolution_forward::primitive_desc make_pd(const QConvProblem& p, const QParams& q) {
     const QConvDesc& d = p.d;
     const dnnl::memory::desc src({d.n, d.c, d.h, d.w}, to_dt(d.src_dtype), tag::nhwc);
     const dnnl::memory::desc dst({d.n, d.oc, p.oh, p.ow}, to_dt(d.dst_dtype), tag::nhwc);
-    const dnnl::memory::desc wei({d.oc, d.c, d.kh, d.kw}, dt::s8, tag::any);
+    const dnnl::memory::desc wei(wei_dims(d), dt::s8, tag::any);
     const dnnl::memory::desc bias({d.oc}, dt::f32, tag::a);
     const dims strides{d.stride_h, d.stride_w}, dil{d.dilation_h - 1, d.dilation_w - 1};
     const dims pl{d.pad_top, d.pad_left}, pr{d.pad_bottom, d.pad_right};
@@ -183,7 +196,7 @@ struct OnednnQPacked final : QConvPackedData {
 class OnednnQConv final : public QConvKernel {
 public:
     explicit OnednnQConv(const QConvProblem& p)
-        : p_(p), user_wei_md_({p.d.oc, p.d.c, p.d.kh, p.d.kw}, dt::s8, tag::ohwi) {
+        : p_(p), user_wei_md_(user_wei_md(p.d)) {
         first_ = create(unit_params(p, get_num_threads()));
         if (first_->reference)
             throw Error(Status::unsupported, "qconv2d onednn: oneDNN has only " + first_->impl + " for " + p.key());
@@ -227,7 +240,7 @@ public:
     std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
         auto pk = std::make_shared<OnednnQPacked>();
         pk->key = qconv_packed_key("onednn:qconv", p_);
-        pk->plain.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * p_.d.c);
+        pk->plain.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * (p_.d.c / p_.d.groups));
         pk->plain_md = user_wei_md_;
         try {
             pk->get(first_->wei_md, first_->q.threads);
@@ -294,10 +307,11 @@ private:
             pr->scratch_bytes = pr->scratch_md.get_size();
             pr->prim = dnnl::convolution_forward(pd);
         } catch (const dnnl::error& e) {
-            if (e.status != dnnl_unimplemented)
-                throw Error(Status::runtime_error, "qconv2d onednn: oneDNN convolution for " + p_.key() + " failed: " + e.what());
-            pr->reference = true;  // nothing at all for these parameters: ours runs them
-            pr->impl = "no implementation";
+            // Nothing for these parameters (unimplemented), or a primitive its JIT could not make
+            // (seen: 1x1 groups 8, s8 dst, silu, a source zero point: "could not create a
+            // primitive"): ours runs them.
+            pr->reference = true;
+            pr->impl = e.status == dnnl_unimplemented ? "no implementation" : std::string("no primitive (") + e.what() + ")";
         }
         return pr;
     }
@@ -342,7 +356,12 @@ bool onednn_qconv_supports(const QConvProblem& p) {
     if (!dnn::shape_supported(p.d, p.oh, p.ow)) return false;
     return dnn::jit_available("qconv|" + p.key() + "|t" + std::to_string(get_num_threads()), [&] {
         dnn::OmpThreads omp(get_num_threads());
-        return make_pd(p, unit_params(p, get_num_threads())).impl_info_str();
+        const auto pd = make_pd(p, unit_params(p, get_num_threads()));
+        // Made too: for a few descriptors oneDNN 2.6 describes a JIT primitive it then cannot create
+        // (1x1, groups 8, s8 dst, silu: "could not create a primitive"). Its primitive cache keeps
+        // it for the kernel's first creation.
+        dnnl::convolution_forward prim(pd);
+        return pd.impl_info_str();
     });
 }
 

@@ -1,7 +1,7 @@
 // int8 convolution (xk/conv.hpp QConvDesc): validation, the reference, and "gemm:qconv" — xk's
 // int8 GEMM (u8|s8 x s8, per-channel weight scales, bias / activation / requantization fused) on
-// the NHWC rows: one GEMM for 1x1 / stride 1 / unpadded, else im2col row blocks (~256 KiB, padded
-// with the source zero point) in one parallel region, each block one GEMM.
+// the NHWC rows: one GEMM per group for 1x1 / stride 1 / unpadded, else im2col row blocks (~256 KiB,
+// padded with the source zero point) in one parallel region, each block one GEMM per group.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include "common/parallel.hpp"
 #include "dispatch/verbose.hpp"
 #include "kernels/conv/conv.hpp"
+#include "kernels/conv/route_tune.hpp"
 #include "xk/gemm.hpp"
 
 namespace xk {
@@ -34,6 +35,7 @@ ConvDesc geometry(const QConvDesc& q) {
     d.stride_h = q.stride_h; d.stride_w = q.stride_w;
     d.pad_top = q.pad_top; d.pad_bottom = q.pad_bottom; d.pad_left = q.pad_left; d.pad_right = q.pad_right;
     d.dilation_h = q.dilation_h; d.dilation_w = q.dilation_w;
+    d.groups = q.groups;
     d.layout = ConvLayout::nhwc;
     d.weight_layout = ConvWeightLayout::ohwi;
     return d;
@@ -45,13 +47,16 @@ bool direct_1x1(const QConvProblem& p) {
            d.pad_left == 0 && d.pad_right == 0;
 }
 
-GemmDesc gemm_desc(const QConvProblem& p, int64_t rows) {
+// One group's GEMM over `rows` rows of A (lda: the row stride of the NHWC source or im2col buffer),
+// C = the group's OC/groups columns of the NHWC dst rows.
+GemmDesc gemm_desc(const QConvProblem& p, int64_t rows, int64_t lda) {
     const QConvDesc& d = p.d;
     GemmDesc g;
     g.M = rows;
-    g.N = d.oc;
-    g.K = d.kh * d.kw * d.c;
-    g.trans_b = Trans::T;  // OHWI weights = B^T [OC][K]
+    g.N = d.oc / d.groups;
+    g.K = d.kh * d.kw * (d.c / d.groups);
+    if (d.groups > 1) g.lda = lda, g.ldc = d.oc;
+    g.trans_b = Trans::T;  // OHWI weights = B^T [OC/groups][K] per group
     g.a_type = d.src_dtype;
     g.b_type = DType::s8;
     g.c_type = d.dst_dtype;
@@ -61,14 +66,15 @@ GemmDesc gemm_desc(const QConvProblem& p, int64_t rows) {
     return g;
 }
 
-GemmArgs gemm_args(const QConvArgs& a, const void* A, void* C) {
+// Group `grp` (of OCg output channels): its weights / scales / bias / dst columns.
+GemmArgs gemm_args(const QConvArgs& a, const void* A, void* C, int64_t grp, int64_t ocg, int64_t kg) {
     GemmArgs g;
     g.A = A;
-    g.B = a.weights;
+    g.B = a.weights ? a.weights + grp * ocg * kg : nullptr;
     g.C = C;
-    g.bias = a.bias;
+    g.bias = a.bias ? a.bias + grp * ocg : nullptr;
     g.a_scale = &a.src_scale;
-    g.b_scales = a.weight_scales;
+    g.b_scales = a.weight_scales + grp * ocg;
     g.a_zero_point = a.src_zero_point;
     g.c_scale = &a.dst_scale;
     g.c_zero_point = a.dst_zero_point;
@@ -76,7 +82,7 @@ GemmArgs gemm_args(const QConvArgs& a, const void* A, void* C) {
 }
 
 struct GemmQPacked final : QConvPackedData {
-    PackedB full, tail;
+    std::vector<PackedB> full, tail;  // per group
 };
 
 struct PlainQPacked final : QConvPackedData {
@@ -88,22 +94,29 @@ public:
     explicit GemmQConv(const QConvProblem& p) : p_(p) {
         const QConvDesc& d = p.d;
         rows_ = d.n * p.oh * p.ow;
-        k_ = d.kh * d.kw * d.c;
+        k_ = d.kh * d.kw * d.c;  // an im2col row: every group's taps, group after group
+        groups_ = d.groups;
+        ocg_ = d.oc / d.groups;
+        kg_ = k_ / d.groups;
         if (direct_1x1(p)) {
             block_ = rows_;
         } else {
             block_ = std::clamp<int64_t>((int64_t{256} << 10) / std::max<int64_t>(1, k_), 32, 1024);
             block_ = std::min(block_, rows_);
         }
-        full_ = std::make_shared<GemmPlan>(gemm_desc(p, block_));
-        if (rows_ % block_) tail_ = std::make_shared<GemmPlan>(gemm_desc(p, rows_ % block_));
+        const int64_t lda = direct_1x1(p) ? d.c : k_;
+        full_ = std::make_shared<GemmPlan>(gemm_desc(p, block_, lda));
+        if (rows_ % block_) tail_ = std::make_shared<GemmPlan>(gemm_desc(p, rows_ % block_, lda));
     }
 
     std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
         auto pk = std::make_shared<GemmQPacked>();
         pk->key = qconv_packed_key("gemm:qconv", p_);
-        pk->full = full_->pack_b(weights);
-        if (tail_) pk->tail = tail_->pack_b(weights);
+        for (int64_t g = 0; g < groups_; ++g) {
+            const int8_t* wg = weights + g * ocg_ * kg_;
+            pk->full.push_back(full_->pack_b(wg));
+            if (tail_) pk->tail.push_back(tail_->pack_b(wg));
+        }
         return pk;
     }
 
@@ -119,7 +132,10 @@ public:
         const QConvDesc& d = p_.d;
         const int64_t es_dst = dtype_size(d.dst_dtype);
         if (direct_1x1(p_)) {
-            full_->run(gemm_args(a, a.src, a.dst), pk.full);
+            for (int64_t g = 0; g < groups_; ++g)
+                full_->run(gemm_args(a, static_cast<const uint8_t*>(a.src) + g * kg_,
+                                     static_cast<char*>(a.dst) + g * ocg_ * es_dst, g, ocg_, kg_),
+                           pk.full[static_cast<size_t>(g)]);
             return;
         }
         const int64_t nblocks = (rows_ + block_ - 1) / block_;
@@ -129,32 +145,50 @@ public:
             col.resize(static_cast<size_t>(block_ * k_));
             for (int64_t b = b0; b < b1; ++b) {
                 const int64_t r0 = b * block_, r1 = std::min(rows_, r0 + block_);
-                for (int64_t r = r0; r < r1; ++r) {
-                    const int64_t n = r / (p_.oh * p_.ow), oy = (r / p_.ow) % p_.oh, ox = r % p_.ow;
-                    uint8_t* row = col.data() + (r - r0) * k_;
-                    for (int64_t ky = 0; ky < d.kh; ++ky) {
-                        const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
-                        for (int64_t kx = 0; kx < d.kw; ++kx) {
-                            const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
-                            uint8_t* t = row + (ky * d.kw + kx) * d.c;
-                            if (y < 0 || y >= d.h || x < 0 || x >= d.w)
-                                std::memset(t, pad, static_cast<size_t>(d.c));
-                            else
-                                std::memcpy(t, static_cast<const uint8_t*>(a.src) + ((n * d.h + y) * d.w + x) * d.c,
-                                            static_cast<size_t>(d.c));
-                        }
-                    }
-                }
+                im2col(a, col.data(), r0, r1, pad);
                 const bool full = r1 - r0 == block_;
-                (full ? *full_ : *tail_)
-                    .run(gemm_args(a, col.data(), static_cast<char*>(a.dst) + r0 * d.oc * es_dst), full ? pk.full : pk.tail);
+                for (int64_t g = 0; g < groups_; ++g)
+                    (full ? *full_ : *tail_)
+                        .run(gemm_args(a, col.data() + g * kg_, static_cast<char*>(a.dst) + (r0 * d.oc + g * ocg_) * es_dst,
+                                       g, ocg_, kg_),
+                             full ? pk.full[static_cast<size_t>(g)] : pk.tail[static_cast<size_t>(g)]);
             }
         });
     }
 
 private:
+    // Rows [r0, r1) of the im2col matrix: per tap (ky, kx), group g's C/groups channels at
+    // g*kg_ + (ky*KW + kx)*(C/groups) (the OHWI order of its weights); padding reads `pad`.
+    void im2col(const QConvArgs& a, uint8_t* col, int64_t r0, int64_t r1, uint8_t pad) const {
+        const QConvDesc& d = p_.d;
+        const int64_t cg = d.c / groups_;
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t n = r / (p_.oh * p_.ow), oy = (r / p_.ow) % p_.oh, ox = r % p_.ow;
+            uint8_t* row = col + (r - r0) * k_;
+            for (int64_t ky = 0; ky < d.kh; ++ky) {
+                const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
+                for (int64_t kx = 0; kx < d.kw; ++kx) {
+                    const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
+                    const bool in = y >= 0 && y < d.h && x >= 0 && x < d.w;
+                    const uint8_t* s = in ? static_cast<const uint8_t*>(a.src) + ((n * d.h + y) * d.w + x) * d.c : nullptr;
+                    if (groups_ == 1) {
+                        uint8_t* t = row + (ky * d.kw + kx) * d.c;
+                        if (in) std::memcpy(t, s, static_cast<size_t>(d.c));
+                        else std::memset(t, pad, static_cast<size_t>(d.c));
+                        continue;
+                    }
+                    for (int64_t g = 0; g < groups_; ++g) {
+                        uint8_t* t = row + g * kg_ + (ky * d.kw + kx) * cg;
+                        if (in) std::memcpy(t, s + g * cg, static_cast<size_t>(cg));
+                        else std::memset(t, pad, static_cast<size_t>(cg));
+                    }
+                }
+            }
+        }
+    }
+
     QConvProblem p_;
-    int64_t rows_ = 0, k_ = 0, block_ = 1;
+    int64_t rows_ = 0, k_ = 0, block_ = 1, groups_ = 1, ocg_ = 1, kg_ = 1;
     std::shared_ptr<GemmPlan> full_, tail_;
 };
 
@@ -168,7 +202,7 @@ struct RefQConv final : QConvKernel {
     std::shared_ptr<const QConvPackedData> pack(const int8_t* weights) const override {
         auto pk = std::make_shared<PlainQPacked>();
         pk->key = qconv_packed_key("ref:scalar", p_);
-        pk->w.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * p_.d.c);
+        pk->w.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * (p_.d.c / p_.d.groups));
         return pk;
     }
     QConvProblem p_;
@@ -193,9 +227,9 @@ QConvProblem qconv_validate_desc(const char* fn, const QConvDesc& d) {
         fail(Status::unsupported,
              std::string(fn) + ": dst_dtype=" + dtype_name(d.dst_dtype) + " is not supported (u8, s8 or f32)");
     const ConvProblem g = conv_validate_desc(fn, geometry(d));
-    const int64_t K = d.kh * d.kw * d.c;
+    const int64_t K = d.kh * d.kw * (d.c / d.groups);  // groups validated above (divides C and OC)
     if (K > 33025)
-        fail_arg(fn, "KH*KW*C", std::to_string(K), "must be <= 33025 (the int32 accumulation could overflow)");
+        fail_arg(fn, "KH*KW*C/groups", std::to_string(K), "must be <= 33025 (the int32 accumulation could overflow)");
     QConvProblem p;
     p.d = d;
     p.oh = g.oh;
@@ -225,7 +259,7 @@ void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs&
         if (a.dst_zero_point < (du8 ? 0 : -128) || a.dst_zero_point > (du8 ? 255 : 127))
             fail_arg(fn, "dst_zero_point", std::to_string(a.dst_zero_point), du8 ? "must be in [0, 255]" : "must be in [-128, 127]");
     }
-    const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * d.c;
+    const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * (d.c / d.groups);
     const int64_t dst_b = d.n * p.oh * p.ow * d.oc * dtype_size(d.dst_dtype);
     if (overlaps(a.dst, dst_b, a.src, src_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps src=" + ptr_str(a.src));
     if (!weights_packed && overlaps(a.dst, dst_b, a.weights, wei_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weights");
@@ -241,11 +275,13 @@ void qconv2d_reference(const QConvProblem& p, const QConvArgs& a) {
     const QConvDesc& d = p.d;
     const bool su8 = d.src_dtype == DType::u8;
     const float inv = 1.0f / a.dst_scale;
+    const int64_t cg = d.c / d.groups, ocg = d.oc / d.groups;
     parallel_for(d.n * p.oh, 1, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t n = r / p.oh, oy = r % p.oh;
             for (int64_t ox = 0; ox < p.ow; ++ox)
                 for (int64_t o = 0; o < d.oc; ++o) {
+                    const int64_t c0 = (o / ocg) * cg;  // the group's first input channel
                     int32_t acc = 0;
                     for (int64_t ky = 0; ky < d.kh; ++ky) {
                         const int64_t y = oy * d.stride_h - d.pad_top + ky * d.dilation_h;
@@ -253,10 +289,10 @@ void qconv2d_reference(const QConvProblem& p, const QConvArgs& a) {
                         for (int64_t kx = 0; kx < d.kw; ++kx) {
                             const int64_t x = ox * d.stride_w - d.pad_left + kx * d.dilation_w;
                             if (x < 0 || x >= d.w) continue;
-                            for (int64_t c = 0; c < d.c; ++c) {
-                                const int64_t si = ((n * d.h + y) * d.w + x) * d.c + c;
+                            for (int64_t c = 0; c < cg; ++c) {
+                                const int64_t si = ((n * d.h + y) * d.w + x) * d.c + c0 + c;
                                 const int32_t s = su8 ? static_cast<const uint8_t*>(a.src)[si] : static_cast<const int8_t*>(a.src)[si];
-                                acc += (s - a.src_zero_point) * a.weights[((o * d.kh + ky) * d.kw + kx) * d.c + c];
+                                acc += (s - a.src_zero_point) * a.weights[((o * d.kh + ky) * d.kw + kx) * cg + c];
                             }
                         }
                     }
@@ -294,55 +330,30 @@ const Registry<QConvProblem, QConvKernel>& qconv_registry() {
     return r;
 }
 
-// ---- routing: gemm:qconv or onednn:qconv, by a one-time timing ----
+// ---- routing: gemm:qconv or onednn:qconv, by a one-time timing (route_tune.hpp) ----
 namespace {
 
 using QReg = Registry<QConvProblem, QConvKernel>;
 
-constexpr double kMinGain = 0.05;       // oneDNN must be this much faster (ours is exact; noise)
-constexpr int kMaxRounds = 10;              // timed rounds (one run of each candidate)
-constexpr double kRoundsBudgetUs = 200000.0;  // no new round once the rounds took this long
-constexpr int64_t kMaxTuneBytes = int64_t{256} << 20;  // scratch operands larger: not timed
-
-struct QTune {
-    std::mutex mu;       // guards map
-    std::mutex tune_mu;  // one timing at a time
-    std::unordered_map<std::string, const QReg::ImplT*> map;
-};
-
-QTune& qtune() {
-    static QTune t;
-    return t;
+route::Decisions<QReg::ImplT>& qdecisions() {
+    static route::Decisions<QReg::ImplT> d;
+    return d;
 }
 
-const QReg::ImplT* qtune_lookup(const std::string& key) {
-    QTune& t = qtune();
-    std::lock_guard<std::mutex> lock(t.mu);
-    const auto it = t.map.find(key);
-    return it == t.map.end() ? nullptr : it->second;
-}
-
-std::string us_str(double us) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1fus", us);
-    return b;
-}
-
-// Times gemm:qconv against onednn:qconv on scratch operands of the descriptor's extents (u8 / s8
-// source with zero point 0, unit-ish scales, packed weights on both sides): an untimed warm-up of
-// each (oneDNN makes its primitive), then up to ten rounds of two runs of each (the second
-// timed; none started after 200 ms of rounds), the minimum of each.
+// Times gemm:qconv against onednn:qconv (route::time_routes) on scratch operands of the
+// descriptor's extents (u8 / s8 source with zero point 0, unit-ish scales, packed weights on both
+// sides). oneDNN is kept only when >= 5% faster (ours is exact).
 const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, const QReg::ImplT& dnn,
                              const std::string& key) {
     const QReg& reg = qconv_registry();
     const QConvDesc& d = p.d;
     const double t_start = now_us();
-    const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * d.c;
+    const int64_t src_b = d.n * d.h * d.w * d.c, wei_b = d.oc * d.kh * d.kw * (d.c / d.groups);
     const int64_t dst_b = d.n * p.oh * p.ow * d.oc * dtype_size(d.dst_dtype);
     const QReg::ImplT* best = &gemm;
     std::string why;
     try {
-        if (src_b + wei_b + dst_b > kMaxTuneBytes) {
+        if (src_b + wei_b + dst_b > route::kMaxTuneBytes) {
             best = &dnn;  // too large to time here: oneDNN's JIT kernel (the measured rule)
             why = ",not timed (operands > 256 MiB)";
         } else {
@@ -363,47 +374,14 @@ const QReg::ImplT* qtune_run(const QConvProblem& p, const QReg::ImplT& gemm, con
             a.dst_zero_point = d.dst_dtype == DType::u8 ? 1 : 0;
             const auto pg = kg->pack(wei.data());
             const auto pd = kd->pack(wei.data());
-            auto once = [&](const QConvKernel& k, const QConvPackedData* pk) {
-                const double t0 = now_us();
-                k.run(a, pk);
-                return now_us() - t0;
-            };
-            once(*kg, pg.get());
-            once(*kd, pd.get());
-            // The minimum of each over the rounds: a preemption on a shared host inflates single
-            // runs many times over (seen: 23.8 ms for a 0.4 ms call; 2-thread calls of 0.3 ms took
-            // 40-48 ms on the oversubscribed 2-vCPU host; a process's first 2-thread timing saw
-            // both 10-20x slow for five rounds in a row), so no early exit on a large gap: up to
-            // ten rounds, fewer only once the rounds have taken kRoundsBudgetUs.
-            double tg = 1e300, td = 1e300;
-            int rounds = 0;
-            const double t_rounds = now_us();
-            // Each round runs a route twice and keeps the second: the first call after the other
-            // route pays for the switch (device Xeon, 16 threads: oneDNN's AMX conv right after our
-            // GEMM path took ~1 ms instead of 32-45 us, so alternating single runs picked our path
-            // at 0.2x of oneDNN's own rate); a network keeps one route per layer shape, so the
-            // steady rate is what a call sees.
-            while (rounds < kMaxRounds) {
-                once(*kg, pg.get());
-                tg = std::min(tg, once(*kg, pg.get()));
-                once(*kd, pd.get());
-                td = std::min(td, once(*kd, pd.get()));
-                ++rounds;
-                if (now_us() - t_rounds > kRoundsBudgetUs) break;
-            }
-            if (td < (1.0 - kMinGain) * tg) best = &dnn;
-            why = ",gemm:qconv=" + us_str(tg) + ",onednn:qconv(" + kd->backend_info().substr(7) + ")=" + us_str(td) +
-                  ",rounds:" + std::to_string(rounds);
+            const route::Timing t = route::time_routes([&] { kg->run(a, pg.get()); }, [&] { kd->run(a, pd.get()); });
+            if (t.b_us < (1.0 - route::kMinGain) * t.a_us) best = &dnn;
+            why = ",gemm:qconv=" + route::us_str(t.a_us) + ",onednn:qconv(" + kd->backend_info().substr(7) +
+                  ")=" + route::us_str(t.b_us) + ",rounds:" + std::to_string(t.rounds);
         }
     } catch (const std::exception& e) {
         best = &gemm;  // oneDNN could not make or run it, or scratch memory ran out: ours
         why = std::string(",not timed: ") + e.what();
-    }
-    {
-        QTune& t = qtune();
-        std::lock_guard<std::mutex> lock(t.mu);
-        if (t.map.size() >= 4096) t.map.clear();
-        t.map[key] = best;
     }
     verbose_log("tune", "qconv2d", key + why + ",pick:" + best->name, now_us() - t_start);
     return best;
@@ -425,15 +403,14 @@ QReg::Selected qconv_select(const QConvProblem& p, const char** how) {
         } else if (dnn.isa <= max_isa() && isa_supported(dnn.isa) && onednn_qconv_supports(p)) {
             if (force == "onednn") {
                 h = "forced", impl = &dnn;
+            } else if (p.d.groups > 1) {
+                // Grouped / depthwise: oneDNN, not timed — ours runs one GEMM of OC/groups columns
+                // per group and block (56x56x144 depthwise, 1 thread: 497 ms against oneDNN's
+                // brdgmm_dw 0.19 ms), so the timing alone would cost seconds.
+                h = "grouped", impl = &dnn;
             } else {
-                const std::string key = p.key() + ",cap:" + isa_name(max_isa()) + ",threads:" + std::to_string(get_num_threads());
-                if (const QReg::ImplT* c = qtune_lookup(key)) {
-                    h = "cached", impl = c;
-                } else {
-                    std::lock_guard<std::mutex> lock(qtune().tune_mu);
-                    if (const QReg::ImplT* c2 = qtune_lookup(key)) h = "cached", impl = c2;
-                    else h = "timed", impl = qtune_run(p, pick, dnn, key);
-                }
+                const std::string key = route::decision_key(p.key());
+                impl = qdecisions().get(key, [&] { return qtune_run(p, pick, dnn, key); }, &h);
             }
         }
     }
@@ -441,11 +418,7 @@ QReg::Selected qconv_select(const QConvProblem& p, const char** how) {
     return reg.get(p, *impl);
 }
 
-void qconv_tune_clear() {
-    QTune& t = qtune();
-    std::lock_guard<std::mutex> lock(t.mu);
-    t.map.clear();
-}
+void qconv_tune_clear() { qdecisions().clear(); }
 
 struct QConvPlanState {
     QConvProblem p;

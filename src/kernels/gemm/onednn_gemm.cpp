@@ -21,14 +21,14 @@
 // Primitives: oneDNN (built with OpenMP here) sizes its work split by the calling thread's OpenMP
 // thread count, so each primitive is created and executed with omp_set_num_threads(n) for n =
 // xk::get_num_threads() on the calling thread (restored afterwards; the OpenMP ICV is per thread,
-// so concurrent callers do not disturb each other), in both of xk's threading backends. A kernel
-// holds its primitives by (threads, beta value, B packed or not): the one of the creation-time
+// so concurrent callers do not disturb each other) — one thread under the std::thread backend (the
+// TSan build: oneDNN's OpenMP pool synchronises inside the uninstrumented libgomp); the engine,
+// streams, scratchpads and this rule are common/onednn_util.hpp's, shared with the conv family.
+// A kernel holds its primitives by (threads, beta value, B packed or not): the one of the creation-time
 // thread count, the spec's beta class and unpacked B is created with the kernel; others on first
 // use (under a mutex; at most kMaxPrims, the oldest dropped). Every execution passes its own
 // scratchpad (scratchpad_mode::user, a per-thread buffer) and its own stream (per thread), and
 // primitives are immutable, so GemmPlan::run may be called from several threads at once.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +38,7 @@
 #include <new>
 #include <unordered_map>
 
+#include "common/onednn_util.hpp"
 #include "common/parallel.hpp"
 #include "kernels/gemm/gemm.hpp"
 
@@ -49,62 +50,10 @@ using dims = dnnl::memory::dims;
 
 constexpr size_t kMaxPrims = 16;
 
-const dnnl::engine& engine() {
-    static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-}
-
-// The calling thread's OpenMP thread count set to n for the scope (oneDNN reads it at creation
-// and execution).
-class OmpThreads {
-public:
-    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
-        if (n != saved_) omp_set_num_threads(n);
-    }
-    ~OmpThreads() {
-        if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-    }
-    OmpThreads(const OmpThreads&) = delete;
-    OmpThreads& operator=(const OmpThreads&) = delete;
-
-private:
-    int saved_;
-};
-
-// A per-thread, growing, 64-byte aligned buffer (the scratchpad).
-void* thread_scratch(size_t bytes) {
-    struct Buf {
-        void* p = nullptr;
-        size_t cap = 0;
-        ~Buf() { std::free(p); }
-    };
-    thread_local Buf b;
-    if (b.cap < bytes) {
-        const size_t n = (bytes + 4095) / 4096 * 4096;
-        void* p = std::aligned_alloc(64, n);
-        if (!p) throw std::bad_alloc();
-        std::free(b.p);
-        b.p = p, b.cap = n;
-    }
-    return b.p;
-}
-
-dnnl::stream& thread_stream() {
-    thread_local dnnl::stream s(engine());
-    return s;
-}
-
-dnnl::algorithm eltwise_alg(Activation a, float& alpha) {
-    alpha = 0.0f;
-    switch (a) {
-        case Activation::relu: return dnnl::algorithm::eltwise_relu;
-        case Activation::gelu_erf: return dnnl::algorithm::eltwise_gelu_erf;
-        case Activation::gelu_tanh: return dnnl::algorithm::eltwise_gelu_tanh;
-        case Activation::silu: alpha = 1.0f; return dnnl::algorithm::eltwise_swish;
-        case Activation::none: break;
-    }
-    return dnnl::algorithm::undef;
-}
+using dnn::eltwise_alg;
+using dnn::engine;
+using dnn::OmpThreads;
+using dnn::thread_stream;
 
 uint32_t bits(float f) {
     uint32_t u;
@@ -226,7 +175,7 @@ private:
                          dnnl::memory(dnnl::memory::desc({1}, dt::f32, dims{1}), eng, &alpha));
         if (p.bias_arg) args.emplace(p.bias_arg, dnnl::memory(p.bias_md, eng, const_cast<float*>(a.bias)));
         if (p.res_arg) args.emplace(p.res_arg, dnnl::memory(p.res_md, eng, const_cast<void*>(a.residual)));
-        if (p.scratch_bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch_md, eng, thread_scratch(p.scratch_bytes)));
+        if (p.scratch_bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratch_md, eng, dnn::thread_buffer(dnn::Buf::scratchpad, p.scratch_bytes)));
         try {
             OmpThreads omp(p.threads);
             dnnl::stream& st = thread_stream();
