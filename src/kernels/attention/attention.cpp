@@ -377,8 +377,16 @@ AttnKvSource cache_source(const KvCacheDesc& c, const KvCache& k, int64_t b, int
 int64_t attn_prefetch_tiles() {
     static const int64_t v = [] {
         const char* e = std::getenv("XK_ATTN_PF");
-        if (!e || !*e) return int64_t{4};
+        if (!e || !*e) return attn_prefetch_spread() ? int64_t{2} : int64_t{4};
         return std::clamp<int64_t>(std::atoll(e), 0, 64);
+    }();
+    return v;
+}
+
+bool attn_prefetch_spread() {
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_PF_SPREAD");
+        return !(e && *e && std::atoi(e) == 0);
     }();
     return v;
 }
