@@ -108,6 +108,8 @@ int64_t attn_prefetch_tiles();
 // distance ahead; false = the earlier form, a whole tile's rows at once into L2 (PREFETCHT1) before
 // its scores (a burst of up to 128 prefetches that stalls the loop behind the core's fill buffers).
 bool attn_prefetch_spread();
+// Tests only: tiles >= 0 / spread >= 0 replace the two settings above (-1: back to the env / defaults).
+void attn_prefetch_override(int64_t tiles, int spread);
 
 // Reference (specification): plain fp32 loops, the whole range at once (two passes).
 void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, float* l, float* acc);
