@@ -386,12 +386,12 @@ void attn_prefetch_override(int64_t tiles, int spread) {
 
 int64_t attn_prefetch_tiles() {
     if (const int64_t o = g_pf_tiles_override.load(std::memory_order_relaxed); o >= 0) return o;
-    static const int64_t v = [] {
+    static const int64_t v = [] {  // -1: not set
         const char* e = std::getenv("XK_ATTN_PF");
-        if (!e || !*e) return attn_prefetch_spread() ? int64_t{2} : int64_t{4};
+        if (!e || !*e) return int64_t{-1};
         return std::clamp<int64_t>(std::atoll(e), 0, 64);
     }();
-    return v;
+    return v >= 0 ? v : attn_prefetch_spread() ? 2 : 4;
 }
 
 bool attn_prefetch_spread() {

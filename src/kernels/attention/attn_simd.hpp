@@ -89,15 +89,16 @@ inline __attribute__((always_inline)) void attn_dots4(const float* q, int64_t hd
     }
 }
 
-// The 16 scores of NB rows (q rows qb) against the tile's keys kt (n of them; the others repeat
-// the last key and are masked later) to out + i*os.
 // Prefetches spread over a tile's score loop (attn_prefetch_spread): the K / V rows of the tile
-// `distance` ahead, k / v its first rows (null: none), n rows, rb bytes a row.
+// `distance` ahead, k / v its first rows (null: none), n rows, ks / vs / rb bytes.
 struct AttnPf {
     const char* k = nullptr;
     const char* v = nullptr;
     int64_t ks = 0, vs = 0, n = 0, rb = 0;
 };
+
+// The 16 scores of NB rows (q rows qb) against the tile's keys kt (n of them; the others repeat
+// the last key and are masked later) to out + i*os; pf: prefetches to issue on the way.
 
 template <class V, class T, int NB, int NC>
 void attn_scores_tile(const float* qb, int64_t hd, const T* kt, int64_t ks, int64_t n, float* U, float* out,
@@ -217,8 +218,8 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
         // Prefetch the keys / values pf_tiles tiles ahead (decode is a stream through DRAM; the
         // hardware prefetchers alone leave it latency-bound). Spread (default): issued by the score
         // loop 4 keys at a time into L1 — at 1 thread the K / V stream then overlaps the compute
-        // (dev VM, DRAM-resident 32k-key bf16 head: 7.3-7.5 -> 9.3-9.6 GB/s vs a read loop of
-        // 10.3-11.3; f32 8.9-9.5 -> 11.1-11.3), where the burst of a whole tile serialised them.
+        // (device Xeon, bench_attention decode rows, 1 thread: bf16 7.6-8.2 -> 8.4-12.1 GB/s, f32
+        // 8.5-9.3 -> 11.0-13.0, read loop 11.3-13.1), where the burst of a whole tile serialised them.
         const int64_t jp = j0 + 16 * pf_tiles;
         AttnPf apf;
         if (pf_tiles > 0 && R < 16 && jp < jmax) {  // (prefill tiles are reused by many rows: no prefetch)
