@@ -16,6 +16,9 @@
 //       4 * T * T * 128 * 32 / 2. The label names the kernel (amx:bf16: AMX tiles; intr:avx512).
 //   attention/<dtype>/xk/gemm/M:1024/N:1024/K:128/nt:<t>
 //       our GEMM on a Q.K^T-like shape (K = head_dim): the GEMM rate the prefill is held to.
+//   attention/bf16/xk/issue_rate/{vdpbf16ps,vfmadd231ps}   (AVX512-BF16 machines, 1 thread)
+//       GFLOPS = multiply-adds x 2 per second of 8 independent chains of the instruction: why the
+//       decode's products stay FP32 FMAs (bf16 widened) rather than VDPBF16PS (docs/attention.md).
 // XK_BENCH_THREADS picks the thread counts (default 1,2); XK_BENCH_PREFILL_8K=1 adds T = 8192.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -29,6 +32,7 @@
 #include "common/parallel.hpp"
 #include "xk/attention.hpp"
 #include "xk/gemm.hpp"
+#include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 
 namespace xb = xk::bench;
@@ -187,7 +191,46 @@ void bench_gemm_ref(benchmark::State& state, xk::DType dt, int64_t T, int thread
     xb::set_gflops(state, 2.0 * double(T) * double(N) * kHd);
 }
 
+// 8 chains x n iterations of VDPBF16PS (32 multiply-adds each) or VFMADD231PS (16).
+__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) float issue_chains(int64_t n, bool bf16) {
+    // (distinct starting values: identical chains would be merged by the compiler)
+    __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1e-3f), a2 = _mm512_set1_ps(2e-3f), a3 = _mm512_set1_ps(3e-3f);
+    __m512 a4 = _mm512_set1_ps(4e-3f), a5 = _mm512_set1_ps(5e-3f), a6 = _mm512_set1_ps(6e-3f), a7 = _mm512_set1_ps(7e-3f);
+    if (bf16) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3000);
+        for (int64_t i = 0; i < n; ++i) {
+            a0 = _mm512_dpbf16_ps(a0, x, y), a1 = _mm512_dpbf16_ps(a1, x, y), a2 = _mm512_dpbf16_ps(a2, x, y);
+            a3 = _mm512_dpbf16_ps(a3, x, y), a4 = _mm512_dpbf16_ps(a4, x, y), a5 = _mm512_dpbf16_ps(a5, x, y);
+            a6 = _mm512_dpbf16_ps(a6, x, y), a7 = _mm512_dpbf16_ps(a7, x, y);
+            __asm__ volatile("" : "+v"(a0));  // (not a pure function: the loop is run)
+        }
+    } else {
+        const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
+        for (int64_t i = 0; i < n; ++i) {
+            a0 = _mm512_fmadd_ps(a0, x, y), a1 = _mm512_fmadd_ps(a1, x, y), a2 = _mm512_fmadd_ps(a2, x, y);
+            a3 = _mm512_fmadd_ps(a3, x, y), a4 = _mm512_fmadd_ps(a4, x, y), a5 = _mm512_fmadd_ps(a5, x, y);
+            a6 = _mm512_fmadd_ps(a6, x, y), a7 = _mm512_fmadd_ps(a7, x, y);
+            __asm__ volatile("" : "+v"(a0));
+        }
+    }
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    return _mm512_reduce_add_ps(s);
+}
+
+void bench_issue_rate(benchmark::State& state, bool bf16) {
+    constexpr int64_t n = 1 << 16;
+    float sink = 0;
+    for (auto _ : state) sink += issue_chains(n, bf16);
+    benchmark::DoNotOptimize(sink);
+    xb::set_gflops(state, 2.0 * 8 * n * (bf16 ? 32 : 16));
+}
+
 int reg = [] {
+    if (xk::isa_supported(xk::Isa::avx512_bf16))
+        for (bool bf : {true, false})
+            benchmark::RegisterBenchmark(bf ? "attention/bf16/xk/issue_rate/vdpbf16ps" : "attention/bf16/xk/issue_rate/vfmadd231ps",
+                                         [bf](benchmark::State& s) { bench_issue_rate(s, bf); });
     for (int t : xb::thread_counts()) {
         const std::string nt = "nt:" + std::to_string(t);
         benchmark::RegisterBenchmark(("attention/f32/xk/read/" + nt).c_str(),

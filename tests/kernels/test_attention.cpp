@@ -487,7 +487,7 @@ struct CacheFixture {
     std::vector<float> ksc, vsc;
 
     CacheFixture(KvLayout layout, DType dtype, int64_t batch, int64_t kv_heads, int64_t hd, int64_t capacity,
-                 int64_t block_size, uint64_t seed) {
+                 int64_t block_size, uint64_t seed, size_t misalign = 0) {
         std::mt19937_64 g(seed);
         cd.layout = layout;
         cd.dtype = dtype;
@@ -513,8 +513,8 @@ struct CacheFixture {
             ksc.assign(static_cast<size_t>(kv_cache_scale_elements(cd)), 0.0f);
             vsc.assign(ksc.size(), 0.0f);
         } else {
-            kc = Tensor(dtype, static_cast<size_t>(n));
-            vc = Tensor(dtype, static_cast<size_t>(n));
+            kc = Tensor(dtype, static_cast<size_t>(n), misalign);
+            vc = Tensor(dtype, static_cast<size_t>(n), misalign);
         }
         const int64_t cap = kv_cache_capacity(cd);
         for (int64_t b = 0; b < batch; ++b) {
@@ -572,13 +572,14 @@ struct CacheFixture {
 // Queries: n_b per sequence with context ctx_b; returns o (f32) and checks against naive.
 void check_cached(CacheFixture& f, const std::vector<int64_t>& nq, const std::vector<int64_t>& ctx, int64_t q_heads,
                   DType q_dtype, int64_t splits, uint64_t seed, std::vector<float>* out = nullptr,
-                  const std::vector<float>* qin = nullptr, double atol = kF32Atol, double rtol = kF32Rtol) {
+                  const std::vector<float>* qin = nullptr, double atol = kF32Atol, double rtol = kF32Rtol,
+                  size_t q_misalign = 0) {
     std::mt19937_64 g(seed);
     const int64_t B = f.cd.batch, hd = f.cd.head_dim, kvh = f.cd.kv_heads;
     std::vector<int64_t> cu(B + 1, 0);
     for (int64_t b = 0; b < B; ++b) cu[b + 1] = cu[b] + nq[b];
     const int64_t T = cu[B];
-    Tensor q(q_dtype, static_cast<size_t>(T * q_heads * hd));
+    Tensor q(q_dtype, static_cast<size_t>(T * q_heads * hd), q_misalign);
     if (qin) {
         for (size_t i = 0; i < qin->size(); ++i) q.set(i, (*qin)[i]);
     } else {
@@ -654,6 +655,42 @@ TEST(Attention, DecodeOverCacheContiguousAndPaged) {
                         t7.f = o7;
                         EXPECT_TRUE(close(t7, w, idx, 1e-6, 1e-5));
                     }
+        });
+    }
+    set_num_threads(0);
+}
+
+// Decode under each prefetch form of the vector kernels (spread over the score loop: the default;
+// a tile's burst: XK_ATTN_PF_SPREAD=0; none; spread 1 tile ahead): odd context lengths 1 / 7 / 17 /
+// 1023 in one batch (prefetches near and past each sequence's end, across shuffled paged blocks),
+// GQA and MQA, misaligned cache and q pointers; against the double reference.
+TEST(Attention, DecodePrefetchFormsOddLengths) {
+    struct Pf { int64_t tiles; int spread; };
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            uint64_t seed = 91;
+            std::vector<Pf> forms = {{-1, -1}};
+            if (threads == 1 && isa == Isa::avx512) forms = {{-1, -1}, {4, 0}, {0, -1}, {1, 1}};
+            for (const Pf& pf : forms) {
+                xk::detail::attn_prefetch_override(pf.tiles, pf.spread);
+                const bool dflt = pf.tiles < 0;  // the other forms: paged GQA only
+                for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+                    for (DType dt : {DType::f32, DType::bf16})
+                        for (int64_t kvh : {2, 1}) {  // 8 q heads: GQA 4, MQA
+                            if (!dflt && (layout == KvLayout::contiguous || kvh == 1)) continue;
+                            SCOPED_TRACE(std::string(kv_layout_name(layout)) + " " + dtype_name(dt) + " kv_heads=" +
+                                         std::to_string(kvh) + " pf=" + std::to_string(pf.tiles) + "/" +
+                                         std::to_string(pf.spread));
+                            const int64_t cap = kSanitized ? 301 : 1023;
+                            CacheFixture f(layout, dt, 4, kvh, 128, cap, 16, seed++, /*misalign=*/1);
+                            const std::vector<int64_t> ctx = {1, 7, 17, cap};
+                            for (int64_t b = 0; b < 4; ++b) f.append(b, 0, ctx[b]);
+                            check_cached(f, {1, 1, 1, 1}, ctx, 8, dt, 0, seed, nullptr, nullptr, kF32Atol, kF32Rtol,
+                                         /*q_misalign=*/3);
+                        }
+            }
+            xk::detail::attn_prefetch_override(-1, -1);
         });
     }
     set_num_threads(0);

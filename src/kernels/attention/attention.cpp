@@ -374,11 +374,31 @@ AttnKvSource cache_source(const KvCacheDesc& c, const KvCache& k, int64_t b, int
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> g_pf_tiles_override{-1};
+std::atomic<int> g_pf_spread_override{-1};
+}  // namespace
+
+void attn_prefetch_override(int64_t tiles, int spread) {
+    g_pf_tiles_override.store(tiles, std::memory_order_relaxed);
+    g_pf_spread_override.store(spread, std::memory_order_relaxed);
+}
+
 int64_t attn_prefetch_tiles() {
-    static const int64_t v = [] {
+    if (const int64_t o = g_pf_tiles_override.load(std::memory_order_relaxed); o >= 0) return o;
+    static const int64_t v = [] {  // -1: not set
         const char* e = std::getenv("XK_ATTN_PF");
-        if (!e || !*e) return int64_t{4};
+        if (!e || !*e) return int64_t{-1};
         return std::clamp<int64_t>(std::atoll(e), 0, 64);
+    }();
+    return v >= 0 ? v : attn_prefetch_spread() ? 2 : 4;
+}
+
+bool attn_prefetch_spread() {
+    if (const int o = g_pf_spread_override.load(std::memory_order_relaxed); o >= 0) return o != 0;
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_PF_SPREAD");
+        return !(e && *e && std::atoi(e) == 0);
     }();
     return v;
 }

@@ -101,8 +101,15 @@ void attn_q_row_avx512(const void* src, bool bf16_in, float scale, float* dst, i
 void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, int64_t n);
 
 // Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
-// clamped to [0, 64]), else 4. A tuning knob for the device runs.
+// clamped to [0, 64]), else 2 (4 with XK_ATTN_PF_SPREAD=0). A tuning knob for the device runs.
 int64_t attn_prefetch_tiles();
+// How the decode prefetches are issued (XK_ATTN_PF_SPREAD, read once): true (default) = into L1
+// (PREFETCHT0), each 4-key group of the score loop prefetching the K / V rows of its 4 keys a
+// distance ahead; false = the earlier form, a whole tile's rows at once into L2 (PREFETCHT1) before
+// its scores (a burst of up to 128 prefetches that stalls the loop behind the core's fill buffers).
+bool attn_prefetch_spread();
+// Tests only: tiles >= 0 / spread >= 0 replace the two settings above (-1: back to the env / defaults).
+void attn_prefetch_override(int64_t tiles, int spread);
 
 // Reference (specification): plain fp32 loops, the whole range at once (two passes).
 void attention_reference(const AttnKernelDesc& kd, const AttnTask& t, float* m, float* l, float* acc);
