@@ -116,7 +116,7 @@ public:
             vbroadcastss(V(12), ptr[abi_param1 + offsetof(QArgs, sscale)]);
             vpbroadcastd(V(13), ptr[abi_param1 + offsetof(QArgs, szp)]);
         }
-        if (zmm_ && mode == Mode::quantize && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (zmm_ && (mode == Mode::quantize || mode == Mode::fused) && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
 
         constexpr int kUnroll = 4;
         Label l4, l1, tail, done;
