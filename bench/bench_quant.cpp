@@ -3,9 +3,12 @@
 //
 //   quantize/<f32|bf16>/xk/<per_tensor|per_channel|dynamic>/<u8|s8>/4096x4096/nt:<N>
 //       per_tensor: asymmetric u8; per_channel: one scale per column (axis 1), symmetric s8;
-//       dynamic: per token (row) asymmetric s8, scales / zero points computed (two reads of x:
-//       the range pass that also rejects non-finite values before any write, then the quantize)
+//       dynamic: per token (row) asymmetric s8, scales / zero points computed (one read of x
+//       from DRAM: each row's range pass and quantize pass while it is in cache)
 //   quantize/<f32|bf16>/xk/dynamic_smooth/s8/...   the same with SmoothQuant's smooth vector
+//   quantize/<f32|bf16>/xk/dynamic_2pass/s8/..., dynamic_smooth_2pass: the same op the old way
+//       (detail::set_quant_dynamic_two_pass: the range of all rows, then the quantize pass — two
+//       reads of x), for before / after in one process
 //   dequantize/<f32|bf16>/xk/<per_tensor|per_channel>/<u8|s8>/4096x4096/nt:<N>
 //   convert/<src>-><dst>/xk/4096x4096/nt:<N>       f32 -> bf16, bf16 -> f32, f32 -> f16, f16 -> f32, bf16 -> f16
 //
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "kernels/quant/quant.hpp"
 #include "xk/convert.hpp"
 #include "xk/quant.hpp"
 
@@ -28,13 +32,15 @@ using xk::DType;
 
 constexpr int64_t kRows = 4096, kCols = 4096;
 
-enum class Mode { per_tensor, per_channel, dynamic, dynamic_smooth };
+enum class Mode { per_tensor, per_channel, dynamic, dynamic_smooth, dynamic_2pass, dynamic_smooth_2pass };
 const char* mode_name(Mode m) {
     switch (m) {
         case Mode::per_tensor: return "per_tensor";
         case Mode::per_channel: return "per_channel";
         case Mode::dynamic: return "dynamic";
         case Mode::dynamic_smooth: return "dynamic_smooth";
+        case Mode::dynamic_2pass: return "dynamic_2pass";
+        case Mode::dynamic_smooth_2pass: return "dynamic_smooth_2pass";
     }
     return "?";
 }
@@ -72,11 +78,12 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
                     : c.mode == Mode::per_channel ? xk::QuantGranularity::per_channel
                                                   : xk::QuantGranularity::per_token_dynamic;
     d.symmetric = c.mode == Mode::per_channel;
-    d.smooth = c.mode == Mode::dynamic_smooth;
+    d.smooth = c.mode == Mode::dynamic_smooth || c.mode == Mode::dynamic_smooth_2pass;
+    const bool two_pass = c.mode == Mode::dynamic_2pass || c.mode == Mode::dynamic_smooth_2pass;
     const xk::QuantPlan plan(d);
     double bytes = static_cast<double>(n * fs + n);
     if (c.mode == Mode::per_channel) bytes += kCols * 4.0;
-    if (c.mode == Mode::dynamic || c.mode == Mode::dynamic_smooth) bytes += kRows * 8.0 + (d.smooth ? kCols * 4.0 : 0.0);
+    if (d.granularity == xk::QuantGranularity::per_token_dynamic) bytes += kRows * 8.0 + (d.smooth ? kCols * 4.0 : 0.0);
     xb::CopyYardstick copy(state, true, bytes);
     for (auto _ : state) {
         const size_t s = bufs.next();
@@ -92,7 +99,9 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
         }
         if (d.smooth) a.smooth = bufs.get<float>(s, 4);
         copy.begin();
+        xk::detail::set_quant_dynamic_two_pass(two_pass);
         plan.run(a);
+        xk::detail::set_quant_dynamic_two_pass(false);
         copy.end();
         benchmark::ClobberMemory();
     }
@@ -133,6 +142,7 @@ const bool registered = [] {
     for (DType ft : {DType::f32, DType::bf16}) {
         const QCase qs[] = {{true, ft, DType::u8, Mode::per_tensor},     {true, ft, DType::s8, Mode::per_channel},
                             {true, ft, DType::s8, Mode::dynamic},        {true, ft, DType::s8, Mode::dynamic_smooth},
+                            {true, ft, DType::s8, Mode::dynamic_2pass},  {true, ft, DType::s8, Mode::dynamic_smooth_2pass},
                             {false, ft, DType::u8, Mode::per_tensor},    {false, ft, DType::s8, Mode::per_channel}};
         for (const QCase& c : qs)
             for (int nt : nts)

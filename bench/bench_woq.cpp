@@ -6,7 +6,9 @@
 //       prefill M = 512 on (4096, 4096). w = u4g128_i8 / s8_i8: the same weights with
 //       WoqCompute::int8 (X quantized per row to s8 in the call, VPDPBUSD). Weights rotated over copies of >= XK_BENCH_ROTATE_MB
 //       (default 1 GiB) in all, for both ours and the bf16 GEMM's packed weights, so both come
-//       from DRAM.
+//       from DRAM. w = u4g128_avx512 / s8_avx512 (M = 16, AMX machines): the plan made under an
+//       avx512_bf16 cap, i.e. the f32 decode kernels (avx512:woq_*:gemv) that amx:woq:dequant_gemm
+//       replaced at M >= 12 with bf16 X, for before / after in one process.
 // Counters:
 //   GBPS      woq weight bytes (q + scales) / woq time
 //   BW%       against a streaming read of as many bytes from a 1 GiB pool, run between the calls
@@ -24,6 +26,7 @@
 #include "bench_util.hpp"
 #include "common/parallel.hpp"
 #include "xk/gemm.hpp"
+#include "xk/isa.hpp"
 #include "xk/runtime.hpp"
 #include "xk/woq.hpp"
 
@@ -117,14 +120,17 @@ WoqSet& weights(bool u4, const Shape& s) {
     return *set;
 }
 
-void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threads, bool i8 = false) {
+void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threads, bool i8 = false, bool f32fma = false) {
     xb::set_threads(threads);
     WoqSet& W = weights(u4, s);
     xk::WoqDesc d;
     d.M = s.M, d.N = s.N, d.K = s.K, d.weight_type = u4 ? xk::WoqWeightType::u4 : xk::WoqWeightType::s8;
     d.a_type = bf16_x ? xk::DType::bf16 : xk::DType::f32;
     if (i8) d.compute = xk::WoqCompute::int8;
+    std::unique_ptr<xk::IsaCap> cap;
+    if (f32fma) cap = std::make_unique<xk::IsaCap>(xk::Isa::avx512_bf16);
     const xk::WoqPlan plan(d);
+    cap.reset();
     std::vector<xk::bf16> xb16(size_t(s.M * s.K));
     std::vector<float> x32(size_t(s.M * s.K));
     xb::fill_uniform(xb16.data(), xb16.size(), -1.0, 1.0, 9);
@@ -172,6 +178,14 @@ const bool registered = [] {
                         const Shape s{M, N, K};
                         reg(xb::join_name({"woq", wname(u4), "xk", s.name(), "nt:" + std::to_string(nt)}),
                             [u4, s, nt, i8](benchmark::State& st) { bench_woq(st, u4, true, s, nt, i8); });
+                    }
+        if (!i8 && xk::isa_supported(xk::Isa::amx))
+            for (bool u4 : {true, false})
+                for (auto [N, K] : nk)
+                    for (int nt : nts) {
+                        const Shape s{16, N, K};
+                        reg(xb::join_name({"woq", wname(u4) + "_avx512", "xk", s.name(), "nt:" + std::to_string(nt)}),
+                            [u4, s, nt](benchmark::State& st) { bench_woq(st, u4, true, s, nt, false, true); });
                     }
         for (bool u4 : {true, false})
             for (int nt : nts) {

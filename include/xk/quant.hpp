@@ -32,7 +32,7 @@ namespace xk {
 enum class QuantGranularity : int {
     per_tensor = 0,         // one scale (and zero point)
     per_channel = 1,        // one per column (axis = 1) or per row (axis = 0)
-    per_token_dynamic = 2,  // quantize only: one per row, computed from the row's min / max
+    per_token_dynamic = 2,  // quantize only: one per row, from the min / max of the row's finite values
 };
 
 constexpr const char* quant_granularity_name(QuantGranularity g) noexcept {
@@ -86,9 +86,10 @@ struct QuantKernel;
 }
 
 // Validates the descriptor and selects the implementation once; run() validates pointers, scales
-// and zero points (before any work) and runs in parallel. per_token_dynamic: a non-finite value
-// (after smoothing) anywhere in x is an xk::Error naming the first one, raised before anything
-// is written (one read of x ahead of the quantization). Immutable, safe to run concurrently.
+// and zero points (before any work) and runs in parallel. per_token_dynamic: each row's parameters
+// come from the min / max of its finite values v = x (* smooth) (a row without one: those of
+// [0, 0]); NaN / +-inf values quantize as in the static modes (NaN -> zero point, +-inf
+// saturate), no error. Immutable, safe to run concurrently.
 class QuantPlan {
 public:
     explicit QuantPlan(const QuantDesc& desc);
@@ -118,7 +119,8 @@ void dequantize_per_tensor(int64_t n, const uint8_t* q, float scale, int32_t zer
 void dequantize_per_tensor(int64_t n, const int8_t* q, float scale, int32_t zero_point, bf16* x);
 
 // Dynamic per token on packed rows: scales[r] / zero_points[r] receive each row's parameters
-// (compute_quant_params of the row's min / max). zero_points may be null when symmetric.
+// (compute_quant_params of the min / max of the row's finite values; none: [0, 0]); NaN -> zero
+// point, +-inf saturate. zero_points may be null when symmetric.
 void quantize_dynamic_per_token(int64_t rows, int64_t cols, const float* x, uint8_t* q, float* scales,
                                 int32_t* zero_points, bool symmetric = false);
 void quantize_dynamic_per_token(int64_t rows, int64_t cols, const float* x, int8_t* q, float* scales,

@@ -446,7 +446,8 @@ def dequantize(q, scale, zero_point=None, axis=None, out=None):
 
 def quantize_dynamic_per_token(x, dtype="u8", symmetric=False, smooth=None):
     """Per-row dynamic quantization of a 2-D f32 / bf16 x: returns (q, scales f32[rows], zero_points
-    int32[rows] or None when symmetric)."""
+    int32[rows] or None when symmetric). Each row's range is that of its finite values; NaN quantizes
+    to the zero point, +-inf saturate."""
     x = _arr(x, "quantize_dynamic_per_token: x", (F32, BF16), 2)
     qt = _dt(dtype)
     rows, cols = x.shape

@@ -410,9 +410,10 @@ X narrow(float v) {
 }
 
 // Dynamic per token (X = float / bf16 as uint16_t, Q = u8 / s8): each row r quantized with the
-// parameters compute_quant_params gives for the row's min / max of v = x (* smooth[c], fp32),
-// which land in scales[r] / zero_points[r]. Expected exactly: scales (bits), zero points, q; the
-// padding of q as it was. A non-finite v must be rejected before anything is written.
+// parameters compute_quant_params gives for the min / max of the row's finite v = x (* smooth[c],
+// fp32; none: [0, 0]), which land in scales[r] / zero_points[r]; a NaN v quantizes to the zero
+// point, +-inf saturate (as the static modes). Expected exactly: scales (bits), zero points, q;
+// the padding of q as it was.
 template <class X, class Q>
 void op_dynamic(In& in) {
     constexpr bool bf = std::is_same_v<X, uint16_t>;
@@ -436,7 +437,7 @@ void op_dynamic(In& in) {
     Buf<float> scales(rows, mis);
     Buf<int32_t> zps(rows, mis);
 
-    const bool hostile = in.pick(3) == 2;  // (an exhausted input reads 0s: valid calls)
+    bool hostile = in.pick(3) == 2;  // (an exhausted input reads 0s: valid calls)
     const X* xp = x.data();
     Q* qp = q.data();
     float* sp = scales.data();
@@ -471,20 +472,22 @@ void op_dynamic(In& in) {
                 [[fallthrough]];
             case 3:
             case 4:
-                if (any) {  // a non-finite x
-                    const int64_t r = in.pick(static_cast<int>(rows)), c = in.pick(static_cast<int>(cols));
-                    x[r * ldx + c] = narrow<X>(nonfinite(in));
-                    wrong = "x not finite";
+                if (any) {  // non-finite x: valid (quantized as the static modes do)
+                    for (int i = 0, n = 1 + in.pick(3); i < n; ++i) {
+                        const int64_t r = in.pick(static_cast<int>(rows)), c = in.pick(static_cast<int>(cols));
+                        x[r * ldx + c] = narrow<X>(nonfinite(in));
+                    }
+                    hostile = false;
                     break;
                 }
                 [[fallthrough]];
             case 5:
                 if (any && with_smooth) {  // x * smooth not finite: the product overflows, or smooth[c] is not finite
                     const int64_t r = in.pick(static_cast<int>(rows)), c = in.pick(static_cast<int>(cols));
-                    if (in.coin()) {
+                    if (in.coin()) {  // valid: the product is +-inf
                         x[r * ldx + c] = narrow<X>(in.coin() ? 3e38f : -3e38f);
                         smooth[c] = in.coin() ? 1e8f : -4.0f;
-                        wrong = "x * smooth overflows";
+                        hostile = false;
                     } else {
                         smooth[c] = nonfinite(in);
                         wrong = "smooth not finite";
@@ -550,7 +553,14 @@ void op_dynamic(In& in) {
     std::vector<float> v(cols);
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) v[c] = with_smooth ? widen(x[r * ldx + c]) * smooth[c] : widen(x[r * ldx + c]);
-        const float mn = *std::min_element(v.begin(), v.end()), mx = *std::max_element(v.begin(), v.end());
+        float mn = 0.0f, mx = 0.0f;  // the finite values' range (none: [0, 0])
+        bool seen = false;
+        for (float e : v)
+            if (std::isfinite(e)) {
+                mn = seen ? std::min(mn, e) : e;
+                mx = seen ? std::max(mx, e) : e;
+                seen = true;
+            }
         const Params p = params_of<Q>(mn, mx, symmetric != 0);
         if (!same_bits(scales[r], p.scale) || (with_zp && zps[r] != p.zp))
             fz::finding("%s: row %lld of %lld x %lld (min %.9g, max %.9g, symmetric=%d smooth=%d): scale %.9g zero point %d, want "

@@ -24,7 +24,7 @@ using xk::test::for_each_isa;
 //   |got - want| <= rt * S + ct * |want| + 1e-6 * (|bias| + |residual| + |beta C|)
 //   S = sum_k |x_k| * (|q|max * |scale| + |offset|) of the row's groups: the decode kernels sum
 //       x * q per group and add scale * sum + offset * sum(x), so their rounding scales with S.
-//   rt = (K + 16) * 2^-24 for f32 weights; + 2^-8 where the prefill path rounds the weights to
+//   rt = (K + 16) * 2^-24 for f32 weights; + 2^-8 where the prefill path (and AMX from M = 12) rounds the weights to
 //       bf16 (bf16 X, M > 16).
 //   ct = 2^-8 for a bf16 Y (half an ulp, plus the activation), 4e-6 for f32 (activations).
 namespace {
@@ -162,7 +162,7 @@ std::vector<uint8_t> check_case(const Weight& w, const Case& cs, const std::func
     WoqArgs a;
     a.A = A.data(), a.C = C.data(), a.bias = bias.data(), a.residual = R.data();
     run(d, a);
-    const bool bfw = cs.a == DType::bf16 && M > detail::kWoqMaxDecodeM;
+    const bool bfw = cs.a == DType::bf16 && (M > detail::kWoqMaxDecodeM || (M >= detail::woq_amx_decode_min_m() && max_isa() >= Isa::amx));
     const double rt = (K + 16) * 0x1p-24 + (bfw ? 0x1p-8 : 0.0);
     const double ct = cs.c == DType::bf16 ? 0x1p-8 : 4e-6;
     int bad = 0;
@@ -251,7 +251,8 @@ TEST(Woq, EveryKernelEveryLayout) {
                         seen.insert(name);
                         const bool dec = M <= detail::kWoqMaxDecodeM;
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
-                        else if (isa == Isa::amx && !dec && cs.a == DType::bf16) EXPECT_EQ(name, "amx:woq:dequant_gemm");
+                        else if (isa == Isa::amx && (!dec || M >= detail::woq_amx_decode_min_m()) && cs.a == DType::bf16)
+                            EXPECT_EQ(name, "amx:woq:dequant_gemm");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
                                                 : "avx512:woq:dequant_gemm");

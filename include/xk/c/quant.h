@@ -34,9 +34,11 @@ xk_status xk_dequantize_per_channel_s8_f32(int64_t rows, int64_t cols, const int
                                            const float* scales, const int32_t* zero_points, int axis, float* x,
                                            int64_t ld_x);
 
-/* Dynamic per token (per row): scales[r] / zero_points[r] receive each row's parameters; smooth
- * (NULL = none) multiplies column c by smooth[c] first (SmoothQuant). zero_points may be NULL when
- * symmetric. */
+/* Dynamic per token (per row): scales[r] / zero_points[r] receive each row's parameters, from the
+ * min / max of the row's finite values (a row without one: those of [0, 0]); NaN quantizes to the
+ * zero point, +-inf saturate (as the static forms), no error. smooth (NULL = none) multiplies column
+ * c by smooth[c] first (SmoothQuant; an x * smooth that overflows counts as +-inf). zero_points may
+ * be NULL when symmetric. */
 xk_status xk_quantize_dynamic_per_token_f32_u8(int64_t rows, int64_t cols, const float* x, int64_t ld_x,
                                                const float* smooth, uint8_t* q, int64_t ld_q, float* scales,
                                                int32_t* zero_points, int symmetric);

@@ -13,10 +13,14 @@
 //   dequantize: VPMOVZXBD / VPMOVSXBD, - zp (int, exact), VCVTDQ2PS (exact), * scale; bf16 output
 //               through JitIo's integer rounding (to nearest even, as xk::bf16, denormals kept:
 //               the generator never uses VCVTNEPS2BF16, which flushes them).
-//   minmax:     per_token_dynamic's first pass: lane-wise min / max of v = x [* smooth] from 0 (0
-//               in the range leaves quant_params_from_range unchanged), and the max of the
-//               magnitude bits (>= 0x7f800000: some v is NaN or +-inf); the caller reduces the
-//               lanes.
+//   minmax:     per_token_dynamic's range: lane-wise min / max of the finite v = x [* smooth]
+//               from 0 (0 in the range leaves quant_params_from_range unchanged; NaN / +-inf lanes
+//               are left out: opmask on AVX-512, zeroed on AVX2), and the max of the magnitude bits
+//               (>= 0x7f800000: some v is NaN or +-inf, for int8 Linear's check); the caller
+//               reduces the lanes.
+//   fused:      per_token_dynamic's pipeline: one loop quantizes row r (src, in L1 since its range
+//               pass) with its parameters and takes the range of row r + 1 (src2, from DRAM) as
+//               minmax does, so the DRAM stream never waits for the in-cache pass.
 // bf16 outputs: the integer rounding, or VCVTNEPS2BF16 (jit:avx512_bf16) for the rows whose scales
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
@@ -46,11 +50,12 @@ struct QArgs {
     const float* smooth = nullptr;  // 40  (at c0)
     float sscale = 0.0f;            // 48  scalar: quantize 1/scale, dequantize scale
     int32_t szp = 0;                // 52  scalar zero point
-    float* mm = nullptr;            // 56  minmax: 3 * vlen floats out (min, max, magnitude bits)
+    float* mm = nullptr;            // 56  minmax: 3 * vlen floats out (min, max, magnitude bits); fused: 2
+    const void* src2 = nullptr;     // 64  fused: the row whose range is taken
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -65,12 +70,13 @@ const QTable& qtable() {
         setf(kQ512, 512.0f);
         setf(kQm512, -512.0f);
         for (auto& e : t.v[kQAbs]) e = 0x7fffffffu;
+        for (auto& e : t.v[kQInf]) e = 0x7f800000u;
         return t;
     }();
     return t;
 }
 
-enum class Mode { quantize, dequantize, minmax };
+enum class Mode { quantize, dequantize, minmax, fused };
 
 class JitQuant : public JitGenerator {
 public:
@@ -93,22 +99,24 @@ public:
         qt_ = quant ? kd.dst_dtype : kd.src_dtype;
         fs_ = dtype_size(ft_);
 
-        preamble({rbx, r12});
+        preamble({rbx, r12, r13});
         mov(src_, ptr[abi_param1 + offsetof(QArgs, src)]);
         mov(dst_, ptr[abi_param1 + offsetof(QArgs, dst)]);
         mov(n_, ptr[abi_param1 + offsetof(QArgs, n)]);
         mov(vs_, ptr[abi_param1 + offsetof(QArgs, vscale)]);
         mov(vz_, ptr[abi_param1 + offsetof(QArgs, vzp)]);
         mov(sm_, ptr[abi_param1 + offsetof(QArgs, smooth)]);
+        if (mode == Mode::fused) mov(src2_, ptr[abi_param1 + offsetof(QArgs, src2)]);
         mov(tbl_, reinterpret_cast<uintptr_t>(JitIo::table()));
         mov(ctb_, reinterpret_cast<uintptr_t>(&qtable()));
-        if (mode == Mode::minmax) {
-            for (int i = 0; i < 3; ++i) vxorps(V(8 + i), V(8 + i), V(8 + i));
-        } else {
+        if (mode == Mode::minmax || mode == Mode::fused) {
+            for (int i = 0; i < (mode == Mode::minmax ? 3 : 2); ++i) vxorps(V(8 + i), V(8 + i), V(8 + i));
+        }
+        if (mode != Mode::minmax) {
             vbroadcastss(V(12), ptr[abi_param1 + offsetof(QArgs, sscale)]);
             vpbroadcastd(V(13), ptr[abi_param1 + offsetof(QArgs, szp)]);
         }
-        if (zmm_ && mode == Mode::quantize && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (zmm_ && (mode == Mode::quantize || mode == Mode::fused) && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
 
         constexpr int kUnroll = 4;
         Label l4, l1, tail, done;
@@ -117,7 +125,9 @@ public:
         jl(l1, T_NEAR);
         if (pf_dist() > 0) {  // software prefetch of the source stream, pf_dist() bytes ahead
             const int src_es = mode == Mode::dequantize ? 1 : fs_;
-            for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[src_ + pf_dist() + o]);
+            // fused: the quantized row is in cache; the range pass's row streams from DRAM
+            const Reg64& stream = mode == Mode::fused ? src2_ : src_;
+            for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[stream + pf_dist() + o]);
         }
         for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false);
         advance(kUnroll * vl_);
@@ -136,9 +146,9 @@ public:
         one(0, 0, true);
         L(done);
         if (nt_) sfence();
-        if (mode == Mode::minmax) {
+        if (mode == Mode::minmax || mode == Mode::fused) {
             mov(rax, ptr[abi_param1 + offsetof(QArgs, mm)]);
-            for (int i = 0; i < 3; ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
+            for (int i = 0; i < (mode == Mode::minmax ? 3 : 2); ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
         }
         postamble();
         io_ = nullptr;
@@ -159,13 +169,15 @@ private:
         }();
         return d;
     }
-    // The slot's registers: a (value), b (parameter scratch); V(8-10) the minmax accumulators,
-    // V(12) / V(13) the scalar scale / zero point, V(14-15) JitIo's scratch, zmm16 zero.
+    // The slot's registers: a (value), b (parameter scratch); V(8-10) the minmax accumulators
+    // (fused: V(8-9), V(10-11) its value / scratch), V(12) / V(13) the scalar scale / zero point,
+    // V(14-15) JitIo's scratch, zmm16 zero.
     Xmm A(int k) const { return V(2 * k); }
     Xmm B(int k) const { return V(2 * k + 1); }
 
     void advance(int elems) {
         add(src_, elems * (mode_ == Mode::dequantize ? 1 : fs_));
+        if (mode_ == Mode::fused) add(src2_, elems * fs_);
         if (mode_ != Mode::minmax) add(dst_, elems * (mode_ == Mode::dequantize ? fs_ : 1));
         if (vec_) add(vs_, elems * 4);
         if (vec_zp_) add(vz_, elems * 4);
@@ -196,22 +208,12 @@ private:
             dequant_one(a, b, off, tail);
             return;
         }
-        load_f(a, src_, static_cast<int64_t>(off) * fs_, ft_, tail);
-        if (smooth_) {
-            if (tail) {
-                io_->load_rt(b, sm_, DType::f32, n_);
-                vmulps(a, a, b);
-            } else {
-                vmulps(a, a, ptr[sm_ + off * 4]);
-            }
-        }
+        if (mode_ == Mode::fused) range_one(V(10), V(11), src2_, off, tail, false);
         if (mode_ == Mode::minmax) {
-            vminps(V(8), V(8), a);
-            vmaxps(V(9), V(9), a);
-            vandps(b, a, ptr[ctb_ + kQAbs * 64]);
-            vpmaxsd(V(10), V(10), b);
+            range_one(a, b, src_, off, tail, true);
             return;
         }
+        load_v(a, b, src_, off, tail);
         // t = v * inv
         if (vec_) {
             if (tail) {
@@ -280,6 +282,37 @@ private:
         }
     }
 
+    // v = x [* smooth] of element off from base into a (b: scratch).
+    void load_v(const Xmm& a, const Xmm& b, const Reg64& base, int off, bool tail) {
+        load_f(a, base, static_cast<int64_t>(off) * fs_, ft_, tail);
+        if (smooth_) {
+            if (tail) {
+                io_->load_rt(b, sm_, DType::f32, n_);
+                vmulps(a, a, b);
+            } else {
+                vmulps(a, a, ptr[sm_ + off * 4]);
+            }
+        }
+    }
+
+    // The range of the finite v into V(8) (min) / V(9) (max); bits: the magnitude bits' max into
+    // V(10) as well. Tail lanes load as 0 (in the range already).
+    void range_one(const Xmm& a, const Xmm& b, const Reg64& base, int off, bool tail, bool bits) {
+        load_v(a, b, base, off, tail);
+        vandps(b, a, ptr[ctb_ + kQAbs * 64]);
+        if (bits) vpmaxsd(V(10), V(10), b);
+        if (zmm_) {
+            vcmpps(k3, b, ptr[ctb_ + kQInf * 64], 0x11);  // |v| < inf, ordered: finite
+            vminps(V(8) | k3, V(8), a);
+            vmaxps(V(9) | k3, V(9), a);
+        } else {
+            vcmpps(b, b, ptr[ctb_ + kQInf * 64], 0x11);
+            vandps(a, a, b);  // non-finite lanes -> +0
+            vminps(V(8), V(8), a);
+            vmaxps(V(9), V(9), a);
+        }
+    }
+
     void dequant_one(const Xmm& a, const Xmm& b, int off, bool tail) {
         const bool u = qt_ == DType::u8;
         if (zmm_) {
@@ -334,7 +367,7 @@ private:
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
     const JitIo* io_ = nullptr;
-    const Reg64 src_ = rsi, dst_ = rdx, n_ = rcx, vs_ = r8, vz_ = r9, tbl_ = r10, sm_ = r11, ctb_ = rbx;
+    const Reg64 src_ = rsi, dst_ = rdx, n_ = rcx, vs_ = r8, vz_ = r9, tbl_ = r10, sm_ = r11, ctb_ = rbx, src2_ = r13;
 };
 
 class JitQuantKernel final : public QuantKernel {
@@ -347,7 +380,11 @@ public:
             gen_nt_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize, true);
             nt_align_ = quant_ ? 16 : vl_ * dtype_size(kd.dst_dtype);
         }
-        if (kd.granularity == QuantGranularity::per_token_dynamic) mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
+        if (kd.granularity == QuantGranularity::per_token_dynamic) {
+            mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
+            fused_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::fused);
+            if (gen_nt_) fused_gen_nt_ = std::make_unique<JitQuant>(kd, isa, Mode::fused, true);
+        }
         if (!quant_ && kd.dst_dtype == DType::bf16 && isa >= Isa::avx512_bf16) {
             cvt_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::dequantize, false, true);
             cvt_gen_nt_ = std::make_unique<JitQuant>(kd, isa, Mode::dequantize, true, true);
@@ -398,6 +435,46 @@ public:
         }
     }
 
+    // Rows [r0, r1) in one read of x: the range of row r0, then per row one fused call that
+    // quantizes row r (in L1 / L2 since its range pass) and takes the range of row r + 1.
+    void run_dynamic(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* inv, int32_t* zp) const override {
+        if (r0 >= r1 || d.cols <= 0) return;
+        const int ss = dtype_size(d.src_dtype);
+        const bool nt = fused_gen_nt_ && use_nt_stores(d.rows * d.cols) && rows_aligned(a.dst, d.ld_dst, 1, nt_align_);
+        const QFn fused = nt ? fused_gen_nt_->fn : fused_gen_->fn;
+        const QFn last = nt ? gen_nt_->fn : gen_->fn;
+        alignas(64) float acc[48];
+        auto row = [&](int64_t r) { return static_cast<const char*>(a.src) + r * d.ld_src * ss; };
+        auto params = [&](int64_t r, QArgs& q) {
+            float lo = acc[0], hi = acc[vl_];
+            for (int i = 1; i < vl_; ++i) {
+                lo = std::min(lo, acc[i]);
+                hi = std::max(hi, acc[vl_ + i]);
+            }
+            const QuantParams p = dynamic_row_params(d, a, r, lo, hi, inv, zp);
+            q.sscale = 1.0f / p.scale;
+            q.szp = p.zero_point;
+        };
+        QArgs q;
+        q.n = d.cols;
+        q.smooth = d.smooth ? a.smooth : nullptr;
+        q.mm = acc;
+        q.src = row(r0);
+        mm_gen_->fn(&q);
+        params(r0, q);
+        for (int64_t r = r0; r < r1; ++r) {
+            q.src = row(r);
+            q.dst = static_cast<char*>(a.dst) + r * d.ld_dst;
+            if (r + 1 < r1) {
+                q.src2 = row(r + 1);
+                fused(&q);
+                params(r + 1, q);
+            } else {
+                last(&q);
+            }
+        }
+    }
+
     void minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* mn, float* mx,
                 uint8_t* finite) const override {
         if (!mm_gen_) {
@@ -432,7 +509,7 @@ private:
     QuantKernelDesc kd_;
     bool quant_ = true;
     int vl_ = 8;
-    std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_, cvt_gen_, cvt_gen_nt_;
+    std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_, fused_gen_, fused_gen_nt_, cvt_gen_, cvt_gen_nt_;
     int nt_align_ = 64;
 };
 

@@ -20,6 +20,9 @@ struct RefQuant final : QuantKernel {
              const QuantPrep&) const override {
         quant_reference(d, a, r0, r1, c0, c1);
     }
+    void run_dynamic(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float*, int32_t*) const override {
+        quant_reference(d, a, r0, r1, 0, d.cols);
+    }
 };
 
 bool is_float_type(DType t) { return t == DType::f32 || t == DType::bf16; }
@@ -157,55 +160,9 @@ void check_args(const char* fn, const QuantDesc& d, const QuantArgs& a) {
                 fail_arg(fn, o.name, ptr_str(o.p), std::string("overlaps ") + other.name + "=" + ptr_str(other.p));
 }
 
-// per_token_dynamic: every x (times smooth[col]) must be finite. Checked over the whole input
-// before anything is written, so a rejected call leaves dst, scales_out and zero_points_out as
-// they were (one extra read of x; the row-by-row kernel found the value only after writing the
-// rows before it). The first offending element in row-major order is named.
-template <class T>
-bool finite_row(const T* x, const float* smooth, int64_t cols, int64_t* bad_col) {
-    for (int64_t j = 0; j < cols; ++j) {
-        float v;
-        if constexpr (std::is_same_v<T, float>) v = x[j];
-        else v = bf16::to_float(x[j]);
-        if (smooth) v *= smooth[j];
-        if (!std::isfinite(v)) {
-            *bad_col = j;
-            return false;
-        }
-    }
-    return true;
-}
+std::atomic<bool> g_dynamic_two_pass{false};
 
-void check_dynamic_finite(const char* fn, const QuantDesc& d, const QuantArgs& a) {
-    std::atomic<int64_t> first_bad{d.rows * d.cols};
-    const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
-    parallel_for(d.rows, grain, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-            if (r * d.cols >= first_bad.load(std::memory_order_relaxed)) return;
-            int64_t col = 0;
-            const bool ok = d.src_dtype == DType::bf16
-                                ? finite_row(static_cast<const uint16_t*>(a.src) + r * d.ld_src, d.smooth ? a.smooth : nullptr, d.cols, &col)
-                                : finite_row(static_cast<const float*>(a.src) + r * d.ld_src, d.smooth ? a.smooth : nullptr, d.cols, &col);
-            if (!ok) {
-                int64_t cur = first_bad.load(std::memory_order_relaxed);
-                const int64_t mine = r * d.cols + col;
-                while (mine < cur && !first_bad.compare_exchange_weak(cur, mine, std::memory_order_relaxed)) {
-                }
-                return;
-            }
-        }
-    });
-    const int64_t bad = first_bad.load();
-    if (bad == d.rows * d.cols) return;
-    const int64_t r = bad / d.cols, c = bad % d.cols;
-    float v = d.src_dtype == DType::bf16 ? bf16::to_float(static_cast<const uint16_t*>(a.src)[r * d.ld_src + c])
-                                         : static_cast<const float*>(a.src)[r * d.ld_src + c];
-    if (d.smooth) v *= a.smooth[c];
-    fail_arg(fn, ("src[" + std::to_string(r) + "][" + std::to_string(c) + "]" + (d.smooth ? "*smooth" : "")).c_str(),
-             float_str(v), "must be finite for per_token_dynamic (nothing was written)");
-}
-
-void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const QuantArgs& a) {
+void execute(const char* /*fn*/, const QuantKernel& k, const QuantDesc& d, const QuantArgs& a) {
     if (d.rows == 0 || d.cols == 0) return;
     const bool quant = is_quantize(d);
     const DType qtype = quant ? d.dst_dtype : d.src_dtype;
@@ -213,28 +170,24 @@ void execute(const char* fn, const QuantKernel& k, const QuantDesc& d, const Qua
     std::vector<int32_t> zps;
     QuantPrep prep;
     if (d.granularity == QuantGranularity::per_token_dynamic) {
-        // Pass 1: each row's range and finiteness (one read of x); nothing is written before
-        // every row has been seen. The first non-finite value is then located and named by the
-        // scalar scan.
-        std::vector<float> mn(d.rows), mx(d.rows);
-        std::vector<uint8_t> finite(d.rows);
-        const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
-        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.minmax(d, a, b, e, mn.data(), mx.data(), finite.data()); });
-        for (int64_t r = 0; r < d.rows; ++r)
-            if (!finite[r]) {
-                check_dynamic_finite(fn, d, a);  // throws, naming the first one
-                break;
-            }
+        // Each row's range (its finite values), parameters and quantization while the row is in
+        // cache: one read of x from DRAM. Non-finite values quantize as in the static modes.
         inv.resize(d.rows);
         zps.resize(d.rows);
-        for (int64_t r = 0; r < d.rows; ++r) {
-            const QuantParams p = quant_params_from_range(mn[r], mx[r], qtype, d.symmetric);
-            a.scales_out[r] = p.scale;
-            if (a.zero_points_out) a.zero_points_out[r] = p.zero_point;
-            inv[r] = 1.0f / p.scale;
-            zps[r] = p.zero_point;
+        const int64_t grain = std::max<int64_t>(1, kQuantColBlock / d.cols);
+        if (g_dynamic_two_pass.load(std::memory_order_relaxed)) {
+            // The bench's "before": the range of every row (one read of x), then the quantize
+            // pass (a second read).
+            std::vector<float> mn(d.rows), mx(d.rows);
+            std::vector<uint8_t> fin(d.rows);
+            parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.minmax(d, a, b, e, mn.data(), mx.data(), fin.data()); });
+            for (int64_t r = 0; r < d.rows; ++r) dynamic_row_params(d, a, r, mn[r], mx[r], inv.data(), zps.data());
+            prep = {inv.data(), zps.data()};
+            parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.run(d, a, b, e, 0, d.cols, prep); });
+            return;
         }
-        prep = {inv.data(), zps.data()};
+        parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.run_dynamic(d, a, b, e, inv.data(), zps.data()); });
+        return;
     } else if (quant) {
         const int64_t channels = channel_count(d);
         inv.resize(channels);
@@ -273,7 +226,10 @@ void QuantKernel::minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int
             float v = d.src_dtype == DType::bf16 ? bf16::to_float(static_cast<const uint16_t*>(a.src)[off])
                                                  : static_cast<const float*>(a.src)[off];
             if (d.smooth) v *= a.smooth[j];
-            if (!std::isfinite(v)) ok = false;
+            if (!std::isfinite(v)) {
+                ok = false;
+                continue;
+            }
             lo = std::min(lo, v);
             hi = std::max(hi, v);
         }
@@ -282,6 +238,8 @@ void QuantKernel::minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int
         finite[r] = ok;
     }
 }
+
+void set_quant_dynamic_two_pass(bool on) { g_dynamic_two_pass.store(on, std::memory_order_relaxed); }
 
 std::string QuantKernelDesc::key() const {
     std::string s = std::string(dtype_name(src_dtype)) + "->" + dtype_name(dst_dtype) + "," +

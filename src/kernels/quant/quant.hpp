@@ -39,11 +39,16 @@ struct QuantKernel {
     // every scale / zero point are validated.
     virtual void run(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                      const QuantPrep& p) const = 0;
-    // per_token_dynamic's first pass, rows [r0, r1): mn[r] / mx[r] = a range of the row's values
-    // v = x (* smooth) that gives the same quant_params_from_range as its exact min / max (it may
-    // include 0), finite[r] = 0 when some v is NaN or +-inf (then mn / mx are meaningless).
+    // The range of rows [r0, r1): mn[r] / mx[r] = a range of the row's finite values v = x (*
+    // smooth) that gives the same quant_params_from_range as their exact min / max (it may include
+    // 0; NaN / +-inf are left out), finite[r] = 0 when some v is NaN or +-inf.
     virtual void minmax(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* mn, float* mx,
                         uint8_t* finite) const;
+    // per_token_dynamic, rows [r0, r1) (d resolved, a validated): each row's range, its
+    // parameters (dynamic_row_params: scales_out / zero_points_out, inv[r] = 1 / scale, zp[r]) and
+    // its quantized row, the row's second read coming from cache (one read of x from DRAM).
+    virtual void run_dynamic(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* inv,
+                             int32_t* zp) const = 0;
 };
 
 const Registry<QuantKernelDesc, QuantKernel>& quant_registry();
@@ -54,6 +59,10 @@ std::shared_ptr<const QuantKernel> create_jit_quant(const QuantKernelDesc& kd, I
 // The one-shot path (validate, kernel cache, run) with the caller's name in error messages;
 // want_quantize says which direction the caller accepts.
 void quant_one_shot(const char* fn, const QuantDesc& desc, const QuantArgs& args, bool want_quantize);
+
+// per_token_dynamic the old way, for bench_quant's before / after rows (process-wide; default
+// off): the range pass over all rows, then the quantize pass (two reads of x from DRAM).
+void set_quant_dynamic_two_pass(bool on);
 
 // Reference (specification); d must be resolved.
 void quant_reference(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
@@ -91,6 +100,19 @@ inline int32_t quantize_value(float v, float inv_scale, int32_t zp, int32_t qmin
 // compute_quant_params without the argument checks (min, max finite, min <= max, qtype u8 / s8);
 // per_token_dynamic kernels call this for each row.
 QuantParams quant_params_from_range(float min, float max, DType qtype, bool symmetric);
+
+// per_token_dynamic: row r's parameters from the range [mn, mx] of its finite values (a row
+// without one: [0, 0]), written to a.scales_out[r] / a.zero_points_out[r] (when given) and to
+// inv[r] = 1.0f / scale, zp[r].
+inline QuantParams dynamic_row_params(const QuantDesc& d, const QuantArgs& a, int64_t r, float mn, float mx, float* inv,
+                                      int32_t* zp) {
+    const QuantParams p = quant_params_from_range(mn, mx, d.dst_dtype, d.symmetric);
+    a.scales_out[r] = p.scale;
+    if (a.zero_points_out) a.zero_points_out[r] = p.zero_point;
+    inv[r] = 1.0f / p.scale;
+    zp[r] = p.zero_point;
+    return p;
+}
 
 // Elements per parallel block of the static modes.
 constexpr int64_t kQuantColBlock = 16384;

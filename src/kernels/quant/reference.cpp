@@ -1,6 +1,5 @@
 // Quantize / dequantize reference: the specification (see include/xk/quant.hpp for the math).
 #include <cmath>
-#include <sstream>
 #include <vector>
 
 #include "common/float_io.hpp"
@@ -53,16 +52,15 @@ void quant_reference(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t
             float row_scale = 0.0f;
             int32_t row_zp = 0;
             if (d.granularity == QuantGranularity::per_token_dynamic) {
+                // The range of the row's finite values (none: [0, 0]); NaN / +-inf then quantize as
+                // in the static modes (NaN -> zero point, +-inf saturate).
                 float mn = 0.0f, mx = 0.0f;
+                bool any = false;
                 for (int64_t j = 0; j < n; ++j) {
-                    if (!std::isfinite(v[j])) {
-                        std::ostringstream os;
-                        os << "xk::quantize: src[" << row << "][" << (c0 + j) << "]" << (d.smooth ? "*smooth" : "")
-                           << "=" << v[j] << " must be finite for per_token_dynamic";
-                        throw Error(Status::invalid_argument, os.str());
-                    }
-                    mn = j == 0 ? v[j] : std::min(mn, v[j]);
-                    mx = j == 0 ? v[j] : std::max(mx, v[j]);
+                    if (!std::isfinite(v[j])) continue;
+                    mn = any ? std::min(mn, v[j]) : v[j];
+                    mx = any ? std::max(mx, v[j]) : v[j];
+                    any = true;
                 }
                 const QuantParams p = quant_params_from_range(mn, mx, qtype, d.symmetric);
                 row_scale = p.scale;

@@ -107,7 +107,8 @@ struct WoqAmxCtx {
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
 };
 void woq_amx_pack_block(const void* ctx, int64_t nb, void* packed);
-bool woq_amx_prefill_supports(const WoqSpec& s);
+bool woq_amx_prefill_supports(const WoqSpec& s);  // M > 16, or M >= woq_amx_decode_min_m()
+int64_t woq_amx_decode_min_m();
 std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s);
 
 // WoqCompute::int8 (woq_vnni.cpp): X quantized per row to s8, VPDPBUSD on the packed q, any M.

@@ -1,4 +1,5 @@
-// WOQ prefill on AMX (entry amx:woq:dequant_gemm): bf16 X, M > 16. One call of the AMX bf16 GEMM
+// WOQ on AMX (entry amx:woq:dequant_gemm): bf16 X, M > 16, and decode from M =
+// woq_amx_decode_min_m() (12) to 16. One call of the AMX bf16 GEMM
 // kernel (jit_gemm_amx.cpp) over the whole N with the caller's epilogue; its lazily packed B is
 // produced by woq_amx_pack_block instead of packed from a bf16 copy: the tile layout's 32-column
 // block nb is our blocks 2nb and 2nb + 1 (16 channels each), k step kb's tile t row p = the k-pair
@@ -13,6 +14,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/woq/woq.hpp"
@@ -119,8 +121,23 @@ private:
 
 }  // namespace
 
+// From this M on (XK_WOQ_AMX_MIN_M overrides it, read once) bf16 X takes the AMX path at decode
+// sizes too. Per 32 weights (16 channels x a k-pair) the f32 decode kernel spends 2M FMAs plus the
+// unpacking once per pass of 8 rows, the AMX producer ~20 vector instructions whatever M is (the
+// tile products are nearly free at M <= 16): even around M = 8, AMX's from 12 on. Below it the
+// decode kernels stream the weights at the read bandwidth.
+int64_t woq_amx_decode_min_m() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_WOQ_AMX_MIN_M");
+        const long n = e ? std::atol(e) : 12;
+        return static_cast<int64_t>(n >= 1 ? n : 12);
+    }();
+    return v;
+}
+
 bool woq_amx_prefill_supports(const WoqSpec& s) {
-    return s.compute == WoqCompute::exact && s.M > kWoqMaxDecodeM && s.a_type == DType::bf16 && s.K > 0 && s.N > 0;
+    return s.compute == WoqCompute::exact && (s.M > kWoqMaxDecodeM || s.M >= woq_amx_decode_min_m()) &&
+           s.a_type == DType::bf16 && s.K > 0 && s.N > 0;
 }
 
 std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s) { return std::make_shared<WoqAmxPrefill>(s); }
