@@ -1347,7 +1347,9 @@ TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
     d.dim = 1;
     std::vector<float> table(static_cast<size_t>(E), 1.0f), out(B, -3.0f);
     const std::vector<int32_t> o32(off.begin(), off.end());
-    for (int threads : {1, 2}) {
+    for (int threads : {1, 2})
+        for (int par : {0, 2}) {  // the pass on the calling thread / over the 2 threads (2 chunks)
+        detail::embedding_bag_set_par_check_threads(par);
         set_num_threads(threads);
         for_each_isa([&](Isa) {
             int k = 0;
@@ -1365,7 +1367,13 @@ TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
                                   needle.c_str());
                 for (float v : out) ASSERT_EQ(v, -3.0f);
             }
+            d.index_type = IndexType::i64;  // and a valid call
+            embedding_bag(d, EmbeddingBagArgs{B, n, table.data(), idx.data(), off.data(), nullptr, out.data()});
+            for (int64_t b = 0; b < B; ++b)
+                ASSERT_EQ(out[b], static_cast<float>((b + 1 < B ? off[b + 1] : n) - off[b]));
+            std::fill(out.begin(), out.end(), -3.0f);
         });
-    }
+        }
+    detail::embedding_bag_set_par_check_threads(0);
     set_num_threads(0);
 }

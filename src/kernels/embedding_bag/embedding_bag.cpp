@@ -4,6 +4,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/check.hpp"
@@ -307,15 +309,44 @@ __attribute__((target("avx512f"))) void min_max_avx512(const I* v, int64_t n, in
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-// One pass on the calling thread: a second parallel region before the bags' one measured 2x slower
-// at 2 threads on the shared 2-core host (its fork / join waits for the busy core); the AVX-512
-// pass takes ~45 us for 204800 int64 indices.
+// From 4 threads on (XK_EB_PAR_CHECK_THREADS overrides, a tuning knob) over the threads in
+// chunks of >= 32 Ki indices: a serial pass (~25-45 us for 204800 int64 indices) is a large share
+// of a many-thread call (the device Xeon's 16-thread bags take ~250-400 us). Below that on the
+// calling thread: a second parallel region before the bags' one measured 2x slower at 2 threads on
+// the shared 2-core host (its fork / join waits for the busy core).
+std::atomic<int> g_par_check_override{0};
+inline int par_check_threads() {
+    if (const int o = g_par_check_override.load(std::memory_order_relaxed); o > 0) return o;
+    static const int t = [] {
+        const char* e = std::getenv("XK_EB_PAR_CHECK_THREADS");
+        const long v = e ? std::strtol(e, nullptr, 10) : 0;
+        return v >= 1 ? static_cast<int>(std::min<long>(v, 1 << 20)) : 4;
+    }();
+    return t;
+}
 template <typename I>
 void min_max(const I* v, int64_t n, int64_t& lo, int64_t& hi) {
-    if (max_isa() >= Isa::avx512) min_max_avx512(v, n, lo, hi);
-    else min_max_scalar(v, n, lo, hi);
+    const bool avx512 = max_isa() >= Isa::avx512;
+    auto one = [avx512](const I* p, int64_t k, int64_t& l, int64_t& h) {
+        if (avx512) min_max_avx512(p, k, l, h);
+        else min_max_scalar(p, k, l, h);
+    };
+    const int64_t nc = get_num_threads() >= par_check_threads() ? parallel_threads(n, int64_t(1) << 15) : 1;
+    if (nc <= 1) return one(v, n, lo, hi);
+    int64_t r[2 * 256];
+    const int64_t m = std::min<int64_t>(nc, 256);
+    parallel_for(m, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+            const int64_t i0 = n / m * c + std::min(c, n % m), i1 = n / m * (c + 1) + std::min(c + 1, n % m);
+            one(v + i0, i1 - i0, r[2 * c], r[2 * c + 1]);
+        }
+    });
+    lo = r[0], hi = r[1];
+    for (int64_t c = 1; c < m; ++c) lo = std::min(lo, r[2 * c]), hi = std::max(hi, r[2 * c + 1]);
 }
 }  // namespace
+
+void embedding_bag_set_par_check_threads(int threads) { g_par_check_override.store(std::max(threads, 0)); }
 
 int64_t embedding_bag_split(const EmbeddingBagCall& c, int64_t i, int64_t n) {
     const int64_t B = c.a.num_bags;

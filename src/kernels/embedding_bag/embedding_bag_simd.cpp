@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/streaming.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
