@@ -3,8 +3,9 @@
 // One function per (ISA, index type, table dtype, pooling, column block of 1 / 2 / 4 / NVMAX
 // vectors): the accumulators of a column block stay in registers over the bag's indices; wider
 // rows take several blocks per bag (the later blocks read rows the first block brought to cache).
-// Software prefetch of the rows of the indices ~4 KiB ahead (within the thread's bag range).
-// Bit for bit the reference (see embedding_bag_simd.inc).
+// Software prefetch of the rows of the indices 8 KiB (at most 16 rows) ahead, within the thread's
+// bag range. Bit for bit the reference (see embedding_bag_simd.inc). The lookup's row copy
+// (rows and out of one type) is here too.
 #include <immintrin.h>
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
