@@ -4,11 +4,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <thread>
-#include <memory>
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
+#include <thread>
 
 #include "common/check.hpp"
 #include "common/parallel.hpp"
