@@ -7,6 +7,10 @@
 //   embedding_bag/u8|u4/xk/sum_int8rows|int4rows_dim:<D>_<dist>/nt:<N>   row-wise quantized tables
 //                                                     (GBPS of fused rows, and Mrows/s)
 //   embedding_lookup/f32/xk/rows_dim:<D>_<dist>/nt:<N>  xk::embedding of the same 204800 indices
+//   embedding_lookup/f32/xk/gather_store[_nt]_limit_dim:<D>_<dist>/nt:<N>  its limit: a loop that
+//                                                     gathers the same rows (prefetching 16 ahead) and
+//                                                     writes each to its output row, regular or
+//                                                     non-temporal (nt) stores; GBPS = gathered bytes
 //   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
 //                                                     the forward's gathered bytes, for comparing times)
 //   embedding_backward/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  backward fused with SGD alone (grad_out
@@ -247,8 +251,54 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     static std::map<int64_t, xk::bench::AlignedArray<float>> outs;  // 64-byte aligned (as a tensor's storage)
     auto& out = outs[dim];
     if (!out) out = xk::bench::alloc_aligned<float>(static_cast<size_t>(n * dim));
+    xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.get()});  // first touch of out, untimed
     for (auto _ : state) {
         xk::embedding(d, xk::EmbeddingArgs{n, table(), idx.data(), out.get()});
+        benchmark::ClobberMemory();
+    }
+    xk::bench::set_gbps(state, static_cast<double>(n * dim * 4));
+}
+
+// The lookup's limit: the same rows gathered and written to out[i] (a loop that writes what it
+// reads), rows 16 indices ahead prefetched, the rows split evenly over the threads; the stores
+// non-temporal (nt) or regular. dim a multiple of 16, out 64-byte aligned.
+template <bool NT>
+__attribute__((target("avx512f"))) void gather_store_rows(const float* t, const int64_t* idx, int64_t dim, int64_t i0,
+                                                          int64_t i1, float* out) {
+    const int nv = static_cast<int>(dim / 16);
+    for (int64_t i = i0; i < i1; ++i) {
+        if (i + 16 < i1) {
+            const char* p = reinterpret_cast<const char*>(t + idx[i + 16] * dim);
+            for (int64_t l = 0; l < dim * 4; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+        }
+        const float* r = t + idx[i] * dim;
+        float* o = out + i * dim;
+        for (int v = 0; v < nv; ++v) {
+            if (NT) _mm512_stream_ps(o + 16 * v, _mm512_loadu_ps(r + 16 * v));
+            else _mm512_storeu_ps(o + 16 * v, _mm512_loadu_ps(r + 16 * v));
+        }
+    }
+    if (NT) _mm_sfence();
+}
+
+void BM_lookup_limit(benchmark::State& state, int64_t dim, bool zipf, bool nt_stores, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    const int64_t E = kTableBytes / (dim * 4);
+    const auto& idx = indices(E, zipf);
+    const int64_t n = kBags * kPool;
+    static std::map<int64_t, xk::bench::AlignedArray<float>> outs;
+    auto& out = outs[dim];
+    if (!out) out = xk::bench::alloc_aligned<float>(static_cast<size_t>(n * dim));
+    const float* t = table();
+    auto run = [&] {
+        xk::detail::parallel_for(n, 256, [&](int64_t i0, int64_t i1) {
+            if (nt_stores) gather_store_rows<true>(t, idx.data(), dim, i0, i1, out.get());
+            else gather_store_rows<false>(t, idx.data(), dim, i0, i1, out.get());
+        });
+    };
+    run();
+    for (auto _ : state) {
+        run();
         benchmark::ClobberMemory();
     }
     xk::bench::set_gbps(state, static_cast<double>(n * dim * 4));
@@ -495,6 +545,14 @@ const bool registered = [] {
                     xk::bench::join_name({"embedding_lookup", "f32", "xk", "rows_" + shape, "nt:" + std::to_string(nt)}).c_str(),
                     BM_lookup, dim, zipf, nt)
                     ->UseRealTime();
+                for (bool nts : {true, false})
+                    benchmark::RegisterBenchmark(
+                        xk::bench::join_name({"embedding_lookup", "f32", "xk",
+                                              std::string(nts ? "gather_store_nt_limit_" : "gather_store_limit_") + shape,
+                                              "nt:" + std::to_string(nt)})
+                            .c_str(),
+                        BM_lookup_limit, dim, zipf, nts, nt)
+                        ->UseRealTime();
             }
     for (int nt : xk::bench::thread_counts())
         for (bool merged : {true, false})

@@ -109,7 +109,9 @@ void embedding_bag(const EmbeddingBagDesc& desc, const EmbeddingBagArgs& args);
 // nearest even; quantized rows dequantized as above). The descriptor is the bag's, with mode sum,
 // include_last_offset and per_sample_weights false; padding_idx is checked but, as in PyTorch's
 // forward, its row is returned like any other. Every index must be in [0, num_embeddings)
-// (checked before anything is written). Same kernels and threading as the bags.
+// (checked before anything is written). Rows and out of one type are copied row by row (rows
+// prefetched ahead; non-temporal stores for outputs past the streaming threshold, see
+// docs/embedding.md); other pairs go through the bag kernels. One chunk of rows per thread.
 struct EmbeddingArgs {
     int64_t num_indices = 0;
     const void* table = nullptr;    // required when num_indices > 0

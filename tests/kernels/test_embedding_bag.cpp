@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/streaming.hpp"
 #include "common/test_util.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
 #include "xk/embedding_bag.hpp"
@@ -646,15 +647,19 @@ TEST(EmbeddingBag, QuantizedDescriptorErrors) {
 }
 
 // Embedding lookup: every row copied exactly (-0 and NaN kept), converted to bf16 by rounding to
-// nearest even, quantized rows as their dequantized copy; 1 and 2 threads, every ISA; a bad index
+// nearest even, quantized rows as their dequantized copy; odd dims up to 1023, int32 / int64
+// indices, misaligned table and out, out rows strided (ld_out > dim, the gaps untouched), regular
+// and (threshold 0) non-temporal stores of the row copy; 1 and 2 threads, every ISA; a bad index
 // is rejected naming its position before anything is written.
 TEST(EmbeddingBag, LookupGathersRows) {
     const int64_t E = 37;
     for (int threads : {1, 2}) {
+        for (int64_t nt_threshold : {int64_t(-1), int64_t(0)}) {
         set_num_threads(threads);
+        detail::set_nt_store_threshold(nt_threshold);
         for_each_isa([&](Isa) {
             uint64_t k = 0;
-            for (int64_t dim : {1, 7, 16, 17, 64, 300})
+            for (int64_t dim : {1, 7, 16, 17, 64, 300, 1023})
                 for (int tt = 0; tt < 4; ++tt)  // f32, bf16, int8 rows, int4 rows
                     for (IndexType it : {IndexType::i32, IndexType::i64})
                         for (DType odt : {DType::f32, DType::bf16}) {
@@ -665,9 +670,12 @@ TEST(EmbeddingBag, LookupGathersRows) {
                             d.index_type = it;
                             d.out_dtype = odt;
                             d.padding_idx = k % 3 == 0 ? 5 : -1;  // returned like any row
+                            const int64_t ld = k % 4 == 1 ? dim + 5 : dim;
+                            d.ld_out = k % 4 == 1 ? ld : 0;
+                            const size_t mis = k % 2;  // elements: out, f32 / bf16 table
                             std::vector<float> rows(static_cast<size_t>(E * dim));  // the values (f32)
-                            std::vector<float> tf;
-                            std::vector<bf16> tb;
+                            Buffer<float> tf;
+                            Buffer<bf16> tb;
                             QTable qt;
                             const void* table = nullptr;
                             if (tt == 0 || tt == 1) {
@@ -675,12 +683,16 @@ TEST(EmbeddingBag, LookupGathersRows) {
                                 rows[0] = -0.0f;
                                 if (rows.size() > 3) rows[3] = std::numeric_limits<float>::quiet_NaN();
                                 if (tt == 0) {
-                                    tf = rows;
+                                    tf.resize(rows.size(), mis * 4);
+                                    std::copy(rows.begin(), rows.end(), tf.data());
                                     table = tf.data();
                                 } else {
                                     d.table_dtype = DType::bf16;
-                                    for (float& v : rows) tb.push_back(bf16(v));
-                                    for (size_t i = 0; i < rows.size(); ++i) rows[i] = tb[i].to_float();
+                                    tb.resize(rows.size(), mis * 2);
+                                    for (size_t i = 0; i < rows.size(); ++i) {
+                                        tb[i] = bf16(rows[i]);
+                                        rows[i] = tb[i].to_float();
+                                    }
                                     table = tb.data();
                                 }
                             } else {
@@ -696,23 +708,25 @@ TEST(EmbeddingBag, LookupGathersRows) {
                             Ints idx;
                             idx.make(it, iv, 0);
                             Out out;
-                            out.make(odt, n, dim, 0);
+                            out.make(odt, n, ld, mis);
                             embedding(d, EmbeddingArgs{n, table, idx.data(), out.data()});
                             for (int64_t i = 0; i < n; ++i)
                                 for (int64_t c = 0; c < dim; ++c) {
                                     const float v = rows[iv[i] * dim + c];
                                     if (odt == DType::f32) {
-                                        const float g = out.f[i * dim + c];
+                                        const float g = out.f[i * ld + c];
                                         ASSERT_EQ(0, std::memcmp(&g, &v, 4)) << "k=" << k << " i=" << i << " c=" << c;
                                     } else {
-                                        ASSERT_EQ(out.h[i * dim + c].bits, bf16::from_float(v)) << "k=" << k;
+                                        ASSERT_EQ(out.h[i * ld + c].bits, bf16::from_float(v)) << "k=" << k;
                                     }
                                 }
-                            for (size_t i = static_cast<size_t>(n * dim); i < out.size(); ++i) ASSERT_EQ(out.at(i), Out::kGuard);
+                            for (size_t i = 0; i < out.size(); ++i)  // the gaps between rows and past the last
+                                if (static_cast<int64_t>(i) >= n * ld || static_cast<int64_t>(i) % ld >= dim)
+                                    ASSERT_EQ(out.at(i), Out::kGuard) << "k=" << k << " i=" << i;
                             if (n > 2) {  // a bad index: rejected, nothing written
                                 iv[2] = k % 2 ? -1 : E;
                                 idx.make(it, iv, 0);
-                                out.make(odt, n, dim, 0);
+                                out.make(odt, n, ld, mis);
                                 try {
                                     embedding(d, EmbeddingArgs{n, table, idx.data(), out.data()});
                                     FAIL() << "accepted a bad index";
@@ -724,7 +738,9 @@ TEST(EmbeddingBag, LookupGathersRows) {
                             }
                         }
         });
+        }  // nt_threshold
     }
+    detail::set_nt_store_threshold(-1);
     set_num_threads(0);
     EmbeddingBagDesc d;
     d.num_embeddings = 3;
@@ -732,8 +748,9 @@ TEST(EmbeddingBag, LookupGathersRows) {
     EXPECT_THROW(embedding(d, EmbeddingArgs{}), Error);
 }
 
-// A lookup large enough (>= 8 MiB of aligned output) for the row copy's non-temporal stores, and
-// the same with a misaligned output (regular stores): both the rows bit for bit; 1 and 2 threads.
+// A lookup of >= 8 MiB of output (non-temporal stores from the default threshold's floor on; the
+// threshold forced to 0 as well) with an aligned and a misaligned output (the rows' unaligned ends
+// through regular stores): the rows bit for bit; 1 and 2 threads.
 TEST(EmbeddingBag, LargeLookupStreams) {
     const int64_t E = 1000, dim = 32, n = (int64_t(8) << 20) / (dim * 4) + 3;
     std::vector<float> t(static_cast<size_t>(E * dim));
@@ -746,7 +763,8 @@ TEST(EmbeddingBag, LargeLookupStreams) {
     for (int threads : {1, 2}) {
         set_num_threads(threads);
         for_each_isa([&](Isa) {
-            for (size_t mis : {0, 4}) {
+            for (size_t mis : {0, 4, 8}) {
+                detail::set_nt_store_threshold(mis == 8 ? 0 : -1);
                 Buffer<float> out(static_cast<size_t>(n * dim), mis);
                 embedding(d, EmbeddingArgs{n, t.data(), iv.data(), out.data()});
                 for (int64_t i = 0; i < n; ++i)
@@ -754,6 +772,7 @@ TEST(EmbeddingBag, LargeLookupStreams) {
             }
         });
     }
+    detail::set_nt_store_threshold(-1);
     set_num_threads(0);
 }
 
@@ -1348,6 +1367,8 @@ TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
     std::vector<float> table(static_cast<size_t>(E), 1.0f), out(B, -3.0f);
     const std::vector<int32_t> o32(off.begin(), off.end());
     for (int threads : {1, 2}) {
+        for (int par : {0, 2}) {  // the pass on the calling thread / over the 2 threads (2 chunks)
+        detail::embedding_bag_set_par_check_threads(par);
         set_num_threads(threads);
         for_each_isa([&](Isa) {
             int k = 0;
@@ -1365,7 +1386,14 @@ TEST(EmbeddingBag, IndexCheckFindsBadIndexInEveryChunk) {
                                   needle.c_str());
                 for (float v : out) ASSERT_EQ(v, -3.0f);
             }
+            d.index_type = IndexType::i64;  // and a valid call
+            embedding_bag(d, EmbeddingBagArgs{B, n, table.data(), idx.data(), off.data(), nullptr, out.data()});
+            for (int64_t b = 0; b < B; ++b)
+                ASSERT_EQ(out[b], static_cast<float>((b + 1 < B ? off[b + 1] : n) - off[b]));
+            std::fill(out.begin(), out.end(), -3.0f);
         });
+        }  // par
     }
+    detail::embedding_bag_set_par_check_threads(0);
     set_num_threads(0);
 }

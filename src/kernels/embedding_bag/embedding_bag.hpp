@@ -67,6 +67,11 @@ EmbeddingBagConfig embedding_bag_config(const EmbeddingBagDesc& resolved);
 EmbeddingBagCall embedding_bag_validate_args(const char* fn, const EmbeddingBagDesc& d, const EmbeddingBagArgs& a);
 // Every index inside a bag in [0, num_embeddings). Stops at the first bad one (lowest position).
 void embedding_bag_validate_indices(const EmbeddingBagCall& c);
+// Whether indices[j0, j1) are all in [0, num_embeddings) (one min / max pass).
+bool embedding_bag_indices_in_range(const EmbeddingBagCall& c, int64_t j0, int64_t j1);
+// Tests: from how many threads a call checks its indices inside the bags' parallel region instead
+// of on the calling thread (0 restores the default, 4 or XK_EB_PAR_CHECK_THREADS).
+void embedding_bag_set_par_check_threads(int threads);
 [[noreturn]] void embedding_bag_bad_index(const EmbeddingBagCall& c, int64_t position, int64_t bag, int64_t value);
 
 struct EmbeddingBagKernel {

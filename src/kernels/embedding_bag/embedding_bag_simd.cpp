@@ -3,8 +3,9 @@
 // One function per (ISA, index type, table dtype, pooling, column block of 1 / 2 / 4 / NVMAX
 // vectors): the accumulators of a column block stay in registers over the bag's indices; wider
 // rows take several blocks per bag (the later blocks read rows the first block brought to cache).
-// Software prefetch of the rows of the indices ~4 KiB ahead (within the thread's bag range).
-// Bit for bit the reference (see embedding_bag_simd.inc).
+// Software prefetch of the rows of the indices 8 KiB (at most 16 rows) ahead, within the thread's
+// bag range. Bit for bit the reference (see embedding_bag_simd.inc). The lookup's row copy
+// (rows and out of one type) is here too.
 #include <immintrin.h>
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,7 +18,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "common/streaming.hpp"
 #include "kernels/embedding_bag/embedding_bag.hpp"
 
 namespace xk::detail {
@@ -42,7 +45,6 @@ XK_T inline VF max_nan(VF acc, VF r) {
     return _mm512_mask_blend_ps(take, acc, r);
 }
 XK_T inline VF load_f32(const float* p, M m) { return _mm512_maskz_loadu_ps(m, p); }
-XK_T inline void stream_f32(float* p, VF v) { _mm512_stream_ps(p, v); }  // p 64-byte aligned
 XK_T inline VF load_bf16(const uint16_t* p, M m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
@@ -71,6 +73,16 @@ XK_T inline VF load_q4_full(const uint8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
 }
 XK_T inline void store_f32(float* p, VF v, M m) { _mm512_mask_storeu_ps(p, m, v); }
+// Byte copies of the lookup: VB-byte vectors, streamed (p VB-aligned), a masked tail of n < VB bytes.
+constexpr int VB = 64;
+using VI = __m512i;
+XK_T inline VI ldb(const char* p) { return _mm512_loadu_si512(p); }
+XK_T inline void stb(char* p, VI v) { _mm512_storeu_si512(p, v); }
+XK_T inline void ntb(char* p, VI v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
+XK_T inline void copy_tail(char* d, const char* s, int64_t n) {
+    const __mmask64 m = n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1;
+    _mm512_mask_storeu_epi8(d, m, _mm512_maskz_loadu_epi8(m, s));
+}
 // Round to nearest even; NaN -> quiet NaN (bf16::from_float).
 XK_T inline void store_bf16(uint16_t* p, VF v, M m) {
     const __m512i u = _mm512_castps_si512(v);
@@ -151,7 +163,12 @@ XK_T inline VF load_q4_full(const uint8_t* p) {
     const __m128i q = _mm_or_si128(_mm_and_si128(w, _mm_set1_epi16(15)), _mm_slli_epi16(_mm_srli_epi16(w, 4), 8));
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
 }
-XK_T inline void stream_f32(float* p, VF v) { _mm256_stream_ps(p, v); }  // p 32-byte aligned
+constexpr int VB = 32;
+using VI = __m256i;
+XK_T inline VI ldb(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+XK_T inline void stb(char* p, VI v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+XK_T inline void ntb(char* p, VI v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v); }
+XK_T inline void copy_tail(char* d, const char* s, int64_t n) { std::memcpy(d, s, static_cast<size_t>(n)); }
 XK_T inline void store_f32(float* p, VF v, M m) {
     if (m.n == 8) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, m.m, v);
