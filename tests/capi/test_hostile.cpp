@@ -869,7 +869,12 @@ void expect_dyn_rejected(int kind, const DynCase& c, const std::string& needle, 
     EXPECT_TRUE(same_bytes(o.zps, o0.zps)) << kDynNames[kind] << " " << what << ": zero_points were written";
 }
 
-TEST(QuantDynamic, NonFiniteRejectedBeforeWriting) {
+// A non-finite x (or x * smooth overflowing to +-inf) is data, not bad input (docs/quant.md): the
+// call succeeds as the static quantizer would (NaN -> the zero point, +-inf saturate), the row's
+// parameters come from its finite values, and every other row is bit for bit the all-finite
+// call's. The smooth vector is a parameter: a non-finite smooth[c] is still rejected, nothing
+// written.
+TEST(QuantDynamic, NonFiniteDataQuantizesLikeTheStaticPath) {
     ThreadsGuard tg;
     for (int threads : {1, 2}) {
         set_num_threads(threads);
@@ -878,35 +883,57 @@ TEST(QuantDynamic, NonFiniteRejectedBeforeWriting) {
             for (bool smooth : {false, true})
                 for (bool sym : {false, true}) {
                     const DynCase base = dyn_base(smooth, sym);
+                    const bool s8 = kind == 1 || kind == 3 || (kind >= 4 && sym);
+                    const int qmin = s8 ? -128 : 0, qmax = s8 ? 127 : 255;
+                    auto qv = [&](const DynOut& o, int64_t i) {
+                        return s8 ? static_cast<int>(static_cast<int8_t>(o.q[i])) : static_cast<int>(o.q[i]);
+                    };
+                    DynOut want;
                     {  // Control: finite input succeeds and writes every output.
-                        DynOut o;
                         const DynOut o0;
-                        const auto [st, msg] = run_dynamic(kind, base, o);
+                        const auto [st, msg] = run_dynamic(kind, base, want);
                         ASSERT_EQ(st, XK_SUCCESS) << kDynNames[kind] << ": " << msg;
-                        EXPECT_FALSE(same_bytes(o.scales, o0.scales));
-                        EXPECT_NE(o.scales[kQRows - 1], kSentinel);
-                        EXPECT_NE(o.zps[kQRows - 1], o0.zps[kQRows - 1]);
+                        EXPECT_FALSE(same_bytes(want.scales, o0.scales));
+                        EXPECT_NE(want.scales[kQRows - 1], kSentinel);
+                        EXPECT_NE(want.zps[kQRows - 1], o0.zps[kQRows - 1]);
                     }
-                    const std::string tail = smooth ? "]*smooth" : "]";
+                    auto check = [&](const DynCase& c, int64_t r, int64_t col, int want_q, const std::string& what,
+                                     bool others_same = true) {
+                        DynOut o;
+                        const auto [st, msg] = run_dynamic(kind, c, o);
+                        ASSERT_EQ(st, XK_SUCCESS) << kDynNames[kind] << " " << what << ": " << msg;
+                        for (int64_t rr = 0; rr < kQRows; ++rr) {
+                            if (rr == r || !others_same) continue;
+                            ASSERT_EQ(std::memcmp(&o.q[rr * kQCols], &want.q[rr * kQCols], kQCols), 0)
+                                << kDynNames[kind] << " " << what << ": row " << rr << " changed";
+                            ASSERT_EQ(o.scales[rr], want.scales[rr]) << kDynNames[kind] << " " << what << " row " << rr;
+                            ASSERT_EQ(o.zps[rr], want.zps[rr]) << kDynNames[kind] << " " << what << " row " << rr;
+                        }
+                        EXPECT_TRUE(std::isfinite(o.scales[r]) && o.scales[r] > 0)
+                            << kDynNames[kind] << " " << what << ": scale " << o.scales[r];
+                        const int zp = o.zps[r];
+                        const int got = qv(o, r * kQCols + col);
+                        EXPECT_EQ(got, want_q == INT32_MIN ? zp : want_q) << kDynNames[kind] << " " << what;
+                    };
                     for (int64_t r : {kQRows - 1, int64_t(0)})
                         for (float v : {kNaN, kInf, -kInf}) {
                             DynCase c = base;
                             const int64_t col = 17 + r % 5;
                             c.x[r * kQCols + col] = v;
-                            const std::string needle = "src[" + std::to_string(r) + "][" + std::to_string(col) + tail;
-                            expect_dyn_rejected(kind, c, needle,
-                                                "x[" + std::to_string(r) + "][" + std::to_string(col) +
-                                                    "]=" + std::to_string(v) + (smooth ? " smooth" : "") +
-                                                    (sym ? " symmetric" : ""));
+                            check(c, r, col, std::isnan(v) ? INT32_MIN : v > 0 ? qmax : qmin,
+                                  "x[" + std::to_string(r) + "][" + std::to_string(col) + "]=" + std::to_string(v) +
+                                      (smooth ? " smooth" : "") + (sym ? " symmetric" : ""));
+                            if (HasFatalFailure()) return;
                         }
                     if (smooth) {
-                        // x * smooth overflows to +-inf in the last row (finite x, finite smooth).
+                        // x * smooth overflows to -inf in the last row (finite x, finite smooth).
                         DynCase c = base;
                         c.x[(kQRows - 1) * kQCols + 299] = -1e30f;
                         c.smooth[299] = 1e30f;
-                        expect_dyn_rejected(kind, c, "src[63][299]*smooth", "x*smooth overflow");
-                        // smooth[c] = inf: every x[r][c] * smooth[c] is non-finite; the library
-                        // rejects the smooth vector itself (checked first), naming smooth[c].
+                        // (smooth[299] changes column 299 of every row: only the overflowing row is checked)
+                        check(c, kQRows - 1, 299, qmin, "x*smooth overflow", false);
+                        if (HasFatalFailure()) return;
+                        // smooth[c] = inf: the smooth vector itself is rejected, naming smooth[c].
                         DynCase c2 = base;
                         c2.smooth[5] = kInf;
                         expect_dyn_rejected(kind, c2, "smooth[5]", "smooth[5]=inf");
