@@ -18,6 +18,21 @@
 #define XK_HAVE_FP64 1
 #endif
 
+// RoPE's angle of pair i at position p (computed, not cached): cos / sin of
+// (p / scaling) * base^(-2 i / rotary_dim), in double where the device has it.
+inline void rope_cs(long p, ulong i, ulong rotary_dim, float base, float scaling, float* c, float* s) {
+#ifdef XK_HAVE_FP64
+    const double inv_freq = pow((double)base, -2.0 * (double)i / (double)rotary_dim);
+    const double theta = ((double)p / (double)scaling) * inv_freq;
+    *c = (float)cos(theta);
+    *s = (float)sin(theta);
+#else
+    const float inv_freq = pow(base, -2.0f * (float)i / (float)rotary_dim);
+    const float theta = ((float)p / scaling) * inv_freq;
+    *c = cos(theta);
+    *s = sin(theta);
+#endif
+}
 inline float bf16_to_f(ushort b) { return as_float(((uint)b) << 16); }
 inline ushort f_to_bf16(float f) {
     uint u = as_uint(f);
@@ -734,17 +749,7 @@ __kernel void xk_rope(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, ul
     float cs, sn;
     if (flags & 2) {
         if (p < 0) return;
-#ifdef XK_HAVE_FP64
-        const double inv_freq = pow((double)base, -2.0 * (double)i / (double)rotary_dim);
-        const double theta = ((double)p / (double)scaling) * inv_freq;
-        cs = (float)cos(theta);
-        sn = (float)sin(theta);
-#else
-        const float inv_freq = pow(base, -2.0f * (float)i / (float)rotary_dim);
-        const float theta = ((float)p / scaling) * inv_freq;
-        cs = cos(theta);
-        sn = sin(theta);
-#endif
+        rope_cs(p, i, rotary_dim, base, scaling, &cs, &sn);
     } else {
         if (p < 0 || (ulong)p >= max_position) return;
         const ulong row = c_off + (ulong)p * rotary_dim;
@@ -810,17 +815,7 @@ __kernel void xk_rope8(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
         if (p < 0) return;
         float c8[8], s8[8];
         for (int j = 0; j < 8; ++j) {
-#ifdef XK_HAVE_FP64
-            const double inv_freq = pow((double)base, -2.0 * (double)(i + j) / (double)rotary_dim);
-            const double theta = ((double)p / (double)scaling) * inv_freq;
-            c8[j] = (float)cos(theta);
-            s8[j] = (float)sin(theta);
-#else
-            const float inv_freq = pow(base, -2.0f * (float)(i + j) / (float)rotary_dim);
-            const float theta = ((float)p / scaling) * inv_freq;
-            c8[j] = cos(theta);
-            s8[j] = sin(theta);
-#endif
+            rope_cs(p, i + j, rotary_dim, base, scaling, &c8[j], &s8[j]);
         }
         cs = vload8(0, c8);
         sn = vload8(0, s8);
@@ -887,17 +882,7 @@ __kernel void xk_rope8h(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, 
         if (p < 0) return;
         float c8[8], s8[8];
         for (int j = 0; j < 8; ++j) {
-#ifdef XK_HAVE_FP64
-            const double inv_freq = pow((double)base, -2.0 * (double)(i + j) / (double)rotary_dim);
-            const double theta = ((double)p / (double)scaling) * inv_freq;
-            c8[j] = (float)cos(theta);
-            s8[j] = (float)sin(theta);
-#else
-            const float inv_freq = pow(base, -2.0f * (float)(i + j) / (float)rotary_dim);
-            const float theta = ((float)p / scaling) * inv_freq;
-            c8[j] = cos(theta);
-            s8[j] = sin(theta);
-#endif
+            rope_cs(p, i + j, rotary_dim, base, scaling, &c8[j], &s8[j]);
         }
         cs = vload8(0, c8);
         sn = vload8(0, s8);
@@ -951,17 +936,7 @@ __kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
         if (p < 0) return;
         float c4[4], s4[4];
         for (int j = 0; j < 4; ++j) {
-#ifdef XK_HAVE_FP64
-            const double inv_freq = pow((double)base, -2.0 * (double)(i + j) / (double)rotary_dim);
-            const double theta = ((double)p / (double)scaling) * inv_freq;
-            c4[j] = (float)cos(theta);
-            s4[j] = (float)sin(theta);
-#else
-            const float inv_freq = pow(base, -2.0f * (float)(i + j) / (float)rotary_dim);
-            const float theta = ((float)p / scaling) * inv_freq;
-            c4[j] = cos(theta);
-            s4[j] = sin(theta);
-#endif
+            rope_cs(p, i + j, rotary_dim, base, scaling, &c4[j], &s4[j]);
         }
         cs = vload4(0, c4);
         sn = vload4(0, s4);
