@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -18,6 +19,25 @@
 #include "xk/types.hpp"
 
 namespace xk::test {
+
+// Sets (value) or unsets (nullptr) an environment variable for a scope, restoring it after.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* o = std::getenv(name)) had_ = true, old_ = o;
+        if (value) setenv(name, value, 1);
+        else unsetenv(name);
+    }
+    ~ScopedEnv() {
+        if (had_) setenv(name_, old_.c_str(), 1);
+        else unsetenv(name_);
+    }
+
+private:
+    const char* name_;
+    bool had_ = false;
+    std::string old_;
+};
 
 // ISAs the sweep has exercised in this process (printed by test_main at exit).
 std::set<Isa>& exercised_isas();

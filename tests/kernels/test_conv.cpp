@@ -902,23 +902,7 @@ TEST(Conv2dRouted, FoldBatchNormMatchesConvThenBn) {
 // remembered ("cached"); XK_CONV_IMPL=onednn / =gemm force each route.
 namespace {
 
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* o = std::getenv(name)) had_ = true, old_ = o;
-        if (value) setenv(name, value, 1);
-        else unsetenv(name);
-    }
-    ~ScopedEnv() {
-        if (had_) setenv(name_, old_.c_str(), 1);
-        else unsetenv(name_);
-    }
-
-private:
-    const char* name_;
-    bool had_ = false;
-    std::string old_;
-};
+using xk::test::ScopedEnv;
 
 std::vector<ConvDesc> routing_cases() {
     std::vector<ConvDesc> v;

@@ -64,24 +64,7 @@ double act(Activation a, double x) {
     return x;
 }
 
-// Sets an environment variable for a scope (XK_QCONV_IMPL: the route override).
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* o = std::getenv(name)) had_ = true, old_ = o;
-        if (value) setenv(name, value, 1);
-        else unsetenv(name);
-    }
-    ~ScopedEnv() {
-        if (had_) setenv(name_, old_.c_str(), 1);
-        else unsetenv(name_);
-    }
-
-private:
-    const char* name_;
-    bool had_ = false;
-    std::string old_;
-};
+using xk::test::ScopedEnv;
 
 std::vector<double> oracle(const QConvDesc& d, int64_t oh, int64_t ow, const uint8_t* src, const int8_t* wt,
                            const float* bias, const float* ws, float ss, int32_t szp) {
