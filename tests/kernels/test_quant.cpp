@@ -210,6 +210,23 @@ DynProblem make_dynamic(DType src, DType dst, bool symmetric, bool smooth, int64
     return p;
 }
 
+// The reference's outputs for p (q with p.dst's layout, scales, zero points) in fresh buffers.
+struct DynWant {
+    TypedMatrix q;
+    std::vector<float> scales;
+    std::vector<int32_t> zps;
+};
+DynWant dynamic_reference(DynProblem& p) {
+    const QuantDesc rd = QuantPlan(p.d).desc();
+    DynWant w{p.dst.clone(), std::vector<float>(p.scales_out.size(), -1.0f), std::vector<int32_t>(p.zps_out.size(), -999)};
+    QuantArgs ra = p.args();
+    ra.dst = w.q.data();
+    ra.scales_out = w.scales.data();
+    ra.zero_points_out = p.give_zps ? w.zps.data() : nullptr;
+    detail::quant_reference(rd, ra, 0, rd.rows, 0, rd.cols);
+    return w;
+}
+
 ::testing::AssertionResult check_dynamic(const DynProblem& p) {
     const QuantDesc& d = p.d;
     const DType qt = d.dst_dtype;
@@ -963,14 +980,10 @@ TEST(Quant, EveryIsaBitExactWithReference) {
                                 if (variant % 2) fill_mixed(p.src, variant % 4 == 1 ? 1e-3 : 5.0, 4, variant % 4 == 3, 99 + variant);
                                 p.give_zps = !sym || variant % 3 != 0;
                                 const QuantDesc rd = QuantPlan(p.d).desc();
-                                TypedMatrix want = p.dst.clone();
-                                std::vector<float> want_scales(p.scales_out.size(), -1.0f);
-                                std::vector<int32_t> want_zps(p.zps_out.size(), -999);
-                                QuantArgs ra = p.args();
-                                ra.dst = want.data();
-                                ra.scales_out = want_scales.data();
-                                ra.zero_points_out = p.give_zps ? want_zps.data() : nullptr;
-                                detail::quant_reference(rd, ra, 0, rd.rows, 0, rd.cols);
+                                DynWant w = dynamic_reference(p);
+                                const TypedMatrix& want = w.q;
+                                const std::vector<float>& want_scales = w.scales;
+                                const std::vector<int32_t>& want_zps = w.zps;
                                 quantize(p.d, p.args());
                                 ASSERT_TRUE(same_bytes(p.dst, want))
                                     << detail::quant_kernel_desc(p.d).key() << " rows=" << s.rows << " cols=" << s.cols;
@@ -1024,14 +1037,10 @@ TEST(Quant, DynamicNonFiniteBitExactEveryIsa) {
                                 p.smooth[4] = 4.0f;
                             }
                             const QuantDesc rd = QuantPlan(p.d).desc();
-                            TypedMatrix want = p.dst.clone();
-                            std::vector<float> want_scales(p.scales_out.size(), -1.0f);
-                            std::vector<int32_t> want_zps(p.zps_out.size(), -999);
-                            QuantArgs ra = p.args();
-                            ra.dst = want.data();
-                            ra.scales_out = want_scales.data();
-                            ra.zero_points_out = want_zps.data();
-                            detail::quant_reference(rd, ra, 0, rd.rows, 0, rd.cols);
+                            DynWant w = dynamic_reference(p);
+                            const TypedMatrix& want = w.q;
+                            const std::vector<float>& want_scales = w.scales;
+                            const std::vector<int32_t>& want_zps = w.zps;
                             if (threads == 1) {  // the kernel called directly, right after dirtying zmm16
                                 const auto sel = detail::quant_registry().get(detail::quant_kernel_desc(rd));
                                 std::vector<float> inv(rd.rows);
@@ -1083,15 +1092,10 @@ TEST(Quant, StreamingStoresBitExact) {
                                             s.cols, false, 1, 60 + variant);
                 p.dst = TypedMatrix(p.d.dst_dtype, s.rows, s.cols, 0, 0);
                 fill_mixed(p.src, 2.0, 7, true, 9 + variant);
-                const QuantDesc rd = QuantPlan(p.d).desc();
-                TypedMatrix want = p.dst.clone();
-                std::vector<float> want_scales(p.scales_out.size(), -1.0f);
-                std::vector<int32_t> want_zps(p.zps_out.size(), -999);
-                QuantArgs ra = p.args();
-                ra.dst = want.data();
-                ra.scales_out = want_scales.data();
-                ra.zero_points_out = want_zps.data();
-                detail::quant_reference(rd, ra, 0, rd.rows, 0, rd.cols);
+                DynWant w = dynamic_reference(p);
+                const TypedMatrix& want = w.q;
+                const std::vector<float>& want_scales = w.scales;
+                const std::vector<int32_t>& want_zps = w.zps;
                 quantize(p.d, p.args());
                 ASSERT_TRUE(same_bytes(p.dst, want)) << detail::quant_kernel_desc(p.d).key() << " cols=" << s.cols;
                 ASSERT_EQ(0, std::memcmp(p.scales_out.data(), want_scales.data(), 4 * want_scales.size()));
