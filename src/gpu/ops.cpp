@@ -225,9 +225,13 @@ void no_overlap(const char* fn, const char* out, const Range& o, const char* oth
     if (overlap(o, r)) fail_arg(fn, out, "(buffer range)", std::string("overlaps ") + other);
 }
 
-void verbose_pick(const char* op, const std::string& what) {
+// XK_VERBOSE's line for an op's launch; `what` (a callable returning the description) is only
+// called when verbose output is on, so a call pays no string building otherwise.
+template <class What>
+void verbose_pick(const char* op, What&& what_fn) {
     const int lvl = xk::detail::verbose_level();
     if (lvl < 1) return;
+    const std::string what = what_fn();
     static std::mutex mu;
     static std::unordered_set<std::string> seen;
     {
@@ -235,6 +239,13 @@ void verbose_pick(const char* op, const std::string& what) {
         if (lvl < 2 && (seen.size() > 4096 || !seen.insert(std::string(op) + what).second)) return;
     }
     xk::detail::verbose_log(lvl >= 2 ? "gpu_exec" : "gpu_select", op, what, 0.0);
+}
+
+// ",wg=<local>" and, for the row kernels, ",groups=<n>[,seg=<rows per group>]".
+std::string row_launch(size_t local, size_t global, bool rowk, int64_t seg) {
+    std::string r = ",wg=" + std::to_string(local);
+    if (rowk) r += ",groups=" + std::to_string(global / local) + (seg ? ",seg=" + std::to_string(seg) : std::string());
+    return r;
 }
 
 using detail::set_arg;
@@ -364,8 +375,8 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
         rl.global = static_cast<size_t>(d.rows) * rl.local;
     }
     const size_t local = rl.local, global = rl.global;
-    verbose_pick("norm", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) + (rl.seg ? ",seg=" + std::to_string(rl.seg) : std::string()) : std::string()) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
-                             ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
+    verbose_pick("norm", [&] { return std::string("ocl:") + kname + row_launch(local, global, rowk, rl.seg) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+                             ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name; });
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
     (void)t; (void)ex; (void)ey; (void)er; (void)ero;
@@ -416,8 +427,8 @@ Event glu(const Context& ctx, const GluDesc& in, const GluTensors& t) {
                                        static_cast<size_t>(std::max(ctx.device().max_work_group_size, 1)));
     const size_t gx = (chunks + lx - 1) / lx * lx;
     const size_t global[2] = {gx, static_cast<size_t>(d.rows)}, local[2] = {lx, 1};
-    verbose_pick("glu", std::string(bf16k ? "ocl:xk_glu_bf16,wg=" : "ocl:xk_glu,wg=") + std::to_string(lx) + "x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
-                            dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
+    verbose_pick("glu", [&] { return std::string(bf16k ? "ocl:xk_glu_bf16,wg=" : "ocl:xk_glu,wg=") + std::to_string(lx) + "x1,inner=" + std::to_string(d.inner) + ",act=" + std::to_string(a) + ",x=" +
+                            dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name; });
     return detail::enqueue(ctx, k, 2, global, local, fn);
 #else
     (void)t; (void)ex; (void)ey;
@@ -476,8 +487,8 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
         rl.global = static_cast<size_t>(d.rows) * rl.local;
     }
     const size_t local = rl.local, global = rl.global;
-    verbose_pick("softmax", std::string("ocl:") + kname + ",wg=" + std::to_string(local) + (rowk ? ",groups=" + std::to_string(global / local) + (rl.seg ? ",seg=" + std::to_string(rl.seg) : std::string()) : std::string()) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
-                                dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name);
+    verbose_pick("softmax", [&] { return std::string("ocl:") + kname + row_launch(local, global, rowk, rl.seg) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+                                dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name; });
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
     (void)t; (void)ex; (void)ey;
@@ -618,9 +629,9 @@ Event rope(const Context& ctx, const RopeDesc& in, const RopeTensors& t) {
     set_arg(kk, i++, U(heads));
     set_arg(kk, i++, U(total));
     const size_t local = 128, global = (static_cast<size_t>(total) + local - 1) / local * local;
-    verbose_pick("rope", std::string("ocl:") + kname + ",wg=128," + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
+    verbose_pick("rope", [&] { return std::string("ocl:") + kname + ",wg=128," + rope_style_name(d.style) + ",head_dim=" + std::to_string(d.head_dim) +
                              ",rotary_dim=" + std::to_string(d.rotary_dim) + ",dtype=" + dtype_name(d.dtype) +
-                             ",device=" + ctx.device().name);
+                             ",device=" + ctx.device().name; });
     return detail::enqueue(ctx, kk, 1, &global, &local, fn);
 #else
     (void)t; (void)eq; (void)ek; (void)ec;
