@@ -295,7 +295,7 @@ TEST(Woq, AmxProducerLayout) {
                 ctx.nkb = (K + 31) / 32;
                 const int64_t nblocks = (N + 31) / 32;
                 ASSERT_EQ(ref->bytes, static_cast<size_t>(nblocks * ctx.nkb * 2048));
-                for (int64_t nb = 0; nb < nblocks; ++nb) detail::woq_amx_pack_block(&ctx, nb, got.data());
+                for (int64_t nb = 0; nb < nblocks; ++nb) detail::woq_amx_pack_block(&ctx, nb, got.data() + nb * ctx.nkb * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout();
             }
 }

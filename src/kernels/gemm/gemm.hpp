@@ -61,8 +61,9 @@ struct GemmCall {
     const float* a_row_scales = nullptr;   // [M], read when the spec's a_scale_per_row (internal)
     // Internal (xk::woq's prefill, the AMX bf16 kernel only): with packed_b null, column block nb
     // of B is produced straight into the kernel's packed layout by b_block_fn(b_block_ctx, nb,
-    // packed) (`packed` the whole buffer, as GemmKernel::pack_b lays it out) instead of being
-    // packed from args.B (not read) — each block once per call, claimed inside the call's region.
+    // packed) (`packed` = where block nb starts: in the whole buffer as GemmKernel::pack_b lays it
+    // out, or a thread's own buffer when M is one row block) instead of being packed from args.B
+    // (not read) — each block once per call, claimed inside the call's region.
     void (*b_block_fn)(const void* ctx, int64_t nb, void* packed) = nullptr;
     const void* b_block_ctx = nullptr;
 };

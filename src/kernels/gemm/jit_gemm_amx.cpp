@@ -623,11 +623,20 @@ public:
         // block by column block by the first task that needs a block (the others wait for it:
         // flags after the packed B), inside the one parallel region of the call.
         const GemmArgs& args = call.args;
-        const uint8_t* bp;
+        const uint8_t* bp = nullptr;
         uint8_t* lazy = nullptr;
         std::atomic<uint32_t>* flags = nullptr;
+        const int64_t mblocks = (s_.M + kBlk - 1) / kBlk;
+        // xk::woq's producer (b_block_fn) with one row block (decode M): each column block is read
+        // by one task only, so it is produced into that task's thread buffer (slot 2, reused chunk
+        // after chunk: it stays in L2) instead of the N-wide buffer below, which is written and read
+        // back once per call (88 MB at 11008 x 4096: DRAM traffic at one thread).
+        // XK_AMX_B_RING=0 (read once): the N-wide buffer always (before / after on the device).
+        static const bool ring_on = env_int("XK_AMX_B_RING", 1) != 0;
+        const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
+        } else if (ring) {
         } else {
             const size_t pbytes = (packed_bytes() + 63) / 64 * 64;
             auto* buf = reinterpret_cast<uint8_t*>(
@@ -640,7 +649,6 @@ public:
         alignas(64) GemmScalars sc;
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, K = s_.K;
-        const int64_t mblocks = (M + kBlk - 1) / kBlk;
         const int64_t block_bytes = nkb_ * kStepBytes;
         // Column blocks per task: B of the chunk within kChunkBytes (L2), at most kMaxChunk (the
         // accumulators of a task), and enough tasks to give every thread about four.
@@ -857,7 +865,12 @@ public:
                     }
                 }
                 lap(AmxProfile::apack);
-                if (lazy) {
+                const uint8_t* b_chunk = nullptr;  // ring: the chunk's blocks, block_bytes apart
+                if (ring) {
+                    auto* rb = reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>((nb1 - nb0) * block_bytes / 4)));
+                    for (int64_t nb = nb0; nb < nb1; ++nb) call.b_block_fn(call.b_block_ctx, nb, rb + (nb - nb0) * block_bytes);
+                    b_chunk = rb;
+                } else if (lazy) {
                     // the chunk's blocks: claim and pack the free ones, then wait for the others
                     for (int pass = 0; pass < 2; ++pass)
                         for (int64_t nb = nb0; nb < nb1; ++nb) {
@@ -866,7 +879,7 @@ public:
                             if (st == 2 || (pass == 0 && st != 0)) continue;
                             if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
                                 if (call.b_block_fn && !int8_)
-                                    call.b_block_fn(call.b_block_ctx, nb, lazy);  // (xk::woq's dequantizing producer)
+                                    call.b_block_fn(call.b_block_ctx, nb, lazy + nb * block_bytes);  // (xk::woq's producer)
                                 else
                                     pack_block(args.B, nb, lazy, za != 0);
                                 if (int8_ && za != 0) {
@@ -896,7 +909,7 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     for (int64_t nb = nb0; nb < nb1; ++nb) {
-                        ta.b = bp + nb * block_bytes + s0 * kStepBytes;
+                        ta.b = (b_chunk ? b_chunk + (nb - nb0) * block_bytes : bp + nb * block_bytes) + s0 * kStepBytes;
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
                         tc.fn(&ta);
                     }

@@ -20,7 +20,10 @@
 //               reduces the lanes.
 //   fused:      per_token_dynamic's pipeline: one loop quantizes row r (src, in L1 since its range
 //               pass) with its parameters and takes the range of row r + 1 (src2, from DRAM) as
-//               minmax does, so the DRAM stream never waits for the in-cache pass.
+//               minmax does, so the DRAM stream never waits for the in-cache pass. bf16 x without
+//               smooth on AVX-512: that range from the bits, 32 word lanes a vector (VPMAXSW over the
+//               positives, VPMAXUW over the negatives' sign-magnitude bits, finite lanes only):
+//               no widening, 4 instructions per 32 elements.
 // bf16 outputs: the integer rounding, or VCVTNEPS2BF16 (jit:avx512_bf16) for the rows whose scales
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
@@ -55,7 +58,7 @@ struct QArgs {
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -71,6 +74,8 @@ const QTable& qtable() {
         setf(kQm512, -512.0f);
         for (auto& e : t.v[kQAbs]) e = 0x7fffffffu;
         for (auto& e : t.v[kQInf]) e = 0x7f800000u;
+        for (auto& e : t.v[kQAbs16]) e = 0x7fff7fffu;
+        for (auto& e : t.v[kQInf16]) e = 0x7f807f80u;
         return t;
     }();
     return t;
@@ -98,6 +103,14 @@ public:
         ft_ = quant ? kd.src_dtype : kd.dst_dtype;
         qt_ = quant ? kd.dst_dtype : kd.src_dtype;
         fs_ = dtype_size(ft_);
+        // fused, AVX-512, bf16 x without smooth: the range pass on the bf16 bits as 32 int16 lanes
+        // (range16), no widening.
+        // (XK_QUANT_R16=0, read once: the widening range pass, for before / after in bench_quant)
+        static const bool r16_on = [] {
+            const char* e = std::getenv("XK_QUANT_R16");
+            return !e || std::atoi(e) != 0;
+        }();
+        r16_ = r16_on && mode == Mode::fused && zmm_ && ft_ == DType::bf16 && !smooth_;
 
         preamble({rbx, r12, r13});
         mov(src_, ptr[abi_param1 + offsetof(QArgs, src)]);
@@ -117,6 +130,10 @@ public:
             vpbroadcastd(V(13), ptr[abi_param1 + offsetof(QArgs, szp)]);
         }
         if (zmm_ && (mode == Mode::quantize || mode == Mode::fused) && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (r16_) {
+            mov(eax, 0xFFFF);
+            kmovd(k4, eax);  // range16's 16-element steps: the low 16 word lanes
+        }
 
         constexpr int kUnroll = 4;
         Label l4, l1, tail, done;
@@ -129,7 +146,7 @@ public:
             const Reg64& stream = mode == Mode::fused ? src2_ : src_;
             for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[stream + pf_dist() + o]);
         }
-        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false);
+        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false, k % 2 == 0 ? 2 * vl_ : 0);
         advance(kUnroll * vl_);
         sub(n_, kUnroll * vl_);
         jmp(l4, T_NEAR);
@@ -146,6 +163,7 @@ public:
         one(0, 0, true);
         L(done);
         if (nt_) sfence();
+        if (r16_) range16_finish();
         if (mode == Mode::minmax || mode == Mode::fused) {
             mov(rax, ptr[abi_param1 + offsetof(QArgs, mm)]);
             for (int i = 0; i < (mode == Mode::minmax ? 3 : 2); ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
@@ -202,13 +220,18 @@ private:
         jl(loop);
     }
 
-    void one(int k, int off, bool tail) {
+    // span: range16's elements from off in this step (32, 16 or 0: the main loop's odd steps, their
+    // elements taken by the even step before); -1: one vector (vl_, or the tail's n_).
+    void one(int k, int off, bool tail, int span = -1) {
         const Xmm a = A(k), b = B(k);
         if (mode_ == Mode::dequantize) {
             dequant_one(a, b, off, tail);
             return;
         }
-        if (mode_ == Mode::fused) range_one(V(10), V(11), src2_, off, tail, false);
+        if (mode_ == Mode::fused) {
+            if (r16_) range16(off, tail ? -1 : span < 0 ? vl_ : span);
+            else range_one(V(10), V(11), src2_, off, tail, false);
+        }
         if (mode_ == Mode::minmax) {
             range_one(a, b, src_, off, tail, true);
             return;
@@ -313,6 +336,52 @@ private:
         }
     }
 
+    // range16: the finite range of bf16 x from its bits, 32 word lanes a zmm. Finite lanes
+    // ((x & 0x7fff) < 0x7f80) only: V(9) = signed word max from 0 (a positive x's bits order as
+    // its value; negatives never pass 0), V(8) = unsigned word max from 0 (a negative x's bits,
+    // >= 0x8000, order as its magnitude and pass every positive). span 32 / 16 elements at off,
+    // -1: the tail's n_ (< 16); masked-off lanes load as 0, in the range already.
+    void range16(int off, int span) {
+        const Zmm v(10), t(11);
+        const auto src = ptr[src2_ + off * 2];
+        if (span == 0) return;
+        if (span == 32) {
+            vmovdqu16(v, src);
+        } else if (span == 16) {
+            vmovdqu16(v | k4 | T_z, src);
+        } else {
+            mov(rax, -1);
+            bzhi(rax, rax, n_);
+            kmovd(k5, eax);
+            vmovdqu16(v | k5 | T_z, src);
+        }
+        vpandd(t, v, ptr[ctb_ + kQAbs16 * 64]);
+        vpcmpw(k3, t, ptr[ctb_ + kQInf16 * 64], 1);  // < 0x7f80 (signed; t >= 0): finite
+        vpmaxsw(Zmm(9) | k3, Zmm(9), v);
+        vpmaxuw(Zmm(8) | k3, Zmm(8), v);
+    }
+    // The word accumulators back to the fused mode's 16 float lanes (min in V(8), max in V(9)): the
+    // 32 words widened to bf16 -> f32 in two halves; min: min of the halves and 0 (the lanes that
+    // hold a positive x stand for 0), max: max of the halves (all >= 0).
+    void range16_finish() {
+        const Zmm lo(10), hi(11);
+        for (int i = 0; i < 2; ++i) {
+            const Zmm acc(8 + i);
+            vextracti64x4(Ymm(10), acc, 1);
+            vpmovzxwd(hi, Ymm(8 + i));
+            vpmovzxwd(lo, Ymm(10));
+            vpslld(hi, hi, 16);
+            vpslld(lo, lo, 16);
+            if (i == 0) {
+                vminps(acc, hi, lo);
+                vpxord(lo, lo, lo);
+                vminps(acc, acc, lo);
+            } else {
+                vmaxps(acc, hi, lo);
+            }
+        }
+    }
+
     void dequant_one(const Xmm& a, const Xmm& b, int off, bool tail) {
         const bool u = qt_ == DType::u8;
         if (zmm_) {
@@ -363,7 +432,7 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
-    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false;
+    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
     const JitIo* io_ = nullptr;

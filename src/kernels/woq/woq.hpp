@@ -106,6 +106,7 @@ struct WoqAmxCtx {
     const WoqPacked* w = nullptr;
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
 };
+// Writes column block nb (nkb * 2048 bytes) at `packed` (the block's own first byte).
 void woq_amx_pack_block(const void* ctx, int64_t nb, void* packed);
 bool woq_amx_prefill_supports(const WoqSpec& s);  // M > 16, or M >= woq_amx_decode_min_m()
 int64_t woq_amx_decode_min_m();

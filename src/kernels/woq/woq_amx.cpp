@@ -38,7 +38,7 @@ XK_AMXW_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, void* packe
     const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
     const WoqPacked& w = *ctx.w;
     const int64_t K = w.K, nkb = ctx.nkb;
-    auto* blk = static_cast<uint8_t*>(packed) + nb * nkb * kStep;
+    auto* blk = static_cast<uint8_t*>(packed);  // block nb's first byte
     const bool u4 = w.type == WoqWeightType::u4;
     for (int t = 0; t < 2; ++t) {
         const int64_t b = 2 * nb + t;
