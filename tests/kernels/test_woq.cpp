@@ -295,8 +295,22 @@ TEST(Woq, AmxProducerLayout) {
                 ctx.nkb = (K + 31) / 32;
                 const int64_t nblocks = (N + 31) / 32;
                 ASSERT_EQ(ref->bytes, static_cast<size_t>(nblocks * ctx.nkb * 2048));
-                for (int64_t nb = 0; nb < nblocks; ++nb) detail::woq_amx_pack_block(&ctx, nb, got.data() + nb * ctx.nkb * 2048);
+                for (int64_t nb = 0; nb < nblocks; ++nb)
+                    detail::woq_amx_pack_block(&ctx, nb, 0, ctx.nkb, got.data() + nb * ctx.nkb * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout();
+                for (int cvt = 0; cvt < (isa_supported(Isa::avx512_bf16) ? 2 : 1); ++cvt) {  // each producer
+                    std::fill(got.begin(), got.end(), uint8_t{0xEE});
+                    for (int64_t nb = 0; nb < nblocks; ++nb)
+                        (cvt ? detail::woq_amx_pack_block_cvt : detail::woq_amx_pack_block_rne)(&ctx, nb, 0, ctx.nkb,
+                                                                                                 got.data() + nb * ctx.nkb * 2048);
+                    EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " cvt=" << cvt;
+                }
+                // windows of k steps (the decode ring's calls), 3 at a time, written at their place
+                std::fill(got.begin(), got.end(), uint8_t{0xEE});
+                for (int64_t nb = 0; nb < nblocks; ++nb)
+                    for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
+                        detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
+                EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " (windows)";
             }
 }
 

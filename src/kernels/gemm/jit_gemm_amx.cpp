@@ -628,11 +628,13 @@ public:
         std::atomic<uint32_t>* flags = nullptr;
         const int64_t mblocks = (s_.M + kBlk - 1) / kBlk;
         // xk::woq's producer (b_block_fn) with one row block (decode M): each column block is read
-        // by one task only, so it is produced into that task's thread buffer (slot 2, reused chunk
-        // after chunk: it stays in L2) instead of the N-wide buffer below, which is written and read
-        // back once per call (88 MB at 11008 x 4096: DRAM traffic at one thread).
-        // XK_AMX_B_RING=0 (read once): the N-wide buffer always (before / after on the device).
-        static const bool ring_on = env_int("XK_AMX_B_RING", 1) != 0;
+        // by one task only, so it is produced a window of ring_steps k steps at a time (16 KiB at 8)
+        // into the thread's buffer (slot 2, reused: L1) right before that window's tile products,
+        // instead of into the N-wide buffer below, written and read back once per call (88 MB at
+        // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
+        // (before / after on the device), n > 0 = n k steps a window (default 8).
+        static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
+        const bool ring_on = ring_steps > 0;
         const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
@@ -760,6 +762,7 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
             tc.configure(&tile_config());
             lap(AmxProfile::cfg);
@@ -865,12 +868,7 @@ public:
                     }
                 }
                 lap(AmxProfile::apack);
-                const uint8_t* b_chunk = nullptr;  // ring: the chunk's blocks, block_bytes apart
-                if (ring) {
-                    auto* rb = reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>((nb1 - nb0) * block_bytes / 4)));
-                    for (int64_t nb = nb0; nb < nb1; ++nb) call.b_block_fn(call.b_block_ctx, nb, rb + (nb - nb0) * block_bytes);
-                    b_chunk = rb;
-                } else if (lazy) {
+                if (lazy) {
                     // the chunk's blocks: claim and pack the free ones, then wait for the others
                     for (int pass = 0; pass < 2; ++pass)
                         for (int64_t nb = nb0; nb < nb1; ++nb) {
@@ -879,7 +877,7 @@ public:
                             if (st == 2 || (pass == 0 && st != 0)) continue;
                             if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
                                 if (call.b_block_fn && !int8_)
-                                    call.b_block_fn(call.b_block_ctx, nb, lazy + nb * block_bytes);  // (xk::woq's producer)
+                                    call.b_block_fn(call.b_block_ctx, nb, 0, nkb_, lazy + nb * block_bytes);  // (xk::woq's)
                                 else
                                     pack_block(args.B, nb, lazy, za != 0);
                                 if (int8_ && za != 0) {
@@ -898,7 +896,7 @@ public:
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
-                const int64_t ks = k_steps();
+                const int64_t ks = ring ? ring_steps : k_steps();
                 for (int64_t s0 = 0; s0 < total_steps; s0 += ks) {
                     const int64_t s1 = std::min(total_steps, s0 + ks);
                     AmxTileArgs ta;
@@ -909,7 +907,12 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     for (int64_t nb = nb0; nb < nb1; ++nb) {
-                        ta.b = (b_chunk ? b_chunk + (nb - nb0) * block_bytes : bp + nb * block_bytes) + s0 * kStepBytes;
+                        if (ring) {  // (total_steps = nkb_)
+                            call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            ta.b = b_ring;
+                        } else {
+                            ta.b = bp + nb * block_bytes + s0 * kStepBytes;
+                        }
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
                         tc.fn(&ta);
                     }

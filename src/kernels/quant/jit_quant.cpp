@@ -58,7 +58,7 @@ struct QArgs {
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQPermD, kQPermQ, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -76,6 +76,9 @@ const QTable& qtable() {
         for (auto& e : t.v[kQInf]) e = 0x7f800000u;
         for (auto& e : t.v[kQAbs16]) e = 0x7fff7fffu;
         for (auto& e : t.v[kQInf16]) e = 0x7f807f80u;
+        for (uint32_t j = 0; j < 16; ++j) t.v[kQPermD][j] = 4 * (j % 4) + j / 4;  // pack_store's dwords
+        const uint32_t pq[8] = {0, 2, 4, 6, 1, 3, 5, 7};                         // ... and qwords (unpk_)
+        for (int j = 0; j < 8; ++j) t.v[kQPermQ][2 * j] = pq[j];
         return t;
     }();
     return t;
@@ -85,7 +88,7 @@ enum class Mode { quantize, dequantize, minmax, fused };
 
 class JitQuant : public JitGenerator {
 public:
-    // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 16-byte aligned rows;
+    // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 64-byte aligned rows;
     // dequantize: vector-aligned rows), then SFENCE.
     // cvt_bf16: bf16 stores by VCVTNEPS2BF16 (AVX512-BF16; the caller uses this variant only where
     // no output can be denormal: dequantize with every scale >= FLT_MIN).
@@ -111,6 +114,14 @@ public:
             return !e || std::atoi(e) != 0;
         }();
         r16_ = r16_on && mode == Mode::fused && zmm_ && ft_ == DType::bf16 && !smooth_;
+        // AVX-512 quantize / fused: the main loop's 64 results packed by VPACKSSDW + VPACKSSWB /
+        // VPACKUSWB (saturating: the values are within int16, then s8 / u8) and one VPERMD / VPERMQ
+        // into one 64-byte store (pack_store), instead of four VPMOV[U]SDB (two uops each) and 16-byte
+        // stores. unpk_: bf16 x with scalar parameters and no smooth: 32 elements a load, widened
+        // by VPUNPCKLWD / VPUNPCKHWD with zeros (no shift; element order {0-3, 8-11, ..} and
+        // {4-7, 12-15, ..}, which VPACKSSDW puts back in order within each 128-bit lane).
+        pack64_ = zmm_ && (mode == Mode::quantize || mode == Mode::fused);
+        unpk_ = pack64_ && ft_ == DType::bf16 && !vec_ && !smooth_;
 
         preamble({rbx, r12, r13});
         mov(src_, ptr[abi_param1 + offsetof(QArgs, src)]);
@@ -129,7 +140,8 @@ public:
             vbroadcastss(V(12), ptr[abi_param1 + offsetof(QArgs, sscale)]);
             vpbroadcastd(V(13), ptr[abi_param1 + offsetof(QArgs, szp)]);
         }
-        if (zmm_ && (mode == Mode::quantize || mode == Mode::fused) && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (zmm_ && (mode == Mode::quantize || mode == Mode::fused)) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (pack64_) vmovdqu32(Zmm(17), ptr[ctb_ + (unpk_ ? kQPermQ : kQPermD) * 64]);
         if (r16_) {
             mov(eax, 0xFFFF);
             kmovd(k4, eax);  // range16's 16-element steps: the low 16 word lanes
@@ -146,7 +158,8 @@ public:
             const Reg64& stream = mode == Mode::fused ? src2_ : src_;
             for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[stream + pf_dist() + o]);
         }
-        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false, k % 2 == 0 ? 2 * vl_ : 0);
+        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false, k % 2 == 0 ? 2 * vl_ : 0, pack64_);
+        if (pack64_) pack_store();
         advance(kUnroll * vl_);
         sub(n_, kUnroll * vl_);
         jmp(l4, T_NEAR);
@@ -222,7 +235,8 @@ private:
 
     // span: range16's elements from off in this step (32, 16 or 0: the main loop's odd steps, their
     // elements taken by the even step before); -1: one vector (vl_, or the tail's n_).
-    void one(int k, int off, bool tail, int span = -1) {
+    // pack: the main loop's step of pack_store (the int32 results stay in A(k), stored by it).
+    void one(int k, int off, bool tail, int span = -1, bool pack = false) {
         const Xmm a = A(k), b = B(k);
         if (mode_ == Mode::dequantize) {
             dequant_one(a, b, off, tail);
@@ -236,7 +250,16 @@ private:
             range_one(a, b, src_, off, tail, true);
             return;
         }
-        load_v(a, b, src_, off, tail);
+        if (pack && unpk_) {
+            if (k % 2 == 0) {  // elements off .. off + 31: A(k), A(k + 1)
+                const Zmm x(b.getIdx());
+                vmovdqu16(x, ptr[src_ + off * 2]);
+                vpunpckhwd(Zmm(A(k + 1).getIdx()), Zmm(16), x);
+                vpunpcklwd(Zmm(a.getIdx()), Zmm(16), x);
+            }
+        } else {
+            load_v(a, b, src_, off, tail);
+        }
         // t = v * inv
         if (vec_) {
             if (tail) {
@@ -274,6 +297,7 @@ private:
         } else {
             vpaddd(a, a, V(13));
         }
+        if (pack) return;  // (pack_store)
         // saturate and store
         if (zmm_) {
             const Zmm z(a.getIdx());
@@ -334,6 +358,20 @@ private:
             vminps(V(8), V(8), a);
             vmaxps(V(9), V(9), a);
         }
+    }
+
+    // The main loop's 64 int32 results in A(0..3) (elements in order, or unpk_'s order) saturated
+    // to s8 / u8 and stored as one 64-byte vector at dst_.
+    void pack_store() {
+        const Zmm a0(A(0).getIdx()), a1(A(1).getIdx()), a2(A(2).getIdx()), a3(A(3).getIdx());
+        vpackssdw(a0, a0, a1);  // lane i: words of a0 lane i, a1 lane i
+        vpackssdw(a2, a2, a3);
+        if (qt_ == DType::s8) vpacksswb(a0, a0, a2);
+        else vpackuswb(a0, a0, a2);
+        if (unpk_) vpermq(a0, Zmm(17), a0);  // qword j <- 2j (j < 4), 2(j - 4) + 1
+        else vpermd(a0, Zmm(17), a0);        // dword j <- 4 (j % 4) + j / 4
+        if (nt_) vmovntdq(ptr[dst_], a0);
+        else vmovdqu8(ptr[dst_], a0);
     }
 
     // range16: the finite range of bf16 x from its bits, 32 word lanes a zmm. Finite lanes
@@ -432,7 +470,7 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
-    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false;
+    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false, pack64_ = false, unpk_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
     const JitIo* io_ = nullptr;
@@ -447,7 +485,7 @@ public:
         gen_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize);
         if (!quant_ || isa >= Isa::avx512) {
             gen_nt_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize, true);
-            nt_align_ = quant_ ? 16 : vl_ * dtype_size(kd.dst_dtype);
+            nt_align_ = quant_ ? 64 : vl_ * dtype_size(kd.dst_dtype);  // (quantize: pack_store's 64-byte stores)
         }
         if (kd.granularity == QuantGranularity::per_token_dynamic) {
             mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
