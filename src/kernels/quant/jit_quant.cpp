@@ -120,7 +120,12 @@ public:
         // stores. unpk_: bf16 x with scalar parameters and no smooth: 32 elements a load, widened
         // by VPUNPCKLWD / VPUNPCKHWD with zeros (no shift; element order {0-3, 8-11, ..} and
         // {4-7, 12-15, ..}, which VPACKSSDW puts back in order within each 128-bit lane).
-        pack64_ = zmm_ && (mode == Mode::quantize || mode == Mode::fused);
+        // (XK_QUANT_PACK=0, read once: the VPMOV[U]SDB stores, for before / after in bench_quant)
+        static const bool pack_on = [] {
+            const char* e = std::getenv("XK_QUANT_PACK");
+            return !e || std::atoi(e) != 0;
+        }();
+        pack64_ = pack_on && zmm_ && (mode == Mode::quantize || mode == Mode::fused);
         unpk_ = pack64_ && ft_ == DType::bf16 && !vec_ && !smooth_;
 
         preamble({rbx, r12, r13});
