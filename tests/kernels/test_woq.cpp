@@ -472,6 +472,34 @@ TEST(Woq, EpiloguesAndThreads) {
     });
 }
 
+// bf16 X at M <= 32 with K over several of the AMX decode ring's windows (8 k steps of 32) and a
+// partial one, N over several 32-column blocks with a tail: on AMX machines the per-window
+// producer + tile products (amx:woq:dequant_gemm), elsewhere the decode / prefill kernels; 1 and
+// 2 threads bit for bit.
+TEST(Woq, AmxDecodeRingWindows) {
+    for_each_isa([&](Isa) {
+        for (auto t : {WoqWeightType::s8, WoqWeightType::u4}) {
+            const int64_t K = t == WoqWeightType::u4 ? 608 : 609;  // 19 / 20 k steps: 2 windows + a part
+            Weight w = make_weight(80, K, t, t == WoqWeightType::u4 ? 32 : 0, t == WoqWeightType::s8, 9);
+            for (int64_t M : {16, 29}) {
+                Case cs;
+                cs.M = M;
+                cs.a = DType::bf16;
+                cs.c = M == 29 ? DType::bf16 : DType::f32;
+                cs.bias = true;
+                cs.lda_pad = 3;
+                std::vector<uint8_t> r[2];
+                for (int th : {1, 2}) {
+                    set_num_threads(th);
+                    r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "plan");
+                }
+                set_num_threads(0);
+                EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+            }
+        }
+    });
+}
+
 // A wide N (several threads' chunks, several prefill slabs) against the oracle.
 TEST(Woq, WideN) {
     for_each_isa([&](Isa) {
