@@ -512,7 +512,10 @@ public:
         q.n = c1 - c0;
         if (q.n <= 0) return;
         // Streaming stores for outputs that do not stay in the LLC, where every row is aligned.
-        const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * ds) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
+        // Quantize: judged by the bytes read + written (x streaming through the LLC evicts the
+        // output written before it anyway: 4096 x 4096 f32 -> int8 is 16 MiB of output but 80 of
+        // traffic, and regular stores add a read for ownership of every output line).
+        const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * (quant_ ? ss + ds : ds)) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
                         (c0 * ds) % nt_align_ == 0;
         const QFn fn = nt ? gen_nt_->fn : gen_->fn;
         // Dequantize to bf16 with every scale of the row normal: |float(q - zp) * scale| is 0 or
@@ -552,7 +555,7 @@ public:
     void run_dynamic(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* inv, int32_t* zp) const override {
         if (r0 >= r1 || d.cols <= 0) return;
         const int ss = dtype_size(d.src_dtype);
-        const bool nt = fused_gen_nt_ && use_nt_stores(d.rows * d.cols) && rows_aligned(a.dst, d.ld_dst, 1, nt_align_);
+        const bool nt = fused_gen_nt_ && use_nt_stores(d.rows * d.cols * (ss + 1)) && rows_aligned(a.dst, d.ld_dst, 1, nt_align_);
         const QFn fused = nt ? fused_gen_nt_->fn : fused_gen_->fn;
         const QFn last = nt ? gen_nt_->fn : gen_->fn;
         alignas(64) float acc[48];
