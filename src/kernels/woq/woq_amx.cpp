@@ -89,6 +89,7 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block_cvt(const void* ctxp, int64_t nb, in
     alignas(64) static constexpr uint16_t kPairIdx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i pair_idx = _mm512_load_si512(kPairIdx);
+    const __m512 nib = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int t = 0; t < 2; ++t) {
         const int64_t b = 2 * nb + t;
         if (b >= w.nblk) {  // past N: zeros
@@ -112,7 +113,7 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block_cvt(const void* ctxp, int64_t nb, in
                 __m512 lo, hi;
                 if (u4) {
                     const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k / 2) * 16)));
-                    lo = _mm512_cvtepi32_ps(_mm512_and_si512(bb, _mm512_set1_epi32(15)));
+                    lo = _mm512_permutexvar_ps(bb, nib);  // (VPERMPS reads the index's low 4 bits: the low nibble)
                     hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bb, 4));
                 } else {
                     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 16))));
