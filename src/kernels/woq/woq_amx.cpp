@@ -34,21 +34,6 @@ XK_AMXW_TARGET inline __m512i rne_hi(__m512 v) {  // f32 rounded to bf16 (neares
         u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
     return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
 }
-// The decode ring calls the producer a window of k steps at a time, block after block of a chunk:
-// the q bytes of the same block's next window (kb1 .. 2 kb1 - kb0) are prefetched now, the chunk's
-// other blocks' windows passing in between (the hardware prefetcher sees 2-4 KiB per visit of each
-// of the chunk's streams: too little to run ahead). Whole blocks (kb0 = 0, kb1 = all): nothing.
-// XK_WOQ_AMX_PF=0 (read once) turns it off.
-inline void prefetch_next(const WoqPacked& w, const uint8_t* q, int64_t kb0, int64_t kb1) {
-    static const bool on = [] {
-        const char* e = std::getenv("XK_WOQ_AMX_PF");
-        return !(e && std::atoi(e) == 0);
-    }();
-    const int64_t step_bytes = w.type == WoqWeightType::u4 ? 256 : 512;  // q bytes of 16 channels x 32 k
-    const int64_t end = std::min(w.q_block_bytes, (2 * kb1 - kb0) * step_bytes);
-    if (!on) return;
-    for (int64_t o = kb1 * step_bytes; o < end; o += 64) _mm_prefetch(reinterpret_cast<const char*>(q + o), _MM_HINT_T0);
-}
 }  // namespace
 
 XK_AMXW_TARGET void woq_amx_pack_block_rne(const void* ctxp, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
@@ -64,7 +49,6 @@ XK_AMXW_TARGET void woq_amx_pack_block_rne(const void* ctxp, int64_t nb, int64_t
             continue;
         }
         const uint8_t* q = w.qb(b);
-        prefetch_next(w, q, kb0, kb1);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
         for (int64_t kb = kb0; kb < kb1; ++kb)
@@ -113,7 +97,6 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block_cvt(const void* ctxp, int64_t nb, in
             continue;
         }
         const uint8_t* q = w.qb(b);
-        prefetch_next(w, q, kb0, kb1);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
         for (int64_t kb = kb0; kb < kb1; ++kb)
