@@ -1029,6 +1029,14 @@ TEST(Quant, DynamicNonFiniteBitExactEveryIsa) {
                                     std::memcpy(base + 2 * i, &h, 2);
                                 }
                             };
+                            // row 1 of one sign (the range's other end is 0), mid-row non-finites
+                            for (int64_t c = 0; c < cols; ++c) {
+                                const int64_t i = 1 * p.src.ld() + c;
+                                if (ft == DType::f32) base[4 * i + 3] = static_cast<unsigned char>(variant % 2 ? base[4 * i + 3] | 0x80 : base[4 * i + 3] & 0x7f);
+                                else base[2 * i + 1] = static_cast<unsigned char>(variant % 2 ? base[2 * i + 1] | 0x80 : base[2 * i + 1] & 0x7f);
+                            }
+                            put(2, (variant * 5) % cols, bad ^ (variant % 2 ? 0x80000000u : 0u));
+                            put(1, cols / 2, bad);
                             put(3, cols - 1, bad);
                             put(0, (variant * 7) % cols, bad ^ 0x80000000u);
                             for (int64_t c = 0; c < cols; ++c) put(4, c, c % 3 ? bad : 0x7f800000u);  // no finite value

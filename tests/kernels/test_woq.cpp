@@ -295,8 +295,22 @@ TEST(Woq, AmxProducerLayout) {
                 ctx.nkb = (K + 31) / 32;
                 const int64_t nblocks = (N + 31) / 32;
                 ASSERT_EQ(ref->bytes, static_cast<size_t>(nblocks * ctx.nkb * 2048));
-                for (int64_t nb = 0; nb < nblocks; ++nb) detail::woq_amx_pack_block(&ctx, nb, got.data());
+                for (int64_t nb = 0; nb < nblocks; ++nb)
+                    detail::woq_amx_pack_block(&ctx, nb, 0, ctx.nkb, got.data() + nb * ctx.nkb * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout();
+                for (int cvt = 0; cvt < (isa_supported(Isa::avx512_bf16) ? 2 : 1); ++cvt) {  // each producer
+                    std::fill(got.begin(), got.end(), uint8_t{0xEE});
+                    for (int64_t nb = 0; nb < nblocks; ++nb)
+                        (cvt ? detail::woq_amx_pack_block_cvt : detail::woq_amx_pack_block_rne)(&ctx, nb, 0, ctx.nkb,
+                                                                                                 got.data() + nb * ctx.nkb * 2048);
+                    EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " cvt=" << cvt;
+                }
+                // windows of k steps (the decode ring's calls), 3 at a time, written at their place
+                std::fill(got.begin(), got.end(), uint8_t{0xEE});
+                for (int64_t nb = 0; nb < nblocks; ++nb)
+                    for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
+                        detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
+                EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " (windows)";
             }
 }
 
@@ -446,6 +460,34 @@ TEST(Woq, EpiloguesAndThreads) {
                 cs.alpha = 0.75f, cs.beta = M == 5 ? 0.0f : 0.5f;
                 cs.rtype = M % 2 ? DType::bf16 : DType::f32;
                 cs.a = M == 20 ? DType::f32 : DType::bf16;
+                std::vector<uint8_t> r[2];
+                for (int th : {1, 2}) {
+                    set_num_threads(th);
+                    r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "plan");
+                }
+                set_num_threads(0);
+                EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+            }
+        }
+    });
+}
+
+// bf16 X at M <= 32 with K over several of the AMX decode ring's windows (8 k steps of 32) and a
+// partial one, N over several 32-column blocks with a tail: on AMX machines the per-window
+// producer + tile products (amx:woq:dequant_gemm), elsewhere the decode / prefill kernels; 1 and
+// 2 threads bit for bit.
+TEST(Woq, AmxDecodeRingWindows) {
+    for_each_isa([&](Isa) {
+        for (auto t : {WoqWeightType::s8, WoqWeightType::u4}) {
+            const int64_t K = t == WoqWeightType::u4 ? 608 : 609;  // 19 / 20 k steps: 2 windows + a part
+            Weight w = make_weight(80, K, t, t == WoqWeightType::u4 ? 32 : 0, t == WoqWeightType::s8, 9);
+            for (int64_t M : {16, 29}) {
+                Case cs;
+                cs.M = M;
+                cs.a = DType::bf16;
+                cs.c = M == 29 ? DType::bf16 : DType::f32;
+                cs.bias = true;
+                cs.lda_pad = 3;
                 std::vector<uint8_t> r[2];
                 for (int th : {1, 2}) {
                     set_num_threads(th);

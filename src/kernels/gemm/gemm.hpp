@@ -59,11 +59,13 @@ struct GemmCall {
     float alpha = 1.0f, beta = 0.0f;
     const GemmPacked* packed_b = nullptr;  // non-null: use it instead of args.B
     const float* a_row_scales = nullptr;   // [M], read when the spec's a_scale_per_row (internal)
-    // Internal (xk::woq's prefill, the AMX bf16 kernel only): with packed_b null, column block nb
-    // of B is produced straight into the kernel's packed layout by b_block_fn(b_block_ctx, nb,
-    // packed) (`packed` the whole buffer, as GemmKernel::pack_b lays it out) instead of being
-    // packed from args.B (not read) — each block once per call, claimed inside the call's region.
-    void (*b_block_fn)(const void* ctx, int64_t nb, void* packed) = nullptr;
+    // Internal (xk::woq, the AMX bf16 kernel only): with packed_b null, the k steps [kb0, kb1) of
+    // column block nb of B are produced straight into the kernel's packed layout by
+    // b_block_fn(b_block_ctx, nb, kb0, kb1, packed) (`packed` = where step kb0 goes: the whole
+    // block in the buffer laid out as GemmKernel::pack_b does, each block once per call, claimed
+    // inside the call's region; or, M one row block, a window of steps in a thread's own buffer
+    // right before its tile products) instead of being packed from args.B (not read).
+    void (*b_block_fn)(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed) = nullptr;
     const void* b_block_ctx = nullptr;
 };
 

@@ -623,11 +623,22 @@ public:
         // block by column block by the first task that needs a block (the others wait for it:
         // flags after the packed B), inside the one parallel region of the call.
         const GemmArgs& args = call.args;
-        const uint8_t* bp;
+        const uint8_t* bp = nullptr;
         uint8_t* lazy = nullptr;
         std::atomic<uint32_t>* flags = nullptr;
+        const int64_t mblocks = (s_.M + kBlk - 1) / kBlk;
+        // xk::woq's producer (b_block_fn) with one row block (decode M): each column block is read
+        // by one task only, so it is produced a window of ring_steps k steps at a time (16 KiB at 8)
+        // into the thread's buffer (slot 2, reused: L1) right before that window's tile products,
+        // instead of into the N-wide buffer below, written and read back once per call (88 MB at
+        // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
+        // (before / after on the device), n > 0 = n k steps a window (default 8).
+        static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
+        const bool ring_on = ring_steps > 0;
+        const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
+        } else if (ring) {
         } else {
             const size_t pbytes = (packed_bytes() + 63) / 64 * 64;
             auto* buf = reinterpret_cast<uint8_t*>(
@@ -640,7 +651,6 @@ public:
         alignas(64) GemmScalars sc;
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, K = s_.K;
-        const int64_t mblocks = (M + kBlk - 1) / kBlk;
         const int64_t block_bytes = nkb_ * kStepBytes;
         // Column blocks per task: B of the chunk within kChunkBytes (L2), at most kMaxChunk (the
         // accumulators of a task), and enough tasks to give every thread about four.
@@ -752,6 +762,7 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
             tc.configure(&tile_config());
             lap(AmxProfile::cfg);
@@ -866,7 +877,7 @@ public:
                             if (st == 2 || (pass == 0 && st != 0)) continue;
                             if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
                                 if (call.b_block_fn && !int8_)
-                                    call.b_block_fn(call.b_block_ctx, nb, lazy);  // (xk::woq's dequantizing producer)
+                                    call.b_block_fn(call.b_block_ctx, nb, 0, nkb_, lazy + nb * block_bytes);  // (xk::woq's)
                                 else
                                     pack_block(args.B, nb, lazy, za != 0);
                                 if (int8_ && za != 0) {
@@ -885,7 +896,7 @@ public:
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
-                const int64_t ks = k_steps();
+                const int64_t ks = ring ? ring_steps : k_steps();
                 for (int64_t s0 = 0; s0 < total_steps; s0 += ks) {
                     const int64_t s1 = std::min(total_steps, s0 + ks);
                     AmxTileArgs ta;
@@ -896,7 +907,12 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     for (int64_t nb = nb0; nb < nb1; ++nb) {
-                        ta.b = bp + nb * block_bytes + s0 * kStepBytes;
+                        if (ring) {  // (total_steps = nkb_)
+                            call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            ta.b = b_ring;
+                        } else {
+                            ta.b = bp + nb * block_bytes + s0 * kStepBytes;
+                        }
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
                         tc.fn(&ta);
                     }

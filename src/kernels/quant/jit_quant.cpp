@@ -20,7 +20,10 @@
 //               reduces the lanes.
 //   fused:      per_token_dynamic's pipeline: one loop quantizes row r (src, in L1 since its range
 //               pass) with its parameters and takes the range of row r + 1 (src2, from DRAM) as
-//               minmax does, so the DRAM stream never waits for the in-cache pass.
+//               minmax does, so the DRAM stream never waits for the in-cache pass. bf16 x without
+//               smooth on AVX-512: that range from the bits, 32 word lanes a vector (VPMAXSW over the
+//               positives, VPMAXUW over the negatives' sign-magnitude bits, finite lanes only):
+//               no widening, 4 instructions per 32 elements.
 // bf16 outputs: the integer rounding, or VCVTNEPS2BF16 (jit:avx512_bf16) for the rows whose scales
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
@@ -55,7 +58,7 @@ struct QArgs {
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQPermD, kQPermQ, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -71,6 +74,11 @@ const QTable& qtable() {
         setf(kQm512, -512.0f);
         for (auto& e : t.v[kQAbs]) e = 0x7fffffffu;
         for (auto& e : t.v[kQInf]) e = 0x7f800000u;
+        for (auto& e : t.v[kQAbs16]) e = 0x7fff7fffu;
+        for (auto& e : t.v[kQInf16]) e = 0x7f807f80u;
+        for (uint32_t j = 0; j < 16; ++j) t.v[kQPermD][j] = 4 * (j % 4) + j / 4;  // pack_store's dwords
+        const uint32_t pq[8] = {0, 2, 4, 6, 1, 3, 5, 7};                         // ... and qwords (unpk_)
+        for (int j = 0; j < 8; ++j) t.v[kQPermQ][2 * j] = pq[j];
         return t;
     }();
     return t;
@@ -80,7 +88,7 @@ enum class Mode { quantize, dequantize, minmax, fused };
 
 class JitQuant : public JitGenerator {
 public:
-    // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 16-byte aligned rows;
+    // nt: full vectors stored with streaming stores (quantize: AVX-512 only, 64-byte aligned rows;
     // dequantize: vector-aligned rows), then SFENCE.
     // cvt_bf16: bf16 stores by VCVTNEPS2BF16 (AVX512-BF16; the caller uses this variant only where
     // no output can be denormal: dequantize with every scale >= FLT_MIN).
@@ -98,6 +106,27 @@ public:
         ft_ = quant ? kd.src_dtype : kd.dst_dtype;
         qt_ = quant ? kd.dst_dtype : kd.src_dtype;
         fs_ = dtype_size(ft_);
+        // fused, AVX-512, bf16 x without smooth: the range pass on the bf16 bits as 32 int16 lanes
+        // (range16), no widening.
+        // (XK_QUANT_R16=0, read once: the widening range pass, for before / after in bench_quant)
+        static const bool r16_on = [] {
+            const char* e = std::getenv("XK_QUANT_R16");
+            return !e || std::atoi(e) != 0;
+        }();
+        r16_ = r16_on && mode == Mode::fused && zmm_ && ft_ == DType::bf16 && !smooth_;
+        // AVX-512 quantize / fused: the main loop's 64 results packed by VPACKSSDW + VPACKSSWB /
+        // VPACKUSWB (saturating: the values are within int16, then s8 / u8) and one VPERMD / VPERMQ
+        // into one 64-byte store (pack_store), instead of four VPMOV[U]SDB (two uops each) and 16-byte
+        // stores. unpk_: bf16 x with scalar parameters and no smooth: 32 elements a load, widened
+        // by VPUNPCKLWD / VPUNPCKHWD with zeros (no shift; element order {0-3, 8-11, ..} and
+        // {4-7, 12-15, ..}, which VPACKSSDW puts back in order within each 128-bit lane).
+        // (XK_QUANT_PACK=0, read once: the VPMOV[U]SDB stores, for before / after in bench_quant)
+        static const bool pack_on = [] {
+            const char* e = std::getenv("XK_QUANT_PACK");
+            return !e || std::atoi(e) != 0;
+        }();
+        pack64_ = pack_on && zmm_ && (mode == Mode::quantize || mode == Mode::fused);
+        unpk_ = pack64_ && ft_ == DType::bf16 && !vec_ && !smooth_;
 
         preamble({rbx, r12, r13});
         mov(src_, ptr[abi_param1 + offsetof(QArgs, src)]);
@@ -116,7 +145,12 @@ public:
             vbroadcastss(V(12), ptr[abi_param1 + offsetof(QArgs, sscale)]);
             vpbroadcastd(V(13), ptr[abi_param1 + offsetof(QArgs, szp)]);
         }
-        if (zmm_ && (mode == Mode::quantize || mode == Mode::fused) && qt_ == DType::u8) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (zmm_ && (mode == Mode::quantize || mode == Mode::fused)) vpxord(Zmm(16), Zmm(16), Zmm(16));
+        if (pack64_) vmovdqu32(Zmm(17), ptr[ctb_ + (unpk_ ? kQPermQ : kQPermD) * 64]);
+        if (r16_) {
+            mov(eax, 0xFFFF);
+            kmovd(k4, eax);  // range16's 16-element steps: the low 16 word lanes
+        }
 
         constexpr int kUnroll = 4;
         Label l4, l1, tail, done;
@@ -129,7 +163,8 @@ public:
             const Reg64& stream = mode == Mode::fused ? src2_ : src_;
             for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[stream + pf_dist() + o]);
         }
-        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false);
+        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false, k % 2 == 0 ? 2 * vl_ : 0, pack64_);
+        if (pack64_) pack_store();
         advance(kUnroll * vl_);
         sub(n_, kUnroll * vl_);
         jmp(l4, T_NEAR);
@@ -146,6 +181,7 @@ public:
         one(0, 0, true);
         L(done);
         if (nt_) sfence();
+        if (r16_) range16_finish();
         if (mode == Mode::minmax || mode == Mode::fused) {
             mov(rax, ptr[abi_param1 + offsetof(QArgs, mm)]);
             for (int i = 0; i < (mode == Mode::minmax ? 3 : 2); ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
@@ -202,18 +238,33 @@ private:
         jl(loop);
     }
 
-    void one(int k, int off, bool tail) {
+    // span: range16's elements from off in this step (32, 16 or 0: the main loop's odd steps, their
+    // elements taken by the even step before); -1: one vector (vl_, or the tail's n_).
+    // pack: the main loop's step of pack_store (the int32 results stay in A(k), stored by it).
+    void one(int k, int off, bool tail, int span = -1, bool pack = false) {
         const Xmm a = A(k), b = B(k);
         if (mode_ == Mode::dequantize) {
             dequant_one(a, b, off, tail);
             return;
         }
-        if (mode_ == Mode::fused) range_one(V(10), V(11), src2_, off, tail, false);
+        if (mode_ == Mode::fused) {
+            if (r16_) range16(off, tail ? -1 : span < 0 ? vl_ : span);
+            else range_one(V(10), V(11), src2_, off, tail, false);
+        }
         if (mode_ == Mode::minmax) {
             range_one(a, b, src_, off, tail, true);
             return;
         }
-        load_v(a, b, src_, off, tail);
+        if (pack && unpk_) {
+            if (k % 2 == 0) {  // elements off .. off + 31: A(k), A(k + 1)
+                const Zmm x(b.getIdx());
+                vmovdqu16(x, ptr[src_ + off * 2]);
+                vpunpckhwd(Zmm(A(k + 1).getIdx()), Zmm(16), x);
+                vpunpcklwd(Zmm(a.getIdx()), Zmm(16), x);
+            }
+        } else {
+            load_v(a, b, src_, off, tail);
+        }
         // t = v * inv
         if (vec_) {
             if (tail) {
@@ -251,6 +302,7 @@ private:
         } else {
             vpaddd(a, a, V(13));
         }
+        if (pack) return;  // (pack_store)
         // saturate and store
         if (zmm_) {
             const Zmm z(a.getIdx());
@@ -313,6 +365,66 @@ private:
         }
     }
 
+    // The main loop's 64 int32 results in A(0..3) (elements in order, or unpk_'s order) saturated
+    // to s8 / u8 and stored as one 64-byte vector at dst_.
+    void pack_store() {
+        const Zmm a0(A(0).getIdx()), a1(A(1).getIdx()), a2(A(2).getIdx()), a3(A(3).getIdx());
+        vpackssdw(a0, a0, a1);  // lane i: words of a0 lane i, a1 lane i
+        vpackssdw(a2, a2, a3);
+        if (qt_ == DType::s8) vpacksswb(a0, a0, a2);
+        else vpackuswb(a0, a0, a2);
+        if (unpk_) vpermq(a0, Zmm(17), a0);  // qword j <- 2j (j < 4), 2(j - 4) + 1
+        else vpermd(a0, Zmm(17), a0);        // dword j <- 4 (j % 4) + j / 4
+        if (nt_) vmovntdq(ptr[dst_], a0);
+        else vmovdqu8(ptr[dst_], a0);
+    }
+
+    // range16: the finite range of bf16 x from its bits, 32 word lanes a zmm. Finite lanes
+    // ((x & 0x7fff) < 0x7f80) only: V(9) = signed word max from 0 (a positive x's bits order as
+    // its value; negatives never pass 0), V(8) = unsigned word max from 0 (a negative x's bits,
+    // >= 0x8000, order as its magnitude and pass every positive). span 32 / 16 elements at off,
+    // -1: the tail's n_ (< 16); masked-off lanes load as 0, in the range already.
+    void range16(int off, int span) {
+        const Zmm v(10), t(11);
+        const auto src = ptr[src2_ + off * 2];
+        if (span == 0) return;
+        if (span == 32) {
+            vmovdqu16(v, src);
+        } else if (span == 16) {
+            vmovdqu16(v | k4 | T_z, src);
+        } else {
+            mov(rax, -1);
+            bzhi(rax, rax, n_);
+            kmovd(k5, eax);
+            vmovdqu16(v | k5 | T_z, src);
+        }
+        vpandd(t, v, ptr[ctb_ + kQAbs16 * 64]);
+        vpcmpw(k3, t, ptr[ctb_ + kQInf16 * 64], 1);  // < 0x7f80 (signed; t >= 0): finite
+        vpmaxsw(Zmm(9) | k3, Zmm(9), v);
+        vpmaxuw(Zmm(8) | k3, Zmm(8), v);
+    }
+    // The word accumulators back to the fused mode's 16 float lanes (min in V(8), max in V(9)): the
+    // 32 words widened to bf16 -> f32 in two halves; min: min of the halves and 0 (the lanes that
+    // hold a positive x stand for 0), max: max of the halves (all >= 0).
+    void range16_finish() {
+        const Zmm lo(10), hi(11);
+        for (int i = 0; i < 2; ++i) {
+            const Zmm acc(8 + i);
+            vextracti64x4(Ymm(10), acc, 1);
+            vpmovzxwd(hi, Ymm(8 + i));
+            vpmovzxwd(lo, Ymm(10));
+            vpslld(hi, hi, 16);
+            vpslld(lo, lo, 16);
+            if (i == 0) {
+                vminps(acc, hi, lo);
+                vpxord(lo, lo, lo);
+                vminps(acc, acc, lo);
+            } else {
+                vmaxps(acc, hi, lo);
+            }
+        }
+    }
+
     void dequant_one(const Xmm& a, const Xmm& b, int off, bool tail) {
         const bool u = qt_ == DType::u8;
         if (zmm_) {
@@ -363,7 +475,7 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
-    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false;
+    bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false, pack64_ = false, unpk_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
     const JitIo* io_ = nullptr;
@@ -378,7 +490,7 @@ public:
         gen_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize);
         if (!quant_ || isa >= Isa::avx512) {
             gen_nt_ = std::make_unique<JitQuant>(kd, isa, quant_ ? Mode::quantize : Mode::dequantize, true);
-            nt_align_ = quant_ ? 16 : vl_ * dtype_size(kd.dst_dtype);
+            nt_align_ = quant_ ? 64 : vl_ * dtype_size(kd.dst_dtype);  // (quantize: pack_store's 64-byte stores)
         }
         if (kd.granularity == QuantGranularity::per_token_dynamic) {
             mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
@@ -400,7 +512,10 @@ public:
         q.n = c1 - c0;
         if (q.n <= 0) return;
         // Streaming stores for outputs that do not stay in the LLC, where every row is aligned.
-        const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * ds) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
+        // Quantize: judged by the bytes read + written (x streaming through the LLC evicts the
+        // output written before it anyway: 4096 x 4096 f32 -> int8 is 16 MiB of output but 80 of
+        // traffic, and regular stores add a read for ownership of every output line).
+        const bool nt = gen_nt_ && use_nt_stores(d.rows * d.cols * (quant_ ? ss + ds : ds)) && rows_aligned(a.dst, d.ld_dst, ds, nt_align_) &&
                         (c0 * ds) % nt_align_ == 0;
         const QFn fn = nt ? gen_nt_->fn : gen_->fn;
         // Dequantize to bf16 with every scale of the row normal: |float(q - zp) * scale| is 0 or
@@ -440,7 +555,7 @@ public:
     void run_dynamic(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* inv, int32_t* zp) const override {
         if (r0 >= r1 || d.cols <= 0) return;
         const int ss = dtype_size(d.src_dtype);
-        const bool nt = fused_gen_nt_ && use_nt_stores(d.rows * d.cols) && rows_aligned(a.dst, d.ld_dst, 1, nt_align_);
+        const bool nt = fused_gen_nt_ && use_nt_stores(d.rows * d.cols * (ss + 1)) && rows_aligned(a.dst, d.ld_dst, 1, nt_align_);
         const QFn fused = nt ? fused_gen_nt_->fn : fused_gen_->fn;
         const QFn last = nt ? gen_nt_->fn : gen_->fn;
         alignas(64) float acc[48];

@@ -18,8 +18,10 @@
 #include <cstring>
 
 #include "kernels/woq/woq.hpp"
+#include "xk/isa.hpp"
 
 #define XK_AMXW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define XK_AMXW_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")))
 
 namespace xk::detail {
 
@@ -34,24 +36,24 @@ XK_AMXW_TARGET inline __m512i rne_hi(__m512 v) {  // f32 rounded to bf16 (neares
 }
 }  // namespace
 
-XK_AMXW_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, void* packed) {
+XK_AMXW_TARGET void woq_amx_pack_block_rne(const void* ctxp, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
     const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
     const WoqPacked& w = *ctx.w;
-    const int64_t K = w.K, nkb = ctx.nkb;
-    auto* blk = static_cast<uint8_t*>(packed) + nb * nkb * kStep;
+    const int64_t K = w.K;
+    auto* out = static_cast<uint8_t*>(packed);  // step kb at out + (kb - kb0) * kStep
     const bool u4 = w.type == WoqWeightType::u4;
     for (int t = 0; t < 2; ++t) {
         const int64_t b = 2 * nb + t;
         if (b >= w.nblk) {  // past N: zeros
-            for (int64_t kb = 0; kb < nkb; ++kb) std::memset(blk + kb * kStep + t * 1024, 0, 1024);
+            for (int64_t kb = kb0; kb < kb1; ++kb) std::memset(out + (kb - kb0) * kStep + t * 1024, 0, 1024);
             continue;
         }
         const uint8_t* q = w.qb(b);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
-        for (int64_t kb = 0; kb < nkb; ++kb)
+        for (int64_t kb = kb0; kb < kb1; ++kb)
             for (int p = 0; p < 16; ++p) {
-                uint8_t* dst = blk + kb * kStep + t * 1024 + p * 64;
+                uint8_t* dst = out + (kb - kb0) * kStep + t * 1024 + p * 64;
                 const int64_t k = kb * 32 + 2 * p;
                 if (k >= K) {
                     _mm512_storeu_si512(dst, _mm512_setzero_si512());
@@ -76,6 +78,66 @@ XK_AMXW_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, void* packe
                 _mm512_storeu_si512(dst, _mm512_or_si512(_mm512_srli_epi32(wl, 16), wh));
             }
     }
+}
+
+XK_AMXW_BF16_TARGET void woq_amx_pack_block_cvt(const void* ctxp, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
+    const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
+    const WoqPacked& w = *ctx.w;
+    const int64_t K = w.K;
+    auto* out = static_cast<uint8_t*>(packed);  // step kb at out + (kb - kb0) * kStep
+    const bool u4 = w.type == WoqWeightType::u4;
+    alignas(64) static constexpr uint16_t kPairIdx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i pair_idx = _mm512_load_si512(kPairIdx);
+    const __m512 nib = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int t = 0; t < 2; ++t) {
+        const int64_t b = 2 * nb + t;
+        if (b >= w.nblk) {  // past N: zeros
+            for (int64_t kb = kb0; kb < kb1; ++kb) std::memset(out + (kb - kb0) * kStep + t * 1024, 0, 1024);
+            continue;
+        }
+        const uint8_t* q = w.qb(b);
+        const float* sc = w.sb(b);
+        const float* of = w.ob(b);
+        for (int64_t kb = kb0; kb < kb1; ++kb)
+            for (int p = 0; p < 16; ++p) {
+                uint8_t* dst = out + (kb - kb0) * kStep + t * 1024 + p * 64;
+                const int64_t k = kb * 32 + 2 * p;
+                if (k >= K) {
+                    _mm512_storeu_si512(dst, _mm512_setzero_si512());
+                    continue;
+                }
+                const int64_t g = k / w.gs;  // (k + 1 is in the same group: group sizes are even or K)
+                const __m512 s = _mm512_loadu_ps(sc + g * 16);
+                const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
+                __m512 lo, hi;
+                if (u4) {
+                    const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k / 2) * 16)));
+                    lo = _mm512_permutexvar_ps(bb, nib);  // (VPERMPS reads the index's low 4 bits: the low nibble)
+                    hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bb, 4));
+                } else {
+                    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 16))));
+                    hi = k + 1 < K ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k + 1) * 16))))
+                                   : _mm512_setzero_ps();
+                }
+                const __m512 wl = _mm512_fmadd_ps(lo, s, o);
+                __m512 wh = _mm512_fmadd_ps(hi, s, o);
+                if (!u4 && k + 1 >= K) wh = _mm512_setzero_ps();  // (zero past K, not the offset)
+                // words 0-15 = bf16(wl), 16-31 = bf16(wh), then interleaved into the channels' pairs
+                const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(wh, wl));
+                _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(pair_idx, v));
+            }
+    }
+}
+
+// The pack: VCVTNE2PS2BF16 + VPERMW where the CPU has AVX512-BF16 (every AMX CPU; XK_WOQ_AMX_CVT=0
+// (read once) keeps the integer rounding), else the integer rounding.
+void woq_amx_pack_block(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
+    static const bool cvt = [] {
+        const char* e = std::getenv("XK_WOQ_AMX_CVT");
+        return isa_supported(Isa::avx512_bf16) && !(e && std::atoi(e) == 0);
+    }();
+    (cvt ? woq_amx_pack_block_cvt : woq_amx_pack_block_rne)(ctx, nb, kb0, kb1, packed);
 }
 
 namespace {
