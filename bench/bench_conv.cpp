@@ -7,6 +7,11 @@
 //                                                  bias, eltwise_relu post-op), same process
 //   convgemm/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>    xk's own path forced ("gemm:conv": 1x1 as one
 //                                                  GEMM, 3x3 im2col row blocks over xk's GEMM)
+//   convcall/<f32|bf16>/<xk|onednn>/r50_7x7x64_k1_oc64/n:1/nt:<T>
+//   convcallgemm/<f32|bf16>/xk/...              per-call cost on a 0.4 MFLOP 1x1 layer: the plan
+//                                                forced to oneDNN (XK_CONV_IMPL=onednn while it is
+//                                                made) beside oneDNN's primitive used directly, and
+//                                                gemm:conv forced
 //   convstack/<f32|bf16>/<xk|onednn>/r50_5layers/n:<N>/nt:<T>
 //                                                  the five layers below one after another (each its
 //                                                  own buffers), GFLOPS = their sum: the whole-stack
@@ -31,6 +36,7 @@
 //                                                types, static per-channel output scales, bias, ReLU
 //                                                post-op, weights reordered once
 #include <dnnl.hpp>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -54,6 +60,9 @@ struct Layer {
                "_oc" + std::to_string(oc);
     }
 };
+
+// Per-call cost: a 1x1 layer small enough (0.4 MFLOP) that the call's fixed work shows (convcall rows).
+const Layer kCallLayers[] = {{7, 7, 64, 64, 1}};
 
 const Layer kLayers[] = {
     {56, 56, 64, 64, 3},    // conv2_x 3x3
@@ -112,12 +121,15 @@ Data make_data(const xk::ConvDesc& d) {
     return x;
 }
 
-// Ours: the plan (or gemm:conv forced) with weights packed once; a residual in place in dst.
-void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, bool force_gemm) {
+// Ours: the plan (routed, or its route forced to oneDNN through XK_CONV_IMPL while it is made) or
+// gemm:conv forced, with weights packed once; a residual in place in dst.
+enum class Route { routed, gemm, onednn };
+void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, Route route) {
     xb::ScopedThreads threads(nt);
     const xk::ConvDesc d = desc_of(l, n, t);
     Data x = make_data(d);
     const xk::ConvArgs a{x.src.data(), nullptr, x.bias.data(), x.dst.data(), l.residual ? x.dst.data() : nullptr};
+    const bool force_gemm = route == Route::gemm;
     if (force_gemm) {
         const auto& reg = xk::detail::conv_registry();
         const auto p = xk::detail::conv_validate_desc("bench", d);
@@ -126,7 +138,11 @@ void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, bool fo
         for (auto _ : state) k->run(a, pw.get());
         state.SetLabel("gemm:conv " + k->backend_info());
     } else {
+        const char* prev = std::getenv("XK_CONV_IMPL");
+        const std::string saved = prev ? prev : "";
+        if (route == Route::onednn) setenv("XK_CONV_IMPL", "onednn", 1);
         const xk::ConvPlan plan(d);
+        if (route == Route::onednn) prev ? setenv("XK_CONV_IMPL", saved.c_str(), 1) : unsetenv("XK_CONV_IMPL");
         const xk::ConvPackedWeights pw = plan.pack_weights(x.wei.data());
         for (auto _ : state) plan.run(a, pw);
         state.SetLabel(std::string(plan.impl_name()) + " " + plan.backend_info());
@@ -407,12 +423,25 @@ const bool registered = [] {
                     const std::string dt = xk::dtype_name(t), sh = l.name(), ns = "n:" + std::to_string(n),
                                       nts = "nt:" + std::to_string(nt);
                     reg(xb::join_name({"conv", dt, "xk", sh, ns, nts}),
-                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, false); });
+                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, Route::routed); });
                     reg(xb::join_name({"conv", dt, "onednn", sh, ns, nts}),
                         [=](benchmark::State& s) { BM_onednn(s, l, n, t, nt); });
                     reg(xb::join_name({"convgemm", dt, "xk", sh, ns, nts}),
-                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, true); });
+                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, Route::gemm); });
                 }
+    // Per call: the plan forced to oneDNN's primitive (convcall/xk) beside that primitive used
+    // directly (convcall/onednn), and gemm:conv (convcallgemm/xk), N = 1.
+    for (DType t : {DType::f32, DType::bf16})
+        for (const Layer& l : kCallLayers)
+            for (int nt : xb::thread_counts()) {
+                const std::string dt = xk::dtype_name(t), sh = l.name(), nts = "nt:" + std::to_string(nt);
+                reg(xb::join_name({"convcall", dt, "xk", sh, "n:1", nts}),
+                    [=](benchmark::State& s) { BM_xk(s, l, 1, t, nt, Route::onednn); });
+                reg(xb::join_name({"convcall", dt, "onednn", sh, "n:1", nts}),
+                    [=](benchmark::State& s) { BM_onednn(s, l, 1, t, nt); });
+                reg(xb::join_name({"convcallgemm", dt, "xk", sh, "n:1", nts}),
+                    [=](benchmark::State& s) { BM_xk(s, l, 1, t, nt, Route::gemm); });
+            }
     for (DType t : {DType::f32, DType::bf16})
         for (int64_t n : batches())
             for (int nt : xb::thread_counts()) {

@@ -368,6 +368,7 @@ struct ConvPlan::State {
     detail::ConvProblem p;
     const char* impl = nullptr;
     std::shared_ptr<const detail::ConvKernel> kernel;
+    std::string packed_layout;  // kernel->packed_layout(), what run(args, packed) accepts
 };
 
 ConvPlan::ConvPlan(const ConvDesc& desc) {
@@ -377,6 +378,7 @@ ConvPlan::ConvPlan(const ConvDesc& desc) {
     const auto sel = detail::conv_select(s->p, &how);
     s->impl = sel.impl->name;
     s->kernel = sel.kernel;
+    s->packed_layout = s->kernel->packed_layout();
     if (detail::verbose_level() >= 1) {
         const std::string be = s->kernel->backend_info();
         detail::verbose_log("plan", "conv2d",
@@ -394,11 +396,10 @@ void ConvPlan::run(const ConvArgs& args) const {
 void ConvPlan::run(const ConvArgs& args, const ConvPackedWeights& packed_weights) const {
     constexpr const char* fn = "xk::ConvPlan::run";
     if (packed_weights.empty()) detail::fail_arg(fn, "packed_weights", "empty", "must come from ConvPlan::pack_weights");
-    const std::string want = s_->kernel->packed_layout();
-    if (packed_weights.data_->layout != want)
+    if (packed_weights.data_->layout != s_->packed_layout)
         detail::fail_arg(fn, "packed_weights", packed_weights.data_->layout,
                          "was packed for another layout or shape (this plan, " + std::string(s_->impl) + ", needs " +
-                             want + ")");
+                             s_->packed_layout + ")");
     // Validate the other pointers as usual; the packed data stands in for args.weights.
     ConvArgs a = args;
     a.weights = packed_weights.data_->data;
