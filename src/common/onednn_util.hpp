@@ -1,6 +1,6 @@
 // Helpers shared by xk's oneDNN implementations (kernels/gemm/onednn_gemm.cpp, kernels/conv/
 // onednn_conv.cpp, onednn_qconv.cpp): the CPU engine, a per-thread stream, per-thread scratch
-// buffers, the calling thread's OpenMP thread count set for one primitive call (one thread under
+// buffers, execution through per-thread memory objects (execute_cached), the calling thread's OpenMP thread count set for one primitive call (one thread under
 // the std::thread backend, the TSan build), eltwise post-ops, a printable weights layout, and the
 // conv routes' shape limits and JIT probe.
 #pragma once

@@ -5,7 +5,9 @@
 //               "abcd"): read and written in place, never reordered
 //   weights     format "any": oneDNN picks its preferred (blocked) layout; the user's oihw / ohwi
 //               weights ({G,} OCg, ICg, KH, KW with explicit strides) are reordered into it once by
-//               ConvPlan::pack_weights, or per call into a per-thread buffer when run unpacked
+//               ConvPlan::pack_weights (the packing thread count's primitive's layout; another
+//               count's primitive wanting another blocking gets a copy made once and kept with the
+//               pack), or per call into a per-thread buffer when run unpacked
 //   bias        the primitive's f32 bias
 //   epilogue    post-ops: add_before_activation = [sum, eltwise], add_after_activation =
 //               [eltwise, sum]; the sum reads dst, so a residual other than dst is first copied
@@ -18,8 +20,10 @@
 //
 // Threads: like onednn_gemm.cpp, each primitive is created and executed with the calling thread's
 // OpenMP thread count set to xk::get_num_threads(); one primitive per thread count, made on first
-// use under a mutex. Each execution passes a per-thread scratchpad and stream, so run() may be
-// called from several threads at once.
+// use under a mutex and found afterwards without one. Each execution passes a per-thread
+// scratchpad and stream, and memory objects its thread made on its first call of that primitive
+// (dnn::execute_cached: only changed handles are set), so run() may be called from several threads
+// at once and a call allocates nothing.
 #include <omp.h>
 
 #include <atomic>
