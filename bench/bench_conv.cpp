@@ -1,17 +1,27 @@
 // conv2d on ResNet-50 layers, channels-last (NHWC activations, OHWI weights), bias + ReLU fused,
 // weights prepacked once (ConvPlan::pack_weights / oneDNN's reorder into its preferred layout).
 //
-//   conv/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>        xk::ConvPlan, the implementation selection picks
+//   conv/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>        xk::ConvPlan, the implementation selection picks;
+//                                                  counter vsOneDNN% = 100 * its rate / the oneDNN
+//                                                  row's primitive's, run interleaved in the same
+//                                                  loop (timer paused around it, own dst): the ratio
+//                                                  a shared, noisy host still gives
 //   conv/<f32|bf16>/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's convolution primitive used directly
 //                                                  (weights "any" reordered once, NHWC src / dst,
 //                                                  bias, eltwise_relu post-op), same process
 //   convgemm/<f32|bf16>/xk/<layer>/n:<N>/nt:<T>    xk's own path forced ("gemm:conv": 1x1 as one
 //                                                  GEMM, 3x3 im2col row blocks over xk's GEMM)
+//   convcall/<f32|bf16>/<xk|onednn>/r50_7x7x64_k1_oc64/n:1/nt:<T>
+//   convcallgemm/<f32|bf16>/xk/...              per-call cost on a 0.4 MFLOP 1x1 layer: the plan
+//                                                forced to oneDNN (XK_CONV_IMPL=onednn while it is
+//                                                made) beside oneDNN's primitive used directly, and
+//                                                gemm:conv forced
 //   convstack/<f32|bf16>/<xk|onednn>/r50_5layers/n:<N>/nt:<T>
 //                                                  the five layers below one after another (each its
 //                                                  own buffers), GFLOPS = their sum: the whole-stack
 //                                                  row beside torch_peer.py's (conv + bn + relu per
-//                                                  layer; BN folded into our weights and bias)
+//                                                  layer; BN folded into our weights and bias); the
+//                                                  xk row has the interleaved vsOneDNN% too
 // layers: r50_<H>x<W>x<C>_k<K>_oc<OC> (stride 1, padding (K-1)/2). GFLOPS = 2*N*OH*OW*OC*C*K*K
 // (/ groups); the int8 rows also run depthwise 3x3 layers dw_<H>x<W>x<C>_k3_oc<C> (groups = C).
 // The 1x1 expand layer (56x56x64 -> 256) ends a ResNet bottleneck: it adds the shortcut before the
@@ -27,10 +37,14 @@
 //                                                in the same loop (timer paused around the peer)
 //   qconvgemm/u8s8u8/xk/<layer>/n:<N>/nt:<T>    xk's own int8 path forced ("gemm:qconv"), same
 //                                                interleaved vsOneDNN% counter
+//   qconvcall/u8s8u8/<xk|onednn>/r50_7x7x64_k1_oc64/n:1/nt:<T>
+//                                                per call: the plan forced to oneDNN
+//                                                (XK_QCONV_IMPL=onednn) beside the primitive alone
 //   qconv/u8s8u8/onednn/<layer>/n:<N>/nt:<T>    oneDNN 2.6's int8 convolution primitive alone, same
 //                                                types, static per-channel output scales, bias, ReLU
 //                                                post-op, weights reordered once
 #include <dnnl.hpp>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -54,6 +68,9 @@ struct Layer {
                "_oc" + std::to_string(oc);
     }
 };
+
+// Per-call cost: a 1x1 layer small enough (0.4 MFLOP) that the call's fixed work shows (convcall rows).
+const Layer kCallLayers[] = {{7, 7, 64, 64, 1}};
 
 const Layer kLayers[] = {
     {56, 56, 64, 64, 3},    // conv2_x 3x3
@@ -112,28 +129,6 @@ Data make_data(const xk::ConvDesc& d) {
     return x;
 }
 
-// Ours: the plan (or gemm:conv forced) with weights packed once; a residual in place in dst.
-void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, bool force_gemm) {
-    xb::ScopedThreads threads(nt);
-    const xk::ConvDesc d = desc_of(l, n, t);
-    Data x = make_data(d);
-    const xk::ConvArgs a{x.src.data(), nullptr, x.bias.data(), x.dst.data(), l.residual ? x.dst.data() : nullptr};
-    if (force_gemm) {
-        const auto& reg = xk::detail::conv_registry();
-        const auto p = xk::detail::conv_validate_desc("bench", d);
-        const auto k = reg.get(p, reg.find("gemm:conv")).kernel;
-        const auto pw = k->pack(x.wei.data());
-        for (auto _ : state) k->run(a, pw.get());
-        state.SetLabel("gemm:conv " + k->backend_info());
-    } else {
-        const xk::ConvPlan plan(d);
-        const xk::ConvPackedWeights pw = plan.pack_weights(x.wei.data());
-        for (auto _ : state) plan.run(a, pw);
-        state.SetLabel(std::string(plan.impl_name()) + " " + plan.backend_info());
-    }
-    xb::set_gflops(state, flops(d));
-}
-
 // oneDNN 2.6's convolution primitive for a layer, used directly: NHWC src / dst, weights "any"
 // reordered once, f32 bias, [sum,] eltwise_relu post-ops.
 struct DnnConv {
@@ -174,6 +169,54 @@ struct DnnConv {
         st.wait();
     }
 };
+
+// Ours: the plan (routed, or its route forced to oneDNN through XK_CONV_IMPL while it is made) or
+// gemm:conv forced, with weights packed once; a residual in place in dst.
+enum class Route { routed, gemm, onednn };
+void BM_xk(benchmark::State& state, Layer l, int64_t n, DType t, int nt, Route route) {
+    xb::ScopedThreads threads(nt);
+    const xk::ConvDesc d = desc_of(l, n, t);
+    Data x = make_data(d);
+    const xk::ConvArgs a{x.src.data(), nullptr, x.bias.data(), x.dst.data(), l.residual ? x.dst.data() : nullptr};
+    const bool force_gemm = route == Route::gemm;
+    if (force_gemm) {
+        const auto& reg = xk::detail::conv_registry();
+        const auto p = xk::detail::conv_validate_desc("bench", d);
+        const auto k = reg.get(p, reg.find("gemm:conv")).kernel;
+        const auto pw = k->pack(x.wei.data());
+        for (auto _ : state) k->run(a, pw.get());
+        state.SetLabel("gemm:conv " + k->backend_info());
+    } else {
+        const char* prev = std::getenv("XK_CONV_IMPL");
+        const std::string saved = prev ? prev : "";
+        if (route == Route::onednn) setenv("XK_CONV_IMPL", "onednn", 1);
+        const xk::ConvPlan plan(d);
+        if (route == Route::onednn) prev ? setenv("XK_CONV_IMPL", saved.c_str(), 1) : unsetenv("XK_CONV_IMPL");
+        const xk::ConvPackedWeights pw = plan.pack_weights(x.wei.data());
+        // oneDNN's primitive used directly (own dst), interleaved: counter vsOneDNN%.
+        Data y = x;
+        std::unique_ptr<DnnConv> peer;
+        try {
+            peer = std::make_unique<DnnConv>(l, d, y);
+        } catch (const dnnl::error&) {
+        }
+        xb::InPhase ph(state);
+        if (peer)
+            ph.add("vsOneDNN%", "OneDNN_GFLOPS", flops(d), [&] {
+                peer->run();
+                return flops(d);
+            });
+        plan.run(a, pw);
+        for (auto _ : state) {
+            ph.begin();
+            plan.run(a, pw);
+            ph.end();
+        }
+        ph.finish();
+        state.SetLabel(std::string(plan.impl_name()) + " " + plan.backend_info());
+    }
+    xb::set_gflops(state, flops(d));
+}
 
 void BM_onednn(benchmark::State& state, Layer l, int64_t n, DType t, int nt) {
     xb::ScopedThreads threads(nt);
@@ -274,7 +317,7 @@ struct QOnednn {
 
 // Ours (the routed plan, or gemm:qconv forced) with oneDNN's own primitive interleaved in the same
 // loop (xb::InPhase, timer paused around it): counter vsOneDNN% = 100 * our rate / oneDNN's.
-void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt, bool force_gemm) {
+void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt, bool force_gemm, bool force_onednn = false) {
     xb::ScopedThreads threads(nt);
     const xk::QConvDesc q = qdesc_of(l, n);
     const xk::ConvDesc d = desc_of(l, n, DType::f32);
@@ -303,7 +346,11 @@ void BM_qxk(benchmark::State& state, Layer l, int64_t n, int nt, bool force_gemm
             }
             label = "gemm:qconv";
         } else {
+            const char* prev = std::getenv("XK_QCONV_IMPL");
+            const std::string saved = prev ? prev : "";
+            if (force_onednn) setenv("XK_QCONV_IMPL", "onednn", 1);
             const xk::QConvPlan plan(q);
+            if (force_onednn) prev ? setenv("XK_QCONV_IMPL", saved.c_str(), 1) : unsetenv("XK_QCONV_IMPL");
             const xk::QConvPackedWeights pw = plan.pack_weights(x.wei.data());  // once, like oneDNN's reorder
             plan.run(a, pw);  // oneDNN's route makes its primitive for these scales on the first call
             for (auto _ : state) {
@@ -371,8 +418,26 @@ void BM_stack(benchmark::State& state, int64_t n, DType t, int nt, bool onednn) 
                               kLayers[i].residual ? xs[i].dst.data() : nullptr});
                 label += (i ? "," : "") + std::string(plans.back().impl_name());
             }
-            for (auto _ : state)
+            // oneDNN's stack (own buffers) interleaved: counter vsOneDNN%.
+            std::vector<Data> ys = xs;
+            std::vector<std::unique_ptr<DnnConv>> peers;
+            try {
+                for (size_t i = 0; i < ds.size(); ++i) peers.push_back(std::make_unique<DnnConv>(kLayers[i], ds[i], ys[i]));
+            } catch (const dnnl::error&) {
+                peers.clear();
+            }
+            xb::InPhase ph(state);
+            if (!peers.empty())
+                ph.add("vsOneDNN%", "OneDNN_GFLOPS", total, [&] {
+                    for (auto& c : peers) c->run();
+                    return total;
+                });
+            for (auto _ : state) {
+                ph.begin();
                 for (size_t i = 0; i < plans.size(); ++i) plans[i].run(as[i], pws[i]);
+                ph.end();
+            }
+            ph.finish();
         }
     } catch (const std::exception& e) {
         state.SkipWithError(e.what());
@@ -407,12 +472,25 @@ const bool registered = [] {
                     const std::string dt = xk::dtype_name(t), sh = l.name(), ns = "n:" + std::to_string(n),
                                       nts = "nt:" + std::to_string(nt);
                     reg(xb::join_name({"conv", dt, "xk", sh, ns, nts}),
-                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, false); });
+                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, Route::routed); });
                     reg(xb::join_name({"conv", dt, "onednn", sh, ns, nts}),
                         [=](benchmark::State& s) { BM_onednn(s, l, n, t, nt); });
                     reg(xb::join_name({"convgemm", dt, "xk", sh, ns, nts}),
-                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, true); });
+                        [=](benchmark::State& s) { BM_xk(s, l, n, t, nt, Route::gemm); });
                 }
+    // Per call: the plan forced to oneDNN's primitive (convcall/xk) beside that primitive used
+    // directly (convcall/onednn), and gemm:conv (convcallgemm/xk), N = 1.
+    for (DType t : {DType::f32, DType::bf16})
+        for (const Layer& l : kCallLayers)
+            for (int nt : xb::thread_counts()) {
+                const std::string dt = xk::dtype_name(t), sh = l.name(), nts = "nt:" + std::to_string(nt);
+                reg(xb::join_name({"convcall", dt, "xk", sh, "n:1", nts}),
+                    [=](benchmark::State& s) { BM_xk(s, l, 1, t, nt, Route::onednn); });
+                reg(xb::join_name({"convcall", dt, "onednn", sh, "n:1", nts}),
+                    [=](benchmark::State& s) { BM_onednn(s, l, 1, t, nt); });
+                reg(xb::join_name({"convcallgemm", dt, "xk", sh, "n:1", nts}),
+                    [=](benchmark::State& s) { BM_xk(s, l, 1, t, nt, Route::gemm); });
+            }
     for (DType t : {DType::f32, DType::bf16})
         for (int64_t n : batches())
             for (int nt : xb::thread_counts()) {
@@ -422,6 +500,15 @@ const bool registered = [] {
                 reg(xb::join_name({"convstack", dt, "onednn", "r50_5layers", ns, nts}),
                     [=](benchmark::State& s) { BM_stack(s, n, t, nt, true); });
             }
+    // int8 per call: the plan forced to oneDNN beside its own primitive (interleaved vsOneDNN%), N = 1.
+    for (const Layer& l : kCallLayers)
+        for (int nt : xb::thread_counts()) {
+            const std::string sh = l.name(), nts = "nt:" + std::to_string(nt);
+            reg(xb::join_name({"qconvcall", "u8s8u8", "xk", sh, "n:1", nts}),
+                [=](benchmark::State& s) { BM_qxk(s, l, 1, nt, false, true); });
+            reg(xb::join_name({"qconvcall", "u8s8u8", "onednn", sh, "n:1", nts}),
+                [=](benchmark::State& s) { BM_qonednn(s, l, 1, nt); });
+        }
     std::vector<Layer> qlayers(std::begin(kLayers), std::end(kLayers));
     qlayers.insert(qlayers.end(), std::begin(kDwLayers), std::end(kDwLayers));
     for (const Layer& l : qlayers)

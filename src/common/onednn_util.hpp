@@ -1,11 +1,13 @@
 // Helpers shared by xk's oneDNN implementations (kernels/gemm/onednn_gemm.cpp, kernels/conv/
 // onednn_conv.cpp, onednn_qconv.cpp): the CPU engine, a per-thread stream, per-thread scratch
-// buffers, the calling thread's OpenMP thread count set for one primitive call (one thread under
+// buffers, execution through per-thread memory objects (execute_cached), the calling thread's OpenMP thread count set for one primitive call (one thread under
 // the std::thread backend, the TSan build), eltwise post-ops, a printable weights layout, and the
 // conv routes' shape limits and JIT probe.
 #pragma once
 #include <omp.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <mutex>
@@ -69,6 +71,86 @@ inline void* thread_buffer(Buf which, size_t bytes) {
         x.p = p, x.cap = n;
     }
     return x.p;
+}
+
+// A process-unique id for a primitive object (never reused, unlike its address): what
+// execute_cached() keys its per-thread memory objects by.
+inline uint64_t new_prim_id() {
+    static std::atomic<uint64_t> next{0};
+    return next.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// One argument of execute_cached(): DNNL_ARG_* kind, its memory descriptor (alive as long as the
+// primitive), the data pointer of this call.
+struct ExecArg {
+    int kind;
+    const dnnl::memory::desc* md;
+    void* ptr;
+};
+
+// Executes `prim` (of id `id`, new_prim_id()) on `st` with `args`, reusing memory objects made by
+// an earlier call of the same primitive on this thread: a call only sets the data handles that
+// changed. Making and destroying oneDNN memory objects per call (each an aligned ~1 KiB
+// allocation plus its storage, and a std::unordered_map of them) had cost 2-4 us per call, as
+// much as a small convolution. Each thread keeps the objects of its 16 most recently made
+// primitives. Throws dnnl::error.
+inline void execute_cached(uint64_t id, const dnnl::primitive& prim, dnnl::stream& st, const ExecArg* args, int n) {
+    constexpr int kMaxArgs = 8, kSlots = 16;
+    struct Slot {
+        uint64_t id = 0;
+        int n = 0;
+        dnnl_memory_t m[kMaxArgs] = {};
+        void clear() {
+            for (int i = 0; i < n; ++i)
+                if (m[i]) dnnl_memory_destroy(m[i]);
+            id = 0, n = 0;
+        }
+    };
+    struct Cache {
+        Slot s[kSlots];
+        unsigned next = 0;
+        ~Cache() {
+            for (Slot& x : s) x.clear();
+        }
+    };
+    thread_local Cache cache;
+    if (n > kMaxArgs) throw dnnl::error(dnnl_invalid_arguments, "execute_cached: too many arguments");
+    Slot* slot = nullptr;
+    for (Slot& x : cache.s)
+        if (x.id == id && x.n == n) {
+            slot = &x;
+            break;
+        }
+    if (!slot) {
+        slot = &cache.s[cache.next++ % kSlots];
+        slot->clear();
+        for (int i = 0; i < n; ++i) {
+            const dnnl_status_t s = dnnl_memory_create(&slot->m[i], &args[i].md->data, engine().get(), args[i].ptr);
+            if (s != dnnl_success) {
+                slot->n = i;
+                slot->clear();
+                throw dnnl::error(s, "could not create a memory object");
+            }
+            slot->n = i + 1;
+        }
+        slot->id = id;
+    } else {
+        for (int i = 0; i < n; ++i) {
+            void* have = nullptr;
+            dnnl_memory_get_data_handle(slot->m[i], &have);
+            if (have != args[i].ptr) {
+                const dnnl_status_t s = dnnl_memory_set_data_handle_v2(slot->m[i], args[i].ptr, st.get());
+                if (s != dnnl_success) {
+                    slot->clear();
+                    throw dnnl::error(s, "could not set a memory object's data handle");
+                }
+            }
+        }
+    }
+    dnnl_exec_arg_t ea[kMaxArgs];
+    for (int i = 0; i < n; ++i) ea[i] = {args[i].kind, slot->m[i]};
+    const dnnl_status_t s = dnnl_primitive_execute(prim.get(), st.get(), n, ea);
+    if (s != dnnl_success) throw dnnl::error(s, "could not execute a primitive");
 }
 
 // A readable, comparable description of a (blocked) memory descriptor.

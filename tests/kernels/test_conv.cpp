@@ -825,6 +825,36 @@ TEST(Conv2dRouted, PackedWeights) {
     });
 }
 
+// A pack made at one thread count, run at another: oneDNN's blocking may depend on the thread
+// count (brgconv_1x1 of a 7x7x64 1x1 layer: 32-wide output-channel blocks at 1 thread, 16-wide at
+// 32 threads on an AVX-512 host), so the plan's run reorders the pack once into the other
+// primitive's layout and keeps it; results equal the unpacked run's at every count, and repeated
+// calls (the per-thread memory objects reused with new pointers) stay equal.
+TEST(Conv2dRouted, PackedWeightsAcrossThreadCounts) {
+    ConvDesc d = shape(1, 64, 7, 7, 64, 1, 1);
+    d.layout = ConvLayout::nhwc;
+    d.weight_layout = ConvWeightLayout::ohwi;
+    d.with_bias = true;
+    d.activation = Activation::relu;
+    test::Buffer<float> w(static_cast<size_t>(d.weight_elements())), s(static_cast<size_t>(d.src_elements()));
+    test::fill_uniform(w.data(), w.size(), -1, 1, 11);
+    test::fill_uniform(s.data(), s.size(), -1, 1, 12);
+    std::vector<float> bias(64, 0.125f);
+    for (int pack_nt : {1, 32}) {
+        set_num_threads(pack_nt);
+        const ConvPlan plan(d);
+        const ConvPackedWeights pw = plan.pack_weights(w.data());
+        for (int run_nt : {32, 1, 2, 32}) {
+            set_num_threads(run_nt);
+            std::vector<float> out(static_cast<size_t>(d.dst_elements()), -7.0f), ref(out.size(), 7.0f);
+            plan.run({s.data(), nullptr, bias.data(), out.data(), nullptr}, pw);
+            plan.run({s.data(), w.data(), bias.data(), ref.data(), nullptr});
+            EXPECT_EQ(out, ref) << plan.impl_name() << " packed at " << pack_nt << " threads, run at " << run_nt;
+        }
+    }
+    set_num_threads(0);
+}
+
 // BN folding: conv(x, w', b') == bn(conv(x, w, b)), bn computed in double from the unfolded conv.
 TEST(Conv2dRouted, FoldBatchNormMatchesConvThenBn) {
     for (ConvWeightLayout wl : kWeightLayouts)

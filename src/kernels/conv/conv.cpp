@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -60,11 +61,22 @@ int64_t output_extent(const char* fn, const ExtentNames& nm, int64_t input, int6
     check_nonnegative(fn, nm.pad_begin, pad_begin);
     check_nonnegative(fn, nm.pad_end, pad_end);
     check_positive(fn, nm.dilation, dilation);
-    const std::string padded_what = std::string(nm.input) + "+" + nm.pad_begin + "+" + nm.pad_end;
-    const int64_t padded = checked_add(fn, padded_what.c_str(), checked_add(fn, padded_what.c_str(), input, pad_begin), pad_end);
-    const std::string span_what = std::string(nm.dilation) + "*(" + nm.kernel + "-1)";
-    const int64_t span = checked_add(fn, span_what.c_str(), checked_mul(fn, span_what.c_str(), dilation, kernel - 1), 1);  // effective kernel extent
+    // The names of the sums are formatted only when one overflows (checked_* then throw): a call
+    // of xk::conv2d validates its descriptor every time.
+    constexpr int64_t kLim = std::numeric_limits<int64_t>::max() / 16;  // checked_*'s default limit
+    int64_t padded = 0, span = 0;
+    if (__builtin_add_overflow(input, pad_begin, &padded) || padded > kLim ||
+        __builtin_add_overflow(padded, pad_end, &padded) || padded > kLim) {
+        const std::string w = std::string(nm.input) + "+" + nm.pad_begin + "+" + nm.pad_end;
+        checked_add(fn, w.c_str(), checked_add(fn, w.c_str(), input, pad_begin), pad_end);
+    }
+    if (__builtin_mul_overflow(dilation, kernel - 1, &span) || span > kLim ||
+        __builtin_add_overflow(span, int64_t{1}, &span) || span > kLim) {
+        const std::string w = std::string(nm.dilation) + "*(" + nm.kernel + "-1)";
+        checked_add(fn, w.c_str(), checked_mul(fn, w.c_str(), dilation, kernel - 1), 1);  // effective kernel extent
+    }
     if (span > padded) {
+        const std::string padded_what = std::string(nm.input) + "+" + nm.pad_begin + "+" + nm.pad_end;
         std::ostringstream os;
         os << "must be >= 1: the effective kernel " << nm.dilation << "*(" << nm.kernel << "-1)+1=" << span
            << " exceeds the padded input " << padded_what << "=" << padded << " (" << nm.input << "=" << input << ", "
@@ -368,6 +380,7 @@ struct ConvPlan::State {
     detail::ConvProblem p;
     const char* impl = nullptr;
     std::shared_ptr<const detail::ConvKernel> kernel;
+    std::string packed_layout;  // kernel->packed_layout(), what run(args, packed) accepts
 };
 
 ConvPlan::ConvPlan(const ConvDesc& desc) {
@@ -377,6 +390,7 @@ ConvPlan::ConvPlan(const ConvDesc& desc) {
     const auto sel = detail::conv_select(s->p, &how);
     s->impl = sel.impl->name;
     s->kernel = sel.kernel;
+    s->packed_layout = s->kernel->packed_layout();
     if (detail::verbose_level() >= 1) {
         const std::string be = s->kernel->backend_info();
         detail::verbose_log("plan", "conv2d",
@@ -394,11 +408,10 @@ void ConvPlan::run(const ConvArgs& args) const {
 void ConvPlan::run(const ConvArgs& args, const ConvPackedWeights& packed_weights) const {
     constexpr const char* fn = "xk::ConvPlan::run";
     if (packed_weights.empty()) detail::fail_arg(fn, "packed_weights", "empty", "must come from ConvPlan::pack_weights");
-    const std::string want = s_->kernel->packed_layout();
-    if (packed_weights.data_->layout != want)
+    if (packed_weights.data_->layout != s_->packed_layout)
         detail::fail_arg(fn, "packed_weights", packed_weights.data_->layout,
                          "was packed for another layout or shape (this plan, " + std::string(s_->impl) + ", needs " +
-                             want + ")");
+                             s_->packed_layout + ")");
     // Validate the other pointers as usual; the packed data stands in for args.weights.
     ConvArgs a = args;
     a.weights = packed_weights.data_->data;

@@ -5,8 +5,8 @@
 // dilation. A depthwise convolution has no reduction over channels, so it is no GEMM (one
 // 1-column product per channel); instead each output pixel is a vector over channels:
 //   acc[c] = sum over taps (ky, kx) inside the input of src[n, y, x, c] * wt[ky, kx, c]
-// with the weights transposed per call to tap-major f32 (wt, C*KH*KW floats in a per-thread
-// buffer) so the channel loop is unit-stride in both operands and vectorises (the same C++
+// with the weights in tap-major f32 (wt, C*KH*KW floats: what pack_weights makes, else transposed
+// per call into a per-thread buffer) so the channel loop is unit-stride in both operands and vectorises (the same C++
 // compiled for AVX2 + FMA and for AVX-512). Channels are taken 64 at a time (the accumulators stay
 // in registers). Then the epilogue of xk/conv.hpp per element, in order. Parallel over output rows
 // (n, oy).
@@ -90,23 +90,55 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void rows_avx5
     else dw_rows(pb, static_cast<const float*>(src), wt, a, r0, r1);
 }
 
+// Tap-major f32 weights: wt[t*C + c] = W[c*T + t] (both layouts store [C][KH][KW] here).
+void tap_major(const ConvProblem& p, const void* W, float* wt) {
+    const ConvDesc& d = p.d;
+    const int64_t C = d.c, T = d.kh * d.kw;
+    if (d.weight_dtype == DType::bf16) {
+        const auto* w = static_cast<const uint16_t*>(W);
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t t = 0; t < T; ++t) wt[t * C + c] = ld(w, c * T + t);
+    } else {
+        const auto* w = static_cast<const float*>(W);
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t t = 0; t < T; ++t) wt[t * C + c] = w[c * T + t];
+    }
+}
+
+// Packed: the tap-major f32 weights themselves (a run with them skips the per-call transpose).
+struct DwPacked final : ConvPacked {
+    DwPacked(std::string l, size_t n) : ConvPacked(std::move(l)), wt(n) {
+        data = wt.data();
+        bytes = n * sizeof(float);
+    }
+    std::vector<float> wt;
+};
+
 class DwConv final : public ConvKernel {
 public:
     DwConv(const ConvProblem& p, RowsFn fn) : ConvKernel(p), fn_(fn) {}
 
+    std::string packed_layout() const override { return "dwtap:f32:" + conv_plain_layout(p_).substr(6); }
+
+    std::shared_ptr<const ConvPacked> pack(const void* weights) const override {
+        auto out = std::make_shared<DwPacked>(packed_layout(), static_cast<size_t>(p_.d.c * p_.d.kh * p_.d.kw));
+        tap_major(p_, weights, out->wt.data());
+        return out;
+    }
+
     void run(const ConvArgs& a, const ConvPacked* packed) const override {
         const ConvDesc& d = p_.d;
         const int64_t C = d.c, T = d.kh * d.kw;
-        const void* W = conv_plain_weights(a, packed);
-        // Tap-major f32 weights: wt[t*C + c] = W[c*T + t] (both layouts store [C][KH][KW] here).
-        thread_local std::vector<float> wt;
-        wt.resize(static_cast<size_t>(C * T));
-        for (int64_t c = 0; c < C; ++c)
-            for (int64_t t = 0; t < T; ++t)
-                wt[t * C + c] = d.weight_dtype == DType::bf16 ? ld(static_cast<const uint16_t*>(W), c * T + t)
-                                                              : static_cast<const float*>(W)[c * T + t];
+        const float* wp;
+        if (packed) {
+            wp = static_cast<const DwPacked*>(packed)->wt.data();
+        } else {
+            thread_local std::vector<float> wt;
+            wt.resize(static_cast<size_t>(C * T));
+            tap_major(p_, a.weights, wt.data());
+            wp = wt.data();
+        }
         // In-place residual is safe: each output element reads its residual just before writing it.
-        const float* wp = wt.data();
         const int64_t rows = d.n * p_.oh;
         const int64_t row_work = std::max<int64_t>(1, p_.ow * C * T);
         parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 15) / row_work),

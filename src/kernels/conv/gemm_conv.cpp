@@ -250,7 +250,7 @@ void transpose_any(const void* in, void* out, size_t es, int64_t N, int64_t A, i
     else transpose(static_cast<const float*>(in), static_cast<float*>(out), N, A, B);
 }
 
-// NCHW activations: transposed to NHWC into per-call buffers around the NHWC kernel (the residual
+// NCHW activations: transposed to NHWC into per-thread buffers around the NHWC kernel (the residual
 // too), so NCHW never falls back to the reference. Costs one pass over src and two over dst.
 class NchwGemmConv final : public ConvKernel {
 public:
@@ -263,8 +263,12 @@ public:
         const ConvDesc& d = p_.d;
         const size_t es = dtype_size(d.src_dtype), ed = dtype_size(d.dst_dtype);
         const int64_t HW = d.h * d.w, OHW = p_.oh * p_.ow;
-        std::vector<unsigned char> src(static_cast<size_t>(d.n * d.c * HW) * es),
-            dst(static_cast<size_t>(d.n * d.oc * OHW) * ed);
+        // Per-thread buffers kept between calls (a fresh pair per call had cost page faults on
+        // every call); the inner run writes all of dst.
+        thread_local std::vector<unsigned char> src, dst;
+        const size_t src_bytes = static_cast<size_t>(d.n * d.c * HW) * es, dst_bytes = static_cast<size_t>(d.n * d.oc * OHW) * ed;
+        if (src.size() < src_bytes) src.resize(src_bytes);
+        if (dst.size() < dst_bytes) dst.resize(dst_bytes);
         transpose_any(a.src, src.data(), es, d.n, d.c, HW);
         ConvArgs b = a;
         b.src = src.data();

@@ -5,7 +5,9 @@
 //               "abcd"): read and written in place, never reordered
 //   weights     format "any": oneDNN picks its preferred (blocked) layout; the user's oihw / ohwi
 //               weights ({G,} OCg, ICg, KH, KW with explicit strides) are reordered into it once by
-//               ConvPlan::pack_weights, or per call into a per-thread buffer when run unpacked
+//               ConvPlan::pack_weights (the packing thread count's primitive's layout; another
+//               count's primitive wanting another blocking gets a copy made once and kept with the
+//               pack), or per call into a per-thread buffer when run unpacked
 //   bias        the primitive's f32 bias
 //   epilogue    post-ops: add_before_activation = [sum, eltwise], add_after_activation =
 //               [eltwise, sum]; the sum reads dst, so a residual other than dst is first copied
@@ -18,17 +20,21 @@
 //
 // Threads: like onednn_gemm.cpp, each primitive is created and executed with the calling thread's
 // OpenMP thread count set to xk::get_num_threads(); one primitive per thread count, made on first
-// use under a mutex. Each execution passes a per-thread scratchpad and stream, so run() may be
-// called from several threads at once.
+// use under a mutex and found afterwards without one. Each execution passes a per-thread
+// scratchpad and stream, and memory objects its thread made on its first call of that primitive
+// (dnn::execute_cached: only changed handles are set), so run() may be called from several threads
+// at once and a call allocates nothing.
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
 #include <mutex>
 #include <new>
 #include <sstream>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/check.hpp"
 #include "common/parallel.hpp"
@@ -70,8 +76,10 @@ dnnl::memory::desc act_md(const ConvProblem& p, int64_t C, int64_t H, int64_t W,
 
 struct Prim {
     int threads = 0;
+    uint64_t id = 0;  // dnn::new_prim_id(): execute_cached()'s key
     dnnl::memory::desc src_md, wei_md, bias_md, dst_md, scratch_md;
     size_t scratch_bytes = 0;
+    bool wei_is_user = false;  // the primitive reads the user's weights as they are
     dnnl::convolution_forward prim;
     std::string impl;
 };
@@ -104,28 +112,55 @@ dnnl::convolution_forward::primitive_desc make_pd(const ConvProblem& p) {
     return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
 }
 
-struct OnednnPacked final : ConvPacked {
-    OnednnPacked(std::string l, size_t n) : ConvPacked(std::move(l)) {
-        p = std::aligned_alloc(64, (n + 63) / 64 * 64);
+// 64-byte aligned bytes.
+struct AlignedBuf {
+    explicit AlignedBuf(size_t n) : p(std::aligned_alloc(64, (n + 63) / 64 * 64)) {
         if (!p) throw std::bad_alloc();
-        data = p;
-        bytes = n;
     }
-    ~OnednnPacked() override { std::free(p); }
-    void* p = nullptr;
+    ~AlignedBuf() { std::free(p); }
+    AlignedBuf(const AlignedBuf&) = delete;
+    AlignedBuf& operator=(const AlignedBuf&) = delete;
+    void* p;
 };
+
+// Weights reordered once into the blocked layout `md` of the packing thread count's primitive.
+// oneDNN's blocking may depend on the thread count (brgconv: 32- or 64-wide output-channel blocks
+// for the same layer at 16 and 1 threads), so the layout string names the weights only and a
+// primitive wanting another layout gets a copy reordered once and kept here (`others`), never a
+// reorder per call.
+struct OnednnPacked final : ConvPacked {
+    OnednnPacked(std::string l, const dnnl::memory::desc& m) : ConvPacked(std::move(l)), md(m), buf(m.get_size()) {
+        data = buf.p;
+        bytes = m.get_size();
+    }
+    dnnl::memory::desc md;
+    AlignedBuf buf;
+    // Prim::id of the last primitive found to read `md` as it is (a hint: ids are never reused).
+    mutable std::atomic<uint64_t> direct_id{0};
+    mutable std::mutex mu;
+    mutable std::vector<std::pair<dnnl::memory::desc, std::unique_ptr<AlignedBuf>>> others;
+};
+
+void reorder_weights(const dnnl::memory::desc& from_md, const void* from, const dnnl::memory::desc& to_md, void* to,
+                     dnnl::stream& st) {
+    dnnl::memory a(from_md, engine(), const_cast<void*>(from)), b(to_md, engine(), to);
+    dnnl::reorder(a, b).execute(st, a, b);
+    st.wait();
+}
 
 class OnednnConv final : public ConvKernel {
 public:
     explicit OnednnConv(const ConvProblem& p) : ConvKernel(p), user_wei_md_(user_weights_md(p)) {
         first_ = create(get_num_threads());
-        packed_md_ = first_->wei_md;
-        layout_ = "onednn:" + md_layout(packed_md_);
+        // The weights' shape, type and the user's layout: packs hold them in some blocked layout
+        // (OnednnPacked::md), which any of this descriptor's primitives can read.
+        layout_ = "onednn:" + conv_plain_layout(p).substr(6) + ":g" + std::to_string(p.d.groups);
     }
 
     void run(const ConvArgs& a, const ConvPacked* packed) const override {
-        const std::shared_ptr<const Prim> pr = prim_for(get_num_threads());
-        const dnnl::engine& eng = engine();
+        const int nt = get_num_threads();
+        const std::shared_ptr<const Prim> hold = prim_for(nt);  // no lock, no count for first_ / slots_
+        const Prim* pr = hold.get();
         const ConvDesc& d = p_.d;
         // The sum post-op reads dst: a residual elsewhere is copied in first.
         if (d.residual != ConvResidual::none && a.residual != a.dst) {
@@ -137,26 +172,28 @@ public:
         try {
             OmpThreads omp(pr->threads);
             dnnl::stream& st = thread_stream();
-            // Weights in the primitive's layout: the packed ones as they are (or reordered if this
-            // thread count's primitive wants another layout), else the user's reordered per call.
-            const dnnl::memory::desc& have = packed ? packed_md_ : user_wei_md_;
-            const void* wsrc = packed ? packed->data : a.weights;
-            void* wptr = const_cast<void*>(wsrc);
-            if (have != pr->wei_md) {
+            // Weights in the primitive's layout: a pack as it is (or its copy in this
+            // primitive's layout, made once), else the user's, reordered per call unless the
+            // primitive reads them as they are.
+            void* wptr;
+            if (packed) {
+                wptr = packed_for(*static_cast<const OnednnPacked*>(packed), *pr, st);
+            } else if (pr->wei_is_user) {
+                wptr = const_cast<void*>(a.weights);
+            } else {
                 wptr = dnn::thread_buffer(dnn::Buf::weights, pr->wei_md.get_size());
-                dnnl::memory from(have, eng, const_cast<void*>(wsrc)), to(pr->wei_md, eng, wptr);
-                dnnl::reorder(from, to).execute(st, from, to);
+                reorder_weights(user_wei_md_, a.weights, pr->wei_md, wptr, st);
             }
-            std::unordered_map<int, dnnl::memory> args;
-            args.reserve(6);
-            args.emplace(DNNL_ARG_SRC, dnnl::memory(pr->src_md, eng, const_cast<void*>(a.src)));
-            args.emplace(DNNL_ARG_WEIGHTS, dnnl::memory(pr->wei_md, eng, wptr));
-            args.emplace(DNNL_ARG_DST, dnnl::memory(pr->dst_md, eng, a.dst));
-            if (d.with_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pr->bias_md, eng, const_cast<float*>(a.bias)));
+            dnn::ExecArg args[5];
+            int n = 0;
+            args[n++] = {DNNL_ARG_SRC, &pr->src_md, const_cast<void*>(a.src)};
+            args[n++] = {DNNL_ARG_WEIGHTS, &pr->wei_md, wptr};
+            args[n++] = {DNNL_ARG_DST, &pr->dst_md, a.dst};
+            if (d.with_bias) args[n++] = {DNNL_ARG_BIAS, &pr->bias_md, const_cast<float*>(a.bias)};
             if (pr->scratch_bytes)
-                args.emplace(DNNL_ARG_SCRATCHPAD,
-                             dnnl::memory(pr->scratch_md, eng, dnn::thread_buffer(dnn::Buf::scratchpad, pr->scratch_bytes)));
-            pr->prim.execute(st, args);
+                args[n++] = {DNNL_ARG_SCRATCHPAD, &pr->scratch_md,
+                             dnn::thread_buffer(dnn::Buf::scratchpad, pr->scratch_bytes)};
+            dnn::execute_cached(pr->id, pr->prim, st, args, n);
             st.wait();
         } catch (const dnnl::error& e) {
             throw Error(Status::runtime_error,
@@ -165,25 +202,42 @@ public:
     }
 
     std::shared_ptr<const ConvPacked> pack(const void* weights) const override {
-        auto out = std::make_shared<OnednnPacked>(layout_, packed_md_.get_size());
+        // Into the layout of this thread count's primitive (the plan's, usually).
+        const std::shared_ptr<const Prim> pr = prim_for(get_num_threads());
+        auto out = std::make_shared<OnednnPacked>(layout_, pr->wei_md);
         try {
-            OmpThreads omp(get_num_threads());
-            dnnl::stream& st = thread_stream();
-            dnnl::memory from(user_wei_md_, engine(), const_cast<void*>(weights)), to(packed_md_, engine(), out->p);
-            dnnl::reorder(from, to).execute(st, from, to);
-            st.wait();
+            OmpThreads omp(pr->threads);
+            reorder_weights(user_wei_md_, weights, out->md, out->buf.p, thread_stream());
         } catch (const dnnl::error& e) {
             throw Error(Status::runtime_error, "conv2d onednn: weight reorder for " + p_.key() + " failed: " + e.what());
         }
+        out->direct_id.store(pr->id, std::memory_order_relaxed);
         return out;
     }
     std::string packed_layout() const override { return layout_; }
     std::string backend_info() const override { return "onednn:" + first_->impl; }
 
 private:
+    // The pack's bytes in pr's weight layout: as packed, or a copy reordered once and kept.
+    static void* packed_for(const OnednnPacked& pk, const Prim& pr, dnnl::stream& st) {
+        if (pk.direct_id.load(std::memory_order_relaxed) == pr.id) return pk.buf.p;
+        if (pk.md == pr.wei_md) {
+            pk.direct_id.store(pr.id, std::memory_order_relaxed);
+            return pk.buf.p;
+        }
+        std::lock_guard<std::mutex> lock(pk.mu);
+        for (const auto& o : pk.others)
+            if (o.first == pr.wei_md) return o.second->p;
+        auto b = std::make_unique<AlignedBuf>(pr.wei_md.get_size());
+        reorder_weights(pk.md, pk.buf.p, pr.wei_md, b->p, st);
+        pk.others.emplace_back(pr.wei_md, std::move(b));
+        return pk.others.back().second->p;
+    }
+
     std::shared_ptr<const Prim> create(int threads) const {
         auto pr = std::make_shared<Prim>();
         pr->threads = threads;
+        pr->id = dnn::new_prim_id();
         try {
             OmpThreads omp(threads);
             const auto pd = make_pd(p_);
@@ -193,6 +247,7 @@ private:
             pr->dst_md = pd.dst_desc();
             pr->scratch_md = pd.scratchpad_desc();
             pr->scratch_bytes = pr->scratch_md.get_size();
+            pr->wei_is_user = pr->wei_md == user_wei_md_;
             pr->impl = pd.impl_info_str();
             pr->prim = dnnl::convolution_forward(pd);
         } catch (const dnnl::error& e) {
@@ -202,22 +257,39 @@ private:
         return pr;
     }
 
+    // This thread count's primitive: first_, one of up to kSlots kept for the kernel's life (found
+    // without a lock), else (more thread counts than that) one of the last 8 made, under mu_.
     std::shared_ptr<const Prim> prim_for(int threads) const {
-        if (first_->threads == threads) return first_;
+        if (first_->threads == threads) return std::shared_ptr<const Prim>(std::shared_ptr<const Prim>(), first_.get());
+        for (const auto& s : slots_) {
+            const Prim* q = s.load(std::memory_order_acquire);
+            if (!q) break;
+            if (q->threads == threads) return std::shared_ptr<const Prim>(std::shared_ptr<const Prim>(), q);
+        }
         std::lock_guard<std::mutex> lock(mu_);
-        for (const auto& p : prims_)
-            if (p->threads == threads) return p;
-        auto p = create(threads);
-        if (prims_.size() >= 8) prims_.erase(prims_.begin());
-        prims_.push_back(p);
-        return p;
+        for (const auto& q : kept_)
+            if (q->threads == threads) return q;
+        for (const auto& q : prims_)
+            if (q->threads == threads) return q;
+        auto q = create(threads);
+        if (kept_.size() < kSlots) {
+            kept_.push_back(q);
+            slots_[kept_.size() - 1].store(q.get(), std::memory_order_release);
+        } else {
+            if (prims_.size() >= 8) prims_.erase(prims_.begin());
+            prims_.push_back(q);
+        }
+        return q;
     }
 
-    dnnl::memory::desc user_wei_md_, packed_md_;
+    static constexpr size_t kSlots = 8;
+    dnnl::memory::desc user_wei_md_;
     std::string layout_;
     std::shared_ptr<const Prim> first_;
     mutable std::mutex mu_;
-    mutable std::vector<std::shared_ptr<const Prim>> prims_;
+    mutable std::vector<std::shared_ptr<const Prim>> kept_;   // owners of slots_' primitives
+    mutable std::atomic<const Prim*> slots_[kSlots] = {};
+    mutable std::vector<std::shared_ptr<const Prim>> prims_;  // past kSlots thread counts
 };
 
 }  // namespace

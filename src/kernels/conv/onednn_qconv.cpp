@@ -29,11 +29,12 @@
 // (e.g. with a source zero point on some shapes) run on "gemm:qconv" instead (logged at
 // XK_VERBOSE=1).
 #include <algorithm>
+#include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "common/parallel.hpp"
@@ -87,18 +88,30 @@ bool call_params(const QConvProblem& p, const QConvArgs& a, QParams& q, float* b
     const bool fold = fold_dst_scale(d);
     q.post_scale = fold ? 1.0f : inv;
     q.scales.resize(static_cast<size_t>(d.oc));
+    // Branch-free loops (they vectorise; a scalar loop with a test per element cost ~1 us a call
+    // at OC = 512) checking normality / finiteness as |x| in range (NaN fails `<=`); nothing is
+    // used unless all pass.
+    const float src_scale = a.src_scale, mul = fold ? inv : 1.0f;
+    const float* ws = a.weight_scales;
+    float* sc = q.scales.data();
+    int bad = 0;
     for (int64_t o = 0; o < d.oc; ++o) {
-        const float m = a.src_scale * a.weight_scales[o];  // the product as the reference forms it
-        const float s = fold ? m * inv : m;
-        if (!std::isnormal(m) || !std::isnormal(s)) return false;
-        q.scales[static_cast<size_t>(o)] = s;
-        if (bias_out) {
-            const float b = a.bias[o] / m;
-            if (!std::isfinite(b)) return false;
+        const float m = src_scale * ws[o];  // the product as the reference forms it
+        const float s = m * mul;            // fold: m * (1 / dst_scale); else m * 1 (exact)
+        sc[o] = s;
+        const float am = std::fabs(m), as = std::fabs(s);
+        bad |= (am < FLT_MIN) | !(am <= FLT_MAX) | (as < FLT_MIN) | !(as <= FLT_MAX);
+    }
+    if (bad) return false;
+    if (bias_out) {
+        const float* bias = a.bias;
+        for (int64_t o = 0; o < d.oc; ++o) {
+            const float b = bias[o] / (src_scale * ws[o]);
             bias_out[o] = b;
+            bad |= !(std::fabs(b) <= FLT_MAX);
         }
     }
-    return true;
+    return bad == 0;
 }
 
 // The weights' dims: {OC, C, KH, KW}, or {G, OC/G, C/G, KH, KW} for groups > 1.
@@ -145,6 +158,7 @@ dnnl::convolution_forward::primitive_desc make_pd(const QConvProblem& p, const Q
 
 struct QPrim {
     QParams q;
+    uint64_t id = dnn::new_prim_id();  // execute_cached()'s key, OnednnQPacked's hint
     bool reference = false;  // oneDNN offers only a reference implementation: run ours
     dnnl::memory::desc src_md, wei_md, bias_md, dst_md, scratch_md;
     size_t scratch_bytes = 0;
@@ -178,18 +192,35 @@ void reorder(const dnnl::memory::desc& from_md, const void* from, const dnnl::me
 struct OnednnQPacked final : QConvPackedData {
     std::vector<int8_t> plain;
     dnnl::memory::desc plain_md;
+    // The weights in a primitive's layout: a lock-free hint (the last primitive asked for, by its
+    // never reused id) before the list of layouts made so far under mu — compared as memory
+    // descriptors; a call no longer formats and compares layout strings.
+    struct Hint {
+        uint64_t prim_id;
+        const void* p;
+    };
+    mutable std::atomic<const Hint*> hint{nullptr};
     mutable std::mutex mu;
-    mutable std::vector<std::pair<std::string, std::shared_ptr<AlignedBytes>>> layouts;
+    mutable std::vector<std::pair<dnnl::memory::desc, std::shared_ptr<AlignedBytes>>> layouts;
+    mutable std::vector<std::unique_ptr<const Hint>> hints;  // owners of every hint published
 
-    const void* get(const dnnl::memory::desc& md, int threads) const {
-        const std::string l = dnn::md_layout(md);
+    const void* get(const QPrim& pr, int threads) const {
+        if (const Hint* h = hint.load(std::memory_order_acquire); h && h->prim_id == pr.id) return h->p;
         std::lock_guard<std::mutex> lock(mu);
+        const void* p = nullptr;
         for (const auto& x : layouts)
-            if (x.first == l) return x.second->p;
-        auto b = std::make_shared<AlignedBytes>(md.get_size());
-        reorder(plain_md, plain.data(), md, b->p, threads);
-        layouts.emplace_back(l, b);
-        return b->p;
+            if (x.first == pr.wei_md) p = x.second->p;
+        if (!p) {
+            auto b = std::make_shared<AlignedBytes>(pr.wei_md.get_size());
+            reorder(plain_md, plain.data(), pr.wei_md, b->p, threads);
+            layouts.emplace_back(pr.wei_md, b);
+            p = b->p;
+        }
+        if (hints.size() < 64) {  // bounded: past that, the list above answers
+            hints.push_back(std::make_unique<const Hint>(Hint{pr.id, p}));
+            hint.store(hints.back().get(), std::memory_order_release);
+        }
+        return p;
     }
 };
 
@@ -214,22 +245,24 @@ public:
             dnnl::stream& st = dnn::thread_stream();
             void* w;
             if (packed) {
-                w = const_cast<void*>(static_cast<const OnednnQPacked*>(packed)->get(pr->wei_md, q.threads));
+                w = const_cast<void*>(static_cast<const OnednnQPacked*>(packed)->get(*pr, q.threads));
             } else {
                 w = dnn::thread_buffer(dnn::Buf::weights, pr->wei_md.get_size());
                 dnnl::memory from(user_wei_md_, dnn::engine(), const_cast<int8_t*>(a.weights)), to(pr->wei_md, dnn::engine(), w);
                 dnnl::reorder(from, to).execute(st, from, to);
             }
-            void* scratch = pr->scratch_bytes ? dnn::thread_buffer(dnn::Buf::scratchpad, pr->scratch_bytes) : nullptr;
-            ThreadArgs& ta = thread_args(pr);
-            // Plain (unpadded) memories: a new handle costs nothing. The blocked weights' handle is
-            // set only when it changes (setting one writes the layout's zero padding).
-            ta.src.set_data_handle(const_cast<void*>(a.src));
-            ta.dst.set_data_handle(a.dst);
-            if (bias) ta.bias.set_data_handle(bias);
-            if (scratch) ta.scratch.set_data_handle(scratch);
-            if (ta.wei_ptr != w) ta.wei.set_data_handle(w), ta.wei_ptr = w;
-            pr->prim.execute(st, ta.args);
+            // The thread's memory objects of this primitive, their handles set when they change
+            // (setting the blocked weights' writes the layout's zero padding).
+            dnn::ExecArg args[5];
+            int n = 0;
+            args[n++] = {DNNL_ARG_SRC, &pr->src_md, const_cast<void*>(a.src)};
+            args[n++] = {DNNL_ARG_WEIGHTS, &pr->wei_md, w};
+            args[n++] = {DNNL_ARG_DST, &pr->dst_md, a.dst};
+            if (bias) args[n++] = {DNNL_ARG_BIAS, &pr->bias_md, bias};
+            if (pr->scratch_bytes)
+                args[n++] = {DNNL_ARG_SCRATCHPAD, &pr->scratch_md,
+                             dnn::thread_buffer(dnn::Buf::scratchpad, pr->scratch_bytes)};
+            dnn::execute_cached(pr->id, pr->prim, st, args, n);
             st.wait();
         } catch (const dnnl::error& e) {
             throw Error(Status::runtime_error,
@@ -243,7 +276,7 @@ public:
         pk->plain.assign(weights, weights + p_.d.oc * p_.d.kh * p_.d.kw * (p_.d.c / p_.d.groups));
         pk->plain_md = user_wei_md_;
         try {
-            pk->get(first_->wei_md, first_->q.threads);
+            pk->get(*first_, first_->q.threads);
         } catch (const dnnl::error& e) {
             throw Error(Status::runtime_error, "qconv2d onednn: weight reorder for " + p_.key() + " failed: " + e.what());
         }
@@ -253,43 +286,6 @@ public:
     std::string backend_info() const override { return "onednn:" + first_->impl; }
 
 private:
-    // A thread's memory objects for one primitive (made once, their handles set per call): creating
-    // five dnnl::memory objects per call cost microseconds, a noticeable part of a 16-thread call
-    // on a small layer. The 16 most recent primitives per thread (kept alive by the entry).
-    struct ThreadArgs {
-        std::shared_ptr<const QPrim> prim;
-        dnnl::memory src, wei, dst, bias, scratch;
-        const void* wei_ptr = nullptr;
-        std::unordered_map<int, dnnl::memory> args;
-    };
-    static ThreadArgs& thread_args(const std::shared_ptr<const QPrim>& pr) {
-        thread_local std::vector<std::unique_ptr<ThreadArgs>> cache;
-        for (size_t i = 0; i < cache.size(); ++i)
-            if (cache[i]->prim == pr) {
-                if (i) std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
-                                   cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-                return *cache.front();
-            }
-        auto t = std::make_unique<ThreadArgs>();
-        const dnnl::engine& eng = dnn::engine();
-        t->prim = pr;
-        t->src = dnnl::memory(pr->src_md, eng, DNNL_MEMORY_NONE);
-        t->wei = dnnl::memory(pr->wei_md, eng, DNNL_MEMORY_NONE);
-        t->dst = dnnl::memory(pr->dst_md, eng, DNNL_MEMORY_NONE);
-        t->args = {{DNNL_ARG_SRC, t->src}, {DNNL_ARG_WEIGHTS, t->wei}, {DNNL_ARG_DST, t->dst}};
-        if (pr->bias_md.get_size()) {
-            t->bias = dnnl::memory(pr->bias_md, eng, DNNL_MEMORY_NONE);
-            t->args.emplace(DNNL_ARG_BIAS, t->bias);
-        }
-        if (pr->scratch_bytes) {
-            t->scratch = dnnl::memory(pr->scratch_md, eng, DNNL_MEMORY_NONE);
-            t->args.emplace(DNNL_ARG_SCRATCHPAD, t->scratch);
-        }
-        if (cache.size() >= 16) cache.pop_back();
-        cache.insert(cache.begin(), std::move(t));
-        return *cache.front();
-    }
-
     std::shared_ptr<const QPrim> create(const QParams& q) const {
         auto pr = std::make_shared<QPrim>();
         pr->q = q;

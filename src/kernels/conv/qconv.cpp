@@ -3,6 +3,7 @@
 // the NHWC rows: one GEMM per group for 1x1 / stride 1 / unpadded, else im2col row blocks (~256 KiB,
 // padded with the source zero point) in one parallel region, each block one GEMM per group.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -265,10 +266,14 @@ void qconv_validate_args(const char* fn, const QConvProblem& p, const QConvArgs&
     if (!weights_packed && overlaps(a.dst, dst_b, a.weights, wei_b)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weights");
     if (overlaps(a.dst, dst_b, a.weight_scales, d.oc * 4)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps weight_scales");
     if (a.bias && overlaps(a.dst, dst_b, a.bias, d.oc * 4)) fail_arg(fn, "dst", ptr_str(a.dst), "overlaps bias");
-    for (int64_t o = 0; o < d.oc; ++o)
-        if (!std::isfinite(a.weight_scales[o]) || !(a.weight_scales[o] > 0.0f))
-            fail_arg(fn, "weight_scales", "weight_scales[" + std::to_string(o) + "]=" + float_str(a.weight_scales[o]),
-                     "must be finite and > 0");
+    // Every scale finite and > 0: a branch-free pass (it vectorises), then the first bad one named.
+    int bad = 0;
+    for (int64_t o = 0; o < d.oc; ++o) bad |= !(a.weight_scales[o] > 0.0f) | !(a.weight_scales[o] <= FLT_MAX);
+    if (bad)
+        for (int64_t o = 0; o < d.oc; ++o)
+            if (!std::isfinite(a.weight_scales[o]) || !(a.weight_scales[o] > 0.0f))
+                fail_arg(fn, "weight_scales", "weight_scales[" + std::to_string(o) + "]=" + float_str(a.weight_scales[o]),
+                         "must be finite and > 0");
 }
 
 void qconv2d_reference(const QConvProblem& p, const QConvArgs& a) {
