@@ -19,6 +19,8 @@
 //                 groups) and issues the next row's loads before the current row's reduction;
 //                 else one row per group
 //   XK_WG=n       (build option) the group size known at compile time (reqd_work_group_size)
+//   XK_FUSED=0|1, XK_HB=0|1 (build options) norms: the residual / the bias known at compile time
+//   XK_REXP=1     (build option) softmax: exponentials recomputed at the store, not held
 //   XK_SEG=s      (build option, a power of two <= 32) s work-items per row, wg / s rows per group
 //                 (short rows; reductions within the segment: no barrier with XK_PTX); else the
 //                 group is the row's
@@ -41,7 +43,10 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
     const uint S = XK_SEG ? XK_SEG : wg, sl = XK_SEG ? lid % S : lid;  // items per row, this item's index in its row
     const ulong rpg = wg / S, sub = lid / S;                             // rows per group, this item's row in it
     const uint nc = (uint)(hidden / 8);
-    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
+    // XK_FUSED / XK_HB >= 0 (build options, the spec form): the residual / bias known at compile
+    // time (no registers for an absent residual's rows or bias); else from flags.
+    const bool fused = XK_FUSED >= 0 ? XK_FUSED != 0 : (flags & 4) != 0, hw = (flags & 1) != 0;
+    const bool hb = XK_HB >= 0 ? XK_HB != 0 : (flags & 2) != 0;
     const float inv_n = 1.0f / (float)hidden;
     const ulong G = (XK_PERSIST ? get_num_groups(0) : 1) * rpg;  // rows from one iteration to the next
     uint cc[NVC];  // clamped element offsets of the chunks
@@ -223,7 +228,9 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         const float mx = hmax8(mx8);
         float m = mx * sl2;
         if (SPLIT) m = red_max(m, red, 0);  // (split: halves 0 and 1 for the max and the sum)
-        float8 v[NVC], sacc = (float8)(0.0f);
+        // XK_REXP=1: the exponentials recomputed at the store (the same expression, the same
+        // values) instead of held in registers (8 floats per chunk beside the packed row).
+        float8 v[XK_REXP ? 1 : NVC], sacc = (float8)(0.0f);
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const uint c = sl + (uint)j * S;
@@ -233,7 +240,7 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
                 const long nv = (long)vis - (long)c * 8;
                 if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
             }
-            v[j] = e;
+            if (!XK_REXP) v[j] = e;
             sacc += e;
         }
         const float s = hsum8(sacc);
@@ -249,7 +256,19 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const uint c = sl + (uint)j * S;
-            if (valid && c < nc) STR(y, yr + c * 8, PK(c < nvis ? v[j] * f : (float8)(0.0f)));
+            if (XK_REXP) {
+                if (valid && c < nc) {
+                    float8 e = (float8)(0.0f);
+                    if (c < nvis && m != -INFINITY) {
+                        e = exp2(CV(r[j]) * sl2 - m);
+                        const long nv = (long)vis - (long)c * 8;
+                        if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
+                    }
+                    STR(y, yr + c * 8, PK(e * f));
+                }
+            } else if (valid && c < nc) {
+                STR(y, yr + c * 8, PK(c < nvis ? v[j] * f : (float8)(0.0f)));
+            }
         }
         base = nbase;
         if (!XK_PERSIST || base >= rows) break;
