@@ -160,6 +160,7 @@ RowCfg row_cfg(const Context& ctx, bool norm, DType t, bool flag, int64_t n) {
 // fused / hb: the norm's residual / bias (compiled in with spec).
 struct RowNames {
     std::string kernel, options;
+    uint64_t key = 0;
 };
 const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const RowCfg& c, int seg, size_t local, bool fused, bool hb) {
     const bool nv = is_nvidia(ctx), norm = op == 1, spec = norm && c.spec;
@@ -174,6 +175,7 @@ const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const 
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     RowNames r;
+    r.key = key;
     const char* ts = t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16";
     r.kernel = norm ? std::string(flag ? "xk_rnorm_ln_" : "xk_rnorm_rms_") + (c.pre ? "pre_" : "") + ts
                     : std::string("xk_rsoftmax_") + (c.split ? "split_" : "") + ts;
@@ -188,6 +190,22 @@ const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const 
     if (spec) o += std::string(" -DXK_FUSED=") + (fused ? "1" : "0") + " -DXK_HB=" + (hb ? "1" : "0");
     if (!norm && c.rexp) o += " -DXK_REXP=1";
     return cache.emplace(key, std::move(r)).first->second;  // unordered_map: references stay valid
+}
+// The form's kernel for this thread: get_kernel's (which builds its cache key strings) once per
+// (context, form, thread), then from a per-thread table checked against the context's uid and
+// program generation (a cleared program cache released the kernels).
+cl_kernel row_kernel(const Context& ctx, const RowNames& rn) {
+    struct Entry {
+        uint64_t uid = 0, gen = 0, key = 0;
+        cl_kernel k = nullptr;
+    };
+    thread_local std::unordered_map<uint64_t, Entry> table;
+    const detail::ContextImpl& c = *ctx.impl();
+    const uint64_t gen = c.programs_gen.load(std::memory_order_acquire);
+    Entry& e = table[rn.key * 0x9E3779B97F4A7C15ull ^ c.uid];
+    if (e.k && e.uid == c.uid && e.gen == gen && e.key == rn.key) return e.k;
+    e = Entry{c.uid, gen, rn.key, detail::get_kernel(ctx, "ops", rn.kernel, rn.options)};
+    return e.k;
 }
 // CL_KERNEL_WORK_GROUP_SIZE of a kernel (NVIDIA: lowered by the registers a work-item takes),
 // per cl_kernel; 0 when the query fails.
@@ -449,7 +467,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const bool rowk = rl.ok;
     const RowNames* rn = rowk ? &row_names(ctx, 1, ln, rt, rc, rl.seg, rl.local, d.fused_residual, d.has_bias) : nullptr;
     const char* kname = rowk ? rn->kernel.c_str() : "xk_norm";
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", rn->kernel, rn->options) : ops_kernel(ctx, kname, 1);
+    cl_kernel k = rowk ? row_kernel(ctx, *rn) : ops_kernel(ctx, kname, 1);
     if (rowk) apply_aocc(ctx, rc, rl, k);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
@@ -568,7 +586,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const bool rowk = rl.ok;
     const RowNames* rn = rowk ? &row_names(ctx, 3, d.causal, rt, rc, rl.seg, rl.local, false, false) : nullptr;
     const char* kname = rowk ? rn->kernel.c_str() : "xk_softmax";
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", rn->kernel, rn->options) : ops_kernel(ctx, kname, 3);
+    cl_kernel k = rowk ? row_kernel(ctx, *rn) : ops_kernel(ctx, kname, 3);
     if (rowk) apply_aocc(ctx, rc, rl, k);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
