@@ -73,10 +73,11 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 //   spec=0|1     norms: residual and bias compiled in (a program per combination; no registers
 //                held for an absent residual / bias)
 //   rexp=0|1     softmax: exponentials recomputed at the store instead of held in registers
+//   fepi=0|1     norms: the two-fma epilogue fma(fma(x, rstd, -mean rstd), w, b)
 struct RowCfg {
     int rv = 8;
     bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
-    bool spec = false, rexp = false, aocc = false;
+    bool spec = false, rexp = false, aocc = false, fepi = false;
     int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
     int wg = 0;   // seg: the group size (0: 128)
 };
@@ -85,13 +86,13 @@ bool is_nvidia(const Context& ctx) {
     return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
 // XK_GPU_ROW_VARIANT parsed: up to 24 (key, value) pairs applied over the defaults.
-enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kAocc };
+enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kAocc, kFepi };
 struct RowOverride {
     int n = 0;
     std::pair<int, int> kv[24];
 };
 RowOverride parse_row_variant(const std::string& s) {
-    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "aocc"};
+    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "aocc", "fepi"};
     RowOverride o;
     size_t pos = 0;
     while (pos < s.size() && o.n < 24) {
@@ -150,6 +151,7 @@ RowCfg row_cfg(const Context& ctx, bool norm, DType t, bool flag, int64_t n) {
             case kSpec: c.spec = v != 0; break;
             case kRexp: c.rexp = v != 0; break;
             case kAocc: c.aocc = v != 0; break;
+            case kFepi: c.fepi = v != 0; break;
             default: break;
         }
     }
@@ -168,7 +170,7 @@ const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const 
                          uint64_t(seg) << 14 | uint64_t(c.fixwg ? local : 0) << 20 | uint64_t(norm ? c.pre : c.split) << 32 |
                          uint64_t(c.persist) << 33 | uint64_t(c.ptx && nv) << 34 | uint64_t(c.cvt && nv) << 35 |
                          uint64_t(spec) << 36 | uint64_t(spec && fused) << 37 | uint64_t(spec && hb) << 38 |
-                         uint64_t(!norm && c.rexp) << 39;
+                         uint64_t(!norm && c.rexp) << 39 | uint64_t(norm && c.fepi) << 40;
     static std::mutex mu;
     static std::unordered_map<uint64_t, RowNames> cache;  // a few entries per process
     std::lock_guard<std::mutex> lk(mu);
@@ -189,6 +191,7 @@ const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const 
     if (c.cvt && nv) o += " -DXK_PTX_CVT=1";
     if (spec) o += std::string(" -DXK_FUSED=") + (fused ? "1" : "0") + " -DXK_HB=" + (hb ? "1" : "0");
     if (!norm && c.rexp) o += " -DXK_REXP=1";
+    if (norm && c.fepi) o += " -DXK_FEPI=1";
     return cache.emplace(key, std::move(r)).first->second;  // unordered_map: references stay valid
 }
 // The form's kernel for this thread: get_kernel's (which builds its cache key strings) once per
