@@ -74,10 +74,11 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 //                held for an absent residual / bias)
 //   rexp=0|1     softmax: exponentials recomputed at the store instead of held in registers
 //   fepi=0|1     norms: the two-fma epilogue fma(fma(x, rstd, -mean rstd), w, b)
+//   wf=0|1       norms with pre: weight / bias held widened to f32 (registers for fewer operations)
 struct RowCfg {
     int rv = 8;
     bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
-    bool spec = false, rexp = false, aocc = false, fepi = false;
+    bool spec = false, rexp = false, aocc = false, fepi = false, wf = false;
     int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
     int wg = 0;   // seg: the group size (0: 128)
 };
@@ -86,13 +87,13 @@ bool is_nvidia(const Context& ctx) {
     return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
 // XK_GPU_ROW_VARIANT parsed: up to 24 (key, value) pairs applied over the defaults.
-enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kAocc, kFepi };
+enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kAocc, kFepi, kWf };
 struct RowOverride {
     int n = 0;
     std::pair<int, int> kv[24];
 };
 RowOverride parse_row_variant(const std::string& s) {
-    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "aocc", "fepi"};
+    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "aocc", "fepi", "wf"};
     RowOverride o;
     size_t pos = 0;
     while (pos < s.size() && o.n < 24) {
@@ -152,6 +153,7 @@ RowCfg row_cfg(const Context& ctx, bool norm, DType t, bool flag, int64_t n) {
             case kRexp: c.rexp = v != 0; break;
             case kAocc: c.aocc = v != 0; break;
             case kFepi: c.fepi = v != 0; break;
+            case kWf: c.wf = v != 0; break;
             default: break;
         }
     }
@@ -170,7 +172,7 @@ const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const 
                          uint64_t(seg) << 14 | uint64_t(c.fixwg ? local : 0) << 20 | uint64_t(norm ? c.pre : c.split) << 32 |
                          uint64_t(c.persist) << 33 | uint64_t(c.ptx && nv) << 34 | uint64_t(c.cvt && nv) << 35 |
                          uint64_t(spec) << 36 | uint64_t(spec && fused) << 37 | uint64_t(spec && hb) << 38 |
-                         uint64_t(!norm && c.rexp) << 39 | uint64_t(norm && c.fepi) << 40;
+                         uint64_t(!norm && c.rexp) << 39 | uint64_t(norm && c.fepi) << 40 | uint64_t(norm && c.pre && c.wf) << 41;
     static std::mutex mu;
     static std::unordered_map<uint64_t, RowNames> cache;  // a few entries per process
     std::lock_guard<std::mutex> lk(mu);
@@ -192,6 +194,7 @@ const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const 
     if (spec) o += std::string(" -DXK_FUSED=") + (fused ? "1" : "0") + " -DXK_HB=" + (hb ? "1" : "0");
     if (!norm && c.rexp) o += " -DXK_REXP=1";
     if (norm && c.fepi) o += " -DXK_FEPI=1";
+    if (norm && c.pre && c.wf) o += " -DXK_WF=1";
     return cache.emplace(key, std::move(r)).first->second;  // unordered_map: references stay valid
 }
 // The form's kernel for this thread: get_kernel's (which builds its cache key strings) once per

@@ -984,6 +984,9 @@ __kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
 #ifndef XK_HB
 #define XK_HB -1     // norms: -1 the bias from the flags, 0 / 1 known at compile time
 #endif
+#ifndef XK_WF
+#define XK_WF 0      // _pre norms: 1 = weights held widened
+#endif
 #ifndef XK_FEPI
 #define XK_FEPI 0    // norms: 1 = the two-fma epilogue
 #endif

@@ -21,6 +21,7 @@
 //   XK_WG=n       (build option) the group size known at compile time (reqd_work_group_size)
 //   XK_FUSED=0|1, XK_HB=0|1 (build options) norms: the residual / the bias known at compile time
 //   XK_REXP=1     (build option) softmax: exponentials recomputed at the store, not held
+//   XK_WF=1       (build option) _pre norms: weight / bias held widened (float8), not packed
 //   XK_FEPI=1     (build option) norms: y = fma(fma(x, rstd, -mean rstd), w, b) (two operations
 //                 per element instead of four; x rstd - mean rstd cancels where x is near the mean
 //                 and |mean| >> std: an error of ulp(mean rstd), below a 16-bit ulp for 16-bit data)
@@ -31,6 +32,17 @@
 #define XCAT(a, b) XCAT2(a, b)
 
 #if XK_OP == 0 || XK_OP == 1
+// XK_WF=1: the weights held with the row (_pre) widened once to float8 (more registers, no
+// widening per row); else as loaded.
+#if XK_WF
+#define WTYPE float8
+#define WLD(p, i) CV(LDR(p, i))
+#define WCV(v) (v)
+#else
+#define WTYPE RAW
+#define WLD(p, i) LDR(p, i)
+#define WCV(v) CV(v)
+#endif
 // RMSNorm / LayerNorm. Arguments as xk_norm plus rows (the number of rows); red: the reductions'
 // local memory (XK_RED4 float4 declared in the kernel). RMSNorm: one reduction (sum x^2). LayerNorm: sum d and sum d^2 together,
 // d = x - K with K the row's first element (a shift near the data, so sum d^2 / n - mean_d^2 does
@@ -58,12 +70,12 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
         const uint c = sl + (uint)j * S;
         cc[j] = (c < nc ? c : nc - 1) * 8;
     }
-    RAW wp[NVC], bp[NVC];
+    WTYPE wp[NVC], bp[NVC];  // PRE: held as loaded (RAW) or, XK_WF, widened once (float8)
     if (PRE) {
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            if (hw) wp[j] = LDR(w, w_off + cc[j]);
-            if (hb) bp[j] = LDR(b, b_off + cc[j]);
+            if (hw) wp[j] = WLD(w, w_off + cc[j]);
+            if (hb) bp[j] = WLD(b, b_off + cc[j]);
         }
     }
     // Rows base + sub; the loop is uniform over the group (a row past the last is computed on
@@ -121,11 +133,11 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
         const float nmr = -mean * rstd;
         #pragma unroll
         for (int j0 = 0; j0 < NVC; j0 += EPI) {
-            RAW wr[EPI], br[EPI];
+            float8 wr[EPI], br[EPI];  // widened
             #pragma unroll
             for (int j = 0; j < EPI; ++j) {
-                if (hw) wr[j] = PRE ? wp[j0 + j] : LDR(w, w_off + cc[j0 + j]);
-                if (hb) br[j] = PRE ? bp[j0 + j] : LDR(b, b_off + cc[j0 + j]);
+                if (hw) wr[j] = PRE ? WCV(wp[j0 + j]) : CV(LDR(w, w_off + cc[j0 + j]));
+                if (hb) br[j] = PRE ? WCV(bp[j0 + j]) : CV(LDR(b, b_off + cc[j0 + j]));
             }
             #pragma unroll
             for (int j = 0; j < EPI; ++j) {
@@ -135,13 +147,13 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
                     float8 o;
                     if (XK_FEPI) {  // two fmas per element: x rstd - mean rstd, then w, b
                         o = fma(CV(h[j0 + j]), (float8)(rstd), (float8)(nmr));
-                        if (hw && hb) o = fma(o, CV(wr[j]), CV(br[j]));
-                        else if (hw) o *= CV(wr[j]);
-                        else if (hb) o += CV(br[j]);
+                        if (hw && hb) o = fma(o, wr[j], br[j]);
+                        else if (hw) o *= wr[j];
+                        else if (hb) o += br[j];
                     } else {
                         o = (CV(h[j0 + j]) - mean) * rstd;
-                        if (hw) o *= CV(wr[j]);
-                        if (hb) o += CV(br[j]);
+                        if (hw) o *= wr[j];
+                        if (hb) o += br[j];
                     }
                     STR(y, yr + c * 8, PK(o));
                 }
@@ -173,6 +185,9 @@ XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_, XT), true, false)
 XK_RNORM_KERNEL(XCAT(xk_rnorm_rms_pre_, XT), false, true)
 XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_pre_, XT), true, true)
 #undef XK_RNORM_KERNEL
+#undef WTYPE
+#undef WLD
+#undef WCV
 #endif
 
 #if XK_OP == 0 || XK_OP == 3
