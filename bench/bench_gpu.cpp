@@ -19,7 +19,7 @@
 // XK_GPU_DEVICE picks the device (default: the first GPU, else the first device).
 // XK_BENCH_GPU_VARIANTS="name=spec;name=spec;..." adds .../xk_<name>/... rows of the row kernels
 // (norms, softmax; f32 and bf16; 4096-element rows and 1024-element ones) with
-// that form (src/gpu/ops.cpp lists XK_GPU_ROW_VARIANT's keys: rv, pre, split, persist, occ, aocc,
+// that form (src/gpu/ops.cpp lists XK_GPU_ROW_VARIANT's keys: rv, pre, split, persist, occ,
 // seg, wg, ptx, cvt, fixwg, spec, rexp), measured in the same process as the default rows.
 #include <dlfcn.h>
 

@@ -65,8 +65,6 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 //   pre=0|1      norms: weight / bias loaded with the row (else after the reduction)
 //   split=0|1    softmax: max, then sum (two reductions; else one)
 //   persist=0|1  a group loops over rows, prefetching the next one; occ=n groups per compute unit
-//   aocc=0|1     persist: groups per compute unit from the kernel's CL_KERNEL_WORK_GROUP_SIZE
-//                (NVIDIA lowers it with the registers a work-item takes) when it is < 1024
 //   seg=0|1      rows that need <= 32 work-items: several rows per group (wg=n items, default 128)
 //   ptx=0|1      NVIDIA: warp-shuffle reductions (inline PTX); cvt=0|1 NVIDIA: cvt.rn.bf16x2 stores
 //   fixwg=0|1    the group size a compile-time constant (reqd_work_group_size; a program per size)
@@ -78,7 +76,7 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 struct RowCfg {
     int rv = 8;
     bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
-    bool spec = false, rexp = false, aocc = false, fepi = false, wf = false;
+    bool spec = false, rexp = false, fepi = false, wf = false;
     int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
     int wg = 0;   // seg: the group size (0: 128)
 };
@@ -87,13 +85,13 @@ bool is_nvidia(const Context& ctx) {
     return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
 // XK_GPU_ROW_VARIANT parsed: up to 24 (key, value) pairs applied over the defaults.
-enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kAocc, kFepi, kWf };
+enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kFepi, kWf };
 struct RowOverride {
     int n = 0;
     std::pair<int, int> kv[24];
 };
 RowOverride parse_row_variant(const std::string& s) {
-    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "aocc", "fepi", "wf"};
+    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "fepi", "wf"};
     RowOverride o;
     size_t pos = 0;
     while (pos < s.size() && o.n < 24) {
@@ -120,20 +118,25 @@ std::atomic<const RowOverride*>& row_override_slot() {
     }()};
     return slot;
 }
-// The defaults: op "norm" (flag: LayerNorm) or "softmax" (flag: causal), storage t, rows of n.
+// The defaults: a norm (flag: LayerNorm) or softmax (flag: causal), storage t, rows of n.
 // From the H200's / H100's rows (docs/gpu.md): weights with the row for LayerNorm and 16-bit RMSNorm;
-// two reductions for 16-bit softmax without causal; on NVIDIA the norms take the persistent form
-// (4 vectors per item, the group size compiled in, warp-shuffle reductions, cvt stores: f32
-// 85-94% of the copy, bf16 RMSNorm 77-92%, where one row per group gave 79-85% / 72-81%).
+// two reductions for 16-bit softmax without causal. On NVIDIA the norms take the persistent form
+// (4 vectors per item, the group size compiled in, warp-shuffle reductions, cvt stores), 16-bit
+// ones with the residual / bias compiled in (spec) and LayerNorm over rows of >= 4096 with 8
+// vectors per item (H100, 23:34 run, % of the copy: bf16 RMSNorm 81-85 -> 87-89, LayerNorm 4096
+// 74-76 -> 82); 16-bit softmax the same persistent form, without causal with the exponentials
+// recomputed at the store (65536 x 1024: 65 -> 87-89, 16384 x 4096: 86 -> 89-90); causal rows
+// longer than 1024 keep one row per group (137% there against 132-134%).
 RowCfg row_cfg(const Context& ctx, bool norm, DType t, bool flag, int64_t n) {
     RowCfg c;
-    const bool b16 = t != DType::f32;
-    (void)n;
+    const bool b16 = t != DType::f32, nv = is_nvidia(ctx);
     if (norm) {
         c.pre = flag || b16;  // LayerNorm, 16-bit RMSNorm (H100, 20:29 run: bf16 LayerNorm 69-74% -> 75-80% of the copy)
-        if (is_nvidia(ctx)) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4;
+        if (nv) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4;
+        if (nv && b16) c.spec = true, c.rv = flag && n >= 4096 ? 8 : 4;
     } else {
         c.split = b16 && !flag;  // 16-bit softmax without causal
+        if (nv && b16 && !(flag && n > 1024)) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4, c.rexp = !flag;
     }
     const RowOverride& o = *row_override_slot().load(std::memory_order_acquire);
     for (int i = 0; i < o.n; ++i) {
@@ -151,7 +154,6 @@ RowCfg row_cfg(const Context& ctx, bool norm, DType t, bool flag, int64_t n) {
             case kOcc: if (v >= 1 && v <= 64) c.occ = v; break;
             case kSpec: c.spec = v != 0; break;
             case kRexp: c.rexp = v != 0; break;
-            case kAocc: c.aocc = v != 0; break;
             case kFepi: c.fepi = v != 0; break;
             case kWf: c.wf = v != 0; break;
             default: break;
@@ -213,19 +215,6 @@ cl_kernel row_kernel(const Context& ctx, const RowNames& rn) {
     e = Entry{c.uid, gen, rn.key, detail::get_kernel(ctx, "ops", rn.kernel, rn.options)};
     return e.k;
 }
-// CL_KERNEL_WORK_GROUP_SIZE of a kernel (NVIDIA: lowered by the registers a work-item takes),
-// per cl_kernel; 0 when the query fails.
-size_t kernel_wg_size(const Context& ctx, cl_kernel k) {
-    static std::mutex mu;
-    static std::unordered_map<cl_kernel, size_t> cache;
-    std::lock_guard<std::mutex> lk(mu);
-    auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
-    size_t v = 0;
-    if (clGetKernelWorkGroupInfo(k, detail::cl_dev(ctx), CL_KERNEL_WORK_GROUP_SIZE, sizeof v, &v, nullptr) != CL_SUCCESS) v = 0;
-    cache.emplace(k, v);
-    return v;
-}
 // 8-element chunks per work-item of the row kernels for dtype t (the NVC of ops.cl).
 int row_nvc(DType t, int rv) { return t == DType::bf16 ? rv : std::max(rv / 2, 1); }
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
@@ -252,7 +241,6 @@ struct RowLaunch {
     bool ok = false;
     int seg = 0;
     size_t local = 0, global = 0;
-    int64_t all_groups = 0;  // groups without the persistent cap
 };
 RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, int64_t rows) {
     RowLaunch l;
@@ -274,7 +262,6 @@ RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, in
         if (chunks > static_cast<int64_t>(l.local) * nvc) return l;
     }
     int64_t groups = (rows + rpg - 1) / rpg;
-    l.all_groups = groups;
     if (c.persist) {
         const int64_t occ = c.occ > 0 ? c.occ : std::max<int64_t>(1, 1024 / static_cast<int64_t>(l.local));
         groups = std::min<int64_t>(groups, std::max(1, ctx.device().compute_units) * occ);
@@ -282,17 +269,6 @@ RowLaunch row_launch(const Context& ctx, const RowCfg& c, DType t, int64_t n, in
     l.global = static_cast<size_t>(groups) * l.local;
     l.ok = true;
     return l;
-}
-// aocc: the persistent groups per compute unit from the kernel's CL_KERNEL_WORK_GROUP_SIZE where
-// the device lowered it below 1024 (the work-items a compute unit holds at the kernel's registers),
-// so every group is resident at once (none waits for a second wave).
-void apply_aocc(const Context& ctx, const RowCfg& c, RowLaunch& l, cl_kernel k) {
-    if (!c.persist || !c.aocc) return;
-    const size_t kw = kernel_wg_size(ctx, k);
-    if (kw < l.local || kw >= 1024) return;
-    const int64_t occ = std::max<int64_t>(1, static_cast<int64_t>(kw / l.local));
-    const int64_t groups = std::min<int64_t>(l.all_groups, std::max(1, ctx.device().compute_units) * occ);
-    l.global = static_cast<size_t>(groups) * l.local;
 }
 
 // A used tensor: a buffer of this context holding `extent` elements of `dt` from its offset.
@@ -350,12 +326,10 @@ void verbose_pick(const char* op, What&& what_fn) {
     xk::detail::verbose_log(lvl >= 2 ? "gpu_exec" : "gpu_select", op, what, 0.0);
 }
 
-// ",wg=<local>" and, for the row kernels, ",groups=<n>[,seg=<rows per group>],kwgs=<n>" (kwgs: the
-// kernel's CL_KERNEL_WORK_GROUP_SIZE, which NVIDIA lowers with the registers of a work-item).
-std::string row_launch(const Context& ctx, cl_kernel k, size_t local, size_t global, bool rowk, int64_t seg) {
+// ",wg=<local>" and, for the row kernels, ",groups=<n>[,seg=<rows per group>]".
+std::string row_launch(size_t local, size_t global, bool rowk, int64_t seg) {
     std::string r = ",wg=" + std::to_string(local);
-    if (rowk) r += ",groups=" + std::to_string(global / local) + (seg ? ",seg=" + std::to_string(seg) : std::string()) +
-                   ",kwgs=" + std::to_string(kernel_wg_size(ctx, k));
+    if (rowk) r += ",groups=" + std::to_string(global / local) + (seg ? ",seg=" + std::to_string(seg) : std::string());
     return r;
 }
 
@@ -474,7 +448,6 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const RowNames* rn = rowk ? &row_names(ctx, 1, ln, rt, rc, rl.seg, rl.local, d.fused_residual, d.has_bias) : nullptr;
     const char* kname = rowk ? rn->kernel.c_str() : "xk_norm";
     cl_kernel k = rowk ? row_kernel(ctx, *rn) : ops_kernel(ctx, kname, 1);
-    if (rowk) apply_aocc(ctx, rc, rl, k);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -497,7 +470,7 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
         rl.global = static_cast<size_t>(d.rows) * rl.local;
     }
     const size_t local = rl.local, global = rl.global;
-    verbose_pick("norm", [&] { return std::string("ocl:") + kname + row_launch(ctx, k, local, global, rowk, rl.seg) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
+    verbose_pick("norm", [&] { return std::string("ocl:") + kname + row_launch(local, global, rowk, rl.seg) + "," + norm_kind_name(d.kind) + ",hidden=" + std::to_string(d.hidden) +
                              ",x=" + dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name; });
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else
@@ -593,7 +566,6 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const RowNames* rn = rowk ? &row_names(ctx, 3, d.causal, rt, rc, rl.seg, rl.local, false, false) : nullptr;
     const char* kname = rowk ? rn->kernel.c_str() : "xk_softmax";
     cl_kernel k = rowk ? row_kernel(ctx, *rn) : ops_kernel(ctx, kname, 3);
-    if (rowk) apply_aocc(ctx, rc, rl, k);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));
@@ -610,7 +582,7 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
         rl.global = static_cast<size_t>(d.rows) * rl.local;
     }
     const size_t local = rl.local, global = rl.global;
-    verbose_pick("softmax", [&] { return std::string("ocl:") + kname + row_launch(ctx, k, local, global, rowk, rl.seg) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
+    verbose_pick("softmax", [&] { return std::string("ocl:") + kname + row_launch(local, global, rowk, rl.seg) + ",cols=" + std::to_string(d.cols) + (d.causal ? ",causal" : "") + ",x=" +
                                 dtype_name(d.x_dtype) + ",y=" + dtype_name(d.y_dtype) + ",device=" + ctx.device().name; });
     return detail::enqueue(ctx, k, 1, &global, &local, fn);
 #else

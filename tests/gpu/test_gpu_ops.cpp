@@ -58,9 +58,9 @@ bool run_size(int64_t n, DType t, bool a8) { return a8 ? (n == 64 || (n == 2048 
 // starts replaces the defaults (a device run checks a measured form that way).
 // The third: 8 vectors per item, residual / bias compiled in (spec), softmax's exponentials
 // recomputed at the store (rexp) with one reduction, the norms' two-fma epilogue (fepi),
-// persistent groups sized from the kernel (aocc; PoCL reports 4096 work-items: the default count).
+// groups looping over rows.
 const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1,fixwg=1,wf=1,ptx=0,cvt=0",
-                                    "rv=8,persist=1,aocc=1,pre=0,split=0,spec=1,rexp=1,fepi=1,ptx=0,cvt=0"};
+                                    "rv=8,persist=1,pre=0,split=0,spec=1,rexp=1,fepi=1,ptx=0,cvt=0"};
 void set_row_variant(const char* v) {
     static const std::string initial = [] {
         const char* e = std::getenv("XK_GPU_ROW_VARIANT");
