@@ -441,9 +441,15 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const bool one_type = d.y_dtype == rt && (!(d.has_weight || d.has_bias) || d.weight_dtype == rt) &&
                           (!d.fused_residual || (d.residual_dtype == rt && rt != DType::f16));
     const bool ln = d.kind == NormKind::layer_norm;
-    const RowCfg rc = row_cfg(ctx, true, rt, ln, d.hidden);
+    RowCfg rc = row_cfg(ctx, true, rt, ln, d.hidden);
     RowLaunch rl;
-    if (one_type && al == 2 && d.hidden % 8 == 0) rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+    if (one_type && al == 2 && d.hidden % 8 == 0) {
+        rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+        if (!rl.ok && rc.rv < 8) {  // a row longer than the form holds (NVIDIA's 4 vectors per item): 8
+            rc.rv = 8;
+            rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+        }
+    }
     const bool rowk = rl.ok;
     const RowNames* rn = rowk ? &row_names(ctx, 1, ln, rt, rc, rl.seg, rl.local, d.fused_residual, d.has_bias) : nullptr;
     const char* kname = rowk ? rn->kernel.c_str() : "xk_norm";
@@ -559,9 +565,15 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y});
     // x and y of one type, 8-aligned rows that fit in registers: the row kernels (ops_row.h).
     const DType rt = d.x_dtype;
-    const RowCfg rc = row_cfg(ctx, false, rt, d.causal, d.cols);
+    RowCfg rc = row_cfg(ctx, false, rt, d.causal, d.cols);
     RowLaunch rl;
-    if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+    if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) {
+        rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+        if (!rl.ok && rc.rv < 8) {  // a row longer than the form holds (NVIDIA's 4 vectors per item): 8
+            rc.rv = 8;
+            rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+        }
+    }
     const bool rowk = rl.ok;
     const RowNames* rn = rowk ? &row_names(ctx, 3, d.causal, rt, rc, rl.seg, rl.local, false, false) : nullptr;
     const char* kname = rowk ? rn->kernel.c_str() : "xk_softmax";
