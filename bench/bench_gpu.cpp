@@ -19,8 +19,8 @@
 // XK_GPU_DEVICE picks the device (default: the first GPU, else the first device).
 // XK_BENCH_GPU_VARIANTS="name=spec;name=spec;..." adds .../xk_<name>/... rows of the row kernels
 // (norms, softmax; f32 and bf16; 4096-element rows and 1024-element ones) with
-// XK_GPU_ROW_VARIANT=spec around each call (src/gpu/ops.cpp lists the keys: rv, pre, split,
-// persist, occ, ptx, cvt), measured in the same process as the default rows.
+// that form (src/gpu/ops.cpp lists XK_GPU_ROW_VARIANT's keys: rv, pre, split, persist, occ,
+// seg, wg, ptx, cvt, fixwg, spec, rexp), measured in the same process as the default rows.
 #include <dlfcn.h>
 
 #include <chrono>
@@ -41,6 +41,10 @@
 #include "gpu/runtime.hpp"
 #define XK_BENCH_HAVE_CL 1
 #endif
+
+namespace xk::gpu::detail {
+void set_row_variant(const std::string& spec);  // src/gpu/ops.cpp (gpu/runtime.hpp)
+}
 
 namespace {
 
@@ -324,16 +328,20 @@ void register_all() {
             pos = end + 1;
         }
     }
+    // (The library reads XK_GPU_ROW_VARIANT once; set_row_variant replaces it per row, the
+    // default rows run under the environment's value.)
+    const char* env_spec = std::getenv("XK_GPU_ROW_VARIANT");
+    const std::string initial = env_spec ? env_spec : "";
     for (const auto& [vname, spec] : variants) {
-        auto with = [spec = spec](auto fn) {
-            return [fn, spec](benchmark::State& s) {
-                if (!spec.empty()) setenv("XK_GPU_ROW_VARIANT", spec.c_str(), 1);
+        auto with = [spec = spec, initial](auto fn) {
+            return [fn, spec, initial](benchmark::State& s) {
+                if (!spec.empty()) gpu::detail::set_row_variant(spec);
                 try {
                     fn(s);
                 } catch (const std::exception& e) {  // a form that does not build here: its rows say why
                     s.SkipWithError(e.what());
                 }
-                unsetenv("XK_GPU_ROW_VARIANT");
+                gpu::detail::set_row_variant(initial);
             };
         };
         const std::string tag = vname.empty() ? "/xk/" : "/xk_" + vname + "/";

@@ -35,6 +35,15 @@ struct ContextImpl {
     std::unordered_map<std::string, std::shared_ptr<ProgramEntry>> programs;  // key: name \n options \n hash
     std::atomic<int64_t> memory_hits{0}, disk_hits{0}, source_builds{0}, disk_writes{0}, disk_rejects{0};
     std::atomic<int64_t> kernels_created{0};
+    // Callers that keep a cl_kernel of this context across calls (ops.cpp's per-thread form cache)
+    // check both: uid is unique per ContextImpl of the process, programs_gen grows when the
+    // memory program cache is cleared (its kernels released).
+    const uint64_t uid = next_uid();
+    std::atomic<uint64_t> programs_gen{0};
+    static uint64_t next_uid() {
+        static std::atomic<uint64_t> n{0};
+        return ++n;
+    }
 
     // Scratch device memory kept between calls (split-K partial sums): a block of the allocator and
     // its one sub-buffer, grown on demand, released with the context or by empty_cache().

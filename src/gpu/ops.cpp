@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <string>
 #include <initializer_list>
+#include <atomic>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/check.hpp"
@@ -56,9 +58,9 @@ constexpr int kMaxWg = 1024;   // XK_MAXWG of ops.cl
 constexpr int kMaxRowWg = 512; // the row kernels' (ops_row.h) largest group
 constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rope8h
 
-// The row kernels' form (src/gpu/kernels/ops_row.h), chosen per (op, dtype) from the H200's
-// measurements (docs/gpu.md); XK_GPU_ROW_VARIANT overrides any field for a measurement, read at
-// each call: comma-separated key=value of
+// The row kernels' form (src/gpu/kernels/ops_row.h), chosen per (op, dtype) from the H200's /
+// H100's measurements (docs/gpu.md). XK_GPU_ROW_VARIANT (read once; detail::set_row_variant
+// replaces it) overrides any field for a measurement: comma-separated key=value of
 //   rv=1..16     16-byte vectors of the row per work-item (1, 2, 4, 8, 16; the group size follows)
 //   pre=0|1      norms: weight / bias loaded with the row (else after the reduction)
 //   split=0|1    softmax: max, then sum (two reductions; else one)
@@ -66,9 +68,15 @@ constexpr int kRopeHeads = 4;  // XK_RH of ops.cl: heads per work-item of xk_rop
 //   seg=0|1      rows that need <= 32 work-items: several rows per group (wg=n items, default 128)
 //   ptx=0|1      NVIDIA: warp-shuffle reductions (inline PTX); cvt=0|1 NVIDIA: cvt.rn.bf16x2 stores
 //   fixwg=0|1    the group size a compile-time constant (reqd_work_group_size; a program per size)
+//   spec=0|1     norms: residual and bias compiled in (a program per combination; no registers
+//                held for an absent residual / bias)
+//   rexp=0|1     softmax: exponentials recomputed at the store instead of held in registers
+//   fepi=0|1     norms: the two-fma epilogue fma(fma(x, rstd, -mean rstd), w, b)
+//   wf=0|1       norms with pre: weight / bias held widened to f32 (registers for fewer operations)
 struct RowCfg {
     int rv = 8;
     bool pre = false, split = false, persist = false, seg = false, ptx = false, cvt = false, fixwg = false;
+    bool spec = false, rexp = false, fepi = false, wf = false;
     int occ = 0;  // persistent groups per compute unit (0: 1024 / group size)
     int wg = 0;   // seg: the group size (0: 128)
 };
@@ -76,26 +84,17 @@ bool is_nvidia(const Context& ctx) {
     const auto& d = ctx.device();
     return d.type == "gpu" && (d.vendor.find("NVIDIA") != std::string::npos || d.platform_name.find("NVIDIA") != std::string::npos);
 }
-// The defaults: op "norm" (flag: LayerNorm) or "softmax" (flag: causal), storage t, rows of n.
-// From the H200's / H100's rows (docs/gpu.md): weights with the row for LayerNorm and 16-bit RMSNorm;
-// two reductions for 16-bit softmax without causal; on NVIDIA the norms take the persistent form
-// (4 vectors per item, the group size compiled in, warp-shuffle reductions, cvt stores: f32
-// 85-94% of the copy, bf16 RMSNorm 77-92%, where one row per group gave 79-85% / 72-81%).
-RowCfg row_cfg(const Context& ctx, const char* op, DType t, bool flag, int64_t n) {
-    RowCfg c;
-    const bool b16 = t != DType::f32;
-    (void)n;
-    if (std::string(op) == "norm") {
-        c.pre = flag || b16;  // LayerNorm, 16-bit RMSNorm (H100, 20:29 run: bf16 LayerNorm 69-74% -> 75-80% of the copy)
-        if (is_nvidia(ctx)) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4;
-    } else {
-        c.split = b16 && !flag;  // 16-bit softmax without causal
-    }
-    const char* e = std::getenv("XK_GPU_ROW_VARIANT");
-    if (!e || !*e) return c;
-    std::string s(e);
+// XK_GPU_ROW_VARIANT parsed: up to 24 (key, value) pairs applied over the defaults.
+enum RowKey : int { kRv, kSeg, kFixwg, kWg, kPre, kSplit, kPersist, kPtx, kCvt, kOcc, kSpec, kRexp, kFepi, kWf };
+struct RowOverride {
+    int n = 0;
+    std::pair<int, int> kv[24];
+};
+RowOverride parse_row_variant(const std::string& s) {
+    static const char* const names[] = {"rv", "seg", "fixwg", "wg", "pre", "split", "persist", "ptx", "cvt", "occ", "spec", "rexp", "fepi", "wf"};
+    RowOverride o;
     size_t pos = 0;
-    while (pos < s.size()) {
+    while (pos < s.size() && o.n < 24) {
         size_t end = s.find(',', pos);
         if (end == std::string::npos) end = s.size();
         const std::string kv = s.substr(pos, end - pos);
@@ -103,35 +102,121 @@ RowCfg row_cfg(const Context& ctx, const char* op, DType t, bool flag, int64_t n
         if (eq != std::string::npos) {
             const std::string k = kv.substr(0, eq);
             const int v = std::atoi(kv.c_str() + eq + 1);
-            if (k == "rv" && (v == 1 || v == 2 || v == 4 || v == 8 || v == 16)) c.rv = v;
-            else if (k == "seg") c.seg = v != 0;
-            else if (k == "fixwg") c.fixwg = v != 0;
-            else if (k == "wg" && (v == 32 || v == 64 || v == 128 || v == 256 || v == 512)) c.wg = v;
-            else if (k == "pre") c.pre = v != 0;
-            else if (k == "split") c.split = v != 0;
-            else if (k == "persist") c.persist = v != 0;
-            else if (k == "ptx") c.ptx = v != 0;
-            else if (k == "cvt") c.cvt = v != 0;
-            else if (k == "occ" && v >= 1 && v <= 64) c.occ = v;
+            for (int i = 0; i < static_cast<int>(sizeof names / sizeof names[0]); ++i)
+                if (k == names[i]) o.kv[o.n++] = {i, v};
         }
         pos = end + 1;
     }
+    return o;
+}
+// The current override: XK_GPU_ROW_VARIANT at the first call, then set_row_variant's. Replaced
+// objects are kept (a concurrent call may still read one; they are a few hundred bytes).
+std::atomic<const RowOverride*>& row_override_slot() {
+    static std::atomic<const RowOverride*> slot{[] {
+        const char* e = std::getenv("XK_GPU_ROW_VARIANT");
+        return new RowOverride(parse_row_variant(e ? e : ""));
+    }()};
+    return slot;
+}
+// The defaults: a norm (flag: LayerNorm) or softmax (flag: causal), storage t, rows of n.
+// From the H200's / H100's rows (docs/gpu.md): weights with the row for LayerNorm and 16-bit RMSNorm;
+// two reductions for 16-bit softmax without causal. On NVIDIA the norms take the persistent form
+// (4 vectors per item, the group size compiled in, warp-shuffle reductions, cvt stores), 16-bit
+// ones with the residual / bias compiled in (spec) and LayerNorm over rows of >= 4096 with 8
+// vectors per item (H100, 23:34 run, % of the copy: bf16 RMSNorm 81-85 -> 87-89, LayerNorm 4096
+// 74-76 -> 82); 16-bit softmax the same persistent form, without causal with the exponentials
+// recomputed at the store (65536 x 1024: 65 -> 87-89, 16384 x 4096: 86 -> 89-90); causal rows
+// longer than 1024 keep one row per group (137% there against 132-134%).
+RowCfg row_cfg(const Context& ctx, bool norm, DType t, bool flag, int64_t n) {
+    RowCfg c;
+    const bool b16 = t != DType::f32, nv = is_nvidia(ctx);
+    if (norm) {
+        c.pre = flag || b16;  // LayerNorm, 16-bit RMSNorm (H100, 20:29 run: bf16 LayerNorm 69-74% -> 75-80% of the copy)
+        if (nv) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4;
+        if (nv && b16) c.spec = true, c.rv = flag && n >= 4096 ? 8 : 4;
+    } else {
+        c.split = b16 && !flag;  // 16-bit softmax without causal
+        if (nv && b16 && !(flag && n > 1024)) c.persist = c.fixwg = c.ptx = c.cvt = true, c.rv = 4, c.rexp = !flag;
+    }
+    const RowOverride& o = *row_override_slot().load(std::memory_order_acquire);
+    for (int i = 0; i < o.n; ++i) {
+        const int v = o.kv[i].second;
+        switch (o.kv[i].first) {
+            case kRv: if (v == 1 || v == 2 || v == 4 || v == 8 || v == 16) c.rv = v; break;
+            case kSeg: c.seg = v != 0; break;
+            case kFixwg: c.fixwg = v != 0; break;
+            case kWg: if (v == 32 || v == 64 || v == 128 || v == 256 || v == 512) c.wg = v; break;
+            case kPre: c.pre = v != 0; break;
+            case kSplit: c.split = v != 0; break;
+            case kPersist: c.persist = v != 0; break;
+            case kPtx: c.ptx = v != 0; break;
+            case kCvt: c.cvt = v != 0; break;
+            case kOcc: if (v >= 1 && v <= 64) c.occ = v; break;
+            case kSpec: c.spec = v != 0; break;
+            case kRexp: c.rexp = v != 0; break;
+            case kFepi: c.fepi = v != 0; break;
+            case kWf: c.wf = v != 0; break;
+            default: break;
+        }
+    }
     return c;
 }
-// Build options of a row-kernel program (the op's default program when every knob is default).
-std::string row_options(const Context& ctx, int op, const RowCfg& c, int seg, size_t local) {
-    std::string o = "-DXK_OP=" + std::to_string(op);
+// The kernel name and build options of a row-kernel form, made once per form (a call builds no
+// string): key = the form's fields packed in an integer. op 1 norm (flag LayerNorm), 3 softmax;
+// fused / hb: the norm's residual / bias (compiled in with spec).
+struct RowNames {
+    std::string kernel, options;
+    uint64_t key = 0;
+};
+const RowNames& row_names(const Context& ctx, int op, bool flag, DType t, const RowCfg& c, int seg, size_t local, bool fused, bool hb) {
+    const bool nv = is_nvidia(ctx), norm = op == 1, spec = norm && c.spec;
+    const uint64_t key = uint64_t(op) | uint64_t(flag) << 3 | uint64_t(static_cast<int>(t)) << 4 | uint64_t(c.rv) << 8 |
+                         uint64_t(seg) << 14 | uint64_t(c.fixwg ? local : 0) << 20 | uint64_t(norm ? c.pre : c.split) << 32 |
+                         uint64_t(c.persist) << 33 | uint64_t(c.ptx && nv) << 34 | uint64_t(c.cvt && nv) << 35 |
+                         uint64_t(spec) << 36 | uint64_t(spec && fused) << 37 | uint64_t(spec && hb) << 38 |
+                         uint64_t(!norm && c.rexp) << 39 | uint64_t(norm && c.fepi) << 40 | uint64_t(norm && c.pre && c.wf) << 41;
+    static std::mutex mu;
+    static std::unordered_map<uint64_t, RowNames> cache;  // a few entries per process
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    RowNames r;
+    r.key = key;
+    const char* ts = t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16";
+    r.kernel = norm ? std::string(flag ? "xk_rnorm_ln_" : "xk_rnorm_rms_") + (c.pre ? "pre_" : "") + ts
+                    : std::string("xk_rsoftmax_") + (c.split ? "split_" : "") + ts;
+    std::string& o = r.options;
+    o = "-DXK_OP=" + std::to_string(op);
     if (c.fixwg) o += " -DXK_WG=" + std::to_string(local);
     if (seg > 0) o += " -DXK_SEG=" + std::to_string(seg);
     if (c.rv != 8) o += " -DXK_RV=" + std::to_string(c.rv);
     if (c.persist) o += " -DXK_PERSIST=1";
-    if (c.ptx && is_nvidia(ctx)) o += " -DXK_PTX=1";
-    if (c.cvt && is_nvidia(ctx)) o += " -DXK_PTX_CVT=1";
-    return o;
+    if (c.ptx && nv) o += " -DXK_PTX=1";
+    if (c.cvt && nv) o += " -DXK_PTX_CVT=1";
+    if (spec) o += std::string(" -DXK_FUSED=") + (fused ? "1" : "0") + " -DXK_HB=" + (hb ? "1" : "0");
+    if (!norm && c.rexp) o += " -DXK_REXP=1";
+    if (norm && c.fepi) o += " -DXK_FEPI=1";
+    if (norm && c.pre && c.wf) o += " -DXK_WF=1";
+    return cache.emplace(key, std::move(r)).first->second;  // unordered_map: references stay valid
+}
+// The form's kernel for this thread: get_kernel's (which builds its cache key strings) once per
+// (context, form, thread), then from a per-thread table checked against the context's uid and
+// program generation (a cleared program cache released the kernels).
+cl_kernel row_kernel(const Context& ctx, const RowNames& rn) {
+    struct Entry {
+        uint64_t uid = 0, gen = 0, key = 0;
+        cl_kernel k = nullptr;
+    };
+    thread_local std::unordered_map<uint64_t, Entry> table;
+    const detail::ContextImpl& c = *ctx.impl();
+    const uint64_t gen = c.programs_gen.load(std::memory_order_acquire);
+    Entry& e = table[rn.key * 0x9E3779B97F4A7C15ull ^ c.uid];
+    if (e.k && e.uid == c.uid && e.gen == gen && e.key == rn.key) return e.k;
+    e = Entry{c.uid, gen, rn.key, detail::get_kernel(ctx, "ops", rn.kernel, rn.options)};
+    return e.k;
 }
 // 8-element chunks per work-item of the row kernels for dtype t (the NVC of ops.cl).
 int row_nvc(DType t, int rv) { return t == DType::bf16 ? rv : std::max(rv / 2, 1); }
-const char* dsuffix(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16"; }
 // Work-group size of the row kernels for rows of n elements: the power of two (>= 32) that keeps
 // the row in registers (nv chunks of 8 per work-item), capped by the device (and cap); longer rows
 // loop (xk_norm / xk_softmax) or take those.
@@ -278,6 +363,17 @@ cl_kernel ops_kernel(const Context& ctx, const char* name, int op) {
 
 }  // namespace
 
+namespace detail {
+void set_row_variant(const std::string& spec);  // gpu/runtime.hpp (defined without OpenCL too: a no-op)
+void set_row_variant(const std::string& spec) {
+#if XK_WITH_OPENCL
+    row_override_slot().store(new RowOverride(parse_row_variant(spec)), std::memory_order_release);  // the old one kept (see above)
+#else
+    (void)spec;
+#endif
+}
+}  // namespace detail
+
 // ---- norm ----------------------------------------------------------------------------------------
 Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const char* fn = "xk::gpu::norm";
@@ -345,14 +441,19 @@ Event norm(const Context& ctx, const NormDesc& in, const NormTensors& t) {
     const bool one_type = d.y_dtype == rt && (!(d.has_weight || d.has_bias) || d.weight_dtype == rt) &&
                           (!d.fused_residual || (d.residual_dtype == rt && rt != DType::f16));
     const bool ln = d.kind == NormKind::layer_norm;
-    const RowCfg rc = row_cfg(ctx, "norm", rt, ln, d.hidden);
+    RowCfg rc = row_cfg(ctx, true, rt, ln, d.hidden);
     RowLaunch rl;
-    if (one_type && al == 2 && d.hidden % 8 == 0) rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+    if (one_type && al == 2 && d.hidden % 8 == 0) {
+        rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+        if (!rl.ok && rc.rv < 8) {  // a row longer than the form holds (NVIDIA's 4 vectors per item): 8
+            rc.rv = 8;
+            rl = row_launch(ctx, rc, rt, d.hidden, d.rows);
+        }
+    }
     const bool rowk = rl.ok;
-    const std::string kname_s = rowk ? std::string(ln ? "xk_rnorm_ln_" : "xk_rnorm_rms_") + (rc.pre ? "pre_" : "") + dsuffix(rt)
-                                     : std::string("xk_norm");
-    const char* kname = kname_s.c_str();
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 1, rc, rl.seg, rl.local)) : ops_kernel(ctx, kname, 1);
+    const RowNames* rn = rowk ? &row_names(ctx, 1, ln, rt, rc, rl.seg, rl.local, d.fused_residual, d.has_bias) : nullptr;
+    const char* kname = rowk ? rn->kernel.c_str() : "xk_norm";
+    cl_kernel k = rowk ? row_kernel(ctx, *rn) : ops_kernel(ctx, kname, 1);
     const cl_mem any = mem_of(t.x);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
@@ -464,13 +565,19 @@ Event softmax(const Context& ctx, const SoftmaxDesc& in, const SoftmaxTensors& t
     const int al = align_code({t.x.offset, d.ld_x, t.y.offset, d.ld_y});
     // x and y of one type, 8-aligned rows that fit in registers: the row kernels (ops_row.h).
     const DType rt = d.x_dtype;
-    const RowCfg rc = row_cfg(ctx, "softmax", rt, d.causal, d.cols);
+    RowCfg rc = row_cfg(ctx, false, rt, d.causal, d.cols);
     RowLaunch rl;
-    if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+    if (d.y_dtype == rt && al == 2 && d.cols % 8 == 0) {
+        rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+        if (!rl.ok && rc.rv < 8) {  // a row longer than the form holds (NVIDIA's 4 vectors per item): 8
+            rc.rv = 8;
+            rl = row_launch(ctx, rc, rt, d.cols, d.rows);
+        }
+    }
     const bool rowk = rl.ok;
-    const std::string kname_s = rowk ? std::string("xk_rsoftmax_") + (rc.split ? "split_" : "") + dsuffix(rt) : std::string("xk_softmax");
-    const char* kname = kname_s.c_str();
-    cl_kernel k = rowk ? detail::get_kernel(ctx, "ops", kname, row_options(ctx, 3, rc, rl.seg, rl.local)) : ops_kernel(ctx, kname, 3);
+    const RowNames* rn = rowk ? &row_names(ctx, 3, d.causal, rt, rc, rl.seg, rl.local, false, false) : nullptr;
+    const char* kname = rowk ? rn->kernel.c_str() : "xk_softmax";
+    cl_kernel k = rowk ? row_kernel(ctx, *rn) : ops_kernel(ctx, kname, 3);
     cl_uint i = 0;
     set_arg(k, i++, mem_of(t.x)); set_arg(k, i++, U(t.x.offset)); set_arg(k, i++, U(d.ld_x));
     set_arg(k, i++, mem_of(t.y)); set_arg(k, i++, U(t.y.offset)); set_arg(k, i++, U(d.ld_y));

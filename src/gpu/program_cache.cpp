@@ -263,6 +263,7 @@ void clear_program_memory_cache(const Context& ctx) {
     {
         std::lock_guard<std::mutex> lk(c.programs_mu);
         old.swap(c.programs);
+        ++c.programs_gen;
     }
     for (auto& kv : old) {
         std::lock_guard<std::mutex> lk(kv.second->build_mu);

@@ -51,6 +51,12 @@ cl_kernel get_kernel(const Context& ctx, std::string_view source_name, std::stri
 cl_kernel get_kernel_from_source(const Context& ctx, std::string_view source_key, const std::string& source,
                                  std::string_view kernel_name, const std::string& build_options);
 
+// The row kernels' (norm / softmax) form override, XK_GPU_ROW_VARIANT's syntax (src/gpu/ops.cpp):
+// the environment variable is read once, at the first call; this replaces it for the calls that
+// follow (benches and tests comparing forms in one process; "" = the defaults). Not while another
+// thread runs norm / softmax calls whose form matters to it.
+void set_row_variant(const std::string& spec);
+
 // Program-cache statistics of a context (tests, XK_VERBOSE).
 struct ProgramCacheStats {
     int64_t memory_hits = 0, disk_hits = 0, source_builds = 0, disk_writes = 0, disk_rejects = 0;

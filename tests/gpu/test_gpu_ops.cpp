@@ -20,6 +20,10 @@
 #include "xk/norm.hpp"
 #include "xk/rope.hpp"
 
+namespace xk::gpu::detail {
+void set_row_variant(const std::string& spec);  // src/gpu/ops.cpp (gpu/runtime.hpp): replaces XK_GPU_ROW_VARIANT
+}
+
 namespace gpu = xk::gpu;
 using xk::DType;
 
@@ -49,18 +53,20 @@ bool run_size(int64_t n, DType t, bool a8) { return a8 ? (n == 64 || (n == 2048 
 // reductions), and one more on the bf16 8-aligned rows (the body is the same for every type):
 // 4 vectors per work-item, weights with the row, two reductions, groups looping over rows (occ=1
 // leaves fewer groups than rows), short rows several per group (seg), the group size compiled in,
-// local-memory reductions (ptx=0: the NVIDIA defaults use shuffles). (One more only: PoCL
+// local-memory reductions (ptx=0: the NVIDIA defaults use shuffles), weights held widened (wf). (One more only: PoCL
 // compiles each kernel anew per form and group size.) An XK_GPU_ROW_VARIANT set when the test
 // starts replaces the defaults (a device run checks a measured form that way).
-const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1,fixwg=1,ptx=0,cvt=0"};
+// The third: 8 vectors per item, residual / bias compiled in (spec), softmax's exponentials
+// recomputed at the store (rexp) with one reduction, the norms' two-fma epilogue (fepi),
+// groups looping over rows.
+const char* const kRowVariants[] = {"", "rv=4,persist=1,occ=1,pre=1,split=1,seg=1,fixwg=1,wf=1,ptx=0,cvt=0",
+                                    "rv=8,persist=1,pre=0,split=0,spec=1,rexp=1,fepi=1,ptx=0,cvt=0"};
 void set_row_variant(const char* v) {
     static const std::string initial = [] {
         const char* e = std::getenv("XK_GPU_ROW_VARIANT");
         return std::string(e ? e : "");
     }();
-    if (*v) setenv("XK_GPU_ROW_VARIANT", v, 1);
-    else if (!initial.empty()) setenv("XK_GPU_ROW_VARIANT", initial.c_str(), 1);
-    else unsetenv("XK_GPU_ROW_VARIANT");
+    gpu::detail::set_row_variant(*v ? v : initial);
 }
 
 float rtol(DType t) { return t == DType::f32 ? 2e-5f : t == DType::bf16 ? 1.0f / 128 : 1.0f / 512; }

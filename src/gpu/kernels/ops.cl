@@ -978,6 +978,21 @@ __kernel void xk_rope4(__global uchar* q, ulong q_off, ulong q_ts, ulong q_hs, u
 #ifndef XK_PERSIST
 #define XK_PERSIST 0
 #endif
+#ifndef XK_FUSED
+#define XK_FUSED -1  // norms: -1 the residual from the flags, 0 / 1 known at compile time
+#endif
+#ifndef XK_HB
+#define XK_HB -1     // norms: -1 the bias from the flags, 0 / 1 known at compile time
+#endif
+#ifndef XK_WF
+#define XK_WF 0      // _pre norms: 1 = weights held widened
+#endif
+#ifndef XK_FEPI
+#define XK_FEPI 0    // norms: 1 = the two-fma epilogue
+#endif
+#ifndef XK_REXP
+#define XK_REXP 0    // softmax: 1 = exponentials recomputed at the store
+#endif
 #ifndef XK_WG
 #define XK_WG 0
 #define XK_WG_ATTR

@@ -19,6 +19,12 @@
 //                 groups) and issues the next row's loads before the current row's reduction;
 //                 else one row per group
 //   XK_WG=n       (build option) the group size known at compile time (reqd_work_group_size)
+//   XK_FUSED=0|1, XK_HB=0|1 (build options) norms: the residual / the bias known at compile time
+//   XK_REXP=1     (build option) softmax: exponentials recomputed at the store, not held
+//   XK_WF=1       (build option) _pre norms: weight / bias held widened (float8), not packed
+//   XK_FEPI=1     (build option) norms: y = fma(fma(x, rstd, -mean rstd), w, b) (two operations
+//                 per element instead of four; x rstd - mean rstd cancels where x is near the mean
+//                 and |mean| >> std: an error of ulp(mean rstd), below a 16-bit ulp for 16-bit data)
 //   XK_SEG=s      (build option, a power of two <= 32) s work-items per row, wg / s rows per group
 //                 (short rows; reductions within the segment: no barrier with XK_PTX); else the
 //                 group is the row's
@@ -26,6 +32,17 @@
 #define XCAT(a, b) XCAT2(a, b)
 
 #if XK_OP == 0 || XK_OP == 1
+// XK_WF=1: the weights held with the row (_pre) widened once to float8 (more registers, no
+// widening per row); else as loaded.
+#if XK_WF
+#define WTYPE float8
+#define WLD(p, i) CV(LDR(p, i))
+#define WCV(v) (v)
+#else
+#define WTYPE RAW
+#define WLD(p, i) LDR(p, i)
+#define WCV(v) CV(v)
+#endif
 // RMSNorm / LayerNorm. Arguments as xk_norm plus rows (the number of rows); red: the reductions'
 // local memory (XK_RED4 float4 declared in the kernel). RMSNorm: one reduction (sum x^2). LayerNorm: sum d and sum d^2 together,
 // d = x - K with K the row's first element (a shift near the data, so sum d^2 / n - mean_d^2 does
@@ -41,7 +58,10 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
     const uint S = XK_SEG ? XK_SEG : wg, sl = XK_SEG ? lid % S : lid;  // items per row, this item's index in its row
     const ulong rpg = wg / S, sub = lid / S;                             // rows per group, this item's row in it
     const uint nc = (uint)(hidden / 8);
-    const bool fused = (flags & 4) != 0, hw = (flags & 1) != 0, hb = (flags & 2) != 0;
+    // XK_FUSED / XK_HB >= 0 (build options, the spec form): the residual / bias known at compile
+    // time (no registers for an absent residual's rows or bias); else from flags.
+    const bool fused = XK_FUSED >= 0 ? XK_FUSED != 0 : (flags & 4) != 0, hw = (flags & 1) != 0;
+    const bool hb = XK_HB >= 0 ? XK_HB != 0 : (flags & 2) != 0;
     const float inv_n = 1.0f / (float)hidden;
     const ulong G = (XK_PERSIST ? get_num_groups(0) : 1) * rpg;  // rows from one iteration to the next
     uint cc[NVC];  // clamped element offsets of the chunks
@@ -50,12 +70,12 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
         const uint c = sl + (uint)j * S;
         cc[j] = (c < nc ? c : nc - 1) * 8;
     }
-    RAW wp[NVC], bp[NVC];
+    WTYPE wp[NVC], bp[NVC];  // PRE: held as loaded (RAW) or, XK_WF, widened once (float8)
     if (PRE) {
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
-            if (hw) wp[j] = LDR(w, w_off + cc[j]);
-            if (hb) bp[j] = LDR(b, b_off + cc[j]);
+            if (hw) wp[j] = WLD(w, w_off + cc[j]);
+            if (hb) bp[j] = WLD(b, b_off + cc[j]);
         }
     }
     // Rows base + sub; the loop is uniform over the group (a row past the last is computed on
@@ -110,22 +130,31 @@ inline void XCAT(rnorm_, XT)(const bool LAYER, const bool PRE, __global const uc
         } else {
             rstd = rsqrt(red_sum(s.y, red, par) * inv_n + eps);
         }
+        const float nmr = -mean * rstd;
         #pragma unroll
         for (int j0 = 0; j0 < NVC; j0 += EPI) {
-            RAW wr[EPI], br[EPI];
+            float8 wr[EPI], br[EPI];  // widened
             #pragma unroll
             for (int j = 0; j < EPI; ++j) {
-                if (hw) wr[j] = PRE ? wp[j0 + j] : LDR(w, w_off + cc[j0 + j]);
-                if (hb) br[j] = PRE ? bp[j0 + j] : LDR(b, b_off + cc[j0 + j]);
+                if (hw) wr[j] = PRE ? WCV(wp[j0 + j]) : CV(LDR(w, w_off + cc[j0 + j]));
+                if (hb) br[j] = PRE ? WCV(bp[j0 + j]) : CV(LDR(b, b_off + cc[j0 + j]));
             }
             #pragma unroll
             for (int j = 0; j < EPI; ++j) {
                 const uint c = sl + (uint)(j0 + j) * S;
                 if (valid && c < nc) {
                     if (LAYER && fused) STR(res_out, ror + c * 8, h[j0 + j]);
-                    float8 o = (CV(h[j0 + j]) - mean) * rstd;
-                    if (hw) o *= CV(wr[j]);
-                    if (hb) o += CV(br[j]);
+                    float8 o;
+                    if (XK_FEPI) {  // two fmas per element: x rstd - mean rstd, then w, b
+                        o = fma(CV(h[j0 + j]), (float8)(rstd), (float8)(nmr));
+                        if (hw && hb) o = fma(o, wr[j], br[j]);
+                        else if (hw) o *= wr[j];
+                        else if (hb) o += br[j];
+                    } else {
+                        o = (CV(h[j0 + j]) - mean) * rstd;
+                        if (hw) o *= wr[j];
+                        if (hb) o += br[j];
+                    }
                     STR(y, yr + c * 8, PK(o));
                 }
             }
@@ -156,6 +185,9 @@ XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_, XT), true, false)
 XK_RNORM_KERNEL(XCAT(xk_rnorm_rms_pre_, XT), false, true)
 XK_RNORM_KERNEL(XCAT(xk_rnorm_ln_pre_, XT), true, true)
 #undef XK_RNORM_KERNEL
+#undef WTYPE
+#undef WLD
+#undef WCV
 #endif
 
 #if XK_OP == 0 || XK_OP == 3
@@ -223,7 +255,9 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         const float mx = hmax8(mx8);
         float m = mx * sl2;
         if (SPLIT) m = red_max(m, red, 0);  // (split: halves 0 and 1 for the max and the sum)
-        float8 v[NVC], sacc = (float8)(0.0f);
+        // XK_REXP=1: the exponentials recomputed at the store (the same expression, the same
+        // values) instead of held in registers (8 floats per chunk beside the packed row).
+        float8 v[XK_REXP ? 1 : NVC], sacc = (float8)(0.0f);
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const uint c = sl + (uint)j * S;
@@ -233,7 +267,7 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
                 const long nv = (long)vis - (long)c * 8;
                 if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
             }
-            v[j] = e;
+            if (!XK_REXP) v[j] = e;
             sacc += e;
         }
         const float s = hsum8(sacc);
@@ -249,7 +283,19 @@ inline void XCAT(rsoftmax_, XT)(const bool SPLIT, __global const uchar* x, ulong
         #pragma unroll
         for (int j = 0; j < NVC; ++j) {
             const uint c = sl + (uint)j * S;
-            if (valid && c < nc) STR(y, yr + c * 8, PK(c < nvis ? v[j] * f : (float8)(0.0f)));
+            if (XK_REXP) {
+                if (valid && c < nc) {
+                    float8 e = (float8)(0.0f);
+                    if (c < nvis && m != -INFINITY) {
+                        e = exp2(CV(r[j]) * sl2 - m);
+                        const long nv = (long)vis - (long)c * 8;
+                        if (nv < 8) e = select((float8)(0.0f), e, lane < (int8)((int)nv));
+                    }
+                    STR(y, yr + c * 8, PK(e * f));
+                }
+            } else if (valid && c < nc) {
+                STR(y, yr + c * 8, PK(c < nvis ? v[j] * f : (float8)(0.0f)));
+            }
         }
         base = nbase;
         if (!XK_PERSIST || base >= rows) break;
