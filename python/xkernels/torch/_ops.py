@@ -144,18 +144,33 @@ def _plan(M, N, K, ab_type, c_type, bias, act, res_type):
     return p
 
 
-def _pack_now(weight, t):
-    """weight [N, K] packed as B^T (any plan of this K, N, dtype reads it, whatever M)."""
+# fp32 weights are packed once per kernel family: decode (M <= 16 rows: the GEMV kernels' panel layout,
+# packed by an M = 1 plan) and prefill (M > 16: the blocked kernel's layout, packed by an M = 256 plan).
+# Any plan reads either (GemmPlan::run finds the kernel of the PackedB's layout), but a prefill GEMM on
+# the panel layout runs the GEMV kernel for every row ("jit:avx512:panel"): 1.0-1.3x slower than the
+# blocked kernel at 512 x 768..3072 x 768..3072, 1.7-2.8x with a fused GELU (1 thread, Xeon). A module
+# run both ways holds both packs. bf16 keeps one (its decode kernels read the blocked layout).
+_DECODE_MAX_M = 16
+_PREFILL_PACK_M = 256
+
+
+def _pack_tag(tag, M, t):
+    return tag + ":prefill" if M > _DECODE_MAX_M and t == F32 else tag
+
+
+def _pack_now(weight, t, M=1):
+    """weight [N, K] packed as B^T for the kernel family of M rows (any plan of this K, N, dtype reads
+    it, whatever M)."""
     w = _c(weight.detach())
     N, K = w.shape
-    plan = _plan(1, N, K, t, t, 0, 0, None)
+    plan = _plan(_PREFILL_PACK_M if M > _DECODE_MAX_M and t == F32 else 1, N, K, t, t, 0, 0, None)
     h = ctypes.c_void_p()
     check(L.gemm_plan_pack_b(plan.h, w.data_ptr(), ctypes.byref(h)))
     return _Packed(h.value)
 
 
-def _pack(weight, t):
-    return _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+def _pack(weight, t, M=1):
+    return _derived.get1(_pack_tag("pack", M, t), weight, lambda: _pack_now(weight, t, M))
 
 
 def _bias_f32(bias):
@@ -241,7 +256,7 @@ def _linear(x, weight, bias=None, activation="none", residual=None):
         return _linear_empty(out, bias, activation, residual)
     if not x.is_contiguous():
         x = x.contiguous()
-    packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+    packed = _derived.get1(_pack_tag("pack", M, t), weight, lambda: _pack_now(weight, t, M))
     if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
         bias = _bias_f32(bias)
     if residual is not None and not residual.is_contiguous():
@@ -291,8 +306,8 @@ def _gated_linear(x, w_gate, w_up, activation="silu"):
         return out
     x2 = _c(x).view(-1, K)
     M = x2.shape[0]
-    packed = _derived.get("pack_gate_up", (w_gate, w_up),
-                          lambda: _pack_now(torch.cat([w_gate.detach(), w_up.detach()]), t))
+    packed = _derived.get(_pack_tag("pack_gate_up", M, t), (w_gate, w_up),
+                          lambda: _pack_now(torch.cat([w_gate.detach(), w_up.detach()]), t, M))
     h = x.new_empty((M, 2 * I))
     _gemm_packed(x2, packed, 2 * I, K, t, None, 0, None, h)
     f = L.glu_f32 if t == F32 else L.glu_bf16
@@ -1027,7 +1042,8 @@ def _fused_linear(x, weights, biases=None):
         return torch.cat([_linear_empty(x.new_empty(x.shape[:-1] + (w.shape[0],)), b, "none", None)
                           for w, b in zip(weights, biases or [None] * len(weights))], -1)
     ws = tuple(weights)
-    packed = _derived.get("pack_cat", ws, lambda: _pack_now(torch.cat([w.detach() for w in ws]), t))
+    M = out.numel() // N
+    packed = _derived.get(_pack_tag("pack_cat", M, t), ws, lambda: _pack_now(torch.cat([w.detach() for w in ws]), t, M))
     bias = None
     if biases is not None:
         bs = tuple(biases)
