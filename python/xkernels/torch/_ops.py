@@ -878,11 +878,44 @@ def _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask):
     return batch, Hq, Hkv, D
 
 
+def _token_major(t):
+    """(token stride, head stride) of q / k / v [tokens, heads, D] or [batch, tokens, heads, D] read in
+    place by xk_attention_strided (tokens evenly strided, heads too, head_dim packed), else None."""
+    st, sh = t.stride(), t.shape
+    if st[-1] != 1 and sh[-1] > 1:
+        return None
+    if t.dim() == 4 and sh[0] > 1 and st[0] != sh[1] * st[1]:
+        return None
+    ts, hs, H, D = st[-3], st[-2], sh[-2], sh[-1]
+    if hs < D or ts < (H - 1) * hs + D:  # head-major (e.g. a transposed [heads, tokens, D]): copied
+        return None
+    return ts, hs
+
+
+def _attention_views(q, k, v):
+    """Strides of q, k, v when all three can be read in place (strided library and views), else None."""
+    if _STRIDED is None or (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        return None
+    s = [_token_major(t) for t in (q, k, v)]
+    if None in s:
+        return None
+    # (0 is "packed" to the C API: a real stride of 0 (expanded heads / tokens) is copied instead)
+    if any(x == 0 for a in s for x in a) or any(t.numel() == 0 for t in (q, k, v)):
+        return None
+    return s
+
+
+_STRIDED = L.attention_strided
+_DT = {_T32: F32, _T16: BF16}
+
+
 def _attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, scale=0.0, causal=False, causal_offset=0,
                mask=None):
     batch, Hq, Hkv, D = _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask)
-    q, k, v = _c(q), _c(k), _c(v)
-    out = torch.empty_like(q)
+    views = _attention_views(q, k, v)
+    if views is None:
+        q, k, v = _c(q), _c(k), _c(v)
+    out = torch.empty(q.shape, dtype=q.dtype)
     if q.dim() == 4:  # [batch, tokens, heads, D]: equal lengths
         B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
         if B > 1:
@@ -897,6 +930,18 @@ def _attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, scale=0.0, causal=
         return out
     if mask is not None:
         mask = _c(mask)
+    if views is not None:
+        # q / k / v read in place (e.g. slices of one fused QKV projection): no copies
+        d = _lib.AttentionDesc(batch, q_tokens, kv_tokens, Hq, Hkv, D, _DT[q.dtype], _DT[q.dtype], scale, int(causal),
+                               causal_offset, int(mask is not None), 0 if mask is None else mask.shape[1])
+        s = _lib.AttentionStrides(views[0][0], views[0][1], views[1][0], views[1][1], views[2][0], views[2][1], 0, 0)
+        st = _STRIDED(ctypes.byref(d), ctypes.byref(s), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None,
+                      None if mask is None else mask.data_ptr(),
+                      None if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                      None if cu_seqlens_k is None else cu_seqlens_k.data_ptr(), None)
+        if st:
+            check(st)
+        return out
     st = _ATTN[q.dtype](batch, q_tokens, kv_tokens, Hq, Hkv, D, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                         out.data_ptr(), None, None if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
                         None if cu_seqlens_k is None else cu_seqlens_k.data_ptr(), scale, int(causal), causal_offset,
