@@ -24,7 +24,7 @@
 //                     4096^3, 384x768x768, 384x3072x768*, 384x768x3072, and 256^3*;
 //                     f32, bf16, u8s8s32 also 8^3, 16^3, 32^3, 64^3*, 23^3*, 32x64x16, 128^3 and
 //                     1x4096x4096 (M = 1 with a plain [K x N] B)
-//   <MxNxK>_prepacked f32 1024^3, 384x768x768, 384x3072x768*: B packed once outside the loop,
+//   <MxNxK>_prepacked f32 1024^3, 384x768x768, 384x3072x768* (or XK_BENCH_GEMM_SHAPES): B packed once outside the loop,
 //                     xk's PackedB beside oneDNN's reordered weights (tag any)
 //   <MxNxK>_bias_gelu f32 384x3072x768*: the fused bias + gelu_erf epilogue (oneDNN: a bias and
 //                     an eltwise_gelu_erf post-op)
@@ -799,7 +799,8 @@ bool register_all() {
             if (k == Kind::f32 && has1 && s.M <= 64 && s.N <= 64 && s.K <= 64) add(k, "libxsmm", bench_libxsmm, s, 1);
         }
     }
-    for (const Shape& s : pick(kPrepacked, kPrepackedQuick))
+    // (XK_BENCH_GEMM_SHAPES replaces the prepacked rows' shapes too: a Linear layer's weights are prepacked)
+    for (const Shape& s : env_shapes.empty() ? pick(kPrepacked, kPrepackedQuick) : env_shapes)
         for (int threads : threads_list) {
             add(Kind::f32, "xk", bench_xk_prepacked, s, threads, "_prepacked");
             add(Kind::f32, "onednn", bench_onednn_prepacked, s, threads, "_prepacked");

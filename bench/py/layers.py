@@ -7,6 +7,7 @@ fp32 and bf16. Threads: XK_BENCH_THREADS (default "1"), both libraries set alike
 forward, best of --reps, xk / torch / ratio torch/xk (> 1: xk faster). --clock cpu times the
 process's CPU time instead of the wall clock (1-thread rows on a shared, loaded host: time spent
 descheduled is not counted; at 2+ threads it sums the threads' time, spin-waits included).
+--breakdown adds the BERT layer's blocks timed on their own (self-attention, each Linear, LayerNorm).
 
     PYTHONPATH=python XK_LIBRARY=build/release/libxk.so python bench/py/layers.py
     # an AVX2-only run: both libraries capped (ATen's kernels, oneDNN and MKL: ATen's capability
@@ -100,6 +101,22 @@ def bert_rows(dtype, T, reps):
     return [("bert-base layer prefill T=%d" % T, tx, tt)], ((a - b).norm() / b.norm()).item()
 
 
+def bert_breakdown(dtype, T, reps):
+    """BERT-base layer's blocks on their own, xk (optimize()'s modules) beside torch's: ms, best of reps."""
+    torch.manual_seed(0)
+    ref = BertLayer(768, 12, 3072, 1e-12).eval().to(dtype)
+    opt = xkt.optimize(ref, dtype=dtype)
+    x, h = torch.randn(1, T, 768).to(dtype), torch.randn(1, T, 3072).to(dtype)
+    sa, rsa = opt.attention.self, getattr(ref.attention, "self")
+    rows = [("self-attention (QKV + SDPA)", lambda: sa(x), lambda: rsa(x, None)),
+            ("attention out Linear 768x768", lambda: opt.attention.output.dense(x), lambda: ref.attention.output.dense(x)),
+            ("LayerNorm", lambda: opt.attention.output.LayerNorm(x), lambda: ref.attention.output.LayerNorm(x)),
+            ("FFN1 Linear 768x3072 + GELU", lambda: opt.intermediate(x), lambda: ref.intermediate(x)),
+            ("FFN2 Linear 3072x768", lambda: opt.output.dense(h), lambda: ref.output.dense(h)),
+            ("whole layer", lambda: opt(x, None), lambda: ref(x, None))]
+    return [("  bert " + name, best_ms(fx, reps), best_ms(ft, reps)) for name, fx, ft in rows]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -108,6 +125,7 @@ def main():
     ap.add_argument("--layers", default="llama,bert")
     ap.add_argument("--small", action="store_true", help="hidden 1024 Llama (a quick look)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--breakdown", action="store_true", help="BERT: also each block on its own, xk beside torch")
     a = ap.parse_args()
     global clock
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
@@ -138,6 +156,9 @@ def main():
                     for name, tx, tt in rows:
                         print("%-36s %4s %4d %10.2f %10.2f %7.2f %9.1e" % (name, dt, nt, tx, tt, tt / tx, err),
                               flush=True)
+                    if layer == "bert" and a.breakdown:
+                        for name, tx, tt in bert_breakdown(dtype, a.tokens, a.reps):
+                            print("%-36s %4s %4d %10.2f %10.2f %7.2f" % (name, dt, nt, tx, tt, tt / tx), flush=True)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,30 @@ def test_attention_batched_mask_scale(dtype):
     close(xk.attention(qt, k, v, scale=0.3, mask=mask), o, dtype, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B", [1, 3])
+def test_attention_strided_views(dtype, B):
+    """q / k / v as slices of one fused [.., tokens, (Hq + 2 Hkv) D] projection are read in place
+    (xk_attention_strided): the same bits as their contiguous copies; head-major views are copied."""
+    T, Hq, Hkv, D = 19, 4, 2, 32
+    qkv = rand(B, T, (Hq + 2 * Hkv) * D + 16, dtype=dtype)  # (+16: padded rows)
+    q = qkv[..., :Hq * D].view(B, T, Hq, D)
+    k = qkv[..., Hq * D:(Hq + Hkv) * D].view(B, T, Hkv, D)
+    v = qkv[..., (Hq + Hkv) * D:(Hq + 2 * Hkv) * D].view(B, T, Hkv, D)
+    mask = rand(B * T, T)
+    for kw in (dict(), dict(causal=True), dict(mask=mask, scale=0.2)):
+        o = xk.attention(q, k, v, **kw)
+        ref = xk.attention(q.contiguous(), k.contiguous(), v.contiguous(), **kw)
+        assert o.is_contiguous() and o.shape == q.shape
+        close(o, ref, dtype, rtol=0, atol=0)
+    q3, k3, v3 = q[0], k[0], v[0]  # 3-D [tokens, heads, D] with cu_seqlens
+    cu = torch.tensor([0, 7, T])
+    close(xk.attention(q3, k3, v3, cu, cu, causal=True),
+          xk.attention(q3.contiguous(), k3.contiguous(), v3.contiguous(), cu, cu, causal=True), dtype, rtol=0, atol=0)
+    qh = rand(Hq, T, D, dtype=dtype).transpose(0, 1)  # head-major view: copied, not rejected
+    close(xk.attention(qh, k3, v3), xk.attention(qh.contiguous(), k3, v3), dtype, rtol=0, atol=0)
+
+
 def test_attention_rejects():
     q, k = rand(4, 4, 16), rand(4, 3, 16)
     with pytest.raises(ValueError):

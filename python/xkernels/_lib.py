@@ -114,13 +114,26 @@ class KvCacheDesc(ctypes.Structure):
                 ("capacity", c_i64), ("block_size", c_i64), ("num_blocks", c_i64), ("max_blocks_per_seq", c_i64)]
 
 
+class AttentionDesc(ctypes.Structure):
+    _fields_ = [("batch", c_i64), ("q_tokens", c_i64), ("kv_tokens", c_i64), ("q_heads", c_i64), ("kv_heads", c_i64),
+                ("head_dim", c_i64), ("dtype", c_int), ("o_dtype", c_int), ("scale", c_f32), ("causal", c_int),
+                ("causal_offset", c_i64), ("has_mask", c_int), ("mask_stride", c_i64)]
+
+
+class AttentionStrides(ctypes.Structure):
+    _fields_ = [(n, c_i64) for n in ("q_token", "q_head", "k_token", "k_head", "v_token", "v_head", "o_token",
+                                     "o_head")]
+
+
 # sizeof / offsetof of the C structs (x86-64), checked by the tests against the ctypes layouts above
 C_LAYOUTS = {"QLinearDesc": (80, {"ldx": 32, "smooth": 48, "ld_residual": 72}),
              "QLinearWeight": (32, {"data": 8, "ld": 16, "scales": 24}),
              "QLinearArgs": (56, {"x_scale": 40, "y_zero_point": 52}),
              "WoqDesc": (88, {"lda": 40, "alpha": 56, "ld_residual": 80}),
              "WoqArgs": (32, {"residual": 24}),
-             "KvCacheDesc": (64, {"batch": 8, "capacity": 32, "max_blocks_per_seq": 56})}
+             "KvCacheDesc": (64, {"batch": 8, "capacity": 32, "max_blocks_per_seq": 56}),
+             "AttentionDesc": (88, {"dtype": 48, "scale": 56, "causal_offset": 64, "mask_stride": 80}),
+             "AttentionStrides": (64, {"k_token": 16, "o_head": 56})}
 
 
 P = c_p
@@ -195,6 +208,8 @@ _OTHER = {
 }
 # optional entry points (newer libraries): absent ones are None on the Lib object
 _OPTIONAL = {"xk_get_num_threads": ([], c_int),
+             # strided attention (include/xk/c/attention.h)
+             "xk_attention_strided": ([P, P, P, P, P, P, P, P, P, P, P], c_int),
              # qlinear (include/xk/c/qlinear.h)
              "xk_qlinear_desc_init": ([P], None), "xk_qlinear_args_init": ([P], None),
              "xk_qlinear_create": ([P, P, P], c_int), "xk_qlinear_destroy": ([P], None),

@@ -81,6 +81,17 @@ xk::AttentionDesc to_cpp(const xk_attention_desc& c) {
     return d;
 }
 
+// The C strides into the C++ descriptor (NULL: all packed, as the descriptor already is).
+xk::AttentionDesc with_strides(xk::AttentionDesc d, const xk_attention_strides* s) {
+    if (s) {
+        d.q_token_stride = s->q_token, d.q_head_stride = s->q_head;
+        d.k_token_stride = s->k_token, d.k_head_stride = s->k_head;
+        d.v_token_stride = s->v_token, d.v_head_stride = s->v_head;
+        d.o_token_stride = s->o_token, d.o_head_stride = s->o_head;
+    }
+    return d;
+}
+
 xk::AttentionArgs sdpa_args(const void* q, const void* k, const void* v, void* o, float* lse, const float* mask,
                             const int64_t* cu_q, const int64_t* cu_k, const int64_t* seqused_k) {
     xk::AttentionArgs a;
@@ -288,5 +299,32 @@ xk_status xk_attention_plan_run(const xk_attention_plan* plan, const void* q, co
 }
 
 const char* xk_attention_plan_impl_name(const xk_attention_plan* plan) { return plan ? plan->plan.impl_name() : ""; }
+
+// ---- strided q / k / v / o ----
+
+void xk_attention_strides_init(xk_attention_strides* strides) {
+    if (strides) std::memset(strides, 0, sizeof *strides);
+}
+
+xk_status xk_attention_plan_create_strided(const xk_attention_desc* desc, const xk_attention_strides* strides,
+                                           xk_attention_plan** plan) {
+    if (plan) *plan = nullptr;
+    return capi_call([&] {
+        const char* fn = "xk_attention_plan_create_strided";
+        xk::detail::check_not_null(fn, "plan", plan);
+        xk::detail::check_not_null(fn, "desc", desc);
+        *plan = new xk_attention_plan{xk::AttentionPlan(with_strides(to_cpp(*desc), strides))};
+    });
+}
+
+xk_status xk_attention_strided(const xk_attention_desc* desc, const xk_attention_strides* strides, const void* q,
+                               const void* k, const void* v, void* o, float* lse, const float* mask,
+                               const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, const int64_t* seqused_k) {
+    return capi_call([&] {
+        xk::detail::check_not_null("xk_attention_strided", "desc", desc);
+        xk::attention(with_strides(to_cpp(*desc), strides),
+                      sdpa_args(q, k, v, o, lse, mask, cu_seqlens_q, cu_seqlens_k, seqused_k));
+    });
+}
 
 }  // extern "C"

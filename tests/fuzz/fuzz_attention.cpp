@@ -11,6 +11,7 @@
 //   xk_kv_cache_append_ex (f32 / bf16 / s8 caches, RoPE fused or not; stored rows against the
 //     rotated sources, s8 within half a quantization step) and xk_cached_attention_plan_run over
 //     it; xk_attention_plan_run equal to the one-shot call; hostile descriptors give no plan;
+//   xk_attention_strided / xk_attention_plan_create_strided: padded strides, bitwise the packed call;
 //   ISA cap and thread count (1 / 2: the key range split across threads and merged) changes.
 // Valid calls are checked against a double-precision loop of attention.hpp's math within a bound
 // built from the fp32 dot-product error of the scores (E = (head_dim + 2) u scale max_j sum_d
@@ -732,6 +733,121 @@ void op_sdpa_plan(In& in) {
     xk_attention_plan_destroy(plan);
 }
 
+// xk_attention_strided / xk_attention_plan_create_strided: q / k / v / o at padded token and head
+// strides (q / k / v as slices of one buffer, as a fused QKV projection lays them out) give the
+// bits of the packed one-shot call; o's padding stays untouched. Hostile: a stride below the
+// packed one (head < head_dim, token < the row), a negative one, a null desc: rejected, o unchanged,
+// and no plan.
+void op_sdpa_strided(In& in) {
+    xk_attention_desc d;
+    xk_attention_desc_init(&d);
+    d.batch = 1;
+    d.q_tokens = in.dim(0, 40);
+    d.kv_tokens = in.dim(0, 90);
+    d.kv_heads = in.dim(1, 2);
+    d.q_heads = d.kv_heads * in.dim(1, 3);
+    d.head_dim = head_dim(in);
+    d.dtype = d.o_dtype = XK_DTYPE_F32;
+    d.causal = in.coin();
+    d.causal_offset = in.dim(0, 5) - 2;
+    const int64_t D = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, Tq = d.q_tokens, Tk = d.kv_tokens;
+    const int64_t nq = Tq * Hq * D, nk = Tk * Hkv * D;
+    std::vector<float> qf(nq), kf(nk), vf(nk);
+    for (auto& x : qf) x = data_value(in);
+    for (auto& x : kf) x = data_value(in);
+    for (auto& x : vf) x = data_value(in);
+    std::vector<float> want(nq, kNaN), wl(Tq * Hq, kNaN);
+    fz::expect_ok(fz::timed("xk_attention_f32", [&] {
+        return xk_attention_f32(1, Tq, Tk, Hq, Hkv, D, qf.data(), kf.data(), vf.data(), want.data(), wl.data(), nullptr,
+                                nullptr, 0.0f, d.causal, d.causal_offset, nullptr, 0);
+    }), "xk_attention_f32");
+    // Strided copies: head strides D + hp, token strides (q | k | v rows of one shared buffer when
+    // the token counts match) + tp.
+    xk_attention_strides st;
+    xk_attention_strides_init(&st);
+    const int64_t hp = in.pick(3) == 0 ? in.pick(5) : 0, tp = in.pick(5);
+    const int64_t hs = D + hp;
+    st.q_head = st.k_head = st.v_head = hs;
+    st.o_head = in.coin() ? 0 : D + in.pick(3);
+    st.q_token = Hq * hs + tp, st.k_token = st.v_token = Hkv * hs + tp;
+    st.o_token = st.o_head == 0 ? (in.coin() ? 0 : Hq * D + in.pick(3)) : Hq * st.o_head + in.pick(3);
+    const int64_t oh = st.o_head ? st.o_head : D, ot = st.o_token ? st.o_token : Hq * oh;
+    std::vector<float> qs(std::max<int64_t>(Tq, 1) * st.q_token, kNaN), ks(std::max<int64_t>(Tk, 1) * st.k_token, kNaN),
+        vs(std::max<int64_t>(Tk, 1) * st.v_token, kNaN);
+    for (int64_t t = 0; t < Tq; ++t)
+        for (int64_t h = 0; h < Hq; ++h)
+            std::memcpy(&qs[t * st.q_token + h * hs], &qf[(t * Hq + h) * D], D * 4);
+    for (int64_t t = 0; t < Tk; ++t)
+        for (int64_t h = 0; h < Hkv; ++h) {
+            std::memcpy(&ks[t * st.k_token + h * hs], &kf[(t * Hkv + h) * D], D * 4);
+            std::memcpy(&vs[t * st.v_token + h * hs], &vf[(t * Hkv + h) * D], D * 4);
+        }
+    Buf<float> o(static_cast<size_t>(std::max<int64_t>(Tq, 1) * ot), in.pick(3));
+    o.fill(-7.0f);
+    if (in.pick(3) == 0) {
+        xk_attention_strides b = st;
+        const char* wrong = "";
+        bool bad_desc = false;
+        switch (in.pick(4)) {
+            case 0:
+                if (Hq < 2) return;
+                b.q_head = D - 1 - in.pick(static_cast<int>(std::min<int64_t>(D, 4)));
+                if (b.q_head == 0) b.q_head = -1;
+                wrong = "q head stride < head_dim";
+                break;
+            case 1:
+                if (Tk < 2) return;
+                b.k_token = (Hkv - 1) * hs + D - 1 - in.pick(3);  // (0 would be "packed")
+                if (b.k_token == 0) b.k_token = -1;
+                wrong = "k token stride < its row";
+                break;
+            case 2: b.v_head = -1 - in.pick(5); wrong = "negative v head stride"; break;
+            default: bad_desc = true; wrong = "desc null"; break;
+        }
+        const auto before = o.snapshot();
+        fz::expect_rejected(fz::timed("xk_attention_strided", [&] {
+            return xk_attention_strided(bad_desc ? nullptr : &d, &b, qs.data(), ks.data(), vs.data(), o.data(), nullptr,
+                                        nullptr, nullptr, nullptr, nullptr);
+        }), "xk_attention_strided", wrong);
+        fz::expect_unchanged(o, before, "xk_attention_strided", "o");
+        xk_attention_plan* plan = reinterpret_cast<xk_attention_plan*>(&b);  // must be reset to NULL
+        fz::expect_rejected(fz::timed("xk_attention_plan_create_strided", [&] {
+            return xk_attention_plan_create_strided(bad_desc ? nullptr : &d, &b, &plan);
+        }), "xk_attention_plan_create_strided", wrong);
+        if (plan) fz::finding("xk_attention_plan_create_strided: rejected (%s) but *plan is not NULL", wrong);
+        return;
+    }
+    const bool use_plan = in.coin();
+    if (use_plan) {
+        xk_attention_plan* plan = nullptr;
+        fz::expect_ok(fz::timed("xk_attention_plan_create_strided", [&] { return xk_attention_plan_create_strided(&d, &st, &plan); }),
+                      "xk_attention_plan_create_strided");
+        fz::expect_ok(fz::timed("xk_attention_plan_run", [&] {
+            return xk_attention_plan_run(plan, qs.data(), ks.data(), vs.data(), o.data(), nullptr, nullptr, nullptr, nullptr, nullptr);
+        }), "xk_attention_plan_run (strided)");
+        xk_attention_plan_destroy(plan);
+    } else {
+        fz::expect_ok(fz::timed("xk_attention_strided", [&] {
+            return xk_attention_strided(&d, &st, qs.data(), ks.data(), vs.data(), o.data(), nullptr, nullptr, nullptr,
+                                        nullptr, nullptr);
+        }), "xk_attention_strided");
+    }
+    fz::expect_guards(o, "xk_attention_strided", "o");
+    for (int64_t t = 0; t < Tq; ++t)
+        for (int64_t e = 0; e < ot; ++e) {
+            const int64_t h = e / oh, dd = e % oh;
+            const float got = o[static_cast<size_t>(t * ot + e)];
+            if (h < Hq && dd < D) {
+                const float w = want[(t * Hq + h) * D + dd];
+                if (std::memcmp(&got, &w, 4) != 0)
+                    fz::finding("xk_attention_strided: o[%lld, %lld, %lld] = %g differs from the packed call's %g (plan %d)",
+                                (long long)t, (long long)h, (long long)dd, got, w, int(use_plan));
+            } else if (got != -7.0f) {
+                fz::finding("xk_attention_strided: wrote o's padding at token %lld, element %lld", (long long)t, (long long)e);
+            }
+        }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -750,7 +866,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             case 5: op_cache<uint16_t, float>(in); break;
             case 6: op_cache<uint16_t, uint16_t>(in); break;
             case 8: op_ex(in); break;
-            case 9: op_sdpa_plan(in); break;
+            case 9: in.coin() ? op_sdpa_plan(in) : op_sdpa_strided(in); break;
             default: op_cache<float, uint16_t>(in); break;
         }
     }

@@ -411,6 +411,81 @@ TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
     });
 }
 
+// The blocked kernel's thread split under each rule of XK_GEMM_F32_SPLIT (the base grid) and
+// XK_GEMM_EXTRA (1: one part per thread, 3: the default extra cuts), read when the plan is made:
+// 2 threads give 1 thread's bits and the oracle's values, odd sizes, plain and packed B (the
+// packed B changes the split's choice), "3x1" above the 2 threads falls back to the cost rule.
+TEST(GemmJit, ThreadSplitRules) {
+    ThreadsGuard tg;
+    // (the best ISA only: the split is the same code for every tile; 97x130x600: 2 K blocks)
+    const int64_t shapes[][3] = {{301, 255, 127}, {97, 130, 600}};
+    int idx = 0;
+    {
+        for (const char* rule : {"square", "2x1", "1x2", "3x1"})
+            for (const char* extra : {"1", "3"})
+                for (const auto& sh : shapes) {
+                    const xk::test::ScopedEnv e1("XK_GEMM_F32_SPLIT", rule), e2("XK_GEMM_EXTRA", extra);
+                    Case c;
+                    c.M = sh[0], c.N = sh[1], c.K = sh[2];
+                    c.tb = idx % 2 ? Trans::T : Trans::N;
+                    c.bias = true, c.act = kActs[idx % 5], c.beta = idx % 3 ? 0.0f : 0.5f;
+                    c.seed = 900 + static_cast<uint64_t>(idx++);
+                    SCOPED_TRACE(c.str() + " XK_GEMM_F32_SPLIT=" + rule + " XK_GEMM_EXTRA=" + extra);
+                    Problem p(c);
+                    const GemmPlan plan(c.desc());
+                    set_num_threads(1);
+                    plan.run(p.args());
+                    ASSERT_TRUE(p.check(plan.impl_name()));
+                    const std::vector<float> one = p.c_copy();
+                    set_num_threads(2);
+                    p.reset_c();
+                    plan.run(p.args());
+                    EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "2 threads differ from 1";
+                    const PackedB w = plan.pack_b(p.B.data());
+                    p.reset_c();
+                    GemmArgs a = p.args();
+                    a.B = nullptr;
+                    plan.run(a, w);
+                    EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "packed B, 2 threads";
+                }
+    }
+}
+
+// The split itself (no run): every rule keeps to the threads and the tile grid; a grid that fits is
+// taken exactly (with XK_GEMM_EXTRA=1), one that does not falls back; a bad value is an error naming it.
+TEST(GemmJit, ThreadSplitChoice) {
+    using detail::GemmSplitPolicy;
+    for (const char* rule : {"cost", "square", "4x4", "8x2", "32x1"}) {
+        const xk::test::ScopedEnv e("XK_GEMM_F32_SPLIT", rule);
+        const GemmSplitPolicy pol = detail::gemm_split_policy();
+        for (int64_t M : {1, 13, 384, 512, 2048})
+            for (int64_t N : {31, 768, 3072})
+                for (int threads : {1, 2, 16})
+                    for (int extra : {1, 3}) {
+                        const detail::GemmSplit r = detail::gemm_split(M, N, 768, 14, 32, threads, true, extra, pol);
+                        const int64_t mt = (M + 13) / 14, nt = (N + 31) / 32;
+                        EXPECT_TRUE(r.nthr >= 1 && r.nthr <= threads && r.pm >= 1 && r.pn >= 1 && r.pm <= mt &&
+                                    r.pn <= nt && r.pm * r.pn >= r.nthr)
+                            << rule << " " << M << "x" << N << " threads " << threads << ": " << r.nthr << " threads, "
+                            << r.pm << "x" << r.pn;
+                    }
+    }
+    {
+        const xk::test::ScopedEnv e("XK_GEMM_F32_SPLIT", "4x4");
+        const detail::GemmSplit r = detail::gemm_split(512, 768, 768, 14, 32, 16, true, 1, detail::gemm_split_policy());
+        EXPECT_EQ(r.nthr, 16);
+        EXPECT_EQ(r.pm, 4);
+        EXPECT_EQ(r.pn, 4);
+    }
+    GemmDesc d;
+    d.M = d.N = d.K = 200;
+    const detail::GemmSpec spec = detail::gemm_check_desc("test", d);
+    for (const char* bad : {"x", "4x", "0x4", "4x4x", "cubic", "-1x2"}) {
+        const xk::test::ScopedEnv e("XK_GEMM_F32_SPLIT", bad);
+        XK_EXPECT_INVALID(detail::create_gemm_jit(spec, Isa::avx2), std::string("XK_GEMM_F32_SPLIT: unknown value '") + bad + "'");
+    }
+}
+
 // Selection: f32 goes to the JIT kernels of the capped ISA (small shapes to the small kernel),
 // bf16 to the blocked kernel's bf16 entry (the VDPBF16PS one where the probe found it faster, the
 // tiles at amx; test_gemm_bf16.cpp), int8 to its VNNI / AVX2 / AMX kernel (test_gemm_int8.cpp).

@@ -128,6 +128,27 @@ xk_status xk_attention_plan_run(const xk_attention_plan* plan, const void* q, co
                                 const int64_t* cu_seqlens_k, const int64_t* seqused_k);
 const char* xk_attention_plan_impl_name(const xk_attention_plan* plan); /* "" for NULL */
 
+/* ---- strided q / k / v / o (xk::AttentionDesc's strides) ----------------------------------------
+ * Element (t, h, d) of q / o at t*q_token + h*q_head + d (k, v, o alike), in elements; 0 = packed
+ * (head = head_dim, token = heads*head_dim). Each tensor's head stride >= head_dim and its token
+ * stride >= (heads-1)*head + head_dim (token-major, rows may be padded): e.g. q, k, v as views of
+ * one fused [tokens x 3*hidden] projection, no copies. Zero it with xk_attention_strides_init. */
+typedef struct xk_attention_strides {
+    int64_t q_token, q_head;
+    int64_t k_token, k_head;
+    int64_t v_token, v_head;
+    int64_t o_token, o_head;
+} xk_attention_strides;
+void xk_attention_strides_init(xk_attention_strides* strides);
+/* xk_attention_plan_create with strides (NULL = all packed). */
+xk_status xk_attention_plan_create_strided(const xk_attention_desc* desc, const xk_attention_strides* strides,
+                                           xk_attention_plan** plan);
+/* One call, no plan kept: desc as for xk_attention_plan_create (dtype, o_dtype, scale, causal,
+ * mask), strides (NULL = all packed), then the arguments of xk_attention_plan_run. */
+xk_status xk_attention_strided(const xk_attention_desc* desc, const xk_attention_strides* strides, const void* q,
+                               const void* k, const void* v, void* o, float* lse, const float* mask,
+                               const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, const int64_t* seqused_k);
+
 #ifdef __cplusplus
 }
 #endif

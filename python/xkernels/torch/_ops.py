@@ -144,18 +144,33 @@ def _plan(M, N, K, ab_type, c_type, bias, act, res_type):
     return p
 
 
-def _pack_now(weight, t):
-    """weight [N, K] packed as B^T (any plan of this K, N, dtype reads it, whatever M)."""
+# fp32 weights are packed once per kernel family: decode (M <= 16 rows: the GEMV kernels' panel layout,
+# packed by an M = 1 plan) and prefill (M > 16: the blocked kernel's layout, packed by an M = 256 plan).
+# Any plan reads either (GemmPlan::run finds the kernel of the PackedB's layout), but a prefill GEMM on
+# the panel layout runs the GEMV kernel for every row ("jit:avx512:panel"): 1.0-1.3x slower than the
+# blocked kernel at 512 x 768..3072 x 768..3072, 1.7-2.8x with a fused GELU (1 thread, Xeon). A module
+# run both ways holds both packs. bf16 keeps one (its decode kernels read the blocked layout).
+_DECODE_MAX_M = 16
+_PREFILL_PACK_M = 256
+
+
+def _pack_tag(tag, M, t):
+    return tag + ":prefill" if M > _DECODE_MAX_M and t == F32 else tag
+
+
+def _pack_now(weight, t, M=1):
+    """weight [N, K] packed as B^T for the kernel family of M rows (any plan of this K, N, dtype reads
+    it, whatever M)."""
     w = _c(weight.detach())
     N, K = w.shape
-    plan = _plan(1, N, K, t, t, 0, 0, None)
+    plan = _plan(_PREFILL_PACK_M if M > _DECODE_MAX_M and t == F32 else 1, N, K, t, t, 0, 0, None)
     h = ctypes.c_void_p()
     check(L.gemm_plan_pack_b(plan.h, w.data_ptr(), ctypes.byref(h)))
     return _Packed(h.value)
 
 
-def _pack(weight, t):
-    return _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+def _pack(weight, t, M=1):
+    return _derived.get1(_pack_tag("pack", M, t), weight, lambda: _pack_now(weight, t, M))
 
 
 def _bias_f32(bias):
@@ -241,7 +256,7 @@ def _linear(x, weight, bias=None, activation="none", residual=None):
         return _linear_empty(out, bias, activation, residual)
     if not x.is_contiguous():
         x = x.contiguous()
-    packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t))
+    packed = _derived.get1(_pack_tag("pack", M, t), weight, lambda: _pack_now(weight, t, M))
     if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
         bias = _bias_f32(bias)
     if residual is not None and not residual.is_contiguous():
@@ -291,8 +306,8 @@ def _gated_linear(x, w_gate, w_up, activation="silu"):
         return out
     x2 = _c(x).view(-1, K)
     M = x2.shape[0]
-    packed = _derived.get("pack_gate_up", (w_gate, w_up),
-                          lambda: _pack_now(torch.cat([w_gate.detach(), w_up.detach()]), t))
+    packed = _derived.get(_pack_tag("pack_gate_up", M, t), (w_gate, w_up),
+                          lambda: _pack_now(torch.cat([w_gate.detach(), w_up.detach()]), t, M))
     h = x.new_empty((M, 2 * I))
     _gemm_packed(x2, packed, 2 * I, K, t, None, 0, None, h)
     f = L.glu_f32 if t == F32 else L.glu_bf16
@@ -863,11 +878,44 @@ def _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask):
     return batch, Hq, Hkv, D
 
 
+def _token_major(t):
+    """(token stride, head stride) of q / k / v [tokens, heads, D] or [batch, tokens, heads, D] read in
+    place by xk_attention_strided (tokens evenly strided, heads too, head_dim packed), else None."""
+    st, sh = t.stride(), t.shape
+    if st[-1] != 1 and sh[-1] > 1:
+        return None
+    if t.dim() == 4 and sh[0] > 1 and st[0] != sh[1] * st[1]:
+        return None
+    ts, hs, H, D = st[-3], st[-2], sh[-2], sh[-1]
+    if hs < D or ts < (H - 1) * hs + D:  # head-major (e.g. a transposed [heads, tokens, D]): copied
+        return None
+    return ts, hs
+
+
+def _attention_views(q, k, v):
+    """Strides of q, k, v when all three can be read in place (strided library and views), else None."""
+    if _STRIDED is None or (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        return None
+    s = [_token_major(t) for t in (q, k, v)]
+    if None in s:
+        return None
+    # (0 is "packed" to the C API: a real stride of 0 (expanded heads / tokens) is copied instead)
+    if any(x == 0 for a in s for x in a) or any(t.numel() == 0 for t in (q, k, v)):
+        return None
+    return s
+
+
+_STRIDED = L.attention_strided
+_DT = {_T32: F32, _T16: BF16}
+
+
 def _attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, scale=0.0, causal=False, causal_offset=0,
                mask=None):
     batch, Hq, Hkv, D = _attention_checks(q, k, v, cu_seqlens_q, cu_seqlens_k, mask)
-    q, k, v = _c(q), _c(k), _c(v)
-    out = torch.empty_like(q)
+    views = _attention_views(q, k, v)
+    if views is None:
+        q, k, v = _c(q), _c(k), _c(v)
+    out = torch.empty(q.shape, dtype=q.dtype)
     if q.dim() == 4:  # [batch, tokens, heads, D]: equal lengths
         B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
         if B > 1:
@@ -882,6 +930,18 @@ def _attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, scale=0.0, causal=
         return out
     if mask is not None:
         mask = _c(mask)
+    if views is not None:
+        # q / k / v read in place (e.g. slices of one fused QKV projection): no copies
+        d = _lib.AttentionDesc(batch, q_tokens, kv_tokens, Hq, Hkv, D, _DT[q.dtype], _DT[q.dtype], scale, int(causal),
+                               causal_offset, int(mask is not None), 0 if mask is None else mask.shape[1])
+        s = _lib.AttentionStrides(views[0][0], views[0][1], views[1][0], views[1][1], views[2][0], views[2][1], 0, 0)
+        st = _STRIDED(ctypes.byref(d), ctypes.byref(s), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None,
+                      None if mask is None else mask.data_ptr(),
+                      None if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                      None if cu_seqlens_k is None else cu_seqlens_k.data_ptr(), None)
+        if st:
+            check(st)
+        return out
     st = _ATTN[q.dtype](batch, q_tokens, kv_tokens, Hq, Hkv, D, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                         out.data_ptr(), None, None if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
                         None if cu_seqlens_k is None else cu_seqlens_k.data_ptr(), scale, int(causal), causal_offset,
@@ -1027,7 +1087,8 @@ def _fused_linear(x, weights, biases=None):
         return torch.cat([_linear_empty(x.new_empty(x.shape[:-1] + (w.shape[0],)), b, "none", None)
                           for w, b in zip(weights, biases or [None] * len(weights))], -1)
     ws = tuple(weights)
-    packed = _derived.get("pack_cat", ws, lambda: _pack_now(torch.cat([w.detach() for w in ws]), t))
+    M = out.numel() // N
+    packed = _derived.get(_pack_tag("pack_cat", M, t), ws, lambda: _pack_now(torch.cat([w.detach() for w in ws]), t, M))
     bias = None
     if biases is not None:
         bs = tuple(biases)

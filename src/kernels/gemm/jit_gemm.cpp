@@ -45,9 +45,11 @@
 // Tuning overrides for experiments (not an API; read when a plan is created): XK_GEMM_KC (the
 // largest K block; also changes the packed-B layout), XK_GEMM_MC, XK_GEMM_NC (rounded up to MR /
 // NR), XK_GEMM_EXTRA (parts per thread, default 3), XK_GEMM_COOP=0 (no cooperative packing),
-// XK_GEMM_CS (floats of the f32 accumulator block of a bf16 C, default kCsFloats).
+// XK_GEMM_CS (floats of the f32 accumulator block of a bf16 C, default kCsFloats), XK_GEMM_F32_SPLIT
+// (the rule of the base thread grid: gemm_split_policy, jit_gemm_common.hpp).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -91,6 +93,9 @@ Caches caches() {
     return c;
 }
 
+// The most floats a thread keeps packed between its parts (or packs cooperatively for all).
+int64_t keep_floats_all() { return std::max<int64_t>(caches().l3 / 2, int64_t(16) << 20) / 4; }
+
 int64_t kc_for(const GemmGeometry& g, int64_t K) {
     int64_t kc_max = g.vlen > 8 ? 512 : std::clamp<int64_t>(caches().l1 * 3 / 4 / (g.nr * 4) / 8 * 8, 64, 512);
     if (env_tune("XK_GEMM_KC") > 0) kc_max = env_tune("XK_GEMM_KC");
@@ -131,6 +136,7 @@ public:
         if (cs_) nc_ = std::clamp<int64_t>(std::min(nc_, cs_floats_ / mc_ / g_.nr * g_.nr), g_.nr, 8192);
         extra_ = env_tune("XK_GEMM_EXTRA") > 0 ? static_cast<int>(env_tune("XK_GEMM_EXTRA")) : 3;
         coop_ = !(std::getenv("XK_GEMM_COOP") && env_tune("XK_GEMM_COOP") == 0);
+        split_ = gemm_split_policy();
 
         const GemmEpi full = gemm_epi(s);
         GemmEpi epi[4];
@@ -181,52 +187,10 @@ public:
         // (A bf16 PackedB is widened into each thread's B panels, as an unpacked B is packed.)
         const bool prepacked = call.packed_b != nullptr && (!b16_ || pair_);
 
-        // Threads and the pm x pn split of the tile grid.
-        const double macs = double(M) * double(N) * double(K);  // (the product may leave int64)
-        int nthr = static_cast<int>(std::clamp<double>(macs / double(kMinMacsPerThread), 1.0, get_num_threads()));
-        // The split with the least estimated time per thread: its tile rectangle's FMAs plus the
-        // packing of its A rows and (unless prepacked) B columns. Fewer threads if the grid is
-        // too small for them.
-        int pm = 1, pn = 1;
-        double best = -1;
-        for (int t = nthr; t >= 1 && best < 0; --t) {
-            nthr = t;
-            for (int a = 1; a <= t; ++a) {
-                if (t % a) continue;
-                const int b = t / a;
-                if (a > mt || b > nt) continue;
-                const double mp = double(ceil_div(mt, a) * MR), np = double(ceil_div(nt, b) * NR);
-                const double cost = mp * np / 16.0 + (mp + (prepacked ? 0.0 : np)) / 4.0;
-                if (best < 0 || cost < best) best = cost, pm = a, pn = b;
-            }
-        }
-        // With several threads, three times as many parts as threads, handed out as threads
-        // become free: a thread slowed down (a busy core, another process) takes fewer. The
-        // extra cuts go where re-packing is cheaper: across N when A (M x K) is the smaller
-        // operand to pack again (or B is prepacked and cutting M is free), else across M.
-        // A thread running several parts keeps what it packed for one part's rows (all of K) and
-        // reuses it for the next part of the same rows, so the extra cuts below repack nothing
-        // (parts are numbered row-major: a thread's consecutive parts mostly share their rows);
-        // likewise B for parts of the same columns. Reading a kept panel back (even from DRAM)
-        // costs less than packing it again; the cap bounds the memory a thread keeps.
-        const int64_t keep_floats = std::max<int64_t>(caches().l3 / 2, int64_t(16) << 20) / 4;
-        // An extra cut is only made where it repacks nothing: across N when the A rows of a
-        // part can be kept (or shared), across M when the B columns can (or B is prepacked).
-        // Past the cap every extra part packs its rows' A (columns' B) again: at 4096^3 with 2
-        // threads, 3 parts per thread packed A 3 times per thread, 2-3% of the run (measured on
-        // Zen 3: 180-185 GFLOP/s against 186-189 with one part per thread).
-        if (nthr > 1) {
-            const int kExtra = extra_;
-            const bool cut_n = !prepacked && M <= N;
-            const bool a_ok = ceil_div(mt, pm) * MR * K <= keep_floats;
-            const bool b_ok = prepacked || ceil_div(nt, pn) * NR * K <= keep_floats;
-            if (cut_n && a_ok && nt >= 2 * kExtra * pn)
-                pn *= kExtra;
-            else if (b_ok && mt >= 2 * kExtra * pm)
-                pm *= kExtra;
-            else if (a_ok && nt >= 2 * kExtra * pn)
-                pn *= kExtra;
-        }
+        // Threads and the pm x pn split of the tile grid (gemm_split, below).
+        const GemmSplit split = gemm_split(M, N, K, MR, NR, get_num_threads(), prepacked, extra_, split_);
+        const int nthr = split.nthr, pm = split.pm, pn = split.pn;
+        const int64_t keep_floats = keep_floats_all();
         const int parts = pm * pn;
         // With several threads, an operand that several parts read (all of A when the parts cut
         // N, all of B when they cut M) is packed once, cooperatively, before any part runs: each
@@ -487,6 +451,7 @@ private:
     int64_t kc_ = 0, nkb_ = 0, mc_ = 0, nc_ = 0;
     int extra_ = 3;
     bool coop_ = true;                // cooperative packing of shared operands (XK_GEMM_COOP=0: off)
+    GemmSplitPolicy split_;           // the base grid's rule (XK_GEMM_F32_SPLIT)
     bool a16_ = false, b16_ = false;  // bf16 A / B (widened as they are packed)
     bool cs_ = false;                 // bf16 C over several K blocks: an f32 accumulator block per thread
     int64_t cs_floats_ = kCsFloats;   // its largest size (XK_GEMM_CS)
@@ -494,6 +459,96 @@ private:
 };
 
 }  // namespace
+
+GemmSplitPolicy gemm_split_policy() {
+    GemmSplitPolicy p;
+    const char* e = std::getenv("XK_GEMM_F32_SPLIT");
+    if (!e || !*e || std::strcmp(e, "cost") == 0) return p;
+    if (std::strcmp(e, "square") == 0) {
+        p.kind = GemmSplitPolicy::square;
+        return p;
+    }
+    int a = 0, b = 0, used = 0;
+    if (std::sscanf(e, "%dx%d%n", &a, &b, &used) == 2 && e[used] == 0 && a >= 1 && b >= 1 && a <= 4096 && b <= 4096) {
+        p.kind = GemmSplitPolicy::grid, p.pm = a, p.pn = b;
+        return p;
+    }
+    throw Error(Status::invalid_argument,
+                std::string("XK_GEMM_F32_SPLIT: unknown value '") + e + "' (cost, square or <a>x<b>, e.g. 4x4)");
+}
+
+GemmSplit gemm_split(int64_t M, int64_t N, int64_t K, int64_t MR, int64_t NR, int threads, bool prepacked, int extra,
+                     const GemmSplitPolicy& policy) {
+    const int64_t mt = ceil_div(M, MR), nt = ceil_div(N, NR);
+    const double macs = double(M) * double(N) * double(K);  // (the product may leave int64)
+    int nthr = static_cast<int>(std::clamp<double>(macs / double(kMinMacsPerThread), 1.0, std::max(1, threads)));
+    int pm = 1, pn = 1;
+    const bool grid = policy.kind == GemmSplitPolicy::grid && policy.pm * policy.pn <= std::max(1, threads) &&
+                      policy.pm <= mt && policy.pn <= nt;
+    if (grid) {
+        nthr = policy.pm * policy.pn, pm = policy.pm, pn = policy.pn;
+    } else if (policy.kind == GemmSplitPolicy::square) {
+        // The most even tile count per part, then the squarest part (rows against columns).
+        int64_t best = -1;
+        double best_sq = 0;
+        for (int t = nthr; t >= 1 && best < 0; --t) {
+            nthr = t;
+            for (int a = 1; a <= t; ++a) {
+                if (t % a) continue;
+                const int b = t / a;
+                if (a > mt || b > nt) continue;
+                const int64_t tiles = ceil_div(mt, a) * ceil_div(nt, b);
+                const double mp = double(ceil_div(mt, a) * MR), np = double(ceil_div(nt, b) * NR);
+                const double sq = std::max(mp, np) / std::min(mp, np);
+                if (best < 0 || tiles < best || (tiles == best && sq < best_sq)) best = tiles, best_sq = sq, pm = a, pn = b;
+            }
+        }
+    } else {
+        // The split with the least estimated time per thread: its tile rectangle's FMAs plus the
+        // packing of its A rows and (unless prepacked) B columns. Fewer threads if the grid is
+        // too small for them.
+        double best = -1;
+        for (int t = nthr; t >= 1 && best < 0; --t) {
+            nthr = t;
+            for (int a = 1; a <= t; ++a) {
+                if (t % a) continue;
+                const int b = t / a;
+                if (a > mt || b > nt) continue;
+                const double mp = double(ceil_div(mt, a) * MR), np = double(ceil_div(nt, b) * NR);
+                const double cost = mp * np / 16.0 + (mp + (prepacked ? 0.0 : np)) / 4.0;
+                if (best < 0 || cost < best) best = cost, pm = a, pn = b;
+            }
+        }
+    }
+    // With several threads, three times as many parts as threads, handed out as threads
+    // become free: a thread slowed down (a busy core, another process) takes fewer. The
+    // extra cuts go where re-packing is cheaper: across N when A (M x K) is the smaller
+    // operand to pack again (or B is prepacked and cutting M is free), else across M.
+    // A thread running several parts keeps what it packed for one part's rows (all of K) and
+    // reuses it for the next part of the same rows (parts are numbered row-major: a thread's
+    // consecutive parts mostly share their rows); likewise B for parts of the same columns.
+    // Reading a kept panel back (even from DRAM) costs less than packing it again; the cap bounds
+    // the memory a thread keeps. An extra cut is only made where it repacks nothing: across N
+    // when the A rows of a part can be kept (or shared), across M when the B columns can (or B is
+    // prepacked). Past the cap every extra part packs its rows' A (columns' B) again: at 4096^3
+    // with 2 threads, 3 parts per thread packed A 3 times per thread, 2-3% of the run (measured
+    // on Zen 3: 180-185 GFLOP/s against 186-189 with one part per thread).
+    if (nthr > 1 && extra > 1) {
+        const int64_t keep_floats = keep_floats_all();
+        const bool cut_n = !prepacked && M <= N;
+        const bool a_ok = ceil_div(mt, pm) * MR * K <= keep_floats;
+        const bool b_ok = prepacked || ceil_div(nt, pn) * NR * K <= keep_floats;
+        if (cut_n && a_ok && nt >= 2 * extra * pn)
+            pn *= extra;
+        else if (b_ok && mt >= 2 * extra * pm)
+            pm *= extra;
+        else if (a_ok && nt >= 2 * extra * pn)
+            pn *= extra;
+    }
+    GemmSplit r;
+    r.nthr = nthr, r.pm = pm, r.pn = pn;
+    return r;
+}
 
 GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype) {
     const GemmGeometry g = gemm_geometry(isa);

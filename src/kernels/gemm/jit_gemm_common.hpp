@@ -165,6 +165,27 @@ struct GemmBLayout {
 GemmBLayout gemm_b_layout(Isa isa, int64_t K, int64_t N, DType dtype = DType::f32);
 std::shared_ptr<const GemmPacked> gemm_jit_pack_b(const GemmSpec& s, const GemmBLayout& l, const void* B);
 
+// The blocked kernel's thread split (jit_gemm.cpp): the (M, N) grid of MR x NR tiles cut into
+// pm x pn parts (row-major), run by nthr threads (pm * pn > nthr with the extra cuts).
+struct GemmSplit {
+    int nthr = 1, pm = 1, pn = 1;
+};
+// How the base grid (one part per thread) is chosen — XK_GEMM_F32_SPLIT (an experiment knob, read
+// when a plan is created; an unknown value is an error naming it):
+//   cost   (default, unset or "cost") the least estimated time per thread: its tile rectangle's
+//          FMAs plus the packing of its A rows and (unless prepacked) B columns
+//   square the most even tile count per thread, then the squarest part (oneDNN-like 2D blocks)
+//   <a>x<b> exactly a x b parts when a * b <= the threads, a <= M's tiles and b <= N's tiles
+//          (e.g. "4x4" at 16 threads), else the cost rule
+// Extra cuts (XK_GEMM_EXTRA parts per thread, default 3) are then made by the same rule for all.
+struct GemmSplitPolicy {
+    enum Kind { cost, square, grid } kind = cost;
+    int pm = 0, pn = 0;  // grid
+};
+GemmSplitPolicy gemm_split_policy();
+GemmSplit gemm_split(int64_t M, int64_t N, int64_t K, int64_t MR, int64_t NR, int threads, bool prepacked, int extra,
+                     const GemmSplitPolicy& policy);
+
 // A 64-byte aligned per-thread scratch buffer (slot 0..5) of at least `floats` floats, reused
 // across calls. Slots 0 and 1 are a worker's own packing buffers; 2 and 3 hold the operands the
 // blocked kernel's calling thread shares with its workers for one call (jit_gemm.cpp); 4 is a
