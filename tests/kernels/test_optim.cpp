@@ -265,9 +265,10 @@ TEST(Optim, PublicStepsAllIsasAndThreads) {
 }
 
 // Non-temporal stores of the written arrays and software prefetch (OptimCall::nt /
-// prefetch_bytes; the public steps stream past nt_store_threshold() when the written arrays are
-// 64-byte aligned): every kernel bit for bit the reference, odd sizes (the tail through the
-// reference), then the public steps with the threshold at 0 on 1 and 2 threads, Lamb included.
+// prefetch_bytes, the opt-in knobs XK_OPTIM_NT / XK_OPTIM_PF): every kernel bit for bit the
+// reference, odd sizes (the tail through the reference); then the public steps with 64-byte
+// aligned arrays and the threshold at 0 (streaming when XK_OPTIM_NT=1 is set) on 1 and 2 threads,
+// Lamb included.
 TEST(Optim, StreamingStoresMatchReference) {
     const auto& reg = detail::optim_registry();
     uint64_t k = 0;
