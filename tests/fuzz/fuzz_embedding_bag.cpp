@@ -276,14 +276,18 @@ Problem make_problem(In& in, Huge huge) {
             for (int64_t j = p.off[b]; j < end_b; ++j) {
                 if (p.idx[j] == d.padding_idx) continue;
                 if (p.quant() && d.mode != XK_EMBEDDING_BAG_MAX) {
-                    // The fused form (header): fma(q, w * scale, acc), the w * bias summed apart;
-                    // against the exact w * (q * scale + bias), errors relative to |q scale| + |bias|.
+                    // The fused form (header): s = w * scale and c = w * bias rounded to f32 (as
+                    // the kernel: an overflow to inf, and 0 * inf = NaN, included), fma(q, s, acc),
+                    // the c summed apart; against the exact sum of q * s + c, errors relative to
+                    // |q s| + |c|.
                     int q;
                     float sc, bi;
                     p.qsb(p.idx[j], k, q, sc, bi);
-                    const double w = p.has_psw ? p.psw[j] : 1.0;
-                    acc += w * (static_cast<double>(q) * sc + bi);
-                    sabs += std::fabs(w) * (std::fabs(static_cast<double>(q) * sc) + std::fabs(static_cast<double>(bi)));
+                    const float w = p.has_psw ? p.psw[j] : 1.0f;
+                    volatile float sw = w * sc, bw = w * bi;  // (volatile: one f32 rounding each)
+                    const double qs = static_cast<double>(q) * static_cast<double>(sw);
+                    acc += qs + static_cast<double>(bw);
+                    sabs += std::fabs(qs) + std::fabs(static_cast<double>(bw));
                     ++cnt;
                     continue;
                 }
