@@ -47,11 +47,15 @@ enum class IndexType : int { i32 = 0, i64 = 1 };
 //   int4_rowwise  row = uint8 [ceil(dim/2)] (element 2i in the low nibble of byte i, 2i+1 in the
 //                 high nibble), fp16 scale, fp16 bias                     (ceil(dim/2) + 4 bytes;
 //                 FBGEMM's "fused 4-bit rowwise SBHalf", PyTorch's embedding_bag_4bit_prepack)
-// Element value: v = q * scale + bias, computed in f32 (the product rounded, then the sum; scale
-// and bias as stored, fp16 ones converted exactly). The bag then pools v exactly as an f32 table's
-// values (so a quantized table gives bit for bit the result of its dequantized f32 copy).
-// (FBGEMM's own kernels fold scale and bias into one FMA with the weight; results differ from ours
-// in the last bits.) The scale / bias need no alignment.
+// Element value: v = q * scale + bias (scale and bias as stored, fp16 ones converted exactly).
+// sum / mean pool it in the fused form (as FBGEMM folds scale and bias): per entry, in index
+// order, s = w * scale and c = w * bias (w = the per-sample weight, or 1; each product rounded),
+// acc[k] = fma(q[k], s, acc[k]) (one rounding), and the c summed apart in f32; the bag's result is
+// acc[k] + sum c (then / count for mean). Within a few f32 ulps of sum |w| (|q scale| + |bias|) of
+// the exact value, the same on every ISA and thread count (not bit for bit the dequantized f32
+// table's result). max pools v computed in f32 (the product rounded, then the sum): bit for bit
+// the dequantized table's, as the lookup (xk::embedding) returns v. The scale / bias need no
+// alignment.
 enum class EmbeddingRowQuant : int { none = 0, int8_rowwise = 1, int4_rowwise = 2 };
 
 const char* embedding_row_quant_name(EmbeddingRowQuant q) noexcept;

@@ -99,8 +99,23 @@ struct Problem {
         std::memcpy(&f, arena.data() + o_out + (b * ldo + k) * 4, 4);
         return f;
     }
+    // Quantized rows: q, scale, bias of element (r, k).
+    void qsb(int64_t r, int64_t k, int& q, float& sc, float& bi) const {
+        const unsigned char* row = arena.data() + o_tab + r * ldt;
+        if (kind == kQ8) {
+            q = row[k];
+            std::memcpy(&sc, row + d.dim, 4);
+            std::memcpy(&bi, row + d.dim + 4, 4);
+        } else {
+            q = (row[k / 2] >> (4 * (k % 2))) & 15;
+            uint16_t h[2];
+            std::memcpy(h, row + (d.dim + 1) / 2, 4);
+            sc = static_cast<float>(from_f16(h[0]));
+            bi = static_cast<float>(from_f16(h[1]));
+        }
+    }
     double table_at(int64_t r, int64_t k) const {
-        if (quant()) {  // the header's value: q * scale rounded to f32, then + bias in f32
+        if (quant()) {  // max pooling's value: q * scale rounded to f32, then + bias in f32
             const unsigned char* row = arena.data() + o_tab + r * ldt;
             float sc, bi;
             int q;
@@ -260,6 +275,22 @@ Problem make_problem(In& in, Huge huge) {
             int64_t cnt = 0;
             for (int64_t j = p.off[b]; j < end_b; ++j) {
                 if (p.idx[j] == d.padding_idx) continue;
+                if (p.quant() && d.mode != XK_EMBEDDING_BAG_MAX) {
+                    // The fused form (header): s = w * scale and c = w * bias rounded to f32 (as
+                    // the kernel: an overflow to inf, and 0 * inf = NaN, included), fma(q, s, acc),
+                    // the c summed apart; against the exact sum of q * s + c, errors relative to
+                    // |q s| + |c|.
+                    int q;
+                    float sc, bi;
+                    p.qsb(p.idx[j], k, q, sc, bi);
+                    const float w = p.has_psw ? p.psw[j] : 1.0f;
+                    volatile float sw = w * sc, bw = w * bi;  // (volatile: one f32 rounding each)
+                    const double qs = static_cast<double>(q) * static_cast<double>(sw);
+                    acc += qs + static_cast<double>(bw);
+                    sabs += std::fabs(qs) + std::fabs(static_cast<double>(bw));
+                    ++cnt;
+                    continue;
+                }
                 const double t = p.table_at(p.idx[j], k);
                 if (d.mode == XK_EMBEDDING_BAG_MAX) {
                     if (cnt == 0 || std::isnan(t) || (!std::isnan(acc) && t > acc)) acc = t;
@@ -271,7 +302,7 @@ Problem make_problem(In& in, Huge huge) {
             }
             double e = 0;
             if (cnt > 0 && d.mode != XK_EMBEDDING_BAG_MAX) {
-                e = (cnt + 1) * 2 * u * sabs + 1e-37;
+                e = (cnt + (p.quant() ? 3 : 1)) * 2 * u * sabs + 1e-37;
                 if (d.mode == XK_EMBEDDING_BAG_MEAN) acc /= cnt, e = e / cnt + 2 * u * std::fabs(acc);
             }
             p.want[b * dim + k] = acc;

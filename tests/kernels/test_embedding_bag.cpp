@@ -512,14 +512,18 @@ TEST(EmbeddingBag, MergedTablesMatchSingleTables) {
     set_num_threads(0);
 }
 
-// Row-wise quantized tables (FBGEMM's fused 8-bit / 4-bit rows) against the same call on the
-// dequantized f32 table (v = q * scale + bias in f32, the product rounded first): bit for bit, for
-// every implementation, odd dims (4-bit: a garbage high nibble in the last byte of odd rows), row
-// strides with garbage padding bytes, a byte-misaligned table, 1 and 2 threads.
+// Row-wise quantized tables (FBGEMM's fused 8-bit / 4-bit rows), odd dims (4-bit: a garbage high
+// nibble in the last byte of odd rows), row strides with garbage padding bytes, a byte-misaligned
+// table, 1 and 2 threads. Max pooling: bit for bit the same call on the dequantized f32 table
+// (v = q * scale + bias in f32, the product rounded first). Sum / mean (the fused form: acc =
+// fma(q, w * scale, acc), the w * bias summed apart): every implementation bit for bit the
+// reference, and the reference within the sum tolerance of the exact q * scale + bias in double.
 namespace {
 struct QTable {
     std::vector<uint8_t> bytes;  // E rows of ld bytes (+1 for the misalignment)
     std::vector<float> deq;      // E x dim
+    std::vector<double> exact;   // E x dim: q * scale + bias in double
+    std::vector<double> mag;     // E x dim: |q * scale| + |bias|
     int64_t ld = 0;
 };
 QTable make_qtable(EmbeddingRowQuant q, int64_t E, int64_t dim, int64_t extra, uint64_t seed) {
@@ -530,6 +534,8 @@ QTable make_qtable(EmbeddingRowQuant q, int64_t E, int64_t dim, int64_t extra, u
     t.bytes.resize(static_cast<size_t>(E * t.ld + 1));
     for (auto& b : t.bytes) b = static_cast<uint8_t>(g());  // garbage everywhere first
     t.deq.resize(static_cast<size_t>(E * dim));
+    t.exact.resize(t.deq.size());
+    t.mag.resize(t.deq.size());
     std::uniform_real_distribution<float> u(-1, 1);
     for (int64_t r = 0; r < E; ++r) {
         uint8_t* row = t.bytes.data() + 1 + r * t.ld;
@@ -548,6 +554,8 @@ QTable make_qtable(EmbeddingRowQuant q, int64_t E, int64_t dim, int64_t extra, u
             const int qv = q == EmbeddingRowQuant::int8_rowwise ? row[k] : (row[k / 2] >> (4 * (k % 2))) & 15;
             volatile float p = static_cast<float>(qv) * scale;  // rounded, then the sum
             t.deq[r * dim + k] = p + bias;
+            t.exact[r * dim + k] = static_cast<double>(qv) * scale + bias;
+            t.mag[r * dim + k] = std::fabs(static_cast<double>(qv) * scale) + std::fabs(bias);
         }
     }
     return t;
@@ -592,6 +600,39 @@ TEST(EmbeddingBag, QuantizedTablesMatchDequantizedReference) {
                         a.table = qt.bytes.data() + 1;
                         const EmbeddingBagDesc rq = detail::embedding_bag_validate_desc("test", dq);
                         const detail::EmbeddingBagConfig cfg = detail::embedding_bag_config(rq);
+                        if (mode != EmbeddingBagMode::max) {
+                            // want = the reference on the quantized table, checked against the
+                            // double oracle of the exact values.
+                            a.out = want.data();
+                            const detail::EmbeddingBagCall call = detail::embedding_bag_validate_args("test", rq, a);
+                            detail::embedding_bag_reference(call, 0, 23);
+                            std::vector<double> ow(static_cast<size_t>(n), 0.0), ot(static_cast<size_t>(n), 0.0);
+                            const int64_t n_off = static_cast<int64_t>(c.offsets.size()), n_idx = static_cast<int64_t>(c.indices.size());
+                            for (int64_t b = 0; b < 23; ++b) {
+                                const int64_t j0 = c.offsets[b], j1 = b + 1 < n_off ? c.offsets[b + 1] : n_idx;
+                                for (int64_t col = 0; col < dim; ++col) {
+                                    double acc = 0, m = 0;
+                                    int64_t cnt = 0;
+                                    for (int64_t j = j0; j < j1; ++j) {
+                                        const int64_t r = c.indices[j];
+                                        if (r == d.padding_idx) continue;
+                                        const double w = d.per_sample_weights ? c.psw[j] : 1.0;
+                                        acc += w * qt.exact[r * dim + col];
+                                        m += std::fabs(w) * qt.mag[r * dim + col];
+                                        ++cnt;
+                                    }
+                                    double t = 2.0 * static_cast<double>(j1 - j0 + 4) * kU * m;
+                                    if (mode == EmbeddingBagMode::mean && cnt > 0) {
+                                        acc /= static_cast<double>(cnt);
+                                        t /= static_cast<double>(cnt);
+                                    }
+                                    if (d.out_dtype == DType::bf16) t += kBf16Rel * std::fabs(acc);
+                                    ow[b * dim + col] = acc;
+                                    ot[b * dim + col] = t;
+                                }
+                            }
+                            ASSERT_TRUE(check_out(want, 0, dim, 23, ow, ot)) << cfg.key();
+                        }
                         for (const auto& impl : reg.impls()) {
                             if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
                             got.make(d.out_dtype, 23, dim, 1);
@@ -788,13 +829,16 @@ TEST(EmbeddingBag, CApiQuantizedAndLookup) {
     for (EmbeddingRowQuant q : {EmbeddingRowQuant::int8_rowwise, EmbeddingRowQuant::int4_rowwise}) {
         const QTable qt = make_qtable(q, E, dim, 0, 9);
         std::vector<float> want(3 * dim), got(3 * dim);
-        embedding_bag(d, EmbeddingBagArgs{3, 5, qt.deq.data(), idx.data(), off.data(), nullptr, want.data()});
+        // want: the C++ call on the same quantized table (the C API is that call)
+        EmbeddingBagDesc dq = d;
+        dq.table_dtype = DType::u8;
+        dq.row_quant = q;
+        embedding_bag(dq, EmbeddingBagArgs{3, 5, qt.bytes.data() + 1, idx.data(), off.data(), nullptr, want.data()});
         const auto fn = q == EmbeddingRowQuant::int8_rowwise ? xk_embedding_bag_q8_f32 : xk_embedding_bag_q4_f32;
         ASSERT_EQ(fn(&cd, qt.bytes.data() + 1, 5, idx.data(), 3, off.data(), nullptr, got.data()), XK_SUCCESS) << xk_last_error();
         EXPECT_EQ(got, want);
-        d.per_sample_weights = true;
-        embedding_bag(d, EmbeddingBagArgs{3, 5, qt.deq.data(), idx.data(), off.data(), psw.data(), want.data()});
-        d.per_sample_weights = false;
+        dq.per_sample_weights = true;
+        embedding_bag(dq, EmbeddingBagArgs{3, 5, qt.bytes.data() + 1, idx.data(), off.data(), psw.data(), want.data()});
         ASSERT_EQ(fn(&cd, qt.bytes.data() + 1, 5, idx.data(), 3, off.data(), psw.data(), got.data()), XK_SUCCESS);
         EXPECT_EQ(got, want);
         const std::vector<int64_t> badidx = {3, 1, 11, 0, 3};

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 
+#include "common/streaming.hpp"
 #include "common/test_util.hpp"
 #include "kernels/optim/optim.hpp"
 #include "xk/c/optim.h"
@@ -82,7 +83,8 @@ struct State {
     DType gt = DType::f32;
     Buffer<float> p, g, s0, s1, s2;
     Buffer<uint16_t> hi, lo, gb;
-    void make(int64_t n_, OptimParamType pt_, DType gt_, size_t mis, uint64_t seed) {
+    // aligned: every array 64-byte aligned (else mis and a few more elements of misalignment).
+    void make(int64_t n_, OptimParamType pt_, DType gt_, size_t mis, uint64_t seed, bool aligned = false) {
         n = n_;
         pt = pt_;
         gt = gt_;
@@ -92,7 +94,7 @@ struct State {
         test::fill_uniform(gv.data(), un, -0.5, 0.5, seed + 1);
         p.resize(un, mis * 4);
         hi.resize(un, mis * 2);
-        lo.resize(un, (mis + 1) * 2);
+        lo.resize(un, aligned ? 0 : (mis + 1) * 2);
         for (size_t i = 0; i < un; ++i) {
             p[i] = pv[i];
             uint32_t u;
@@ -100,14 +102,14 @@ struct State {
             hi[i] = static_cast<uint16_t>(u >> 16);
             lo[i] = static_cast<uint16_t>(u);
         }
-        g.resize(un, (mis + 2) * 4);
+        g.resize(un, aligned ? 0 : (mis + 2) * 4);
         gb.resize(un, mis * 2);
         for (size_t i = 0; i < un; ++i) {
             gb[i] = bf16::from_float(gv[i]);
             g[i] = gt == DType::bf16 ? bf16::to_float(gb[i]) : gv[i];
         }
         s0.resize(un, mis * 4);
-        s1.resize(un, (mis + 3) * 4);
+        s1.resize(un, aligned ? 0 : (mis + 3) * 4);
         s2.resize(un, mis * 4);
         for (size_t i = 0; i < un; ++i) s0[i] = s1[i] = s2[i] = 0.0f;
     }
@@ -259,6 +261,76 @@ TEST(Optim, PublicStepsAllIsasAndThreads) {
                 }
         });
     }
+    set_num_threads(0);
+}
+
+// Non-temporal stores of the written arrays and software prefetch (OptimCall::nt /
+// prefetch_bytes, the opt-in knobs XK_OPTIM_NT / XK_OPTIM_PF): every kernel bit for bit the
+// reference, odd sizes (the tail through the reference); then the public steps with 64-byte
+// aligned arrays and the threshold at 0 (streaming when XK_OPTIM_NT=1 is set) on 1 and 2 threads,
+// Lamb included.
+TEST(Optim, StreamingStoresMatchReference) {
+    const auto& reg = detail::optim_registry();
+    uint64_t k = 0;
+    for (const OptSetup& s : setups())
+        for (OptimParamType pt : {OptimParamType::f32, OptimParamType::bf16_split})
+            for (DType gt : {DType::f32, DType::bf16})
+                for (int64_t n : {17, 1023}) {
+                    ++k;
+                    if (k % 2) continue;  // half the combinations (the other half next time round)
+                    for (const auto& impl : reg.impls()) {
+                        if (!isa_supported(impl.isa) || impl.isa > max_isa() || impl.isa == Isa::scalar) continue;
+                        State st, r;
+                        st.make(n, pt, gt, 0, 500 + k, true);
+                        r.make(n, pt, gt, 0, 500 + k);
+                        for (int64_t step = 1; step <= 2; ++step) {
+                            detail::OptimCall c = make_call(s, st, step);
+                            c.nt = true;
+                            c.prefetch_bytes = 256 * (1 + step % 2);
+                            reg.get(c.cfg, impl).kernel->run(c, 0, n);
+                            detail::optim_reference(make_call(s, r, step), 0, n);
+                            ASSERT_TRUE(same_bits(st, r)) << impl.name << " " << name(s) << " n=" << n;
+                            st.regrad(40 + step);
+                            r.regrad(40 + step);
+                        }
+                    }
+                }
+    detail::set_nt_store_threshold(0);
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa) {
+            uint64_t j = 0;
+            for (const OptSetup& s : setups()) {
+                if (++j % 3 != threads) continue;
+                const OptimParamType pt = j % 2 ? OptimParamType::f32 : OptimParamType::bf16_split;
+                const int64_t n = threads == 2 ? 70001 : 1029;
+                State st, r;
+                st.make(n, pt, DType::f32, 0, 60 + j, true);
+                r.make(n, pt, DType::f32, 0, 60 + j);
+                for (int64_t step = 1; step <= 2; ++step) {
+                    public_step(s, st, step);
+                    detail::optim_reference(make_call(s, r, step), 0, n);
+                    ASSERT_TRUE(same_bits(st, r)) << name(s) << " threads=" << threads;
+                }
+            }
+            // Lamb (both passes stream): the same as its reference kernel with regular stores.
+            LambOptions o;
+            o.weight_decay = 1e-2;
+            State st, r;
+            st.make(70001, OptimParamType::f32, DType::f32, 0, 77, true);
+            r.make(70001, OptimParamType::f32, DType::f32, 0, 77, true);
+            detail::OptimConfig cfg;
+            cfg.kind = detail::OptimKind::lamb;
+            const auto& reg2 = detail::optim_registry();
+            const auto ref = reg2.get(cfg, reg2.find("ref:scalar")).kernel;
+            lamb_step(o, st.tensors(), st.s0.data(), st.s1.data(), 1);
+            detail::run_lamb(detail::optim_lamb_call("test", o, r.tensors(), r.s0.data(), r.s1.data(), 1), ref.get());
+            ASSERT_EQ(0, std::memcmp(st.s0.data(), r.s0.data(), 70001 * 4));
+            ASSERT_EQ(0, std::memcmp(st.s1.data(), r.s1.data(), 70001 * 4));
+            for (int64_t i = 0; i < 70001; ++i) ASSERT_NEAR(st.master(i), r.master(i), 1e-6 * std::fabs(r.master(i)) + 1e-12);
+        });
+    }
+    detail::set_nt_store_threshold(-1);
     set_num_threads(0);
 }
 

@@ -43,7 +43,8 @@ xk_status xk_embedding_bag_bf16_f32(const xk_embedding_bag_desc* desc, const uin
                                     const float* per_sample_weights, float* out);
 /* Row-wise quantized tables (xk/embedding_bag.hpp, EmbeddingRowQuant): FBGEMM's fused rows of
  * ld_table bytes (0 = packed): q8 = uint8 q[dim], float scale, float bias; q4 = ceil(dim/2) bytes of
- * nibbles (low first), fp16 scale, fp16 bias. Element value q * scale + bias. */
+ * nibbles (low first), fp16 scale, fp16 bias. Element value q * scale + bias (sum / mean pool it
+ * in the fused form: fma(q, w * scale, acc), the w * bias summed apart; see the C++ header). */
 xk_status xk_embedding_bag_q8_f32(const xk_embedding_bag_desc* desc, const uint8_t* table, int64_t num_indices,
                                   const int64_t* indices, int64_t num_bags, const int64_t* offsets,
                                   const float* per_sample_weights, float* out);

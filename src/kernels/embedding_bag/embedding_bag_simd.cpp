@@ -38,6 +38,7 @@ XK_T inline VF zero() { return _mm512_setzero_ps(); }
 XK_T inline VF set1(float f) { return _mm512_set1_ps(f); }
 XK_T inline VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
 XK_T inline VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+XK_T inline VF fmadd(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c, one rounding
 XK_T inline VF div(VF a, VF b) { return _mm512_div_ps(a, b); }
 // The reference's max: take r where r > acc or r is NaN (a NaN acc stays).
 XK_T inline VF max_nan(VF acc, VF r) {
@@ -115,6 +116,7 @@ XK_T inline VF zero() { return _mm256_setzero_ps(); }
 XK_T inline VF set1(float f) { return _mm256_set1_ps(f); }
 XK_T inline VF add(VF a, VF b) { return _mm256_add_ps(a, b); }
 XK_T inline VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+XK_T inline VF fmadd(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 XK_T inline VF div(VF a, VF b) { return _mm256_div_ps(a, b); }
 XK_T inline VF max_nan(VF acc, VF r) {
     const VF take = _mm256_or_ps(_mm256_cmp_ps(r, acc, _CMP_GT_OQ), _mm256_cmp_ps(r, r, _CMP_UNORD_Q));

@@ -33,6 +33,13 @@ struct OptimCall {
     float one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, bc2_sqrt = 1, step_size = 0, eps = 0;
     float decay = 1;  // adamw: 1 - lr * wd
     float beta1 = 0, bc1 = 1, bc2 = 1, lamb_coef = 0;  // lamb (lamb_coef = lr * trust, set between the passes)
+    // Set by run_optim / run_lamb from two tuning knobs, both off by default (measured slower on
+    // the device Xeon): XK_OPTIM_NT=1 stores the written arrays (param, param_lo, states) with
+    // non-temporal stores in calls past nt_store_threshold() whose written arrays are 64-byte
+    // aligned; XK_OPTIM_PF=<bytes> prefetches every read array that many bytes (of f32 elements)
+    // ahead.
+    bool nt = false;
+    int64_t prefetch_bytes = 0;
 };
 
 void optim_lamb_norms_reference(const OptimCall& c, int64_t i0, int64_t i1, double* p2, double* u2);

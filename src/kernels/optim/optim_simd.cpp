@@ -30,6 +30,7 @@ XK_T inline VF neg(VF a) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_ca
 XK_T inline VF max_gt(VF v, VF vm) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, vm, _CMP_GT_OQ), vm, v); }
 XK_T inline VF loadu(const float* p) { return _mm512_loadu_ps(p); }
 XK_T inline void storeu(float* p, VF v) { _mm512_storeu_ps(p, v); }
+XK_T inline void stream(float* p, VF v) { _mm512_stream_ps(p, v); }
 XK_T inline VF load_bf16(const uint16_t* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
@@ -42,6 +43,11 @@ XK_T inline void store_split(uint16_t* hi, uint16_t* lo, VF v) {
     const __m512i u = _mm512_castps_si512(v);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtepi32_epi16(u));  // truncates to the low 16 bits
+}
+XK_T inline void store_split_nt(uint16_t* hi, uint16_t* lo, VF v) {
+    const __m512i u = _mm512_castps_si512(v);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(hi), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtepi32_epi16(u));
 }
 // Two double accumulators' worth of lanes: sum of squares of the 16 floats, in double.
 struct VD {
@@ -74,6 +80,7 @@ XK_T inline VF neg(VF a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 XK_T inline VF max_gt(VF v, VF vm) { return _mm256_blendv_ps(vm, v, _mm256_cmp_ps(v, vm, _CMP_GT_OQ)); }
 XK_T inline VF loadu(const float* p) { return _mm256_loadu_ps(p); }
 XK_T inline void storeu(float* p, VF v) { _mm256_storeu_ps(p, v); }
+XK_T inline void stream(float* p, VF v) { _mm256_stream_ps(p, v); }
 XK_T inline VF load_bf16(const uint16_t* p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
@@ -90,6 +97,11 @@ XK_T inline void store_split(uint16_t* hi, uint16_t* lo, VF v) {
     const __m256i u = _mm256_castps_si256(v);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), narrow(_mm256_srli_epi32(u, 16)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), narrow(_mm256_and_si256(u, _mm256_set1_epi32(0xFFFF))));
+}
+XK_T inline void store_split_nt(uint16_t* hi, uint16_t* lo, VF v) {
+    const __m256i u = _mm256_castps_si256(v);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(hi), narrow(_mm256_srli_epi32(u, 16)));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(lo), narrow(_mm256_and_si256(u, _mm256_set1_epi32(0xFFFF))));
 }
 struct VD {
     __m256d lo, hi;
