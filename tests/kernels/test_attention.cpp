@@ -180,6 +180,7 @@ struct SdpaCase {
     bool mask = false;
     int64_t pad = 0;                   // extra elements per token row (strides)
     size_t misalign = 0;
+    double scale = 0.3;
 };
 
 void run_sdpa(const SdpaCase& c, uint64_t seed) {
@@ -213,7 +214,7 @@ void run_sdpa(const SdpaCase& c, uint64_t seed) {
     d.head_dim = hd;
     d.dtype = c.dtype;
     d.o_dtype = c.o_dtype;
-    d.scale = 0.3f;
+    d.scale = static_cast<float>(c.scale);
     d.causal = c.causal;
     d.causal_offset = c.offset;
     d.has_mask = c.mask;
@@ -245,7 +246,8 @@ void run_sdpa(const SdpaCase& c, uint64_t seed) {
                 for (int64_t e = 0; e < hd; ++e) qr[e] = q.value(tok * qts + h * hd + e);
                 double l = 0;
                 naive_row(
-                    qr, nk, hd, 0.3, [&](int64_t j, int64_t e) { return k.value((ck[b] + j) * kts + kh * hd + e); },
+                    qr, nk, hd, static_cast<double>(static_cast<float>(c.scale)),
+                    [&](int64_t j, int64_t e) { return k.value((ck[b] + j) * kts + kh * hd + e); },
                     [&](int64_t j, int64_t e) { return v.value((ck[b] + j) * kts + kh * hd + e); },
                     [&](int64_t j) { return !c.causal || j <= i + c.offset; },
                     [&](int64_t j) { return c.mask ? static_cast<double>(mask[tok * max_k + j]) : 0.0; }, orow, l);
@@ -315,6 +317,35 @@ TEST(Attention, SdpaCausalMaskPaddingGqaMqa) {
                              " variant=" + std::to_string(variant));
                 run_sdpa(c, seed++);
             }
+    });
+}
+
+// Scores spread over +-40 (scale 4, std ~11): the prefill kernels' running max moves by more than its
+// lazy slack across tiles (rescaled acc / l), probabilities far below the max underflow to 0,
+// -inf mask entries; with and without the next-tile prefetch (XK_ATTN_PREFILL_PF's two forms).
+TEST(Attention, PrefillWideScoreRange) {
+    for_each_isa([&](Isa isa) {
+        uint64_t seed = 300;
+        for (int pf : {0, 1}) {
+            if (pf && isa != Isa::avx512) continue;
+            xk::detail::attn_prefill_prefetch_override(pf);
+            for (int variant = 0; variant < 3; ++variant) {
+                SdpaCase c;
+                c.q_heads = 4;
+                c.kv_heads = 2;
+                c.hd = 64;
+                c.lq = {kSanitized ? 70 : 200};
+                c.lk = c.lq;
+                c.dtype = variant == 1 ? DType::bf16 : DType::f32;
+                c.o_dtype = c.dtype;
+                c.causal = variant != 2;
+                c.mask = variant == 2;
+                c.scale = 4.0;
+                SCOPED_TRACE("variant=" + std::to_string(variant) + " pf=" + std::to_string(pf));
+                run_sdpa(c, seed++);
+            }
+        }
+        xk::detail::attn_prefill_prefetch_override(-1);
     });
 }
 
@@ -671,7 +702,7 @@ TEST(Attention, DecodePrefetchFormsOddLengths) {
         for_each_isa([&](Isa isa) {
             uint64_t seed = 91;
             std::vector<Pf> forms = {{-1, -1}};
-            if (threads == 1 && isa == Isa::avx512) forms = {{-1, -1}, {4, 0}, {0, -1}, {1, 1}};
+            if (threads == 1 && isa == Isa::avx512) forms = {{-1, -1}, {4, 0}, {0, -1}, {1, 1}, {2, 2}, {1, 2}};
             for (const Pf& pf : forms) {
                 xk::detail::attn_prefetch_override(pf.tiles, pf.spread);
                 const bool dflt = pf.tiles < 0;  // the other forms: paged GQA only

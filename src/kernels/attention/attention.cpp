@@ -394,11 +394,38 @@ int64_t attn_prefetch_tiles() {
     return v >= 0 ? v : attn_prefetch_spread() ? 2 : 4;
 }
 
-bool attn_prefetch_spread() {
-    if (const int o = g_pf_spread_override.load(std::memory_order_relaxed); o >= 0) return o != 0;
-    static const bool v = [] {
+int attn_prefetch_mode() {
+    if (const int o = g_pf_spread_override.load(std::memory_order_relaxed); o >= 0) return std::min(o, 2);
+    static const int v = [] {
         const char* e = std::getenv("XK_ATTN_PF_SPREAD");
-        return !(e && *e && std::atoi(e) == 0);
+        if (!e || !*e) return 1;
+        return std::clamp(std::atoi(e), 0, 2);
+    }();
+    return v;
+}
+
+bool attn_prefetch_spread() { return attn_prefetch_mode() != 0; }
+
+namespace {
+std::atomic<int> g_prefill_pf_override{-1};
+}  // namespace
+
+void attn_prefill_prefetch_override(int v) { g_prefill_pf_override.store(v, std::memory_order_relaxed); }
+
+bool attn_prefill_prefetch() {
+    if (const int o = g_prefill_pf_override.load(std::memory_order_relaxed); o >= 0) return o != 0;
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_PREFILL_PF");
+        return e && *e && std::atoi(e) != 0;
+    }();
+    return v;
+}
+
+int attn_prefetch_vhint() {
+    static const int v = [] {
+        const char* e = std::getenv("XK_ATTN_PF_VHINT");
+        if (!e || !*e) return 2;
+        return std::clamp(std::atoi(e), 0, 3);
     }();
     return v;
 }

@@ -103,12 +103,25 @@ void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, in
 // Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
 // clamped to [0, 64]), else 2 (4 with XK_ATTN_PF_SPREAD=0). A tuning knob for the device runs.
 int64_t attn_prefetch_tiles();
-// How the decode prefetches are issued (XK_ATTN_PF_SPREAD, read once): true (default) = into L1
-// (PREFETCHT0), each 4-key group of the score loop prefetching the K / V rows of its 4 keys a
-// distance ahead; false = the earlier form, a whole tile's rows at once into L2 (PREFETCHT1) before
-// its scores (a burst of up to 128 prefetches that stalls the loop behind the core's fill buffers).
-bool attn_prefetch_spread();
-// Tests only: tiles >= 0 / spread >= 0 replace the two settings above (-1: back to the env / defaults).
+// How the decode prefetches are issued (XK_ATTN_PF_SPREAD, read once):
+//   2 = split by phase: the score loop prefetches the K rows a distance ahead into L1
+//     (PREFETCHT0, 4 keys' rows per 4-key group), the P.V loop the V rows of the next chunk of
+//     kAttnDecodeChunk keys (XK_ATTN_PF_VHINT: the locality of __builtin_prefetch, default 2 =
+//     PREFETCHT1, L2), each pass over the chunk its own lines — the stream runs through both phases
+//     at the rate the compute consumes it (K and V bytes are equal, as the two phases' work is);
+//   1 (default) = K and V rows of the tile a distance ahead, both from the score loop into L1 (nothing during
+//     P.V: the stream idles there);
+//   0 = the earlier form, a whole tile's rows at once into L2 (PREFETCHT1) before its scores (a
+//     burst of up to 128 prefetches that stalls the loop behind the core's fill buffers).
+int attn_prefetch_mode();
+bool attn_prefetch_spread();  // mode != 0
+int attn_prefetch_vhint();
+// Prefill (AVX-512, >= 16 rows): the next 64-key tile's K / V rows prefetched into L2 during this
+// tile's scores (XK_ATTN_PREFILL_PF=1: on; default off: no gain measured on the dev VM; read once). attn_prefill_prefetch_override: tests /
+// measurement (0 / 1; -1: back to the env / default).
+bool attn_prefill_prefetch();
+void attn_prefill_prefetch_override(int v);
+// Tests only: tiles >= 0 / spread (the mode) >= 0 replace the two settings above (-1: back to the env / defaults).
 void attn_prefetch_override(int64_t tiles, int spread);
 
 // Reference (specification): plain fp32 loops, the whole range at once (two passes).

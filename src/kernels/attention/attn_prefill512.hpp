@@ -69,6 +69,27 @@ inline __m512 pf_exp(__m512 x) {  // x <= 0 or -inf (-> 0); Cephes polynomial, ~
     return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(y, fx));
 }
 
+// 2^x for x <= kPfSlack*log2e, lanes outside `live` exactly 0: x clamped at -126 (a normal 2^-126
+// stands in for anything smaller; an underflowing VSCALEFPS takes a microcode assist: masked lanes
+// clamped at -200 cost the whole prefill ~8% on the dev VM's Xeon), 2^x = 2^round(x) *
+// P(x - round(x)) with the Cephes exp2f polynomial (|rel. error| ~ 2e-7).
+inline __m512 pf_exp2(__mmask16 live, __m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+    const __m512 fx = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, fx);
+    __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.339887440266574e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.618437357674640e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.550332471162809e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.402264791363012e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.931472028550421e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(live, y, fx);
+}
+
+// Lazy running max: m moves when a score passes m + kPfSlack (natural units; p <= e^8 until then).
+constexpr float kPfSlack = 8.0f;
+
 // Scores of NB rows (f32 products): s[i*64 + j] = sum_d q[i*hd + d] * kt[d*64 + j].
 template <int NB>
 inline void pf_qk_f32(const float* q, int64_t hd, const float* kt, float* s) {
@@ -133,7 +154,7 @@ inline void pf_pv_block(const AttnTask& t, int64_t j0, float* acc, int64_t hd, i
 }
 
 // Scratch floats the prefill kernel needs for R rows of head_dim hd.
-inline int64_t pf_scratch_floats(int64_t R, int64_t hd) { return 2 * hd * 64 + R * 65 + 64; }
+inline int64_t pf_scratch_floats(int64_t R, int64_t hd) { return 2 * hd * 64 + R * 81 + 64; }
 
 // One task (R = tokens x group rows) over its key range. head_dim = 16*NC.
 template <class T, int NC>
@@ -146,9 +167,11 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
     float* vbuf = kt + hd * 64;
     float* S = vbuf + hd * 64;
     float* corr = S + R * 64;
+    float* lvec = corr + R;  // [R x 16]: partial sums of l
     for (int64_t r = 0; r < R; ++r) {
         m[r] = ninf;
         l[r] = 0.0f;
+        _mm512_storeu_ps(lvec + r * 16, _mm512_setzero_ps());
     }
     for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
     int64_t lim_max = 0;
@@ -158,6 +181,7 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);
     const float* vrow[kPfKeys];
+    const bool pf_next = attn_prefill_prefetch();
     for (int64_t j0 = t.j_begin; j0 < jmax; j0 += kPfKeys) {
         const int64_t n = jmax - j0 < kPfKeys ? jmax - j0 : kPfKeys;
         // ---- pack K^T (keys past n as 0)
@@ -180,11 +204,30 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
             for (int c = 0; c < NC; ++c) _mm512_storeu_ps(vbuf + j * hd + c * 16, pf_load(src + c * 16));
             vrow[j] = vbuf + j * hd;
         }
-        // ---- scores (row blocks whose tokens see none of the tile are skipped; limits grow
-        //      with the token)
+        // ---- the next tile's K / V rows prefetched during this tile's scores, spread over its
+        //      row blocks: a head's rows sit heads*head_dim apart (a power of two: they alias in a
+        //      few L2 sets and come from L3 / DRAM every task), and the pack above would wait on
+        //      each of them
+        const int64_t jn = j0 + kPfKeys;
+        const int64_t npf = pf_next ? (jmax - jn < kPfKeys ? jmax - jn : kPfKeys) : 0;
+        constexpr int64_t row_lines = (hd * static_cast<int64_t>(sizeof(T)) + 63) / 64;
+        const int64_t pf_total = npf > 0 ? 2 * npf * row_lines : 0;
+        int64_t blocks_live = 0;
+        for (int64_t rb = 0; rb < R; rb += kPfRows) {
+            const int64_t nb = R - rb < kPfRows ? R - rb : kPfRows;
+            if (t.limit[(rb + nb - 1) / t.group] > j0) ++blocks_live;
+        }
+        const int64_t pf_per = blocks_live ? (pf_total + blocks_live - 1) / blocks_live : 0;
+        int64_t pf_done = 0;
         for (int64_t rb = 0; rb < R; rb += kPfRows) {
             const int64_t nb = R - rb < kPfRows ? R - rb : kPfRows;
             if (t.limit[(rb + nb - 1) / t.group] <= j0) continue;
+            for (int64_t e = pf_done + pf_per < pf_total ? pf_done + pf_per : pf_total; pf_done < e; ++pf_done) {
+                const int64_t line = pf_done >> 1, key = line / row_lines, off = (line % row_lines) * 64;
+                const T* row = (pf_done & 1) ? pf_row(t.kv, vbase, t.kv.v_stride, jn + key)
+                                             : pf_row(t.kv, kbase, t.kv.k_stride, jn + key);
+                __builtin_prefetch(reinterpret_cast<const char*>(row) + off, 0, 2);
+            }
             const float* qb = t.q + rb * hd;
             float* sb = S + rb * 64;
             switch (nb) {
@@ -196,14 +239,17 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
                 default: pf_qk_f32<6>(qb, hd, kt, sb); break;
             }
         }
-        // ---- online softmax per row: S becomes P
+        // ---- online softmax per row: S becomes P. p = 2^(s log2e - m log2e) (VREDUCEPS + a
+        //      degree-5 polynomial + VSCALEFPS; masked lanes -inf -> clamped to -200 -> exactly 0).
+        //      The running max is lazy: m moves only when a score passes m + kPfSlack (p <= e^slack
+        //      meanwhile, exact after o = acc / l): most tiles need no horizontal max, no
+        //      correction of acc and l. l is kept as 16 partial sums per row (summed at the end).
         for (int64_t r = 0; r < R; ++r) {
             const int64_t tok = r / t.group;
             int64_t cnt = t.limit[tok] - j0;
             if (cnt > n) cnt = n;
             float* s = S + r * 64;
             __m512 sv[4];
-            __m512 mx = _mm512_set1_ps(ninf);
             const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
             for (int k = 0; k < 4; ++k) {
                 const int64_t left = cnt - 16 * k;
@@ -213,27 +259,31 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
                 __m512 x = _mm512_maskz_loadu_ps(km, s + k * 16);
                 if (mrow) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(km, mrow + k * 16));
                 sv[k] = _mm512_mask_mov_ps(_mm512_set1_ps(ninf), km, x);
-                mx = _mm512_max_ps(mx, sv[k]);
             }
-            const float mt = _mm512_reduce_max_ps(mx);
+            const __m512 mx = _mm512_max_ps(_mm512_max_ps(sv[0], sv[1]), _mm512_max_ps(sv[2], sv[3]));
             const float mo = m[r];
-            const float mn = mo > mt ? mo : mt;
-            if (mn == ninf) {  // nothing visible yet
-                for (int k = 0; k < 4; ++k) _mm512_storeu_ps(s + k * 16, _mm512_setzero_ps());
-                corr[r] = 1.0f;
-                continue;
+            float c = 1.0f;
+            if (mo == ninf || _mm512_cmp_ps_mask(mx, _mm512_set1_ps(mo + kPfSlack), _CMP_GT_OQ)) {
+                const float mt = _mm512_reduce_max_ps(mx);
+                if (mt == ninf) {  // nothing visible yet (mo is -inf too)
+                    for (int k = 0; k < 4; ++k) _mm512_storeu_ps(s + k * 16, _mm512_setzero_ps());
+                    corr[r] = 1.0f;
+                    continue;
+                }
+                c = mo == ninf ? 0.0f : __builtin_expf(mo - mt);
+                m[r] = mt;
             }
-            const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
-            const __m512 mnv = _mm512_set1_ps(mn);
+            const __m512 mlv = _mm512_set1_ps(m[r] * 1.44269504088896341f);
             __m512 sum = _mm512_setzero_ps();
             for (int k = 0; k < 4; ++k) {
-                const __m512 p = pf_exp(_mm512_sub_ps(sv[k], mnv));
+                const __m512 p = pf_exp2(_mm512_cmp_ps_mask(sv[k], _mm512_set1_ps(ninf), _CMP_NEQ_OQ), _mm512_fmsub_ps(sv[k], _mm512_set1_ps(1.44269504088896341f), mlv));
                 _mm512_storeu_ps(s + k * 16, p);
                 sum = _mm512_add_ps(sum, p);
             }
-            l[r] = l[r] * c + _mm512_reduce_add_ps(sum);
+            float* lv = lvec + r * 16;
+            _mm512_storeu_ps(lv, c == 1.0f ? _mm512_add_ps(_mm512_loadu_ps(lv), sum)
+                                           : _mm512_fmadd_ps(_mm512_loadu_ps(lv), _mm512_set1_ps(c), sum));
             corr[r] = c;
-            m[r] = mn;
         }
         // ---- values
         int c0 = 0;
@@ -244,4 +294,5 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
         }
         if (c0 < NC) pf_pv_block<1>(t, j0, acc, hd, R, S, corr, vrow, n, c0);
     }
+    for (int64_t r = 0; r < R; ++r) l[r] = _mm512_reduce_add_ps(_mm512_loadu_ps(lvec + r * 16));
 }

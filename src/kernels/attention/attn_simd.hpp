@@ -108,7 +108,7 @@ void attn_scores_tile(const float* qb, int64_t hd, const T* kt, int64_t ks, int6
             for (int64_t jj = 4 * g; jj < 4 * g + 4 && jj < pf.n; ++jj)
                 for (int64_t b = 0; b < pf.rb; b += 64) {
                     __builtin_prefetch(pf.k + jj * pf.ks + b, 0, 3);
-                    __builtin_prefetch(pf.v + jj * pf.vs + b, 0, 3);
+                    if (pf.v) __builtin_prefetch(pf.v + jj * pf.vs + b, 0, 3);
                 }
         const T* kp[4];
         for (int k = 0; k < 4; ++k) kp[k] = kt + (4 * g + k < n ? 4 * g + k : n - 1) * ks;
@@ -130,11 +130,23 @@ inline void attn_tile_ptrs(const AttnKvSource& kv, const T* kbase, const T* vbas
     }
 }
 
+// V prefetch of the P.V loop (attn_prefetch_mode 2): the V rows `dist` keys ahead (below jlim),
+// the lines of this pass's vectors, with locality hint (0..3; dist 0 = none).
+struct AttnPvPf {
+    int64_t dist = 0, jlim = 0;
+    int hint = 2;
+};
+
+template <int H>
+inline __attribute__((always_inline)) void attn_pf_lines(const char* p, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, H);
+}
+
 // acc[NB rows x the CV vectors from chunk cv] += P.V over keys [j0, je) (one softmax chunk,
 // several tiles: the accumulators stay in registers across them). P row i at P + i*ps.
-template <class V, class T, int NB, int CV, int NC>
+template <class V, class T, int NB, int CV, int NC, int H = 2>
 void attn_pv(float* acc, int64_t hd, const float* P, int64_t ps, const AttnKvSource& kv, const T* vbase, int64_t j0,
-             int64_t je, int cv) {
+             int64_t je, int cv, const AttnPvPf& pf) {
     typename V::reg a[NB][CV];
     for (int i = 0; i < NB; ++i)
         for (int c = 0; c < CV; ++c) a[i][c] = V::load(acc + i * hd + (cv + c) * V::W);
@@ -144,7 +156,18 @@ void attn_pv(float* acc, int64_t hd, const float* P, int64_t ps, const AttnKvSou
         attn_tile_ptrs(kv, vbase, vbase, jt, kt, vt);
         const int64_t n = je - jt < 16 ? je - jt : 16;
         const float* Pt = P + (jt - j0);
+        const char* vpf = nullptr;  // the V rows of the tile pf.dist keys ahead: this pass's lines
+        int64_t npf = 0;
+        constexpr int64_t pass_bytes = int64_t{CV} * V::W * static_cast<int64_t>(sizeof(T));
+        if (pf.dist > 0 && jt + pf.dist < pf.jlim) {
+            const T* kd;
+            const T* vd;
+            attn_tile_ptrs(kv, vbase, vbase, jt + pf.dist, kd, vd);
+            vpf = reinterpret_cast<const char*>(vd + cv * V::W);
+            npf = pf.jlim - (jt + pf.dist) < 16 ? pf.jlim - (jt + pf.dist) : 16;
+        }
         for (int64_t jj = 0; jj < n; ++jj) {
+            if (jj < npf) attn_pf_lines<H>(vpf + jj * kv.v_stride * static_cast<int64_t>(sizeof(T)), pass_bytes);
             typename V::reg vr[CV];
             if constexpr (attn_pair<T, NC> && CV % 2 == 0) {
                 for (int c = 0; c < CV; c += 2) V::loadkv_pair(vt + jj * kv.v_stride + (cv + c) * V::W, vr[c], vr[c + 1]);
@@ -206,7 +229,15 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const T* vbase = static_cast<const T*>(t.kv.v);
     const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(T));
     const int64_t pf_tiles = attn_prefetch_tiles();
-    const bool pf_spread = V::kKeyBlocked && attn_prefetch_spread();
+    const int pf_mode = attn_prefetch_mode();
+    const bool pf_spread = V::kKeyBlocked && pf_mode != 0;
+    const bool pf_split = pf_spread && pf_mode == 2;  // K from the score loop, V from the P.V loop
+    AttnPvPf vpf;
+    if (pf_split && pf_tiles > 0 && R < 16) {
+        vpf.dist = CH;  // the next chunk's V
+        vpf.jlim = jmax;
+        vpf.hint = attn_prefetch_vhint();
+    }
     for (int64_t c0 = t.j_begin; c0 < jmax; c0 += CH) {
       const int64_t ce = jmax - c0 < CH ? jmax : c0 + CH;
       // Phase 1: the chunk's scores, S[r*CH + j - c0] (masked lanes -inf).
@@ -229,7 +260,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
             const int64_t np = jmax - jp < 16 ? jmax - jp : 16;
             if (pf_spread) {
                 apf.k = reinterpret_cast<const char*>(kp);
-                apf.v = reinterpret_cast<const char*>(vp);
+                apf.v = pf_split ? nullptr : reinterpret_cast<const char*>(vp);
                 apf.ks = t.kv.k_stride * static_cast<int64_t>(sizeof(T));
                 apf.vs = t.kv.v_stride * static_cast<int64_t>(sizeof(T));
                 apf.n = np;
@@ -362,7 +393,18 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
               const int64_t nb = R - rb < RB ? R - rb : RB;
               float* ab = acc + rb * hd;
               const float* Pb = S + rb * CH;
-#define XK_PV(k) attn_pv<V, T, k, CV, NC>(ab, hd, Pb, CH, t.kv, vbase, c0, ce, cv)
+              AttnPvPf pv = vpf;  // (the first row block issues them)
+              if (rb) pv.dist = 0;
+#define XK_PV1(k, h) attn_pv<V, T, k, CV, NC, h>(ab, hd, Pb, CH, t.kv, vbase, c0, ce, cv, pv)
+#define XK_PV(k)                         \
+    do {                                  \
+        switch (pv.dist ? pv.hint : 3) {  \
+            case 0: XK_PV1(k, 0); break;  \
+            case 1: XK_PV1(k, 1); break;  \
+            case 2: XK_PV1(k, 2); break;  \
+            default: XK_PV1(k, 3); break; \
+        }                                 \
+    } while (0)
               switch (nb) {
                   case 1: XK_PV(1); break;
                   case 2: XK_PV(2); break;
@@ -374,6 +416,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                   default: XK_PV(RB); break;
               }
 #undef XK_PV
+#undef XK_PV1
           }
       }
     }
