@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <atomic>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -367,7 +368,12 @@ namespace detail {
 void set_row_variant(const std::string& spec);  // gpu/runtime.hpp (defined without OpenCL too: a no-op)
 void set_row_variant(const std::string& spec) {
 #if XK_WITH_OPENCL
-    row_override_slot().store(new RowOverride(parse_row_variant(spec)), std::memory_order_release);  // the old one kept (see above)
+    // The old one kept (see row_override_slot), reachable from `kept` (not a leak to LSan).
+    static std::mutex m;
+    static auto* kept = new std::vector<const RowOverride*>();
+    const RowOverride* o = new RowOverride(parse_row_variant(spec));
+    std::lock_guard<std::mutex> lock(m);
+    kept->push_back(row_override_slot().exchange(o, std::memory_order_acq_rel));
 #else
     (void)spec;
 #endif
