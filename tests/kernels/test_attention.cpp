@@ -1162,6 +1162,28 @@ TEST(Attention, CApiPlansAppendExS8) {
               XK_SUCCESS);
     EXPECT_EQ(so1, so2);
     xk_attention_plan_destroy(sp);
+    // The strided entry points: packed strides equal the packed call; bad input names the argument,
+    // gives no plan and writes nothing.
+    xk_attention_strides st;
+    xk_attention_strides_init(&st);
+    std::vector<float> so3(sq.size(), -1.0f);
+    ASSERT_EQ(xk_attention_strided(&ad, &st, sq.data(), sk.data(), sv.data(), so3.data(), nullptr, nullptr, nullptr,
+                                   nullptr, nullptr),
+              XK_SUCCESS)
+        << xk_last_error();
+    EXPECT_EQ(so3, so2);
+    std::fill(so3.begin(), so3.end(), -1.0f);
+    st.q_head = hd - 1;  // below head_dim
+    EXPECT_EQ(xk_attention_strided(&ad, &st, sq.data(), sk.data(), sv.data(), so3.data(), nullptr, nullptr, nullptr,
+                                   nullptr, nullptr),
+              XK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(xk_last_error()).find("stride"), std::string::npos) << xk_last_error();
+    EXPECT_TRUE(std::all_of(so3.begin(), so3.end(), [](float x) { return x == -1.0f; }));
+    sp = nullptr;
+    EXPECT_NE(xk_attention_plan_create_strided(&ad, &st, &sp), XK_SUCCESS);
+    EXPECT_EQ(sp, nullptr);
+    EXPECT_NE(xk_attention_plan_create_strided(nullptr, nullptr, &sp), XK_SUCCESS);
+    EXPECT_EQ(sp, nullptr);
 }
 
 TEST(Attention, PlansEqualOneShotAndValidateOnce) {
