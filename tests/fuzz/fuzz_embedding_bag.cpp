@@ -116,20 +116,9 @@ struct Problem {
     }
     double table_at(int64_t r, int64_t k) const {
         if (quant()) {  // max pooling's value: q * scale rounded to f32, then + bias in f32
-            const unsigned char* row = arena.data() + o_tab + r * ldt;
             float sc, bi;
             int q;
-            if (kind == kQ8) {
-                q = row[k];
-                std::memcpy(&sc, row + d.dim, 4);
-                std::memcpy(&bi, row + d.dim + 4, 4);
-            } else {
-                q = (row[k / 2] >> (4 * (k % 2))) & 15;
-                uint16_t h[2];
-                std::memcpy(h, row + (d.dim + 1) / 2, 4);
-                sc = static_cast<float>(from_f16(h[0]));
-                bi = static_cast<float>(from_f16(h[1]));
-            }
+            qsb(r, k, q, sc, bi);
             const float prod = static_cast<float>(q) * sc;
             const float v = prod + bi;
             return v;
