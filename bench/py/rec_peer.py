@@ -12,6 +12,14 @@ Rows:
   embedding_bag f32 sum, 2048 bags x 100, uniform / Zipf(1.05), D = 64 / 128: xk_embedding_bag_f32
       vs F.embedding_bag (GB/s of gathered rows)
   embedding lookup f32, 204800 rows: xk_embedding_f32 vs F.embedding
+  embedding_bag int8 rows vs f32 rows, D = 128 (both xk; the issue's >= 2.5x rows per second):
+      xk_embedding_bag_q8_f32 on a table of the same bytes (136-byte fused rows) vs
+      xk_embedding_bag_f32; the "torch" columns are the f32 call, the ratio = int8 / f32 rows per second
+  embedding_train f32 sum + SGD (lr 1e-6), D = 64 / 128: xk_embedding_bag_f32 forward +
+      xk_embedding_bag_backward_update_f32 vs F.embedding_bag(sparse=True) + backward +
+      torch.optim.SGD step (GB/s of the forward's gathered rows)
+  optim adamw, 1e8 f32 parameters (wd 1e-2): xk_adam_step vs torch.optim.AdamW(foreach=True) over
+      100 tensors of 1e6 (GB/s of 28 bytes a parameter)
 """
 import argparse
 import ctypes
@@ -172,6 +180,111 @@ def bag_rows(lib, rounds, rx, table_mb):
         del w
 
 
+def q8_rows(lib, rounds, rx, table_mb):
+    """xk int8 row-wise vs xk f32 tables at D = 128, same table bytes, same bags."""
+    bags, pool, dim = 2048, 100, 128
+    n = bags * pool
+    offsets = torch.arange(0, n, pool, dtype=torch.int64)
+    P = ctypes.c_void_p
+    E = (table_mb << 20) // (dim * 4)
+    E8 = (table_mb << 20) // (dim + 8)
+    w = torch.rand(E, dim)
+    q = torch.randint(0, 256, (E8, dim + 8), dtype=torch.uint8)
+    sb = q[:, dim:].view(torch.float32)
+    sb[:, 0] = 1e-2  # scale
+    sb[:, 1] = -0.5  # bias
+    out = torch.empty(bags, dim)
+    for zipf in (False, True):
+        dist = "zipf1.05" if zipf else "uniform"
+        if rx and not re.search(rx, f"embedding_bag/q8_vs_f32_dim:{dim}_{dist}"):
+            continue
+        i32, i8 = zipf_idx(E, n, zipf), zipf_idx(1 << (E8.bit_length() - 1), n, zipf)  # (power of 2 rows)
+        d, d8 = BagDesc(E, dim, 0, 0, 0, 0, -1), BagDesc(E8, dim, 0, 0, 0, 0, -1)
+
+        def xk_q8():
+            check(lib, lib.xk_embedding_bag_q8_f32(ctypes.byref(d8), P(q.data_ptr()), ctypes.c_int64(n), P(i8.data_ptr()),
+                                                   ctypes.c_int64(bags), P(offsets.data_ptr()), None, P(out.data_ptr())))
+
+        def xk_f32():
+            check(lib, lib.xk_embedding_bag_f32(ctypes.byref(d), P(w.data_ptr()), ctypes.c_int64(n), P(i32.data_ptr()),
+                                                ctypes.c_int64(bags), P(offsets.data_ptr()), None, P(out.data_ptr())))
+
+        a, b = measure(xk_q8, xk_f32, rounds)
+        row(f"embedding_bag/q8_vs_f32_dim:{dim}_{dist} (torch = xk f32)", n * dim, a, b)
+
+
+class EmbUpdate(ctypes.Structure):
+    _fields_ = [("optimizer", ctypes.c_int), ("lr", ctypes.c_float), ("eps", ctypes.c_float),
+                ("state", ctypes.c_void_p), ("ld_state", ctypes.c_int64)]
+
+
+def train_rows(lib, rounds, rx, table_mb):
+    bags, pool = 2048, 100
+    n = bags * pool
+    offsets = torch.arange(0, n, pool, dtype=torch.int64)
+    P = ctypes.c_void_p
+    for dim in (64, 128):
+        E = (table_mb << 20) // (dim * 4)
+        for zipf in (False, True):
+            dist = "zipf1.05" if zipf else "uniform"
+            if rx and not re.search(rx, f"embedding_train/dim:{dim}_{dist}"):
+                continue
+            idx = zipf_idx(E, n, zipf)
+            wx = torch.rand(E, dim)
+            d = BagDesc(E, dim, 0, 0, 0, 0, -1)
+            out = torch.empty(bags, dim)
+            upd = EmbUpdate(0, 1e-6, 1e-10, None, 0)
+
+            def xk_step():
+                check(lib, lib.xk_embedding_bag_f32(ctypes.byref(d), P(wx.data_ptr()), ctypes.c_int64(n), P(idx.data_ptr()),
+                                                    ctypes.c_int64(bags), P(offsets.data_ptr()), None, P(out.data_ptr())))
+                check(lib, lib.xk_embedding_bag_backward_update_f32(
+                    ctypes.byref(d), P(wx.data_ptr()), ctypes.c_int64(n), P(idx.data_ptr()), ctypes.c_int64(bags),
+                    P(offsets.data_ptr()), None, P(out.data_ptr()), ctypes.byref(upd)))
+
+            wt = torch.nn.Parameter(wx.clone())
+            opt = torch.optim.SGD([wt], lr=1e-6)
+
+            def th_step():
+                o = F.embedding_bag(idx, wt, offsets, mode="sum", sparse=True)
+                o.backward(o.detach())
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            a, b = measure(xk_step, th_step, rounds)
+            row(f"embedding_train/f32/sum_sgd_dim:{dim}_{dist}", n * dim * 4, a, b)
+            del wx, wt, opt
+
+
+class AdamOpts(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double), ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("weight_decay", ctypes.c_double), ("adamw", ctypes.c_int), ("amsgrad", ctypes.c_int), ("maximize", ctypes.c_int)]
+
+
+def optim_rows(lib, rounds, rx):
+    if rx and not re.search(rx, "optim/adamw"):
+        return
+    n_total, n_each = 100_000_000, 1_000_000
+    P = ctypes.c_void_p
+    p, g, m, v = (torch.full((n_total,), x) for x in (0.5, 1e-3, 0.0, 0.0))
+    o = AdamOpts()
+    check(lib, lib.xk_adam_options_init(ctypes.byref(o)))
+    o.adamw, o.weight_decay = 1, 1e-2
+    step = [0]
+
+    def xk_step():
+        step[0] += 1
+        check(lib, lib.xk_adam_step(ctypes.byref(o), 0, ctypes.c_int64(n_total), P(p.data_ptr()), None, P(g.data_ptr()),
+                                    P(m.data_ptr()), P(v.data_ptr()), None, ctypes.c_int64(step[0])))
+
+    ps = [torch.nn.Parameter(torch.full((n_each,), 0.5)) for _ in range(n_total // n_each)]
+    for t in ps:
+        t.grad = torch.full((n_each,), 1e-3)
+    opt = torch.optim.AdamW(ps, lr=1e-3, weight_decay=1e-2, foreach=True)
+    a, b = measure(xk_step, opt.step, rounds, min_s=0.3)
+    row("optim/f32/adamw_n:1e8 (torch: AdamW(foreach=True))", 28 * n_total, a, b)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
@@ -184,6 +297,9 @@ def main():
     print(f"torch {torch.__version__}, 1 thread each, table {args.table_mb} MiB, rounds {args.rounds}")
     interaction_rows(lib, args.rounds, args.filter)
     bag_rows(lib, args.rounds, args.filter, args.table_mb)
+    q8_rows(lib, args.rounds, args.filter, args.table_mb)
+    train_rows(lib, args.rounds, args.filter, args.table_mb)
+    optim_rows(lib, args.rounds, args.filter)
 
 
 if __name__ == "__main__":
