@@ -42,6 +42,7 @@
 #include <string>
 
 #include "bench_util.hpp"
+#include "kernels/embedding_bag/embedding_bag.hpp"  // embedding_bag_prefetch_l2: the loops prefetch as the kernels do
 #include "xk/embedding_bag.hpp"
 #include "xk/interaction.hpp"
 #include "xk/optim.hpp"
@@ -260,16 +261,20 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 }
 
 // The lookup's limit: the same rows gathered and written to out[i] (a loop that writes what it
-// reads), rows 16 indices ahead prefetched, the rows split evenly over the threads; the stores
+// reads), rows 16 indices ahead prefetched (as gather_rows), the rows split evenly over the threads; the stores
 // non-temporal (nt) or regular. dim a multiple of 16, out 64-byte aligned.
 template <bool NT>
 __attribute__((target("avx512f"))) void gather_store_rows(const float* t, const int64_t* idx, int64_t dim, int64_t i0,
                                                           int64_t i1, float* out) {
     const int nv = static_cast<int>(dim / 16);
+    const bool l2 = xk::detail::embedding_bag_prefetch_l2();
     for (int64_t i = i0; i < i1; ++i) {
         if (i + 16 < i1) {
             const char* p = reinterpret_cast<const char*>(t + idx[i + 16] * dim);
-            for (int64_t l = 0; l < dim * 4; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+            for (int64_t l = 0; l < dim * 4; l += 64) {
+                if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
+                else _mm_prefetch(p + l, _MM_HINT_T0);
+            }
         }
         const float* r = t + idx[i] * dim;
         float* o = out + i * dim;
@@ -415,11 +420,13 @@ void BM_merged(benchmark::State& state, bool merged, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(n_rows * dim * 4));
 }
 
-// The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched, bags split
-// evenly over the threads. dim is a multiple of 16.
+// The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched (into L1, or
+// into L2 where the kernels do: embedding_bag_prefetch_l2), bags split evenly over the threads. dim
+// is a multiple of 16.
 __attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
                                                     int64_t b1, float* out) {
     const int64_t j_end = b1 * kPool;
+    const bool l2 = xk::detail::embedding_bag_prefetch_l2();
     for (int64_t b = b0; b < b1; ++b) {
         __m512 acc[8];
         const int nv = static_cast<int>(dim / 16);
@@ -427,7 +434,10 @@ __attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_
         for (int64_t j = b * kPool; j < (b + 1) * kPool; ++j) {
             if (j + 16 < j_end) {
                 const char* p = reinterpret_cast<const char*>(t + idx[j + 16] * dim);
-                for (int64_t l = 0; l < dim * 4; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+                for (int64_t l = 0; l < dim * 4; l += 64) {
+                    if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
+                    else _mm_prefetch(p + l, _MM_HINT_T0);
+                }
             }
             const float* r = t + idx[j] * dim;
             for (int v = 0; v < nv; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -370,6 +371,16 @@ int par_check_threads() {
 }  // namespace
 
 void embedding_bag_set_par_check_threads(int threads) { g_par_check_override.store(std::max(threads, 0)); }
+
+bool embedding_bag_prefetch_l2() {
+    static const bool l2 = [] {
+        const char* e = std::getenv("XK_EB_PF_HINT");
+        if (e && (std::strcmp(e, "t1") == 0 || std::strcmp(e, "T1") == 0)) return true;
+        if (e && (std::strcmp(e, "t0") == 0 || std::strcmp(e, "T0") == 0)) return false;
+        return cpu_info().vendor == "AuthenticAMD";
+    }();
+    return l2;
+}
 
 int64_t embedding_bag_split(const EmbeddingBagCall& c, int64_t i, int64_t n) {
     const int64_t B = c.a.num_bags;
