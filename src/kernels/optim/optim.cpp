@@ -361,22 +361,8 @@ void run_optim(const OptimCall& c_in, const OptimKernel* kernel) {
     }
     // Chunks of >= 64 Ki elements (~1 MiB of traffic), boundaries on 64-element multiples.
     const int64_t blocks = (c.t.n + 63) / 64;
-    // XK_OPTIM_WAYS=k (tuning, off by default): each thread's range in k parts walked round-robin
-    // in 8 KiB steps (k times the streams in flight for the hardware prefetchers).
-    static const int64_t ways = std::max<int64_t>(1, std::min<int64_t>(8, env_int("XK_OPTIM_WAYS", 1)));
     parallel_for(blocks, 1024, [&](int64_t b0, int64_t b1) {
-        const int64_t i0 = b0 * 64, i1 = std::min(c.t.n, b1 * 64);
-        if (ways == 1 || i1 - i0 < ways * 4096) {
-            kernel->run(c, i0, i1);
-            return;
-        }
-        constexpr int64_t kStep = 2048;  // elements (8 KiB of each f32 array)
-        const int64_t part = (i1 - i0 + ways * 64 - 1) / (ways * 64) * 64;
-        for (int64_t o = 0; o < part; o += kStep)
-            for (int64_t w = 0; w < ways; ++w) {
-                const int64_t a = i0 + w * part + o, e = std::min({i0 + w * part + std::min(o + kStep, part), i1});
-                if (a < e) kernel->run(c, a, e);
-            }
+        kernel->run(c, b0 * 64, std::min(c.t.n, b1 * 64));
     });
 }
 
