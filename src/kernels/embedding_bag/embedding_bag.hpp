@@ -82,7 +82,8 @@ struct EmbeddingBagKernel {
 
 const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry();
 
-// Whether the forward kernels prefetch the rows ahead into L2 (PREFETCHT1) instead of L1 (T0):
+// Whether the forward and backward kernels prefetch the rows ahead into L2 (PREFETCHT1) instead of
+// L1 (T0; the backward: PREFETCHW):
 // on AMD (Zen 4: the gather loop 1.3-1.5x faster with T1 at 1 thread; T0 there gains nothing over
 // no prefetch), T0 elsewhere; XK_EB_PF_HINT=t0 / t1 overrides (tuning). Read once.
 bool embedding_bag_prefetch_l2();
