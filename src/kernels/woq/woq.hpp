@@ -106,14 +106,11 @@ struct WoqAmxCtx {
     const WoqPacked* w = nullptr;
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
 };
-// Writes the k steps [kb0, kb1) of column block nb (2048 bytes a step) at `packed`. _rne: bf16 by
-// integer rounding (denormals kept, as the AMX packer); _cvt (AVX512-BF16): by VCVTNE2PS2BF16,
-// which flushes a denormal weight to a zero of its sign — the tile products treat a denormal bf16
-// input as that zero anyway (AMX-BF16 has DAZ), so the GEMM's results are the same. The plain
-// name picks _cvt where the CPU has AVX512-BF16.
+// Writes the k steps [kb0, kb1) of column block nb (2048 bytes a step) at `packed`: bf16 by
+// VCVTNE2PS2BF16 (AVX512-BF16, which every AMX CPU has), which flushes a denormal weight to a zero
+// of its sign — the tile products treat a denormal bf16 input as that zero anyway (AMX-BF16 has
+// DAZ), so the GEMM's results are those of the AMX packer's bf16 B.
 void woq_amx_pack_block(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed);
-void woq_amx_pack_block_rne(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed);
-void woq_amx_pack_block_cvt(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed);
 bool woq_amx_prefill_supports(const WoqSpec& s);  // M > 16, or M >= woq_amx_decode_min_m()
 int64_t woq_amx_decode_min_m();
 std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s);
