@@ -236,7 +236,7 @@ TEST(Woq, EveryKernelEveryLayout) {
                 const int64_t N = gs == 64 ? 16 : 37;
                 Weight w = make_weight(N, K, t, gs, zp, 11 + gs);
                 for_each_isa([&](Isa isa) {
-                    for (int64_t M : {1, 3, 8, 16, 17, 67}) {
+                    for (int64_t M : {1, 3, 8, 12, 16, 17, 67}) {
                         Case cs;
                         cs.M = M;
                         cs.a = (M + gs / 32) % 2 ? DType::bf16 : DType::f32;
@@ -253,6 +253,8 @@ TEST(Woq, EveryKernelEveryLayout) {
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
                         else if (isa == Isa::amx && (!dec || M >= detail::woq_amx_decode_min_m()) && cs.a == DType::bf16)
                             EXPECT_EQ(name, "amx:woq:dequant_gemm");
+                        else if (isa >= Isa::avx512_bf16 && dec && t == WoqWeightType::u4 && cs.a == DType::bf16)
+                            EXPECT_EQ(name, "avx512_bf16:woq_u4:gemv");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
                                                 : "avx512:woq:dequant_gemm");

@@ -1,0 +1,212 @@
+// int4 WOQ decode with VDPBF16PS (entry avx512_bf16:woq_u4:gemv): u4 weights, bf16 X, M <= 16,
+// exact mode. Each 16-byte row of a block (16 channels x one k-pair: low nibble k even, high nibble
+// k odd) becomes 16 dwords of bf16 pairs in three instructions — VBROADCASTI32X4 + VPSHUFB put
+// byte c in both words of dword c, VPSRLVW shifts the odd words right by 4, VPERMW looks the low
+// 5 bits up in a table of bf16(i & 15) (the values 0..15 exactly) — and one VDPBF16PS per row of X
+// against that row's (x[k], x[k+1]) pair as it lies in memory (bf16 X needs no widening). The
+// products are exact in fp32 (8-bit x mantissa times a 4-bit integer), so the group sums are those
+// of the f32 FMA kernel up to the order of the fp32 additions; VDPBF16PS reads a denormal x as a
+// zero of its sign and flushes a denormal sum (the sums are then below 2^-126 in magnitude).
+// Per group y += scale * sum + offset * sum_k x, as the f32 kernel (woq_kernels.inc).
+// Against that kernel (VPMOVZXBD, VPERMPS, VPSRLD, CVTDQ2PS and two FMAs per 32 weights and row)
+// it needs 3 instructions per 32 weights plus one per row: at M = 16 (one pass of 16 rows) half
+// the arithmetic instructions, at M = 1 two thirds.
+#include <immintrin.h>
+
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "kernels/woq/woq.hpp"
+#include "xk/isa.hpp"
+#include "xk/types.hpp"
+
+#define XK_WOQ_DP_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+namespace xk::detail {
+namespace {
+
+constexpr int64_t kPf = 4096;  // software prefetch distance in the weight stream (as woq_kernels.inc)
+
+alignas(64) constexpr uint8_t kShuf[64] = {  // lane L, dword j: byte 4L + j of the broadcast row, 4 times
+    0,  0,  0,  0,  1,  1,  1,  1,  2,  2,  2,  2,  3,  3,  3,  3,  4,  4,  4,  4,  5,  5,
+    5,  5,  6,  6,  6,  6,  7,  7,  7,  7,  8,  8,  8,  8,  9,  9,  9,  9,  10, 10, 10, 10,
+    11, 11, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15};
+alignas(64) constexpr uint16_t kBf16Nib[32] = {  // bf16(i & 15)
+    0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120,
+    0x4130, 0x4140, 0x4150, 0x4160, 0x4170, 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0,
+    0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
+
+struct Consts {
+    __m512i shuf, cnt, table;
+};
+
+// One 16-byte row of u4 -> 16 dwords (bf16(q[c][2j]), bf16(q[c][2j + 1])).
+XK_WOQ_DP_TARGET inline __m512i pairs(const uint8_t* p, const Consts& k) {
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i d = _mm512_srlv_epi16(_mm512_shuffle_epi8(b, k.shuf), k.cnt);  // even words: byte; odd: byte >> 4
+    return _mm512_permutexvar_epi16(d, k.table);  // (VPERMW reads the low 5 bits: the table repeats)
+}
+
+XK_WOQ_DP_TARGET inline __m512 xpair(const uint32_t* x) { return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(*x))); }
+
+XK_WOQ_DP_TARGET inline __m512 dp(__m512 acc, __m512i w, __m512 x) {
+    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(w), reinterpret_cast<__m512bh>(x));
+}
+
+// Block b, rows [0, MB) of x: out[m * 16 + c] = the row's dot products. x holds the (x[k], x[k+1])
+// pairs k-major: pair j of row m at x[j * ldp + m] (the rows' pairs of one j in one cache line;
+// rows of X 4 KiB apart would share their L1 set). A: independent accumulator chains per row.
+template <int MB, int A>
+XK_WOQ_DP_TARGET void block_dp(const WoqPacked& w, int64_t b, const uint32_t* x, int64_t ldp, const float* xs, float* out) {
+    const Consts k{_mm512_load_si512(kShuf), _mm512_set1_epi32(0x00040000), _mm512_load_si512(kBf16Nib)};
+    const uint8_t* q = w.qb(b);
+    const float* sc = w.sb(b);
+    const float* of = w.ob(b);
+    const int64_t G = w.G, gs = w.gs;
+    for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, _mm512_setzero_ps());
+    for (int64_t g = 0; g < G; ++g) {
+        __m512 acc[A][MB];
+        for (int a = 0; a < A; ++a)
+            for (int m = 0; m < MB; ++m) acc[a][m] = _mm512_setzero_ps();
+        const int64_t j0 = g * gs / 2, j1 = std::min(w.K, g * gs + gs) / 2;  // k-pairs of the group
+        constexpr int U = A >= 4 ? A : 4 / A * A;                                // pairs a step (64 bytes)
+        int64_t j = j0;
+        for (; j + U <= j1; j += U) {
+            _mm_prefetch(reinterpret_cast<const char*>(q + j * 16 + kPf), _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (int u = 0; u < U; ++u) {
+                const __m512i wv = pairs(q + (j + u) * 16, k);
+                for (int m = 0; m < MB; ++m) acc[u % A][m] = dp(acc[u % A][m], wv, xpair(x + (j + u) * ldp + m));
+            }
+        }
+        for (; j < j1; ++j) {
+            const __m512i wv = pairs(q + j * 16, k);
+            for (int m = 0; m < MB; ++m) acc[0][m] = dp(acc[0][m], wv, xpair(x + j * ldp + m));
+        }
+        for (int a = 1; a < A; ++a)
+            for (int m = 0; m < MB; ++m) acc[0][m] = _mm512_add_ps(acc[0][m], acc[a][m]);
+        const __m512 s = _mm512_loadu_ps(sc + g * 16);
+        const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
+        for (int m = 0; m < MB; ++m) {
+            __m512 y = _mm512_fmadd_ps(acc[0][m], s, _mm512_loadu_ps(out + m * 16));
+            if (of) y = _mm512_fmadd_ps(_mm512_set1_ps(xs[m * G + g]), o, y);
+            _mm512_storeu_ps(out + m * 16, y);
+        }
+    }
+}
+
+using BlockFn = void (*)(const WoqPacked&, int64_t, const uint32_t*, int64_t, const float*, float*);
+
+template <int MB>
+constexpr int chains() {
+    return MB == 1 ? 4 : MB <= 3 ? 2 : 1;
+}
+
+BlockFn block_fn(int64_t mb) {
+    switch (mb) {
+        case 1: return &block_dp<1, chains<1>()>;
+        case 2: return &block_dp<2, chains<2>()>;
+        case 3: return &block_dp<3, chains<3>()>;
+        case 4: return &block_dp<4, chains<4>()>;
+        case 5: return &block_dp<5, chains<5>()>;
+        case 6: return &block_dp<6, chains<6>()>;
+        case 7: return &block_dp<7, chains<7>()>;
+        case 8: return &block_dp<8, chains<8>()>;
+        case 16: return &block_dp<16, chains<16>()>;
+    }
+    return nullptr;
+}
+
+class WoqGemvDp final : public WoqKernel {
+public:
+    // M <= 8 or 16: one pass over the weights; 9..15: two passes of balanced row counts (the
+    // second finds the block in L1 / L2).
+    explicit WoqGemvDp(const WoqSpec& s) : s_(s) {
+        const int64_t passes = s.M <= 8 || s.M == 16 ? 1 : 2;
+        int64_t m0 = 0;
+        for (int64_t p = 0; p < passes; ++p) {
+            const int64_t mb = (s.M - m0 + (passes - p) - 1) / (passes - p);
+            passes_.push_back({m0, mb, block_fn(mb)});
+            m0 += mb;
+        }
+    }
+
+    void run(const WoqCall& c) const override {
+        const WoqSpec& s = s_;
+        const WoqPacked& w = *c.w;
+        const auto* x = static_cast<const uint16_t*>(c.args.A);
+        // X's pairs k-major (xp[j * M + m]), and the sums of x over each group (offsets only): per
+        // row, 16 partial sums (lane j: k = j mod 16), then those in order — the same values
+        // whatever the thread count.
+        static thread_local std::vector<uint32_t> xpv;
+        static thread_local std::vector<float> xsv;
+        const int64_t M = s.M, J = s.K / 2;
+        xpv.resize(static_cast<size_t>(J * M));
+        uint32_t* xp = xpv.data();
+        parallel_for(J, 1024, [&](int64_t j0, int64_t j1) {
+            for (int64_t m = 0; m < M; ++m) {
+                const uint16_t* xr = x + m * s.lda;
+                for (int64_t j = j0; j < j1; ++j) std::memcpy(xp + j * M + m, xr + 2 * j, 4);
+            }
+        });
+        const float* xs = nullptr;
+        if (w.has_offset) {
+            xsv.resize(static_cast<size_t>(M * w.G));
+            float* xsb = xsv.data();
+            parallel_for(M, std::max<int64_t>(1, 8192 / std::max<int64_t>(s.K, 1)), [&](int64_t m0, int64_t m1) {
+                for (int64_t m = m0; m < m1; ++m)
+                    for (int64_t g = 0; g < w.G; ++g) {
+                        const uint16_t* xr = x + m * s.lda + g * w.gs;
+                        const int64_t n = std::min(w.gs, s.K - g * w.gs);
+                        float part[16] = {};
+                        for (int64_t i = 0; i < n; ++i) part[i % 16] += bf16::to_float(xr[i]);
+                        float sum = 0.0f;
+                        for (float v : part) sum += v;
+                        xsb[m * w.G + g] = sum;
+                    }
+            });
+            xs = xsv.data();
+        }
+        const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, w.q_block_bytes));
+        parallel_for(w.nblk, grain, [&](int64_t b0, int64_t b1) {
+            alignas(64) float out[kWoqMaxDecodeM * 16];
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t n0 = b * 16, n1 = std::min(s.N, n0 + 16);
+                for (const Pass& p : passes_) {
+                    p.fn(w, b, xp + p.m0, M, xs ? xs + p.m0 * w.G : nullptr, out);
+                    woq_epilogue(s, c, out, 16, p.m0, p.mb, n0, n1);
+                }
+            }
+        });
+    }
+
+private:
+    struct Pass {
+        int64_t m0, mb;
+        BlockFn fn;
+    };
+    WoqSpec s_;
+    std::vector<Pass> passes_;
+};
+
+}  // namespace
+
+bool woq_u4_dp_supports(const WoqSpec& s) {
+    // XK_WOQ_DP=0 (read once): the f32 FMA kernel instead, for before / after in one build.
+    static const bool on = [] {
+        const char* e = std::getenv("XK_WOQ_DP");
+        return !(e && std::atoi(e) == 0);
+    }();
+    return on && s.compute == WoqCompute::exact && s.wtype == WoqWeightType::u4 && s.a_type == DType::bf16 &&
+           s.M <= kWoqMaxDecodeM && s.K > 0;
+}
+
+std::shared_ptr<const WoqKernel> create_woq_u4_dp(const WoqSpec& s) { return std::make_shared<WoqGemvDp>(s); }
+
+}  // namespace xk::detail
