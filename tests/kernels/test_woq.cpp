@@ -253,8 +253,8 @@ TEST(Woq, EveryKernelEveryLayout) {
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
                         else if (isa == Isa::amx && (!dec || M >= detail::woq_amx_decode_min_m()) && cs.a == DType::bf16)
                             EXPECT_EQ(name, "amx:woq:dequant_gemm");
-                        else if (isa >= Isa::avx512_bf16 && dec && t == WoqWeightType::u4 && cs.a == DType::bf16)
-                            EXPECT_EQ(name, "avx512_bf16:woq_u4:gemv");
+                        else if (isa >= Isa::avx512_bf16 && dec && cs.a == DType::bf16 && (t == WoqWeightType::u4 || M >= 6))
+                            EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
                                                 : "avx512:woq:dequant_gemm");

@@ -98,9 +98,10 @@ std::shared_ptr<const WoqKernel> create_woq_gemv_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_gemv_avx2(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx2(const WoqSpec& s);
-// u4 decode with VDPBF16PS (woq_bf16.cpp): bf16 X, exact, M <= 16.
+// Decode with VDPBF16PS (woq_bf16.cpp): bf16 X, exact, M <= 16 (s8: M >= 6).
 bool woq_u4_dp_supports(const WoqSpec& s);
-std::shared_ptr<const WoqKernel> create_woq_u4_dp(const WoqSpec& s);
+bool woq_s8_dp_supports(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_dp(const WoqSpec& s);
 // Prefill on AMX (woq_amx.cpp): bf16 X, M > 16: one call of the AMX bf16 GEMM kernel whose B
 // column blocks (32 columns = two of ours) are produced dequantized, rounded to bf16, straight in
 // its tile layout (woq_amx_pack_block: GemmCall::b_block_fn), each block once per call inside the

@@ -12,6 +12,9 @@
 // it needs 3 instructions per 32 weights plus one per row: at M = 16 (one pass of 16 rows) half
 // the arithmetic instructions, at M = 1 two thirds. (Zen 4, one core, weights from DRAM, M = 16:
 // 1.6-1.8x the FMA kernel's speed.)
+// s8 (entry avx512_bf16:woq_s8:gemv, M >= 6): rows k and k + 1 of a block widened (VPMOVSXBD,
+// CVTDQ2PS), rounded to bf16 together (VCVTNE2PS2BF16: int8 values are exact) and interleaved into
+// the channels' pairs (VPERMW); an odd K's last k pairs with a zero (and x with a zero).
 #include <immintrin.h>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
@@ -54,8 +57,11 @@ alignas(64) constexpr uint16_t kBf16Nib[32] = {  // bf16(i & 15)
     0x4130, 0x4140, 0x4150, 0x4160, 0x4170, 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0,
     0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
 
+alignas(64) constexpr uint16_t kPairIdx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                               8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 struct Consts {
-    __m512i msh, table;
+    __m512i msh, table, pidx;
 };
 
 // One 16-byte row of u4 -> 16 dwords (bf16(q[c][2j]), bf16(q[c][2j + 1])), lanes in kLane2Ch order.
@@ -63,6 +69,15 @@ XK_WOQ_DP_TARGET inline __m512i pairs(const uint8_t* p, const Consts& k) {
     const __m512i b = _mm512_broadcast_i64x2(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m512i d = _mm512_multishift_epi64_epi8(k.msh, b);  // words: the nibble in bits 0-3
     return _mm512_permutexvar_epi16(d, k.table);               // (VPERMW reads bits 0-4: the table repeats)
+}
+
+// s8: rows k, k + 1 of a block (16 bytes each, p and p + 16; hi = false: k + 1 = K, zeros) -> 16
+// dwords (bf16(q[c][k]), bf16(q[c][k + 1])) in channel order (int8 values are exact in bf16).
+XK_WOQ_DP_TARGET inline __m512i pairs_s8(const uint8_t* p, bool hi, const Consts& k) {
+    const __m512 l = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    const __m512 h = hi ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))))
+                        : _mm512_setzero_ps();
+    return _mm512_permutexvar_epi16(k.pidx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h, l)));
 }
 
 XK_WOQ_DP_TARGET inline __m512 xpair(const uint32_t* x) { return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(*x))); }
@@ -74,9 +89,12 @@ XK_WOQ_DP_TARGET inline __m512 dp(__m512 acc, __m512i w, __m512 x) {
 // Block b, rows [0, MB) of x: out[m * 16 + c] = the row's dot products. x holds the (x[k], x[k+1])
 // pairs k-major: pair j of row m at x[j * ldp + m] (the rows' pairs of one j in one cache line;
 // rows of X 4 KiB apart would share their L1 set). A: independent accumulator chains per row.
-template <int MB, int A>
+// U4: u4 rows (lanes in kLane2Ch order), else s8 rows in pairs (channel order; an odd K's last
+// pair has a zero k + 1).
+template <bool U4, int MB, int A>
 XK_WOQ_DP_TARGET void block_dp(const WoqPacked& w, int64_t b, const uint32_t* x, int64_t ldp, const float* xs, float* out) {
-    const Consts k{_mm512_load_si512(kMsh), _mm512_load_si512(kBf16Nib)};
+    const Consts k{_mm512_load_si512(kMsh), _mm512_load_si512(kBf16Nib), _mm512_load_si512(kPairIdx)};
+    constexpr int64_t kRowBytes = U4 ? 16 : 32;  // bytes of one k-pair of a block
     const __m512i l2c = _mm512_load_si512(kLane2Ch);
     const uint8_t* q = w.qb(b);
     const float* sc = w.sb(b);
@@ -87,31 +105,35 @@ XK_WOQ_DP_TARGET void block_dp(const WoqPacked& w, int64_t b, const uint32_t* x,
         __m512 acc[A][MB];
         for (int a = 0; a < A; ++a)
             for (int m = 0; m < MB; ++m) acc[a][m] = _mm512_setzero_ps();
-        const int64_t j0 = g * gs / 2, j1 = std::min(w.K, g * gs + gs) / 2;  // k-pairs of the group
-        constexpr int U = A >= 4 ? A : 4 / A * A;                                // pairs a step (64 bytes)
+        const int64_t k1 = std::min(w.K, g * gs + gs);
+        const int64_t j0 = g * gs / 2, j1 = k1 / 2;  // whole k-pairs of the group (gs is even or K)
+        constexpr int U = A >= 4 ? A : 4 / A * A;    // pairs a step
         int64_t j = j0;
         for (; j + U <= j1; j += U) {
-            _mm_prefetch(reinterpret_cast<const char*>(q + j * 16 + kPf), _MM_HINT_T0);
+            for (int64_t o = 0; o < U * kRowBytes; o += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(q + j * kRowBytes + o + kPf), _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int u = 0; u < U; ++u) {
-                const __m512i wv = pairs(q + (j + u) * 16, k);
+                const __m512i wv = U4 ? pairs(q + (j + u) * 16, k) : pairs_s8(q + (j + u) * 32, true, k);
                 for (int m = 0; m < MB; ++m) acc[u % A][m] = dp(acc[u % A][m], wv, xpair(x + (j + u) * ldp + m));
             }
         }
-        for (; j < j1; ++j) {
-            const __m512i wv = pairs(q + j * 16, k);
+        for (; j < (k1 + 1) / 2; ++j) {  // (s8, odd K: the last pair is k = K - 1 alone)
+            const __m512i wv = U4 ? pairs(q + j * 16, k) : pairs_s8(q + j * 32, 2 * j + 1 < k1, k);
             for (int m = 0; m < MB; ++m) acc[0][m] = dp(acc[0][m], wv, xpair(x + j * ldp + m));
         }
         for (int a = 1; a < A; ++a)
             for (int m = 0; m < MB; ++m) acc[0][m] = _mm512_add_ps(acc[0][m], acc[a][m]);
-        const __m512 s = _mm512_permutexvar_ps(l2c, _mm512_loadu_ps(sc + g * 16));
-        const __m512 o = of ? _mm512_permutexvar_ps(l2c, _mm512_loadu_ps(of + g * 16)) : _mm512_setzero_ps();
+        __m512 s = _mm512_loadu_ps(sc + g * 16);
+        __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
+        if (U4) s = _mm512_permutexvar_ps(l2c, s), o = _mm512_permutexvar_ps(l2c, o);
         for (int m = 0; m < MB; ++m) {
             __m512 y = _mm512_fmadd_ps(acc[0][m], s, _mm512_loadu_ps(out + m * 16));
             if (of) y = _mm512_fmadd_ps(_mm512_set1_ps(xs[m * G + g]), o, y);
             _mm512_storeu_ps(out + m * 16, y);
         }
     }
+    if (!U4) return;
     const __m512i c2l = _mm512_load_si512(kCh2Lane);
     for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, _mm512_permutexvar_ps(c2l, _mm512_loadu_ps(out + m * 16)));
 }
@@ -123,17 +145,18 @@ constexpr int chains() {
     return MB == 1 ? 4 : MB <= 3 ? 2 : 1;
 }
 
+template <bool U4>
 BlockFn block_fn(int64_t mb) {
     switch (mb) {
-        case 1: return &block_dp<1, chains<1>()>;
-        case 2: return &block_dp<2, chains<2>()>;
-        case 3: return &block_dp<3, chains<3>()>;
-        case 4: return &block_dp<4, chains<4>()>;
-        case 5: return &block_dp<5, chains<5>()>;
-        case 6: return &block_dp<6, chains<6>()>;
-        case 7: return &block_dp<7, chains<7>()>;
-        case 8: return &block_dp<8, chains<8>()>;
-        case 16: return &block_dp<16, chains<16>()>;
+        case 1: return &block_dp<U4, 1, chains<1>()>;
+        case 2: return &block_dp<U4, 2, chains<2>()>;
+        case 3: return &block_dp<U4, 3, chains<3>()>;
+        case 4: return &block_dp<U4, 4, chains<4>()>;
+        case 5: return &block_dp<U4, 5, chains<5>()>;
+        case 6: return &block_dp<U4, 6, chains<6>()>;
+        case 7: return &block_dp<U4, 7, chains<7>()>;
+        case 8: return &block_dp<U4, 8, chains<8>()>;
+        case 16: return &block_dp<U4, 16, chains<16>()>;
     }
     return nullptr;
 }
@@ -147,7 +170,7 @@ public:
         int64_t m0 = 0;
         for (int64_t p = 0; p < passes; ++p) {
             const int64_t mb = (s.M - m0 + (passes - p) - 1) / (passes - p);
-            passes_.push_back({m0, mb, block_fn(mb)});
+            passes_.push_back({m0, mb, s.wtype == WoqWeightType::u4 ? block_fn<true>(mb) : block_fn<false>(mb)});
             m0 += mb;
         }
     }
@@ -161,13 +184,16 @@ public:
         // whatever the thread count.
         static thread_local std::vector<uint32_t> xpv;
         static thread_local std::vector<float> xsv;
-        const int64_t M = s.M, J = s.K / 2;
+        const int64_t M = s.M, J = (s.K + 1) / 2;
         xpv.resize(static_cast<size_t>(J * M));
         uint32_t* xp = xpv.data();
         parallel_for(J, 1024, [&](int64_t j0, int64_t j1) {
             for (int64_t m = 0; m < M; ++m) {
                 const uint16_t* xr = x + m * s.lda;
-                for (int64_t j = j0; j < j1; ++j) std::memcpy(xp + j * M + m, xr + 2 * j, 4);
+                for (int64_t j = j0; j < j1; ++j) {
+                    if (2 * j + 1 < s.K) std::memcpy(xp + j * M + m, xr + 2 * j, 4);
+                    else xp[j * M + m] = xr[2 * j];  // odd K: (x[K - 1], 0)
+                }
             }
         });
         const float* xs = nullptr;
@@ -212,17 +238,31 @@ private:
 
 }  // namespace
 
-bool woq_u4_dp_supports(const WoqSpec& s) {
+namespace {
+bool dp_on() {
     // XK_WOQ_DP=0 (read once): the f32 FMA kernel instead, for before / after in one build.
     static const bool on = [] {
         const char* e = std::getenv("XK_WOQ_DP");
         return !(e && std::atoi(e) == 0);
     }();
     static const bool hw = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-    return on && hw && s.compute == WoqCompute::exact && s.wtype == WoqWeightType::u4 && s.a_type == DType::bf16 &&
+    return on && hw;
+}
+}  // namespace
+
+bool woq_u4_dp_supports(const WoqSpec& s) {
+    return dp_on() && s.compute == WoqCompute::exact && s.wtype == WoqWeightType::u4 && s.a_type == DType::bf16 &&
            s.M <= kWoqMaxDecodeM && s.K > 0;
 }
 
-std::shared_ptr<const WoqKernel> create_woq_u4_dp(const WoqSpec& s) { return std::make_shared<WoqGemvDp>(s); }
+// s8 from M = 6: the conversion (VPMOVSXBD + CVTDQ2PS per 16 weights, VCVTNE2PS2BF16 + VPERMW per
+// 32) costs more than the FMA kernel's, repaid from ~6 rows (Zen 4, one core, L2-resident: M = 4
+// 0.95x, 6 1.18x, 8 1.27x, 16 1.5x the FMA kernel)
+bool woq_s8_dp_supports(const WoqSpec& s) {
+    return dp_on() && s.compute == WoqCompute::exact && s.wtype == WoqWeightType::s8 && s.a_type == DType::bf16 &&
+           s.M >= 6 && s.M <= kWoqMaxDecodeM && s.K > 0;
+}
+
+std::shared_ptr<const WoqKernel> create_woq_dp(const WoqSpec& s) { return std::make_shared<WoqGemvDp>(s); }
 
 }  // namespace xk::detail
