@@ -7,8 +7,9 @@
 //       WoqCompute::int8 (X quantized per row to s8 in the call, VPDPBUSD). Weights rotated over copies of >= XK_BENCH_ROTATE_MB
 //       (default 1 GiB) in all, for both ours and the bf16 GEMM's packed weights, so both come
 //       from DRAM. w = u4g128_avx512 / s8_avx512 (M = 16, AMX machines): the plan made under an
-//       avx512_bf16 cap, i.e. the f32 decode kernels (avx512:woq_*:gemv) that amx:woq:dequant_gemm
-//       replaced at M >= 12 with bf16 X, for before / after in one process.
+//       avx512_bf16 cap, i.e. the decode kernels below AMX (avx512_bf16:woq_*:gemv; the f32 FMA
+//       ones avx512:woq_*:gemv with XK_WOQ_DP=0) that amx:woq:dequant_gemm replaces at M >= 12 with
+//       bf16 X, for before / after in one process.
 // Counters:
 //   GBPS      woq weight bytes (q + scales) / woq time
 //   BW%       against a streaming read of as many bytes from a 1 GiB pool, run between the calls
