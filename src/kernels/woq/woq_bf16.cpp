@@ -187,7 +187,7 @@ public:
         const int64_t M = s.M, J = (s.K + 1) / 2;
         xpv.resize(static_cast<size_t>(J * M));
         uint32_t* xp = xpv.data();
-        parallel_for(J, 1024, [&](int64_t j0, int64_t j1) {
+        woq_prep_for(J, J * M, [&](int64_t j0, int64_t j1) {
             for (int64_t m = 0; m < M; ++m) {
                 const uint16_t* xr = x + m * s.lda;
                 for (int64_t j = j0; j < j1; ++j) {
@@ -200,7 +200,7 @@ public:
         if (w.has_offset) {
             xsv.resize(static_cast<size_t>(M * w.G));
             float* xsb = xsv.data();
-            parallel_for(M, std::max<int64_t>(1, 8192 / std::max<int64_t>(s.K, 1)), [&](int64_t m0, int64_t m1) {
+            woq_prep_for(M, M * s.K, [&](int64_t m0, int64_t m1) {
                 for (int64_t m = m0; m < m1; ++m)
                     for (int64_t g = 0; g < w.G; ++g) {
                         const uint16_t* xr = x + m * s.lda + g * w.gs;
