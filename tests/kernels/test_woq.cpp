@@ -253,7 +253,8 @@ TEST(Woq, EveryKernelEveryLayout) {
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
                         else if (isa == Isa::amx && (!dec || M >= detail::woq_amx_decode_min_m()) && cs.a == DType::bf16)
                             EXPECT_EQ(name, "amx:woq:dequant_gemm");
-                        else if (isa >= Isa::avx512_bf16 && dec && cs.a == DType::bf16 && (t == WoqWeightType::u4 || M >= 6))
+                        else if (isa >= Isa::avx512_bf16 && detail::woq_dp_enabled() && dec && cs.a == DType::bf16 &&
+                                 (t == WoqWeightType::u4 || M >= 6))
                             EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
@@ -271,6 +272,38 @@ TEST(Woq, EveryKernelEveryLayout) {
         if (std::find(isas.begin(), isas.end(), impl.isa) != isas.end() &&
             std::string(impl.name).find(":woq:int8") == std::string::npos)  // (Woq.Int8Compute)
             EXPECT_TRUE(seen.count(impl.name)) << impl.name;
+}
+
+// The VDPBF16PS decode kernels (avx512_bf16:woq_u4:gemv, woq_s8:gemv from M = 6), forced on
+// wherever the instructions are (by default they run on AMD CPUs only): every layout, odd K, row
+// counts of one and two passes, leading dimensions past the row, f32 / bf16 Y.
+TEST(Woq, Bf16DotKernels) {
+    if (max_isa() < Isa::avx512_bf16 || !__builtin_cpu_supports("avx512vbmi")) GTEST_SKIP() << "needs AVX512-BF16 + VBMI (and no lower cap)";
+    const IsaCap cap(Isa::avx512_bf16);  // (below AMX, which takes bf16 X from M = 12)
+    detail::set_woq_dp(1);
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 128})
+            for (bool zp : {false, true}) {
+                const int64_t K = gs ? 2 * gs + 128 : (t == WoqWeightType::u4 ? 90 : 77);
+                const int64_t N = 37;
+                Weight w = make_weight(N, K, t, gs, zp, 5 + gs);
+                for (int64_t M : {1, 6, 11, 16}) {
+                    Case cs;
+                    cs.M = M;
+                    cs.a = DType::bf16;
+                    cs.c = M % 2 ? DType::bf16 : DType::f32;
+                    cs.lda_pad = M % 3, cs.ldc_pad = M % 2;
+                    std::string name;
+                    check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
+                        WoqPlan p(d);
+                        name = p.impl_name();
+                        p.run(a, w.packed);
+                    }, "dp");
+                    if (t == WoqWeightType::u4 || M >= 6)
+                        EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
+                }
+            }
+    detail::set_woq_dp(-1);
 }
 
 // The AMX prefill's producer (amx:woq:dequant_gemm) writes, for every block, the bytes the AMX

@@ -120,6 +120,10 @@ inline void woq_prep_for(int64_t n, int64_t work, const std::function<void(int64
 }
 
 // Decode with VDPBF16PS (woq_bf16.cpp): bf16 X, exact, M <= 16 (s8: M >= 6).
+// By default on AMD CPUs with AVX512-BF16 + VBMI (woq_dp_enabled); set_woq_dp(1 / 0 / -1): on
+// wherever the instructions are / off / the default (tests; XK_WOQ_DP=0/1 sets the start).
+bool woq_dp_enabled();
+void set_woq_dp(int mode);
 bool woq_u4_dp_supports(const WoqSpec& s);
 bool woq_s8_dp_supports(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_dp(const WoqSpec& s);

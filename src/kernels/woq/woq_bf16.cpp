@@ -11,7 +11,7 @@
 // Against that kernel (VPMOVZXBD, VPERMPS, VPSRLD, CVTDQ2PS and two FMAs per 32 weights and row)
 // it needs 3 instructions per 32 weights plus one per row: at M = 16 (one pass of 16 rows) half
 // the arithmetic instructions, at M = 1 two thirds. (Zen 4, one core, weights from DRAM, M = 16:
-// 1.6-1.8x the FMA kernel's speed.)
+// 1.6-1.8x the FMA kernel's speed.) Selected by default on AMD CPUs only (see dp_on()).
 // s8 (entry avx512_bf16:woq_s8:gemv, M >= 6): rows k and k + 1 of a block widened (VPMOVSXBD,
 // CVTDQ2PS), rounded to bf16 together (VCVTNE2PS2BF16: int8 values are exact) and interleaved into
 // the channels' pairs (VPERMW); an odd K's last k pairs with a zero (and x with a zero).
@@ -22,6 +22,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -239,16 +240,23 @@ private:
 }  // namespace
 
 namespace {
+// -1: the default (AMD CPUs: on the device Xeon the FMA kernels were faster — M = 1 1.21 vs 1.27
+// ms, M = 16 without AMX 7.3 vs 9.4 ms, 1 thread, 4096 x 4096 — while on Zen 4 these are 1.2-1.8x
+// faster), 0: off, 1: on wherever the instructions are. XK_WOQ_DP (read once) sets the start.
+std::atomic<int> g_dp{[] {
+    const char* e = std::getenv("XK_WOQ_DP");
+    return e && *e ? (std::atoi(e) != 0 ? 1 : 0) : -1;
+}()};
 bool dp_on() {
-    // XK_WOQ_DP=0 (read once): the f32 FMA kernel instead, for before / after in one build.
-    static const bool on = [] {
-        const char* e = std::getenv("XK_WOQ_DP");
-        return !(e && std::atoi(e) == 0);
-    }();
     static const bool hw = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-    return on && hw;
+    static const bool amd = cpu_info().vendor == "AuthenticAMD";
+    const int v = g_dp.load(std::memory_order_relaxed);
+    return hw && (v < 0 ? amd : v != 0);
 }
 }  // namespace
+
+bool woq_dp_enabled() { return dp_on(); }
+void set_woq_dp(int mode) { g_dp.store(mode < 0 ? -1 : mode != 0 ? 1 : 0, std::memory_order_relaxed); }
 
 bool woq_u4_dp_supports(const WoqSpec& s) {
     return dp_on() && s.compute == WoqCompute::exact && s.wtype == WoqWeightType::u4 && s.a_type == DType::bf16 &&
