@@ -240,9 +240,10 @@ private:
 }  // namespace
 
 namespace {
-// -1: the default (AMD CPUs: on the device Xeon the FMA kernels were faster — M = 1 1.21 vs 1.27
-// ms, M = 16 without AMX 7.3 vs 9.4 ms, 1 thread, 4096 x 4096 — while on Zen 4 these are 1.2-1.8x
-// faster), 0: off, 1: on wherever the instructions are. XK_WOQ_DP (read once) sets the start.
+// -1: the default (AMD CPUs: on the device Xeon, 1 thread, 4096 x 4096, M = 16 without AMX the FMA
+// kernel took 7.3 ms against these 9.4, and M = 1 was a draw over two runs, 1.21 / 1.01 ms against
+// 1.27 / 0.91; on Zen 4 these are 1.2-1.8x faster), 0: off, 1: on wherever the instructions are.
+// XK_WOQ_DP (read once) sets the start.
 std::atomic<int> g_dp{[] {
     const char* e = std::getenv("XK_WOQ_DP");
     return e && *e ? (std::atoi(e) != 0 ? 1 : 0) : -1;
