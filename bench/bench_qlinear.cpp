@@ -9,7 +9,11 @@
 //
 // Counters: GFLOPS (2 M N K per call of the int8 Linear, quantization included), fp32_GFLOPS (the
 // fp32 Linear's, same loop), x_fp32 (their ratio: the target is >= 1.5 on VNNI / AMX).
+// cpu_GFLOPS / cpu_x_fp32: the same from the process's CPU time of each call (on a loaded host the
+// 1-thread rows' wall times include other processes' time slices).
 // Operands are not rotated (the weights stay where a layer's weights would between calls).
+#include <time.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
@@ -23,6 +27,12 @@ namespace {
 namespace xb = xk::bench;
 using xk::DType;
 using Clock = std::chrono::steady_clock;
+
+double cpu_now() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 struct Shape {
     int64_t M, N, K;
@@ -59,13 +69,17 @@ void BM_qlinear(benchmark::State& state, Shape sh, xk::QLinearQuant q, int nt) {
 
     lin.run(M, a);
     fp.run(ga, wp);
-    double t8 = 0, t32 = 0;
+    double t8 = 0, t32 = 0, c8 = 0, c32 = 0;
     for (auto _ : state) {
+        const double u0 = cpu_now();
         const auto t0 = Clock::now();
         lin.run(M, a);
         const auto t1 = Clock::now();
+        const double u1 = cpu_now();
         fp.run(ga, wp);
         const auto t2 = Clock::now();
+        c8 += u1 - u0;
+        c32 += cpu_now() - u1;
         const double s8 = std::chrono::duration<double>(t1 - t0).count();
         t8 += s8;
         t32 += std::chrono::duration<double>(t2 - t1).count();
@@ -77,6 +91,10 @@ void BM_qlinear(benchmark::State& state, Shape sh, xk::QLinearQuant q, int nt) {
     state.counters["GFLOPS"] = flops * it / t8 * 1e-9;
     state.counters["fp32_GFLOPS"] = flops * it / t32 * 1e-9;
     state.counters["x_fp32"] = t32 / t8;
+    if (c8 > 0 && c32 > 0) {
+        state.counters["cpu_GFLOPS"] = flops * it / c8 * 1e-9;
+        state.counters["cpu_x_fp32"] = c32 / c8;
+    }
     state.SetLabel(std::string(lin.impl_name()) + " vs " + fp.impl_name());
 }
 

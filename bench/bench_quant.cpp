@@ -15,8 +15,12 @@
 // GBPS: bytes read + written per call, each array once (x and q; the parameter vectors are
 // counted too; the dynamic rows' second read of x is not: their GB/s is the op's throughput).
 // Copy%: the row's GB/s over that of a copy with non-temporal stores run between its calls on the
-// same threads (xk::bench::CopyYardstick), CopyGBPS that copy's GB/s. No peer row (PyTorch's
-// figures come from bench/torch_peer.py where it has them).
+// same threads (xk::bench::CopyYardstick), CopyGBPS that copy's GB/s; cpu_Copy%: the same ratio
+// from the process's CPU time of each call and each copy (on a loaded host the 1-thread rows' wall
+// times include other processes' time slices). No peer row (PyTorch's figures come from
+// bench/torch_peer.py where it has them).
+#include <time.h>
+
 #include <string>
 #include <vector>
 
@@ -31,6 +35,30 @@ namespace xb = xk::bench;
 using xk::DType;
 
 constexpr int64_t kRows = 4096, kCols = 4096;
+
+double cpu_now() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// CopyYardstick's copy, its CPU time and bytes added up for cpu_Copy%.
+struct CpuCopy {
+    double op = 0, copy = 0, copy_bytes = 0;
+    xb::Yardstick stick(benchmark::State& state, double bytes) {
+        (void)xb::detail::copy_pool();
+        return xb::Yardstick(state, true, bytes, "Copy%", "CopyGBPS", [this, floats = static_cast<int64_t>(bytes / 2 / sizeof(float))] {
+            const double c0 = cpu_now();
+            const double b = 2.0 * static_cast<double>(xb::detail::copy_pool().copy(floats, false)) * sizeof(float);
+            copy += cpu_now() - c0;
+            copy_bytes += b;
+            return b;
+        });
+    }
+    void finish(benchmark::State& state, double bytes) const {
+        if (op > 0 && copy > 0) state.counters["cpu_Copy%"] = 100.0 * (bytes * double(state.iterations()) / op) / (copy_bytes / copy);
+    }
+};
 
 enum class Mode { per_tensor, per_channel, dynamic, dynamic_smooth, dynamic_2pass, dynamic_smooth_2pass };
 const char* mode_name(Mode m) {
@@ -84,7 +112,8 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
     double bytes = static_cast<double>(n * fs + n);
     if (c.mode == Mode::per_channel) bytes += kCols * 4.0;
     if (d.granularity == xk::QuantGranularity::per_token_dynamic) bytes += kRows * 8.0 + (d.smooth ? kCols * 4.0 : 0.0);
-    xb::CopyYardstick copy(state, true, bytes);
+    CpuCopy cc;
+    xb::Yardstick copy = cc.stick(state, bytes);
     for (auto _ : state) {
         const size_t s = bufs.next();
         xk::QuantArgs a;
@@ -99,13 +128,16 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
         }
         if (d.smooth) a.smooth = bufs.get<float>(s, 4);
         copy.begin();
+        const double c0 = cpu_now();
         xk::detail::set_quant_dynamic_two_pass(two_pass);
         plan.run(a);
         xk::detail::set_quant_dynamic_two_pass(false);
+        cc.op += cpu_now() - c0;
         copy.end();
         benchmark::ClobberMemory();
     }
     copy.finish();
+    cc.finish(state, bytes);
     xb::set_gbps(state, bytes);
     state.SetLabel(std::string(plan.impl_name()) + ", " + std::to_string(bufs.sets()) + " sets");
 }
@@ -121,15 +153,19 @@ void BM_convert(benchmark::State& state, DType st, DType dt, int nt) {
         b.fill_uniform<uint16_t>(1, 0, 0, 2);
     });
     const double bytes = static_cast<double>(n * (ss + ds));
-    xb::CopyYardstick copy(state, true, bytes);
+    CpuCopy cc;
+    xb::Yardstick copy = cc.stick(state, bytes);
     for (auto _ : state) {
         const size_t s = bufs.next();
         copy.begin();
+        const double c0 = cpu_now();
         xk::convert(static_cast<int64_t>(n), st, bufs.get<char>(s, 0), dt, bufs.get<char>(s, 1));
+        cc.op += cpu_now() - c0;
         copy.end();
         benchmark::ClobberMemory();
     }
     copy.finish();
+    cc.finish(state, bytes);
     xb::set_gbps(state, bytes);
     state.SetLabel(std::to_string(bufs.sets()) + " sets");
 }

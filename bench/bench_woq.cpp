@@ -7,8 +7,9 @@
 //       WoqCompute::int8 (X quantized per row to s8 in the call, VPDPBUSD). Weights rotated over copies of >= XK_BENCH_ROTATE_MB
 //       (default 1 GiB) in all, for both ours and the bf16 GEMM's packed weights, so both come
 //       from DRAM. w = u4g128_avx512 / s8_avx512 (M = 16, AMX machines): the plan made under an
-//       avx512_bf16 cap, i.e. the f32 decode kernels (avx512:woq_*:gemv) that amx:woq:dequant_gemm
-//       replaced at M >= 12 with bf16 X, for before / after in one process.
+//       avx512_bf16 cap, i.e. the decode kernels below AMX (avx512_bf16:woq_*:gemv; the f32 FMA
+//       ones avx512:woq_*:gemv with XK_WOQ_DP=0) that amx:woq:dequant_gemm replaces at M >= 12 with
+//       bf16 X, for before / after in one process.
 // Counters:
 //   GBPS      woq weight bytes (q + scales) / woq time
 //   BW%       against a streaming read of as many bytes from a 1 GiB pool, run between the calls
@@ -18,7 +19,11 @@
 //             of woq over tokens/s of bf16 (250 = 2.5x). BF16_GBPS: the bf16 GEMM's weight GB/s
 //             (reported as that stick's rate: calls/ns * bytes).
 //   GFLOPS    2 M N K / woq time
+//   cpu_vsBF16%, cpu_BW%   the same ratios from the process's CPU time of each call (on a loaded
+//             host the 1-thread rows' wall times include other processes' time slices; at more
+//             threads the workers' waits count too)
 #include <immintrin.h>
+#include <time.h>
 
 #include <chrono>
 #include <map>
@@ -71,6 +76,12 @@ struct ReadPool {
     xb::AlignedArray<float> buf;
     double sink = 0;
 };
+double cpu_now() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 ReadPool& pool() {
     static ReadPool p;
     return p;
@@ -143,22 +154,39 @@ void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threa
     xk::GemmArgs ga;
     ga.A = xb16.data(), ga.C = y2.data();
     size_t i = 0, j = 0;
+    double cpu_woq = 0, cpu_bf = 0, cpu_read = 0, read_bytes = 0;
     xb::InPhase ph(state);
     ph.add("vsBF16%", "BF16_GBPS", W.bfbytes, [&] {
+        const double c0 = cpu_now();
         bplan.run(ga, W.bf[j]);
+        cpu_bf += cpu_now() - c0;
         j = j + 1 == W.bf.size() ? 0 : j + 1;
         return W.bfbytes;
     });
     // (vsBF16% = 100 * (bf16 bytes / woq time) / (bf16 bytes / bf16 time): the time ratio)
-    if (s.M <= 16) ph.add("BW%", "ReadGBPS", W.wbytes, [&] { return pool().read(size_t(W.wbytes)); });
+    if (s.M <= 16)
+        ph.add("BW%", "ReadGBPS", W.wbytes, [&] {
+            const double c0 = cpu_now();
+            const double r = pool().read(size_t(W.wbytes));
+            cpu_read += cpu_now() - c0;
+            read_bytes += r;
+            return r;
+        });
     const xk::WoqArgs a{bf16_x ? static_cast<const void*>(xb16.data()) : x32.data(), y.data()};
     for (auto _ : state) {
+        const double c0 = cpu_now();
         ph.begin();
         plan.run(a, W.w[i]);
+        cpu_woq += cpu_now() - c0;
         ph.end();
         i = i + 1 == W.w.size() ? 0 : i + 1;
     }
     ph.finish();
+    if (cpu_woq > 0) {
+        state.counters["cpu_vsBF16%"] = 100.0 * cpu_bf / cpu_woq;
+        if (cpu_read > 0)
+            state.counters["cpu_BW%"] = 100.0 * (W.wbytes * double(state.iterations()) / cpu_woq) / (read_bytes / cpu_read);
+    }
     xb::set_gbps(state, W.wbytes);
     xb::set_gflops(state, 2.0 * double(s.M) * double(s.N) * double(s.K));
     state.SetLabel(std::string(plan.impl_name()) + " vs " + bplan.impl_name() + " x" + std::to_string(W.w.size()) + "/" +

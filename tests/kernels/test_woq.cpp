@@ -236,7 +236,7 @@ TEST(Woq, EveryKernelEveryLayout) {
                 const int64_t N = gs == 64 ? 16 : 37;
                 Weight w = make_weight(N, K, t, gs, zp, 11 + gs);
                 for_each_isa([&](Isa isa) {
-                    for (int64_t M : {1, 3, 8, 16, 17, 67}) {
+                    for (int64_t M : {1, 3, 8, 12, 16, 17, 67}) {
                         Case cs;
                         cs.M = M;
                         cs.a = (M + gs / 32) % 2 ? DType::bf16 : DType::f32;
@@ -253,6 +253,9 @@ TEST(Woq, EveryKernelEveryLayout) {
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
                         else if (isa == Isa::amx && (!dec || M >= detail::woq_amx_decode_min_m()) && cs.a == DType::bf16)
                             EXPECT_EQ(name, "amx:woq:dequant_gemm");
+                        else if (isa >= Isa::avx512_bf16 && detail::woq_dp_enabled() && dec && cs.a == DType::bf16 &&
+                                 (t == WoqWeightType::u4 || M >= 6))
+                            EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
                         else if (isa >= Isa::avx512)
                             EXPECT_EQ(name, dec ? (t == WoqWeightType::u4 ? "avx512:woq_u4:gemv" : "avx512:woq_s8:gemv")
                                                 : "avx512:woq:dequant_gemm");
@@ -267,14 +270,49 @@ TEST(Woq, EveryKernelEveryLayout) {
     const auto isas = xk::available_isas();  // (under XK_MAX_ISA the sweep stops at the cap)
     for (const auto& impl : detail::woq_registry().impls())
         if (std::find(isas.begin(), isas.end(), impl.isa) != isas.end() &&
-            std::string(impl.name).find(":woq:int8") == std::string::npos)  // (Woq.Int8Compute)
+            std::string(impl.name).find(":woq:int8") == std::string::npos &&  // (Woq.Int8Compute)
+            (detail::woq_dp_enabled() || std::string(impl.name).rfind("avx512_bf16:woq_", 0) != 0))  // (Woq.Bf16DotKernels)
             EXPECT_TRUE(seen.count(impl.name)) << impl.name;
+}
+
+// The VDPBF16PS decode kernels (avx512_bf16:woq_u4:gemv, woq_s8:gemv from M = 6), forced on
+// wherever the instructions are (by default they run on AMD CPUs only): every layout, odd K, row
+// counts of one and two passes, leading dimensions past the row, f32 / bf16 Y.
+TEST(Woq, Bf16DotKernels) {
+    if (max_isa() < Isa::avx512_bf16 || !__builtin_cpu_supports("avx512vbmi")) GTEST_SKIP() << "needs AVX512-BF16 + VBMI (and no lower cap)";
+    const IsaCap cap(Isa::avx512_bf16);  // (below AMX, which takes bf16 X from M = 12)
+    detail::set_woq_dp(1);
+    for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
+        for (int64_t gs : {0, 32, 128})
+            for (bool zp : {false, true}) {
+                const int64_t K = gs ? 2 * gs + 128 : (t == WoqWeightType::u4 ? 90 : 77);
+                const int64_t N = 37;
+                Weight w = make_weight(N, K, t, gs, zp, 5 + gs);
+                for (int64_t M : {1, 6, 11, 16}) {
+                    Case cs;
+                    cs.M = M;
+                    cs.a = DType::bf16;
+                    cs.c = M % 2 ? DType::bf16 : DType::f32;
+                    cs.lda_pad = M % 3, cs.ldc_pad = M % 2;
+                    std::string name;
+                    check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
+                        WoqPlan p(d);
+                        name = p.impl_name();
+                        p.run(a, w.packed);
+                    }, "dp");
+                    if (t == WoqWeightType::u4 || M >= 6)
+                        EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
+                }
+            }
+    detail::set_woq_dp(-1);
 }
 
 // The AMX prefill's producer (amx:woq:dequant_gemm) writes, for every block, the bytes the AMX
 // bf16 GEMM's own packer writes for the dequantized weights rounded to bf16 (B = W^T, K x N):
-// checked here bit for bit on any machine (packing needs no tiles); the product runs on AMX hosts.
+// checked here bit for bit on any AVX512-BF16 machine (packing needs no tiles); the product runs on
+// AMX hosts.
 TEST(Woq, AmxProducerLayout) {
+    if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "the producer needs AVX512-BF16";
     for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
         for (int64_t gs : {0, 32, 128})
             for (int64_t N : {16, 37, 64}) {
@@ -298,13 +336,6 @@ TEST(Woq, AmxProducerLayout) {
                 for (int64_t nb = 0; nb < nblocks; ++nb)
                     detail::woq_amx_pack_block(&ctx, nb, 0, ctx.nkb, got.data() + nb * ctx.nkb * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout();
-                for (int cvt = 0; cvt < (isa_supported(Isa::avx512_bf16) ? 2 : 1); ++cvt) {  // each producer
-                    std::fill(got.begin(), got.end(), uint8_t{0xEE});
-                    for (int64_t nb = 0; nb < nblocks; ++nb)
-                        (cvt ? detail::woq_amx_pack_block_cvt : detail::woq_amx_pack_block_rne)(&ctx, nb, 0, ctx.nkb,
-                                                                                                 got.data() + nb * ctx.nkb * 2048);
-                    EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " cvt=" << cvt;
-                }
                 // windows of k steps (the decode ring's calls), 3 at a time, written at their place
                 std::fill(got.begin(), got.end(), uint8_t{0xEE});
                 for (int64_t nb = 0; nb < nblocks; ++nb)

@@ -189,14 +189,19 @@ void execute(const char* /*fn*/, const QuantKernel& k, const QuantDesc& d, const
         parallel_for(d.rows, grain, [&](int64_t b, int64_t e) { k.run_dynamic(d, a, b, e, inv.data(), zps.data()); });
         return;
     } else if (quant) {
+        // 64-byte aligned: the kernels read them a vector a column (a zmm load across two cache
+        // lines costs two; Zen 4, one core, per-channel f32 -> s8 from L2: 35 -> 39 GB/s)
         const int64_t channels = channel_count(d);
-        inv.resize(channels);
-        zps.resize(channels);
+        inv.resize(channels + 16);
+        zps.resize(channels + 16);
+        auto align64 = [](auto* p) { return reinterpret_cast<decltype(p)>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); };
+        float* iv = align64(inv.data());
+        int32_t* zp = align64(zps.data());
         for (int64_t c = 0; c < channels; ++c) {
-            inv[c] = 1.0f / a.scales[c];
-            zps[c] = d.symmetric ? quant_symmetric_zero_point(qtype) : a.zero_points[c];
+            iv[c] = 1.0f / a.scales[c];
+            zp[c] = d.symmetric ? quant_symmetric_zero_point(qtype) : a.zero_points[c];
         }
-        prep = {inv.data(), zps.data()};
+        prep = {iv, zp};
     }
     if (d.granularity == QuantGranularity::per_token_dynamic || d.cols <= kQuantColBlock) {
         // Whole rows; at least ~kQuantColBlock elements per chunk.

@@ -9,9 +9,11 @@
 // Blocks are contiguous, so a thread owning a range of blocks reads one stream.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "common/parallel.hpp"
 #include "dispatch/registry.hpp"
 #include "kernels/gemm/gemm.hpp"
 #include "xk/woq.hpp"
@@ -98,6 +100,33 @@ std::shared_ptr<const WoqKernel> create_woq_gemv_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_gemv_avx2(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx512(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_prefill_avx2(const WoqSpec& s);
+// The decode kernels' per-call preparation of X (widening / pairing, group sums) over n items
+// (work = elements touched): inline when small, else over all threads in equal slices, so that the
+// region has the team size of the weight loop's region right after it. (A region of 2 threads
+// before the 16-thread one made the VDPBF16PS kernel's M = 1 call at 16 threads on the device Xeon
+// 1.58 ms against the FMA kernel's 131 us, whose preparation ran inline; the FMA kernel's own
+// M = 16 call took 2.1 ms there with its 8-thread preparation region.)
+inline void woq_prep_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& f) {
+    const int64_t T = get_num_threads();
+    if (n <= 0) return;
+    if (T <= 1 || n == 1 || work <= 16384) {
+        f(0, n);
+        return;
+    }
+    parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+        const int64_t b = n * t0 / T, e = n * t1 / T;
+        if (b < e) f(b, e);
+    });
+}
+
+// Decode with VDPBF16PS (woq_bf16.cpp): bf16 X, exact, M <= 16 (s8: M >= 6).
+// By default on AMD CPUs with AVX512-BF16 + VBMI (woq_dp_enabled); set_woq_dp(1 / 0 / -1): on
+// wherever the instructions are / off / the default (tests; XK_WOQ_DP=0/1 sets the start).
+bool woq_dp_enabled();
+void set_woq_dp(int mode);
+bool woq_u4_dp_supports(const WoqSpec& s);
+bool woq_s8_dp_supports(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_dp(const WoqSpec& s);
 // Prefill on AMX (woq_amx.cpp): bf16 X, M > 16: one call of the AMX bf16 GEMM kernel whose B
 // column blocks (32 columns = two of ours) are produced dequantized, rounded to bf16, straight in
 // its tile layout (woq_amx_pack_block: GemmCall::b_block_fn), each block once per call inside the
@@ -106,14 +135,11 @@ struct WoqAmxCtx {
     const WoqPacked* w = nullptr;
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
 };
-// Writes the k steps [kb0, kb1) of column block nb (2048 bytes a step) at `packed`. _rne: bf16 by
-// integer rounding (denormals kept, as the AMX packer); _cvt (AVX512-BF16): by VCVTNE2PS2BF16,
-// which flushes a denormal weight to a zero of its sign — the tile products treat a denormal bf16
-// input as that zero anyway (AMX-BF16 has DAZ), so the GEMM's results are the same. The plain
-// name picks _cvt where the CPU has AVX512-BF16.
+// Writes the k steps [kb0, kb1) of column block nb (2048 bytes a step) at `packed`: bf16 by
+// VCVTNE2PS2BF16 (AVX512-BF16, which every AMX CPU has), which flushes a denormal weight to a zero
+// of its sign — the tile products treat a denormal bf16 input as that zero anyway (AMX-BF16 has
+// DAZ), so the GEMM's results are those of the AMX packer's bf16 B.
 void woq_amx_pack_block(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed);
-void woq_amx_pack_block_rne(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed);
-void woq_amx_pack_block_cvt(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed);
 bool woq_amx_prefill_supports(const WoqSpec& s);  // M > 16, or M >= woq_amx_decode_min_m()
 int64_t woq_amx_decode_min_m();
 std::shared_ptr<const WoqKernel> create_woq_amx_prefill(const WoqSpec& s);

@@ -5,9 +5,9 @@
 // block nb is our blocks 2nb and 2nb + 1 (16 channels each), k step kb's tile t row p = the k-pair
 // (2p, 2p + 1) of 16 channels as bf16 pairs in dwords — exactly one u4 row of our block (16 bytes:
 // the pair's nibbles), or two s8 rows. Each pair is widened, fma(q, scale, offset) (the header's
-// weight), rounded to bf16 (nearest even, as the vector prefill's bf16 panel) and interleaved: a
-// few instructions per 64-byte tile row, once per call, claimed inside the GEMM's one parallel
-// region (the first task that needs a block produces it; the others wait on its flag).
+// weight), rounded to bf16 by VCVTNE2PS2BF16 (nearest even, as the vector prefill's bf16 panel; a
+// denormal weight becomes a zero of its sign, as the tiles read it anyway) and interleaved by
+// VPERMW: a few instructions per 64-byte tile row (AVX512-BF16: every AMX CPU has it).
 #include <immintrin.h>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
@@ -20,67 +20,15 @@
 #include "kernels/woq/woq.hpp"
 #include "xk/isa.hpp"
 
-#define XK_AMXW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #define XK_AMXW_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")))
 
 namespace xk::detail {
 
 namespace {
 constexpr int64_t kStep = 2048;  // bytes of one k step of a packed block (two 1 KiB tiles)
-
-XK_AMXW_TARGET inline __m512i rne_hi(__m512 v) {  // f32 rounded to bf16 (nearest even), in the high half
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i r = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-}
 }  // namespace
 
-XK_AMXW_TARGET void woq_amx_pack_block_rne(const void* ctxp, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
-    const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
-    const WoqPacked& w = *ctx.w;
-    const int64_t K = w.K;
-    auto* out = static_cast<uint8_t*>(packed);  // step kb at out + (kb - kb0) * kStep
-    const bool u4 = w.type == WoqWeightType::u4;
-    for (int t = 0; t < 2; ++t) {
-        const int64_t b = 2 * nb + t;
-        if (b >= w.nblk) {  // past N: zeros
-            for (int64_t kb = kb0; kb < kb1; ++kb) std::memset(out + (kb - kb0) * kStep + t * 1024, 0, 1024);
-            continue;
-        }
-        const uint8_t* q = w.qb(b);
-        const float* sc = w.sb(b);
-        const float* of = w.ob(b);
-        for (int64_t kb = kb0; kb < kb1; ++kb)
-            for (int p = 0; p < 16; ++p) {
-                uint8_t* dst = out + (kb - kb0) * kStep + t * 1024 + p * 64;
-                const int64_t k = kb * 32 + 2 * p;
-                if (k >= K) {
-                    _mm512_storeu_si512(dst, _mm512_setzero_si512());
-                    continue;
-                }
-                const int64_t g = k / w.gs;  // (k + 1 is in the same group: group sizes are even or K)
-                const __m512 s = _mm512_loadu_ps(sc + g * 16);
-                const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
-                __m512 lo, hi;
-                if (u4) {
-                    const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k / 2) * 16)));
-                    lo = _mm512_cvtepi32_ps(_mm512_and_si512(bb, _mm512_set1_epi32(15)));
-                    hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bb, 4));
-                } else {
-                    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 16))));
-                    hi = k + 1 < K ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k + 1) * 16))))
-                                   : _mm512_setzero_ps();
-                }
-                const __m512i wl = rne_hi(_mm512_fmadd_ps(lo, s, o));
-                __m512i wh = rne_hi(_mm512_fmadd_ps(hi, s, o));
-                if (!u4 && k + 1 >= K) wh = _mm512_setzero_si512();  // (zero past K, not the offset)
-                _mm512_storeu_si512(dst, _mm512_or_si512(_mm512_srli_epi32(wl, 16), wh));
-            }
-    }
-}
-
-XK_AMXW_BF16_TARGET void woq_amx_pack_block_cvt(const void* ctxp, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
+XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
     const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
     const WoqPacked& w = *ctx.w;
     const int64_t K = w.K;
@@ -128,16 +76,6 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block_cvt(const void* ctxp, int64_t nb, in
                 _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(pair_idx, v));
             }
     }
-}
-
-// The pack: VCVTNE2PS2BF16 + VPERMW where the CPU has AVX512-BF16 (every AMX CPU; XK_WOQ_AMX_CVT=0
-// (read once) keeps the integer rounding), else the integer rounding.
-void woq_amx_pack_block(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed) {
-    static const bool cvt = [] {
-        const char* e = std::getenv("XK_WOQ_AMX_CVT");
-        return isa_supported(Isa::avx512_bf16) && !(e && std::atoi(e) == 0);
-    }();
-    (cvt ? woq_amx_pack_block_cvt : woq_amx_pack_block_rne)(ctx, nb, kb0, kb1, packed);
 }
 
 namespace {

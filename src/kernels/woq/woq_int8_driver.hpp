@@ -37,7 +37,7 @@ void woq_i8_quantize_x(const WoqSpec& s, const WoqCall& c, WoqI8X& p, Slot slot)
     p.xs.assign(static_cast<size_t>(M * w.G), 0);
     const int64_t esz = dtype_size(s.a_type);
     const bool u4 = s.wtype == WoqWeightType::u4;
-    parallel_for(M, 8, [&](int64_t m0, int64_t m1) {
+    woq_prep_for(M, M * K, [&](int64_t m0, int64_t m1) {  // (the weight loop's team size)
         std::vector<int8_t> row(static_cast<size_t>(K));
         for (int64_t m = m0; m < m1; ++m) {
             p.sx[m] = woq_quantize_row(s, static_cast<const char*>(c.args.A) + m * s.lda * esz, row.data());
