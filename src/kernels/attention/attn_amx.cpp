@@ -209,30 +209,14 @@ struct AttnAmxProfile {
 namespace xk::detail {
 namespace {
 
-#include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16, pf_exp
+#include "kernels/attention/attn_exp512.hpp"      // attn_exp2_512
+#include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16
 
 constexpr int64_t kAmxKeys = 64;  // keys per tile
 constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
 
-// 2^d for d <= 0 (d = -inf: the clamp), lanes outside `keep` 0: d clamped at -126 (2^-126, a
-// normal number, stands in for anything smaller: such a p is < 2^-126 of the row's largest, 1),
-// 2^d = 2^round(d) * P(d - round(d)) with the Cephes exp2f polynomial (|rel. error| ~ 2e-7).
-inline __m512 amx_exp2(__mmask16 keep, __m512 d) {
-    d = _mm512_max_ps(d, _mm512_set1_ps(-126.0f));
-    const __m512 fx = _mm512_roundscale_ps(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(d, fx);
-    __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.339887440266574e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.618437357674640e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.550332471162809e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.402264791363012e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.931472028550421e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(keep, y, fx);
-}
-
-// The same for the probabilities p (the hot loop; each p is rounded to bf16 for P V anyway):
-// r = d - floor(d) in [0, 1) in one VREDUCEPS, 2^r by a degree-4 polynomial (least squares on
+// 2^d for the probabilities p (the hot loop; each p is rounded to bf16 for P V anyway), d clamped
+// at -126 and lanes outside `keep` 0 as attn_exp2_512 (attn_exp512.hpp): r = d - floor(d) in [0, 1) in one VREDUCEPS, 2^r by a degree-4 polynomial (least squares on
 // [0, 1], |rel. error| <= 3.0e-6), VSCALEFPS multiplies by 2^floor(d) itself.
 inline __m512 amx_exp2_p(__mmask16 keep, __m512 d) {
     d = _mm512_max_ps(d, _mm512_set1_ps(-126.0f));
@@ -490,7 +474,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 // corr 1 where the max did not move and on the empty state (m_old = -inf: acc, l 0)
                 const __mmask16 seen_m = _mm512_cmp_ps_mask(mo, _mm512_set1_ps(ninf), _CMP_NEQ_OQ);
                 const __mmask16 same = _mm512_cmp_ps_mask(mo, mn, _CMP_EQ_OQ);
-                const __m512 c = _mm512_mask_mov_ps(amx_exp2(seen_m, _mm512_sub_ps(mo, mn)),
+                const __m512 c = _mm512_mask_mov_ps(attn_exp2_512(seen_m, _mm512_sub_ps(mo, mn)),
                                                     static_cast<__mmask16>(~seen_m | same), _mm512_set1_ps(1.0f));
                 _mm512_storeu_ps(sc.corr + g, c);
                 _mm512_storeu_ps(sc.mt + g, mn);
