@@ -563,6 +563,46 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
     }
 }
 
+// The tile kernel's contract (amx_tile.hpp: C[32 x 32] (+)= A[32 x K] B[K x 32] over the packed
+// layouts) on AVX512-BF16 (dpbf16:bf16, CPUs with AVX512-BF16 and no AMX, e.g. AMD Zen 4, where
+// VDPBF16PS issues at the FMA's rate: twice its multiply-adds): per k pair, the B tile rows of both
+// column halves in two registers, A's (a[2p], a[2p+1]) dword broadcast per row, one VDPBF16PS per
+// row and half (NR rows x 2 accumulators in registers). VDPBF16PS rounds to nearest even with
+// denormals as zero, as TDPBF16PS (its sum order within a pair differs: odd product first).
+template <int NR>
+inline void dp_tile_rows(const AmxTileArgs* p, int m0) {
+    __m512 c[NR][2];
+    for (int i = 0; i < NR; ++i)
+        for (int h = 0; h < 2; ++h)
+            c[i][h] = p->accumulate ? _mm512_loadu_ps(p->acc + (m0 + i) * 32 + h * 16) : _mm512_setzero_ps();
+    const int64_t nsteps = p->steps + (p->a_tail ? 1 : 0);
+    for (int64_t s = 0; s < nsteps; ++s) {
+        const bool tail = s >= p->steps;
+        const auto* a = tail ? static_cast<const uint8_t*>(p->a_tail) : static_cast<const uint8_t*>(p->a) + s * p->a_step;
+        const int64_t lda = tail ? 64 : p->lda;
+        const auto* b = static_cast<const uint8_t*>(p->b) + s * kAmxTileStepBytes;
+        for (int q = 0; q < 16; ++q) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * 64);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 1024 + q * 64);
+            for (int i = 0; i < NR; ++i) {
+                int32_t w;
+                std::memcpy(&w, a + (m0 + i) * lda + 4 * q, 4);
+                const __m512bh av = (__m512bh)_mm512_set1_epi32(w);
+                c[i][0] = _mm512_dpbf16_ps(c[i][0], av, b0);
+                c[i][1] = _mm512_dpbf16_ps(c[i][1], av, b1);
+            }
+        }
+    }
+    for (int i = 0; i < NR; ++i)
+        for (int h = 0; h < 2; ++h) _mm512_storeu_ps(p->acc + (m0 + i) * 32 + h * 16, c[i][h]);
+}
+
+void dp_tile(const AmxTileArgs* p) {
+    dp_tile_rows<12>(p, 0);
+    dp_tile_rows<12>(p, 12);
+    dp_tile_rows<8>(p, 24);
+}
+
 void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
     switch (t.head_dim / 32) {
         case 1: attn_prefill_amx<1>(tile, tile_acc, t, m, l, acc); return;
@@ -687,6 +727,15 @@ std::shared_ptr<const AttnKernel> create_attention_amx_custom(const AttnKernelDe
 
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd) {
     return create_attention_amx(kd, false);
+}
+
+std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc) {
+    if (!isa_supported(Isa::avx512_bf16)) throw Error(Status::unsupported, "attention dpbf16: AVX512-BF16 is not available");
+    return create_attention_amx_custom(kd, dp_tile, tile_acc);
+}
+
+std::shared_ptr<const AttnKernel> create_attention_dpbf16_variant(const AttnKernelDesc& kd) {
+    return create_attention_dpbf16(kd);
 }
 
 }  // namespace xk::detail

@@ -229,7 +229,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const T* vbase = static_cast<const T*>(t.kv.v);
     const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(T));
     const int64_t pf_tiles = attn_prefetch_tiles();
-    const int pf_mode = attn_prefetch_mode();
+    const int pf_mode = attn_prefetch_mode(static_cast<int>(sizeof(T)));
     const bool pf_spread = V::kKeyBlocked && pf_mode != 0;
     const bool pf_split = pf_spread && pf_mode == 2;  // K from the score loop, V from the P.V loop
     AttnPvPf vpf;
