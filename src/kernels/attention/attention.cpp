@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "xk/isa.hpp"
+
 #include "common/check.hpp"
 #include "common/parallel.hpp"
 #include "xk/runtime.hpp"
@@ -401,7 +403,8 @@ int attn_prefetch_mode(int elem_bytes) {
         if (!e || !*e) return -1;
         return std::clamp(std::atoi(e), 0, 2);
     }();
-    return v >= 0 ? v : elem_bytes == 2 ? 2 : 1;
+    if (v >= 0) return v;
+    return attn_amd() || elem_bytes == 2 ? 2 : 1;
 }
 
 bool attn_prefetch_spread() { return attn_prefetch_mode() != 0; }
@@ -417,6 +420,20 @@ bool attn_prefill_prefetch() {
     static const bool v = [] {
         const char* e = std::getenv("XK_ATTN_PREFILL_PF");
         return e && *e && std::atoi(e) != 0;
+    }();
+    return v;
+}
+
+bool attn_amd() {
+    static const bool v = cpu_info().vendor == "AuthenticAMD";
+    return v;
+}
+
+int attn_prefetch_khint() {
+    static const int v = [] {
+        const char* e = std::getenv("XK_ATTN_PF_KHINT");
+        if (!e || !*e) return attn_amd() ? 2 : 3;
+        return std::atoi(e) == 2 ? 2 : 3;
     }();
     return v;
 }

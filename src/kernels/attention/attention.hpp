@@ -104,8 +104,8 @@ void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, in
 // clamped to [0, 64]), else 2 (4 with XK_ATTN_PF_SPREAD=0). A tuning knob for the device runs.
 int64_t attn_prefetch_tiles();
 // How the decode prefetches are issued for a cache of elem_bytes (XK_ATTN_PF_SPREAD, read once, sets
-// it for every dtype; default: 2 for bf16, 1 for f32 / s8 — each dtype's better form at 1 thread,
-// measured on the device Xeon and the dev host's AMD Zen 4, docs/attention.md):
+// it for every dtype; default: 2 on AMD CPUs, else 2 for bf16 and 1 for f32 / s8 — each one's
+// better form at 1 thread on the device Xeon and the dev host's AMD Zen 4, docs/attention.md):
 //   2 = split by phase: the score loop prefetches the K rows a distance ahead into L1
 //     (PREFETCHT0, 4 keys' rows per 4-key group), the P.V loop the V rows of the next chunk of
 //     kAttnDecodeChunk keys (XK_ATTN_PF_VHINT: the locality of __builtin_prefetch, default 2 =
@@ -118,6 +118,12 @@ int64_t attn_prefetch_tiles();
 int attn_prefetch_mode(int elem_bytes = 4);
 bool attn_prefetch_spread();  // mode != 0 (f32)
 int attn_prefetch_vhint();
+// The locality of the score loop's prefetches (forms 1 and 2): XK_ATTN_PF_KHINT 2 = PREFETCHT1 (the
+// default on AMD CPUs: on the dev host's Zen 4 the decode stream ran 25-40% faster than with T0,
+// likely as a T0 prefetch holds one of the few L1 miss buffers until its line arrives from DRAM),
+// 3 = PREFETCHT0 (the default elsewhere). Read once.
+int attn_prefetch_khint();
+bool attn_amd();  // cpu_info().vendor is AuthenticAMD (the prefetch defaults above)
 // Prefill (AVX-512, >= 16 rows): the next 64-key tile's K / V rows prefetched into L2 during this
 // tile's scores (XK_ATTN_PREFILL_PF=1: on; default off: no gain measured on the dev VM; read once). attn_prefill_prefetch_override: tests /
 // measurement (0 / 1; -1: back to the env / default).
