@@ -404,7 +404,8 @@ int attn_prefetch_mode(int elem_bytes) {
         return std::clamp(std::atoi(e), 0, 2);
     }();
     if (v >= 0) return v;
-    return attn_amd() || elem_bytes == 2 ? 2 : 1;
+    (void)elem_bytes;  // (the same form for every dtype: measured per dtype, docs/attention.md)
+    return attn_amd() ? 2 : 1;
 }
 
 bool attn_prefetch_spread() { return attn_prefetch_mode() != 0; }

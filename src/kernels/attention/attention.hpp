@@ -104,8 +104,9 @@ void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, in
 // clamped to [0, 64]), else 2 (4 with XK_ATTN_PF_SPREAD=0). A tuning knob for the device runs.
 int64_t attn_prefetch_tiles();
 // How the decode prefetches are issued for a cache of elem_bytes (XK_ATTN_PF_SPREAD, read once, sets
-// it for every dtype; default: 2 on AMD CPUs, else 2 for bf16 and 1 for f32 / s8 — each one's
-// better form at 1 thread on the device Xeon and the dev host's AMD Zen 4, docs/attention.md):
+// it for every dtype; default: 2 on AMD CPUs (better for bf16, f32 and s8 on the dev host's Zen 4),
+// 1 elsewhere (on the device Xeon the two forms are within run-to-run noise per dtype; form 1 has
+// the longest record there), docs/attention.md):
 //   2 = split by phase: the score loop prefetches the K rows a distance ahead into L1
 //     (PREFETCHT0, 4 keys' rows per 4-key group), the P.V loop the V rows of the next chunk of
 //     kAttnDecodeChunk keys (XK_ATTN_PF_VHINT: the locality of __builtin_prefetch, default 2 =
