@@ -1534,6 +1534,10 @@ xk_kv_cache_desc to_c(const KvCacheDesc& d) {
 struct SdpaData {
     AttentionDesc d;  // packed tensors (the C API's form)
     Bytes q, k, v;
+    // The same q / k / v in padded rows (xk_attention_strided / xk_attention_plan_create_strided):
+    // head stride head_dim + 3, token stride heads * (head_dim + 3) + 5; o stays packed (strides given).
+    Bytes qs, ks, vs;
+    xk_attention_strides st;
     std::vector<float> mask;
     std::vector<int64_t> cu_q, cu_k;  // empty: batch 1, all tokens
     size_t off_lse = 0;
@@ -1588,6 +1592,35 @@ xk_status sdpa_plan_run(const xk_attention_plan* p, const SdpaData& g, Out out, 
     return xk_attention_plan_run(p, q, a.k, a.v, a.o, a.lse, a.mask, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k);
 }
 
+// Packed [tokens x heads x hd] elements of es bytes copied to rows of token stride ts, head stride hs.
+Bytes padded_copy(const Bytes& src, int64_t tokens, int64_t heads, int64_t hd, size_t es, int64_t ts, int64_t hs) {
+    Bytes dst(static_cast<size_t>(tokens * ts) * es, 0x7F);  // (padding: large finite values, never read)
+    for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t h = 0; h < heads; ++h)
+            std::memcpy(dst.data() + static_cast<size_t>(t * ts + h * hs) * es,
+                        src.data() + static_cast<size_t>((t * heads + h) * hd) * es, static_cast<size_t>(hd) * es);
+    return dst;
+}
+
+xk_status sdpa_strided_capi(const SdpaData& g, const xk_attention_strides* st, Out out) {
+    const AttentionArgs a = g.args(out);
+    const xk_attention_desc cd = to_c(g.d);
+    return xk_attention_strided(&cd, st, g.qs.data(), g.ks.data(), g.vs.data(), a.o, a.lse, a.mask, a.cu_seqlens_q,
+                                a.cu_seqlens_k, a.seqused_k);
+}
+
+std::shared_ptr<xk_attention_plan> make_attention_plan_strided(const xk_attention_desc& cd, const xk_attention_strides& st) {
+    xk_attention_plan* p = nullptr;
+    XK_CAPI_OK(xk_attention_plan_create_strided(&cd, &st, &p));
+    return std::shared_ptr<xk_attention_plan>(p, xk_attention_plan_destroy);
+}
+
+xk_status sdpa_strided_plan_run(const xk_attention_plan* p, const SdpaData& g, Out out) {
+    const AttentionArgs a = g.args(out);
+    return xk_attention_plan_run(p, g.qs.data(), g.ks.data(), g.vs.data(), a.o, a.lse, a.mask, a.cu_seqlens_q,
+                                 a.cu_seqlens_k, a.seqused_k);
+}
+
 // Fused SDPA over packed q / k / v: AttentionPlan (shared / local), xk::attention, xk_attention_*,
 // the C plan (shared / local).
 void add_sdpa(std::vector<Case>& cases, const std::string& name, const AttentionDesc& d, std::vector<int64_t> cu_q,
@@ -1603,6 +1636,18 @@ void add_sdpa(std::vector<Case>& cases, const std::string& name, const Attention
         const int64_t ms = d.mask_stride ? d.mask_stride : d.kv_tokens;
         g->mask = random_vec<float>(static_cast<size_t>(d.q_tokens * ms), -2.0, 0.0, seed + 3);
         for (size_t i = 3; i < g->mask.size(); i += 7) g->mask[i] = -std::numeric_limits<float>::infinity();
+    }
+    {  // padded copies for the strided C entry points
+        const size_t es = dtype_size(d.dtype);
+        const int64_t hs = d.head_dim + 3;
+        xk_attention_strides_init(&g->st);
+        g->st.q_head = g->st.k_head = g->st.v_head = hs;
+        g->st.q_token = d.q_heads * hs + 5;
+        g->st.k_token = g->st.v_token = d.kv_heads * hs + 5;
+        g->st.o_head = d.head_dim, g->st.o_token = d.q_heads * d.head_dim;  // packed, given explicitly
+        g->qs = padded_copy(g->q, d.q_tokens, d.q_heads, d.head_dim, es, g->st.q_token, hs);
+        g->ks = padded_copy(g->k, d.kv_tokens, d.kv_heads, d.head_dim, es, g->st.k_token, hs);
+        g->vs = padded_copy(g->v, d.kv_tokens, d.kv_heads, d.head_dim, es, g->st.v_token, hs);
     }
     Layout l;
     l.add(static_cast<size_t>(d.q_tokens * d.q_heads * d.head_dim) * dtype_size(d.o_dtype));
@@ -1624,10 +1669,35 @@ void add_sdpa(std::vector<Case>& cases, const std::string& name, const Attention
         auto p = make_attention_plan(to_c(g->d));
         XK_CAPI_OK(sdpa_plan_run(p.get(), *g, out, g->q.data()));
     });
+    // The strided C entry points (padded q / k / v): one call, a shared strided plan, and one
+    // created / run / destroyed in the thread.
+    c.add(kOneShot, true, "xk_attention_strided", [g](Out out) { XK_CAPI_OK(sdpa_strided_capi(*g, &g->st, out)); });
+    auto splan = make_attention_plan_strided(to_c(d), g->st);
+    EXPECT_STREQ(xk_attention_plan_impl_name(splan.get()), plan->impl_name()) << name;
+    c.add(kSharedPlan, true, "xk_attention_plan_create_strided (shared) + run",
+          [g, splan](Out out) { XK_CAPI_OK(sdpa_strided_plan_run(splan.get(), *g, out)); });
+    c.add(kLocalPlan, true, "xk_attention_plan_create_strided + run + destroy", [g](Out out) {
+        auto p = make_attention_plan_strided(to_c(g->d), g->st);
+        XK_CAPI_OK(sdpa_strided_plan_run(p.get(), *g, out));
+    });
     c.bad.push_back([g](Out out) {
         AttentionDesc bd = g->d;
         bd.kv_heads = 3;  // does not divide q_heads
         return must_throw([&] { attention(bd, g->args(out)); }, "q_heads=");
+    });
+    c.bad.push_back([g](Out out) {  // a head stride below head_dim: rejected, nothing written
+        xk_attention_strides bs = g->st;
+        bs.k_head = g->d.head_dim - 1;
+        return must_fail(sdpa_strided_capi(*g, &bs, out), "stride");
+    });
+    c.bad.push_back([g](Out) {  // the same for the plan: no plan comes back
+        xk_attention_strides bs = g->st;
+        bs.q_head = g->d.head_dim - 1;
+        const xk_attention_desc cd = to_c(g->d);
+        xk_attention_plan* p = reinterpret_cast<xk_attention_plan*>(&bs);  // a non-NULL sentinel
+        const std::string why = must_fail(xk_attention_plan_create_strided(&cd, &bs, &p), "stride");
+        if (p != nullptr) return why + " (and *plan is not NULL)";
+        return why;
     });
     c.bad.push_back([g, cplan](Out out) { return must_fail(sdpa_plan_run(cplan.get(), *g, out, nullptr), "q=null"); });
     c.bad.push_back([g](Out) {  // a descriptor the plan rejects: no plan comes back

@@ -25,12 +25,13 @@
 
 using namespace xk;
 
-// Whether the level the sweep is at runs bf16 caches on AMX tiles (q and p rounded to bf16).
+// Whether the level the sweep is at runs bf16 caches on AMX tiles or their AVX512-BF16 form
+// (amx:bf16, dpbf16:bf16: q and p rounded to bf16).
 static bool g_amx_bf16 = false;
 
 // for_each_isa, skipping the ISA levels that select the attention implementations (f32 and bf16
-// caches) an earlier level of the same sweep already ran (avx512, avx512_vnni and avx512_bf16 all
-// pick intr:avx512).
+// caches) an earlier level of the same sweep already ran (avx512 and avx512_vnni pick intr:avx512;
+// avx512_bf16 picks dpbf16:bf16 for bf16 caches).
 static void for_each_isa(const std::function<void(xk::Isa)>& body) {
     std::vector<std::string> seen;
     xk::test::for_each_isa([&](xk::Isa isa) {
@@ -42,7 +43,7 @@ static void for_each_isa(const std::function<void(xk::Isa)>& body) {
         name += "," + bname;
         if (std::find(seen.begin(), seen.end(), name) != seen.end()) return;
         seen.push_back(name);
-        g_amx_bf16 = bname.rfind("amx", 0) == 0;
+        g_amx_bf16 = bname.rfind("amx", 0) == 0 || bname.rfind("dpbf16", 0) == 0;
         body(isa);
         g_amx_bf16 = false;
     });
@@ -410,9 +411,10 @@ struct AmxTaskCase {
     int64_t j_begin = 0, j_end = -1;
 };
 
-// One task through create_attention_amx(kd, /*emulate_tiles=*/true, tile_acc) against attention_reference
-// (normalised o and lse: the running max differs by the rounding of the scores).
-void run_amx_task(const AmxTaskCase& c, uint64_t seed, int tile_acc) {
+// One task through create_attention_amx(kd, /*emulate_tiles=*/true, tile_acc) (dp: the same data
+// flow on VDPBF16PS, create_attention_dpbf16) against attention_reference (normalised o and lse: the
+// running max differs by the rounding of the scores).
+void run_amx_task(const AmxTaskCase& c, uint64_t seed, int tile_acc, bool dp = false) {
     std::mt19937_64 g(seed);
     const int64_t R = c.tokens * c.group, hd = c.hd, stride = hd + 16;  // padded key rows
     const float scale = 0.3f;
@@ -461,7 +463,8 @@ void run_amx_task(const AmxTaskCase& c, uint64_t seed, int tile_acc) {
     std::vector<float> mr(R), lr(R), ar(static_cast<size_t>(R * hd)), me(R), le(R), ae(ar.size(), 7.0f);
     detail::attention_reference(kd, t, mr.data(), lr.data(), ar.data());
     std::fill(scratch.begin(), scratch.end(), std::numeric_limits<float>::quiet_NaN());  // reads only what it writes
-    detail::create_attention_amx(kd, true, tile_acc)->run(t, me.data(), le.data(), ae.data());
+    (dp ? detail::create_attention_dpbf16(kd, tile_acc) : detail::create_attention_amx(kd, true, tile_acc))
+        ->run(t, me.data(), le.data(), ae.data());
     const double lse_tol = c.f32q ? kAmxLseAtolF32q : kLseAtol;
     for (int64_t r = 0; r < R; ++r) {
         if (lr[r] == 0.0f) {  // sees no key of the range
@@ -499,7 +502,10 @@ TEST(Attention, AmxPrefillEmulatedTilesAgainstReference) {
     for (const AmxTaskCase& c : cases) {
         SCOPED_TRACE("tokens=" + std::to_string(c.tokens) + " group=" + std::to_string(c.group) +
                      " hd=" + std::to_string(c.hd) + " nk=" + std::to_string(c.nk));
-        for (int tile_acc : {1, 0}) run_amx_task(c, seed, tile_acc);  // P V added on the tiles / with AVX-512
+        for (int tile_acc : {1, 0}) {  // P V added on the tiles / with AVX-512
+            run_amx_task(c, seed, tile_acc);
+            run_amx_task(c, seed, tile_acc, /*dp=*/true);  // the tiles' products on VDPBF16PS (dpbf16:bf16)
+        }
         ++seed;
     }
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "xk/isa.hpp"
+
 #include "common/check.hpp"
 #include "common/parallel.hpp"
 #include "xk/runtime.hpp"
@@ -394,14 +396,16 @@ int64_t attn_prefetch_tiles() {
     return v >= 0 ? v : attn_prefetch_spread() ? 2 : 4;
 }
 
-int attn_prefetch_mode() {
+int attn_prefetch_mode(int elem_bytes) {
     if (const int o = g_pf_spread_override.load(std::memory_order_relaxed); o >= 0) return std::min(o, 2);
-    static const int v = [] {
+    static const int v = [] {  // -1: not set
         const char* e = std::getenv("XK_ATTN_PF_SPREAD");
-        if (!e || !*e) return 1;
+        if (!e || !*e) return -1;
         return std::clamp(std::atoi(e), 0, 2);
     }();
-    return v;
+    if (v >= 0) return v;
+    (void)elem_bytes;  // (the same form for every dtype: measured per dtype, docs/attention.md)
+    return attn_amd() ? 2 : 1;
 }
 
 bool attn_prefetch_spread() { return attn_prefetch_mode() != 0; }
@@ -417,6 +421,20 @@ bool attn_prefill_prefetch() {
     static const bool v = [] {
         const char* e = std::getenv("XK_ATTN_PREFILL_PF");
         return e && *e && std::atoi(e) != 0;
+    }();
+    return v;
+}
+
+bool attn_amd() {
+    static const bool v = cpu_info().vendor == "AuthenticAMD";
+    return v;
+}
+
+int attn_prefetch_khint() {
+    static const int v = [] {
+        const char* e = std::getenv("XK_ATTN_PF_KHINT");
+        if (!e || !*e) return attn_amd() ? 2 : 3;
+        return std::atoi(e) == 2 ? 2 : 3;
     }();
     return v;
 }
@@ -445,6 +463,13 @@ const Registry<AttnKernelDesc, AttnKernel>& attention_registry() {
                  return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256;
              },
              create_attention_amx_variant},
+            // The same on AVX512-BF16 (VDPBF16PS for the tile products): bf16 prefill on CPUs without
+            // AMX (on AMD Zen 4 VDPBF16PS issues at the FMA rate: 2x its multiply-adds).
+            {"dpbf16:bf16", Isa::avx512_bf16,
+             [](const AttnKernelDesc& kd) {
+                 return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256;
+             },
+             create_attention_dpbf16_variant},
             {"intr:avx512", Isa::avx512,
              [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
              create_attention_avx512},

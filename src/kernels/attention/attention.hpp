@@ -103,19 +103,28 @@ void attn_o_row_avx512(const float* acc, float inv, bool bf16_out, void* dst, in
 // Decode prefetch distance in tiles of kAttnTile keys (0 = none): XK_ATTN_PF if set (read once,
 // clamped to [0, 64]), else 2 (4 with XK_ATTN_PF_SPREAD=0). A tuning knob for the device runs.
 int64_t attn_prefetch_tiles();
-// How the decode prefetches are issued (XK_ATTN_PF_SPREAD, read once):
+// How the decode prefetches are issued for a cache of elem_bytes (XK_ATTN_PF_SPREAD, read once, sets
+// it for every dtype; default: 2 on AMD CPUs (better for bf16, f32 and s8 on the dev host's Zen 4),
+// 1 elsewhere (on the device Xeon the two forms are within run-to-run noise per dtype; form 1 has
+// the longest record there), docs/attention.md):
 //   2 = split by phase: the score loop prefetches the K rows a distance ahead into L1
 //     (PREFETCHT0, 4 keys' rows per 4-key group), the P.V loop the V rows of the next chunk of
 //     kAttnDecodeChunk keys (XK_ATTN_PF_VHINT: the locality of __builtin_prefetch, default 2 =
 //     PREFETCHT1, L2), each pass over the chunk its own lines — the stream runs through both phases
 //     at the rate the compute consumes it (K and V bytes are equal, as the two phases' work is);
-//   1 (default) = K and V rows of the tile a distance ahead, both from the score loop into L1 (nothing during
+//   1 = K and V rows of the tile a distance ahead, both from the score loop into L1 (nothing during
 //     P.V: the stream idles there);
 //   0 = the earlier form, a whole tile's rows at once into L2 (PREFETCHT1) before its scores (a
 //     burst of up to 128 prefetches that stalls the loop behind the core's fill buffers).
-int attn_prefetch_mode();
-bool attn_prefetch_spread();  // mode != 0
+int attn_prefetch_mode(int elem_bytes = 4);
+bool attn_prefetch_spread();  // mode != 0 (f32)
 int attn_prefetch_vhint();
+// The locality of the score loop's prefetches (forms 1 and 2): XK_ATTN_PF_KHINT 2 = PREFETCHT1 (the
+// default on AMD CPUs: on the dev host's Zen 4 the decode stream ran 25-40% faster than with T0,
+// likely as a T0 prefetch holds one of the few L1 miss buffers until its line arrives from DRAM),
+// 3 = PREFETCHT0 (the default elsewhere). Read once.
+int attn_prefetch_khint();
+bool attn_amd();  // cpu_info().vendor is AuthenticAMD (the prefetch defaults above)
 // Prefill (AVX-512, >= 16 rows): the next 64-key tile's K / V rows prefetched into L2 during this
 // tile's scores (XK_ATTN_PREFILL_PF=1: on; default off: no gain measured on the dev VM; read once). attn_prefill_prefetch_override: tests /
 // measurement (0 / 1; -1: back to the env / default).
@@ -141,6 +150,11 @@ std::shared_ptr<const AttnKernel> create_attention_avx2(const AttnKernelDesc& kd
 // AVX-512, -1 = XK_ATTN_AMX_ACC (default 1).
 std::shared_ptr<const AttnKernel> create_attention_amx(const AttnKernelDesc& kd, bool emulate_tiles, int tile_acc = -1);
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd);  // (emulate_tiles = false)
+// The same data flow with the tile kernel run on AVX512-BF16 (VDPBF16PS, attn_amx.cpp's dp_tile):
+// registry "dpbf16:bf16" at Isa::avx512_bf16 (machines with AVX512-BF16 and no AMX, e.g. AMD Zen 4,
+// where VDPBF16PS does twice the FMA's multiply-adds a cycle); the same roundings as amx:bf16.
+std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc = -1);
+std::shared_ptr<const AttnKernel> create_attention_dpbf16_variant(const AttnKernelDesc& kd);
 // Tests / profiling only: the tile kernel replaced by `tile` (an AmxTileFn of amx_tile.hpp; tile
 // configure / release skipped), e.g. a no-op to time the rest of the kernel on machines without AMX.
 std::shared_ptr<const AttnKernel> create_attention_amx_custom(const AttnKernelDesc& kd, void (*tile)(const AmxTileArgs*),

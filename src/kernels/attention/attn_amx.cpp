@@ -209,30 +209,14 @@ struct AttnAmxProfile {
 namespace xk::detail {
 namespace {
 
-#include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16, pf_exp
+#include "kernels/attention/attn_exp512.hpp"      // attn_exp2_512
+#include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16
 
 constexpr int64_t kAmxKeys = 64;  // keys per tile
 constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
 
-// 2^d for d <= 0 (d = -inf: the clamp), lanes outside `keep` 0: d clamped at -126 (2^-126, a
-// normal number, stands in for anything smaller: such a p is < 2^-126 of the row's largest, 1),
-// 2^d = 2^round(d) * P(d - round(d)) with the Cephes exp2f polynomial (|rel. error| ~ 2e-7).
-inline __m512 amx_exp2(__mmask16 keep, __m512 d) {
-    d = _mm512_max_ps(d, _mm512_set1_ps(-126.0f));
-    const __m512 fx = _mm512_roundscale_ps(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(d, fx);
-    __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.339887440266574e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.618437357674640e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.550332471162809e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.402264791363012e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.931472028550421e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(keep, y, fx);
-}
-
-// The same for the probabilities p (the hot loop; each p is rounded to bf16 for P V anyway):
-// r = d - floor(d) in [0, 1) in one VREDUCEPS, 2^r by a degree-4 polynomial (least squares on
+// 2^d for the probabilities p (the hot loop; each p is rounded to bf16 for P V anyway), d clamped
+// at -126 and lanes outside `keep` 0 as attn_exp2_512 (attn_exp512.hpp): r = d - floor(d) in [0, 1) in one VREDUCEPS, 2^r by a degree-4 polynomial (least squares on
 // [0, 1], |rel. error| <= 3.0e-6), VSCALEFPS multiplies by 2^floor(d) itself.
 inline __m512 amx_exp2_p(__mmask16 keep, __m512 d) {
     d = _mm512_max_ps(d, _mm512_set1_ps(-126.0f));
@@ -490,7 +474,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
                 // corr 1 where the max did not move and on the empty state (m_old = -inf: acc, l 0)
                 const __mmask16 seen_m = _mm512_cmp_ps_mask(mo, _mm512_set1_ps(ninf), _CMP_NEQ_OQ);
                 const __mmask16 same = _mm512_cmp_ps_mask(mo, mn, _CMP_EQ_OQ);
-                const __m512 c = _mm512_mask_mov_ps(amx_exp2(seen_m, _mm512_sub_ps(mo, mn)),
+                const __m512 c = _mm512_mask_mov_ps(attn_exp2_512(seen_m, _mm512_sub_ps(mo, mn)),
                                                     static_cast<__mmask16>(~seen_m | same), _mm512_set1_ps(1.0f));
                 _mm512_storeu_ps(sc.corr + g, c);
                 _mm512_storeu_ps(sc.mt + g, mn);
@@ -577,6 +561,46 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
         pc[AttnAmxProfile::tasks] = 1;
         AttnAmxProfile::get().add(pc);
     }
+}
+
+// The tile kernel's contract (amx_tile.hpp: C[32 x 32] (+)= A[32 x K] B[K x 32] over the packed
+// layouts) on AVX512-BF16 (dpbf16:bf16, CPUs with AVX512-BF16 and no AMX, e.g. AMD Zen 4, where
+// VDPBF16PS issues at the FMA's rate: twice its multiply-adds): per k pair, the B tile rows of both
+// column halves in two registers, A's (a[2p], a[2p+1]) dword broadcast per row, one VDPBF16PS per
+// row and half (NR rows x 2 accumulators in registers). VDPBF16PS rounds to nearest even with
+// denormals as zero, as TDPBF16PS (its sum order within a pair differs: odd product first).
+template <int NR>
+inline void dp_tile_rows(const AmxTileArgs* p, int m0) {
+    __m512 c[NR][2];
+    for (int i = 0; i < NR; ++i)
+        for (int h = 0; h < 2; ++h)
+            c[i][h] = p->accumulate ? _mm512_loadu_ps(p->acc + (m0 + i) * 32 + h * 16) : _mm512_setzero_ps();
+    const int64_t nsteps = p->steps + (p->a_tail ? 1 : 0);
+    for (int64_t s = 0; s < nsteps; ++s) {
+        const bool tail = s >= p->steps;
+        const auto* a = tail ? static_cast<const uint8_t*>(p->a_tail) : static_cast<const uint8_t*>(p->a) + s * p->a_step;
+        const int64_t lda = tail ? 64 : p->lda;
+        const auto* b = static_cast<const uint8_t*>(p->b) + s * kAmxTileStepBytes;
+        for (int q = 0; q < 16; ++q) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * 64);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 1024 + q * 64);
+            for (int i = 0; i < NR; ++i) {
+                int32_t w;
+                std::memcpy(&w, a + (m0 + i) * lda + 4 * q, 4);
+                const __m512bh av = (__m512bh)_mm512_set1_epi32(w);
+                c[i][0] = _mm512_dpbf16_ps(c[i][0], av, b0);
+                c[i][1] = _mm512_dpbf16_ps(c[i][1], av, b1);
+            }
+        }
+    }
+    for (int i = 0; i < NR; ++i)
+        for (int h = 0; h < 2; ++h) _mm512_storeu_ps(p->acc + (m0 + i) * 32 + h * 16, c[i][h]);
+}
+
+void dp_tile(const AmxTileArgs* p) {
+    dp_tile_rows<12>(p, 0);
+    dp_tile_rows<12>(p, 12);
+    dp_tile_rows<8>(p, 24);
 }
 
 void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
@@ -703,6 +727,15 @@ std::shared_ptr<const AttnKernel> create_attention_amx_custom(const AttnKernelDe
 
 std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelDesc& kd) {
     return create_attention_amx(kd, false);
+}
+
+std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc) {
+    if (!isa_supported(Isa::avx512_bf16)) throw Error(Status::unsupported, "attention dpbf16: AVX512-BF16 is not available");
+    return create_attention_amx_custom(kd, dp_tile, tile_acc);
+}
+
+std::shared_ptr<const AttnKernel> create_attention_dpbf16_variant(const AttnKernelDesc& kd) {
+    return create_attention_dpbf16(kd);
 }
 
 }  // namespace xk::detail

@@ -52,40 +52,7 @@ inline __m512 pf_widen(const uint16_t* p) {
 inline __m512 pf_load(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 pf_load(const uint16_t* p) { return pf_widen(p); }
 
-inline __m512 pf_exp(__m512 x) {  // x <= 0 or -inf (-> 0); Cephes polynomial, ~1 ulp
-    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-    const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(y, fx));
-}
-
-// 2^x for x <= kPfSlack*log2e, lanes outside `live` exactly 0: x clamped at -126 (a normal 2^-126
-// stands in for anything smaller; an underflowing VSCALEFPS takes a microcode assist: masked lanes
-// clamped at -200 cost the whole prefill ~8% on the dev VM's Xeon), 2^x = 2^round(x) *
-// P(x - round(x)) with the Cephes exp2f polynomial (|rel. error| ~ 2e-7).
-inline __m512 pf_exp2(__mmask16 live, __m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
-    const __m512 fx = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, fx);
-    __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.339887440266574e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.618437357674640e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.550332471162809e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.402264791363012e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.931472028550421e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(live, y, fx);
-}
+#include "kernels/attention/attn_exp512.hpp"  // attn_exp2_512
 
 // Lazy running max: m moves when a score passes m + kPfSlack (natural units; p <= e^8 until then).
 constexpr float kPfSlack = 8.0f;
@@ -276,7 +243,7 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
             const __m512 mlv = _mm512_set1_ps(m[r] * 1.44269504088896341f);
             __m512 sum = _mm512_setzero_ps();
             for (int k = 0; k < 4; ++k) {
-                const __m512 p = pf_exp2(_mm512_cmp_ps_mask(sv[k], _mm512_set1_ps(ninf), _CMP_NEQ_OQ), _mm512_fmsub_ps(sv[k], _mm512_set1_ps(1.44269504088896341f), mlv));
+                const __m512 p = attn_exp2_512(_mm512_cmp_ps_mask(sv[k], _mm512_set1_ps(ninf), _CMP_NEQ_OQ), _mm512_fmsub_ps(sv[k], _mm512_set1_ps(1.44269504088896341f), mlv));
                 _mm512_storeu_ps(s + k * 16, p);
                 sum = _mm512_add_ps(sum, p);
             }

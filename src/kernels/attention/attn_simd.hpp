@@ -95,6 +95,7 @@ struct AttnPf {
     const char* k = nullptr;
     const char* v = nullptr;
     int64_t ks = 0, vs = 0, n = 0, rb = 0;
+    bool l2 = false;  // PREFETCHT1 (attn_prefetch_khint() 2) instead of PREFETCHT0
 };
 
 // The 16 scores of NB rows (q rows qb) against the tile's keys kt (n of them; the others repeat
@@ -107,8 +108,13 @@ void attn_scores_tile(const float* qb, int64_t hd, const T* kt, int64_t ks, int6
         if (pf.k)  // the rows of 4 keys ahead per 4 keys computed: no burst the fill buffers stall on
             for (int64_t jj = 4 * g; jj < 4 * g + 4 && jj < pf.n; ++jj)
                 for (int64_t b = 0; b < pf.rb; b += 64) {
-                    __builtin_prefetch(pf.k + jj * pf.ks + b, 0, 3);
-                    if (pf.v) __builtin_prefetch(pf.v + jj * pf.vs + b, 0, 3);
+                    if (pf.l2) {
+                        __builtin_prefetch(pf.k + jj * pf.ks + b, 0, 2);
+                        if (pf.v) __builtin_prefetch(pf.v + jj * pf.vs + b, 0, 2);
+                    } else {
+                        __builtin_prefetch(pf.k + jj * pf.ks + b, 0, 3);
+                        if (pf.v) __builtin_prefetch(pf.v + jj * pf.vs + b, 0, 3);
+                    }
                 }
         const T* kp[4];
         for (int k = 0; k < 4; ++k) kp[k] = kt + (4 * g + k < n ? 4 * g + k : n - 1) * ks;
@@ -229,7 +235,8 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     const T* vbase = static_cast<const T*>(t.kv.v);
     const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(T));
     const int64_t pf_tiles = attn_prefetch_tiles();
-    const int pf_mode = attn_prefetch_mode();
+    const int pf_mode = attn_prefetch_mode(static_cast<int>(sizeof(T)));
+    const int pf_khint = attn_prefetch_khint();
     const bool pf_spread = V::kKeyBlocked && pf_mode != 0;
     const bool pf_split = pf_spread && pf_mode == 2;  // K from the score loop, V from the P.V loop
     AttnPvPf vpf;
@@ -265,6 +272,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 apf.vs = t.kv.v_stride * static_cast<int64_t>(sizeof(T));
                 apf.n = np;
                 apf.rb = row_bytes;
+                apf.l2 = pf_khint == 2;
             } else
             for (int64_t jj = 0; jj < np; ++jj)
                 for (int64_t b = 0; b < row_bytes; b += 64) {
