@@ -556,17 +556,19 @@ TEST(GemmDecode, OnePackedWeightServesEveryBatchSize) {
 TEST(GemmDecode, DecodeKernelReadsThePrefillPlansPackedB) {
     // AVX-512: an M <= 16 plan given the PackedB of a prefill plan (the blocked kernel's layout: K
     // blocks of 32-column panels) runs the decode kernel on it ("jit:avx512:gemv:blocked": one packed
-    // weight for decode and prefill). Several K blocks (K = 1100: 368 + 368 + 364 rows; 520: 264 +
-    // 256), N tails, both transposes of B, every M path (M = 1: the streams, 700 columns = 22 panels:
+    // weight for decode and prefill). Several K blocks (K = 1100: 368 + 368 + 364 rows; 600: 304 +
+    // 296), N tails, both transposes of B, every M path (M = 1: the streams, 700 columns = 22 panels:
     // 2 left over beside 4 streams of 5; 2..12: one row tile; 13..16: two, with the dense prefetch
     // across K blocks), epilogues; 1 and 2 threads give the
     // same bits. Other ISA caps: whatever kernel reads that layout, against the oracle.
     ThreadsGuard tg;
-    const int64_t shapes[][2] = {{611, 1100}, {70, 90}, {1000, 520}, {700, 600}, {33, 1}};
+    const int64_t shapes[][2] = {{611, 1100}, {70, 90}, {700, 600}, {33, 1}};
     for_each_isa([&](Isa isa) {
+        // (fp32 runs the same kernels at every level from avx512 up; avx2: another reader)
+        if (isa != Isa::avx512 && isa != Isa::avx2) return;
         int idx = 0;
         for (const auto& sh : shapes)
-            for (int64_t M : {1, 2, 5, 12, 13, 16}) {
+            for (int64_t M : {1, 5, 12, 13, 16}) {
                 Case c;
                 c.d.M = M, c.d.N = sh[0], c.d.K = sh[1];
                 c.d.trans_b = idx % 2 ? Trans::T : Trans::N;
