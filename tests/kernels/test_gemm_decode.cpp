@@ -20,6 +20,7 @@
 
 #include "common/test_util.hpp"
 #include "kernels/gemm/gemm.hpp"
+#include "kernels/gemm/jit_gemm_common.hpp"
 #include "kernels/gemm/jit_gemv.hpp"
 #include "xk/gemm.hpp"
 #include "xk/runtime.hpp"
@@ -432,7 +433,9 @@ TEST(GemmDecode, EveryDecodeImplementationForcedThroughTheRegistry) {
             k->run(call);
             EXPECT_TRUE(p.check());
             const auto packed = k->pack_b(q.B.data());
-            EXPECT_EQ(packed->layout, detail::gemm_f32_panel_layout(c.d.K, c.d.N));
+            const bool blocked = std::string(impl.name).find(":blocked") != std::string::npos;
+            EXPECT_EQ(packed->layout, blocked ? detail::gemm_b_layout(impl.isa, c.d.K, c.d.N).name
+                                              : detail::gemm_f32_panel_layout(c.d.K, c.d.N));
             call.args = q.args();
             call.args.B = nullptr;
             call.packed_b = packed.get();
@@ -547,6 +550,66 @@ TEST(GemmDecode, OnePackedWeightServesEveryBatchSize) {
             plan.run(a, packed);
             EXPECT_TRUE(p.check()) << "M=" << M << " impl=" << plan.impl_name();
         }
+    });
+}
+
+TEST(GemmDecode, DecodeKernelReadsThePrefillPlansPackedB) {
+    // AVX-512: an M <= 16 plan given the PackedB of a prefill plan (the blocked kernel's layout: K
+    // blocks of 32-column panels) runs the decode kernel on it ("jit:avx512:gemv:blocked": one packed
+    // weight for decode and prefill). Several K blocks (K = 1100: 368 + 368 + 364 rows; 600: 304 +
+    // 296), N tails, both transposes of B, every M path (M = 1: the streams, 700 columns = 22 panels:
+    // 2 left over beside 4 streams of 5; 2..12: one row tile; 13..16: two, with the dense prefetch
+    // across K blocks), epilogues; 1 and 2 threads give the
+    // same bits. Other ISA caps: whatever kernel reads that layout, against the oracle.
+    ThreadsGuard tg;
+    const int64_t shapes[][2] = {{611, 1100}, {70, 90}, {700, 600}, {33, 1}};
+    for_each_isa([&](Isa isa) {
+        // (fp32 runs the same kernels at every level from avx512 up; avx2: another reader)
+        if (isa != Isa::avx512 && isa != Isa::avx2) return;
+        int idx = 0;
+        for (const auto& sh : shapes)
+            for (int64_t M : {1, 5, 12, 13, 16}) {
+                Case c;
+                c.d.M = M, c.d.N = sh[0], c.d.K = sh[1];
+                c.d.trans_b = idx % 2 ? Trans::T : Trans::N;
+                c.d.trans_a = idx % 5 == 4 ? Trans::T : Trans::N;
+                c.d.beta = idx % 3 == 2 ? 0.5f : 0.0f;
+                c.d.epilogue.bias = idx % 2 == 0;
+                c.d.epilogue.act = static_cast<Activation>(idx % 5);
+                c.d.epilogue.residual = idx % 4 == 1;
+                c.misalign = static_cast<size_t>(idx % 3);
+                c.seed = 700 + static_cast<uint64_t>(idx++);
+                Case pre = c;
+                pre.d.M = 64;  // a prefill plan: the blocked kernel's layout
+                pre.d.trans_a = Trans::N;
+                pre.d.beta = 0.0f;
+                pre.d.epilogue = {};
+                SCOPED_TRACE(describe(c));
+                Problem src(c);
+                const PackedB packed = GemmPlan(pre.d).pack_b(src.B.data());
+                const detail::GemmSpec spec = detail::gemm_check_desc("test", c.d);
+                if (isa >= Isa::avx512) {
+                    EXPECT_EQ(packed.layout(), detail::gemm_b_layout(Isa::avx512, c.d.K, c.d.N).name);
+                }
+                if (isa >= Isa::avx512 && c.d.K > detail::gemm_b_layout(Isa::avx512, c.d.K, c.d.N).kc) {
+                    // (one K block of a small B: the direct kernel, ahead in the registry, reads it)
+                    const auto& reg = detail::gemm_registry();
+                    EXPECT_EQ(detail::gemm_kernel_for_layout(spec, packed.layout()).get(),
+                              reg.get(spec, reg.find("jit:avx512:gemv:blocked")).kernel.get());
+                }
+                std::vector<uint32_t> bits[2];
+                for (int threads : {1, 2}) {
+                    set_num_threads(threads);
+                    Problem p(c);
+                    const GemmPlan plan(c.d);
+                    GemmArgs a = p.args();
+                    a.B = nullptr;
+                    plan.run(a, packed);
+                    ASSERT_TRUE(p.check()) << "threads " << threads;
+                    bits[threads - 1] = p.c_bits();
+                }
+                EXPECT_EQ(bits[0], bits[1]);
+            }
     });
 }
 

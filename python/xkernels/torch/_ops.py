@@ -144,18 +144,29 @@ def _plan(M, N, K, ab_type, c_type, bias, act, res_type):
     return p
 
 
-# fp32 weights are packed once per kernel family: decode (M <= 16 rows: the GEMV kernels' panel layout,
-# packed by an M = 1 plan) and prefill (M > 16: the blocked kernel's layout, packed by an M = 256 plan).
-# Any plan reads either (GemmPlan::run finds the kernel of the PackedB's layout), but a prefill GEMM on
-# the panel layout runs the GEMV kernel for every row ("jit:avx512:panel"): 1.0-1.3x slower than the
-# blocked kernel at 512 x 768..3072 x 768..3072, 1.7-2.8x with a fused GELU (1 thread, Xeon). A module
-# run both ways holds both packs. bf16 keeps one (its decode kernels read the blocked layout).
+# fp32 weights: the blocked GEMM kernel's layout (packed by an M = 256 plan) serves every M where the
+# decode kernel reads it, from AVX-512 up ("jit:avx512:gemv:blocked": M <= 16, 0.9-1.1x the time of its
+# own panel layout, 1 thread, Zen 4). Below AVX-512 (32-column panels there, 16 in the AVX2 blocked
+# layout) a module run both ways holds two packs: decode (M <= 16 rows: the GEMV kernels' panel layout,
+# packed by an M = 1 plan) and prefill (M > 16, blocked) — any plan reads either, but a prefill GEMM on
+# the panel layout runs the GEMV kernel for every row ("jit:avx2:panel", 1.0-1.3x slower than the
+# blocked kernel, 1.7-2.8x with a fused GELU), and M <= 16 on the AVX2 blocked layout runs the blocked
+# kernel. bf16 keeps one pack everywhere (its decode kernels read the blocked layout).
 _DECODE_MAX_M = 16
 _PREFILL_PACK_M = 256
 
 
+def _f32_one_pack():
+    v = ctypes.c_int()
+    check(L.get_max_isa(ctypes.byref(v)))
+    return v.value >= _lib.ISA_NAMES.index("avx512")
+
+
+_F32_ONE_PACK = _f32_one_pack()  # the ISA cap when the package loads (XK_MAX_ISA)
+
+
 def _pack_tag(tag, M, t):
-    return tag + ":prefill" if M > _DECODE_MAX_M and t == F32 else tag
+    return tag + ":prefill" if M > _DECODE_MAX_M and t == F32 and not _F32_ONE_PACK else tag
 
 
 def _pack_now(weight, t, M=1):
@@ -163,7 +174,8 @@ def _pack_now(weight, t, M=1):
     it, whatever M)."""
     w = _c(weight.detach())
     N, K = w.shape
-    plan = _plan(_PREFILL_PACK_M if M > _DECODE_MAX_M and t == F32 else 1, N, K, t, t, 0, 0, None)
+    blocked = t == F32 and (M > _DECODE_MAX_M or _F32_ONE_PACK)
+    plan = _plan(_PREFILL_PACK_M if blocked else 1, N, K, t, t, 0, 0, None)
     h = ctypes.c_void_p()
     check(L.gemm_plan_pack_b(plan.h, w.data_ptr(), ctypes.byref(h)))
     return _Packed(h.value)

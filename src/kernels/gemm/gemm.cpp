@@ -366,6 +366,8 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
             {"jit:avx512:direct", Isa::avx512, [](const GemmSpec& s) { return gemm_direct_supports(s, Isa::avx512); },
              [](const GemmSpec& s) { return create_gemm_direct(s, Isa::avx512); }},
             {"jit:avx512:gemv", Isa::avx512, gemv_supports, create_gemv_avx512},
+            // The decode kernel on a prefill plan's PackedB (not selectable: found by its layout).
+            {"jit:avx512:gemv:blocked", Isa::avx512, gemv_supports, create_gemv_avx512_blocked, /*selectable=*/false},
             {"jit:avx512", Isa::avx512, gemm_jit_supports, [](const GemmSpec& s) { return create_gemm_jit(s, Isa::avx512); }},
             {"avx512_bf16:bf16:gemv", Isa::avx512_bf16, gemv_bf16_dp_supports,
              [](const GemmSpec& s) { return create_gemv_bf16(s, Isa::avx512_bf16); }},
@@ -661,7 +663,21 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
     if (bt.count != 0 && pack->layout != pack_layout_) {
         // Packed by a plan of another batch size (or shape class): run with the best kernel that
         // reads that layout, so one packed weight serves every M (as ipex.optimize's does).
-        other = detail::gemm_kernel_for_layout(st.spec, pack->layout);
+        // (the last kernel found, for this layout under this cap, is kept: decode plans run every
+        // call on a prefill plan's packed weight)
+        detail::GemmLayoutMemo& memo = *st.other;
+        const int cap = static_cast<int>(max_isa());
+        {
+            std::lock_guard<std::mutex> lk(memo.mu);
+            if (memo.cap == cap && memo.layout == pack->layout) other = memo.kernel;
+        }
+        if (!other) {
+            other = detail::gemm_kernel_for_layout(st.spec, pack->layout);
+            if (other) {
+                std::lock_guard<std::mutex> lk(memo.mu);
+                memo.layout = pack->layout, memo.cap = cap, memo.kernel = other;
+            }
+        }
         if (!other)
             detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
                              "was packed for another plan: this plan (" + std::string(impl_name_) +

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "dispatch/registry.hpp"
@@ -124,6 +125,14 @@ GemmBatch gemm_check_batch(const char* fn, const GemmDesc& desc, const GemmSpec&
 GemmExtents gemm_extents(const char* fn, const GemmSpec& s, const GemmBatch& b);
 
 // What a plan computes once so that run() only compares pointers.
+// The kernel GemmPlan::run last found for a PackedB of another plan's layout (gemm_kernel_for_layout
+// walks the registry: ~2 us a call), with the layout and ISA cap it was found for.
+struct GemmLayoutMemo {
+    std::mutex mu;
+    std::string layout;
+    int cap = -1;
+    std::shared_ptr<const GemmKernel> kernel;
+};
 struct GemmPlanState {
     GemmSpec spec;
     GemmExtents extents;            // spans over every item of the batch
@@ -131,6 +140,7 @@ struct GemmPlanState {
     float alpha_beta[2] = {1, 0};   // the plan's scalars, for fast.fn
     GemmBatch batch;
     GemmFastPath item_fast;         // the kernel's direct entry, for the items of a batched plan
+    std::shared_ptr<GemmLayoutMemo> other = std::make_shared<GemmLayoutMemo>();
 };
 // All of gemm_check_args' checks for a float (not int8) spec, branch-free: true when the
 // arguments pass. (A plan runs this per call and the full check, for its message, only if not.)

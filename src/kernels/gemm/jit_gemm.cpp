@@ -464,17 +464,13 @@ GemmSplitPolicy gemm_split_policy() {
     GemmSplitPolicy p;
     const char* e = std::getenv("XK_GEMM_F32_SPLIT");
     if (!e || !*e || std::strcmp(e, "cost") == 0) return p;
-    if (std::strcmp(e, "square") == 0) {
-        p.kind = GemmSplitPolicy::square;
-        return p;
-    }
     int a = 0, b = 0, used = 0;
     if (std::sscanf(e, "%dx%d%n", &a, &b, &used) == 2 && e[used] == 0 && a >= 1 && b >= 1 && a <= 4096 && b <= 4096) {
         p.kind = GemmSplitPolicy::grid, p.pm = a, p.pn = b;
         return p;
     }
     throw Error(Status::invalid_argument,
-                std::string("XK_GEMM_F32_SPLIT: unknown value '") + e + "' (cost, square or <a>x<b>, e.g. 4x4)");
+                std::string("XK_GEMM_F32_SPLIT: unknown value '") + e + "' (cost or <a>x<b>, e.g. 4x4)");
 }
 
 GemmSplit gemm_split(int64_t M, int64_t N, int64_t K, int64_t MR, int64_t NR, int threads, bool prepacked, int extra,
@@ -487,22 +483,6 @@ GemmSplit gemm_split(int64_t M, int64_t N, int64_t K, int64_t MR, int64_t NR, in
                       policy.pm <= mt && policy.pn <= nt;
     if (grid) {
         nthr = policy.pm * policy.pn, pm = policy.pm, pn = policy.pn;
-    } else if (policy.kind == GemmSplitPolicy::square) {
-        // The most even tile count per part, then the squarest part (rows against columns).
-        int64_t best = -1;
-        double best_sq = 0;
-        for (int t = nthr; t >= 1 && best < 0; --t) {
-            nthr = t;
-            for (int a = 1; a <= t; ++a) {
-                if (t % a) continue;
-                const int b = t / a;
-                if (a > mt || b > nt) continue;
-                const int64_t tiles = ceil_div(mt, a) * ceil_div(nt, b);
-                const double mp = double(ceil_div(mt, a) * MR), np = double(ceil_div(nt, b) * NR);
-                const double sq = std::max(mp, np) / std::min(mp, np);
-                if (best < 0 || tiles < best || (tiles == best && sq < best_sq)) best = tiles, best_sq = sq, pm = a, pn = b;
-            }
-        }
     } else {
         // The split with the least estimated time per thread: its tile rectangle's FMAs plus the
         // packing of its A rows and (unless prepacked) B columns. Fewer threads if the grid is

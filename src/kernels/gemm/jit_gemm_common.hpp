@@ -174,12 +174,11 @@ struct GemmSplit {
 // when a plan is created; an unknown value is an error naming it):
 //   cost   (default, unset or "cost") the least estimated time per thread: its tile rectangle's
 //          FMAs plus the packing of its A rows and (unless prepacked) B columns
-//   square the most even tile count per thread, then the squarest part (oneDNN-like 2D blocks)
 //   <a>x<b> exactly a x b parts when a * b <= the threads, a <= M's tiles and b <= N's tiles
 //          (e.g. "4x4" at 16 threads), else the cost rule
 // Extra cuts (XK_GEMM_EXTRA parts per thread, default 3) are then made by the same rule for all.
 struct GemmSplitPolicy {
-    enum Kind { cost, square, grid } kind = cost;
+    enum Kind { cost, grid } kind = cost;
     int pm = 0, pn = 0;  // grid
 };
 GemmSplitPolicy gemm_split_policy();

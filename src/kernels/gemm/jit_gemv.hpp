@@ -62,6 +62,11 @@ bool gemm_panel_supports(const GemmSpec& s);
 // isa: Isa::avx2 (ymm) or Isa::avx512 (zmm). Throws if the machine lacks it.
 std::shared_ptr<const GemmKernel> create_gemv_avx2(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemv_avx512(const GemmSpec& s);
+// The AVX-512 decode kernel reading the blocked kernel's PackedB (gemm_b_layout(avx512): K blocks of
+// 32-column panels, each panel's rows of one K block contiguous): not selectable, found by
+// GemmPlan::run for an M <= 16 plan given a PackedB of a prefill plan (gemm_kernel_for_layout), so
+// that one packed weight serves both. The same kernels, a K block's run of rows at a time.
+std::shared_ptr<const GemmKernel> create_gemv_avx512_blocked(const GemmSpec& s);
 
 // Tuning knobs, exposed for the tests and the benchmark (defaults in jit_gemv.cpp).
 struct GemvTuning {
