@@ -193,10 +193,13 @@ int64_t pack_a_mode() {
 }
 // XK_AMX_SHARED_A=0: every thread packs its own copy of each A row block (per task chunk) instead of
 // the call's one shared packed A (see AmxGemm::run).
-bool shared_a_on() {
-    static const bool v = env_int("XK_AMX_SHARED_A", 1) != 0;
+// XK_AMX_SHARED_A=2: also where one thread owns a grid row (tn = 1, e.g. one thread with
+// XK_AMX_GRID=1): each row block packed once per call instead of once per B chunk.
+int64_t shared_a_mode() {
+    static const int64_t v = env_int("XK_AMX_SHARED_A", 1);
     return v;
 }
+bool shared_a_on() { return shared_a_mode() != 0; }
 constexpr int64_t kSharedAMaxBytes = int64_t(64) << 20;  // the shared packed A, at most
 
 struct alignas(64) TileConfig {
@@ -799,7 +802,7 @@ public:
         const int64_t cols_t = (nblocks_ + tn - 1) / tn;
         const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, chunk_bytes(threads) / block_bytes, kMaxChunk}));
         const bool repacks = (cols_t + pc_t - 1) / pc_t >= 2;
-        if (grid2d && tn > 1 && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
+        if (grid2d && (tn > 1 || shared_a_mode() >= 2) && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
             const size_t abytes = static_cast<size_t>(mblocks * a_blk_bytes);
             auto* buf = reinterpret_cast<uint8_t*>(
                 gemm_thread_buffer(5, (abytes + static_cast<size_t>(mblocks) * sizeof(std::atomic<uint32_t>) + 3) / 4));
