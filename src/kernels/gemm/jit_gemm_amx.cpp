@@ -19,12 +19,12 @@
 // whole K of most layers; A's 32-row block stays in L2 while the task's column blocks pass) and
 // parks their sums in per-thread 32 x 32 f32 buffers; a generated AVX-512 epilogue
 // (JitGemmBase::emit_epilogue: alpha, beta, bias, activation, residual, bf16 rounding) writes C
-// from them.
+// from them — or, where that would change nothing (f32 / s32 C, alpha 1, beta 0, no epilogue or
+// zero points), the tiles of a full block are stored straight into C.
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
-// cores). One thread: the (chunk, 32-row block) tasks chunk-major. Several: every thread one
-// rectangle of the (32-row block x column block) grid (tm x tn threads, the most even split, then
-// the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
+// cores). Every thread (one too) takes one rectangle of the (32-row block x column block) grid
+// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
 // thread's columns span several B chunks (it would re-pack each row block per chunk), once per
 // call into a buffer the threads share, each row block by the first thread that needs it
 // (XK_AMX_SHARED_A=0: always per thread).
@@ -110,18 +110,19 @@ int64_t amx_prefetch() {
     return v;
 }
 int64_t amx_order() {
-    static const int64_t v = env_int("XK_AMX_ORDER", 0);
+    static const int64_t v = env_int("XK_AMX_ORDER", 1);
     return v;
 }
 int64_t amx_prefetch_a() {
-    static const int64_t v = env_int("XK_AMX_PFA", 0);
+    static const int64_t v = env_int("XK_AMX_PFA", 1);
     return v;
 }
-// XK_AMX_DIRECT=1: the tile kernel stores a block's sums straight into C where nothing is left to
-// do on them (f32 / s32 C, alpha 1, beta 0, no bias / activation / residual / zero points, a full
-// 32 x 32 block, the last K block) instead of parking them for the epilogue.
+// Direct stores (default; XK_AMX_DIRECT=0: off): the tile kernel stores a block's sums straight
+// into C where nothing is left to do on them (f32 / s32 C, alpha 1, beta 0, no bias / activation /
+// residual / zero points, a full 32 x 32 block, the last K block) instead of parking them for the
+// epilogue.
 bool amx_direct() {
-    static const bool v = env_int("XK_AMX_DIRECT", 0) != 0;
+    static const bool v = env_int("XK_AMX_DIRECT", 1) != 0;
     return v;
 }
 // Packed B per task chunk: half the L2 share of a thread, at most kChunkBytes. A call with more
@@ -137,12 +138,12 @@ int64_t chunk_bytes(int64_t threads) {
     const int64_t l2 = ci.l2_bytes > 0 ? ci.l2_bytes : int64_t(2) << 20;
     return std::clamp<int64_t>(l2 / share / 2, int64_t(128) << 10, kChunkBytes);
 }
-// XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles; default: rectangles when several
-// threads share the call (see AmxGemm::run).
+// XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles (the default, one thread too: its
+// one rectangle walked chunk-major, A packed once per call where it spans several B chunks).
 bool grid_2d(int64_t threads, int64_t mblocks) {
     static const int64_t v = env_int("XK_AMX_GRID", -1);
     if (v >= 0) return v != 0;
-    return threads > 1 && mblocks > 0;
+    return mblocks > 0;
 }
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
@@ -193,10 +194,11 @@ int64_t pack_a_mode() {
 }
 // XK_AMX_SHARED_A=0: every thread packs its own copy of each A row block (per task chunk) instead of
 // the call's one shared packed A (see AmxGemm::run).
-// XK_AMX_SHARED_A=2: also where one thread owns a grid row (tn = 1, e.g. one thread with
-// XK_AMX_GRID=1): each row block packed once per call instead of once per B chunk.
+// XK_AMX_SHARED_A: 2 (default) = the shared packed A also where one thread owns a grid row (tn = 1,
+// one thread): each row block packed once per call instead of once per B chunk; 1 = only where
+// several threads share a grid row; 0 = never.
 int64_t shared_a_mode() {
-    static const int64_t v = env_int("XK_AMX_SHARED_A", 1);
+    static const int64_t v = env_int("XK_AMX_SHARED_A", 2);
     return v;
 }
 bool shared_a_on() { return shared_a_mode() != 0; }
@@ -256,10 +258,13 @@ public:
         // shapes from 0.70-0.84x to 0.80-0.91x; distances 1 / 4 and loads interleaved with the
         // products were no better within the host's noise (XK_AMX_PF: the distance, 0 = off).
         const int pf = static_cast<int>(amx_prefetch());
-        // XK_AMX_ORDER=1: each tile load placed right before the first product that reads it
-        // (A0 B0 | A0 B1 | A1 B0 | A1 B1 with B1 and A1 loaded between the products), as oneDNN's
-        // brgemm; 0: the four loads, then the four products. XK_AMX_PFA=1: A's k step `pf` ahead
-        // prefetched too (the packed [step][32 rows][64 bytes] layout: 2 KiB a step).
+        // Order 1 (default): each tile load right before the first product that reads it (A0 B0 |
+        // A0 B1 | A1 B0 | A1 B1 with B1 and A1 loaded between the products), as oneDNN's brgemm;
+        // XK_AMX_ORDER=0: the four loads, then the four products. A's k step `pf` ahead is
+        // prefetched too (the packed [step][32 rows][64 bytes] layout: 2 KiB a step; XK_AMX_PFA=0:
+        // B only). Device Xeon, one run, these two with the direct stores and the one-thread
+        // rectangle against before (geometric mean of bf16 + u8s8s32 prepacked at 1 and 16 threads,
+        // xk / oneDNN of one loop): 1.18x -> 1.30x; k blocks of 16 steps instead: 1.26x.
         const int order = static_cast<int>(amx_order());
         const bool pfa = amx_prefetch_a() != 0;
         auto step = [&](const Reg64& a0, const Reg64& a1, int a1_off, const Reg64& stride, bool main) {
