@@ -369,6 +369,7 @@ TEST(GemmInt8, ZeroPointFreeS32BlocksAndTails) {
         int idx = 0;
         for (auto s : {std::array<int64_t, 3>{64, 64, 64}, {96, 160, 700}, {65, 97, 300}, {64, 40, 4300}})
             for (DType at : {DType::u8, DType::s8}) {
+                if (kSanitized && (s[2] > 1000 || at == DType::s8)) continue;  // (sanitizer builds: fewer)
                 GemmDesc d = int8_desc(at, DType::s32, s[0], s[1], s[2]);
                 d.trans_b = idx % 2 ? Trans::T : Trans::N;
                 Problem p(d, idx % 3 == 1 ? 3 : 0, static_cast<size_t>(idx % 4), 3000 + idx);
