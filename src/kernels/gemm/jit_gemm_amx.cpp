@@ -125,22 +125,15 @@ bool amx_direct() {
     static const bool v = env_int("XK_AMX_DIRECT", 1) != 0;
     return v;
 }
-// Packed B per task chunk: half the L2 share of a thread, at most kChunkBytes. A call with more
-// threads than cores runs two hyperthreads on one core, each with half its L2 (hwloc's
-// l2_shared_by). XK_AMX_CHUNK_KB overrides it.
-constexpr bool kChunkAuto = false;
-int64_t chunk_bytes(int64_t threads) {
+// Packed B per task chunk: kChunkBytes (the device Xeon has one thread per core: its 2 MiB L2 holds
+// a chunk beside A's block); XK_AMX_CHUNK_KB overrides it (an experiment knob).
+int64_t chunk_bytes() {
     static const int64_t v = env_int("XK_AMX_CHUNK_KB", 0);
-    if (v > 0) return v << 10;
-    if (!kChunkAuto) return kChunkBytes;
-    const CpuInfo& ci = cpu_info();
-    const int64_t share = threads > ci.cores ? std::max(1, ci.l2_shared_by) : 1;
-    const int64_t l2 = ci.l2_bytes > 0 ? ci.l2_bytes : int64_t(2) << 20;
-    return std::clamp<int64_t>(l2 / share / 2, int64_t(128) << 10, kChunkBytes);
+    return v > 0 ? v << 10 : kChunkBytes;
 }
 // XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles (the default, one thread too: its
 // one rectangle walked chunk-major, A packed once per call where it spans several B chunks).
-bool grid_2d(int64_t threads, int64_t mblocks) {
+bool grid_2d(int64_t mblocks) {
     static const int64_t v = env_int("XK_AMX_GRID", -1);
     if (v >= 0) return v != 0;
     return mblocks > 0;
@@ -729,7 +722,7 @@ public:
         // Column blocks per task: B of the chunk within kChunkBytes (L2), at most kMaxChunk (the
         // accumulators of a task), and enough tasks to give every thread about four.
         const int64_t threads = get_num_threads();
-        int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>({nblocks_, chunk_bytes(threads) / block_bytes, kMaxChunk}));
+        int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>({nblocks_, chunk_bytes() / block_bytes, kMaxChunk}));
         while (per_chunk > 1 && mblocks * ((nblocks_ + per_chunk - 1) / per_chunk) < 4 * threads) --per_chunk;
         const int64_t nchunks = (nblocks_ + per_chunk - 1) / per_chunk;
         const auto* A = static_cast<const uint8_t*>(args.A);
@@ -774,7 +767,7 @@ public:
         // column blocks, every thread one rectangle walked chunk-major) or the 1-D task list
         // (nchunks x mblocks tasks, chunk-major over threads).
         int64_t tm = 1, tn = 1;
-        const bool grid2d = grid_2d(threads, mblocks);
+        const bool grid2d = grid_2d(mblocks);
         if (grid2d) {
             int64_t best = -1, best_traffic = 0;
             const int64_t a_bytes = M * K * es_, b_bytes = block_bytes * nblocks_;
@@ -805,7 +798,7 @@ public:
         // 384x768x768 and 512x1024x4096 lost 20-40% shared; 512x4096x14336 gained 2.9x, 512x14336x4096
         // 1.25x).
         const int64_t cols_t = (nblocks_ + tn - 1) / tn;
-        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, chunk_bytes(threads) / block_bytes, kMaxChunk}));
+        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, chunk_bytes() / block_bytes, kMaxChunk}));
         const bool repacks = (cols_t + pc_t - 1) / pc_t >= 2;
         if (grid2d && (tn > 1 || shared_a_mode() >= 2) && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
             const size_t abytes = static_cast<size_t>(mblocks * a_blk_bytes);
@@ -1043,7 +1036,7 @@ public:
                 const int64_t i = t / tn, j = t % tn;
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
-                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, chunk_bytes(threads) / block_bytes, kMaxChunk}));
+                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, chunk_bytes() / block_bytes, kMaxChunk}));
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
