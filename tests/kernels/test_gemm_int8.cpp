@@ -361,6 +361,24 @@ TEST(GemmInt8, ManyThreadsShareTheirPackedPanels) {
     }, /*with_avx2_vnni=*/true);
 }
 
+// s32 C without zero points, beta 0: nothing left to do on the sums, so the AMX kernel may store its
+// full 32 x 32 blocks straight from the tiles into C (strided, unaligned rows) beside the tails;
+// one and two K blocks (AMX: 4096 k a block).
+TEST(GemmInt8, ZeroPointFreeS32BlocksAndTails) {
+    for_each_isa([&](Isa) {
+        int idx = 0;
+        for (auto s : {std::array<int64_t, 3>{64, 64, 64}, {96, 160, 700}, {65, 97, 300}, {64, 40, 4300}})
+            for (DType at : {DType::u8, DType::s8}) {
+                if (kSanitized && (s[2] > 1000 || at == DType::s8)) continue;  // (sanitizer builds: fewer)
+                GemmDesc d = int8_desc(at, DType::s32, s[0], s[1], s[2]);
+                d.trans_b = idx % 2 ? Trans::T : Trans::N;
+                Problem p(d, idx % 3 == 1 ? 3 : 0, static_cast<size_t>(idx % 4), 3000 + idx);
+                ++idx;
+                check_problem(p);
+            }
+    }, /*with_avx2_vnni=*/true);
+}
+
 // The AMX kernel's shared packed A (a thread whose columns span several 1 MiB B chunks), at 1 / 2 /
 // 5 threads with M, N and K tails: the same bits as the reference.
 TEST(GemmInt8, AmxSharedPackedA) {

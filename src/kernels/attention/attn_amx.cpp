@@ -93,7 +93,10 @@ void amx_tile_emulate(const AmxTileArgs* p) {
                     c = ftz(c + bf16_in(a1) * bf16_in(b1));
                 }
             }
-            p->acc[m * 32 + n] = c;
+            if (p->c_out)
+                reinterpret_cast<float*>(static_cast<uint8_t*>(p->c_out) + m * p->ldc_out)[n] = c;
+            else
+                p->acc[m * 32 + n] = c;
         }
 }
 

@@ -10,7 +10,8 @@
 //      (p < 16) = 16 dwords, dword c = (B[2p][c] in the low half, B[2p+1][c] in the high half)
 //      (VNNI pairs), zero-padded in K and N;
 //   C: acc, 32 rows of 32 f32 (128-byte rows); accumulate != 0 adds to acc's values, else
-//      starts from 0.
+//      starts from 0; the sums are stored to acc, or to c_out (rows ldc_out bytes apart) where
+//      c_out is set.
 // Per element and k pair: c += a[2p]*b[2p]; c += a[2p+1]*b[2p+1] in f32 (products exact,
 // round-to-nearest-even adds, bf16 / f32 denormals flushed).
 //
@@ -30,6 +31,8 @@ struct AmxTileArgs {
     const void* a_tail = nullptr;  // one more k step from a packed [32][32] bf16 buffer, or null
     int64_t accumulate = 0;        // non-zero: start from acc's sums (earlier K blocks), else 0
     int64_t a_step = 64;           // bytes between k steps of a (64 in place, 2048 packed)
+    void* c_out = nullptr;         // non-null: the sums go to c_out (32 rows of 32 f32 / s32,
+    int64_t ldc_out = 0;           //   ldc_out bytes apart) instead of acc
 };
 using AmxTileFn = void (*)(const AmxTileArgs*);
 using AmxCfgFn = void (*)(const void*);

@@ -19,12 +19,12 @@
 // whole K of most layers; A's 32-row block stays in L2 while the task's column blocks pass) and
 // parks their sums in per-thread 32 x 32 f32 buffers; a generated AVX-512 epilogue
 // (JitGemmBase::emit_epilogue: alpha, beta, bias, activation, residual, bf16 rounding) writes C
-// from them.
+// from them — or, where that would change nothing (f32 / s32 C, alpha 1, beta 0, no epilogue or
+// zero points), the tiles of a full block are stored straight into C.
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
-// cores). One thread: the (chunk, 32-row block) tasks chunk-major. Several: every thread one
-// rectangle of the (32-row block x column block) grid (tm x tn threads, the most even split, then
-// the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
+// cores). Every thread (one too) takes one rectangle of the (32-row block x column block) grid
+// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
 // thread's columns span several B chunks (it would re-pack each row block per chunk), once per
 // call into a buffer the threads share, each row block by the first thread that needs it
 // (XK_AMX_SHARED_A=0: always per thread).
@@ -109,12 +109,34 @@ int64_t amx_prefetch() {
     static const int64_t v = env_int("XK_AMX_PF", 2);
     return v;
 }
-// XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles; default: rectangles when several
-// threads share the call (see AmxGemm::run).
-bool grid_2d(int64_t threads, int64_t mblocks) {
+int64_t amx_order() {
+    static const int64_t v = env_int("XK_AMX_ORDER", 1);
+    return v;
+}
+int64_t amx_prefetch_a() {
+    static const int64_t v = env_int("XK_AMX_PFA", 1);
+    return v;
+}
+// Direct stores (default; XK_AMX_DIRECT=0: off): the tile kernel stores a block's sums straight
+// into C where nothing is left to do on them (f32 / s32 C, alpha 1, beta 0, no bias / activation /
+// residual / zero points, a full 32 x 32 block, the last K block) instead of parking them for the
+// epilogue.
+bool amx_direct() {
+    static const bool v = env_int("XK_AMX_DIRECT", 1) != 0;
+    return v;
+}
+// Packed B per task chunk: kChunkBytes (the device Xeon has one thread per core: its 2 MiB L2 holds
+// a chunk beside A's block); XK_AMX_CHUNK_KB overrides it (an experiment knob).
+int64_t chunk_bytes() {
+    static const int64_t v = env_int("XK_AMX_CHUNK_KB", 0);
+    return v > 0 ? v << 10 : kChunkBytes;
+}
+// XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles (the default, one thread too: its
+// one rectangle walked chunk-major, A packed once per call where it spans several B chunks).
+bool grid_2d(int64_t mblocks) {
     static const int64_t v = env_int("XK_AMX_GRID", -1);
     if (v >= 0) return v != 0;
-    return threads > 1 && mblocks > 0;
+    return mblocks > 0;
 }
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
@@ -165,10 +187,14 @@ int64_t pack_a_mode() {
 }
 // XK_AMX_SHARED_A=0: every thread packs its own copy of each A row block (per task chunk) instead of
 // the call's one shared packed A (see AmxGemm::run).
-bool shared_a_on() {
-    static const bool v = env_int("XK_AMX_SHARED_A", 1) != 0;
+// XK_AMX_SHARED_A: 2 (default) = the shared packed A also where one thread owns a grid row (tn = 1,
+// one thread): each row block packed once per call instead of once per B chunk; 1 = only where
+// several threads share a grid row; 0 = never.
+int64_t shared_a_mode() {
+    static const int64_t v = env_int("XK_AMX_SHARED_A", 2);
     return v;
 }
+bool shared_a_on() { return shared_a_mode() != 0; }
 constexpr int64_t kSharedAMaxBytes = int64_t(64) << 20;  // the shared packed A, at most
 
 struct alignas(64) TileConfig {
@@ -225,6 +251,15 @@ public:
         // shapes from 0.70-0.84x to 0.80-0.91x; distances 1 / 4 and loads interleaved with the
         // products were no better within the host's noise (XK_AMX_PF: the distance, 0 = off).
         const int pf = static_cast<int>(amx_prefetch());
+        // Order 1 (default): each tile load right before the first product that reads it (A0 B0 |
+        // A0 B1 | A1 B0 | A1 B1 with B1 and A1 loaded between the products), as oneDNN's brgemm;
+        // XK_AMX_ORDER=0: the four loads, then the four products. A's k step `pf` ahead is
+        // prefetched too (the packed [step][32 rows][64 bytes] layout: 2 KiB a step; XK_AMX_PFA=0:
+        // B only). Device Xeon, one run, these two with the direct stores and the one-thread
+        // rectangle against before (geometric mean of bf16 + u8s8s32 prepacked at 1 and 16 threads,
+        // xk / oneDNN of one loop): 1.18x -> 1.30x; k blocks of 16 steps instead: 1.26x.
+        const int order = static_cast<int>(amx_order());
+        const bool pfa = amx_prefetch_a() != 0;
         auto step = [&](const Reg64& a0, const Reg64& a1, int a1_off, const Reg64& stride, bool main) {
             auto dp = [&](const Tmm& c, const Tmm& a, const Tmm& b) {
                 if (op == TileOp::bf16)
@@ -234,27 +269,45 @@ public:
                 else
                     tdpbssd(c, a, b);
             };
-            int q = 0;
+            int q = 0, qa = 0;
             auto pref = [&] {
-                if (main && pf > 0)
+                if (main && pf > 0) {
                     for (int l = 0; l < 8; ++l, ++q) prefetcht0(ptr[rB + pf * kStepBytes + q * 64]);
+                    if (pfa)
+                        for (int l = 0; l < 8; ++l, ++qa) prefetcht0(ptr[a0 + pf * kStepBytes + qa * 64]);
+                }
             };
-            tileloadd(tmm4, ptr[a0 + stride]);
-            tileloadd(tmm6, ptr[rB + rax]);
-            tileloadd(tmm5, ptr[a1 + stride + a1_off]);
-            tileloadd(tmm7, ptr[rB + rax + 1024]);
-            dp(tmm0, tmm4, tmm6);
-            pref();
-            dp(tmm1, tmm4, tmm7);
-            pref();
-            dp(tmm2, tmm5, tmm6);
-            pref();
-            dp(tmm3, tmm5, tmm7);
-            pref();
+            if (order == 1) {
+                tileloadd(tmm4, ptr[a0 + stride]);
+                tileloadd(tmm6, ptr[rB + rax]);
+                dp(tmm0, tmm4, tmm6);
+                pref();
+                tileloadd(tmm7, ptr[rB + rax + 1024]);
+                dp(tmm1, tmm4, tmm7);
+                pref();
+                tileloadd(tmm5, ptr[a1 + stride + a1_off]);
+                dp(tmm2, tmm5, tmm6);
+                pref();
+                dp(tmm3, tmm5, tmm7);
+                pref();
+            } else {
+                tileloadd(tmm4, ptr[a0 + stride]);
+                tileloadd(tmm6, ptr[rB + rax]);
+                tileloadd(tmm5, ptr[a1 + stride + a1_off]);
+                tileloadd(tmm7, ptr[rB + rax + 1024]);
+                dp(tmm0, tmm4, tmm6);
+                pref();
+                dp(tmm1, tmm4, tmm7);
+                pref();
+                dp(tmm2, tmm5, tmm6);
+                pref();
+                dp(tmm3, tmm5, tmm7);
+                pref();
+            }
             add(rB, kStepBytes);
         };
         mov(eax, 64);  // B tiles: 64-byte rows
-        Label l_loop, l_tail, l_store;
+        Label l_loop, l_tail, l_store, l_acc;
         test(rK, rK);
         jz(l_tail);
         align(16);
@@ -269,6 +322,20 @@ public:
         jz(l_store);
         step(rT, rT, 1024, rax, false);
         L(l_store);
+        // The sums: to c_out (rows ldc_out bytes apart) where set, else to acc (128-byte rows).
+        mov(rT, ptr[rP + offsetof(AmxTileArgs, c_out)]);
+        test(rT, rT);
+        jz(l_acc);
+        mov(rax, ptr[rP + offsetof(AmxTileArgs, ldc_out)]);
+        tilestored(ptr[rT + rax], tmm0);
+        tilestored(ptr[rT + rax + 64], tmm1);
+        mov(rK, rax);
+        shl(rK, 4);
+        add(rT, rK);
+        tilestored(ptr[rT + rax], tmm2);
+        tilestored(ptr[rT + rax + 64], tmm3);
+        ret();
+        L(l_acc);
         mov(eax, 128);
         tilestored(ptr[rC + rax], tmm0);
         tilestored(ptr[rC + rax + 64], tmm1);
@@ -655,7 +722,7 @@ public:
         // Column blocks per task: B of the chunk within kChunkBytes (L2), at most kMaxChunk (the
         // accumulators of a task), and enough tasks to give every thread about four.
         const int64_t threads = get_num_threads();
-        int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>({nblocks_, kChunkBytes / block_bytes, kMaxChunk}));
+        int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>({nblocks_, chunk_bytes() / block_bytes, kMaxChunk}));
         while (per_chunk > 1 && mblocks * ((nblocks_ + per_chunk - 1) / per_chunk) < 4 * threads) --per_chunk;
         const int64_t nchunks = (nblocks_ + per_chunk - 1) / per_chunk;
         const auto* A = static_cast<const uint8_t*>(args.A);
@@ -700,7 +767,7 @@ public:
         // column blocks, every thread one rectangle walked chunk-major) or the 1-D task list
         // (nchunks x mblocks tasks, chunk-major over threads).
         int64_t tm = 1, tn = 1;
-        const bool grid2d = grid_2d(threads, mblocks);
+        const bool grid2d = grid_2d(mblocks);
         if (grid2d) {
             int64_t best = -1, best_traffic = 0;
             const int64_t a_bytes = M * K * es_, b_bytes = block_bytes * nblocks_;
@@ -731,9 +798,9 @@ public:
         // 384x768x768 and 512x1024x4096 lost 20-40% shared; 512x4096x14336 gained 2.9x, 512x14336x4096
         // 1.25x).
         const int64_t cols_t = (nblocks_ + tn - 1) / tn;
-        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, kChunkBytes / block_bytes, kMaxChunk}));
+        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, chunk_bytes() / block_bytes, kMaxChunk}));
         const bool repacks = (cols_t + pc_t - 1) / pc_t >= 2;
-        if (grid2d && tn > 1 && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
+        if (grid2d && (tn > 1 || shared_a_mode() >= 2) && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
             const size_t abytes = static_cast<size_t>(mblocks * a_blk_bytes);
             auto* buf = reinterpret_cast<uint8_t*>(
                 gemm_thread_buffer(5, (abytes + static_cast<size_t>(mblocks) * sizeof(std::atomic<uint32_t>) + 3) / 4));
@@ -741,6 +808,12 @@ public:
             for (int64_t b = 0; b < mblocks; ++b) new (a_flags + b) std::atomic<uint32_t>(0);
             a_shared = buf;
         }
+        // A block's sums straight from the tiles into C (XK_AMX_DIRECT; see amx_direct()): where the
+        // store would change nothing, at full 32 x 32 blocks of the last K block.
+        const bool direct = amx_direct() && s_.beta == BetaKind::zero && call.beta == 0.0f &&
+                            (int8_ ? s_.c_type == DType::s32 && za == 0 && zb == 0
+                                   : s_.c_type == DType::f32 && s_.alpha_one && call.alpha == 1.0f && !s_.epilogue.bias &&
+                                         s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -906,7 +979,13 @@ public:
                     ta.steps = std::min(s1, a_steps) - std::min(s0, a_steps);
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
+                    const bool last = s1 == total_steps;
                     for (int64_t nb = nb0; nb < nb1; ++nb) {
+                        ta.c_out = nullptr;
+                        if (direct && last && rows == kBlk && nb * kBlk + kBlk <= s_.N) {
+                            ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
+                            ta.ldc_out = s_.ldc * c_es;
+                        }
                         if (ring) {  // (total_steps = nkb_)
                             call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
                             ta.b = b_ring;
@@ -921,6 +1000,7 @@ public:
                 for (int64_t nb = nb0; nb < nb1; ++nb) {
                     const int64_t n0 = nb * kBlk;
                     const int ncols = static_cast<int>(std::min<int64_t>(kBlk, s_.N - n0));
+                    if (direct && rows == kBlk && ncols == kBlk) continue;  // (stored by the tiles)
                     float* acc = accs + (nb - nb0) * kBlk * kBlk;
                     uint8_t* c_blk = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + n0) * c_es;
                     if (int8_ && s_.c_type == DType::s32) {
@@ -956,7 +1036,7 @@ public:
                 const int64_t i = t / tn, j = t % tn;
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
-                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, chunk_bytes() / block_bytes, kMaxChunk}));
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
