@@ -32,8 +32,9 @@ bench_gemm's GEMMs (names gemm/<dtype>/torch/<MxNxK>[_suffix]/threads:<t>, as be
     /opt/torchpeer/bin/python bench/torch_peer.py --compare xk_gemm.json torch_gemm.json
 
 Output: Google-Benchmark-style JSON on stdout ({"context": ..., "benchmarks": [...]}, one entry
-per repetition, real_time in ns, "GBPS" in GB/s and / or "GFLOPS" in GFLOP/s), and one line per
-run on stderr. --filter REGEX, --min-time SECONDS, --repetitions N, --threads 1,2 (default:
+per repetition, real_time in ns, cpu_time = the process's CPU time in ns (all its threads: on a
+busy shared host the 1-thread rows to compare with a bench's CPU column), "GBPS" in GB/s and / or
+"GFLOPS" in GFLOP/s of real_time), and one line per run on stderr. --filter REGEX, --min-time SECONDS, --repetitions N, --threads 1,2 (default:
 XK_BENCH_THREADS or 1,2) as in the benches.
 """
 import argparse
@@ -411,7 +412,7 @@ def run(args):
                 print(f"{name:60s} skipped: {e}", file=sys.stderr)
                 continue
             for rep in range(args.repetitions):
-                it, k, t0 = 0, 0, time.perf_counter()
+                it, k, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
                 while True:
                     fn(*sets[k])
                     k = (k + 1) % len(sets)
@@ -420,10 +421,11 @@ def run(args):
                     if el >= args.min_time and it >= 2:
                         break
                 per = el / it
+                cpu = (time.process_time() - c0) / it  # the process's CPU time (all its threads)
                 entry = {
                     "name": name + "/real_time", "run_name": name + "/real_time", "run_type": "iteration",
                     "repetitions": args.repetitions, "repetition_index": rep, "threads": 1, "iterations": it,
-                    "real_time": per * 1e9, "cpu_time": per * 1e9, "time_unit": "ns",
+                    "real_time": per * 1e9, "cpu_time": cpu * 1e9, "time_unit": "ns",
                     "label": f"torch {torch.__version__}, {len(sets)} sets",
                 }
                 text = ""
@@ -431,7 +433,7 @@ def run(args):
                     entry[c] = v / per * 1e-9
                     text += f" {v / per * 1e-9:9.2f} {'GB/s' if c == 'GBPS' else 'GFLOP/s'}"
                 results.append(entry)
-                print(f"{name:60s} {per * 1e6:12.1f} us{text}", file=sys.stderr)
+                print(f"{name:60s} {per * 1e6:12.1f} us{text}  (cpu {cpu * 1e6:.1f} us)", file=sys.stderr)
             del sets
     ctx = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "executable": "bench/torch_peer.py",
            "torch": torch.__version__, "num_cpus": os.cpu_count(), "library_build_type": "release",
