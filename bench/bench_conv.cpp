@@ -44,7 +44,9 @@
 //                                                types, static per-channel output scales, bias, ReLU
 //                                                post-op, weights reordered once
 #include <dnnl.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <new>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -103,9 +105,32 @@ xk::ConvDesc desc_of(const Layer& l, int64_t n, DType t) {
 
 double flops(const xk::ConvDesc& d) { return 2.0 * d.n * d.oh() * d.ow() * d.oc * d.c * d.kh * d.kw / d.groups; }
 
+// Operand storage 64-byte aligned on both sides (std::vector's 16-byte alignment gave ours and
+// the interleaved peer different cache-line phases of the same tensors: split-line loads on one
+// side only).
+template <class T>
+struct Align64 {
+    using value_type = T;
+    Align64() = default;
+    template <class U>
+    Align64(const Align64<U>&) {}
+    T* allocate(size_t n) {
+        void* p = std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(T) + 63) / 64 * 64));
+        if (!p) throw std::bad_alloc();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t) { std::free(p); }
+    template <class U>
+    bool operator==(const Align64<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const Align64<U>&) const { return false; }
+};
+template <class T>
+using AVec = std::vector<T, Align64<T>>;
+
 struct Data {
-    std::vector<unsigned char> src, wei, dst;
-    std::vector<float> bias;
+    AVec<unsigned char> src, wei, dst;
+    AVec<float> bias;
 };
 
 Data make_data(const xk::ConvDesc& d) {
@@ -115,7 +140,7 @@ Data make_data(const xk::ConvDesc& d) {
     x.wei.resize(static_cast<size_t>(d.weight_elements()) * es);
     x.dst.resize(static_cast<size_t>(d.dst_elements()) * es);
     x.bias.resize(static_cast<size_t>(d.oc));
-    auto fill = [&](std::vector<unsigned char>& v, uint64_t seed) {
+    auto fill = [&](AVec<unsigned char>& v, uint64_t seed) {
         const size_t n = v.size() / es;
         for (size_t i = 0; i < n; ++i) {
             const float f = static_cast<float>(xb::detail::unit(seed, i) * 2 - 1);
@@ -246,9 +271,9 @@ xk::QConvDesc qdesc_of(const Layer& l, int64_t n) {
 }
 
 struct QData {
-    std::vector<uint8_t> src, dst, dst2;  // dst2: the interleaved oneDNN peer's
-    std::vector<int8_t> wei;
-    std::vector<float> bias, ws;
+    AVec<uint8_t> src, dst, dst2;  // dst2: the interleaved oneDNN peer's
+    AVec<int8_t> wei;
+    AVec<float> bias, ws;
 };
 
 QData make_qdata(const xk::QConvDesc& q, int64_t oh, int64_t ow) {

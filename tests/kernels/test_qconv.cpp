@@ -461,6 +461,58 @@ TEST(QConvOnednn, ParametersOneDnnCannotTakeRunOurs) {
     }
 }
 
+// A plan remembers the thread's last call's parameters (onednn:qconv skips recomputing them when
+// they repeat): weight scales and bias rewritten in place behind the same pointers, and calls of
+// two plans alternating on one thread, must each give that call's results.
+TEST(QConvOnednn, ParametersChangedInPlaceAndPlansAlternating) {
+    if (!dq::onednn_route_available()) GTEST_SKIP() << "onednn:qconv needs AVX-512 VNNI (or AMX)";
+    const ScopedEnv route("XK_QCONV_IMPL", "onednn");
+    QConvDesc d;
+    d.n = 1; d.c = 19; d.h = 5; d.w = 7; d.oc = 21; d.kh = d.kw = 1;
+    d.dst_dtype = DType::u8;
+    d.with_bias = true;
+    d.activation = Activation::relu;
+    QConvDesc e = d;  // a second plan: other channels, s8 dst
+    e.oc = 13; e.dst_dtype = DType::s8;
+    dq::Case c(d, 21), f(e, 22);
+    const QConvPlan pc(d), pf(e);
+    ASSERT_STREQ(pc.impl_name(), "onednn:qconv");
+    ASSERT_STREQ(pf.impl_name(), "onednn:qconv");
+    const QConvPackedWeights wc = pc.pack_weights(c.wt.data()), wf = pf.pack_weights(f.wt.data());
+    // Scales that keep most outputs inside the u8 / s8 range (bias in [-100, 100]).
+    const dq::Params q{0.01f, 0, 2.0f, 3}, qf{0.01f, 0, 2.0f, -4};
+    auto run_c = [&](const char* what) {
+        Buffer<uint8_t> out(c.dst_bytes());
+        QConvArgs b = c.args(q, out.data());
+        b.weights = nullptr;
+        pc.run(b, wc);
+        EXPECT_EQ(dq::compare(d, c.want(q), out.data(), q, c.bias, /*onednn=*/true, what), 0u);
+    };
+    auto run_f = [&](const char* what) {
+        Buffer<uint8_t> out(f.dst_bytes());
+        QConvArgs b = f.args(qf, out.data());
+        b.weights = nullptr;
+        pf.run(b, wf);
+        EXPECT_EQ(dq::compare(e, f.want(qf), out.data(), qf, f.bias, /*onednn=*/true, what), 0u);
+    };
+    for (int nt : {1, 2}) {
+        set_num_threads(nt);
+        run_c("first");
+        run_c("repeated");
+        const std::vector<float> ws0 = c.ws, bias0 = c.bias;
+        for (float& v : c.ws) v *= 1.5f;  // the same arrays, new contents
+        run_c("weight scales changed");
+        for (float& v : c.bias) v = 30.0f - v;
+        run_c("bias changed");
+        run_f("other plan");
+        run_c("back to the first plan");
+        run_f("other plan again");
+        c.ws = ws0, c.bias = bias0;
+        run_c("restored");
+    }
+    set_num_threads(0);
+}
+
 TEST(QConvOnednn, RoutingOverrideAndPacks) {
     QConvDesc d;
     d.n = 1; d.c = 32; d.h = d.w = 8; d.oc = 16; d.kh = d.kw = 3; d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;

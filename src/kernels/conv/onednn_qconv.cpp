@@ -16,7 +16,9 @@
 //               moves oneDNN from brgconv to its jit_int8 kernels)
 // A primitive is made per (thread count, parameters) on first use and kept (8 most recent):
 // static quantization calls a plan with the same parameters every time, so the steady state
-// creates nothing. Per call the parameters are computed (OC multiplies) and compared.
+// creates nothing. A call whose scales, zero points, weight scales and bias equal the thread's last
+// call of the kernel (two memcmp of OC floats) reuses that call's primitive and bias'; otherwise
+// the parameters are computed (OC multiplies and divisions), checked and looked up under a lock.
 //
 // Results: the int32 sums are exact (the entry needs AVX-512 VNNI or AMX: without VNNI oneDNN
 // 2.6 goes through VPMADDUBSW's saturating int16 pairs and halves s8 weights), the epilogue is
@@ -235,17 +237,38 @@ public:
 
     void run(const QConvArgs& a, const QConvPackedData* packed) const override {
         const QConvDesc& d = p_.d;
-        thread_local QParams q;
-        float* bias = d.with_bias ? static_cast<float*>(dnn::thread_buffer(dnn::Buf::small, d.oc * sizeof(float))) : nullptr;
-        if (!call_params(p_, a, q, bias)) return fallback(a, packed, "parameters oneDNN cannot express");
-        const std::shared_ptr<const QPrim> pr = prim_for(q);
-        if (pr->reference) return fallback(a, packed, "oneDNN has only " + pr->impl);
+        // Static quantization passes the same parameters every call: the thread's last call of
+        // this kernel is remembered (its inputs, primitive and bias'), and a call with the same
+        // inputs skips the products, quotients, checks and the lock of prim_for().
+        thread_local CallMemo memo;
+        const int threads = get_num_threads();
+        const size_t oc = static_cast<size_t>(d.oc), ocb = oc * sizeof(float);
+        const bool same = memo.kernel == id_ && memo.threads == threads && memo.same(a) &&
+                          std::memcmp(memo.ws.data(), a.weight_scales, ocb) == 0 &&
+                          (!d.with_bias || std::memcmp(memo.bias.data(), a.bias, ocb) == 0);
+        if (!same) {
+            memo.kernel = 0;  // until this call's parameters are known to run on oneDNN
+            thread_local QParams q;
+            memo.bias_q.resize(oc);
+            if (!call_params(p_, a, q, d.with_bias ? memo.bias_q.data() : nullptr))
+                return fallback(a, packed, "parameters oneDNN cannot express");
+            std::shared_ptr<const QPrim> found = prim_for(q);
+            if (found->reference) return fallback(a, packed, "oneDNN has only " + found->impl);
+            memo.pr = std::move(found);
+            memo.set(a);
+            memo.threads = threads;
+            memo.ws.assign(a.weight_scales, a.weight_scales + oc);
+            if (d.with_bias) memo.bias.assign(a.bias, a.bias + oc);
+            memo.kernel = id_;
+        }
+        const QPrim* pr = memo.pr.get();
+        float* bias = d.with_bias ? memo.bias_q.data() : nullptr;
         try {
-            dnn::OmpThreads omp(q.threads);
+            dnn::OmpThreads omp(threads);
             dnnl::stream& st = dnn::thread_stream();
             void* w;
             if (packed) {
-                w = const_cast<void*>(static_cast<const OnednnQPacked*>(packed)->get(*pr, q.threads));
+                w = const_cast<void*>(static_cast<const OnednnQPacked*>(packed)->get(*pr, threads));
             } else {
                 w = dnn::thread_buffer(dnn::Buf::weights, pr->wei_md.get_size());
                 dnnl::memory from(user_wei_md_, dnn::engine(), const_cast<int8_t*>(a.weights)), to(pr->wei_md, dnn::engine(), w);
@@ -286,6 +309,30 @@ public:
     std::string backend_info() const override { return "onednn:" + first_->impl; }
 
 private:
+    // A thread's last call of one kernel (see run()). Holds the primitive, so it outlives an
+    // eviction from prims_ (and the kernel) until the thread's next new parameters.
+    struct CallMemo {
+        uint64_t kernel = 0;  // id_ of the kernel, 0: none
+        int threads = 0;
+        uint32_t src_scale = 0, dst_scale = 0;  // the bits: -0.0 / NaN never compare equal by value
+        int32_t szp = 0, dzp = 0;
+        std::vector<float> ws, bias, bias_q;  // weight scales and bias as given; bias / m
+        std::shared_ptr<const QPrim> pr;
+        static uint32_t bits(float f) {
+            uint32_t u;
+            std::memcpy(&u, &f, sizeof u);
+            return u;
+        }
+        bool same(const QConvArgs& a) const {
+            return src_scale == bits(a.src_scale) && dst_scale == bits(a.dst_scale) && szp == a.src_zero_point &&
+                   dzp == a.dst_zero_point;
+        }
+        void set(const QConvArgs& a) {
+            src_scale = bits(a.src_scale), dst_scale = bits(a.dst_scale);
+            szp = a.src_zero_point, dzp = a.dst_zero_point;
+        }
+    };
+
     std::shared_ptr<const QPrim> create(const QParams& q) const {
         auto pr = std::make_shared<QPrim>();
         pr->q = q;
@@ -338,6 +385,7 @@ private:
     }
 
     QConvProblem p_;
+    const uint64_t id_ = dnn::new_prim_id();  // CallMemo's key (never reused)
     dnnl::memory::desc user_wei_md_;
     std::shared_ptr<const QPrim> first_;
     mutable std::mutex mu_;
