@@ -359,6 +359,29 @@ TEST(GemmJit, SmallShapesEveryTiling) {
 }
 
 
+// A plan at 1 thread against the oracle, then at 2 threads and with B packed by the plan: both
+// give the 1-thread bits. Returns the packed B (empty after a fatal failure).
+static PackedB check_threads_and_packed_b(Problem& p, const GemmPlan& plan) {
+    set_num_threads(1);
+    plan.run(p.args());
+    if (!p.check(plan.impl_name())) {
+        ADD_FAILURE() << "1 thread against the oracle";
+        return {};
+    }
+    const std::vector<float> one = p.c_copy();
+    set_num_threads(2);
+    p.reset_c();
+    plan.run(p.args());
+    EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "2 threads differ from 1";
+    PackedB w = plan.pack_b(p.B.data());
+    p.reset_c();
+    GemmArgs a = p.args();
+    a.B = nullptr;
+    plan.run(a, w);
+    EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "packed B, 2 threads";
+    return w;
+}
+
 // Through plans: 1 and 2 threads give the same bits (the K accumulation order does not depend on
 // the split), a PackedB serves plans of other M, and each ISA's selection is exercised.
 TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
@@ -382,20 +405,8 @@ TEST(GemmJit, ThreadsAndPackedWeightsThroughPlans) {
             SCOPED_TRACE(c.str());
             Problem p(c);
             const GemmPlan plan(c.desc());
-            set_num_threads(1);
-            plan.run(p.args());
-            ASSERT_TRUE(p.check(plan.impl_name()));
-            const std::vector<float> one = p.c_copy();
-            set_num_threads(2);
-            p.reset_c();
-            plan.run(p.args());
-            EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "2 threads differ from 1";
-            const PackedB w = plan.pack_b(p.B.data());
-            p.reset_c();
-            GemmArgs a = p.args();
-            a.B = nullptr;
-            plan.run(a, w);
-            EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "packed B differs";
+            const PackedB w = check_threads_and_packed_b(p, plan);
+            if (w.empty()) return;
             // The same packed weights through a plan of another M.
             Case c2 = c;
             c2.M = c.M > 1 ? c.M / 2 + 1 : 1;
@@ -433,20 +444,7 @@ TEST(GemmJit, ThreadSplitRules) {
                     SCOPED_TRACE(c.str() + " XK_GEMM_F32_SPLIT=" + rule + " XK_GEMM_EXTRA=" + extra);
                     Problem p(c);
                     const GemmPlan plan(c.desc());
-                    set_num_threads(1);
-                    plan.run(p.args());
-                    ASSERT_TRUE(p.check(plan.impl_name()));
-                    const std::vector<float> one = p.c_copy();
-                    set_num_threads(2);
-                    p.reset_c();
-                    plan.run(p.args());
-                    EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "2 threads differ from 1";
-                    const PackedB w = plan.pack_b(p.B.data());
-                    p.reset_c();
-                    GemmArgs a = p.args();
-                    a.B = nullptr;
-                    plan.run(a, w);
-                    EXPECT_TRUE(std::memcmp(one.data(), p.C.data(), one.size() * 4) == 0) << "packed B, 2 threads";
+                    if (check_threads_and_packed_b(p, plan).empty()) return;
                 }
     }
 }

@@ -202,6 +202,17 @@ void plan_run(const Weight& w, const WoqDesc& d, const WoqArgs& a) {
     p.run(a, w.packed);
 }
 
+// The case through a plan at 1 and 2 threads, each against the oracle, and the two bit for bit.
+void check_plan_threads(const Weight& w, const Case& cs, const char* what) {
+    std::vector<uint8_t> r[2];
+    for (int th : {1, 2}) {
+        set_num_threads(th);
+        r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, what);
+    }
+    set_num_threads(0);
+    EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << cs.M;
+}
+
 }  // namespace
 
 // woq_pack's layout for every type / group / zero-point mode: woq_dequantize reads back the formula.
@@ -491,13 +502,7 @@ TEST(Woq, EpiloguesAndThreads) {
                 cs.alpha = 0.75f, cs.beta = M == 5 ? 0.0f : 0.5f;
                 cs.rtype = M % 2 ? DType::bf16 : DType::f32;
                 cs.a = M == 20 ? DType::f32 : DType::bf16;
-                std::vector<uint8_t> r[2];
-                for (int th : {1, 2}) {
-                    set_num_threads(th);
-                    r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "plan");
-                }
-                set_num_threads(0);
-                EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+                check_plan_threads(w, cs, "plan");
             }
         }
     });
@@ -519,13 +524,7 @@ TEST(Woq, AmxDecodeRingWindows) {
                 cs.c = M == 29 ? DType::bf16 : DType::f32;
                 cs.bias = true;
                 cs.lda_pad = 3;
-                std::vector<uint8_t> r[2];
-                for (int th : {1, 2}) {
-                    set_num_threads(th);
-                    r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "plan");
-                }
-                set_num_threads(0);
-                EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+                check_plan_threads(w, cs, "plan");
             }
         }
     });
@@ -829,13 +828,7 @@ TEST(Woq, TwoThreadsSplitN) {
             Case cs;
             cs.M = M;
             cs.c = M == 3 ? DType::bf16 : DType::f32;
-            std::vector<uint8_t> r[2];
-            for (int th : {1, 2}) {
-                set_num_threads(th);
-                r[th - 1] = check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) { plan_run(w, d, a); }, "split");
-            }
-            set_num_threads(0);
-            EXPECT_EQ(r[0], r[1]) << "1 and 2 threads differ, M=" << M;
+            check_plan_threads(w, cs, "split");
         }
     }
 }
