@@ -14,6 +14,16 @@ descheduled is not counted; at 2+ threads it sums the threads' time, spin-waits 
     # alone leaves torch's fp32 GEMM on MKL's AVX-512 code)
     XK_MAX_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
         python bench/py/layers.py
+
+What torch runs for bf16 on an AVX2-only CPU (torch 2.15's source): F.linear -> addmm, whose oneDNN
+route (use_mkldnn_bf16_matmul, and cpublas::gemm's mkldnn_bf16_gemm) needs mkldnn_bf16_device_check(),
+i.e. ideep's has_bf16_type_support(): oneDNN's effective ISA at least avx512_core (or AVX-NE-CONVERT).
+On a Zen 2 / 3 that fails, so bf16 GEMMs run ATen's own kernel (gemm_stub: a dot product per output,
+at::native::AVX2::bf16_dot_with_fp32_arith under ATen's AVX2 dispatch). ONEDNN_MAX_CPU_ISA=AVX2 makes
+the same check fail here (the effective ISA is capped), so the capped run takes that route; with ATen
+capped to AVX2 and oneDNN not, this script turns oneDNN off (torch.backends.mkldnn.enabled = False)
+to the same effect, and says so. --gemm-rates prints torch's and xk's Linear GFLOP/s on the layers'
+GEMM shapes (prefill tokens x out x in), the rates behind the layer ratios.
 """
 import argparse
 import os
@@ -117,6 +127,38 @@ def bert_breakdown(dtype, T, reps):
     return [("  bert " + name, best_ms(fx, reps), best_ms(ft, reps)) for name, fx, ft in rows]
 
 
+def gemm_rates(dtype, T, reps, cfg, nt):
+    """torch's F.linear and xk.linear (packed weight) GFLOP/s on the layers' GEMM shapes, T rows."""
+    torch.manual_seed(0)
+    shapes = [("llama q/o", cfg.hidden_size, cfg.hidden_size),
+              ("llama gate/up", cfg.intermediate_size, cfg.hidden_size),
+              ("llama down", cfg.hidden_size, cfg.intermediate_size),
+              ("bert qkv/out", 768, 768), ("bert ffn1", 3072, 768), ("bert ffn2", 768, 3072)]
+    rows = []
+    for name, N, K in shapes:
+        x, w = torch.randn(T, K).to(dtype), (torch.randn(N, K) * 0.02).to(dtype)
+        fl = 2.0 * T * N * K
+        tx = best_ms(lambda: torch.ops.xk.linear(x, w), reps)
+        tt = best_ms(lambda: torch.nn.functional.linear(x, w), reps)
+        rows.append(("  %s %dx%dx%d GFLOP/s" % (name, T, N, K), fl / tx / 1e6, fl / tt / 1e6))
+    return rows
+
+
+def avx2_route_note():
+    """Under ATen's AVX2 capability: make torch's bf16 matmuls take the route an AVX2-only CPU takes."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        return None
+    try:
+        onednn_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        onednn_bf16 = torch.backends.mkldnn.is_available()
+    if onednn_bf16:
+        torch.backends.mkldnn.enabled = False
+        return ("# torch: oneDNN would run bf16 matmuls here (its bf16 check passes: ONEDNN_MAX_CPU_ISA unset); "
+                "turned off (torch.backends.mkldnn.enabled = False), as its bf16 check fails on an AVX2-only CPU")
+    return "# torch: oneDNN's bf16 check fails under this cap, as on an AVX2-only CPU: bf16 matmuls run ATen's own GEMM"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -126,6 +168,8 @@ def main():
     ap.add_argument("--small", action="store_true", help="hidden 1024 Llama (a quick look)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--breakdown", action="store_true", help="BERT: also each block on its own, xk beside torch")
+    ap.add_argument("--gemm-rates", action="store_true",
+                    help="also torch's and xk's Linear GFLOP/s on the layers' GEMM shapes (xk / torch columns)")
     a = ap.parse_args()
     global clock
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
@@ -140,6 +184,9 @@ def main():
           "ms per forward (%s clock), best of %d" % (
               torch.__version__, torch.backends.cpu.get_cpu_capability(), os.environ.get("MKL_ENABLE_INSTRUCTIONS", "-"),
               os.environ.get("ONEDNN_MAX_CPU_ISA", "-"), cpu, xkt._lib.ISA_NAMES[isa.value], a.clock, a.reps))
+    note = avx2_route_note()
+    if note:
+        print(note)
     if torch.backends.cpu.get_cpu_capability() == "AVX2" and os.environ.get("MKL_ENABLE_INSTRUCTIONS") is None:
         print("# note: torch's fp32 GEMM (MKL) is not capped: set MKL_ENABLE_INSTRUCTIONS=AVX2 for an AVX2 row")
     print("%-36s %4s %4s %10s %10s %7s %9s" % ("row", "dt", "thr", "xk ms", "torch ms", "ratio", "rel.err"))
@@ -150,6 +197,9 @@ def main():
             xkt.set_num_threads(nt)
             for dt in a.dtypes.split(","):
                 dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dt]
+                if a.gemm_rates:
+                    for name, gx, gt in gemm_rates(dtype, a.tokens, a.reps, cfg, nt):
+                        print("%-36s %4s %4d %10.1f %10.1f %7.2f" % (name, dt, nt, gx, gt, gx / gt), flush=True)
                 for layer in a.layers.split(","):
                     rows, err = llama_rows(dtype, a.tokens, a.reps, cfg) if layer == "llama" else \
                         bert_rows(dtype, a.tokens, a.reps)

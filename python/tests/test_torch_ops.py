@@ -70,6 +70,78 @@ def test_linear_repacks_after_inplace_update():
     close(xk.linear(x, w2), xk.linear(x, w), torch.float32)
 
 
+def _packs_of(*tensors):
+    """{tag: (family, cap)} of the packed weights the adapter holds for these tensors."""
+    ids = tuple(map(id, tensors))
+    return {k[0]: (e[2].fam, e[2].cap) for k, e in xkernels.torch._ops._derived._d.items()
+            if k[1:] == ids and k[0].startswith("pack")}
+
+
+def test_fp32_pack_family_recorded_with_the_pack():
+    """fp32 weights are packed for every M (blocked) from AVX-512 up, for decode or prefill below it:
+    decided when a pack is made, from the cap then, and kept with the pack — a cap raised later keeps
+    using the two AVX2-era packs, a cap dropped below a pack's layout packs again (the old layout has
+    no reader there), and every result matches torch."""
+    import ctypes
+    lib, names = xkernels._lib.lib(), xkernels._lib.ISA_NAMES
+    v = ctypes.c_int()
+    xkernels._lib.check(lib.get_max_isa(ctypes.byref(v)))
+    top, avx2, avx512 = v.value, names.index("avx2"), names.index("avx512")
+    if top < avx512:
+        pytest.skip("needs AVX-512 (packs made above the AVX2 cap)")
+
+    def run(op, *w, M):
+        x = rand(M, w[0].shape[1])
+        if op == "linear":
+            ref, y = F.linear(x, w[0]), xk.linear(x, w[0])
+        elif op == "gated":
+            ref, y = F.silu(F.linear(x, w[0])) * F.linear(x, w[1]), xk.gated_linear(x, w[0], w[1])
+        else:
+            ref, y = F.linear(x, torch.cat(w)), xk.fused_linear(x, list(w))
+        close(y, ref, torch.float32, atol=1e-4 * w[0].shape[1] ** 0.5)
+
+    try:
+        # AVX-512 cap: one pack for every M; then under AVX2 (plans made there read AVX2 layouts only)
+        # it is replaced by a decode pack and a prefill pack, each recorded with the AVX2 cap.
+        w = rand(36, 88)
+        run("linear", w, M=1)
+        run("linear", w, M=40)
+        assert _packs_of(w) == {"pack": ("any", top)}
+        xkernels._lib.check(lib.set_max_isa(avx2))
+        run("linear", w, M=5)
+        assert _packs_of(w) == {"pack": ("decode", avx2)}
+        run("linear", w, M=23)
+        assert _packs_of(w) == {"pack": ("decode", avx2), "pack:prefill": ("prefill", avx2)}
+        # AVX2 cap, prefill first: a prefill pack, then a decode pack; the cap raised, both stay in use
+        w2 = rand(44, 72)
+        run("linear", w2, M=30)
+        assert _packs_of(w2) == {"pack": ("prefill", avx2)}
+        run("linear", w2, M=3)
+        assert _packs_of(w2) == {"pack": ("prefill", avx2), "pack:decode": ("decode", avx2)}
+        xkernels._lib.check(lib.set_max_isa(top))
+        for M in (1, 4, 17, 64):
+            run("linear", w2, M=M)
+        assert _packs_of(w2) == {"pack": ("prefill", avx2), "pack:decode": ("decode", avx2)}
+        # a weight first packed under the raised cap is one pack for every M again
+        w3 = rand(20, 56)
+        for M in (2, 33):
+            run("linear", w3, M=M)
+        assert _packs_of(w3) == {"pack": ("any", top)}
+        # the concatenated packs (gated / fused linear) follow the same rules
+        g, u = rand(24, 40), rand(24, 40)
+        run("gated", g, u, M=2)
+        run("fused", g, u, M=2)
+        assert _packs_of(g, u) == {"pack_gate_up": ("any", top), "pack_cat": ("any", top)}
+        xkernels._lib.check(lib.set_max_isa(avx2))
+        for M in (3, 19):
+            run("gated", g, u, M=M)
+            run("fused", g, u, M=M)
+        assert _packs_of(g, u) == {"pack_gate_up": ("decode", avx2), "pack_gate_up:prefill": ("prefill", avx2),
+                                   "pack_cat": ("decode", avx2), "pack_cat:prefill": ("prefill", avx2)}
+    finally:
+        xkernels._lib.check(lib.set_max_isa(top))
+
+
 def test_linear_noncontiguous_and_errors():
     x = rand(16, 10)[:, :8]
     w = rand(4, 8)

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -705,6 +706,89 @@ TEST(GemmDecode, ConcurrentRunsOfOnePlan) {
                 else
                     plan.run(p.args());
                 if (p.c_bits() != (use_packed ? want_packed : want)) ++mismatches;
+            }
+        });
+    for (auto& t : workers) t.join();
+    EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(GemmDecode, PlanKeepsTheKernelFoundPerLayoutAndCap) {
+    // One decode plan fed, in turn, PackedBs of several layouts (its own; a prefill plan's made
+    // under each ISA cap: the blocked layouts, the reference's plain one under scalar) while the cap
+    // moves: every run reads the kernel kept for (layout, cap), found once. Each result is checked
+    // against the oracle, a (layout, cap) seen again gives the bits it gave the first time, and a
+    // layout no kernel under the cap reads is refused every time, nothing written — also after the
+    // plan has kept a kernel for it under another cap. Then four threads alternate the packs on
+    // the plan at once (the kept kernels are read without a lock).
+    ThreadsGuard tg;
+    set_num_threads(1);
+    Case c;
+    c.d.M = 3, c.d.N = 77, c.d.K = 530, c.d.trans_b = Trans::T;
+    c.d.epilogue.bias = true, c.d.epilogue.act = Activation::silu;
+    c.misalign = 1;
+    c.seed = 4242;
+    Case pre = c;
+    pre.d.M = 64;
+    pre.d.epilogue = {};
+    Problem src(c);
+    const std::vector<Isa> caps = available_isas();
+    std::vector<PackedB> packs;
+    std::vector<std::string> layouts;
+    for (Isa isa : caps) {
+        IsaCap cap(isa);
+        PackedB pb = GemmPlan(pre.d).pack_b(src.B.data());
+        if (std::find(layouts.begin(), layouts.end(), pb.layout()) != layouts.end()) continue;
+        layouts.push_back(pb.layout());
+        packs.push_back(std::move(pb));
+    }
+    const GemmPlan plan(c.d);
+    packs.push_back(plan.pack_b(src.B.data()));
+    layouts.push_back(packs.back().layout());
+    ASSERT_GE(packs.size(), 2u);
+    const detail::GemmSpec spec = detail::gemm_check_desc("test", c.d);
+    std::map<std::pair<size_t, Isa>, std::vector<uint32_t>> seen;
+    int refused = 0;
+    for (int round = 0; round < 3; ++round)
+        for (size_t ci = 0; ci < caps.size(); ++ci) {
+            const Isa isa = caps[(ci + static_cast<size_t>(round)) % caps.size()];
+            IsaCap cap(isa);
+            for (size_t i = 0; i < packs.size(); ++i) {
+                const size_t k = (i + ci) % packs.size();
+                SCOPED_TRACE(std::string("cap ") + isa_name(isa) + ", PackedB " + layouts[k]);
+                Problem p(c);
+                GemmArgs a = p.args();
+                a.B = nullptr;
+                if (!detail::gemm_kernel_for_layout(spec, layouts[k]) && layouts[k] != packs.back().layout()) {
+                    XK_EXPECT_INVALID(plan.run(a, packs[k]), "no kernel allowed under the ISA cap reads that one");
+                    EXPECT_EQ(p.c_bits(), Problem(c).c_bits());
+                    ++refused;
+                    continue;
+                }
+                plan.run(a, packs[k]);
+                ASSERT_TRUE(p.check());
+                auto it = seen.emplace(std::make_pair(k, isa), p.c_bits());
+                if (!it.second) EXPECT_EQ(it.first->second, p.c_bits()) << "a second run of this (layout, cap)";
+            }
+        }
+    // (under the scalar cap no kernel reads a JIT kernel's blocked layout)
+    if (caps.size() > 1) EXPECT_GT(refused, 0);
+    // Concurrent runs at the best cap: each thread's packs in another order, every result the bits
+    // of the sequential run.
+    std::vector<size_t> usable;
+    for (size_t k = 0; k < packs.size(); ++k)
+        if (seen.count({k, caps.back()})) usable.push_back(k);
+    ASSERT_FALSE(usable.empty());
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 4; ++w)
+        workers.emplace_back([&, w] {
+            for (int it = 0; it < 8; ++it) {
+                const size_t k = usable[static_cast<size_t>(w + it) % usable.size()];
+                Problem p(c);
+                GemmArgs a = p.args();
+                a.B = nullptr;
+                plan.run(a, packs[k]);
+                if (p.c_bits() != seen.at({k, caps.back()})) ++mismatches;
             }
         });
     for (auto& t : workers) t.join();

@@ -10,7 +10,7 @@ from collections import OrderedDict
 import torch
 
 from .. import _lib, _quant
-from .._lib import BF16, F32, S8, U8, check
+from .._lib import BF16, F32, S8, U8, XkError, check
 
 L = _lib.lib()
 _XK = {torch.float32: F32, torch.bfloat16: BF16, torch.int8: S8, torch.uint8: U8}
@@ -93,10 +93,14 @@ _derived = _Derived()
 
 
 class _Packed:
-    __slots__ = ("h",)
+    """A packed weight, the calls it serves — fam = _ANY_M (every M), _DECODE (M <= 16) or _PREFILL
+    (M > 16), decided when packing (_pack_family) — and the ISA cap it was packed under."""
+    __slots__ = ("h", "fam", "cap")
 
-    def __init__(self, h):
+    def __init__(self, h, fam, cap):
         self.h = h
+        self.fam = fam
+        self.cap = cap
 
     def __del__(self):
         if self.h:
@@ -123,8 +127,11 @@ _plans = OrderedDict()
 _PLAN_CAPACITY = 512
 
 
-def _plan(M, N, K, ab_type, c_type, bias, act, res_type):
-    key = (M, N, K, ab_type, c_type, bias, act, res_type)
+def _plan(M, N, K, ab_type, c_type, bias, act, res_type, cap=None):
+    """The cached plan (its kernel picked under the cap when it was made; `cap` given: kept apart per
+    cap, as the packing plans are, whose layout must be one the kernels under that cap read)."""
+    key = (M, N, K, ab_type, c_type, bias, act, res_type) if cap is None else \
+        (M, N, K, ab_type, c_type, bias, act, res_type, cap)
     p = _plans.get(key)
     if p is None:
         d = _lib.GemmDesc()
@@ -152,37 +159,74 @@ def _plan(M, N, K, ab_type, c_type, bias, act, res_type):
 # the panel layout runs the GEMV kernel for every row ("jit:avx2:panel", 1.0-1.3x slower than the
 # blocked kernel, 1.7-2.8x with a fused GELU), and M <= 16 on the AVX2 blocked layout runs the blocked
 # kernel. bf16 keeps one pack everywhere (its decode kernels read the blocked layout).
+# Which of these a pack is gets decided when it is made, from the ISA cap then (XK_MAX_ISA,
+# xkernels.set_max_isa), and recorded with it (_Packed.fam): a weight packed once for every M keeps
+# serving every M after the cap drops (its layout is read by whatever kernel the plans find for it
+# under the new cap, or refused with an error naming the layout), and one packed for one family below
+# AVX-512 is joined by a pack of the other family (decided then) when a call of the other kind comes.
 _DECODE_MAX_M = 16
 _PREFILL_PACK_M = 256
+_ANY_M, _DECODE, _PREFILL = "any", "decode", "prefill"
+_AVX512 = _lib.ISA_NAMES.index("avx512")
 
 
-def _f32_one_pack():
+def _cap_now():
     v = ctypes.c_int()
     check(L.get_max_isa(ctypes.byref(v)))
-    return v.value >= _lib.ISA_NAMES.index("avx512")
+    return v.value
 
 
-_F32_ONE_PACK = _f32_one_pack()  # the ISA cap when the package loads (XK_MAX_ISA)
-
-
-def _pack_tag(tag, M, t):
-    return tag + ":prefill" if M > _DECODE_MAX_M and t == F32 and not _F32_ONE_PACK else tag
+def _pack_family(t, M, cap):
+    """The calls a weight packed under `cap` for an M-row call will serve."""
+    if t != F32 or cap >= _AVX512:
+        return _ANY_M
+    return _PREFILL if M > _DECODE_MAX_M else _DECODE
 
 
 def _pack_now(weight, t, M=1):
-    """weight [N, K] packed as B^T for the kernel family of M rows (any plan of this K, N, dtype reads
-    it, whatever M)."""
+    """weight [N, K] packed as B^T for the calls of M rows under the current ISA cap (any plan of this
+    K, N, dtype reads it, whatever M: the family only picks the faster layout)."""
     w = _c(weight.detach())
     N, K = w.shape
-    blocked = t == F32 and (M > _DECODE_MAX_M or _F32_ONE_PACK)
-    plan = _plan(_PREFILL_PACK_M if blocked else 1, N, K, t, t, 0, 0, None)
+    cap = _cap_now()
+    fam = _pack_family(t, M, cap)
+    plan = _plan(_PREFILL_PACK_M if t == F32 and fam != _DECODE else 1, N, K, t, t, 0, 0, None, cap)
     h = ctypes.c_void_p()
     check(L.gemm_plan_pack_b(plan.h, w.data_ptr(), ctypes.byref(h)))
-    return _Packed(h.value)
+    return _Packed(h.value, fam, cap)
+
+
+def _other_family(p, M):
+    """True when the pack p does not serve calls of M rows (its family is the other one)."""
+    return p.fam is not _ANY_M and (p.fam is _PREFILL) is not (M > _DECODE_MAX_M)
+
+
+def _packed(tag, tensors, t, M, weight_fn):
+    """The packed weight of `tensors` (weight_fn() builds the [N, K] weight) for a call of M rows: the
+    first pack made, or, when that one serves the other family, the pack of this call's family."""
+    p = _derived.get(tag, tensors, lambda: _pack_now(weight_fn(), t, M))
+    if _other_family(p, M):
+        p = _derived.get(tag + (":prefill" if M > _DECODE_MAX_M else ":decode"), tensors,
+                         lambda: _pack_now(weight_fn(), t, M))
+    return p
 
 
 def _pack(weight, t, M=1):
-    return _derived.get1(_pack_tag("pack", M, t), weight, lambda: _pack_now(weight, t, M))
+    return _packed("pack", (weight,), t, M, lambda: weight)
+
+
+class _StalePack(Exception):
+    """A GEMM refused a pack made under another ISA cap (a layout no kernel under the cap now reads)."""
+
+
+def _repacked(tag, tensors, t, M, weight_fn):
+    """After _StalePack: the packs of `tensors` made under another cap than the current one are
+    dropped (the next calls of either family make theirs again), then this call's pack is made."""
+    cap, ids = _cap_now(), tuple(map(id, tensors))
+    for k in [k for k, e in _derived._d.items()
+              if k[1:] == ids and k[0] in (tag, tag + ":prefill", tag + ":decode") and e[2].cap != cap]:
+        _derived._d.pop(k, None)
+    return _packed(tag, tensors, t, M, weight_fn)
 
 
 def _bias_f32(bias):
@@ -221,7 +265,12 @@ def _gemm_packed(x2, packed, N, K, t, bias, act, residual, out, M=None):
     args.residual = None if residual is None else residual.data_ptr()
     st = _run_packed(plan.h, _tls.gemm_args_ref, packed.h)
     if st:
-        check(st)
+        try:
+            check(st)
+        except XkError:
+            if packed.cap != _cap_now():
+                raise _StalePack() from None  # the caller packs again and retries
+            raise
 
 
 def _out_shape(shape, N):
@@ -268,12 +317,18 @@ def _linear(x, weight, bias=None, activation="none", residual=None):
         return _linear_empty(out, bias, activation, residual)
     if not x.is_contiguous():
         x = x.contiguous()
-    packed = _derived.get1(_pack_tag("pack", M, t), weight, lambda: _pack_now(weight, t, M))
+    packed = _derived.get1("pack", weight, lambda: _pack_now(weight, t, M))
+    if packed.fam is not _ANY_M and _other_family(packed, M):
+        packed = _pack(weight, t, M)
     if bias is not None and (bias.dtype is not _T32 or not bias.is_contiguous()):
         bias = _bias_f32(bias)
     if residual is not None and not residual.is_contiguous():
         residual = residual.contiguous()
-    _gemm_packed(x, packed, N, K, t, bias, _ACT[activation], residual, out, M)
+    try:
+        _gemm_packed(x, packed, N, K, t, bias, _ACT[activation], residual, out, M)
+    except _StalePack:
+        packed = _repacked("pack", (weight,), t, M, lambda: weight)
+        _gemm_packed(x, packed, N, K, t, bias, _ACT[activation], residual, out, M)
     return out
 
 
@@ -318,10 +373,13 @@ def _gated_linear(x, w_gate, w_up, activation="silu"):
         return out
     x2 = _c(x).view(-1, K)
     M = x2.shape[0]
-    packed = _derived.get(_pack_tag("pack_gate_up", M, t), (w_gate, w_up),
-                          lambda: _pack_now(torch.cat([w_gate.detach(), w_up.detach()]), t, M))
+    cat = lambda: torch.cat([w_gate.detach(), w_up.detach()])  # noqa: E731
+    packed = _packed("pack_gate_up", (w_gate, w_up), t, M, cat)
     h = x.new_empty((M, 2 * I))
-    _gemm_packed(x2, packed, 2 * I, K, t, None, 0, None, h)
+    try:
+        _gemm_packed(x2, packed, 2 * I, K, t, None, 0, None, h)
+    except _StalePack:
+        _gemm_packed(x2, _repacked("pack_gate_up", (w_gate, w_up), t, M, cat), 2 * I, K, t, None, 0, None, h)
     f = L.glu_f32 if t == F32 else L.glu_bf16
     check(f(_ACT[activation], M, I, h.data_ptr(), 0, out.data_ptr(), 0))
     return out
@@ -1100,12 +1158,17 @@ def _fused_linear(x, weights, biases=None):
                           for w, b in zip(weights, biases or [None] * len(weights))], -1)
     ws = tuple(weights)
     M = out.numel() // N
-    packed = _derived.get(_pack_tag("pack_cat", M, t), ws, lambda: _pack_now(torch.cat([w.detach() for w in ws]), t, M))
+    cat = lambda: torch.cat([w.detach() for w in ws])  # noqa: E731
+    packed = _packed("pack_cat", ws, t, M, cat)
     bias = None
     if biases is not None:
         bs = tuple(biases)
         bias = _derived.get("bias_cat", bs, lambda: torch.cat([b.detach().float() for b in bs]).contiguous())
-    _gemm_packed(_c(x).view(-1, K), packed, N, K, t, bias, 0, None, out)
+    x2 = _c(x).view(-1, K)
+    try:
+        _gemm_packed(x2, packed, N, K, t, bias, 0, None, out)
+    except _StalePack:
+        _gemm_packed(x2, _repacked("pack_cat", ws, t, M, cat), N, K, t, bias, 0, None, out)
     return out
 
 

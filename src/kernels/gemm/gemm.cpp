@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "common/activation.hpp"
@@ -558,6 +560,34 @@ std::shared_ptr<const GemmKernel> gemm_kernel_for_layout(const GemmSpec& s, cons
     return nullptr;
 }
 
+uint32_t gemm_layout_id(const std::string& layout) {
+    static std::mutex mu;
+    static auto* ids = new std::unordered_map<std::string, uint32_t>();  // never destroyed (packs outlive statics)
+    std::lock_guard<std::mutex> lk(mu);
+    const auto it = ids->find(layout);
+    if (it != ids->end()) return it->second;
+    const auto id = static_cast<uint32_t>(ids->size() + 1);
+    ids->emplace(layout, id);
+    return id;
+}
+
+const GemmLayoutMemo::Entry* gemm_layout_memo_find(GemmLayoutMemo& memo, const GemmSpec& s, const GemmPacked& pack,
+                                                   int cap) {
+    std::lock_guard<std::mutex> lk(memo.mu);
+    const GemmLayoutMemo::Entry* found = nullptr;
+    for (const auto& e : memo.entries)
+        if (e->layout_id == pack.layout_id && e->cap == cap) found = e.get();
+    if (!found) {
+        auto kernel = gemm_kernel_for_layout(s, pack.layout);
+        if (!kernel) return nullptr;
+        memo.entries.push_back(
+            std::make_unique<const GemmLayoutMemo::Entry>(GemmLayoutMemo::Entry{pack.layout_id, cap, std::move(kernel)}));
+        found = memo.entries.back().get();
+    }
+    memo.last.store(found, std::memory_order_release);
+    return found;
+}
+
 }  // namespace detail
 
 // ---- PackedB -----------------------------------------------------------------------------------
@@ -584,7 +614,9 @@ GemmPlan::GemmPlan(const GemmDesc& desc) {
                               batch.count == 1 ? fast : detail::GemmFastPath{},  // run(): one item, one call
                               {desc_.alpha, desc_.beta},
                               batch,
-                              fast});
+                              fast,
+                              std::make_shared<detail::GemmLayoutMemo>(),
+                              detail::gemm_layout_id(pack_layout_)});
 }
 
 GemmPlan::~GemmPlan() = default;
@@ -659,31 +691,22 @@ void GemmPlan::run(const GemmArgs& args, const PackedB& packed_b) const {
                                  std::to_string(bt.count));
         if (items) pack = items->items[0].get();
     }
-    std::shared_ptr<const detail::GemmKernel> other;
-    if (bt.count != 0 && pack->layout != pack_layout_) {
+    if (bt.count != 0 && pack->layout_id != st.layout_id) {
         // Packed by a plan of another batch size (or shape class): run with the best kernel that
         // reads that layout, so one packed weight serves every M (as ipex.optimize's does).
-        // (the last kernel found, for this layout under this cap, is kept: decode plans run every
-        // call on a prefill plan's packed weight)
+        // The kernels found are kept per (layout, cap): decode plans run every call on a prefill
+        // plan's packed weight, and the hit is one atomic load and two integer compares.
         detail::GemmLayoutMemo& memo = *st.other;
         const int cap = static_cast<int>(max_isa());
-        {
-            std::lock_guard<std::mutex> lk(memo.mu);
-            if (memo.cap == cap && memo.layout == pack->layout) other = memo.kernel;
-        }
-        if (!other) {
-            other = detail::gemm_kernel_for_layout(st.spec, pack->layout);
-            if (other) {
-                std::lock_guard<std::mutex> lk(memo.mu);
-                memo.layout = pack->layout, memo.cap = cap, memo.kernel = other;
-            }
-        }
-        if (!other)
+        const detail::GemmLayoutMemo::Entry* e = memo.last.load(std::memory_order_acquire);
+        if (__builtin_expect(!e || e->layout_id != pack->layout_id || e->cap != cap, 0))
+            e = detail::gemm_layout_memo_find(memo, st.spec, *pack, cap);
+        if (!e)
             detail::fail_arg(fn, "packed_b", "'" + packed_b.data_->layout + "'",
                              "was packed for another plan: this plan (" + std::string(impl_name_) +
                                  ") reads layout '" + pack_layout_ +
                                  "' and no kernel allowed under the ISA cap reads that one (pack B with this plan's pack_b)");
-        kernel = other.get();
+        kernel = e->kernel.get();
     }
     if (!detail::gemm_args_ok(st, args, true)) detail::check_args_inline(fn, st.spec, st.extents, args, true);
     if (st.extents.c == 0) return;  // batch, M or N is 0

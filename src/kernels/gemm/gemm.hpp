@@ -7,10 +7,12 @@
 // same class (sgemm with varying alpha/beta does not fill the cache); the values come with each
 // call in GemmCall. Kernels may specialise on the classes.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dispatch/registry.hpp"
 #include "xk/gemm.hpp"
@@ -41,15 +43,21 @@ struct GemmSpec {
     std::string key() const;
 };
 
+// A small number standing for a layout name, the same for equal names for the life of the process
+// (interned: a table lookup under a lock, so call it when packing or planning, not per run). Never 0.
+uint32_t gemm_layout_id(const std::string& layout);
+
 // B in a kernel's own layout. The kernel that packs may derive from this to keep more (column
-// sums for zero-point compensation, ...). `layout` names the layout (GemmKernel::packed_layout()).
+// sums for zero-point compensation, ...). `layout` names the layout (GemmKernel::packed_layout()),
+// `layout_id` is gemm_layout_id(layout) (what GemmPlan::run compares).
 struct GemmPacked {
     GemmPacked(std::string layout, size_t bytes);
     virtual ~GemmPacked();
     GemmPacked(const GemmPacked&) = delete;
     GemmPacked& operator=(const GemmPacked&) = delete;
 
-    std::string layout;
+    const std::string layout;
+    const uint32_t layout_id;
     size_t bytes = 0;
     void* data = nullptr;  // 64-byte aligned, `bytes` long (never null, even for 0 bytes)
 };
@@ -125,13 +133,20 @@ GemmBatch gemm_check_batch(const char* fn, const GemmDesc& desc, const GemmSpec&
 GemmExtents gemm_extents(const char* fn, const GemmSpec& s, const GemmBatch& b);
 
 // What a plan computes once so that run() only compares pointers.
-// The kernel GemmPlan::run last found for a PackedB of another plan's layout (gemm_kernel_for_layout
-// walks the registry: ~2 us a call), with the layout and ISA cap it was found for.
+// The kernels GemmPlan::run found for PackedBs of other plans' layouts (gemm_kernel_for_layout walks
+// the registry: ~2 us a call), one entry per (layout, ISA cap) met, kept for the plan's life (a
+// bounded set: layouts x caps). `last` points at the entry of the latest lookup: run() reads it
+// with one atomic load and compares two integers (no lock, no string); a miss takes `mu` to find
+// or add the entry (gemm_layout_memo_find) and republishes `last`.
 struct GemmLayoutMemo {
+    struct Entry {
+        uint32_t layout_id = 0;
+        int cap = -1;
+        std::shared_ptr<const GemmKernel> kernel;  // never null
+    };
+    std::atomic<const Entry*> last{nullptr};
     std::mutex mu;
-    std::string layout;
-    int cap = -1;
-    std::shared_ptr<const GemmKernel> kernel;
+    std::vector<std::unique_ptr<const Entry>> entries;  // under mu; entries never move or die before the memo
 };
 struct GemmPlanState {
     GemmSpec spec;
@@ -141,7 +156,12 @@ struct GemmPlanState {
     GemmBatch batch;
     GemmFastPath item_fast;         // the kernel's direct entry, for the items of a batched plan
     std::shared_ptr<GemmLayoutMemo> other = std::make_shared<GemmLayoutMemo>();
+    uint32_t layout_id = 0;         // gemm_layout_id of the kernel's packed layout
 };
+// The memo's entry for (pack's layout, cap): found among those kept, else gemm_kernel_for_layout's
+// kernel added; null when no kernel under the cap reads that layout (not kept). Publishes `last`.
+const GemmLayoutMemo::Entry* gemm_layout_memo_find(GemmLayoutMemo& memo, const GemmSpec& s, const GemmPacked& pack,
+                                                   int cap);
 // All of gemm_check_args' checks for a float (not int8) spec, branch-free: true when the
 // arguments pass. (A plan runs this per call and the full check, for its message, only if not.)
 bool gemm_args_ok(const GemmPlanState& st, const GemmArgs& a, bool b_packed);

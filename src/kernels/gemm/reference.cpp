@@ -15,7 +15,8 @@
 
 namespace xk::detail {
 
-GemmPacked::GemmPacked(std::string layout_, size_t bytes_) : layout(std::move(layout_)), bytes(bytes_) {
+GemmPacked::GemmPacked(std::string layout_, size_t bytes_)
+    : layout(std::move(layout_)), layout_id(gemm_layout_id(layout)), bytes(bytes_) {
     const size_t alloc = ((bytes + 63) / 64) * 64 + 64;  // aligned_alloc wants a multiple of the alignment
     data = std::aligned_alloc(64, alloc);
     if (!data) throw std::bad_alloc();
