@@ -13,7 +13,8 @@
 //   peak/bf16/xk/tdpbf16ps     TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16 = 16384 / instr
 //   peak/s8/xk/tdpbusd         TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8      = 32768 / instr
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency);
-// AMX loops keep 4 accumulator tiles (2x2 blocking over 2 A and 2 B tiles, as brgemm does).
+// AMX loops keep 6 accumulator tiles against one A and one B tile (independent chains: the issue
+// rate, not the product's latency).
 // Variants the machine lacks are registered but skipped with a message (SkipWithError), so the
 // list of names is the same everywhere. The loops live in peak_loops.hpp (bench_gemm runs the
 // same ones between its calls for its Peak% counter).

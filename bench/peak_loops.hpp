@@ -12,7 +12,7 @@
 //   tdpbf16ps      TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16       = 16384
 //   tdpbusd        TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8            = 32768
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency); AMX loops
-// keep 4 accumulator tiles (2x2 blocking over 2 A and 2 B tiles, as brgemm does).
+// keep 6 accumulator tiles against one A and one B tile (see amx_acc below).
 //
 // compute_kernel(op) is the JIT'd loop (one thread); run_peak(op, flops) runs about `flops` of it
 // spread over xk's current thread count (one share per thread, xk's parallel_for) and returns the
@@ -20,6 +20,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -53,16 +54,29 @@ struct ComputeInfo {
 // covers a latency of 6 or 12 cycles.
 constexpr int kAccYmm = 12, kAccZmm = 24, kUnroll = 2;
 constexpr int kAmxUnroll = 2;
+// AMX: 6 accumulator tiles (tmm0..5) against one A (tmm6) and one B (tmm7) tile that never change:
+// six independent chains of 16-cycle products cover the product's latency, so the loop measures
+// the issue rate (the earlier 2 x 2 loop of 4 chains was latency-bound: 940-2231 GFLOP/s bf16 on
+// one device core across runs, where a loop over more tiles read 2593).
+// (XK_BENCH_AMX_ACC=4: the earlier 2 x 2 loop, for an A/B.)
+inline int amx_acc() {
+    static const int v = [] {
+        const char* e = std::getenv("XK_BENCH_AMX_ACC");
+        return e && std::atoi(e) == 4 ? 4 : 6;
+    }();
+    return v;
+}
 
 inline const ComputeInfo& info(ComputeOp op) {
+    static const int kAmxAcc = amx_acc();
     static const ComputeInfo table[] = {
         {"peak/f32/xk/fma_ymm", Isa::avx2, 8 * 2, kAccYmm * kUnroll, 1 << 13},
         {"peak/f32/xk/fma_zmm", Isa::avx512, 16 * 2, kAccZmm * kUnroll, 1 << 12},
         {"peak/bf16/xk/vdpbf16ps", Isa::avx512, 16 * 2 * 2, kAccZmm * kUnroll, 1 << 12},
         {"peak/s8/xk/vpdpbusd", Isa::avx512, 16 * 4 * 2, kAccZmm * kUnroll, 1 << 12},
         {"peak/s8/xk/vpdpbusd_ymm", Isa::avx2, 8 * 4 * 2, kAccYmm * kUnroll, 1 << 13},
-        {"peak/bf16/xk/tdpbf16ps", Isa::amx, 16.0 * 16 * 32 * 2, 4 * kAmxUnroll, 1 << 10},
-        {"peak/s8/xk/tdpbusd", Isa::amx, 16.0 * 16 * 64 * 2, 4 * kAmxUnroll, 1 << 10},
+        {"peak/bf16/xk/tdpbf16ps", Isa::amx, 16.0 * 16 * 32 * 2, kAmxAcc * kAmxUnroll, 1 << 10},
+        {"peak/s8/xk/tdpbusd", Isa::amx, 16.0 * 16 * 64 * 2, kAmxAcc * kAmxUnroll, 1 << 10},
     };
     return table[static_cast<int>(op)];
 }
@@ -154,17 +168,18 @@ private:
         ldtilecfg(ptr[data + offsetof(PeakData, tilecfg)]);
         lea(r8, ptr[data + offsetof(PeakData, tile)]);
         mov(rax, 64);  // row stride of the 16x64-byte source tiles
-        for (int t = 4; t < 8; ++t) tileloadd(Tmm(t), ptr[r8 + rax]);
-        for (int t = 0; t < 4; ++t) tilezero(Tmm(t));
+        const int nacc = amx_acc();
+        for (int t = nacc; t < 8; ++t) tileloadd(Tmm(t), ptr[r8 + rax]);
+        for (int t = 0; t < nacc; ++t) tilezero(Tmm(t));
         Label loop;
         L(loop);
         for (int u = 0; u < kAmxUnroll; ++u) {
-            // C[i][j] += A[i] * B[j]: accumulators tmm0..3, A tiles tmm4,5, B tiles tmm6,7.
-            for (int i = 0; i < 2; ++i) {
-                for (int j = 0; j < 2; ++j) {
-                    if (op == ComputeOp::tdpbf16ps) tdpbf16ps(Tmm(2 * i + j), Tmm(4 + i), Tmm(6 + j));
-                    else tdpbusd(Tmm(2 * i + j), Tmm(4 + i), Tmm(6 + j));
-                }
+            // 6: C[i] += A * B (accumulators tmm0..5, A tmm6, B tmm7); 4: C[i][j] += A[i] * B[j]
+            // (accumulators tmm0..3, A tiles tmm4, 5, B tiles tmm6, 7).
+            for (int i = 0; i < nacc; ++i) {
+                const Tmm a = nacc == 6 ? Tmm(6) : Tmm(4 + i / 2), b = nacc == 6 ? Tmm(7) : Tmm(6 + i % 2);
+                if (op == ComputeOp::tdpbf16ps) tdpbf16ps(Tmm(i), a, b);
+                else tdpbusd(Tmm(i), a, b);
             }
         }
         dec(iters);
