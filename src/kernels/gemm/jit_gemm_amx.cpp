@@ -24,10 +24,12 @@
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
 // cores). Every thread (one too) takes one rectangle of the (32-row block x column block) grid
-// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
-// thread's columns span several B chunks (it would re-pack each row block per chunk), once per
-// call into a buffer the threads share, each row block by the first thread that needs it
-// (XK_AMX_SHARED_A=0: always per thread).
+// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A
+// packed per thread and row block, or, where a thread's columns span several B chunks (it would
+// re-pack each row block per chunk), once per call into a buffer the threads share, each row block
+// by the first thread that needs it.
+// Row blocks of up to 16 rows run the 16-row kernels (one A tile against one or two column blocks;
+// A packed [step][16 rows][64 bytes]): no products on padding rows.
 // Measured on the device Xeon (16 cores, bench_gemm's `_vs_onednn` rows, one run each): the
 // rectangles against the earlier chunk-major task list took 16-thread bf16 from 0.89-1.36x oneDNN
 // to 0.97-1.49x; K blocks of 64 steps against 8 took 16-thread int8 from 0.77-1.13x to 0.81-1.35x
