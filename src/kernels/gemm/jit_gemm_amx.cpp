@@ -358,9 +358,12 @@ public:
 
 class JitAmxCfg : public JitGenerator {
 public:
-    explicit JitAmxCfg(bool release) : JitGenerator(Isa::amx, 256) {
-        if (release)
+    // 0: LDTILECFG [rdi], 1: TILERELEASE, 2: STTILECFG [rdi]
+    explicit JitAmxCfg(int what) : JitGenerator(Isa::amx, 256) {
+        if (what == 1)
             tilerelease();
+        else if (what == 2)
+            sttilecfg(ptr[rdi]);
         else
             ldtilecfg(ptr[rdi]);
         ret();
@@ -436,9 +439,9 @@ struct AmxCode {
 };
 struct TileCode final : AmxCode {
     JitAmxTile tile, tile16_1, tile16_2;  // 32 x 32; 16 rows x 1 / 2 column blocks
-    JitAmxCfg cfg{false}, rel{true};
+    JitAmxCfg cfg{0}, rel{1}, st{2};
     AmxTileFn fn = nullptr, fn16[2] = {};
-    AmxCfgFn configure = nullptr;
+    AmxCfgFn configure = nullptr, store_cfg = nullptr;
     void (*release)() = nullptr;
     explicit TileCode(TileOp op) : tile(op), tile16_1(op, true, 1), tile16_2(op, true, 2) {
         fn = tile.finalize<AmxTileFn>();
@@ -446,6 +449,7 @@ struct TileCode final : AmxCode {
         fn16[1] = tile16_2.finalize<AmxTileFn>();
         configure = cfg.finalize<AmxCfgFn>();
         release = rel.finalize<void (*)()>();
+        store_cfg = st.finalize<AmxCfgFn>();
     }
 };
 struct EpiCode final : AmxCode {
@@ -825,6 +829,7 @@ public:
                                    : s_.c_type == DType::f32 && s_.alpha_one && call.alpha == 1.0f && !s_.epilogue.bias &&
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const int64_t r16_blocks = amx_r16();
+        static const bool keep = env_int("XK_AMX_KEEP", 0) != 0;
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -848,17 +853,26 @@ public:
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
             uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
-            tc.configure(&tile_config());
+            // (XK_AMX_KEEP=1, an experiment: the tiles stay configured between calls — STTILECFG
+            // compares the thread's configuration with ours and LDTILECFG runs only where they
+            // differ, no TILERELEASE at the end)
+            if (keep) {
+                alignas(64) TileConfig cur;
+                tc.store_cfg(&cur);
+                if (std::memcmp(&cur, &tile_config(), sizeof cur) != 0) tc.configure(&tile_config());
+            } else {
+                tc.configure(&tile_config());
+            }
             lap(AmxProfile::cfg);
             struct Release {
                 const TileCode& tc;
-                bool prof;
+                bool prof, keep;
                 uint64_t* pt;
                 uint64_t tregion;
                 std::atomic<uint64_t>& region_max;
                 ~Release() {
                     const uint64_t x = prof ? __rdtsc() : 0;
-                    tc.release();
+                    if (!keep) tc.release();
                     if (!prof) return;
                     const uint64_t y = __rdtsc();
                     pt[AmxProfile::rel] = y - x;
@@ -870,7 +884,7 @@ public:
                     while (pt[AmxProfile::region] > c && !region_max.compare_exchange_weak(c, pt[AmxProfile::region])) {
                     }
                 }
-            } rel{tc, prof, pt, tregion, region_max};
+            } rel{tc, prof, keep, pt, tregion, region_max};
             int64_t a_packed_mb = -1, rowc_mb = -1;  // the row block a_pack / rowc hold (a thread's
                                                       // tasks of one row block share them)
             auto block_task = [&](int64_t mb, int64_t nb0, int64_t nb1) {
