@@ -68,9 +68,11 @@ void BM_compute(benchmark::State& state, ComputeOp op) {
 // peak/bf16/xk/amx_kernel_l1: the 32 x 32 block kernel of the GEMM (A 2 KiB + B 2 KiB a k step,
 // loads interleaved with the four products, A and B prefetched) over 8 k steps of one A block and
 // one B block (32 KiB: L1); _l2: over 64 k steps of one A block (128 KiB) against 8 B blocks (1 MiB)
-// in turn, the GEMM's inner loop at K = 2048 with its operands in L2. Each benchmark thread its own
-// operands; GFLOPS against peak/bf16/xk/tdpbf16ps (no loads) is what feeding the tiles costs.
-void BM_amx_kernel(benchmark::State& state, int64_t steps, int64_t nblk) {
+// in turn, the GEMM's inner loop at K = 2048 with its operands in L2; _l2_k8: the same operands in
+// K blocks of 8 steps (A's 16 KiB slice in L1 while the 8 B blocks pass, the C tiles parked in a
+// 32 KiB buffer between K blocks). Each benchmark thread its own operands; GFLOPS against
+// peak/bf16/xk/tdpbf16ps (no loads) is what feeding the tiles costs.
+void BM_amx_kernel(benchmark::State& state, int64_t steps, int64_t nblk, int64_t kblk) {
     const std::string why = unsupported(ComputeOp::tdpbf16ps);
     if (!why.empty()) {
         state.SkipWithError(why.c_str());
@@ -80,18 +82,22 @@ void BM_amx_kernel(benchmark::State& state, int64_t steps, int64_t nblk) {
     const size_t step_bytes = xk::detail::kAmxTileStepBytes;
     auto a = xk::bench::alloc_aligned<uint16_t>(static_cast<size_t>(steps) * step_bytes / 2);
     auto b = xk::bench::alloc_aligned<uint16_t>(static_cast<size_t>(steps * nblk) * step_bytes / 2);
-    auto acc = xk::bench::alloc_aligned<float>(32 * 32);
+    auto acc = xk::bench::alloc_aligned<float>(static_cast<size_t>(32 * 32 * nblk));
     const uint16_t v = xk::bf16(0.01f).bits;
     std::fill(a.get(), a.get() + steps * step_bytes / 2, v);
     std::fill(b.get(), b.get() + steps * nblk * step_bytes / 2, v);
     xk::detail::AmxTileArgs t;
-    t.a = a.get(), t.lda = 64, t.a_step = static_cast<int64_t>(step_bytes), t.acc = acc.get(), t.steps = steps;
+    t.lda = 64, t.a_step = static_cast<int64_t>(step_bytes), t.steps = kblk;
     tile.configure(xk::detail::amx_tile_config());
     for (auto _ : state)
-        for (int64_t nb = 0; nb < nblk; ++nb) {
-            t.b = b.get() + nb * steps * static_cast<int64_t>(step_bytes / 2);
-            tile.fn(&t);
-        }
+        for (int64_t k0 = 0; k0 < steps; k0 += kblk)
+            for (int64_t nb = 0; nb < nblk; ++nb) {
+                t.a = a.get() + k0 * static_cast<int64_t>(step_bytes / 2);
+                t.b = b.get() + (nb * steps + k0) * static_cast<int64_t>(step_bytes / 2);
+                t.acc = acc.get() + nb * 32 * 32;
+                t.accumulate = k0 > 0;
+                tile.fn(&t);
+            }
     tile.release();
     xk::bench::set_gflops(state, 2.0 * 32 * 32 * 32 * static_cast<double>(steps * nblk));
 }
@@ -237,9 +243,10 @@ const bool registered = [] {
         for (int t : threads) b->Threads(t);
         b->UseRealTime();
     }
-    for (const auto& k : {std::pair<const char*, std::array<int64_t, 2>>{"peak/bf16/xk/amx_kernel_l1", {8, 1}},
-                          {"peak/bf16/xk/amx_kernel_l2", {64, 8}}}) {
-        auto* b = benchmark::RegisterBenchmark(k.first, BM_amx_kernel, k.second[0], k.second[1]);
+    for (const auto& k : {std::pair<const char*, std::array<int64_t, 3>>{"peak/bf16/xk/amx_kernel_l1", {8, 1, 8}},
+                          {"peak/bf16/xk/amx_kernel_l2", {64, 8, 64}},
+                          {"peak/bf16/xk/amx_kernel_l2_k8", {64, 8, 8}}}) {
+        auto* b = benchmark::RegisterBenchmark(k.first, BM_amx_kernel, k.second[0], k.second[1], k.second[2]);
         for (int t : threads) b->Threads(t);
         b->UseRealTime();
     }
