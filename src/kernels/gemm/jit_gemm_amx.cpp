@@ -830,6 +830,7 @@ public:
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const int64_t r16_blocks = amx_r16();
         static const bool keep = env_int("XK_AMX_KEEP", 0) != 0;
+        static const bool r16_inplace = env_int("XK_AMX_R16_INPLACE", 0) != 0;
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -894,9 +895,11 @@ public:
                 int64_t a_ld, a_steps, a_step = 64;  // bytes between rows; k steps in a; bytes between them
                 const void* a_tail = nullptr;
                 const int64_t pm = pack_a_mode();
-                const bool in_place = !at && rows == kBlk && (pm == 0 || (pm < 0 && lda_b % 2048 != 0));
-                // Up to 16 rows: the 16-row kernels, A packed [step][16 rows][64 bytes] (1 KiB a step).
+                // Up to 16 rows: the 16-row kernels, A packed [step][16 rows][64 bytes] (1 KiB a step)
+                // (XK_AMX_R16_INPLACE=1, an experiment: 16 full rows read in place).
                 const bool r16 = r16_blocks > 0 && rows <= 16;
+                const bool in_place = !at && ((rows == kBlk && (pm == 0 || (pm < 0 && lda_b % 2048 != 0))) ||
+                                              (r16 && r16_inplace && rows == 16));
                 const int64_t astep = r16 ? 1024 : kStepBytes, full_rows = r16 ? 16 : kBlk;
                 if (in_place) {
                     a_base = A + m0 * lda_b;
@@ -904,7 +907,7 @@ public:
                     a_steps = kfull;
                     if (krem) {
                         std::memset(a_tail_buf, 0, kBlk * 64);
-                        for (int64_t r = 0; r < kBlk; ++r)
+                        for (int64_t r = 0; r < rows; ++r)
                             std::memcpy(a_tail_buf + r * 64, a_base + r * lda_b + kfull * 64, static_cast<size_t>(krem * es_));
                         a_tail = a_tail_buf;
                     }
