@@ -12,7 +12,7 @@
 //   tdpbf16ps      TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16       = 16384
 //   tdpbusd        TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8            = 32768
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency); AMX loops
-// keep 6 accumulator tiles against one A and one B tile (see amx_acc below).
+// keep 6 accumulator tiles against one A and one B tile (see kAmxAcc below).
 //
 // compute_kernel(op) is the JIT'd loop (one thread); run_peak(op, flops) runs about `flops` of it
 // spread over xk's current thread count (one share per thread, xk's parallel_for) and returns the
@@ -20,7 +20,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -55,20 +54,13 @@ struct ComputeInfo {
 constexpr int kAccYmm = 12, kAccZmm = 24, kUnroll = 2;
 constexpr int kAmxUnroll = 2;
 // AMX: 6 accumulator tiles (tmm0..5) against one A (tmm6) and one B (tmm7) tile that never change:
-// six independent chains of 16-cycle products cover the product's latency, so the loop measures
-// the issue rate (the earlier 2 x 2 loop of 4 chains was latency-bound: 940-2231 GFLOP/s bf16 on
-// one device core across runs, where a loop over more tiles read 2593).
-// (XK_BENCH_AMX_ACC=4: the earlier 2 x 2 loop, for an A/B.)
-inline int amx_acc() {
-    static const int v = [] {
-        const char* e = std::getenv("XK_BENCH_AMX_ACC");
-        return e && std::atoi(e) == 4 ? 4 : 6;
-    }();
-    return v;
-}
+// six independent chains of products cover the product's latency, so the loop measures the issue
+// rate. The earlier 2 x 2 loop (4 chains) was latency-bound on one core: device Xeon, two runs,
+// bf16 1 thread 1,779 / 962 GFLOP/s against 2,287 / 1,808 for this one (int8 2,254 / 1,890 against
+// 2,773 / 2,404 GOP/s); at 16 threads both read the same within the host's noise (16.3-19.1 TFLOP/s).
+constexpr int kAmxAcc = 6;
 
 inline const ComputeInfo& info(ComputeOp op) {
-    static const int kAmxAcc = amx_acc();
     static const ComputeInfo table[] = {
         {"peak/f32/xk/fma_ymm", Isa::avx2, 8 * 2, kAccYmm * kUnroll, 1 << 13},
         {"peak/f32/xk/fma_zmm", Isa::avx512, 16 * 2, kAccZmm * kUnroll, 1 << 12},
@@ -168,18 +160,15 @@ private:
         ldtilecfg(ptr[data + offsetof(PeakData, tilecfg)]);
         lea(r8, ptr[data + offsetof(PeakData, tile)]);
         mov(rax, 64);  // row stride of the 16x64-byte source tiles
-        const int nacc = amx_acc();
-        for (int t = nacc; t < 8; ++t) tileloadd(Tmm(t), ptr[r8 + rax]);
-        for (int t = 0; t < nacc; ++t) tilezero(Tmm(t));
+        for (int t = kAmxAcc; t < 8; ++t) tileloadd(Tmm(t), ptr[r8 + rax]);
+        for (int t = 0; t < kAmxAcc; ++t) tilezero(Tmm(t));
         Label loop;
         L(loop);
         for (int u = 0; u < kAmxUnroll; ++u) {
-            // 6: C[i] += A * B (accumulators tmm0..5, A tmm6, B tmm7); 4: C[i][j] += A[i] * B[j]
-            // (accumulators tmm0..3, A tiles tmm4, 5, B tiles tmm6, 7).
-            for (int i = 0; i < nacc; ++i) {
-                const Tmm a = nacc == 6 ? Tmm(6) : Tmm(4 + i / 2), b = nacc == 6 ? Tmm(7) : Tmm(6 + i % 2);
-                if (op == ComputeOp::tdpbf16ps) tdpbf16ps(Tmm(i), a, b);
-                else tdpbusd(Tmm(i), a, b);
+            // C[i] += A * B: accumulators tmm0..5, A tmm6, B tmm7.
+            for (int i = 0; i < kAmxAcc; ++i) {
+                if (op == ComputeOp::tdpbf16ps) tdpbf16ps(Tmm(i), Tmm(6), Tmm(7));
+                else tdpbusd(Tmm(i), Tmm(6), Tmm(7));
             }
         }
         dec(iters);

@@ -107,12 +107,6 @@ int64_t k_steps() {
     static const int64_t v = std::max<int64_t>(1, env_int("XK_AMX_KSTEPS", kKSteps));
     return v;
 }
-// XK_AMX_PF2 (an experiment, default 0 = off): the 16-row kernels also prefetch B into L2 this many
-// k steps ahead (decode from DRAM).
-int64_t amx_pf2() {
-    static const int64_t v = std::max<int64_t>(0, std::min<int64_t>(64, env_int("XK_AMX_PF2", 0)));
-    return v;
-}
 // Row blocks of up to 16 rows (M <= 16, the last block of other M): the 16-row kernels, two column
 // blocks a call (default 2; 1: one column block a call; 0: the 32-row kernel).
 int64_t amx_r16() {
@@ -243,7 +237,6 @@ public:
         // prefetch, the direct stores and the one-thread rectangle, geometric mean of bf16 + u8s8s32
         // prepacked xk / oneDNN at 1 and 16 threads 1.18x -> 1.30x (device Xeon, one run).
         const int pf = kPrefetch;
-        const int pf2 = static_cast<int>(amx_pf2());
         auto step = [&](const Reg64& a0, const Reg64& a1, int a1_off, const Reg64& stride, bool main) {
             int q = 0, qa = 0;
             auto pref = [&] {
@@ -276,8 +269,6 @@ public:
             auto pref = [&](const Reg64& bb, int half) {
                 if (!main) return;
                 for (int l = 0; l < 16; ++l, ++qb) prefetcht0(ptr[bb + pf * kStepBytes + half * 1024 + l * 64]);
-                if (pf2 > 0)
-                    for (int l = 0; l < 16; ++l) prefetcht1(ptr[bb + pf2 * kStepBytes + half * 1024 + l * 64]);
                 for (int l = 0; l < a_lines_per; ++l, ++qa) prefetcht0(ptr[a + pf * 1024 + qa * 64]);
             };
             tileloadd(ta, ptr[a + stride]);
@@ -358,12 +349,10 @@ public:
 
 class JitAmxCfg : public JitGenerator {
 public:
-    // 0: LDTILECFG [rdi], 1: TILERELEASE, 2: STTILECFG [rdi]
+    // 0: LDTILECFG [rdi], 1: TILERELEASE
     explicit JitAmxCfg(int what) : JitGenerator(Isa::amx, 256) {
         if (what == 1)
             tilerelease();
-        else if (what == 2)
-            sttilecfg(ptr[rdi]);
         else
             ldtilecfg(ptr[rdi]);
         ret();
@@ -439,9 +428,9 @@ struct AmxCode {
 };
 struct TileCode final : AmxCode {
     JitAmxTile tile, tile16_1, tile16_2;  // 32 x 32; 16 rows x 1 / 2 column blocks
-    JitAmxCfg cfg{0}, rel{1}, st{2};
+    JitAmxCfg cfg{0}, rel{1};
     AmxTileFn fn = nullptr, fn16[2] = {};
-    AmxCfgFn configure = nullptr, store_cfg = nullptr;
+    AmxCfgFn configure = nullptr;
     void (*release)() = nullptr;
     explicit TileCode(TileOp op) : tile(op), tile16_1(op, true, 1), tile16_2(op, true, 2) {
         fn = tile.finalize<AmxTileFn>();
@@ -449,7 +438,6 @@ struct TileCode final : AmxCode {
         fn16[1] = tile16_2.finalize<AmxTileFn>();
         configure = cfg.finalize<AmxCfgFn>();
         release = rel.finalize<void (*)()>();
-        store_cfg = st.finalize<AmxCfgFn>();
     }
 };
 struct EpiCode final : AmxCode {
@@ -605,6 +593,10 @@ public:
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        // A plain B's column block is 64 bytes of each of K rows (ldb apart: too far apart for the
+        // hardware prefetchers): the rows of the next k step are prefetched while one is packed
+        // (XK_AMX_PACK_PF=0: not).
+        static const bool pack_pf = env_int("XK_AMX_PACK_PF", 1) != 0;
         const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
         const auto* src8 = static_cast<const uint8_t*>(B);
         const auto* src16 = static_cast<const uint16_t*>(B);
@@ -623,6 +615,10 @@ public:
                         for (int p = 0; p < 16; ++p) {
                             const uint16_t* r0 = src16 + (kbase + 2 * p) * ldb + c0;
                             const uint16_t* r1 = r0 + ldb;
+                            if (pack_pf && t == 0) {  // (the next k step's rows: a prefetch never faults)
+                                _mm_prefetch(reinterpret_cast<const char*>(r0 + kk_ * ldb), _MM_HINT_T0);
+                                _mm_prefetch(reinterpret_cast<const char*>(r1 + kk_ * ldb), _MM_HINT_T0);
+                            }
                             const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
                             const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + 8));
                             const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
@@ -638,6 +634,9 @@ public:
                     if (!bt && int8_) {
                         for (int p = 0; p < 16; ++p) {
                             const uint8_t* r = src8 + (kbase + 4 * p) * ldb + c0;
+                            if (pack_pf && t == 0)
+                                for (int j = 0; j < 4; ++j)
+                                    _mm_prefetch(reinterpret_cast<const char*>(r + (kk_ + j) * ldb), _MM_HINT_T0);
                             const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r));
                             const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + ldb));
                             const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * ldb));
@@ -781,8 +780,11 @@ public:
         // blocks, every thread one rectangle walked chunk-major).
         int64_t tm = 1, tn = 1;
         {
-            // (XK_AMX_AW, an experiment: the weight of A's bytes against B's in the tie-break, 1)
-            static const int64_t a_weight = std::max<int64_t>(1, env_int("XK_AMX_AW", 1));
+            // A's bytes count twice against a prepacked B's in the tie-break (each thread packs its
+            // row blocks' A: read, written, read again; the tiles read B once), once against a B
+            // packed in the call (XK_AMX_AW: a fixed weight, for measurements).
+            static const int64_t aw_env = env_int("XK_AMX_AW", 0);
+            const int64_t a_weight = aw_env > 0 ? aw_env : call.packed_b ? 2 : 1;
             int64_t best = -1, best_traffic = 0;
             const int64_t a_bytes = M * K * es_, b_bytes = block_bytes * nblocks_;
             for (int64_t i = 1; i <= std::min<int64_t>(threads, mblocks); ++i) {
@@ -829,8 +831,7 @@ public:
                                    : s_.c_type == DType::f32 && s_.alpha_one && call.alpha == 1.0f && !s_.epilogue.bias &&
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const int64_t r16_blocks = amx_r16();
-        static const bool keep = env_int("XK_AMX_KEEP", 0) != 0;
-        static const bool r16_inplace = env_int("XK_AMX_R16_INPLACE", 0) != 0;
+
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -854,26 +855,19 @@ public:
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
             uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
-            // (XK_AMX_KEEP=1, an experiment: the tiles stay configured between calls — STTILECFG
-            // compares the thread's configuration with ours and LDTILECFG runs only where they
-            // differ, no TILERELEASE at the end)
-            if (keep) {
-                alignas(64) TileConfig cur;
-                tc.store_cfg(&cur);
-                if (std::memcmp(&cur, &tile_config(), sizeof cur) != 0) tc.configure(&tile_config());
-            } else {
-                tc.configure(&tile_config());
-            }
+            // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
+            // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
+            tc.configure(&tile_config());
             lap(AmxProfile::cfg);
             struct Release {
                 const TileCode& tc;
-                bool prof, keep;
+                bool prof;
                 uint64_t* pt;
                 uint64_t tregion;
                 std::atomic<uint64_t>& region_max;
                 ~Release() {
                     const uint64_t x = prof ? __rdtsc() : 0;
-                    if (!keep) tc.release();
+                    tc.release();
                     if (!prof) return;
                     const uint64_t y = __rdtsc();
                     pt[AmxProfile::rel] = y - x;
@@ -885,7 +879,7 @@ public:
                     while (pt[AmxProfile::region] > c && !region_max.compare_exchange_weak(c, pt[AmxProfile::region])) {
                     }
                 }
-            } rel{tc, prof, keep, pt, tregion, region_max};
+            } rel{tc, prof, pt, tregion, region_max};
             int64_t a_packed_mb = -1, rowc_mb = -1;  // the row block a_pack / rowc hold (a thread's
                                                       // tasks of one row block share them)
             auto block_task = [&](int64_t mb, int64_t nb0, int64_t nb1) {
@@ -895,11 +889,11 @@ public:
                 int64_t a_ld, a_steps, a_step = 64;  // bytes between rows; k steps in a; bytes between them
                 const void* a_tail = nullptr;
                 const int64_t pm = pack_a_mode();
-                // Up to 16 rows: the 16-row kernels, A packed [step][16 rows][64 bytes] (1 KiB a step)
-                // (XK_AMX_R16_INPLACE=1, an experiment: 16 full rows read in place).
+                // Up to 16 rows: the 16-row kernels, A packed [step][16 rows][64 bytes] (1 KiB a step;
+                // read in place instead, decode M = 16 at 16 threads from DRAM ran no faster: 87% of
+                // the read against 94%, device, one run).
                 const bool r16 = r16_blocks > 0 && rows <= 16;
-                const bool in_place = !at && ((rows == kBlk && (pm == 0 || (pm < 0 && lda_b % 2048 != 0))) ||
-                                              (r16 && r16_inplace && rows == 16));
+                const bool in_place = !at && rows == kBlk && (pm == 0 || (pm < 0 && lda_b % 2048 != 0));
                 const int64_t astep = r16 ? 1024 : kStepBytes, full_rows = r16 ? 16 : kBlk;
                 if (in_place) {
                     a_base = A + m0 * lda_b;
