@@ -726,8 +726,6 @@ public:
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, K = s_.K;
         const int64_t block_bytes = nkb_ * kStepBytes;
-        // Column blocks per task: B of the chunk within kChunkBytes (L2), at most kMaxChunk (the
-        // accumulators of a task), and enough tasks to give every thread about four.
         const int64_t threads = get_num_threads();
         const auto* A = static_cast<const uint8_t*>(args.A);
         const bool at = s_.trans_a == Trans::T;
