@@ -53,6 +53,7 @@
 //                            else EVEX), else the f32 FMA loop (avx2: then Peak% 180 = 1.8x the
 //                            FMA peak, the AVX2 int8 target's yardstick)
 //               The peers' rows carry it too (the same loop), so their Peak% compares directly.
+//               XK_BENCH_NO_PEAK=1: no Peak% loop between the calls (a row timed without it).
 //   GBPS        decode rows: weight bytes / time (the ours-vs-peer table shows GB/s for them)
 //   BW%         decode rows: their GB/s over their own time against a streaming read of the same
 //               number of bytes (from another buffer of XK_BENCH_ROTATE_MB, default 1 GiB, so from
@@ -316,7 +317,11 @@ pk::ComputeOp peak_op(Kind k) {
 // suffix (" | peak:<loop>") or "".
 std::string add_peak(xb::InPhase& ph, Kind k, const Shape& s) {
     const pk::ComputeOp op = peak_op(k);
-    if (s.flops() < 1e8 || op == pk::ComputeOp::count || !pk::unsupported(op).empty()) return "";
+    static const bool off = [] {
+        const char* e = std::getenv("XK_BENCH_NO_PEAK");
+        return e && *e && std::string(e) != "0";
+    }();
+    if (off || s.flops() < 1e8 || op == pk::ComputeOp::count || !pk::unsupported(op).empty()) return "";
     const double f = s.flops();
     ph.add("Peak%", "PeakGFLOPS", f, [op, f] { return pk::run_peak(op, 0.5 * f); });
     return std::string(" | peak:") + pk::short_name(op);

@@ -13,7 +13,10 @@
 //   peak/bf16/xk/tdpbf16ps     TDPBF16PS (AMX) 16x16 fp32 += 16x32 bf16 * 32x16 bf16 = 16384 / instr
 //   peak/s8/xk/tdpbusd         TDPBUSD (AMX)   16x16 s32 += 16x64 u8 * 64x16 s8      = 32768 / instr
 // Vector loops keep 12 ymm / 24 zmm accumulators (2 ports x 6 / 12 cycles of latency);
-// AMX loops keep 4 accumulator tiles (2x2 blocking over 2 A and 2 B tiles, as brgemm does).
+// AMX loops keep 6 accumulator tiles against one A and one B tile (independent chains: the issue
+// rate, not the product's latency).
+//   peak/bf16/xk/amx_kernel_l1 / _l2  the AMX GEMM's 32 x 32 tile kernel (tile loads and all) on
+//                              operands resident in L1 / L2 (below): what feeding the tiles costs
 // Variants the machine lacks are registered but skipped with a message (SkipWithError), so the
 // list of names is the same everywhere. The loops live in peak_loops.hpp (bench_gemm runs the
 // same ones between its calls for its Peak% counter).
@@ -27,6 +30,8 @@
 //                                                  streams and one written: the GLU ops' pattern)
 // Arrays of XK_BENCH_ROTATE_MB/2 each (default 512 MiB): copy and sum stream 1 GiB per
 // iteration, triad and mul_nt 1.5 GiB, far beyond the last-level cache.
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -35,6 +40,7 @@
 
 #include "bench_util.hpp"
 #include "dispatch/jit_generator.hpp"
+#include "kernels/gemm/amx_tile.hpp"
 #include "peak_loops.hpp"
 #include "xk/isa.hpp"
 
@@ -56,6 +62,44 @@ void BM_compute(benchmark::State& state, ComputeOp op) {
     init_data(data, op);
     for (auto _ : state) fn(in.iters, &data);
     xk::bench::set_gflops(state, in.flops * in.instr_per_iter * static_cast<double>(in.iters));
+}
+
+// ---- the AMX GEMM's tile kernel on cache-resident operands ----
+// peak/bf16/xk/amx_kernel_l1: the 32 x 32 block kernel of the GEMM (A 2 KiB + B 2 KiB a k step,
+// loads interleaved with the four products, A and B prefetched) over 8 k steps of one A block and
+// one B block (32 KiB: L1); _l2: over 64 k steps of one A block (128 KiB) against 8 B blocks (1 MiB)
+// in turn, the GEMM's inner loop at K = 2048 with its operands in L2; _l2_k8: the same operands in
+// K blocks of 8 steps (A's 16 KiB slice in L1 while the 8 B blocks pass, the C tiles parked in a
+// 32 KiB buffer between K blocks). Each benchmark thread its own operands; GFLOPS against
+// peak/bf16/xk/tdpbf16ps (no loads) is what feeding the tiles costs.
+void BM_amx_kernel(benchmark::State& state, int64_t steps, int64_t nblk, int64_t kblk) {
+    const std::string why = unsupported(ComputeOp::tdpbf16ps);
+    if (!why.empty()) {
+        state.SkipWithError(why.c_str());
+        return;
+    }
+    const xk::detail::AmxBf16Tile tile = xk::detail::amx_bf16_tile();
+    const size_t step_bytes = xk::detail::kAmxTileStepBytes;
+    auto a = xk::bench::alloc_aligned<uint16_t>(static_cast<size_t>(steps) * step_bytes / 2);
+    auto b = xk::bench::alloc_aligned<uint16_t>(static_cast<size_t>(steps * nblk) * step_bytes / 2);
+    auto acc = xk::bench::alloc_aligned<float>(static_cast<size_t>(32 * 32 * nblk));
+    const uint16_t v = xk::bf16(0.01f).bits;
+    std::fill(a.get(), a.get() + steps * step_bytes / 2, v);
+    std::fill(b.get(), b.get() + steps * nblk * step_bytes / 2, v);
+    xk::detail::AmxTileArgs t;
+    t.lda = 64, t.a_step = static_cast<int64_t>(step_bytes), t.steps = kblk;
+    tile.configure(xk::detail::amx_tile_config());
+    for (auto _ : state)
+        for (int64_t k0 = 0; k0 < steps; k0 += kblk)
+            for (int64_t nb = 0; nb < nblk; ++nb) {
+                t.a = a.get() + k0 * static_cast<int64_t>(step_bytes / 2);
+                t.b = b.get() + (nb * steps + k0) * static_cast<int64_t>(step_bytes / 2);
+                t.acc = acc.get() + nb * 32 * 32;
+                t.accumulate = k0 > 0;
+                tile.fn(&t);
+            }
+    tile.release();
+    xk::bench::set_gflops(state, 2.0 * 32 * 32 * 32 * static_cast<double>(steps * nblk));
 }
 
 // ---- bandwidth ----------------------------------------------------------------------------------
@@ -196,6 +240,13 @@ const bool registered = [] {
     for (int i = 0; i < static_cast<int>(ComputeOp::count); ++i) {
         const ComputeOp op = static_cast<ComputeOp>(i);
         auto* b = benchmark::RegisterBenchmark(info(op).name, BM_compute, op);
+        for (int t : threads) b->Threads(t);
+        b->UseRealTime();
+    }
+    for (const auto& k : {std::pair<const char*, std::array<int64_t, 3>>{"peak/bf16/xk/amx_kernel_l1", {8, 1, 8}},
+                          {"peak/bf16/xk/amx_kernel_l2", {64, 8, 64}},
+                          {"peak/bf16/xk/amx_kernel_l2_k8", {64, 8, 8}}}) {
+        auto* b = benchmark::RegisterBenchmark(k.first, BM_amx_kernel, k.second[0], k.second[1], k.second[2]);
         for (int t : threads) b->Threads(t);
         b->UseRealTime();
     }

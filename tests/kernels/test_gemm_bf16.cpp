@@ -717,17 +717,18 @@ TEST(GemmBf16, SeveralAmxKBlocks) {
 }
 
 // A plain f32 C (alpha 1, beta 0, no epilogue): the AMX kernel may store its full 32 x 32 blocks
+// (16 x 32 from the 16-row kernels: a last row block of 16 rows, one or two column blocks a call)
 // straight from the tiles into C (strided rows, unaligned, beside the tails the epilogue writes),
 // over one and two K blocks.
 TEST(GemmBf16, PlainF32BlocksAndTails) {
     for_each_isa([&](Isa isa) {
         if (isa == Isa::scalar) return;
         int i = 0;
-        for (auto s : {std::array<int64_t, 3>{64, 96, 100}, {70, 65, 2100}, {96, 33, 4133}}) {
+        for (auto s : {std::array<int64_t, 3>{64, 96, 100}, {70, 65, 2100}, {96, 33, 4133}, {48, 100, 2100}, {80, 64, 4133}}) {
             if (kSanitized && s[2] > 2048) continue;  // (sanitizer builds: one K block)
             Case c;
             c.M = s[0], c.N = s[1], c.K = s[2], c.pad_c = i == 1 ? 5 : 0, c.misalign = static_cast<size_t>(i % 2);
-            c.tb = i == 2 ? Trans::T : Trans::N;
+            c.tb = i % 3 == 2 ? Trans::T : Trans::N;
             c.seed = 8300 + static_cast<uint64_t>(i++);
             SCOPED_TRACE(c.str());
             run_case(c);

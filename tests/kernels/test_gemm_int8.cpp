@@ -363,11 +363,12 @@ TEST(GemmInt8, ManyThreadsShareTheirPackedPanels) {
 
 // s32 C without zero points, beta 0: nothing left to do on the sums, so the AMX kernel may store its
 // full 32 x 32 blocks straight from the tiles into C (strided, unaligned rows) beside the tails;
-// one and two K blocks (AMX: 4096 k a block).
+// one and two K blocks (AMX: 4096 k a block); last row blocks of 16 rows (the 16-row kernels).
 TEST(GemmInt8, ZeroPointFreeS32BlocksAndTails) {
     for_each_isa([&](Isa) {
         int idx = 0;
-        for (auto s : {std::array<int64_t, 3>{64, 64, 64}, {96, 160, 700}, {65, 97, 300}, {64, 40, 4300}})
+        for (auto s : {std::array<int64_t, 3>{64, 64, 64}, {96, 160, 700}, {65, 97, 300}, {64, 40, 4300}, {48, 100, 300},
+                       {80, 64, 4300}})
             for (DType at : {DType::u8, DType::s8}) {
                 if (kSanitized && (s[2] > 1000 || at == DType::s8)) continue;  // (sanitizer builds: fewer)
                 GemmDesc d = int8_desc(at, DType::s32, s[0], s[1], s[2]);

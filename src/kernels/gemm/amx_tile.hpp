@@ -33,6 +33,8 @@ struct AmxTileArgs {
     int64_t a_step = 64;           // bytes between k steps of a (64 in place, 2048 packed)
     void* c_out = nullptr;         // non-null: the sums go to c_out (32 rows of 32 f32 / s32,
     int64_t ldc_out = 0;           //   ldc_out bytes apart) instead of acc
+    int64_t b_next = 0;            // (the GEMM's 16-row kernel of two column blocks: bytes from
+                                   //  the first block's B to the second's; unused by fn)
 };
 using AmxTileFn = void (*)(const AmxTileArgs*);
 using AmxCfgFn = void (*)(const void*);

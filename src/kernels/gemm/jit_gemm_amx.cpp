@@ -24,10 +24,12 @@
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
 // cores). Every thread (one too) takes one rectangle of the (32-row block x column block) grid
-// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A packed per thread and row block, or, where a
-// thread's columns span several B chunks (it would re-pack each row block per chunk), once per
-// call into a buffer the threads share, each row block by the first thread that needs it
-// (XK_AMX_SHARED_A=0: always per thread).
+// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A
+// packed per thread and row block, or, where a thread's columns span several B chunks (it would
+// re-pack each row block per chunk), once per call into a buffer the threads share, each row block
+// by the first thread that needs it.
+// Row blocks of up to 16 rows run the 16-row kernels (one A tile against one or two column blocks;
+// A packed [step][16 rows][64 bytes]): no products on padding rows.
 // Measured on the device Xeon (16 cores, bench_gemm's `_vs_onednn` rows, one run each): the
 // rectangles against the earlier chunk-major task list took 16-thread bf16 from 0.89-1.36x oneDNN
 // to 0.97-1.49x; K blocks of 64 steps against 8 took 16-thread int8 from 0.77-1.13x to 0.81-1.35x
@@ -93,10 +95,10 @@ constexpr int64_t kChunkBytes = 1 << 20;  // packed B per chunk (L2)
 constexpr int64_t kMaxChunk = 16;         // column blocks per task (their accumulators: 64 KiB)
 constexpr int64_t kKSteps = 64;           // k steps per K block (A: 32 x 2048 bf16, 128 KiB)
 
-// Experiment overrides, read once: XK_AMX_PF (the tile kernel's B prefetch distance in k steps, see
-// JitAmxTile), XK_AMX_KSTEPS (k steps per K block, default kKSteps) and
+// Experiment overrides, read once: XK_AMX_KSTEPS (k steps per K block, default kKSteps),
 // XK_AMX_PACKA (0: A in place wherever possible, 1 (default): always packed, -1: packed when the
-// rows' stride is a multiple of 2 KiB, the earlier default).
+// rows' stride is a multiple of 2 KiB, the earlier default) and XK_AMX_R16 (0: row blocks of up to
+// 16 rows through the 32-row kernel, as before the 16-row one).
 int64_t env_int(const char* name, int64_t def) {
     const char* v = std::getenv(name);
     return v && *v ? std::atoll(v) : def;
@@ -105,39 +107,13 @@ int64_t k_steps() {
     static const int64_t v = std::max<int64_t>(1, env_int("XK_AMX_KSTEPS", kKSteps));
     return v;
 }
-int64_t amx_prefetch() {
-    static const int64_t v = env_int("XK_AMX_PF", 2);
+// Row blocks of up to 16 rows (M <= 16, the last block of other M): the 16-row kernels, two column
+// blocks a call (default 2; 1: one column block a call; 0: the 32-row kernel).
+int64_t amx_r16() {
+    static const int64_t v = std::max<int64_t>(0, std::min<int64_t>(2, env_int("XK_AMX_R16", 2)));
     return v;
 }
-int64_t amx_order() {
-    static const int64_t v = env_int("XK_AMX_ORDER", 1);
-    return v;
-}
-int64_t amx_prefetch_a() {
-    static const int64_t v = env_int("XK_AMX_PFA", 1);
-    return v;
-}
-// Direct stores (default; XK_AMX_DIRECT=0: off): the tile kernel stores a block's sums straight
-// into C where nothing is left to do on them (f32 / s32 C, alpha 1, beta 0, no bias / activation /
-// residual / zero points, a full 32 x 32 block, the last K block) instead of parking them for the
-// epilogue.
-bool amx_direct() {
-    static const bool v = env_int("XK_AMX_DIRECT", 1) != 0;
-    return v;
-}
-// Packed B per task chunk: kChunkBytes (the device Xeon has one thread per core: its 2 MiB L2 holds
-// a chunk beside A's block); XK_AMX_CHUNK_KB overrides it (an experiment knob).
-int64_t chunk_bytes() {
-    static const int64_t v = env_int("XK_AMX_CHUNK_KB", 0);
-    return v > 0 ? v << 10 : kChunkBytes;
-}
-// XK_AMX_GRID: 0 = the 1-D task list, 1 = per-thread rectangles (the default, one thread too: its
-// one rectangle walked chunk-major, A packed once per call where it spans several B chunks).
-bool grid_2d(int64_t mblocks) {
-    static const int64_t v = env_int("XK_AMX_GRID", -1);
-    if (v >= 0) return v != 0;
-    return mblocks > 0;
-}
+constexpr int kPrefetch = 2;  // the tile kernels prefetch A and B this many k steps ahead
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
 // configuration, A packing + row terms, B packing / waiting, the tile products, the stores, the
@@ -185,16 +161,6 @@ int64_t pack_a_mode() {
     static const int64_t v = env_int("XK_AMX_PACKA", 1);
     return v;
 }
-// XK_AMX_SHARED_A=0: every thread packs its own copy of each A row block (per task chunk) instead of
-// the call's one shared packed A (see AmxGemm::run).
-// XK_AMX_SHARED_A: 2 (default) = the shared packed A also where one thread owns a grid row (tn = 1,
-// one thread): each row block packed once per call instead of once per B chunk; 1 = only where
-// several threads share a grid row; 0 = never.
-int64_t shared_a_mode() {
-    static const int64_t v = env_int("XK_AMX_SHARED_A", 2);
-    return v;
-}
-bool shared_a_on() { return shared_a_mode() != 0; }
 constexpr int64_t kSharedAMaxBytes = int64_t(64) << 20;  // the shared packed A, at most
 
 struct alignas(64) TileConfig {
@@ -222,133 +188,170 @@ const char* tile_op_name(TileOp op) { return op == TileOp::bf16 ? "bf16" : op ==
 
 class JitAmxTile : public JitGenerator {
 public:
-    explicit JitAmxTile(TileOp op) : JitGenerator(Isa::amx, 4096) {
+    // rows16 = false: the 32 x 32 block (AmxTileArgs). rows16 = true: 16 rows (one A tile a k step,
+    // packed [step][16 rows][64 bytes] or in place) against nblk = 1 or 2 column blocks (the second
+    // one's B at b + b_next, its sums at acc + 4 KiB / c_out + 128 bytes): 2 or 4 C tiles, no
+    // product on padding rows (the 32-row block computes 32 rows for M <= 16).
+    JitAmxTile(TileOp op, bool rows16 = false, int nblk = 1) : JitGenerator(Isa::amx, 8192) {
         const Reg64 rP = rdi, rA = rsi, rA16 = rdx, rB = rcx, rK = r8, rS = r9, rT = r10, rC = r11;
+        const Reg64 rB1 = rdx;  // rows16, nblk 2: the second column block's B
+        const int nc = rows16 ? 2 * nblk : 4;  // C tiles
+        // C tile t: rows16: column block t / 2, half t % 2; else row half t / 2, column half t % 2.
+        auto acc_off = [&](int t) { return rows16 ? (t / 2) * 4096 + (t % 2) * 64 : (t / 2) * 16 * 128 + (t % 2) * 64; };
+        auto dp = [&](const Tmm& c, const Tmm& a, const Tmm& b) {
+            if (op == TileOp::bf16)
+                tdpbf16ps(c, a, b);
+            else if (op == TileOp::u8s8)
+                tdpbusd(c, a, b);
+            else
+                tdpbssd(c, a, b);
+        };
         mov(rA, ptr[rP + offsetof(AmxTileArgs, a)]);
         mov(rS, ptr[rP + offsetof(AmxTileArgs, lda)]);
         mov(rB, ptr[rP + offsetof(AmxTileArgs, b)]);
         mov(rK, ptr[rP + offsetof(AmxTileArgs, steps)]);
         mov(rT, ptr[rP + offsetof(AmxTileArgs, a_tail)]);
         mov(rC, ptr[rP + offsetof(AmxTileArgs, acc)]);
-        mov(rA16, rS);
-        shl(rA16, 4);
-        add(rA16, rA);
+        if (!rows16) {
+            mov(rA16, rS);
+            shl(rA16, 4);
+            add(rA16, rA);
+        } else if (nblk == 2) {
+            mov(rB1, ptr[rP + offsetof(AmxTileArgs, b_next)]);
+            add(rB1, rB);
+        }
         Label l_zero, l_go;
         cmp(qword[rP + offsetof(AmxTileArgs, accumulate)], 0);
         je(l_zero);
         mov(eax, 128);
-        tileloadd(tmm0, ptr[rC + rax]);
-        tileloadd(tmm1, ptr[rC + rax + 64]);
-        tileloadd(tmm2, ptr[rC + rax + 16 * 128]);
-        tileloadd(tmm3, ptr[rC + rax + 16 * 128 + 64]);
+        for (int t = 0; t < nc; ++t) tileloadd(Tmm(t), ptr[rC + rax + acc_off(t)]);
         jmp(l_go);
         L(l_zero);
-        for (int t = 0; t < 4; ++t) tilezero(Tmm(t));
+        for (int t = 0; t < nc; ++t) tilezero(Tmm(t));
         L(l_go);
-        // B streams from L2 (2 KiB per four products): the k step `pf` steps ahead is prefetched
-        // into L1, 8 lines beside each product. Device Xeon, bf16 paired rows, one run: distance 2
-        // took 16 threads from 0.99 / 1.32x oneDNN to 1.24 / 1.48x at 1024^3 / 2048^3 and the BERT
-        // shapes from 0.70-0.84x to 0.80-0.91x; distances 1 / 4 and loads interleaved with the
-        // products were no better within the host's noise (XK_AMX_PF: the distance, 0 = off).
-        const int pf = static_cast<int>(amx_prefetch());
-        // Order 1 (default): each tile load right before the first product that reads it (A0 B0 |
-        // A0 B1 | A1 B0 | A1 B1 with B1 and A1 loaded between the products), as oneDNN's brgemm;
-        // XK_AMX_ORDER=0: the four loads, then the four products. A's k step `pf` ahead is
-        // prefetched too (the packed [step][32 rows][64 bytes] layout: 2 KiB a step; XK_AMX_PFA=0:
-        // B only). Device Xeon, one run, these two with the direct stores and the one-thread
-        // rectangle against before (geometric mean of bf16 + u8s8s32 prepacked at 1 and 16 threads,
-        // xk / oneDNN of one loop): 1.18x -> 1.30x; k blocks of 16 steps instead: 1.26x.
-        const int order = static_cast<int>(amx_order());
-        const bool pfa = amx_prefetch_a() != 0;
+        // B streams from L2 (or DRAM): the k step kPrefetch steps ahead of A and B is prefetched
+        // into L1 beside the products. Device Xeon, bf16 paired rows, one run: distance 2 took 16
+        // threads from 0.99 / 1.32x oneDNN to 1.24 / 1.48x at 1024^3 / 2048^3 (1 and 4: no better).
+        // Each tile load sits right before the first product that reads it (A0 B0 | A0 B1 | A1 B0 |
+        // A1 B1 with B1 and A1 loaded between the products), as oneDNN's brgemm: with the A
+        // prefetch, the direct stores and the one-thread rectangle, geometric mean of bf16 + u8s8s32
+        // prepacked xk / oneDNN at 1 and 16 threads 1.18x -> 1.30x (device Xeon, one run).
+        const int pf = kPrefetch;
         auto step = [&](const Reg64& a0, const Reg64& a1, int a1_off, const Reg64& stride, bool main) {
-            auto dp = [&](const Tmm& c, const Tmm& a, const Tmm& b) {
-                if (op == TileOp::bf16)
-                    tdpbf16ps(c, a, b);
-                else if (op == TileOp::u8s8)
-                    tdpbusd(c, a, b);
-                else
-                    tdpbssd(c, a, b);
-            };
             int q = 0, qa = 0;
             auto pref = [&] {
-                if (main && pf > 0) {
-                    for (int l = 0; l < 8; ++l, ++q) prefetcht0(ptr[rB + pf * kStepBytes + q * 64]);
-                    if (pfa)
-                        for (int l = 0; l < 8; ++l, ++qa) prefetcht0(ptr[a0 + pf * kStepBytes + qa * 64]);
-                }
+                if (!main) return;
+                for (int l = 0; l < 8; ++l, ++q) prefetcht0(ptr[rB + pf * kStepBytes + q * 64]);
+                for (int l = 0; l < 8; ++l, ++qa) prefetcht0(ptr[a0 + pf * kStepBytes + qa * 64]);
             };
-            if (order == 1) {
-                tileloadd(tmm4, ptr[a0 + stride]);
-                tileloadd(tmm6, ptr[rB + rax]);
-                dp(tmm0, tmm4, tmm6);
-                pref();
-                tileloadd(tmm7, ptr[rB + rax + 1024]);
-                dp(tmm1, tmm4, tmm7);
-                pref();
-                tileloadd(tmm5, ptr[a1 + stride + a1_off]);
-                dp(tmm2, tmm5, tmm6);
-                pref();
-                dp(tmm3, tmm5, tmm7);
-                pref();
-            } else {
-                tileloadd(tmm4, ptr[a0 + stride]);
-                tileloadd(tmm6, ptr[rB + rax]);
-                tileloadd(tmm5, ptr[a1 + stride + a1_off]);
-                tileloadd(tmm7, ptr[rB + rax + 1024]);
-                dp(tmm0, tmm4, tmm6);
-                pref();
-                dp(tmm1, tmm4, tmm7);
-                pref();
-                dp(tmm2, tmm5, tmm6);
-                pref();
-                dp(tmm3, tmm5, tmm7);
-                pref();
+            tileloadd(tmm4, ptr[a0 + stride]);
+            tileloadd(tmm6, ptr[rB + rax]);
+            dp(tmm0, tmm4, tmm6);
+            pref();
+            tileloadd(tmm7, ptr[rB + rax + 1024]);
+            dp(tmm1, tmm4, tmm7);
+            pref();
+            tileloadd(tmm5, ptr[a1 + stride + a1_off]);
+            dp(tmm2, tmm5, tmm6);
+            pref();
+            dp(tmm3, tmm5, tmm7);
+            pref();
+            add(rB, kStepBytes);
+        };
+        // rows16: k steps in pairs, the A tile alternating between tmm4 and tmm5 (a tile load waits
+        // for the products still reading its register: none of the step before); B tiles: nblk 1
+        // tmm6, 7 then tmm2, 3 (free: two C tiles), nblk 2 tmm6, 7, 6, 7 (each load two products
+        // after the one that read the register last). A packed: 1 KiB a step (its prefetch distance).
+        auto step16 = [&](int u, const Reg64& a, const Reg64& stride, bool main) {
+            const Tmm ta = Tmm(4 + u);
+            int qb = 0, qa = 0;
+            const int a_lines_per = 16 / (2 * nblk);
+            auto pref = [&](const Reg64& bb, int half) {
+                if (!main) return;
+                for (int l = 0; l < 16; ++l, ++qb) prefetcht0(ptr[bb + pf * kStepBytes + half * 1024 + l * 64]);
+                for (int l = 0; l < a_lines_per; ++l, ++qa) prefetcht0(ptr[a + pf * 1024 + qa * 64]);
+            };
+            tileloadd(ta, ptr[a + stride]);
+            for (int j = 0; j < nblk; ++j) {
+                const Reg64& bb = j == 0 ? rB : rB1;
+                for (int h = 0; h < 2; ++h) {
+                    const Tmm tb = nblk == 1 ? Tmm(u == 0 ? 6 + h : 2 + h) : Tmm(6 + h);
+                    tileloadd(tb, ptr[bb + rax + h * 1024]);
+                    dp(Tmm(2 * j + h), ta, tb);
+                    pref(bb, h);
+                }
             }
             add(rB, kStepBytes);
+            if (nblk == 2) add(rB1, kStepBytes);
         };
         mov(eax, 64);  // B tiles: 64-byte rows
         Label l_loop, l_tail, l_store, l_acc;
-        test(rK, rK);
-        jz(l_tail);
-        align(16);
-        L(l_loop);
-        step(rA, rA16, 0, rS, true);
-        add(rA, ptr[rP + offsetof(AmxTileArgs, a_step)]);
-        add(rA16, ptr[rP + offsetof(AmxTileArgs, a_step)]);
-        dec(rK);
-        jnz(l_loop);
-        L(l_tail);
-        test(rT, rT);
-        jz(l_store);
-        step(rT, rT, 1024, rax, false);
+        if (!rows16) {
+            test(rK, rK);
+            jz(l_tail);
+            align(16);
+            L(l_loop);
+            step(rA, rA16, 0, rS, true);
+            add(rA, ptr[rP + offsetof(AmxTileArgs, a_step)]);
+            add(rA16, ptr[rP + offsetof(AmxTileArgs, a_step)]);
+            dec(rK);
+            jnz(l_loop);
+            L(l_tail);
+            test(rT, rT);
+            jz(l_store);
+            step(rT, rT, 1024, rax, false);
+        } else {
+            Label l_one;
+            cmp(rK, 2);
+            jl(l_one);
+            align(16);
+            L(l_loop);
+            for (int u = 0; u < 2; ++u) {
+                step16(u, rA, rS, true);
+                add(rA, ptr[rP + offsetof(AmxTileArgs, a_step)]);
+            }
+            sub(rK, 2);
+            cmp(rK, 2);
+            jge(l_loop);
+            L(l_one);
+            test(rK, rK);
+            jz(l_tail);
+            step16(0, rA, rS, true);
+            L(l_tail);
+            test(rT, rT);
+            jz(l_store);
+            step16(1, rT, rax, false);
+        }
         L(l_store);
         // The sums: to c_out (rows ldc_out bytes apart) where set, else to acc (128-byte rows).
         mov(rT, ptr[rP + offsetof(AmxTileArgs, c_out)]);
         test(rT, rT);
         jz(l_acc);
         mov(rax, ptr[rP + offsetof(AmxTileArgs, ldc_out)]);
-        tilestored(ptr[rT + rax], tmm0);
-        tilestored(ptr[rT + rax + 64], tmm1);
-        mov(rK, rax);
-        shl(rK, 4);
-        add(rT, rK);
-        tilestored(ptr[rT + rax], tmm2);
-        tilestored(ptr[rT + rax + 64], tmm3);
+        if (rows16) {
+            for (int t = 0; t < nc; ++t) tilestored(ptr[rT + rax + (t / 2) * 128 + (t % 2) * 64], Tmm(t));
+        } else {
+            tilestored(ptr[rT + rax], tmm0);
+            tilestored(ptr[rT + rax + 64], tmm1);
+            mov(rK, rax);
+            shl(rK, 4);
+            add(rT, rK);
+            tilestored(ptr[rT + rax], tmm2);
+            tilestored(ptr[rT + rax + 64], tmm3);
+        }
         ret();
         L(l_acc);
         mov(eax, 128);
-        tilestored(ptr[rC + rax], tmm0);
-        tilestored(ptr[rC + rax + 64], tmm1);
-        tilestored(ptr[rC + rax + 16 * 128], tmm2);
-        tilestored(ptr[rC + rax + 16 * 128 + 64], tmm3);
+        for (int t = 0; t < nc; ++t) tilestored(ptr[rC + rax + acc_off(t)], Tmm(t));
         ret();
     }
 };
 
 class JitAmxCfg : public JitGenerator {
 public:
-    explicit JitAmxCfg(bool release) : JitGenerator(Isa::amx, 256) {
-        if (release)
+    // 0: LDTILECFG [rdi], 1: TILERELEASE
+    explicit JitAmxCfg(int what) : JitGenerator(Isa::amx, 256) {
+        if (what == 1)
             tilerelease();
         else
             ldtilecfg(ptr[rdi]);
@@ -424,13 +427,15 @@ struct AmxCode {
     virtual ~AmxCode() = default;
 };
 struct TileCode final : AmxCode {
-    JitAmxTile tile;
-    JitAmxCfg cfg{false}, rel{true};
-    AmxTileFn fn = nullptr;
+    JitAmxTile tile, tile16_1, tile16_2;  // 32 x 32; 16 rows x 1 / 2 column blocks
+    JitAmxCfg cfg{0}, rel{1};
+    AmxTileFn fn = nullptr, fn16[2] = {};
     AmxCfgFn configure = nullptr;
     void (*release)() = nullptr;
-    explicit TileCode(TileOp op) : tile(op) {
+    explicit TileCode(TileOp op) : tile(op), tile16_1(op, true, 1), tile16_2(op, true, 2) {
         fn = tile.finalize<AmxTileFn>();
+        fn16[0] = tile16_1.finalize<AmxTileFn>();
+        fn16[1] = tile16_2.finalize<AmxTileFn>();
         configure = cfg.finalize<AmxCfgFn>();
         release = rel.finalize<void (*)()>();
     }
@@ -588,6 +593,8 @@ public:
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        // (A software prefetch of the next k step's rows measured no faster: device, plain B at
+        // 384x768x768 / 1024^3, 16 threads, bf16 / int8, one run.)
         const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
         const auto* src8 = static_cast<const uint8_t*>(B);
         const auto* src16 = static_cast<const uint16_t*>(B);
@@ -719,12 +726,7 @@ public:
         sc.set(call.alpha, call.beta);
         const int64_t M = s_.M, K = s_.K;
         const int64_t block_bytes = nkb_ * kStepBytes;
-        // Column blocks per task: B of the chunk within kChunkBytes (L2), at most kMaxChunk (the
-        // accumulators of a task), and enough tasks to give every thread about four.
         const int64_t threads = get_num_threads();
-        int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>({nblocks_, chunk_bytes() / block_bytes, kMaxChunk}));
-        while (per_chunk > 1 && mblocks * ((nblocks_ + per_chunk - 1) / per_chunk) < 4 * threads) --per_chunk;
-        const int64_t nchunks = (nblocks_ + per_chunk - 1) / per_chunk;
         const auto* A = static_cast<const uint8_t*>(args.A);
         const bool at = s_.trans_a == Trans::T;
         const int64_t kfull = K / kk_, krem = K % kk_;
@@ -763,18 +765,24 @@ public:
             }
         }
 
-        // The grid: per-thread rectangles (2-D: tm x tn threads over the 32-row blocks x the
-        // column blocks, every thread one rectangle walked chunk-major) or the 1-D task list
-        // (nchunks x mblocks tasks, chunk-major over threads).
+        // The grid: per-thread rectangles (tm x tn threads over the 32-row blocks x the column
+        // blocks, every thread one rectangle walked chunk-major).
         int64_t tm = 1, tn = 1;
-        const bool grid2d = grid_2d(mblocks);
-        if (grid2d) {
+        {
+            // A's bytes count twice against a prepacked B's in the tie-break (each thread packs its
+            // row blocks' A: read, written, read again; the tiles read B once), once against a B
+            // packed in the call (XK_AMX_AW: a fixed weight, for measurements). Device, 384x768x768
+            // at 16 threads (12 x 24 blocks: 4 x 4 threads instead of 2 x 8), xk / oneDNN, three
+            // runs: prepacked int8 1.23 / 0.94 / 0.97x -> 1.40 / 1.23 / 1.12x, bf16 1.59 / 1.39 /
+            // 1.53x -> 1.69 / 1.83 / 1.48x; a plain B no better (int8 1.47 / 1.51x -> 1.18 / 1.03x).
+            static const int64_t aw_env = env_int("XK_AMX_AW", 0);
+            const int64_t a_weight = aw_env > 0 ? aw_env : call.packed_b ? 2 : 1;
             int64_t best = -1, best_traffic = 0;
             const int64_t a_bytes = M * K * es_, b_bytes = block_bytes * nblocks_;
             for (int64_t i = 1; i <= std::min<int64_t>(threads, mblocks); ++i) {
                 const int64_t j = std::min<int64_t>(nblocks_, threads / i);
                 const int64_t work = ((mblocks + i - 1) / i) * ((nblocks_ + j - 1) / j);
-                const int64_t traffic = j * a_bytes + i * b_bytes;
+                const int64_t traffic = j * a_bytes * a_weight + i * b_bytes;
                 if (best < 0 || work < best || (work == best && traffic < best_traffic)) {
                     best = work;
                     best_traffic = traffic;
@@ -783,7 +791,7 @@ public:
                 }
             }
         }
-        const int64_t ntasks = grid2d ? tm * tn : nchunks * mblocks;
+        const int64_t ntasks = tm * tn;
         // One packed A for the call (the default packing, several threads per row block): each row
         // block is packed once, by the first thread that reaches it (the others wait on its flag),
         // instead of once per (thread, B chunk). The threads of one grid row start at different row
@@ -798,9 +806,9 @@ public:
         // 384x768x768 and 512x1024x4096 lost 20-40% shared; 512x4096x14336 gained 2.9x, 512x14336x4096
         // 1.25x).
         const int64_t cols_t = (nblocks_ + tn - 1) / tn;
-        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, chunk_bytes() / block_bytes, kMaxChunk}));
+        const int64_t pc_t = std::max<int64_t>(1, std::min<int64_t>({cols_t, kChunkBytes / block_bytes, kMaxChunk}));
         const bool repacks = (cols_t + pc_t - 1) / pc_t >= 2;
-        if (grid2d && (tn > 1 || shared_a_mode() >= 2) && repacks && pack_a_mode() > 0 && shared_a_on() && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
+        if (repacks && pack_a_mode() > 0 && mblocks * a_blk_bytes <= kSharedAMaxBytes) {
             const size_t abytes = static_cast<size_t>(mblocks * a_blk_bytes);
             auto* buf = reinterpret_cast<uint8_t*>(
                 gemm_thread_buffer(5, (abytes + static_cast<size_t>(mblocks) * sizeof(std::atomic<uint32_t>) + 3) / 4));
@@ -808,12 +816,14 @@ public:
             for (int64_t b = 0; b < mblocks; ++b) new (a_flags + b) std::atomic<uint32_t>(0);
             a_shared = buf;
         }
-        // A block's sums straight from the tiles into C (XK_AMX_DIRECT; see amx_direct()): where the
-        // store would change nothing, at full 32 x 32 blocks of the last K block.
-        const bool direct = amx_direct() && s_.beta == BetaKind::zero && call.beta == 0.0f &&
+        // A block's sums straight from the tiles into C where the store would change nothing, at
+        // full blocks (32 x 32, or 16 x 32 of the 16-row kernels) of the last K block.
+        const bool direct = s_.beta == BetaKind::zero && call.beta == 0.0f &&
                             (int8_ ? s_.c_type == DType::s32 && za == 0 && zb == 0
                                    : s_.c_type == DType::f32 && s_.alpha_one && call.alpha == 1.0f && !s_.epilogue.bias &&
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
+        const int64_t r16_blocks = amx_r16();
+
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -837,6 +847,8 @@ public:
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
             uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
+            // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
+            // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
             tc.configure(&tile_config());
             lap(AmxProfile::cfg);
             struct Release {
@@ -869,14 +881,19 @@ public:
                 int64_t a_ld, a_steps, a_step = 64;  // bytes between rows; k steps in a; bytes between them
                 const void* a_tail = nullptr;
                 const int64_t pm = pack_a_mode();
+                // Up to 16 rows: the 16-row kernels, A packed [step][16 rows][64 bytes] (1 KiB a step;
+                // read in place instead, decode M = 16 at 16 threads from DRAM ran no faster: 87% of
+                // the read against 94%, device, one run).
+                const bool r16 = r16_blocks > 0 && rows <= 16;
                 const bool in_place = !at && rows == kBlk && (pm == 0 || (pm < 0 && lda_b % 2048 != 0));
+                const int64_t astep = r16 ? 1024 : kStepBytes, full_rows = r16 ? 16 : kBlk;
                 if (in_place) {
                     a_base = A + m0 * lda_b;
                     a_ld = lda_b;
                     a_steps = kfull;
                     if (krem) {
                         std::memset(a_tail_buf, 0, kBlk * 64);
-                        for (int64_t r = 0; r < kBlk; ++r)
+                        for (int64_t r = 0; r < rows; ++r)
                             std::memcpy(a_tail_buf + r * 64, a_base + r * lda_b + kfull * 64, static_cast<size_t>(krem * es_));
                         a_tail = a_tail_buf;
                     }
@@ -895,18 +912,21 @@ public:
                     } else {
                         a_packed_mb = mb;
                     }
-                    if (fresh && (rows < kBlk || krem)) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
+                    // (16-row blocks: rows past M are never stored, so only the K tail needs its
+                    // zeros — a bf16 Inf / NaN times the padded B's zeros would reach valid rows)
+                    if (fresh && r16 && krem) std::memset(buf + kfull * astep, 0, static_cast<size_t>(astep));
+                    if (fresh && !r16 && (rows < kBlk || krem)) std::memset(buf, 0, static_cast<size_t>(nkb_ * kStepBytes));
                     if (!fresh) {
                     } else if (!at) {
                         for (int64_t r = 0; r < rows; ++r) {
                             const uint8_t* src = A + (m0 + r) * lda_b;
-                            for (int64_t kb = 0; kb < kfull; ++kb) std::memcpy(buf + kb * kStepBytes + r * 64, src + kb * 64, 64);
-                            if (krem) std::memcpy(buf + kfull * kStepBytes + r * 64, src + kfull * 64, static_cast<size_t>(krem * es_));
+                            for (int64_t kb = 0; kb < kfull; ++kb) std::memcpy(buf + kb * astep + r * 64, src + kb * 64, 64);
+                            if (krem) std::memcpy(buf + kfull * astep + r * 64, src + kfull * 64, static_cast<size_t>(krem * es_));
                         }
                     } else {
                         for (int64_t k = 0; k < K; ++k) {
                             const uint8_t* src = A + k * lda_b + m0 * es_;
-                            uint8_t* d = buf + (k / kk_) * kStepBytes + (k % kk_) * es_;
+                            uint8_t* d = buf + (k / kk_) * astep + (k % kk_) * es_;
                             if (es_ == 2) {
                                 for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * 64, src + r * 2, 2);
                             } else {
@@ -917,7 +937,7 @@ public:
                     if (fresh && a_shared) a_flags[mb].store(2, std::memory_order_release);
                     a_base = buf;
                     a_ld = 64;
-                    a_step = kStepBytes;
+                    a_step = astep;
                     a_steps = nkb_;
                 }
                 if (int8_ && rowc_mb != mb) {
@@ -980,9 +1000,13 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    for (int64_t nb = nb0; nb < nb1; ++nb) {
+                    ta.b_next = block_bytes;
+                    for (int64_t nb = nb0; nb < nb1;) {
+                        // 16-row blocks: two full column blocks a call where there are two (the A
+                        // tile of a step serves four products), else one.
+                        const int64_t nc = r16 && r16_blocks >= 2 && !ring && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
                         ta.c_out = nullptr;
-                        if (direct && last && rows == kBlk && nb * kBlk + kBlk <= s_.N) {
+                        if (direct && last && rows == full_rows && (nb + nc) * kBlk <= s_.N) {
                             ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
                             ta.ldc_out = s_.ldc * c_es;
                         }
@@ -993,14 +1017,15 @@ public:
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
                         }
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
-                        tc.fn(&ta);
+                        (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                        nb += nc;
                     }
                 }
                 lap(AmxProfile::tiles);
                 for (int64_t nb = nb0; nb < nb1; ++nb) {
                     const int64_t n0 = nb * kBlk;
                     const int ncols = static_cast<int>(std::min<int64_t>(kBlk, s_.N - n0));
-                    if (direct && rows == kBlk && ncols == kBlk) continue;  // (stored by the tiles)
+                    if (direct && rows == full_rows && ncols == kBlk) continue;  // (stored by the tiles)
                     float* acc = accs + (nb - nb0) * kBlk * kBlk;
                     uint8_t* c_blk = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + n0) * c_es;
                     if (int8_ && s_.c_type == DType::s32) {
@@ -1028,15 +1053,10 @@ public:
                 lap(AmxProfile::epi);
             };
             for (int64_t t = t0; t < t1; ++t) {
-                if (!grid2d) {
-                    const int64_t chunk = t / mblocks, nb0 = chunk * per_chunk;
-                    block_task(t % mblocks, nb0, std::min(nblocks_, nb0 + per_chunk));
-                    continue;
-                }
                 const int64_t i = t / tn, j = t % tn;
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
-                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, chunk_bytes() / block_bytes, kMaxChunk}));
+                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
