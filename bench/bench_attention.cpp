@@ -19,6 +19,9 @@
 //   attention/bf16/xk/issue_rate/{vdpbf16ps,vfmadd231ps}   (AVX512-BF16 machines, 1 thread)
 //       GFLOPS = multiply-adds x 2 per second of 8 independent chains of the instruction: why the
 //       decode's products stay FP32 FMAs (bf16 widened) rather than VDPBF16PS (docs/attention.md).
+//   attention/<kv dtype>/xk/decode/b:<B>/ctx:<L>/splits:<S>/nt:<t>   (XK_BENCH_KV_SPLITS=S,...)
+//       the decode rows with CachedAttentionDesc::kv_splits = S (each key range in S pieces across
+//       threads) instead of the automatic choice.
 // XK_BENCH_THREADS picks the thread counts (default 1,2); XK_BENCH_PREFILL_8K=1 adds T = 8192.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -41,7 +44,8 @@ namespace {
 
 constexpr int64_t kQHeads = 32, kKvHeads = 8, kHd = 128;
 
-void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false) {
+void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false,
+                  int64_t splits = 0) {
     xb::ScopedThreads st(threads);
     xk::KvCacheDesc cd;
     cd.layout = xk::KvLayout::contiguous;
@@ -80,6 +84,7 @@ void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, i
     d.cache = cd;
     d.q_tokens = B;
     d.q_heads = kQHeads;
+    d.kv_splits = splits;
     xk::CachedAttentionArgs a;
     a.q = q.data();
     a.o = o.data();
@@ -231,6 +236,14 @@ int reg = [] {
         for (bool bf : {true, false})
             benchmark::RegisterBenchmark(bf ? "attention/bf16/xk/issue_rate/vdpbf16ps" : "attention/bf16/xk/issue_rate/vfmadd231ps",
                                          [bf](benchmark::State& s) { bench_issue_rate(s, bf); });
+    std::vector<int64_t> kv_splits;  // XK_BENCH_KV_SPLITS=8,16: decode rows with kv_splits forced too
+    if (const char* e = std::getenv("XK_BENCH_KV_SPLITS"))
+        for (const char* c = e; *c;) {
+            const int64_t v = std::strtoll(c, nullptr, 10);
+            if (v > 0) kv_splits.push_back(v);
+            while (*c && *c != ',') ++c;
+            if (*c) ++c;
+        }
     for (int t : xb::thread_counts()) {
         const std::string nt = "nt:" + std::to_string(t);
         benchmark::RegisterBenchmark(("attention/f32/xk/read/" + nt).c_str(),
@@ -243,6 +256,13 @@ int reg = [] {
                                                             "b:" + std::to_string(B), "ctx:" + std::to_string(L), nt});
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t); })
                         ->UseRealTime();
+                    for (int64_t sp : kv_splits) {  // XK_BENCH_KV_SPLITS: the split over the sequence forced
+                        const std::string sn = xb::join_name({"attention", xk::dtype_name(dt), "xk", "decode",
+                                                              "b:" + std::to_string(B), "ctx:" + std::to_string(L),
+                                                              "splits:" + std::to_string(sp), nt});
+                        benchmark::RegisterBenchmark(sn.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t, false, sp); })
+                            ->UseRealTime();
+                    }
                 }
         // The kernel's compute-bound rate: one 256-token cache (1 / 2 MiB) that stays in L2.
         for (xk::DType dt : {xk::DType::bf16, xk::DType::f32, xk::DType::s8})

@@ -447,7 +447,13 @@ void op_cache(In& in) {
                     break;
                 }
                 [[fallthrough]];
-            case 2: a_qh = qh + 1; wrong = "q_heads not a multiple of kv_heads"; break;
+            case 2:
+                if (d.kv_heads > 1) {  // (every q_heads is a multiple of kv_heads = 1)
+                    a_qh = qh + 1;
+                    wrong = "q_heads not a multiple of kv_heads";
+                    break;
+                }
+                [[fallthrough]];
             case 3:
                 if (T > 0) { q_null = true; wrong = "q null"; break; }
                 [[fallthrough]];
