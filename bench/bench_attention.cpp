@@ -11,6 +11,10 @@
 //   attention/f32/xk/read/nt:<t>
 //       the read bandwidth of this machine (sum of a 1 GiB buffer, 4 accumulators, no prefetch):
 //       the decode rows' yardstick (BW% = decode GBPS / this).
+//   attention/f32/xk/read_fma/fmas:<F>/nt:<t>   (AVX-512 machines)
+//       the read loop with F independent FP32 FMAs per 256 bytes read (16 / 32 / 48): how much
+//       compute one core overlaps with the DRAM stream (the decode's work per 256-byte bf16 row:
+//       32 FMAs for the FMA decode of a GQA group of 4, ~16 VDPBF16PS for the dpbf16 decode).
 //   attention/<dtype>/xk/prefill/T:<T>/nt:<t>
 //       causal fused SDPA, 32 heads x 128 (MHA), T tokens; GFLOPS counts the causal half:
 //       4 * T * T * 128 * 32 / 2. The label names the kernel (amx:bf16: AMX tiles; intr:avx512).
@@ -140,6 +144,51 @@ void bench_read(benchmark::State& state, int threads) {
     xb::set_gbps(state, static_cast<double>(step) * sizeof(float));
 }
 
+// The read loop with `fmas` independent FP32 FMAs (8 chains, zmm) per 256 bytes read: how much work
+// one core overlaps with the stream (a decode moves 256 bytes per bf16 key row; the FMA decode does
+// 32 FMAs a row of K or V for a GQA group of 4, the VDPBF16PS decode ~16 instructions).
+__attribute__((target("avx512f"))) float sum_range_fma(const float* p, size_t n, int fmas) {
+    // (distinct starting values: identical chains would be merged by the compiler)
+    __m512 s = _mm512_setzero_ps(), a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1e-3f), a2 = _mm512_set1_ps(2e-3f),
+           a3 = _mm512_set1_ps(3e-3f), a4 = _mm512_set1_ps(4e-3f), a5 = _mm512_set1_ps(5e-3f), a6 = _mm512_set1_ps(6e-3f),
+           a7 = _mm512_set1_ps(7e-3f);
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
+    for (size_t i = 0; i + 64 <= n; i += 64) {
+        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(p + i), _mm512_load_ps(p + i + 16)),
+                                           _mm512_add_ps(_mm512_load_ps(p + i + 32), _mm512_load_ps(p + i + 48))));
+        for (int f = 0; f < fmas; f += 8) {
+            a0 = _mm512_fmadd_ps(a0, x, y), a1 = _mm512_fmadd_ps(a1, x, y), a2 = _mm512_fmadd_ps(a2, x, y);
+            a3 = _mm512_fmadd_ps(a3, x, y), a4 = _mm512_fmadd_ps(a4, x, y), a5 = _mm512_fmadd_ps(a5, x, y);
+            a6 = _mm512_fmadd_ps(a6, x, y), a7 = _mm512_fmadd_ps(a7, x, y);
+        }
+    }
+    const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    return _mm512_reduce_add_ps(_mm512_add_ps(s, t));
+}
+
+void bench_read_fma(benchmark::State& state, int threads, int fmas) {
+    xb::ScopedThreads st(threads);
+    const size_t n = xb::rotate_bytes() / sizeof(float);
+    auto buf = xb::alloc_aligned<float>(n);
+    xb::fill_value(buf.get(), n, 1.0f);
+    const size_t step = size_t(64) << 20 >> 2;  // 64 MiB per call
+    size_t cur = 0;
+    double sink = 0;
+    for (auto _ : state) {
+        if (cur + step > n) cur = 0;
+        std::vector<double> part(static_cast<size_t>(threads) * 8, 0.0);
+        const size_t per = step / static_cast<size_t>(threads) / 64 * 64;
+        xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) part[size_t(t) * 8] = sum_range_fma(buf.get() + cur + size_t(t) * per, per, fmas);
+        });
+        for (double v : part) sink += v;
+        cur += step;
+    }
+    benchmark::DoNotOptimize(sink);
+    xb::set_gbps(state, static_cast<double>(step) * sizeof(float));
+}
+
 void bench_prefill(benchmark::State& state, xk::DType dt, int64_t T, int threads) {
     xb::ScopedThreads st(threads);
     const size_t n = static_cast<size_t>(T * kQHeads * kHd);
@@ -248,6 +297,11 @@ int reg = [] {
         const std::string nt = "nt:" + std::to_string(t);
         benchmark::RegisterBenchmark(("attention/f32/xk/read/" + nt).c_str(),
                                      [t](benchmark::State& s) { bench_read(s, t); })->UseRealTime();
+        if (xk::isa_supported(xk::Isa::avx512))
+            for (int f : {16, 32, 48})
+                benchmark::RegisterBenchmark(("attention/f32/xk/read_fma/fmas:" + std::to_string(f) + "/" + nt).c_str(),
+                                             [t, f](benchmark::State& s) { bench_read_fma(s, t, f); })
+                    ->UseRealTime();
         for (xk::DType dt : {xk::DType::bf16, xk::DType::f32, xk::DType::s8})
             for (int64_t B : {1, 8})
                 for (int64_t L : {2048, 8192, 32768}) {
