@@ -91,7 +91,8 @@ void oracle_row(const std::vector<double>& q, int64_t nk, int64_t hd, double sca
 }
 
 // Checks one row of o (hd values at `got`) and its lse.
-// Kernels that round to bf16 (amx:bf16 and dpbf16:bf16: bf16 caches, tasks of >= 16 rows): each
+// Kernels that round to bf16 (amx:bf16 and dpbf16:bf16: bf16 caches, tasks of >= 16 rows; dpbf16:bf16
+// on AMD CPUs its decode too): each
 // p = exp(s - m) in [0, 1] (relative 2^-9: o moves by <= 2^-8 max|v| counting the sums), and an f32
 // q (scores move by <= 2^-9 scale sum_d |q_d k_jd| = 2^-9 A: weights by e^(+-2^-8 A)). Set by the
 // ops below before their checks (rounds_bf16: what the current ISA cap selects for that head_dim).
