@@ -146,8 +146,10 @@ void dpd_pv(float* acc, const uint16_t* Pt, int64_t ps, const uint16_t* vt, int6
 }
 
 // Prefetch distances of the VDPBF16PS decode (Zen 4, bench_attention bf16 decode b 1 8k / 32k at 1
-// thread, best of 8 CPU times on the loaded dev host: the intr:avx512 form 2 (K 2 tiles ahead, V
-// a chunk ahead, T1) 19-21 GB/s; + the next tile into L1 23-25; K 4 tiles / V 128 keys: 25-27).
+// thread, best of 8 CPU times per setting on the loaded dev host, one sweep: the intr:avx512 form-2
+// distances (K 2 tiles, V a chunk ahead, T1) 19-21 GB/s; + the next tile into L1 22-25; K 4 tiles /
+// V 128 keys + the next tile 22-27, the best or tied in each row; the rows of docs/attention.md
+// measured afterwards: 20-23).
 constexpr int64_t kDpdKFar = 4, kDpdVFar = 128;
 
 template <int NK>
