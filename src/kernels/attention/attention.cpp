@@ -163,9 +163,10 @@ void execute(const AttnKernel& kernel, const Problem& p) {
     // Split granule: 64 keys (a multiple of the tile and of every paged block size / 16).
     constexpr int64_t kGranule = 64;
     // Automatic (kv_splits = 0): fewer than 2 units a thread -> ~8 pieces a thread, each >= 512 keys
-    // (device Xeon, 16 threads, b 1 x 32 heads / 8 kv heads x 128, DEVICE slot A/B: 4 pieces a kv
-    // head (2 a thread) -> 16 at 32768 tokens: f32 83.8 -> 108.0 GB/s, bf16 80.7 -> 86.5; at 2048
-    // tokens 256-key pieces were slower than 512: bf16 93.5 -> 87.5).
+    // (device Xeon, 16 threads, b 1 x 32 heads / 8 kv heads x 128, slot A/B against the previous 4
+    // pieces a kv head (2 a thread, >= 256 keys): 32768 tokens f32 98.6-100.6 -> 127.2-131.1 GB/s,
+    // bf16 83.5-86.8 -> 109.6-110.1; 8192 f32 93.5-94.8 -> 112.5-118.2, bf16 mixed; 2048 unchanged
+    // (4 pieces of 512 keys: 256-key pieces were slower, bf16 93.5 -> 87.5)).
     int64_t want = p.kv_splits;
     if (want == 0) {
         const int64_t u = static_cast<int64_t>(base.size());
