@@ -11,6 +11,10 @@
 //   attention/f32/xk/read/nt:<t>
 //       the read bandwidth of this machine (sum of a 1 GiB buffer, 4 accumulators, no prefetch):
 //       the decode rows' yardstick (BW% = decode GBPS / this).
+//   attention/f32/xk/read_fma/fmas:<F>/nt:<t>   (AVX-512 machines)
+//       the read loop with F independent FP32 FMAs per 256 bytes read (16 / 32 / 48): how much
+//       compute one core overlaps with the DRAM stream (the decode's work per 256-byte bf16 row:
+//       32 FMAs for the FMA decode of a GQA group of 4, ~16 VDPBF16PS for the dpbf16 decode).
 //   attention/<dtype>/xk/prefill/T:<T>/nt:<t>
 //       causal fused SDPA, 32 heads x 128 (MHA), T tokens; GFLOPS counts the causal half:
 //       4 * T * T * 128 * 32 / 2. The label names the kernel (amx:bf16: AMX tiles; intr:avx512).
@@ -19,6 +23,9 @@
 //   attention/bf16/xk/issue_rate/{vdpbf16ps,vfmadd231ps}   (AVX512-BF16 machines, 1 thread)
 //       GFLOPS = multiply-adds x 2 per second of 8 independent chains of the instruction: why the
 //       decode's products stay FP32 FMAs (bf16 widened) rather than VDPBF16PS (docs/attention.md).
+//   attention/<kv dtype>/xk/decode/b:<B>/ctx:<L>/splits:<S>/nt:<t>   (XK_BENCH_KV_SPLITS=S,...)
+//       the decode rows with CachedAttentionDesc::kv_splits = S (each key range in S pieces across
+//       threads) instead of the automatic choice.
 // XK_BENCH_THREADS picks the thread counts (default 1,2); XK_BENCH_PREFILL_8K=1 adds T = 8192.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -41,7 +48,8 @@ namespace {
 
 constexpr int64_t kQHeads = 32, kKvHeads = 8, kHd = 128;
 
-void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false) {
+void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false,
+                  int64_t splits = 0) {
     xb::ScopedThreads st(threads);
     xk::KvCacheDesc cd;
     cd.layout = xk::KvLayout::contiguous;
@@ -80,6 +88,7 @@ void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, i
     d.cache = cd;
     d.q_tokens = B;
     d.q_heads = kQHeads;
+    d.kv_splits = splits;
     xk::CachedAttentionArgs a;
     a.q = q.data();
     a.o = o.data();
@@ -127,6 +136,51 @@ void bench_read(benchmark::State& state, int threads) {
         const size_t per = step / static_cast<size_t>(threads) / 32 * 32;
         xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; ++t) part[size_t(t) * 8] = sum_range(buf.get() + cur + size_t(t) * per, per);
+        });
+        for (double v : part) sink += v;
+        cur += step;
+    }
+    benchmark::DoNotOptimize(sink);
+    xb::set_gbps(state, static_cast<double>(step) * sizeof(float));
+}
+
+// The read loop with `fmas` independent FP32 FMAs (8 chains, zmm) per 256 bytes read: how much work
+// one core overlaps with the stream (a decode moves 256 bytes per bf16 key row; the FMA decode does
+// 32 FMAs a row of K or V for a GQA group of 4, the VDPBF16PS decode ~16 instructions).
+__attribute__((target("avx512f"))) float sum_range_fma(const float* p, size_t n, int fmas) {
+    // (distinct starting values: identical chains would be merged by the compiler)
+    __m512 s = _mm512_setzero_ps(), a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1e-3f), a2 = _mm512_set1_ps(2e-3f),
+           a3 = _mm512_set1_ps(3e-3f), a4 = _mm512_set1_ps(4e-3f), a5 = _mm512_set1_ps(5e-3f), a6 = _mm512_set1_ps(6e-3f),
+           a7 = _mm512_set1_ps(7e-3f);
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
+    for (size_t i = 0; i + 64 <= n; i += 64) {
+        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(p + i), _mm512_load_ps(p + i + 16)),
+                                           _mm512_add_ps(_mm512_load_ps(p + i + 32), _mm512_load_ps(p + i + 48))));
+        for (int f = 0; f < fmas; f += 8) {
+            a0 = _mm512_fmadd_ps(a0, x, y), a1 = _mm512_fmadd_ps(a1, x, y), a2 = _mm512_fmadd_ps(a2, x, y);
+            a3 = _mm512_fmadd_ps(a3, x, y), a4 = _mm512_fmadd_ps(a4, x, y), a5 = _mm512_fmadd_ps(a5, x, y);
+            a6 = _mm512_fmadd_ps(a6, x, y), a7 = _mm512_fmadd_ps(a7, x, y);
+        }
+    }
+    const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    return _mm512_reduce_add_ps(_mm512_add_ps(s, t));
+}
+
+void bench_read_fma(benchmark::State& state, int threads, int fmas) {
+    xb::ScopedThreads st(threads);
+    const size_t n = xb::rotate_bytes() / sizeof(float);
+    auto buf = xb::alloc_aligned<float>(n);
+    xb::fill_value(buf.get(), n, 1.0f);
+    const size_t step = size_t(64) << 20 >> 2;  // 64 MiB per call
+    size_t cur = 0;
+    double sink = 0;
+    for (auto _ : state) {
+        if (cur + step > n) cur = 0;
+        std::vector<double> part(static_cast<size_t>(threads) * 8, 0.0);
+        const size_t per = step / static_cast<size_t>(threads) / 64 * 64;
+        xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) part[size_t(t) * 8] = sum_range_fma(buf.get() + cur + size_t(t) * per, per, fmas);
         });
         for (double v : part) sink += v;
         cur += step;
@@ -231,10 +285,23 @@ int reg = [] {
         for (bool bf : {true, false})
             benchmark::RegisterBenchmark(bf ? "attention/bf16/xk/issue_rate/vdpbf16ps" : "attention/bf16/xk/issue_rate/vfmadd231ps",
                                          [bf](benchmark::State& s) { bench_issue_rate(s, bf); });
+    std::vector<int64_t> kv_splits;  // XK_BENCH_KV_SPLITS=8,16: decode rows with kv_splits forced too
+    if (const char* e = std::getenv("XK_BENCH_KV_SPLITS"))
+        for (const char* c = e; *c;) {
+            const int64_t v = std::strtoll(c, nullptr, 10);
+            if (v > 0) kv_splits.push_back(v);
+            while (*c && *c != ',') ++c;
+            if (*c) ++c;
+        }
     for (int t : xb::thread_counts()) {
         const std::string nt = "nt:" + std::to_string(t);
         benchmark::RegisterBenchmark(("attention/f32/xk/read/" + nt).c_str(),
                                      [t](benchmark::State& s) { bench_read(s, t); })->UseRealTime();
+        if (xk::isa_supported(xk::Isa::avx512))
+            for (int f : {16, 32, 48})
+                benchmark::RegisterBenchmark(("attention/f32/xk/read_fma/fmas:" + std::to_string(f) + "/" + nt).c_str(),
+                                             [t, f](benchmark::State& s) { bench_read_fma(s, t, f); })
+                    ->UseRealTime();
         for (xk::DType dt : {xk::DType::bf16, xk::DType::f32, xk::DType::s8})
             for (int64_t B : {1, 8})
                 for (int64_t L : {2048, 8192, 32768}) {
@@ -243,6 +310,13 @@ int reg = [] {
                                                             "b:" + std::to_string(B), "ctx:" + std::to_string(L), nt});
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t); })
                         ->UseRealTime();
+                    for (int64_t sp : kv_splits) {  // XK_BENCH_KV_SPLITS: the split over the sequence forced
+                        const std::string sn = xb::join_name({"attention", xk::dtype_name(dt), "xk", "decode",
+                                                              "b:" + std::to_string(B), "ctx:" + std::to_string(L),
+                                                              "splits:" + std::to_string(sp), nt});
+                        benchmark::RegisterBenchmark(sn.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t, false, sp); })
+                            ->UseRealTime();
+                    }
                 }
         // The kernel's compute-bound rate: one 256-token cache (1 / 2 MiB) that stays in L2.
         for (xk::DType dt : {xk::DType::bf16, xk::DType::f32, xk::DType::s8})

@@ -91,7 +91,8 @@ void oracle_row(const std::vector<double>& q, int64_t nk, int64_t hd, double sca
 }
 
 // Checks one row of o (hd values at `got`) and its lse.
-// Kernels that round to bf16 (amx:bf16 and dpbf16:bf16: bf16 caches, tasks of >= 16 rows): each
+// Kernels that round to bf16 (amx:bf16 and dpbf16:bf16: bf16 caches, tasks of >= 16 rows; dpbf16:bf16
+// on AMD CPUs its decode too): each
 // p = exp(s - m) in [0, 1] (relative 2^-9: o moves by <= 2^-8 max|v| counting the sums), and an f32
 // q (scores move by <= 2^-9 scale sum_d |q_d k_jd| = 2^-9 A: weights by e^(+-2^-8 A)). Set by the
 // ops below before their checks (rounds_bf16: what the current ISA cap selects for that head_dim).
@@ -447,7 +448,13 @@ void op_cache(In& in) {
                     break;
                 }
                 [[fallthrough]];
-            case 2: a_qh = qh + 1; wrong = "q_heads not a multiple of kv_heads"; break;
+            case 2:
+                if (d.kv_heads > 1) {  // (every q_heads is a multiple of kv_heads = 1)
+                    a_qh = qh + 1;
+                    wrong = "q_heads not a multiple of kv_heads";
+                    break;
+                }
+                [[fallthrough]];
             case 3:
                 if (T > 0) { q_null = true; wrong = "q null"; break; }
                 [[fallthrough]];
@@ -692,7 +699,9 @@ void op_ex(In& in) {
 
 // xk_attention_plan against the one-shot call (same kernel, same cut: bitwise equal); a
 // descriptor with one thing wrong gives no plan.
-void op_sdpa_plan(In& in) {
+// The small one-sequence SDPA descriptor of op_sdpa_plan / op_sdpa_strided (pick_dtype: f32 or
+// bf16 by a coin, else f32).
+xk_attention_desc small_sdpa_desc(In& in, bool pick_dtype) {
     xk_attention_desc d;
     xk_attention_desc_init(&d);
     d.batch = 1;
@@ -701,10 +710,15 @@ void op_sdpa_plan(In& in) {
     d.kv_heads = in.dim(1, 2);
     d.q_heads = d.kv_heads * in.dim(1, 3);
     d.head_dim = head_dim(in);
-    const bool bf = in.coin();
-    d.dtype = d.o_dtype = bf ? XK_DTYPE_BF16 : XK_DTYPE_F32;
+    d.dtype = d.o_dtype = pick_dtype && in.coin() ? XK_DTYPE_BF16 : XK_DTYPE_F32;
     d.causal = in.coin();
     d.causal_offset = in.dim(0, 5) - 2;
+    return d;
+}
+
+void op_sdpa_plan(In& in) {
+    const xk_attention_desc d = small_sdpa_desc(in, true);
+    const bool bf = d.dtype == XK_DTYPE_BF16;
     xk_attention_plan* plan = nullptr;
     if (in.pick(4) == 0) {
         xk_attention_desc b = d;
@@ -766,17 +780,7 @@ void op_sdpa_plan(In& in) {
 // packed one (head < head_dim, token < the row), a negative one, a null desc: rejected, o unchanged,
 // and no plan.
 void op_sdpa_strided(In& in) {
-    xk_attention_desc d;
-    xk_attention_desc_init(&d);
-    d.batch = 1;
-    d.q_tokens = in.dim(0, 40);
-    d.kv_tokens = in.dim(0, 90);
-    d.kv_heads = in.dim(1, 2);
-    d.q_heads = d.kv_heads * in.dim(1, 3);
-    d.head_dim = head_dim(in);
-    d.dtype = d.o_dtype = XK_DTYPE_F32;
-    d.causal = in.coin();
-    d.causal_offset = in.dim(0, 5) - 2;
+    const xk_attention_desc d = small_sdpa_desc(in, false);
     const int64_t D = d.head_dim, Hq = d.q_heads, Hkv = d.kv_heads, Tq = d.q_tokens, Tk = d.kv_tokens;
     const int64_t nq = Tq * Hq * D, nk = Tk * Hkv * D;
     std::vector<float> qf(nq), kf(nk), vf(nk);

@@ -153,7 +153,9 @@ std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelD
 // The same data flow with the tile kernel run on AVX512-BF16 (VDPBF16PS, attn_amx.cpp's dp_tile):
 // registry "dpbf16:bf16" at Isa::avx512_bf16 (machines with AVX512-BF16 and no AMX, e.g. AMD Zen 4,
 // where VDPBF16PS does twice the FMA's multiply-adds a cycle); the same roundings as amx:bf16.
-std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc = -1);
+// dp_decode: tasks of < 16 rows on VDPBF16PS too (attn_dp_decode.hpp: q and p rounded as above) —
+// 1 on, 0 off (the intr:avx512 decode), -1 XK_ATTN_DP_DECODE (default: on for AMD CPUs).
+std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc = -1, int dp_decode = -1);
 std::shared_ptr<const AttnKernel> create_attention_dpbf16_variant(const AttnKernelDesc& kd);
 // Tests / profiling only: the tile kernel replaced by `tile` (an AmxTileFn of amx_tile.hpp; tile
 // configure / release skipped), e.g. a no-op to time the rest of the kernel on machines without AMX.

@@ -242,6 +242,8 @@ inline void to_bf16_32(const float* src, __m512 mul, uint16_t* dst) {
     _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
 }
 
+#include "kernels/attention/attn_dp_decode.hpp"  // run_dp_decode (dpbf16:bf16, < 16 rows)
+
 // Scratch of a task (floats), laid out by amx_layout below.
 struct AmxScratch {
     uint16_t* qp;  // [nrb][NK][32][32] bf16
@@ -689,16 +691,30 @@ bool env_tile_acc() {
     return v;
 }
 
+// XK_ATTN_DP_DECODE (read once): 1 / 0 forces the VDPBF16PS decode of dpbf16:bf16 on / off;
+// unset: on for AMD CPUs (Zen 4: VDPBF16PS at the FMA's issue rate), off elsewhere (a Xeon core
+// issues it at half the FMA's rate: docs/attention.md).
+bool env_dp_decode() {
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_DP_DECODE");
+        if (!e || !*e) return attn_amd();
+        return std::atoi(e) != 0;
+    }();
+    return v;
+}
+
 struct AmxAttention final : AttnKernel {
     DType kv;
     bool tiles_ok;  // bf16 cache, head_dim a multiple of 32 up to 256
     bool tile_acc;
+    bool dp_decode = false;  // < 16 rows on VDPBF16PS (run_dp_decode; dpbf16:bf16 only)
     AmxBf16Tile tile;
     std::shared_ptr<const AttnKernel> vec;
-    AmxAttention(const AttnKernelDesc& kd, AmxTileFn custom, int acc_mode)
+    AmxAttention(const AttnKernelDesc& kd, AmxTileFn custom, int acc_mode, int dp_mode = 0)
         : kv(kd.kv_dtype),
           tiles_ok(kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256),
           tile_acc(acc_mode < 0 ? env_tile_acc() : acc_mode != 0),
+          dp_decode(tiles_ok && (dp_mode < 0 ? env_dp_decode() : dp_mode != 0)),
           vec(create_attention_avx512(kd)) {
         if (custom) {
             tile = AmxBf16Tile{custom, no_cfg, no_release};
@@ -710,7 +726,10 @@ struct AmxAttention final : AttnKernel {
     int64_t task_rows() const override { return tiles_ok ? amx_task_rows() : vec->task_rows(); }
     void run(const AttnTask& t, float* m, float* l, float* acc) const override {
         if (!tiles_ok || t.tokens * t.group < kAttnPrefillRows) {
-            vec->run(t, m, l, acc);
+            if (dp_decode)
+                run_dp_decode(t, m, l, acc);
+            else
+                vec->run(t, m, l, acc);
             return;
         }
         tile.configure(amx_tile_config());
@@ -732,9 +751,9 @@ std::shared_ptr<const AttnKernel> create_attention_amx_variant(const AttnKernelD
     return create_attention_amx(kd, false);
 }
 
-std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc) {
+std::shared_ptr<const AttnKernel> create_attention_dpbf16(const AttnKernelDesc& kd, int tile_acc, int dp_decode) {
     if (!isa_supported(Isa::avx512_bf16)) throw Error(Status::unsupported, "attention dpbf16: AVX512-BF16 is not available");
-    return create_attention_amx_custom(kd, dp_tile, tile_acc);
+    return std::make_shared<AmxAttention>(kd, dp_tile, tile_acc, dp_decode);
 }
 
 std::shared_ptr<const AttnKernel> create_attention_dpbf16_variant(const AttnKernelDesc& kd) {
