@@ -335,22 +335,32 @@ TEST(Quant, ComputeQuantParamsByHand) {
     }
 }
 
+// The values 10 times over (the kernels' 64-element main loop, then its tail).
+void rep10(std::vector<float>& x, std::vector<int>& want) {
+    const size_t n = x.size();
+    for (int i = 1; i < 10; ++i)
+        for (size_t j = 0; j < n; ++j) x.push_back(x[j]), want.push_back(want[j]);
+}
+
 TEST(Quant, ExactIntegersTiesSaturationNanInf) {
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     for_each_isa([&](Isa) {
         // s8, scale 1 (x * 1/scale is exact): ties go to even, out-of-range saturates, NaN -> zp.
         {
-            const std::vector<float> x = {2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 127.4f, 127.5f, 128.0f,
+            std::vector<float> x = {2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 127.4f, 127.5f, 128.0f,
                                           1000.0f, -128.5f, -129.0f, -1000.0f, inf, -inf, nan, 0.0f, -0.0f, 0.49999997f};
-            const std::vector<int> want = {2, 4, -2, -4, 0, 0, 2, 127, 127, 127, 127, -128, -128, -128, 127, -128, 0, 0, 0, 0};
+            std::vector<int> want = {2, 4, -2, -4, 0, 0, 2, 127, 127, 127, 127, -128, -128, -128, 127, -128, 0, 0, 0, 0};
+            x.push_back(-3e9f), want.push_back(-128);  // (below -2^31: VCVTPS2DQ's INT_MIN)
+            rep10(x, want);
             std::vector<int8_t> q(x.size());
             quantize_per_tensor(static_cast<int64_t>(x.size()), x.data(), 1.0f, 0, q.data());
             for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(q[i], want[i]) << "x=" << x[i];
         }
         // u8, scale 0.5 (power of two), zero point 128.
         {
-            const std::vector<float> x = {1.25f, 1.75f, -1.25f, 64.0f, 63.75f, -64.25f, -64.5f, nan, -inf, 0.0f};
-            const std::vector<int> want = {130, 132, 126, 255, 255, 0, 0, 128, 0, 128};
+            std::vector<float> x = {1.25f, 1.75f, -1.25f, 64.0f, 63.75f, -64.25f, -64.5f, nan, -inf, 0.0f, -3e9f, 3e9f, -1e38f};
+            std::vector<int> want = {130, 132, 126, 255, 255, 0, 0, 128, 0, 128, 0, 255, 0};
+            rep10(x, want);
             std::vector<uint8_t> q(x.size());
             quantize_per_tensor(static_cast<int64_t>(x.size()), x.data(), 0.5f, 128, q.data());
             for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(q[i], want[i]) << "x=" << x[i];
@@ -548,26 +558,30 @@ TEST(Quant, DynamicNonFiniteQuantizesLikeStatic) {
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     for (DType it : {DType::u8, DType::s8})
         for (bool sym : {false, true}) {
-            DynProblem p = make_dynamic(DType::f32, it, sym, true, 4, 9, false, 0, 3);
+            // (139 columns: the kernels' 64-element main loop and their tails)
+            constexpr int64_t C = 139;
+            DynProblem p = make_dynamic(DType::f32, it, sym, true, 4, C, false, 0, 3);
             for (float& v : p.smooth) v = 1.0f;
-            p.src.set(0, 5, inf);
-            p.src.set(0, 6, -inf);
-            p.src.set(0, 7, nan);
-            for (int64_t c = 0; c < 9; ++c) p.src.set(1, c, c % 2 ? nan : inf);  // no finite value
+            for (int64_t c0 : {0, 70, 130}) {
+                p.src.set(0, c0 + 5, inf);
+                p.src.set(0, c0 + 6, -inf);
+                p.src.set(0, c0 + 7, nan);
+            }
+            for (int64_t c = 0; c < C; ++c) p.src.set(1, c, c % 2 ? nan : inf);  // no finite value
             p.src.set(3, 2, 3e38);  // finite x, x * smooth = inf
             p.smooth[2] = 4.0f;
             quantize(p.d, p.args());
             const int qmin = qmin_of(it), qmax = qmax_of(it);
             for (int64_t r = 0; r < 4; ++r) {
                 float mn = 0.0f, mx = 0.0f;
-                for (int64_t c = 0; c < 9; ++c) {
+                for (int64_t c = 0; c < C; ++c) {
                     const float v = static_cast<float>(p.src.get(r, c)) * p.smooth[c];
                     if (std::isfinite(v)) mn = std::min(mn, v), mx = std::max(mx, v);
                 }
                 const QuantParams w = compute_quant_params(mn, mx, it, sym);
                 EXPECT_EQ(p.scales_out[r], w.scale) << "row " << r;
                 EXPECT_EQ(p.zps_out[r], w.zero_point) << "row " << r;
-                for (int64_t c = 0; c < 9; ++c) {
+                for (int64_t c = 0; c < C; ++c) {
                     const float v = static_cast<float>(p.src.get(r, c)) * p.smooth[c];
                     if (std::isfinite(v)) continue;
                     const int want = std::isnan(v) ? w.zero_point : v > 0 ? qmax : qmin;

@@ -28,6 +28,7 @@
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
 // element n-1); AVX2 by JitIo's runtime-count loads and byte copies through the red zone.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -129,6 +130,11 @@ public:
         }();
         pack64_ = pack_on && zmm_ && (mode == Mode::quantize || mode == Mode::fused);
         unpk_ = pack64_ && ft_ == DType::bf16 && !vec_ && !smooth_;
+        // pack64_ with one zero point a call: the main loop adds it to the packed words with
+        // VPADDSW after the first (saturating) pack, 2 instructions per 64 results instead of 4
+        // VPADDD, and needs no -512 clamp: VCVTPS2DQ of t < -512 gives an int32 <= -512 (or
+        // INT_MIN below -2^31), which the packs saturate as the clamped value would.
+        zp16_ = pack64_ && !vec_zp_;
 
         // Per column parameter vectors: one call runs `rows` rows, each 64-column step over all of
         // them (the parameters read once from L2, then from L1 for the other rows).
@@ -152,6 +158,7 @@ public:
         }
         if (zmm_ && (mode == Mode::quantize || mode == Mode::fused)) vpxord(Zmm(16), Zmm(16), Zmm(16));
         if (pack64_) vmovdqu32(Zmm(17), ptr[ctb_ + (unpk_ ? kQPermQ : kQPermD) * 64]);
+        if (zp16_) vpbroadcastw(Zmm(18), ptr[abi_param1 + offsetof(QArgs, szp)]);
         if (r16_) {
             mov(eax, 0xFFFF);
             kmovd(k4, eax);  // range16's 16-element steps: the low 16 word lanes
@@ -276,6 +283,7 @@ private:
         }
         if (mode_ == Mode::fused) {
             if (r16_) range16(off, tail ? -1 : span < 0 ? vl_ : span);
+            else if (zmm_) range_fast(V(10), V(11), src2_, off, tail);
             else range_one(V(10), V(11), src2_, off, tail, false);
         }
         if (mode_ == Mode::minmax) {
@@ -312,13 +320,14 @@ private:
             vandps(a, a, b);
             vminps(a, a, ptr[ctb_ + kQ512 * 64]);
         }
-        vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
+        if (!(pack && zp16_)) vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
         if (zmm_) {
             vcvtps2dq(Zmm(a.getIdx()) | T_rn_sae, Zmm(a.getIdx()));  // embedded round to nearest even: one uop
         } else {
             vroundps(a, a, 8);
             vcvttps2dq(a, a);
         }
+        if (pack && zp16_) return;  // (pack_store: + zero point in 16 bits)
         if (vec_zp_) {
             if (tail) {
                 io_->load_rt(b, vz_, DType::f32, n_);  // bit moves
@@ -392,12 +401,26 @@ private:
         }
     }
 
+    // fused, AVX-512: the range of v into V(8) / V(9) in two instructions: VMINPS / VMAXPS return
+    // their second operand (the accumulator) where the first (v) is NaN, so NaN lanes drop out;
+    // +-inf lanes enter the range, and the caller takes such a row's range again with the finite
+    // mask (minmax mode): rare, and then a second read of that row only.
+    void range_fast(const Xmm& a, const Xmm& b, const Reg64& base, int off, bool tail) {
+        load_v(a, b, base, off, tail);
+        vminps(V(8), a, V(8));
+        vmaxps(V(9), a, V(9));
+    }
+
     // The main loop's 64 int32 results in A(0..3) (elements in order, or unpk_'s order) saturated
     // to s8 / u8 and stored as one 64-byte vector at dst_.
     void pack_store() {
         const Zmm a0(A(0).getIdx()), a1(A(1).getIdx()), a2(A(2).getIdx()), a3(A(3).getIdx());
         vpackssdw(a0, a0, a1);  // lane i: words of a0 lane i, a1 lane i
         vpackssdw(a2, a2, a3);
+        if (zp16_) {  // + zero point, saturating: r >= -512 exactly, or <= -512 saturated (no -512 clamp)
+            vpaddsw(a0, a0, Zmm(18));
+            vpaddsw(a2, a2, Zmm(18));
+        }
         if (qt_ == DType::s8) vpacksswb(a0, a0, a2);
         else vpackuswb(a0, a0, a2);
         if (unpk_) vpermq(a0, Zmm(17), a0);  // qword j <- 2j (j < 4), 2(j - 4) + 1
@@ -502,7 +525,7 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
-    bool multi_ = false;
+    bool multi_ = false, zp16_ = false;
     bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false, pack64_ = false, unpk_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
@@ -620,6 +643,19 @@ public:
             for (int i = 1; i < vl_; ++i) {
                 lo = std::min(lo, acc[i]);
                 hi = std::max(hi, acc[vl_ + i]);
+            }
+            if (!std::isfinite(lo) || !std::isfinite(hi)) {  // (the fused range keeps +-inf: the finite one)
+                QArgs m;
+                m.n = d.cols;
+                m.smooth = q.smooth;
+                m.mm = acc;
+                m.src = row(r);
+                mm_gen_->fn(&m);
+                lo = acc[0], hi = acc[vl_];
+                for (int i = 1; i < vl_; ++i) {
+                    lo = std::min(lo, acc[i]);
+                    hi = std::max(hi, acc[vl_ + i]);
+                }
             }
             const QuantParams p = dynamic_row_params(d, a, r, lo, hi, inv, zp);
             q.sscale = 1.0f / p.scale;
