@@ -329,7 +329,7 @@ TEST(Woq, Bf16DotKernels) {
 }
 
 // The exact VPDPBUSD decode kernel on digit planes of bf16 X (avx512_vnni:woq_s8:planes, M <= 4),
-// forced on wherever the instructions are (by default AMD CPUs only): every s8 layout, odd K, rows
+// (on by default wherever the instructions are; set here in case XK_WOQ_PLANES=0): every s8 layout, odd K, rows
 // of 1 to 6 planes and rows needing more (the call runs the FMA kernel), a row of zeros, denormal
 // and power-of-two x, leading dimensions past the row, f32 / bf16 Y, 1 and 2 threads bit for bit.
 TEST(Woq, PlanesKernel) {

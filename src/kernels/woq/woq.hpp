@@ -128,8 +128,8 @@ bool woq_u4_dp_supports(const WoqSpec& s);
 bool woq_s8_dp_supports(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_dp(const WoqSpec& s);
 // Exact s8 decode with VPDPBUSD on bf16 X split into base-128 digit planes (woq_planes.cpp), M <= 4.
-// By default on AMD CPUs with AVX512-VNNI + VBMI; set_woq_planes(1 / 0 / -1): on wherever the
-// instructions are / off / the default (tests; XK_WOQ_PLANES=0/1 sets the start).
+// On wherever AVX512-VNNI + VBMI are unless XK_WOQ_PLANES=0 (read once); set_woq_planes(1 / 0 /
+// -1): on / off / that start (tests).
 bool woq_planes_enabled();
 void set_woq_planes(int mode);
 bool woq_planes_supports(const WoqSpec& s);
