@@ -1023,6 +1023,36 @@ __attribute__((target("avx512f"))) void dirty_zmm16() {
 
 // Non-finite values (after smoothing) on every ISA, at every position of a vector and its tail,
 // whole rows of them, 1 and 2 threads: bit for bit the reference.
+// A row whose most negative finite value shares its word lane (column mod 32) with a -NaN / -inf:
+// the bf16 range pass keeps one unsigned max per lane, so that lane shows the non-finite one and
+// the row is ranged again with the finite mask (its scale is that of [-100, max]).
+TEST(Quant, DynamicBf16NonFiniteLane) {
+    for_each_isa([&](Isa) {
+        for (uint16_t bad : {uint16_t(0xFFC0), uint16_t(0xFF80), uint16_t(0x7FC0)}) {
+            constexpr int64_t R = 3, C = 64;
+            std::vector<uint16_t> x(R * C);
+            for (int64_t i = 0; i < R * C; ++i) x[i] = bf16(static_cast<float>((i * 37) % 19 - 9) * 0.1f).bits;
+            x[2 * C + 35] = bf16(-100.0f).bits;  // lane 3
+            x[2 * C + 3] = bad;
+            QuantDesc d;
+            d.rows = R, d.cols = C, d.src_dtype = DType::bf16, d.dst_dtype = DType::s8;
+            d.granularity = QuantGranularity::per_token_dynamic;
+            std::vector<int8_t> q(R * C);
+            std::vector<float> sc(R);
+            std::vector<int32_t> zp(R);
+            QuantArgs a;
+            a.src = x.data(), a.dst = q.data(), a.scales_out = sc.data(), a.zero_points_out = zp.data();
+            quantize(d, a);
+            float mx = 0.0f;
+            for (int64_t c = 0; c < C; ++c)
+                if (c != 3) mx = std::max(mx, bf16::from_bits(x[2 * C + c]).to_float());
+            const QuantParams w = compute_quant_params(-100.0f, mx, DType::s8, false);
+            EXPECT_EQ(sc[2], w.scale) << std::hex << bad;
+            EXPECT_EQ(zp[2], w.zero_point) << std::hex << bad;
+        }
+    });
+}
+
 TEST(Quant, DynamicNonFiniteBitExactEveryIsa) {
     for (int threads : {1, 2}) {
         set_num_threads(threads);
