@@ -61,7 +61,7 @@ struct QArgs {
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQNegInf16, kQPermD, kQPermQ, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQNegInf16, kQPermD, kQPermQ, kQWidenW, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -80,6 +80,7 @@ const QTable& qtable() {
         for (auto& e : t.v[kQAbs16]) e = 0x7fff7fffu;
         for (auto& e : t.v[kQInf16]) e = 0x7f807f80u;
         for (auto& e : t.v[kQNegInf16]) e = 0xff80ff80u;
+        for (uint32_t j = 0; j < 16; ++j) t.v[kQWidenW][j] = j << 16;  // word 2j + 1 <- word j (load_f)
         for (uint32_t j = 0; j < 16; ++j) t.v[kQPermD][j] = 4 * (j % 4) + j / 4;  // pack_store's dwords
         const uint32_t pq[8] = {0, 2, 4, 6, 1, 3, 5, 7};                         // ... and qwords (unpk_)
         for (int j = 0; j < 8; ++j) t.v[kQPermQ][2 * j] = pq[j];
@@ -160,6 +161,12 @@ public:
         if (zmm_ && (mode == Mode::quantize || mode == Mode::fused)) vpxord(Zmm(16), Zmm(16), Zmm(16));
         if (pack64_) vmovdqu32(Zmm(17), ptr[ctb_ + (unpk_ ? kQPermQ : kQPermD) * 64]);
         if (zp16_) vpbroadcastw(Zmm(18), ptr[abi_param1 + offsetof(QArgs, szp)]);
+        wpk_ = zmm_ && ft_ == DType::bf16 && mode != Mode::dequantize;
+        if (wpk_) {
+            vmovdqu16(Zmm(19), ptr[ctb_ + kQWidenW * 64]);
+            mov(eax, 0xAAAAAAAA);
+            kmovd(k7, eax);
+        }
         if (r16_) {
             mov(eax, 0xFFFF);
             kmovd(k4, eax);  // range16's 16-element steps: the low 16 word lanes
@@ -256,9 +263,17 @@ private:
     }
 
     // A runtime tail of n_ elements (1..vlen-1) or a full vector at element offset off.
+    // bf16 on AVX-512 (wpk_): a 32-byte load and one VPERMW that puts word i in the upper half of
+    // dword i, zeroing the lower (one instruction against VPMOVZXWD + VPSLLD).
     void load_f(const Xmm& v, const Reg64& base, int64_t off_bytes, DType t, bool tail) {
-        if (tail) io_->load_rt(v, base + off_bytes, t, n_);
-        else io_->load(v, base + off_bytes, t, vl_);
+        if (tail) {
+            io_->load_rt(v, base + off_bytes, t, n_);
+        } else if (wpk_ && t == DType::bf16) {
+            vmovdqu16(Ymm(v.getIdx()), ptr[base + off_bytes]);
+            vpermw(Zmm(v.getIdx()) | k7 | T_z, Zmm(19), Zmm(v.getIdx()));
+        } else {
+            io_->load(v, base + off_bytes, t, vl_);
+        }
     }
 
     // AVX2 only: copy n_ (< 8 here, < 32 allowed) bytes between memory and the red zone.
@@ -538,7 +553,7 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
-    bool multi_ = false, zp16_ = false;
+    bool multi_ = false, zp16_ = false, wpk_ = false;
     bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false, pack64_ = false, unpk_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
