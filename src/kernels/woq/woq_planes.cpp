@@ -48,7 +48,17 @@ constexpr int kMaxPlanes = 6;         // digits of a row (B <= 42 bits)
 constexpr int kMaxL = 16;             // accumulators: planes summed over the rows
 constexpr int64_t kMaxGroup = 65536;  // k of one group (the int32 sums stay exact)
 constexpr int kMaxM = 4;
-constexpr int64_t kPf = 4096;  // software prefetch distance in the weight stream (as woq_kernels.inc)
+// Software prefetch distance in the weight stream, bytes: 4096 (as woq_kernels.inc), 0 (the line
+// being read: none) on AMD CPUs (Zen 4, one core, M = 1 4096 x 4096 from DRAM, three runs
+// alternating: 876-951 us against 988-1075 with 4 KiB). XK_WOQ_PF (read once) overrides it.
+int64_t pf_distance() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_WOQ_PF");
+        if (e && *e) return std::max<int64_t>(0, std::atoll(e));
+        return cpu_info().vendor == "AuthenticAMD" ? int64_t{0} : int64_t{4096};
+    }();
+    return v;
+}
 
 // The quantities of one call: per row m its planes [l0[m], l0[m] + P[m]) of the L accumulators,
 // its scale exponent (x = X * 2^e2[m]); the digits xd[j * L + l] (4 bytes: k = 4j .. 4j + 3,
@@ -137,6 +147,7 @@ XK_PLANES_TARGET void row_digits(const uint16_t* x, int64_t k0, int64_t k1, int 
 // Block b, all rows: out[m * 16 + c] = sum_k x[m, k] * w[c, k] (scales and offsets applied).
 template <int L>
 XK_PLANES_TARGET void block_planes(const WoqPacked& w, int64_t b, const Prep& pr, int M, float* out) {
+    const int64_t pf = pf_distance();
     alignas(64) uint8_t idx_b[64];
     for (int c = 0; c < 16; ++c)
         for (int r = 0; r < 4; ++r) idx_b[c * 4 + r] = static_cast<uint8_t>(r * 16 + c);
@@ -155,7 +166,7 @@ XK_PLANES_TARGET void block_planes(const WoqPacked& w, int64_t b, const Prep& pr
         const int64_t k0 = g * gs, k1 = std::min(K, k0 + gs);
         const int64_t j0 = k0 / 4, jf = k1 / 4;  // (k0 % 4 == 0: gs is K or a multiple of 32)
         for (int64_t j = j0; j < jf; ++j) {
-            _mm_prefetch(reinterpret_cast<const char*>(q + j * 64 + kPf), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(q + j * 64 + pf), _MM_HINT_T0);
             const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_loadu_si512(q + j * 64)), x80);
 #pragma GCC unroll 16
             for (int l = 0; l < L; ++l) acc[l] = _mm512_dpbusd_epi32(acc[l], t, _mm512_set1_epi32(xd[j * L + l]));
