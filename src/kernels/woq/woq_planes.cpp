@@ -165,17 +165,17 @@ XK_PLANES_TARGET void block_planes(const WoqPacked& w, int64_t b, const Prep& pr
         for (int l = 0; l < L; ++l) acc[l] = _mm512_setzero_si512();
         const int64_t k0 = g * gs, k1 = std::min(K, k0 + gs);
         const int64_t j0 = k0 / 4, jf = k1 / 4;  // (k0 % 4 == 0: gs is K or a multiple of 32)
-        for (int64_t j = j0; j < jf; ++j) {
+        // The last 1-3 k of K (j == jf < je): only their rows read (their digits past K are 0). One
+        // loop with the masked load (no separate tail block after it: GCC then kept the
+        // accumulators in other registers than the loop's and copied them every step).
+        const int64_t je = (k1 + 3) / 4;
+        const __mmask64 tail = (__mmask64(1) << ((k1 - jf * 4) * 16)) - 1;
+        for (int64_t j = j0; j < je; ++j) {
             _mm_prefetch(reinterpret_cast<const char*>(q + j * 64 + pf), _MM_HINT_T0);
-            const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_loadu_si512(q + j * 64)), x80);
+            const __mmask64 mk = j < jf ? ~__mmask64(0) : tail;
+            const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_maskz_loadu_epi8(mk, q + j * 64)), x80);
 #pragma GCC unroll 16
             for (int l = 0; l < L; ++l) acc[l] = _mm512_dpbusd_epi32(acc[l], t, _mm512_set1_epi32(xd[j * L + l]));
-        }
-        if (jf * 4 < k1) {  // the last 1-3 k of K: only their rows read (their digits past K are 0)
-            const __mmask64 mk = (__mmask64(1) << ((k1 - jf * 4) * 16)) - 1;
-            const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_maskz_loadu_epi8(mk, q + jf * 64)), x80);
-#pragma GCC unroll 16
-            for (int l = 0; l < L; ++l) acc[l] = _mm512_dpbusd_epi32(acc[l], t, _mm512_set1_epi32(xd[jf * L + l]));
         }
         alignas(64) int32_t a32[L][16];
         for (int l = 0; l < L; ++l) _mm512_store_si512(a32[l], acc[l]);
