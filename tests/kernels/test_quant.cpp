@@ -275,7 +275,7 @@ DynWant dynamic_reference(DynProblem& p) {
 struct Shape {
     int64_t rows, cols;
 };
-// (11 and 19 rows: per column parameters run 8 rows a kernel call, then the rest)
+// (11 and 19 rows: per column parameters run 8 rows a kernel call on AMD CPUs, then the rest)
 const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 17}, {2, 300}, {1, 4095}, {7, 64}, {4, 2}, {11, 70}, {19, 129}};
 
 }  // namespace

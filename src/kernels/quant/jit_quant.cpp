@@ -567,17 +567,21 @@ private:
     const Reg64 src_ = rsi, dst_ = rdx, n_ = rcx, vs_ = r8, vz_ = r9, tbl_ = r10, sm_ = r11, ctb_ = rbx, src2_ = r13;
 };
 
-// Rows of one kernel call with per column parameter vectors (per channel, axis 1): every 64-column
-// step runs over these rows, so the step's parameters come from L2 once and from L1 for the other
+// Rows of one kernel call with per column parameter vectors (per channel, axis 1; AMD CPUs): every
+// 64-column step runs over these rows, so the step's parameters come from L2 once and from L1 for the other
 // rows (one row a call read 16-32 KiB of them from L2 for every 16 KiB row of f32 x). Zen 4, one
 // core, 4096 x 4096 from DRAM, % of copy (f32 -> u8 asym / f32 -> s8 / bf16 -> s8 / s8 -> f32 /
 // s8 -> bf16): 1 row 42-45 / 51-57 / 55 / 66-81 / 63-66, 4 rows 60-66 / 68-69 / 58-64 / 85-95 /
 // 74-81, 8 rows 66-69 / 75-80 / 62-70 / 89-97 / 83-90, 16 rows 63 / 71 / 57 / 100 / 80, 32 rows
-// 42 / 48 / 35 / 75 / 52. XK_QUANT_ROWS (read once) overrides the 8, for experiments.
+// 42 / 48 / 35 / 75 / 52. On the device Xeon (48 KiB L1, 2 MiB L2; 2026-11-28 slot, the same
+// binary, Copy% 8 rows / 1 row a call, 1 | 16 threads: f32 -> s8 84 / 93 | 74 / 70, s8 -> f32
+// 126 / 120 | 62 / 76, bf16 -> s8 92 / 92 | 70 / 72, s8 -> bf16 105 / 100 | 54 / 79) no gain:
+// one row a call there, as before. XK_QUANT_ROWS (read once) overrides, for experiments.
 int64_t col_vec_rows() {
     static const int64_t v = [] {
         const char* e = std::getenv("XK_QUANT_ROWS");
-        return e && *e ? std::max<int64_t>(1, std::atoll(e)) : int64_t{8};
+        if (e && *e) return std::max<int64_t>(1, std::atoll(e));
+        return cpu_info().vendor == "AuthenticAMD" ? int64_t{8} : int64_t{1};
     }();
     return v;
 }
