@@ -17,10 +17,16 @@
 // Copy%: the row's GB/s over that of a copy with non-temporal stores run between its calls on the
 // same threads (xk::bench::CopyYardstick), CopyGBPS that copy's GB/s; cpu_Copy%: the same ratio
 // from the process's CPU time of each call and each copy (on a loaded host the 1-thread rows' wall
-// times include other processes' time slices). No peer row (PyTorch's figures come from
+// times include other processes' time slices). Pattern%, PatternGBPS, cpu_Pattern%: the same
+// against a loop without arithmetic that reads and writes the row's bytes per element (quantize:
+// 4 or 2 read, 1 streamed out; dequantize: 1 read, 4 or 2 streamed), also run between the calls:
+// the memory pattern's own ceiling on these threads (one core reads slower than a copy moves data:
+// a read-mostly row cannot reach 100% of the copy even without arithmetic). No peer row (PyTorch's figures come from
 // bench/torch_peer.py where it has them).
+#include <immintrin.h>
 #include <time.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -57,6 +63,60 @@ struct CpuCopy {
     }
     void finish(benchmark::State& state, double bytes) const {
         if (op > 0 && copy > 0) state.counters["cpu_Copy%"] = 100.0 * (bytes * double(state.iterations()) / op) / (copy_bytes / copy);
+    }
+};
+
+// The pattern yardstick: over the copy pool's arrays, `in` bytes read and `out` bytes written
+// (non-temporal) per element, 64 elements a step, no arithmetic but an OR that keeps the loads.
+__attribute__((target("avx2"))) void pattern_chunk(const char* x, char* y, int64_t elems, int in, int out) {
+    for (int64_t e = 0; e < elems; e += 64) {
+        const char* s = x + e * in;
+        __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
+        __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32));
+        for (int o = 64; o < 64 * in; o += 64) {
+            a = _mm256_or_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(s + o)));
+            b = _mm256_or_si256(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(s + o + 32)));
+        }
+        char* d = y + e * out;
+        for (int o = 0; o < 64 * out; o += 64) {
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(d + o), a);
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(d + o + 32), b);
+        }
+    }
+}
+double wall_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Run between the row's calls (timer paused); Pattern% from the wall times of the row's calls and
+// the pattern's, cpu_Pattern% from their process CPU times, PatternGBPS the pattern's wall rate.
+struct Pattern {
+    double cpu = 0, wall = 0, bytes = 0, op_wall = 0;
+    int64_t cursor = 0;  // elements
+    void run(double row_bytes, int in, int out) {
+        auto& pool = xb::detail::copy_pool();
+        constexpr int64_t kChunk = 16384;  // elements a work item
+        const int64_t elems = static_cast<int64_t>(row_bytes) / (in + out);
+        const int64_t cap = pool.n * 4 / std::max(in, out) / kChunk * kChunk;
+        const int64_t chunks = std::max<int64_t>(1, elems / kChunk);
+        if (cursor + chunks * kChunk > cap) cursor = 0;
+        const char* x = reinterpret_cast<const char*>(pool.x.get());
+        char* y = reinterpret_cast<char*>(pool.y.get() + 64);
+        const int64_t base = cursor;
+        const double c0 = cpu_now(), w0 = wall_now();
+        xk::detail::parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+            for (int64_t c = b; c < e; ++c) pattern_chunk(x + (base + c * kChunk) * in, y + (base + c * kChunk) * out, kChunk, in, out);
+            _mm_sfence();
+        });
+        cpu += cpu_now() - c0;
+        wall += wall_now() - w0;
+        cursor += chunks * kChunk;
+        bytes += static_cast<double>(chunks * kChunk) * (in + out);
+    }
+    void finish(benchmark::State& state, double row_bytes, double op_cpu) const {
+        const double done = row_bytes * double(state.iterations());
+        if (wall <= 0 || bytes <= 0) return;
+        state.counters["PatternGBPS"] = bytes / wall * 1e-9;
+        if (op_wall > 0) state.counters["Pattern%"] = 100.0 * (done / op_wall) / (bytes / wall);
+        if (op_cpu > 0 && cpu > 0) state.counters["cpu_Pattern%"] = 100.0 * (done / op_cpu) / (bytes / cpu);
     }
 };
 
@@ -114,6 +174,8 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
     if (d.granularity == xk::QuantGranularity::per_token_dynamic) bytes += kRows * 8.0 + (d.smooth ? kCols * 4.0 : 0.0);
     CpuCopy cc;
     xb::Yardstick copy = cc.stick(state, bytes);
+    Pattern pat;
+    const int fsz = static_cast<int>(fs);
     for (auto _ : state) {
         const size_t s = bufs.next();
         xk::QuantArgs a;
@@ -128,16 +190,21 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
         }
         if (d.smooth) a.smooth = bufs.get<float>(s, 4);
         copy.begin();
-        const double c0 = cpu_now();
+        const double c0 = cpu_now(), w0 = wall_now();
         xk::detail::set_quant_dynamic_two_pass(two_pass);
         plan.run(a);
         xk::detail::set_quant_dynamic_two_pass(false);
         cc.op += cpu_now() - c0;
+        pat.op_wall += wall_now() - w0;
         copy.end();
+        state.PauseTiming();
+        pat.run(bytes, c.quantize ? fsz : 1, c.quantize ? 1 : fsz);
+        state.ResumeTiming();
         benchmark::ClobberMemory();
     }
     copy.finish();
     cc.finish(state, bytes);
+    pat.finish(state, bytes, cc.op);
     xb::set_gbps(state, bytes);
     state.SetLabel(std::string(plan.impl_name()) + ", " + std::to_string(bufs.sets()) + " sets");
 }

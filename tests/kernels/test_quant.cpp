@@ -275,7 +275,8 @@ DynWant dynamic_reference(DynProblem& p) {
 struct Shape {
     int64_t rows, cols;
 };
-const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 17}, {2, 300}, {1, 4095}, {7, 64}, {4, 2}};
+// (11 and 19 rows: per column parameters run 8 rows a kernel call on AMD CPUs, then the rest)
+const Shape kShapes[] = {{1, 1}, {3, 7}, {5, 17}, {2, 300}, {1, 4095}, {7, 64}, {4, 2}, {11, 70}, {19, 129}};
 
 }  // namespace
 
@@ -334,22 +335,32 @@ TEST(Quant, ComputeQuantParamsByHand) {
     }
 }
 
+// The values 10 times over (the kernels' 64-element main loop, then its tail).
+void rep10(std::vector<float>& x, std::vector<int>& want) {
+    const size_t n = x.size();
+    for (int i = 1; i < 10; ++i)
+        for (size_t j = 0; j < n; ++j) x.push_back(x[j]), want.push_back(want[j]);
+}
+
 TEST(Quant, ExactIntegersTiesSaturationNanInf) {
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     for_each_isa([&](Isa) {
         // s8, scale 1 (x * 1/scale is exact): ties go to even, out-of-range saturates, NaN -> zp.
         {
-            const std::vector<float> x = {2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 127.4f, 127.5f, 128.0f,
+            std::vector<float> x = {2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 127.4f, 127.5f, 128.0f,
                                           1000.0f, -128.5f, -129.0f, -1000.0f, inf, -inf, nan, 0.0f, -0.0f, 0.49999997f};
-            const std::vector<int> want = {2, 4, -2, -4, 0, 0, 2, 127, 127, 127, 127, -128, -128, -128, 127, -128, 0, 0, 0, 0};
+            std::vector<int> want = {2, 4, -2, -4, 0, 0, 2, 127, 127, 127, 127, -128, -128, -128, 127, -128, 0, 0, 0, 0};
+            x.push_back(-3e9f), want.push_back(-128);  // (below -2^31: VCVTPS2DQ's INT_MIN)
+            rep10(x, want);
             std::vector<int8_t> q(x.size());
             quantize_per_tensor(static_cast<int64_t>(x.size()), x.data(), 1.0f, 0, q.data());
             for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(q[i], want[i]) << "x=" << x[i];
         }
         // u8, scale 0.5 (power of two), zero point 128.
         {
-            const std::vector<float> x = {1.25f, 1.75f, -1.25f, 64.0f, 63.75f, -64.25f, -64.5f, nan, -inf, 0.0f};
-            const std::vector<int> want = {130, 132, 126, 255, 255, 0, 0, 128, 0, 128};
+            std::vector<float> x = {1.25f, 1.75f, -1.25f, 64.0f, 63.75f, -64.25f, -64.5f, nan, -inf, 0.0f, -3e9f, 3e9f, -1e38f};
+            std::vector<int> want = {130, 132, 126, 255, 255, 0, 0, 128, 0, 128, 0, 255, 0};
+            rep10(x, want);
             std::vector<uint8_t> q(x.size());
             quantize_per_tensor(static_cast<int64_t>(x.size()), x.data(), 0.5f, 128, q.data());
             for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(q[i], want[i]) << "x=" << x[i];
@@ -547,26 +558,30 @@ TEST(Quant, DynamicNonFiniteQuantizesLikeStatic) {
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     for (DType it : {DType::u8, DType::s8})
         for (bool sym : {false, true}) {
-            DynProblem p = make_dynamic(DType::f32, it, sym, true, 4, 9, false, 0, 3);
+            // (139 columns: the kernels' 64-element main loop and their tails)
+            constexpr int64_t C = 139;
+            DynProblem p = make_dynamic(DType::f32, it, sym, true, 4, C, false, 0, 3);
             for (float& v : p.smooth) v = 1.0f;
-            p.src.set(0, 5, inf);
-            p.src.set(0, 6, -inf);
-            p.src.set(0, 7, nan);
-            for (int64_t c = 0; c < 9; ++c) p.src.set(1, c, c % 2 ? nan : inf);  // no finite value
+            for (int64_t c0 : {0, 70, 130}) {
+                p.src.set(0, c0 + 5, inf);
+                p.src.set(0, c0 + 6, -inf);
+                p.src.set(0, c0 + 7, nan);
+            }
+            for (int64_t c = 0; c < C; ++c) p.src.set(1, c, c % 2 ? nan : inf);  // no finite value
             p.src.set(3, 2, 3e38);  // finite x, x * smooth = inf
             p.smooth[2] = 4.0f;
             quantize(p.d, p.args());
             const int qmin = qmin_of(it), qmax = qmax_of(it);
             for (int64_t r = 0; r < 4; ++r) {
                 float mn = 0.0f, mx = 0.0f;
-                for (int64_t c = 0; c < 9; ++c) {
+                for (int64_t c = 0; c < C; ++c) {
                     const float v = static_cast<float>(p.src.get(r, c)) * p.smooth[c];
                     if (std::isfinite(v)) mn = std::min(mn, v), mx = std::max(mx, v);
                 }
                 const QuantParams w = compute_quant_params(mn, mx, it, sym);
                 EXPECT_EQ(p.scales_out[r], w.scale) << "row " << r;
                 EXPECT_EQ(p.zps_out[r], w.zero_point) << "row " << r;
-                for (int64_t c = 0; c < 9; ++c) {
+                for (int64_t c = 0; c < C; ++c) {
                     const float v = static_cast<float>(p.src.get(r, c)) * p.smooth[c];
                     if (std::isfinite(v)) continue;
                     const int want = std::isnan(v) ? w.zero_point : v > 0 ? qmax : qmin;
@@ -1008,6 +1023,36 @@ __attribute__((target("avx512f"))) void dirty_zmm16() {
 
 // Non-finite values (after smoothing) on every ISA, at every position of a vector and its tail,
 // whole rows of them, 1 and 2 threads: bit for bit the reference.
+// A row whose most negative finite value shares its word lane (column mod 32) with a -NaN / -inf:
+// the bf16 range pass keeps one unsigned max per lane, so that lane shows the non-finite one and
+// the row is ranged again with the finite mask (its scale is that of [-100, max]).
+TEST(Quant, DynamicBf16NonFiniteLane) {
+    for_each_isa([&](Isa) {
+        for (uint16_t bad : {uint16_t(0xFFC0), uint16_t(0xFF80), uint16_t(0x7FC0)}) {
+            constexpr int64_t R = 3, C = 64;
+            std::vector<uint16_t> x(R * C);
+            for (int64_t i = 0; i < R * C; ++i) x[i] = bf16(static_cast<float>((i * 37) % 19 - 9) * 0.1f).bits;
+            x[2 * C + 35] = bf16(-100.0f).bits;  // lane 3
+            x[2 * C + 3] = bad;
+            QuantDesc d;
+            d.rows = R, d.cols = C, d.src_dtype = DType::bf16, d.dst_dtype = DType::s8;
+            d.granularity = QuantGranularity::per_token_dynamic;
+            std::vector<int8_t> q(R * C);
+            std::vector<float> sc(R);
+            std::vector<int32_t> zp(R);
+            QuantArgs a;
+            a.src = x.data(), a.dst = q.data(), a.scales_out = sc.data(), a.zero_points_out = zp.data();
+            quantize(d, a);
+            float mx = 0.0f;
+            for (int64_t c = 0; c < C; ++c)
+                if (c != 3) mx = std::max(mx, bf16::from_bits(x[2 * C + c]).to_float());
+            const QuantParams w = compute_quant_params(-100.0f, mx, DType::s8, false);
+            EXPECT_EQ(sc[2], w.scale) << std::hex << bad;
+            EXPECT_EQ(zp[2], w.zero_point) << std::hex << bad;
+        }
+    });
+}
+
 TEST(Quant, DynamicNonFiniteBitExactEveryIsa) {
     for (int threads : {1, 2}) {
         set_num_threads(threads);

@@ -102,6 +102,8 @@ struct Case {
     float alpha = 1.0f, beta = 0.0f;
     DType rtype = DType::f32;
     int64_t lda_pad = 0, ldc_pad = 0;
+    int x_span = 0;          // > 0: x = u * 2^-e, e uniform in [0, x_span] (rows of wide exponent range)
+    bool x_special = false;  // row 0 all zeros; row 1 (if any) denormals, powers of two and zeros
 };
 
 // Runs the case through `run` (plan or forced kernel) and compares with the oracle. Returns Y's
@@ -124,7 +126,11 @@ std::vector<uint8_t> check_case(const Weight& w, const Case& cs, const std::func
     std::vector<double> xa(static_cast<size_t>(M * K)), c0(static_cast<size_t>(M * d.ldc)), r0(static_cast<size_t>(M * N));
     for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < d.lda; ++k) {
-            const float v = u(g);
+            float v = u(g);
+            if (cs.x_span > 0) v = std::ldexp(v, -static_cast<int>(g() % static_cast<uint64_t>(cs.x_span + 1)));
+            if (cs.x_special && m == 0) v = 0.0f;
+            if (cs.x_special && m == 1)
+                v = k % 3 == 0 ? std::ldexp(static_cast<float>(k % 7) - 3.0f, -128) : k % 3 == 1 ? std::ldexp(1.0f, -(int)(k % 9)) : 0.0f;
             if (cs.a == DType::bf16) {
                 const bf16 b(v);
                 std::memcpy(A.data() + (m * d.lda + k) * 2, &b.bits, 2);
@@ -264,6 +270,9 @@ TEST(Woq, EveryKernelEveryLayout) {
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
                         else if (isa == Isa::amx && (!dec || M >= detail::woq_amx_decode_min_m()) && cs.a == DType::bf16)
                             EXPECT_EQ(name, "amx:woq:dequant_gemm");
+                        else if (isa >= Isa::avx512_vnni && detail::woq_planes_enabled() && t == WoqWeightType::s8 &&
+                                 M <= 4 && cs.a == DType::bf16)
+                            EXPECT_EQ(name, "avx512_vnni:woq_s8:planes");
                         else if (isa >= Isa::avx512_bf16 && detail::woq_dp_enabled() && dec && cs.a == DType::bf16 &&
                                  (t == WoqWeightType::u4 || M >= 6))
                             EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
@@ -282,7 +291,8 @@ TEST(Woq, EveryKernelEveryLayout) {
     for (const auto& impl : detail::woq_registry().impls())
         if (std::find(isas.begin(), isas.end(), impl.isa) != isas.end() &&
             std::string(impl.name).find(":woq:int8") == std::string::npos &&  // (Woq.Int8Compute)
-            (detail::woq_dp_enabled() || std::string(impl.name).rfind("avx512_bf16:woq_", 0) != 0))  // (Woq.Bf16DotKernels)
+            (detail::woq_dp_enabled() || std::string(impl.name).rfind("avx512_bf16:woq_", 0) != 0) &&  // (Woq.Bf16DotKernels)
+            (detail::woq_planes_enabled() || std::string(impl.name) != "avx512_vnni:woq_s8:planes"))  // (Woq.PlanesKernel)
             EXPECT_TRUE(seen.count(impl.name)) << impl.name;
 }
 
@@ -316,6 +326,41 @@ TEST(Woq, Bf16DotKernels) {
                 }
             }
     detail::set_woq_dp(-1);
+}
+
+// The exact VPDPBUSD decode kernel on digit planes of bf16 X (avx512_vnni:woq_s8:planes, M <= 4),
+// (on by default wherever the instructions are; set here in case XK_WOQ_PLANES=0): every s8 layout, odd K, rows
+// of 1 to 6 planes and rows needing more (the call runs the FMA kernel), a row of zeros, denormal
+// and power-of-two x, leading dimensions past the row, f32 / bf16 Y, 1 and 2 threads bit for bit.
+TEST(Woq, PlanesKernel) {
+    if (max_isa() < Isa::avx512_vnni || !detail::woq_vnni_supported()) GTEST_SKIP() << "needs AVX512-VNNI + VBMI (and no lower cap)";
+    detail::set_woq_planes(1);
+    for (int64_t gs : {0, 32, 128})
+        for (bool zp : {false, true}) {
+            const int64_t K = gs ? 2 * gs + 128 : 77;
+            const int64_t N = 37;
+            Weight w = make_weight(N, K, WoqWeightType::s8, gs, zp, 3 + gs);
+            for (int64_t M : {1, 2, 3, 4})
+                for (int span : {0, 12, 24, 34, 60}) {
+                    Case cs;
+                    cs.M = M;
+                    cs.a = DType::bf16;
+                    cs.c = (M + span) % 2 ? DType::bf16 : DType::f32;
+                    cs.lda_pad = M % 3, cs.ldc_pad = M % 2;
+                    cs.x_span = span;
+                    cs.x_special = span == 12;
+                    cs.bias = span == 24;
+                    std::string name;
+                    check_plan_threads(w, cs, "planes");
+                    check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
+                        WoqPlan p(d);
+                        name = p.impl_name();
+                        p.run(a, w.packed);
+                    }, "planes");
+                    EXPECT_EQ(name, "avx512_vnni:woq_s8:planes");
+                }
+        }
+    detail::set_woq_planes(-1);
 }
 
 // The AMX prefill's producer (amx:woq:dequant_gemm) writes, for every block, the bytes the AMX

@@ -28,6 +28,7 @@
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
 // element n-1); AVX2 by JitIo's runtime-count loads and byte copies through the red zone.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@
 #include "dispatch/jit_generator.hpp"
 #include "kernels/common/jit_io.hpp"
 #include "kernels/quant/quant.hpp"
+#include "xk/isa.hpp"
 
 namespace xk::detail {
 namespace {
@@ -55,10 +57,12 @@ struct QArgs {
     int32_t szp = 0;                // 52  scalar zero point
     float* mm = nullptr;            // 56  minmax: 3 * vlen floats out (min, max, magnitude bits); fused: 2
     const void* src2 = nullptr;     // 64  fused: the row whose range is taken
+    int64_t rows = 1;               // 72  per column vectors (multi_): rows of the call, >= 1
+    int64_t lds = 0, ldd = 0;       // 80, 88  their strides, bytes
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQPermD, kQPermQ, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQNegInf16, kQPermD, kQPermQ, kQWidenW, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -76,6 +80,8 @@ const QTable& qtable() {
         for (auto& e : t.v[kQInf]) e = 0x7f800000u;
         for (auto& e : t.v[kQAbs16]) e = 0x7fff7fffu;
         for (auto& e : t.v[kQInf16]) e = 0x7f807f80u;
+        for (auto& e : t.v[kQNegInf16]) e = 0xff80ff80u;
+        for (uint32_t j = 0; j < 16; ++j) t.v[kQWidenW][j] = j << 16;  // word 2j + 1 <- word j (load_f)
         for (uint32_t j = 0; j < 16; ++j) t.v[kQPermD][j] = 4 * (j % 4) + j / 4;  // pack_store's dwords
         const uint32_t pq[8] = {0, 2, 4, 6, 1, 3, 5, 7};                         // ... and qwords (unpk_)
         for (int j = 0; j < 8; ++j) t.v[kQPermQ][2 * j] = pq[j];
@@ -127,8 +133,16 @@ public:
         }();
         pack64_ = pack_on && zmm_ && (mode == Mode::quantize || mode == Mode::fused);
         unpk_ = pack64_ && ft_ == DType::bf16 && !vec_ && !smooth_;
+        // pack64_ with one zero point a call: the main loop adds it to the packed words with
+        // VPADDSW after the first (saturating) pack, 2 instructions per 64 results instead of 4
+        // VPADDD, and needs no -512 clamp: VCVTPS2DQ of t < -512 gives an int32 <= -512 (or
+        // INT_MIN below -2^31), which the packs saturate as the clamped value would.
+        zp16_ = pack64_ && !vec_zp_;
 
-        preamble({rbx, r12, r13});
+        // Per column parameter vectors: one call runs `rows` rows, each 64-column step over all of
+        // them (the parameters read once from L2, then from L1 for the other rows).
+        multi_ = vec_ && (mode == Mode::quantize || mode == Mode::dequantize);
+        preamble({rbx, r12, r13, r14, r15, rbp});
         mov(src_, ptr[abi_param1 + offsetof(QArgs, src)]);
         mov(dst_, ptr[abi_param1 + offsetof(QArgs, dst)]);
         mov(n_, ptr[abi_param1 + offsetof(QArgs, n)]);
@@ -147,6 +161,13 @@ public:
         }
         if (zmm_ && (mode == Mode::quantize || mode == Mode::fused)) vpxord(Zmm(16), Zmm(16), Zmm(16));
         if (pack64_) vmovdqu32(Zmm(17), ptr[ctb_ + (unpk_ ? kQPermQ : kQPermD) * 64]);
+        if (zp16_) vpbroadcastw(Zmm(18), ptr[abi_param1 + offsetof(QArgs, szp)]);
+        wpk_ = zmm_ && ft_ == DType::bf16 && mode != Mode::dequantize;
+        if (wpk_) {
+            vmovdqu16(Zmm(19), ptr[ctb_ + kQWidenW * 64]);
+            mov(eax, 0xAAAAAAAA);
+            kmovd(k7, eax);
+        }
         if (r16_) {
             mov(eax, 0xFFFF);
             kmovd(k4, eax);  // range16's 16-element steps: the low 16 word lanes
@@ -163,22 +184,24 @@ public:
             const Reg64& stream = mode == Mode::fused ? src2_ : src_;
             for (int o = 0; o < kUnroll * vl_ * src_es; o += 64) prefetcht0(ptr[stream + pf_dist() + o]);
         }
-        for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false, k % 2 == 0 ? 2 * vl_ : 0, pack64_);
-        if (pack64_) pack_store();
+        rows([&] {
+            for (int k = 0; k < kUnroll; ++k) one(k, k * vl_, false, k % 2 == 0 ? 2 * vl_ : 0, pack64_);
+            if (pack64_) pack_store();
+        });
         advance(kUnroll * vl_);
         sub(n_, kUnroll * vl_);
         jmp(l4, T_NEAR);
         L(l1);
         cmp(n_, vl_);
         jl(tail, T_NEAR);
-        one(0, 0, false);
+        rows([&] { one(0, 0, false); });
         advance(vl_);
         sub(n_, vl_);
         jmp(l1, T_NEAR);
         L(tail);
         test(n_, n_);
         jz(done, T_NEAR);
-        one(0, 0, true);
+        rows([&] { one(0, 0, true); });
         L(done);
         if (nt_) sfence();
         if (r16_) range16_finish();
@@ -197,17 +220,42 @@ private:
     // Software prefetch distance of the source stream in the main loop, bytes: 4096 (one core of
     // the Sapphire Rapids dev host, quantize f32 -> u8 4096x4096 from DRAM: ~5 -> ~8.5 GB/s,
     // noisy shared host; 1024 / 2048 / 8192 measured between). XK_QUANT_PF=<bytes> overrides it
-    // (0: none) for experiments, read once.
+    // (0: none) for experiments, read once. AMD CPUs: none by default (Zen 4, one core, 4096 x 4096
+    // from DRAM, % of copy without / with the 4 KiB prefetch, two runs: f32 -> u8 per tensor 80-90 /
+    // 65-76, f32 -> s8 dynamic 60-62 / 44-47, bf16 -> u8 per tensor 91-93 / 77-78; a T0 prefetch
+    // holds one of the core's few L1 miss buffers until its line arrives, as the attention family
+    // found on the same host).
     static int pf_dist() {
         static const int d = [] {
             const char* e = std::getenv("XK_QUANT_PF");
-            return e ? std::atoi(e) : 4096;
+            if (e && *e) return std::atoi(e);
+            return cpu_info().vendor == "AuthenticAMD" ? 0 : 4096;
         }();
         return d;
     }
     // The slot's registers: a (value), b (parameter scratch); V(8-10) the minmax accumulators
     // (fused: V(8-9), V(10-11) its value / scratch), V(12) / V(13) the scalar scale / zero point,
     // V(14-15) JitIo's scratch, zmm16 zero.
+    // body once per row of the call (multi_: src_ / dst_ stepped by the strides, then restored).
+    template <class F>
+    void rows(F body) {
+        if (!multi_) {
+            body();
+            return;
+        }
+        Label lr;
+        mov(r14, src_);
+        mov(r15, dst_);
+        mov(rbp, ptr[abi_param1 + offsetof(QArgs, rows)]);
+        L(lr);
+        body();
+        add(src_, ptr[abi_param1 + offsetof(QArgs, lds)]);
+        add(dst_, ptr[abi_param1 + offsetof(QArgs, ldd)]);
+        dec(rbp);
+        jnz(lr, T_NEAR);
+        mov(src_, r14);
+        mov(dst_, r15);
+    }
     Xmm A(int k) const { return V(2 * k); }
     Xmm B(int k) const { return V(2 * k + 1); }
 
@@ -221,9 +269,17 @@ private:
     }
 
     // A runtime tail of n_ elements (1..vlen-1) or a full vector at element offset off.
+    // bf16 on AVX-512 (wpk_): a 32-byte load and one VPERMW that puts word i in the upper half of
+    // dword i, zeroing the lower (one instruction against VPMOVZXWD + VPSLLD).
     void load_f(const Xmm& v, const Reg64& base, int64_t off_bytes, DType t, bool tail) {
-        if (tail) io_->load_rt(v, base + off_bytes, t, n_);
-        else io_->load(v, base + off_bytes, t, vl_);
+        if (tail) {
+            io_->load_rt(v, base + off_bytes, t, n_);
+        } else if (wpk_ && t == DType::bf16) {
+            vmovdqu16(Ymm(v.getIdx()), ptr[base + off_bytes]);
+            vpermw(Zmm(v.getIdx()) | k7 | T_z, Zmm(19), Zmm(v.getIdx()));
+        } else {
+            io_->load(v, base + off_bytes, t, vl_);
+        }
     }
 
     // AVX2 only: copy n_ (< 8 here, < 32 allowed) bytes between memory and the red zone.
@@ -249,6 +305,7 @@ private:
         }
         if (mode_ == Mode::fused) {
             if (r16_) range16(off, tail ? -1 : span < 0 ? vl_ : span);
+            else if (zmm_) range_fast(V(10), V(11), src2_, off, tail);
             else range_one(V(10), V(11), src2_, off, tail, false);
         }
         if (mode_ == Mode::minmax) {
@@ -285,13 +342,14 @@ private:
             vandps(a, a, b);
             vminps(a, a, ptr[ctb_ + kQ512 * 64]);
         }
-        vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
+        if (!(pack && zp16_)) vmaxps(a, a, ptr[ctb_ + kQm512 * 64]);
         if (zmm_) {
             vcvtps2dq(Zmm(a.getIdx()) | T_rn_sae, Zmm(a.getIdx()));  // embedded round to nearest even: one uop
         } else {
             vroundps(a, a, 8);
             vcvttps2dq(a, a);
         }
+        if (pack && zp16_) return;  // (pack_store: + zero point in 16 bits)
         if (vec_zp_) {
             if (tail) {
                 io_->load_rt(b, vz_, DType::f32, n_);  // bit moves
@@ -365,12 +423,26 @@ private:
         }
     }
 
+    // fused, AVX-512: the range of v into V(8) / V(9) in two instructions: VMINPS / VMAXPS return
+    // their second operand (the accumulator) where the first (v) is NaN, so NaN lanes drop out;
+    // +-inf lanes enter the range, and the caller takes such a row's range again with the finite
+    // mask (minmax mode): rare, and then a second read of that row only.
+    void range_fast(const Xmm& a, const Xmm& b, const Reg64& base, int off, bool tail) {
+        load_v(a, b, base, off, tail);
+        vminps(V(8), a, V(8));
+        vmaxps(V(9), a, V(9));
+    }
+
     // The main loop's 64 int32 results in A(0..3) (elements in order, or unpk_'s order) saturated
     // to s8 / u8 and stored as one 64-byte vector at dst_.
     void pack_store() {
         const Zmm a0(A(0).getIdx()), a1(A(1).getIdx()), a2(A(2).getIdx()), a3(A(3).getIdx());
         vpackssdw(a0, a0, a1);  // lane i: words of a0 lane i, a1 lane i
         vpackssdw(a2, a2, a3);
+        if (zp16_) {  // + zero point, saturating: r >= -512 exactly, or <= -512 saturated (no -512 clamp)
+            vpaddsw(a0, a0, Zmm(18));
+            vpaddsw(a2, a2, Zmm(18));
+        }
         if (qt_ == DType::s8) vpacksswb(a0, a0, a2);
         else vpackuswb(a0, a0, a2);
         if (unpk_) vpermq(a0, Zmm(17), a0);  // qword j <- 2j (j < 4), 2(j - 4) + 1
@@ -379,11 +451,14 @@ private:
         else vmovdqu8(ptr[dst_], a0);
     }
 
-    // range16: the finite range of bf16 x from its bits, 32 word lanes a zmm. Finite lanes
-    // ((x & 0x7fff) < 0x7f80) only: V(9) = signed word max from 0 (a positive x's bits order as
-    // its value; negatives never pass 0), V(8) = unsigned word max from 0 (a negative x's bits,
-    // >= 0x8000, order as its magnitude and pass every positive). span 32 / 16 elements at off,
-    // -1: the tail's n_ (< 16); masked-off lanes load as 0, in the range already.
+    // range16: the range of bf16 x from its bits, 32 word lanes a zmm: V(9) = signed word max
+    // from 0 (a positive x's bits order as its value; negatives never pass 0), V(8) = unsigned word
+    // max from 0 (a negative x's bits, >= 0x8000, order as its magnitude and pass every positive).
+    // A non-finite x orders above every finite one of its sign (+inf / NaN bits >= 0x7f80, -inf /
+    // -NaN >= 0xff80), so it shows as a non-finite end of the range, and the caller takes that
+    // row's range again with the finite mask (two instructions per 32 elements instead of four).
+    // span 32 / 16 elements at off, -1: the tail's n_ (< 16); masked-off lanes load as 0, in the
+    // range already.
     void range16(int off, int span) {
         const Zmm v(10), t(11);
         const auto src = ptr[src2_ + off * 2];
@@ -398,16 +473,20 @@ private:
             kmovd(k5, eax);
             vmovdqu16(v | k5 | T_z, src);
         }
-        vpandd(t, v, ptr[ctb_ + kQAbs16 * 64]);
-        vpcmpw(k3, t, ptr[ctb_ + kQInf16 * 64], 1);  // < 0x7f80 (signed; t >= 0): finite
-        vpmaxsw(Zmm(9) | k3, Zmm(9), v);
-        vpmaxuw(Zmm(8) | k3, Zmm(8), v);
+        (void)t;
+        vpmaxsw(Zmm(9), Zmm(9), v);
+        vpmaxuw(Zmm(8), Zmm(8), v);
     }
     // The word accumulators back to the fused mode's 16 float lanes (min in V(8), max in V(9)): the
     // 32 words widened to bf16 -> f32 in two halves; min: min of the halves and 0 (the lanes that
     // hold a positive x stand for 0), max: max of the halves (all >= 0).
     void range16_finish() {
         const Zmm lo(10), hi(11);
+        // A non-finite x seen (signed max >= +inf's bits, or unsigned max >= -inf's): min := NaN
+        // below, so the caller re-ranges the row (the widening and VMINPS could drop a NaN lane).
+        vpcmpw(k5, Zmm(9), ptr[ctb_ + kQInf16 * 64], 5);      // >= 0x7f80, signed
+        vpcmpuw(k6, Zmm(8), ptr[ctb_ + kQNegInf16 * 64], 5);  // >= 0xff80, unsigned
+        kord(k5, k5, k6);
         for (int i = 0; i < 2; ++i) {
             const Zmm acc(8 + i);
             vextracti64x4(Ymm(10), acc, 1);
@@ -423,6 +502,11 @@ private:
                 vmaxps(acc, hi, lo);
             }
         }
+        Label finite;
+        kortestd(k5, k5);
+        jz(finite);
+        vmovups(Zmm(8), ptr[ctb_ + kQAbs * 64]);  // (0x7fffffff: NaN)
+        L(finite);
     }
 
     void dequant_one(const Xmm& a, const Xmm& b, int off, bool tail) {
@@ -475,12 +559,32 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
+    bool multi_ = false, zp16_ = false, wpk_ = false;
     bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false, pack64_ = false, unpk_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
     const JitIo* io_ = nullptr;
     const Reg64 src_ = rsi, dst_ = rdx, n_ = rcx, vs_ = r8, vz_ = r9, tbl_ = r10, sm_ = r11, ctb_ = rbx, src2_ = r13;
 };
+
+// Rows of one kernel call with per column parameter vectors (per channel, axis 1; AMD CPUs): every
+// 64-column step runs over these rows, so the step's parameters come from L2 once and from L1 for the other
+// rows (one row a call read 16-32 KiB of them from L2 for every 16 KiB row of f32 x). Zen 4, one
+// core, 4096 x 4096 from DRAM, % of copy (f32 -> u8 asym / f32 -> s8 / bf16 -> s8 / s8 -> f32 /
+// s8 -> bf16): 1 row 42-45 / 51-57 / 55 / 66-81 / 63-66, 4 rows 60-66 / 68-69 / 58-64 / 85-95 /
+// 74-81, 8 rows 66-69 / 75-80 / 62-70 / 89-97 / 83-90, 16 rows 63 / 71 / 57 / 100 / 80, 32 rows
+// 42 / 48 / 35 / 75 / 52. On the device Xeon (48 KiB L1, 2 MiB L2; 2026-11-28 slot, the same
+// binary, Copy% 8 rows / 1 row a call, 1 | 16 threads: f32 -> s8 84 / 93 | 74 / 70, s8 -> f32
+// 126 / 120 | 62 / 76, bf16 -> s8 92 / 92 | 70 / 72, s8 -> bf16 105 / 100 | 54 / 79) no gain:
+// one row a call there, as before. XK_QUANT_ROWS (read once) overrides, for experiments.
+int64_t col_vec_rows() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("XK_QUANT_ROWS");
+        if (e && *e) return std::max<int64_t>(1, std::atoll(e));
+        return cpu_info().vendor == "AuthenticAMD" ? int64_t{8} : int64_t{1};
+    }();
+    return v;
+}
 
 class JitQuantKernel final : public QuantKernel {
 public:
@@ -532,6 +636,18 @@ public:
             if (d.symmetric) q.szp = quant_symmetric_zero_point(qtype);
             else q.vzp = a.zero_points + c0;
         }
+        if (col_vec) {  // rows a call (the kernel's multi_ mode)
+            q.lds = d.ld_src * ss;
+            q.ldd = d.ld_dst * ds;
+            const int64_t R = col_vec_rows();
+            for (int64_t r = r0; r < r1; r += R) {
+                q.rows = std::min(R, r1 - r);
+                q.src = static_cast<const char*>(a.src) + (r * d.ld_src + c0) * ss;
+                q.dst = static_cast<char*>(a.dst) + (r * d.ld_dst + c0) * ds;
+                (all_normal ? cvt_fn : fn)(&q);
+            }
+            return;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             if (!col_vec) {
                 const int64_t c = d.granularity == QuantGranularity::per_tensor ? 0 : r;
@@ -565,6 +681,19 @@ public:
             for (int i = 1; i < vl_; ++i) {
                 lo = std::min(lo, acc[i]);
                 hi = std::max(hi, acc[vl_ + i]);
+            }
+            if (!std::isfinite(lo) || !std::isfinite(hi)) {  // (the fused range keeps +-inf: the finite one)
+                QArgs m;
+                m.n = d.cols;
+                m.smooth = q.smooth;
+                m.mm = acc;
+                m.src = row(r);
+                mm_gen_->fn(&m);
+                lo = acc[0], hi = acc[vl_];
+                for (int i = 1; i < vl_; ++i) {
+                    lo = std::min(lo, acc[i]);
+                    hi = std::max(hi, acc[vl_ + i]);
+                }
             }
             const QuantParams p = dynamic_row_params(d, a, r, lo, hi, inv, zp);
             q.sscale = 1.0f / p.scale;

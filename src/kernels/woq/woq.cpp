@@ -325,6 +325,7 @@ const Registry<WoqSpec, WoqKernel>& woq_registry() {
         "woq", {
                    {"amx:woq:dequant_gemm", Isa::amx, woq_amx_prefill_supports, create_woq_amx_prefill},
                    {"avx512_vnni:woq:int8", Isa::avx512_vnni, int8_mode, create_woq_vnni},
+                   {"avx512_vnni:woq_s8:planes", Isa::avx512_vnni, woq_planes_supports, create_woq_planes},
                    {"avx512_bf16:woq_u4:gemv", Isa::avx512_bf16, woq_u4_dp_supports, create_woq_dp},
                    {"avx512_bf16:woq_s8:gemv", Isa::avx512_bf16, woq_s8_dp_supports, create_woq_dp},
                    {"avx512:woq_s8:gemv", Isa::avx512, decode_s8, create_woq_gemv_avx512},

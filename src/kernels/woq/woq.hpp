@@ -127,6 +127,13 @@ void set_woq_dp(int mode);
 bool woq_u4_dp_supports(const WoqSpec& s);
 bool woq_s8_dp_supports(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_dp(const WoqSpec& s);
+// Exact s8 decode with VPDPBUSD on bf16 X split into base-128 digit planes (woq_planes.cpp), M <= 4.
+// On wherever AVX512-VNNI + VBMI are unless XK_WOQ_PLANES=0 (read once); set_woq_planes(1 / 0 /
+// -1): on / off / that start (tests).
+bool woq_planes_enabled();
+void set_woq_planes(int mode);
+bool woq_planes_supports(const WoqSpec& s);
+std::shared_ptr<const WoqKernel> create_woq_planes(const WoqSpec& s);
 // Prefill on AMX (woq_amx.cpp): bf16 X, M > 16: one call of the AMX bf16 GEMM kernel whose B
 // column blocks (32 columns = two of ours) are produced dequantized, rounded to bf16, straight in
 // its tile layout (woq_amx_pack_block: GemmCall::b_block_fn), each block once per call inside the
