@@ -1,5 +1,5 @@
 // Embedding bag forward (issue 30) beside the limit: a plain loop that gathers the same random
-// rows (sums each bag's rows into registers, prefetching 16 rows ahead), in the same process.
+// rows (sums each bag's rows into registers, prefetching the rows ahead as the kernels do), in the same process.
 //
 //   embedding_bag/f32/xk/sum_dim:<D>_<dist>/nt:<N>       xk::EmbeddingBagPlan, f32 table, mode sum
 //   embedding_bag/bf16/xk/sum_dim:<D>_<dist>/nt:<N>      bf16 table (f32 out)
@@ -8,7 +8,7 @@
 //                                                     (GBPS of fused rows, and Mrows/s)
 //   embedding_lookup/f32/xk/rows_dim:<D>_<dist>/nt:<N>  xk::embedding of the same 204800 indices
 //   embedding_lookup/f32/xk/gather_store[_nt]_limit_dim:<D>_<dist>/nt:<N>  its limit: a loop that
-//                                                     gathers the same rows (prefetching 16 ahead) and
+//                                                     gathers the same rows (prefetching as the kernels) and
 //                                                     writes each to its output row, regular or
 //                                                     non-temporal (nt) stores; GBPS = gathered bytes
 //   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
@@ -261,16 +261,17 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 }
 
 // The lookup's limit: the same rows gathered and written to out[i] (a loop that writes what it
-// reads), rows 16 indices ahead prefetched (as gather_rows), the rows split evenly over the threads; the stores
+// reads), the rows ahead prefetched (as gather_rows), the rows split evenly over the threads; the stores
 // non-temporal (nt) or regular. dim a multiple of 16, out 64-byte aligned.
 template <bool NT>
 __attribute__((target("avx512f"))) void gather_store_rows(const float* t, const int64_t* idx, int64_t dim, int64_t i0,
                                                           int64_t i1, float* out) {
     const int nv = static_cast<int>(dim / 16);
     const bool l2 = xk::detail::embedding_bag_prefetch_l2();
+    const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4);
     for (int64_t i = i0; i < i1; ++i) {
-        if (i + 16 < i1) {
-            const char* p = reinterpret_cast<const char*>(t + idx[i + 16] * dim);
+        if (dist > 0 && i + dist < i1) {
+            const char* p = reinterpret_cast<const char*>(t + idx[i + dist] * dim);
             for (int64_t l = 0; l < dim * 4; l += 64) {
                 if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
                 else _mm_prefetch(p + l, _MM_HINT_T0);
@@ -420,20 +421,21 @@ void BM_merged(benchmark::State& state, bool merged, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(n_rows * dim * 4));
 }
 
-// The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched (into L1, or
+// The limit: each bag's rows summed into registers, the rows of embedding_bag_prefetch_rows() indices ahead prefetched (into L1, or
 // into L2 where the kernels do: embedding_bag_prefetch_l2), bags split evenly over the threads. dim
 // is a multiple of 16.
 __attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
                                                     int64_t b1, float* out) {
     const int64_t j_end = b1 * kPool;
     const bool l2 = xk::detail::embedding_bag_prefetch_l2();
+    const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4);
     for (int64_t b = b0; b < b1; ++b) {
         __m512 acc[8];
         const int nv = static_cast<int>(dim / 16);
         for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_ps();
         for (int64_t j = b * kPool; j < (b + 1) * kPool; ++j) {
-            if (j + 16 < j_end) {
-                const char* p = reinterpret_cast<const char*>(t + idx[j + 16] * dim);
+            if (dist > 0 && j + dist < j_end) {
+                const char* p = reinterpret_cast<const char*>(t + idx[j + dist] * dim);
                 for (int64_t l = 0; l < dim * 4; l += 64) {
                     if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
                     else _mm_prefetch(p + l, _MM_HINT_T0);
