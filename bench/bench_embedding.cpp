@@ -17,8 +17,9 @@
 //                                                     given; GBPS: bytes of the 204800 gradient rows
 //                                                     it sums); nt:1 is the peer of nt:2 (the sort and
 //                                                     the row updates both run over the threads)
-//   embedding_merged/f32/xk/<merged|separate>_26x2048_dim:64/nt:<N>  26 tables (slices of the 1 GiB
-//                                                     table, pooling 1 + 4t): one merged call vs 26 calls
+//   embedding_merged/f32/xk/<merged|separate|gather_limit>_26x2048_dim:64/nt:<N>  26 tables (slices of
+//                                                     the 1 GiB table, pooling 1 + 4t): one merged call vs
+//                                                     26 calls vs the gather loop over the same rows
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
@@ -367,24 +368,73 @@ void BM_backward(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 
 // 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
 // pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
-// every bag of every table) beside 26 separate plan runs writing the same merged output columns.
-void BM_merged(benchmark::State& state, bool merged, int nt) {
-    xk::bench::ScopedThreads threads(nt);
-    constexpr int T = 26;
-    constexpr int64_t dim = 64;
-    const int64_t rows_total = kTableBytes / (dim * 4), E = rows_total / T;
-    static std::vector<std::vector<int64_t>> idx, off;
-    if (idx.empty())
-        for (int t = 0; t < T; ++t) {
+// every bag of every table) beside 26 separate plan runs writing the same merged output columns,
+// and the limit: the plain gather loop (merged_gather_rows) over the same 2.7 M rows.
+struct MergedData {
+    static constexpr int T = 26;
+    static constexpr int64_t dim = 64;
+    int64_t E = 0;
+    std::vector<std::vector<int64_t>> idx, off;
+    std::vector<int64_t> flat, flat_off;  // every table's rows as rows of the whole table, bags t-major
+};
+const MergedData& merged_data() {
+    static const MergedData m = [] {
+        MergedData x;
+        const int64_t rows_total = kTableBytes / (MergedData::dim * 4);
+        x.E = rows_total / MergedData::T;
+        for (int t = 0; t < MergedData::T; ++t) {
             const int64_t pool = 1 + 4 * t;
             std::vector<int64_t> iv(static_cast<size_t>(kBags * pool)), ov(kBags);
             for (int64_t i = 0; i < kBags * pool; ++i)
                 iv[i] = static_cast<int64_t>(xk::bench::detail::splitmix64(0x77u * (t + 1) + static_cast<uint64_t>(i)) %
-                                             static_cast<uint64_t>(E));
-            for (int64_t b = 0; b < kBags; ++b) ov[b] = b * pool;
-            idx.push_back(std::move(iv));
-            off.push_back(std::move(ov));
+                                             static_cast<uint64_t>(x.E));
+            for (int64_t b = 0; b < kBags; ++b) {
+                ov[b] = b * pool;
+                x.flat_off.push_back(static_cast<int64_t>(x.flat.size()) + b * pool);
+            }
+            for (int64_t v : iv) x.flat.push_back(static_cast<int64_t>(t) * x.E + v);
+            x.idx.push_back(std::move(iv));
+            x.off.push_back(std::move(ov));
         }
+        x.flat_off.push_back(static_cast<int64_t>(x.flat.size()));
+        return x;
+    }();
+    return m;
+}
+
+// The merged limit: bags [b0, b1) of the flattened 26 x 2048 (bag i's rows flat[off[i], off[i+1]),
+// summed into registers, written to bag i's row of out), the rows ahead prefetched as the kernels
+// do, across table boundaries.
+__attribute__((target("avx512f"))) void merged_gather_rows(const float* t, const int64_t* idx, const int64_t* off,
+                                                           int64_t b0, int64_t b1, float* out) {
+    constexpr int64_t dim = MergedData::dim;
+    const bool l2 = xk::detail::embedding_bag_prefetch_l2();
+    const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4), j_end = off[b1];
+    for (int64_t b = b0; b < b1; ++b) {
+        __m512 acc[4];
+        for (int v = 0; v < 4; ++v) acc[v] = _mm512_setzero_ps();
+        for (int64_t j = off[b]; j < off[b + 1]; ++j) {
+            if (dist > 0 && j + dist < j_end) {
+                const char* p = reinterpret_cast<const char*>(t + idx[j + dist] * dim);
+                for (int64_t l = 0; l < dim * 4; l += 64) {
+                    if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
+                    else _mm_prefetch(p + l, _MM_HINT_T0);
+                }
+            }
+            const float* r = t + idx[j] * dim;
+            for (int v = 0; v < 4; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
+        }
+        for (int v = 0; v < 4; ++v) _mm512_storeu_ps(out + b * dim + 16 * v, acc[v]);
+    }
+}
+
+// mode 0: merged, 1: separate, 2: the gather loop
+void BM_merged(benchmark::State& state, int mode, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    constexpr int T = MergedData::T;
+    constexpr int64_t dim = MergedData::dim;
+    const MergedData& md = merged_data();
+    const int64_t E = md.E;
     std::vector<xk::EmbeddingBagDesc> ds(T);
     std::vector<xk::EmbeddingBagArgs> args(T);
     int64_t n_rows = 0;
@@ -392,10 +442,10 @@ void BM_merged(benchmark::State& state, bool merged, int nt) {
         ds[t].num_embeddings = E;
         ds[t].dim = dim;
         args[t].num_bags = kBags;
-        args[t].num_indices = static_cast<int64_t>(idx[t].size());
+        args[t].num_indices = static_cast<int64_t>(md.idx[t].size());
         args[t].table = table() + static_cast<int64_t>(t) * E * dim;
-        args[t].indices = idx[t].data();
-        args[t].offsets = off[t].data();
+        args[t].indices = md.idx[t].data();
+        args[t].offsets = md.off[t].data();
         n_rows += args[t].num_indices;
     }
     std::vector<float> out(static_cast<size_t>(kBags * T * dim));
@@ -406,15 +456,33 @@ void BM_merged(benchmark::State& state, bool merged, int nt) {
         d.ld_out = T * dim;
         plans.emplace_back(d);
     }
+    // The gather loop's chunks: bags split evenly by rows (+1 a bag), one per thread.
+    const int64_t nb = T * kBags;
     for (auto _ : state) {
-        if (merged) {
+        if (mode == 0) {
             mp.run(args.data(), T, out.data());
-        } else {
+        } else if (mode == 1) {
             for (int t = 0; t < T; ++t) {
                 xk::EmbeddingBagArgs a = args[t];
                 a.out = out.data() + t * dim;
                 plans[t].run(a);
             }
+        } else {
+            const int64_t n = xk::get_num_threads();
+            xk::detail::parallel_for(n, 1, [&](int64_t c0, int64_t c1) {
+                auto split = [&](int64_t c) {
+                    const int64_t target = (md.flat_off[nb] + nb) * c / n;
+                    int64_t lo = 0, hi = nb;
+                    while (lo < hi) {
+                        const int64_t mid = (lo + hi) / 2;
+                        if (md.flat_off[mid] + mid >= target) hi = mid;
+                        else lo = mid + 1;
+                    }
+                    return lo;
+                };
+                const int64_t b0 = split(c0), b1 = split(c1);
+                if (b1 > b0) merged_gather_rows(table(), md.flat.data(), md.flat_off.data(), b0, b1, out.data());
+            });
         }
         benchmark::ClobberMemory();
     }
@@ -567,12 +635,13 @@ const bool registered = [] {
                         ->UseRealTime();
             }
     for (int nt : xk::bench::thread_counts())
-        for (bool merged : {true, false})
-            benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_merged", "f32", "xk",
-                                                               merged ? "merged_26x2048_dim:64" : "separate_26x2048_dim:64",
-                                                               "nt:" + std::to_string(nt)})
-                                             .c_str(),
-                                         BM_merged, merged, nt)
+        for (int mode : {0, 1, 2})
+            benchmark::RegisterBenchmark(
+                xk::bench::join_name({"embedding_merged", "f32", "xk",
+                                      std::string(mode == 0 ? "merged" : mode == 1 ? "separate" : "gather_limit") + "_26x2048_dim:64",
+                                      "nt:" + std::to_string(nt)})
+                    .c_str(),
+                BM_merged, mode, nt)
                 ->UseRealTime();
     const int64_t on = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
     const std::string ns = on == 100000000 ? "1e8" : std::to_string(on);

@@ -953,23 +953,39 @@ TEST(EmbeddingBag, MergedManyBagsTwoThreads) {
         off[t].make(ds[t].index_type, cs[t].offsets, 0);
         args[t] = {B, static_cast<int64_t>(cs[t].indices.size()), tabs[t].data(), idx[t].data(), off[t].data(), nullptr, nullptr};
     }
+    // A bad index in table 3 (and a later one in table 4): the error names table 3, nothing written.
+    std::vector<int64_t> bad3 = cs[3].indices, bad4 = cs[4].indices;
+    const int64_t pos3 = static_cast<int64_t>(bad3.size()) / 2 + 1;
+    bad3[pos3] = ds[3].num_embeddings;
+    bad4[1] = -1;
+    std::vector<EmbeddingBagArgs> bad_args = args;
+    bad_args[3].indices = bad3.data();
+    bad_args[4].indices = bad4.data();
+    const std::string needle = "tables[3]: indices[" + std::to_string(pos3) + "]=" + std::to_string(ds[3].num_embeddings);
     for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        for_each_isa([&](Isa) {
-            std::vector<float> out(static_cast<size_t>(B * total), -1.0f), one(static_cast<size_t>(B * total), -2.0f);
-            embedding_bag_multi(ds, args.data(), T, out.data());
-            int64_t col = 0;
-            for (int64_t t = 0; t < T; ++t) {
-                EmbeddingBagDesc d = ds[t];
-                d.ld_out = total;
-                EmbeddingBagArgs a = args[t];
-                a.out = one.data() + col;
-                embedding_bag(d, a);
-                col += dims[t];
-            }
-            EXPECT_EQ(0, std::memcmp(out.data(), one.data(), out.size() * 4));
-        });
+        for (int par : {0, 2}) {  // the index check on the calling thread / in the chunks' region
+            detail::embedding_bag_set_par_check_threads(par);
+            set_num_threads(threads);
+            for_each_isa([&](Isa) {
+                std::vector<float> out(static_cast<size_t>(B * total), -1.0f), one(static_cast<size_t>(B * total), -2.0f);
+                embedding_bag_multi(ds, args.data(), T, out.data());
+                int64_t col = 0;
+                for (int64_t t = 0; t < T; ++t) {
+                    EmbeddingBagDesc d = ds[t];
+                    d.ld_out = total;
+                    EmbeddingBagArgs a = args[t];
+                    a.out = one.data() + col;
+                    embedding_bag(d, a);
+                    col += dims[t];
+                }
+                EXPECT_EQ(0, std::memcmp(out.data(), one.data(), out.size() * 4));
+                std::fill(out.begin(), out.end(), -3.0f);
+                XK_EXPECT_INVALID(embedding_bag_multi(ds, bad_args.data(), T, out.data()), needle.c_str());
+                for (float v : out) ASSERT_EQ(v, -3.0f);
+            });
+        }
     }
+    detail::embedding_bag_set_par_check_threads(0);
     set_num_threads(0);
 }
 
