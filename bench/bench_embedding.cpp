@@ -105,6 +105,15 @@ const std::vector<int64_t>& offsets() {
     }();
     return o;
 }
+// The same with the end of the last bag (kBags + 1 entries: the gather loops' bag bounds).
+const std::vector<int64_t>& offsets_end() {
+    static std::vector<int64_t> o = [] {
+        std::vector<int64_t> v(kBags + 1);
+        for (int64_t b = 0; b <= kBags; ++b) v[b] = b * kPool;
+        return v;
+    }();
+    return o;
+}
 
 void BM_bag(benchmark::State& state, int64_t dim, bool zipf, bool bf16, int nt) {
     xk::bench::ScopedThreads threads(nt);
@@ -316,7 +325,7 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 }
 
 // The lookup's limit: the same rows gathered and written to out[i] (a loop that writes what it
-// reads), the rows ahead prefetched (as gather_rows), the rows split evenly over the threads; the stores
+// reads), the rows ahead prefetched (as gather_bags), the rows split evenly over the threads; the stores
 // non-temporal (nt) or regular. dim a multiple of 16, out 64-byte aligned.
 template <bool NT>
 __attribute__((target("avx512f"))) void gather_store_rows(const float* t, const int64_t* idx, int64_t dim, int64_t i0,
@@ -423,7 +432,7 @@ void BM_backward(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 // 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
 // pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
 // every bag of every table) beside 26 separate plan runs writing the same merged output columns,
-// and the limit: the plain gather loop (merged_gather_rows) over the same 2.7 M rows.
+// and the limit: the plain gather loop (gather_bags) over the same 2.7 M rows.
 struct MergedData {
     static constexpr int T = 26;
     static constexpr int64_t dim = 64;
@@ -456,31 +465,8 @@ const MergedData& merged_data() {
     return m;
 }
 
-// The merged limit: bags [b0, b1) of the flattened 26 x 2048 (bag i's rows flat[off[i], off[i+1]),
-// summed into registers, written to bag i's row of out), the rows ahead prefetched as the kernels
-// do, across table boundaries.
-__attribute__((target("avx512f"))) void merged_gather_rows(const float* t, const int64_t* idx, const int64_t* off,
-                                                           int64_t b0, int64_t b1, float* out) {
-    constexpr int64_t dim = MergedData::dim;
-    const bool l2 = xk::detail::embedding_bag_prefetch_l2();
-    const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4), j_end = off[b1];
-    for (int64_t b = b0; b < b1; ++b) {
-        __m512 acc[4];
-        for (int v = 0; v < 4; ++v) acc[v] = _mm512_setzero_ps();
-        for (int64_t j = off[b]; j < off[b + 1]; ++j) {
-            if (dist > 0 && j + dist < j_end) {
-                const char* p = reinterpret_cast<const char*>(t + idx[j + dist] * dim);
-                for (int64_t l = 0; l < dim * 4; l += 64) {
-                    if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
-                    else _mm_prefetch(p + l, _MM_HINT_T0);
-                }
-            }
-            const float* r = t + idx[j] * dim;
-            for (int v = 0; v < 4; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
-        }
-        for (int v = 0; v < 4; ++v) _mm512_storeu_ps(out + b * dim + 16 * v, acc[v]);
-    }
-}
+void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0, int64_t b1, float* out,
+                 int64_t dim, int64_t ld_out);  // (below: the gather loop)
 
 // mode 0: merged, 1: separate, 2: the gather loop
 void BM_merged(benchmark::State& state, int mode, int nt) {
@@ -535,7 +521,7 @@ void BM_merged(benchmark::State& state, int mode, int nt) {
                     return lo;
                 };
                 const int64_t b0 = split(c0), b1 = split(c1);
-                if (b1 > b0) merged_gather_rows(table(), md.flat.data(), md.flat_off.data(), b0, b1, out.data());
+                if (b1 > b0) gather_bags(table(), md.flat.data(), md.flat_off.data(), b0, b1, out.data(), dim, dim);
             });
         }
         benchmark::ClobberMemory();
@@ -543,31 +529,41 @@ void BM_merged(benchmark::State& state, int mode, int nt) {
     xk::bench::set_gbps(state, static_cast<double>(n_rows * dim * 4));
 }
 
-// The limit: each bag's rows summed into registers, the rows of embedding_bag_prefetch_rows() indices ahead prefetched (into L1, or
-// into L2 where the kernels do: embedding_bag_prefetch_l2), bags split evenly over the threads. dim
-// is a multiple of 16.
-__attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
-                                                    int64_t b1, float* out) {
-    const int64_t j_end = b1 * kPool;
+// The limit: each bag's rows summed into registers (NV vectors: dim 16 NV, rows of NV lines), the
+// rows of embedding_bag_prefetch_rows() indices ahead prefetched (into L1, or into L2 where the
+// kernels do: embedding_bag_prefetch_l2), across bag boundaries up to the chunk's end, the lines
+// unrolled and no bound check per row; bags [b0, b1), bag i's rows idx[off[i], off[i+1]), its sum
+// to out + i * ld_out.
+template <int NV, bool L2>
+__attribute__((target("avx512f"))) void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0,
+                                                    int64_t b1, float* out, int64_t ld_out, int64_t dist) {
+    constexpr int64_t dim = NV * 16;
+    const int64_t j_end = off[b1];
+    for (int64_t b = b0; b < b1; ++b) {
+        __m512 acc[NV];
+        for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+        const int64_t e = off[b + 1], jpf = dist > 0 ? std::max(off[b], std::min(e, j_end - dist)) : off[b];
+        int64_t j = off[b];
+        for (; j < jpf; ++j) {
+            const char* p = reinterpret_cast<const char*>(t + idx[j + dist] * dim);
+            for (int l = 0; l < NV; ++l) _mm_prefetch(p + 64 * l, L2 ? _MM_HINT_T1 : _MM_HINT_T0);
+            const float* r = t + idx[j] * dim;
+            for (int v = 0; v < NV; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
+        }
+        for (; j < e; ++j) {
+            const float* r = t + idx[j] * dim;
+            for (int v = 0; v < NV; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
+        }
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + b * ld_out + 16 * v, acc[v]);
+    }
+}
+// dim 64 or 128.
+void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0, int64_t b1, float* out,
+                 int64_t dim, int64_t ld_out) {
     const bool l2 = xk::detail::embedding_bag_prefetch_l2();
     const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4);
-    for (int64_t b = b0; b < b1; ++b) {
-        __m512 acc[8];
-        const int nv = static_cast<int>(dim / 16);
-        for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_ps();
-        for (int64_t j = b * kPool; j < (b + 1) * kPool; ++j) {
-            if (dist > 0 && j + dist < j_end) {
-                const char* p = reinterpret_cast<const char*>(t + idx[j + dist] * dim);
-                for (int64_t l = 0; l < dim * 4; l += 64) {
-                    if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
-                    else _mm_prefetch(p + l, _MM_HINT_T0);
-                }
-            }
-            const float* r = t + idx[j] * dim;
-            for (int v = 0; v < nv; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
-        }
-        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(out + b * dim + 16 * v, acc[v]);
-    }
+    if (dim == 64) (l2 ? gather_bags<4, true> : gather_bags<4, false>)(t, idx, off, b0, b1, out, ld_out, dist);
+    else (l2 ? gather_bags<8, true> : gather_bags<8, false>)(t, idx, off, b0, b1, out, ld_out, dist);
 }
 
 void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
@@ -577,7 +573,9 @@ void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     std::vector<float> out(static_cast<size_t>(kBags * dim));
     const float* t = table();
     for (auto _ : state) {
-        xk::detail::parallel_for(kBags, 1, [&](int64_t b0, int64_t b1) { gather_rows(t, idx.data(), dim, b0, b1, out.data()); });
+        xk::detail::parallel_for(kBags, 1, [&](int64_t b0, int64_t b1) {
+            gather_bags(t, idx.data(), offsets_end().data(), b0, b1, out.data(), dim, dim);
+        });
         benchmark::ClobberMemory();
     }
     xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
