@@ -1486,6 +1486,32 @@ TEST(EmbeddingBag, BackwardCApi) {
     expect(f32(&cd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "only supported with mode=sum");
 }
 
+// The min / max pass over every length from 1 to 80 (int64: 8 lanes, int32: 16; whole blocks of four
+// vectors, single vectors, the overlapping last vector, the scalar loop): a bad index first, in the
+// middle or last is found, at every ISA cap.
+TEST(EmbeddingBag, IndexCheckEveryShortLength) {
+    const int64_t E = 50;
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = 1;
+    std::vector<float> table(static_cast<size_t>(E), 1.0f), out(80);
+    for_each_isa([&](Isa) {
+        for (int64_t n = 1; n <= 80; ++n)
+            for (int64_t pos : {int64_t(0), n / 2, n - 1}) {
+                std::vector<int64_t> i64(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) i64[i] = (i * 7) % E;
+                const int64_t bad = (n + pos) % 2 ? int64_t(-1) : E;
+                i64[pos] = bad;
+                const std::vector<int32_t> i32(i64.begin(), i64.end());
+                const std::string needle = "indices[" + std::to_string(pos) + "]=" + std::to_string(bad);
+                d.index_type = IndexType::i64;
+                XK_EXPECT_INVALID(embedding(d, EmbeddingArgs{n, table.data(), i64.data(), out.data()}), needle.c_str());
+                d.index_type = IndexType::i32;
+                XK_EXPECT_INVALID(embedding(d, EmbeddingArgs{n, table.data(), i32.data(), out.data()}), needle.c_str());
+            }
+    });
+}
+
 // The per-call index check's min / max pass (AVX-512 where the cap allows): an out-of-range index
 // at the start, the middle or in a tail of fewer than a vector is found and named, with int64 and
 // int32 indices, at every ISA cap and 1 / 2 threads, and out is left as it was.
