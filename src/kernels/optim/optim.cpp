@@ -333,8 +333,7 @@ int64_t env_int(const char* name, int64_t dflt) {
 bool aligned64(const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; }
 // The streaming / prefetch choices of one call (OptimCall::nt, prefetch_bytes).
 OptimCall with_stores(const OptimCall& c0) {
-    static const int64_t nt_env = env_int("XK_OPTIM_NT", -1), pf_env = env_int("XK_OPTIM_PF", 0),
-                         pf_l2_env = env_int("XK_OPTIM_PF_L2", 0);
+    static const int64_t nt_env = env_int("XK_OPTIM_NT", -1), pf_env = env_int("XK_OPTIM_PF", 0);
     OptimCall c = c0;
     const bool split = c.cfg.param_type == OptimParamType::bf16_split;
     int64_t written = c.t.n * 4;  // param (or its two halves)
@@ -349,7 +348,6 @@ OptimCall with_stores(const OptimCall& c0) {
     // first, so no read-for-ownership is saved, and the streamed lines leave the cache.
     c.nt = aligned && nt_env > 0 && use_nt_stores(written);
     c.prefetch_bytes = pf_env > 0 ? pf_env : 0;
-    c.prefetch_l2 = pf_l2_env > 0;
     return c;
 }
 }  // namespace

@@ -37,10 +37,9 @@ struct OptimCall {
     // the device Xeon): XK_OPTIM_NT=1 stores the written arrays (param, param_lo, states) with
     // non-temporal stores in calls past nt_store_threshold() whose written arrays are 64-byte
     // aligned; XK_OPTIM_PF=<bytes> prefetches every read array that many bytes (of f32 elements)
-    // ahead, into L1 or, XK_OPTIM_PF_L2=1, into L2.
+    // ahead.
     bool nt = false;
     int64_t prefetch_bytes = 0;
-    bool prefetch_l2 = false;
 };
 
 void optim_lamb_norms_reference(const OptimCall& c, int64_t i0, int64_t i1, double* p2, double* u2);
