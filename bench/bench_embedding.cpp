@@ -20,6 +20,7 @@
 //   embedding_merged/f32/xk/<merged|separate|gather_limit>_26x2048_dim:64/nt:<N>  26 tables (slices of
 //                                                     the 1 GiB table, pooling 1 + 4t): one merged call vs
 //                                                     26 calls vs the gather loop over the same rows
+//                                                     (writing the same merged output)
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
 //                                                     28 B/element, Copy% = vs the interleaved copy,
 //                                                     Stream% = vs the step's own loads / stores on the
@@ -438,7 +439,8 @@ void BM_backward(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 // 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
 // pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
 // every bag of every table) beside 26 separate plan runs writing the same merged output columns,
-// and the limit: the plain gather loop (gather_bags) over the same 2.7 M rows.
+// and the limit: the plain gather loop (gather_bags) over the same 2.7 M rows, writing the same
+// merged output rows.
 struct MergedData {
     static constexpr int T = 26;
     static constexpr int64_t dim = 64;
@@ -472,7 +474,7 @@ const MergedData& merged_data() {
 }
 
 void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0, int64_t b1, float* out,
-                 int64_t dim, int64_t ld_out);  // (below: the gather loop)
+                 int64_t dim, int64_t ld_out, int64_t bpt);  // (below: the gather loop)
 
 // mode 0: merged, 1: separate, 2: the gather loop
 void BM_merged(benchmark::State& state, int mode, int nt) {
@@ -527,7 +529,8 @@ void BM_merged(benchmark::State& state, int mode, int nt) {
                     return lo;
                 };
                 const int64_t b0 = split(c0), b1 = split(c1);
-                if (b1 > b0) gather_bags(table(), md.flat.data(), md.flat_off.data(), b0, b1, out.data(), dim, dim);
+                // (the merged output: bag b of table t at row b, columns t * dim)
+                if (b1 > b0) gather_bags(table(), md.flat.data(), md.flat_off.data(), b0, b1, out.data(), dim, T * dim, kBags);
             });
         }
         benchmark::ClobberMemory();
@@ -539,10 +542,11 @@ void BM_merged(benchmark::State& state, int mode, int nt) {
 // rows of embedding_bag_prefetch_rows() indices ahead prefetched (into L1, or into L2 where the
 // kernels do: embedding_bag_prefetch_l2), across bag boundaries up to the chunk's end, the lines
 // unrolled and no bound check per row; bags [b0, b1), bag i's rows idx[off[i], off[i+1]), its sum
-// to out + i * ld_out.
+// written where the op writes it: tables of bpt bags each side by side, bag i to
+// out + (i % bpt) * ld_out + (i / bpt) * dim (one table: bpt >= the bags).
 template <int NV, bool L2>
 __attribute__((target("avx512f"))) void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0,
-                                                    int64_t b1, float* out, int64_t ld_out, int64_t dist) {
+                                                    int64_t b1, float* out, int64_t ld_out, int64_t bpt, int64_t dist) {
     constexpr int64_t dim = NV * 16;
     const int64_t j_end = off[b1];
     for (int64_t b = b0; b < b1; ++b) {
@@ -560,16 +564,17 @@ __attribute__((target("avx512f"))) void gather_bags(const float* t, const int64_
             const float* r = t + idx[j] * dim;
             for (int v = 0; v < NV; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
         }
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + b * ld_out + 16 * v, acc[v]);
+        float* o = out + (b % bpt) * ld_out + (b / bpt) * dim;
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + 16 * v, acc[v]);
     }
 }
 // dim 64 or 128.
 void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0, int64_t b1, float* out,
-                 int64_t dim, int64_t ld_out) {
+                 int64_t dim, int64_t ld_out, int64_t bpt) {
     const bool l2 = xk::detail::embedding_bag_prefetch_l2();
     const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4);
-    if (dim == 64) (l2 ? gather_bags<4, true> : gather_bags<4, false>)(t, idx, off, b0, b1, out, ld_out, dist);
-    else (l2 ? gather_bags<8, true> : gather_bags<8, false>)(t, idx, off, b0, b1, out, ld_out, dist);
+    if (dim == 64) (l2 ? gather_bags<4, true> : gather_bags<4, false>)(t, idx, off, b0, b1, out, ld_out, bpt, dist);
+    else (l2 ? gather_bags<8, true> : gather_bags<8, false>)(t, idx, off, b0, b1, out, ld_out, bpt, dist);
 }
 
 void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
@@ -580,7 +585,7 @@ void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     const float* t = table();
     for (auto _ : state) {
         xk::detail::parallel_for(kBags, 1, [&](int64_t b0, int64_t b1) {
-            gather_bags(t, idx.data(), offsets_end().data(), b0, b1, out.data(), dim, dim);
+            gather_bags(t, idx.data(), offsets_end().data(), b0, b1, out.data(), dim, dim, kBags);
         });
         benchmark::ClobberMemory();
     }
