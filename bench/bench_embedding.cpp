@@ -1,5 +1,5 @@
 // Embedding bag forward (issue 30) beside the limit: a plain loop that gathers the same random
-// rows (sums each bag's rows into registers, prefetching 16 rows ahead), in the same process.
+// rows (sums each bag's rows into registers, prefetching the rows ahead as the kernels do), in the same process.
 //
 //   embedding_bag/f32/xk/sum_dim:<D>_<dist>/nt:<N>       xk::EmbeddingBagPlan, f32 table, mode sum
 //   embedding_bag/bf16/xk/sum_dim:<D>_<dist>/nt:<N>      bf16 table (f32 out)
@@ -8,7 +8,7 @@
 //                                                     (GBPS of fused rows, and Mrows/s)
 //   embedding_lookup/f32/xk/rows_dim:<D>_<dist>/nt:<N>  xk::embedding of the same 204800 indices
 //   embedding_lookup/f32/xk/gather_store[_nt]_limit_dim:<D>_<dist>/nt:<N>  its limit: a loop that
-//                                                     gathers the same rows (prefetching 16 ahead) and
+//                                                     gathers the same rows (prefetching as the kernels) and
 //                                                     writes each to its output row, regular or
 //                                                     non-temporal (nt) stores; GBPS = gathered bytes
 //   embedding_train/f32/xk/sum_sgd_dim:<D>_<dist>/nt:<N>  forward + backward fused with SGD (GBPS:
@@ -17,10 +17,14 @@
 //                                                     given; GBPS: bytes of the 204800 gradient rows
 //                                                     it sums); nt:1 is the peer of nt:2 (the sort and
 //                                                     the row updates both run over the threads)
-//   embedding_merged/f32/xk/<merged|separate>_26x2048_dim:64/nt:<N>  26 tables (slices of the 1 GiB
-//                                                     table, pooling 1 + 4t): one merged call vs 26 calls
+//   embedding_merged/f32/xk/<merged|separate|gather_limit>_26x2048_dim:64/nt:<N>  26 tables (slices of
+//                                                     the 1 GiB table, pooling 1 + 4t): one merged call vs
+//                                                     26 calls vs the gather loop over the same rows
+//                                                     (writing the same merged output)
 //   optim/f32/xk/adamw_n:1e8/nt:<N>                  AdamW step, 100M f32 params (XK_BENCH_OPTIM_N),
-//                                                     28 B/element, Copy% = vs the interleaved copy
+//                                                     28 B/element, Copy% = vs the interleaved copy,
+//                                                     Stream% = vs the step's own loads / stores on the
+//                                                     same arrays (adamw_pattern), interleaved
 //   optim/bf16/xk/sgd_momentum_split_n:1e8/nt:<N>    SGD momentum on split bf16 params, bf16 grads, 18 B/elem
 //   optim/f32/xk/lamb_n:1e8/nt:<N>                   Lamb (wd 1e-2), two passes, 40 B/element
 //   optim/bf16/xk/lamb_split_n:1e8/nt:<N>            Lamb on split bf16 params, bf16 grads, 38 B/element
@@ -32,7 +36,8 @@
 //                                                     in, N D out), per sample x 2048
 //
 // One 1 GiB table (XK_BENCH_TABLE_MB) viewed as E = 2^28 / D rows of D floats (the bf16 rows view the same bytes as
-// 2^29 / D rows, the quantized ones as 2^30 / row bytes rows), 2048 bags of 100 indices,
+// 2^29 / D rows, the quantized ones as 2^30 / row bytes rows, indexed over the largest power of two
+// of them), 2048 bags of 100 indices,
 // uniform or Zipf(1.05) over the rows (ranks scattered by an odd multiplier modulo E), i64
 // indices. GBPS = bytes of gathered rows per second (num_indices * D * element size; the output,
 // 2048 x D, is not counted). PyTorch's F.embedding_bag on the same shapes: bench/torch_peer.py.
@@ -69,7 +74,8 @@ float* table() {
     return t.get();
 }
 
-// 2048 x 100 indices over E rows: uniform, or Zipf(1.05) ranks (inverse CDF) scattered over E.
+// 2048 x 100 indices over E rows: uniform, or Zipf(1.05) ranks (inverse CDF) scattered over E (E a
+// power of two: the scatter is a mask).
 const std::vector<int64_t>& indices(int64_t E, bool zipf) {
     static std::map<std::pair<int64_t, bool>, std::vector<int64_t>> cache;
     auto& v = cache[{E, zipf}];
@@ -98,6 +104,15 @@ const std::vector<int64_t>& offsets() {
     static std::vector<int64_t> o = [] {
         std::vector<int64_t> v(kBags);
         for (int64_t b = 0; b < kBags; ++b) v[b] = b * kPool;
+        return v;
+    }();
+    return o;
+}
+// The same with the end of the last bag (kBags + 1 entries: the gather loops' bag bounds).
+const std::vector<int64_t>& offsets_end() {
+    static std::vector<int64_t> o = [] {
+        std::vector<int64_t> v(kBags + 1);
+        for (int64_t b = 0; b <= kBags; ++b) v[b] = b * kPool;
         return v;
     }();
     return o;
@@ -155,7 +170,11 @@ void BM_qbag(benchmark::State& state, int64_t dim, bool zipf, xk::EmbeddingRowQu
     xk::bench::ScopedThreads threads(nt);
     const int64_t rb = xk::embedding_row_quant_bytes(q, dim), E = kTableBytes / rb;
     const uint8_t* t = qtable(q, dim);
-    const auto& idx = indices(E, zipf);
+    // The indices over the largest power of two of rows (indices() scatters the Zipf ranks with a
+    // mask: over E = 7.9 M rows it reached only 2^14 distinct rows, all from cache).
+    int64_t Ei = 1;
+    while (Ei * 2 <= E) Ei *= 2;
+    const auto& idx = indices(Ei, zipf);
     xk::EmbeddingBagDesc d;
     d.num_embeddings = E;
     d.dim = dim;
@@ -178,6 +197,34 @@ void BM_qbag(benchmark::State& state, int64_t dim, bool zipf, xk::EmbeddingRowQu
     state.counters["Mrows/s"] = benchmark::Counter(static_cast<double>(kBags * kPool) * 1e-6 * static_cast<double>(state.iterations()),
                                                    benchmark::Counter::kIsRate);
     state.SetLabel(plan.impl_name());
+}
+
+// AdamW's memory traffic alone: p, g, m, v read, p, m, v written back (regular stores), each value
+// unchanged (x + g * 0, the zero read at run time), over the threads in the step's chunks.
+__attribute__((target("avx512f"))) void adamw_pattern_range(float* p, const float* g, float* m, float* v, int64_t i0,
+                                                            int64_t i1, float zero) {
+    const __m512 z = _mm512_set1_ps(zero);
+    int64_t i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        const __m512 gz = _mm512_mul_ps(_mm512_loadu_ps(g + i), z);
+        _mm512_storeu_ps(m + i, _mm512_add_ps(_mm512_loadu_ps(m + i), gz));
+        _mm512_storeu_ps(v + i, _mm512_add_ps(_mm512_loadu_ps(v + i), gz));
+        _mm512_storeu_ps(p + i, _mm512_add_ps(_mm512_loadu_ps(p + i), gz));
+    }
+    for (; i < i1; ++i) {
+        const float gz = g[i] * zero;
+        m[i] += gz;
+        v[i] += gz;
+        p[i] += gz;
+    }
+}
+void adamw_pattern(float* p, const float* g, float* m, float* v, int64_t n) {
+    static volatile float zero = 0.0f;
+    const float z = zero;
+    const int64_t blocks = (n + 63) / 64;  // run_optim's chunks
+    xk::detail::parallel_for(blocks, 1024, [&](int64_t b0, int64_t b1) {
+        adamw_pattern_range(p, g, m, v, b0 * 64, std::min(n, b1 * 64), z);
+    });
 }
 
 // Fused AdamW step over n f32 parameters (p, g, m, v: 28 bytes moved per element: 16 read, 12
@@ -230,13 +277,37 @@ void BM_optim(benchmark::State& state, int kind, int nt) {
         }
     };
     run();  // warm-up (first touch of the split halves / states, outside the timing)
-    xk::bench::CopyYardstick copy(state, true, bytes);
-    for (auto _ : state) {
-        copy.begin();
-        run();
-        copy.end();
+    if (!adamw) {
+        xk::bench::CopyYardstick copy(state, true, bytes);
+        for (auto _ : state) {
+            copy.begin();
+            run();
+            copy.end();
+        }
+        copy.finish();
+        xk::bench::set_gbps(state, bytes);
+        return;
     }
-    copy.finish();
+    // AdamW: the copy, and Stream% = vs the step's own access pattern on the same arrays (p, g, m, v
+    // read, p, m, v written back with regular stores, no arithmetic to speak of: adamw_pattern),
+    // both interleaved. The copy streams one array into another; how fast four read streams and
+    // three write-back streams run depends on where the arrays lie relative to each other (Zen 4, 1
+    // thread: the pattern at 29.5 GB/s with the four arrays 2 MiB-aligned, 55 GB/s 8 KiB apart).
+    xk::bench::InPhase ph(state);
+    ph.add("Copy%", "CopyGBPS", bytes, [bytes] {
+        return 2.0 * static_cast<double>(xk::bench::detail::copy_pool().copy(static_cast<int64_t>(bytes / 8), false)) * 4;
+    });
+    ph.add("Stream%", "StreamGBPS", bytes, [&] {
+        adamw_pattern(b[0].get(), b[1].get(), b[2].get(), b[3].get(), n);
+        return bytes;
+    });
+    (void)xk::bench::detail::copy_pool();
+    for (auto _ : state) {
+        ph.begin();
+        run();
+        ph.end();
+    }
+    ph.finish();
     xk::bench::set_gbps(state, bytes);
 }
 
@@ -261,16 +332,17 @@ void BM_lookup(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 }
 
 // The lookup's limit: the same rows gathered and written to out[i] (a loop that writes what it
-// reads), rows 16 indices ahead prefetched (as gather_rows), the rows split evenly over the threads; the stores
+// reads), the rows ahead prefetched (as gather_bags), the rows split evenly over the threads; the stores
 // non-temporal (nt) or regular. dim a multiple of 16, out 64-byte aligned.
 template <bool NT>
 __attribute__((target("avx512f"))) void gather_store_rows(const float* t, const int64_t* idx, int64_t dim, int64_t i0,
                                                           int64_t i1, float* out) {
     const int nv = static_cast<int>(dim / 16);
     const bool l2 = xk::detail::embedding_bag_prefetch_l2();
+    const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4);
     for (int64_t i = i0; i < i1; ++i) {
-        if (i + 16 < i1) {
-            const char* p = reinterpret_cast<const char*>(t + idx[i + 16] * dim);
+        if (dist > 0 && i + dist < i1) {
+            const char* p = reinterpret_cast<const char*>(t + idx[i + dist] * dim);
             for (int64_t l = 0; l < dim * 4; l += 64) {
                 if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
                 else _mm_prefetch(p + l, _MM_HINT_T0);
@@ -366,24 +438,51 @@ void BM_backward(benchmark::State& state, int64_t dim, bool zipf, int nt) {
 
 // 26 tables (DLRM's Criteo count) of dim 64, slices of the 1 GiB table, 2048 bags each with
 // pooling factors 1, 5, 9, ... 101 (table t: 1 + 4t): the merged plan (one parallel region over
-// every bag of every table) beside 26 separate plan runs writing the same merged output columns.
-void BM_merged(benchmark::State& state, bool merged, int nt) {
-    xk::bench::ScopedThreads threads(nt);
-    constexpr int T = 26;
-    constexpr int64_t dim = 64;
-    const int64_t rows_total = kTableBytes / (dim * 4), E = rows_total / T;
-    static std::vector<std::vector<int64_t>> idx, off;
-    if (idx.empty())
-        for (int t = 0; t < T; ++t) {
+// every bag of every table) beside 26 separate plan runs writing the same merged output columns,
+// and the limit: the plain gather loop (gather_bags) over the same 2.7 M rows, writing the same
+// merged output rows.
+struct MergedData {
+    static constexpr int T = 26;
+    static constexpr int64_t dim = 64;
+    int64_t E = 0;
+    std::vector<std::vector<int64_t>> idx, off;
+    std::vector<int64_t> flat, flat_off;  // every table's rows as rows of the whole table, bags t-major
+};
+const MergedData& merged_data() {
+    static const MergedData m = [] {
+        MergedData x;
+        const int64_t rows_total = kTableBytes / (MergedData::dim * 4);
+        x.E = rows_total / MergedData::T;
+        for (int t = 0; t < MergedData::T; ++t) {
             const int64_t pool = 1 + 4 * t;
             std::vector<int64_t> iv(static_cast<size_t>(kBags * pool)), ov(kBags);
             for (int64_t i = 0; i < kBags * pool; ++i)
                 iv[i] = static_cast<int64_t>(xk::bench::detail::splitmix64(0x77u * (t + 1) + static_cast<uint64_t>(i)) %
-                                             static_cast<uint64_t>(E));
-            for (int64_t b = 0; b < kBags; ++b) ov[b] = b * pool;
-            idx.push_back(std::move(iv));
-            off.push_back(std::move(ov));
+                                             static_cast<uint64_t>(x.E));
+            for (int64_t b = 0; b < kBags; ++b) {
+                ov[b] = b * pool;
+                x.flat_off.push_back(static_cast<int64_t>(x.flat.size()) + b * pool);
+            }
+            for (int64_t v : iv) x.flat.push_back(static_cast<int64_t>(t) * x.E + v);
+            x.idx.push_back(std::move(iv));
+            x.off.push_back(std::move(ov));
         }
+        x.flat_off.push_back(static_cast<int64_t>(x.flat.size()));
+        return x;
+    }();
+    return m;
+}
+
+void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0, int64_t b1, float* out,
+                 int64_t dim, int64_t ld_out, int64_t bpt);  // (below: the gather loop)
+
+// mode 0: merged, 1: separate, 2: the gather loop
+void BM_merged(benchmark::State& state, int mode, int nt) {
+    xk::bench::ScopedThreads threads(nt);
+    constexpr int T = MergedData::T;
+    constexpr int64_t dim = MergedData::dim;
+    const MergedData& md = merged_data();
+    const int64_t E = md.E;
     std::vector<xk::EmbeddingBagDesc> ds(T);
     std::vector<xk::EmbeddingBagArgs> args(T);
     int64_t n_rows = 0;
@@ -391,10 +490,10 @@ void BM_merged(benchmark::State& state, bool merged, int nt) {
         ds[t].num_embeddings = E;
         ds[t].dim = dim;
         args[t].num_bags = kBags;
-        args[t].num_indices = static_cast<int64_t>(idx[t].size());
+        args[t].num_indices = static_cast<int64_t>(md.idx[t].size());
         args[t].table = table() + static_cast<int64_t>(t) * E * dim;
-        args[t].indices = idx[t].data();
-        args[t].offsets = off[t].data();
+        args[t].indices = md.idx[t].data();
+        args[t].offsets = md.off[t].data();
         n_rows += args[t].num_indices;
     }
     std::vector<float> out(static_cast<size_t>(kBags * T * dim));
@@ -405,45 +504,77 @@ void BM_merged(benchmark::State& state, bool merged, int nt) {
         d.ld_out = T * dim;
         plans.emplace_back(d);
     }
+    // The gather loop's chunks: bags split evenly by rows (+1 a bag), one per thread.
+    const int64_t nb = T * kBags;
     for (auto _ : state) {
-        if (merged) {
+        if (mode == 0) {
             mp.run(args.data(), T, out.data());
-        } else {
+        } else if (mode == 1) {
             for (int t = 0; t < T; ++t) {
                 xk::EmbeddingBagArgs a = args[t];
                 a.out = out.data() + t * dim;
                 plans[t].run(a);
             }
+        } else {
+            const int64_t n = xk::get_num_threads();
+            xk::detail::parallel_for(n, 1, [&](int64_t c0, int64_t c1) {
+                auto split = [&](int64_t c) {
+                    const int64_t target = (md.flat_off[nb] + nb) * c / n;
+                    int64_t lo = 0, hi = nb;
+                    while (lo < hi) {
+                        const int64_t mid = (lo + hi) / 2;
+                        if (md.flat_off[mid] + mid >= target) hi = mid;
+                        else lo = mid + 1;
+                    }
+                    return lo;
+                };
+                const int64_t b0 = split(c0), b1 = split(c1);
+                // (the merged output: bag b of table t at row b, columns t * dim)
+                if (b1 > b0) gather_bags(table(), md.flat.data(), md.flat_off.data(), b0, b1, out.data(), dim, T * dim, kBags);
+            });
         }
         benchmark::ClobberMemory();
     }
     xk::bench::set_gbps(state, static_cast<double>(n_rows * dim * 4));
 }
 
-// The limit: each bag's rows summed into registers, rows 16 indices ahead prefetched (into L1, or
-// into L2 where the kernels do: embedding_bag_prefetch_l2), bags split evenly over the threads. dim
-// is a multiple of 16.
-__attribute__((target("avx512f"))) void gather_rows(const float* t, const int64_t* idx, int64_t dim, int64_t b0,
-                                                    int64_t b1, float* out) {
-    const int64_t j_end = b1 * kPool;
-    const bool l2 = xk::detail::embedding_bag_prefetch_l2();
+// The limit: each bag's rows summed into registers (NV vectors: dim 16 NV, rows of NV lines), the
+// rows of embedding_bag_prefetch_rows() indices ahead prefetched (into L1, or into L2 where the
+// kernels do: embedding_bag_prefetch_l2), across bag boundaries up to the chunk's end, the lines
+// unrolled and no bound check per row; bags [b0, b1), bag i's rows idx[off[i], off[i+1]), its sum
+// written where the op writes it: tables of bpt bags each side by side, bag i to
+// out + (i % bpt) * ld_out + (i / bpt) * dim (one table: bpt >= the bags).
+template <int NV, bool L2>
+__attribute__((target("avx512f"))) void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0,
+                                                    int64_t b1, float* out, int64_t ld_out, int64_t bpt, int64_t dist) {
+    constexpr int64_t dim = NV * 16;
+    const int64_t j_end = off[b1];
     for (int64_t b = b0; b < b1; ++b) {
-        __m512 acc[8];
-        const int nv = static_cast<int>(dim / 16);
-        for (int v = 0; v < 8; ++v) acc[v] = _mm512_setzero_ps();
-        for (int64_t j = b * kPool; j < (b + 1) * kPool; ++j) {
-            if (j + 16 < j_end) {
-                const char* p = reinterpret_cast<const char*>(t + idx[j + 16] * dim);
-                for (int64_t l = 0; l < dim * 4; l += 64) {
-                    if (l2) _mm_prefetch(p + l, _MM_HINT_T1);
-                    else _mm_prefetch(p + l, _MM_HINT_T0);
-                }
-            }
+        __m512 acc[NV];
+        for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+        const int64_t e = off[b + 1], jpf = dist > 0 ? std::max(off[b], std::min(e, j_end - dist)) : off[b];
+        int64_t j = off[b];
+        for (; j < jpf; ++j) {
+            const char* p = reinterpret_cast<const char*>(t + idx[j + dist] * dim);
+            for (int l = 0; l < NV; ++l) _mm_prefetch(p + 64 * l, L2 ? _MM_HINT_T1 : _MM_HINT_T0);
             const float* r = t + idx[j] * dim;
-            for (int v = 0; v < nv; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
+            for (int v = 0; v < NV; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
         }
-        for (int v = 0; v < nv; ++v) _mm512_storeu_ps(out + b * dim + 16 * v, acc[v]);
+        for (; j < e; ++j) {
+            const float* r = t + idx[j] * dim;
+            for (int v = 0; v < NV; ++v) acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(r + 16 * v));
+        }
+        float* o = out + (b % bpt) * ld_out + (b / bpt) * dim;
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + 16 * v, acc[v]);
     }
+}
+// dim 64 or 128.
+void gather_bags(const float* t, const int64_t* idx, const int64_t* off, int64_t b0, int64_t b1, float* out,
+                 int64_t dim, int64_t ld_out, int64_t bpt) {
+    const bool l2 = xk::detail::embedding_bag_prefetch_l2();
+    const int64_t dist = xk::detail::embedding_bag_prefetch_rows(dim * 4);
+    if (dim == 64) (l2 ? gather_bags<4, true> : gather_bags<4, false>)(t, idx, off, b0, b1, out, ld_out, bpt, dist);
+    else (l2 ? gather_bags<8, true> : gather_bags<8, false>)(t, idx, off, b0, b1, out, ld_out, bpt, dist);
 }
 
 void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
@@ -453,7 +584,9 @@ void BM_limit(benchmark::State& state, int64_t dim, bool zipf, int nt) {
     std::vector<float> out(static_cast<size_t>(kBags * dim));
     const float* t = table();
     for (auto _ : state) {
-        xk::detail::parallel_for(kBags, 1, [&](int64_t b0, int64_t b1) { gather_rows(t, idx.data(), dim, b0, b1, out.data()); });
+        xk::detail::parallel_for(kBags, 1, [&](int64_t b0, int64_t b1) {
+            gather_bags(t, idx.data(), offsets_end().data(), b0, b1, out.data(), dim, dim, kBags);
+        });
         benchmark::ClobberMemory();
     }
     xk::bench::set_gbps(state, static_cast<double>(kBags * kPool * dim * 4));
@@ -565,12 +698,13 @@ const bool registered = [] {
                         ->UseRealTime();
             }
     for (int nt : xk::bench::thread_counts())
-        for (bool merged : {true, false})
-            benchmark::RegisterBenchmark(xk::bench::join_name({"embedding_merged", "f32", "xk",
-                                                               merged ? "merged_26x2048_dim:64" : "separate_26x2048_dim:64",
-                                                               "nt:" + std::to_string(nt)})
-                                             .c_str(),
-                                         BM_merged, merged, nt)
+        for (int mode : {0, 1, 2})
+            benchmark::RegisterBenchmark(
+                xk::bench::join_name({"embedding_merged", "f32", "xk",
+                                      std::string(mode == 0 ? "merged" : mode == 1 ? "separate" : "gather_limit") + "_26x2048_dim:64",
+                                      "nt:" + std::to_string(nt)})
+                    .c_str(),
+                BM_merged, mode, nt)
                 ->UseRealTime();
     const int64_t on = xk::bench::env_int("XK_BENCH_OPTIM_N", 100000000);
     const std::string ns = on == 100000000 ? "1e8" : std::to_string(on);

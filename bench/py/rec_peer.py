@@ -1,10 +1,13 @@
 """Issue 30's rows with ours and PyTorch in one process (ctypes over libxk's C API, no xkernels
-package needed), alternating call by call at 1 thread (both libraries), median of rounds; each row
-reports wall time and the calling thread's CPU time (time.thread_time: on a shared, overloaded host
-the CPU time is the steadier of the two) and torch / xk ratios (> 1: xk faster).
+package needed), alternating in blocks of --block-s seconds (0: call by call, the steadiest on a
+shared host with --rounds 30-40) at 1 thread (both libraries; --threads N for N), median of rounds;
+each row reports wall time and CPU time (1 thread: the calling thread's, time.thread_time; N
+threads: the process's, time.process_time, which counts both libraries' spinning workers too — on
+a shared, overloaded host the CPU time is the steadier of the two) and torch / xk ratios (> 1: xk
+faster).
 
     XK_LIBRARY=build/release/libxk.so ~/.cache/xkernels/venv/bin/python bench/py/rec_peer.py \\
-        [--table-mb 1024] [--rounds 7] [--filter REGEX]
+        [--table-mb 1024] [--rounds 7] [--filter REGEX] [--threads 1] [--block-s 0.05]
 
 Rows:
   interaction fwd / fwdbwd, f32 / bf16, N = 27, D = 64 / 128, 2048 samples: xk_interaction_* vs
@@ -56,20 +59,26 @@ def check(lib, st):
         raise RuntimeError(lib.xk_last_error().decode())
 
 
-def measure(fa, fb, rounds, min_s=0.05):
-    """Alternate fa / fb; per round each runs >= min_s. Returns medians (wall, cpu) per call."""
+CPU_TIME = time.thread_time  # time.process_time with --threads > 1
+BLOCK_S = 0.05  # --block-s
+
+
+def measure(fa, fb, rounds, min_s=None):
+    """Alternate fa / fb; per round each runs >= min_s (default --block-s; 0: one call each).
+    Returns medians (wall, cpu) per call."""
+    min_s = BLOCK_S if min_s is None else max(min_s, BLOCK_S)
     fa(), fb()
     res = {0: ([], []), 1: ([], [])}
     for _ in range(rounds):
         for k, f in ((0, fa), (1, fb)):
-            n, w0, c0 = 0, time.perf_counter(), time.thread_time()
+            n, w0, c0 = 0, time.perf_counter(), CPU_TIME()
             while True:
                 f()
                 n += 1
-                if time.perf_counter() - w0 >= min_s and n >= 2:
+                if time.perf_counter() - w0 >= min_s and (n >= 2 or min_s == 0):
                     break
             res[k][0].append((time.perf_counter() - w0) / n)
-            res[k][1].append((time.thread_time() - c0) / n)
+            res[k][1].append((CPU_TIME() - c0) / n)
     return [(statistics.median(res[k][0]), statistics.median(res[k][1])) for k in (0, 1)]
 
 
@@ -209,7 +218,7 @@ def q8_rows(lib, rounds, rx, table_mb):
             check(lib, lib.xk_embedding_bag_f32(ctypes.byref(d), P(w.data_ptr()), ctypes.c_int64(n), P(i32.data_ptr()),
                                                 ctypes.c_int64(bags), P(offsets.data_ptr()), None, P(out.data_ptr())))
 
-        a, b = measure(xk_q8, xk_f32, rounds)
+        a, b = measure(xk_q8, xk_f32, rounds, min_s=0.05)  # (blocks: the two tables must not evict each other per call)
         row(f"embedding_bag/q8_vs_f32_dim:{dim}_{dist} (torch = xk f32)", n * dim, a, b)
 
 
@@ -290,11 +299,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--table-mb", type=int, default=1024)
     ap.add_argument("--filter", default="")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--block-s", type=float, default=0.05,
+                    help="seconds each side runs per round (0: one call each, alternating call by call)")
     args = ap.parse_args()
+    global CPU_TIME, BLOCK_S
+    BLOCK_S = args.block_s
+    if args.threads > 1:
+        CPU_TIME = time.process_time
     lib = load_lib()
-    check(lib, lib.xk_set_num_threads(1))
-    torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread each, table {args.table_mb} MiB, rounds {args.rounds}")
+    check(lib, lib.xk_set_num_threads(args.threads))
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s) each, table {args.table_mb} MiB, rounds {args.rounds}")
     interaction_rows(lib, args.rounds, args.filter)
     bag_rows(lib, args.rounds, args.filter, args.table_mb)
     q8_rows(lib, args.rounds, args.filter, args.table_mb)

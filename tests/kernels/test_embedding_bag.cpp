@@ -653,6 +653,79 @@ TEST(EmbeddingBag, QuantizedTablesMatchDequantizedReference) {
     set_num_threads(0);
 }
 
+// The prefetch distance and hint (per CPU: embedding_bag_prefetch_rows / _l2) change no result:
+// every kernel, f32 / bf16 / int8 / int4 rows, with no prefetch, 4 rows, the default and 200 rows
+// ahead (bags of 0-90 entries: shorter and longer than the distance, the chunk's end inside the
+// distance), T0 and T1, bit for bit the reference; the lookup's row copy the same.
+TEST(EmbeddingBag, PrefetchDistanceChangesNoResult) {
+    const auto& reg = detail::embedding_bag_registry();
+    const int64_t E = 300, B = 9;
+    std::mt19937_64 g(77);
+    std::vector<int64_t> idx, off;
+    for (int64_t b = 0; b < B; ++b) {
+        off.push_back(static_cast<int64_t>(idx.size()));
+        const int64_t len = b % 4 == 3 ? 0 : static_cast<int64_t>(g() % 91);
+        for (int64_t j = 0; j < len; ++j) idx.push_back(static_cast<int64_t>(g() % E));
+    }
+    const int64_t n = static_cast<int64_t>(idx.size());
+    std::vector<float> psw(static_cast<size_t>(n));
+    test::fill_uniform(psw.data(), psw.size(), -2, 2, 78);
+    struct Pf {
+        int64_t bytes, cap;
+        int hint;
+    };
+    const Pf settings[] = {{0, 0, 0}, {64, 4, 1}, {0, -1, 0}, {0, -1, 1}, {1 << 20, 200, 1}, {1 << 20, 200, 0}};
+    for (int64_t dim : {16, 33, 64, 128})
+        for (int table : {0, 1, 2, 3})  // f32, bf16, int8 rows, int4 rows
+            for (EmbeddingBagMode mode : {EmbeddingBagMode::sum, EmbeddingBagMode::max}) {
+                EmbeddingBagDesc d;
+                d.num_embeddings = E;
+                d.dim = dim;
+                d.mode = mode;
+                d.per_sample_weights = mode == EmbeddingBagMode::sum && dim != 64;
+                d.table_dtype = table == 1 ? DType::bf16 : DType::f32;
+                Table tab;
+                QTable qt;
+                const void* tp = nullptr;
+                if (table >= 2) {
+                    d.row_quant = table == 2 ? EmbeddingRowQuant::int8_rowwise : EmbeddingRowQuant::int4_rowwise;
+                    d.table_dtype = DType::u8;
+                    qt = make_qtable(d.row_quant, E, dim, 0, 90 + dim);
+                    tp = qt.bytes.data() + 1;
+                } else {
+                    tab.make(d, 0, 91 + dim);
+                    tp = tab.data();
+                }
+                const EmbeddingBagDesc rd = detail::embedding_bag_validate_desc("test", d);
+                const detail::EmbeddingBagConfig cfg = detail::embedding_bag_config(rd);
+                std::vector<float> want(static_cast<size_t>(B * dim), -2), got(want.size());
+                EmbeddingBagArgs a{B, n, tp, idx.data(), off.data(), d.per_sample_weights ? psw.data() : nullptr, want.data()};
+                detail::embedding_bag_reference(detail::embedding_bag_validate_args("test", rd, a), 0, B);
+                for (const Pf& pf : settings) {
+                    detail::embedding_bag_set_prefetch(pf.bytes, pf.cap, pf.hint);
+                    for (const auto& impl : reg.impls()) {
+                        if (!isa_supported(impl.isa) || impl.isa > max_isa()) continue;
+                        std::fill(got.begin(), got.end(), -1.0f);
+                        a.out = got.data();
+                        const detail::EmbeddingBagCall call = detail::embedding_bag_validate_args("test", rd, a);
+                        for (int64_t b0 : {int64_t(0), int64_t(4)}) reg.get(cfg, impl).kernel->run(call, b0, b0 ? B : 4);
+                        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+                            << impl.name << " " << cfg.key() << " pf " << pf.bytes << "/" << pf.cap << "/" << pf.hint;
+                    }
+                    if (table == 0 && mode == EmbeddingBagMode::sum) {  // the lookup's row copy
+                        EmbeddingBagDesc ld;
+                        ld.num_embeddings = E;
+                        ld.dim = dim;
+                        std::vector<float> rows(static_cast<size_t>(n * dim), -1);
+                        embedding(ld, EmbeddingArgs{n, tp, idx.data(), rows.data()});
+                        for (int64_t i = 0; i < n; ++i)
+                            ASSERT_EQ(0, std::memcmp(&rows[i * dim], &tab.f[idx[i] * dim], dim * 4)) << "row " << i;
+                    }
+                }
+                detail::embedding_bag_set_prefetch(0, -1, -1);
+            }
+}
+
 TEST(EmbeddingBag, QuantizedDescriptorErrors) {
     EmbeddingBagDesc d;
     d.num_embeddings = 4;
@@ -880,23 +953,39 @@ TEST(EmbeddingBag, MergedManyBagsTwoThreads) {
         off[t].make(ds[t].index_type, cs[t].offsets, 0);
         args[t] = {B, static_cast<int64_t>(cs[t].indices.size()), tabs[t].data(), idx[t].data(), off[t].data(), nullptr, nullptr};
     }
+    // A bad index in table 3 (and a later one in table 4): the error names table 3, nothing written.
+    std::vector<int64_t> bad3 = cs[3].indices, bad4 = cs[4].indices;
+    const int64_t pos3 = static_cast<int64_t>(bad3.size()) / 2 + 1;
+    bad3[pos3] = ds[3].num_embeddings;
+    bad4[1] = -1;
+    std::vector<EmbeddingBagArgs> bad_args = args;
+    bad_args[3].indices = bad3.data();
+    bad_args[4].indices = bad4.data();
+    const std::string needle = "tables[3]: indices[" + std::to_string(pos3) + "]=" + std::to_string(ds[3].num_embeddings);
     for (int threads : {1, 2}) {
-        set_num_threads(threads);
-        for_each_isa([&](Isa) {
-            std::vector<float> out(static_cast<size_t>(B * total), -1.0f), one(static_cast<size_t>(B * total), -2.0f);
-            embedding_bag_multi(ds, args.data(), T, out.data());
-            int64_t col = 0;
-            for (int64_t t = 0; t < T; ++t) {
-                EmbeddingBagDesc d = ds[t];
-                d.ld_out = total;
-                EmbeddingBagArgs a = args[t];
-                a.out = one.data() + col;
-                embedding_bag(d, a);
-                col += dims[t];
-            }
-            EXPECT_EQ(0, std::memcmp(out.data(), one.data(), out.size() * 4));
-        });
+        for (int par : {0, 2}) {  // the index check on the calling thread / in the chunks' region
+            detail::embedding_bag_set_par_check_threads(par);
+            set_num_threads(threads);
+            for_each_isa([&](Isa) {
+                std::vector<float> out(static_cast<size_t>(B * total), -1.0f), one(static_cast<size_t>(B * total), -2.0f);
+                embedding_bag_multi(ds, args.data(), T, out.data());
+                int64_t col = 0;
+                for (int64_t t = 0; t < T; ++t) {
+                    EmbeddingBagDesc d = ds[t];
+                    d.ld_out = total;
+                    EmbeddingBagArgs a = args[t];
+                    a.out = one.data() + col;
+                    embedding_bag(d, a);
+                    col += dims[t];
+                }
+                EXPECT_EQ(0, std::memcmp(out.data(), one.data(), out.size() * 4));
+                std::fill(out.begin(), out.end(), -3.0f);
+                XK_EXPECT_INVALID(embedding_bag_multi(ds, bad_args.data(), T, out.data()), needle.c_str());
+                for (float v : out) ASSERT_EQ(v, -3.0f);
+            });
+        }
     }
+    detail::embedding_bag_set_par_check_threads(0);
     set_num_threads(0);
 }
 
@@ -1395,6 +1484,32 @@ TEST(EmbeddingBag, BackwardCApi) {
            XK_INVALID_ARGUMENT, "xk_embedding_bag_backward_update_f32_i32: offsets[3]=");
     cd.mode = XK_EMBEDDING_BAG_MEAN;  // weights with mean
     expect(f32(&cd, &cu, c.indices.data(), gof.data()), XK_INVALID_ARGUMENT, "only supported with mode=sum");
+}
+
+// The min / max pass over every length from 1 to 80 (int64: 8 lanes, int32: 16; whole blocks of four
+// vectors, single vectors, the overlapping last vector, the scalar loop): a bad index first, in the
+// middle or last is found, at every ISA cap.
+TEST(EmbeddingBag, IndexCheckEveryShortLength) {
+    const int64_t E = 50;
+    EmbeddingBagDesc d;
+    d.num_embeddings = E;
+    d.dim = 1;
+    std::vector<float> table(static_cast<size_t>(E), 1.0f), out(80);
+    for_each_isa([&](Isa) {
+        for (int64_t n = 1; n <= 80; ++n)
+            for (int64_t pos : {int64_t(0), n / 2, n - 1}) {
+                std::vector<int64_t> i64(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) i64[i] = (i * 7) % E;
+                const int64_t bad = (n + pos) % 2 ? int64_t(-1) : E;
+                i64[pos] = bad;
+                const std::vector<int32_t> i32(i64.begin(), i64.end());
+                const std::string needle = "indices[" + std::to_string(pos) + "]=" + std::to_string(bad);
+                d.index_type = IndexType::i64;
+                XK_EXPECT_INVALID(embedding(d, EmbeddingArgs{n, table.data(), i64.data(), out.data()}), needle.c_str());
+                d.index_type = IndexType::i32;
+                XK_EXPECT_INVALID(embedding(d, EmbeddingArgs{n, table.data(), i32.data(), out.data()}), needle.c_str());
+            }
+    });
 }
 
 // The per-call index check's min / max pass (AVX-512 where the cap allows): an out-of-range index

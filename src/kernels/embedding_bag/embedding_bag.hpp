@@ -89,6 +89,14 @@ const Registry<EmbeddingBagConfig, EmbeddingBagKernel>& embedding_bag_registry()
 // 1.10 vs 0.85 ms, backward 6.2 vs 5.4 ms); XK_EB_PF_HINT=t0 / t1 overrides (tuning). Read once.
 bool embedding_bag_prefetch_l2();
 
+// Rows of the indices ahead whose lines the forward kernels (bags, lookup) prefetch for rows of
+// row_bytes: kPrefetchBytes of rows, 4 to 16 rows (XK_EB_PF_BYTES / XK_EB_PF_ROWS override the
+// bytes and the row cap, tuning; XK_EB_PF_ROWS=0: no prefetch). The gather loops of
+// bench_embedding take the same distance.
+int64_t embedding_bag_prefetch_rows(int64_t row_bytes);
+// Overrides (tests, experiments): bytes > 0, row_cap >= 0, hint 0 = T0 / 1 = T1; -1 / 0: the default.
+void embedding_bag_set_prefetch(int64_t bytes, int64_t row_cap, int hint);
+
 // Vectorised kernels (embedding_bag_simd.cpp): isa = avx512 or avx2.
 std::shared_ptr<const EmbeddingBagKernel> create_embedding_bag_simd(const EmbeddingBagConfig& k, Isa isa);
 
