@@ -40,7 +40,7 @@
 // of them), 2048 bags of 100 indices,
 // uniform or Zipf(1.05) over the rows (ranks scattered by an odd multiplier modulo E), i64
 // indices. GBPS = bytes of gathered rows per second (num_indices * D * element size; the output,
-// 2048 x D, is not counted). PyTorch's F.embedding_bag on the same shapes: bench/torch_peer.py.
+// 2048 x D, is not counted). PyTorch's F.embedding_bag on the same shapes: bench/py/rec_peer.py.
 #include <cmath>
 #include <cstring>
 #include <map>

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "xk/isa.hpp"
+#include "common/cpu_vendor.hpp"
 #include "dispatch/xbyak_config.hpp"
 
 namespace xk {
@@ -134,5 +135,16 @@ const CpuInfo& cpu_info() {
     static const CpuInfo info = detect();
     return info;
 }
+
+namespace detail {
+bool cpu_is_amd() {
+    static const bool v = cpu_info().vendor == "AuthenticAMD";
+    return v;
+}
+bool cpu_is_intel() {
+    static const bool v = cpu_info().vendor == "GenuineIntel";
+    return v;
+}
+}  // namespace detail
 
 }  // namespace xk

@@ -1,6 +1,7 @@
 // Attention family: validation, the KV cache (append), the task driver (query blocks x kv heads x
 // key splits over threads, exact merge of split states) and the registry.
 #include "kernels/attention/attention.hpp"
+#include "common/cpu_vendor.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -430,10 +431,7 @@ bool attn_prefill_prefetch() {
     return v;
 }
 
-bool attn_amd() {
-    static const bool v = cpu_info().vendor == "AuthenticAMD";
-    return v;
-}
+bool attn_amd() { return cpu_is_amd(); }
 
 int attn_prefetch_khint() {
     static const int v = [] {

@@ -1,5 +1,6 @@
 // Embedding-bag family: validation, registry and public entry points.
 #include "kernels/embedding_bag/embedding_bag.hpp"
+#include "common/cpu_vendor.hpp"
 
 #include <immintrin.h>
 
@@ -418,7 +419,7 @@ bool embedding_bag_prefetch_l2() {
         const char* e = std::getenv("XK_EB_PF_HINT");
         if (e && (std::strcmp(e, "t1") == 0 || std::strcmp(e, "T1") == 0)) return true;
         if (e && (std::strcmp(e, "t0") == 0 || std::strcmp(e, "T0") == 0)) return false;
-        return cpu_info().vendor == "AuthenticAMD";
+        return detail::cpu_is_amd();
     }();
     return l2;
 }

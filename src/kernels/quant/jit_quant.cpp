@@ -36,6 +36,7 @@
 #include <memory>
 
 #include "common/streaming.hpp"
+#include "common/cpu_vendor.hpp"
 #include "dispatch/jit_generator.hpp"
 #include "kernels/common/jit_io.hpp"
 #include "kernels/quant/quant.hpp"
@@ -229,7 +230,7 @@ private:
         static const int d = [] {
             const char* e = std::getenv("XK_QUANT_PF");
             if (e && *e) return std::atoi(e);
-            return cpu_info().vendor == "AuthenticAMD" ? 0 : 4096;
+            return cpu_is_amd() ? 0 : 4096;
         }();
         return d;
     }
@@ -581,7 +582,7 @@ int64_t col_vec_rows() {
     static const int64_t v = [] {
         const char* e = std::getenv("XK_QUANT_ROWS");
         if (e && *e) return std::max<int64_t>(1, std::atoll(e));
-        return cpu_info().vendor == "AuthenticAMD" ? int64_t{8} : int64_t{1};
+        return cpu_is_amd() ? int64_t{8} : int64_t{1};
     }();
     return v;
 }

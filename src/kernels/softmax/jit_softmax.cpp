@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/streaming.hpp"
+#include "common/cpu_vendor.hpp"
 #include "dispatch/jit_generator.hpp"
 #include "kernels/common/jit_io.hpp"
 #include "kernels/softmax/softmax.hpp"
@@ -488,7 +489,7 @@ std::atomic<int> g_bf16_fused_y{-1};
 bool bf16_fused_y(Isa isa) {
     const int o = g_bf16_fused_y.load(std::memory_order_relaxed);
     if (o >= 0) return o != 0;
-    static const bool intel = cpu_info().vendor == "GenuineIntel";
+    const bool intel = cpu_is_intel();
     return intel && isa >= Isa::avx512_bf16;
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "common/cpu_vendor.hpp"
 #include "kernels/woq/woq.hpp"
 #include "xk/isa.hpp"
 #include "xk/types.hpp"
@@ -250,7 +251,7 @@ std::atomic<int> g_dp{[] {
 }()};
 bool dp_on() {
     static const bool hw = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-    static const bool amd = cpu_info().vendor == "AuthenticAMD";
+    const bool amd = cpu_is_amd();
     const int v = g_dp.load(std::memory_order_relaxed);
     return hw && (v < 0 ? amd : v != 0);
 }

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "common/cpu_vendor.hpp"
 #include "kernels/woq/woq.hpp"
 #include "xk/isa.hpp"
 
@@ -55,7 +56,7 @@ int64_t pf_distance() {
     static const int64_t v = [] {
         const char* e = std::getenv("XK_WOQ_PF");
         if (e && *e) return std::max<int64_t>(0, std::atoll(e));
-        return cpu_info().vendor == "AuthenticAMD" ? int64_t{0} : int64_t{4096};
+        return cpu_is_amd() ? int64_t{0} : int64_t{4096};
     }();
     return v;
 }
