@@ -114,8 +114,8 @@ void dpd_pv(float* acc, const uint16_t* Pt, int64_t ps, const uint16_t* vt, int6
     __m512 a[NB][2 * CP];
     for (int i = 0; i < NB; ++i)
         for (int c = 0; c < 2 * CP; ++c) a[i][c] = _mm512_loadu_ps(acc + i * hd + d0 + c * 16);
-    if (vpf) vpf += d0;
-    if (vpf2) vpf2 += d0;
+    if (vpf) vpf += d0; else npf = 0;  // (no pointer arithmetic on a null prefetch source)
+    if (vpf2) vpf2 += d0; else npf2 = 0;
     {
         for (int64_t jj = 0; jj < n; jj += 2) {
             for (int64_t r = jj; r < jj + 2 && r < npf; ++r)
