@@ -122,7 +122,10 @@ __attribute__((target("avx2"))) double sum_range(const float* p, size_t n) {
     return r;
 }
 
-void bench_read(benchmark::State& state, int threads) {
+// Each thread sums its 1/threads of a 64 MiB step of the rotated buffer with `sum` (pieces a
+// multiple of `align` floats); GB/s of the bytes read.
+template <class Sum>
+void read_loop(benchmark::State& state, int threads, size_t align, Sum&& sum) {
     xb::ScopedThreads st(threads);
     const size_t n = xb::rotate_bytes() / sizeof(float);
     auto buf = xb::alloc_aligned<float>(n);
@@ -133,15 +136,19 @@ void bench_read(benchmark::State& state, int threads) {
     for (auto _ : state) {
         if (cur + step > n) cur = 0;
         std::vector<double> part(static_cast<size_t>(threads) * 8, 0.0);
-        const size_t per = step / static_cast<size_t>(threads) / 32 * 32;
+        const size_t per = step / static_cast<size_t>(threads) / align * align;
         xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) part[size_t(t) * 8] = sum_range(buf.get() + cur + size_t(t) * per, per);
+            for (int64_t t = b; t < e; ++t) part[size_t(t) * 8] = sum(buf.get() + cur + size_t(t) * per, per);
         });
         for (double v : part) sink += v;
         cur += step;
     }
     benchmark::DoNotOptimize(sink);
     xb::set_gbps(state, static_cast<double>(step) * sizeof(float));
+}
+
+void bench_read(benchmark::State& state, int threads) {
+    read_loop(state, threads, 32, [](const float* p, size_t n) { return sum_range(p, n); });
 }
 
 // The read loop with `fmas` independent FP32 FMAs (8 chains, zmm) per 256 bytes read: how much work
@@ -168,25 +175,7 @@ __attribute__((target("avx512f"))) float sum_range_fma(const float* p, size_t n,
 }
 
 void bench_read_fma(benchmark::State& state, int threads, int fmas) {
-    xb::ScopedThreads st(threads);
-    const size_t n = xb::rotate_bytes() / sizeof(float);
-    auto buf = xb::alloc_aligned<float>(n);
-    xb::fill_value(buf.get(), n, 1.0f);
-    const size_t step = size_t(64) << 20 >> 2;  // 64 MiB per call
-    size_t cur = 0;
-    double sink = 0;
-    for (auto _ : state) {
-        if (cur + step > n) cur = 0;
-        std::vector<double> part(static_cast<size_t>(threads) * 8, 0.0);
-        const size_t per = step / static_cast<size_t>(threads) / 64 * 64;
-        xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) part[size_t(t) * 8] = sum_range_fma(buf.get() + cur + size_t(t) * per, per, fmas);
-        });
-        for (double v : part) sink += v;
-        cur += step;
-    }
-    benchmark::DoNotOptimize(sink);
-    xb::set_gbps(state, static_cast<double>(step) * sizeof(float));
+    read_loop(state, threads, 64, [fmas](const float* p, size_t n) { return sum_range_fma(p, n, fmas); });
 }
 
 void bench_prefill(benchmark::State& state, xk::DType dt, int64_t T, int threads) {

@@ -49,6 +49,7 @@ double act_d(Activation a, double x) {
 struct ThreadsGuard {
     ~ThreadsGuard() { set_num_threads(0); }
 };
+
 struct TuningGuard {
     detail::GemvTuning saved = detail::gemv_tuning();
     ~TuningGuard() { detail::gemv_set_tuning({0, -1, 0}); }
@@ -209,6 +210,22 @@ struct Problem {
         return v;
     }
 };
+
+// The case at 1 and 2 threads, each through a fresh plan and problem by `run`: both against the
+// oracle, and the two results bit for bit.
+template <class Run>
+void check_one_and_two_threads(const Case& c, Run&& run) {
+    std::vector<uint32_t> bits[2];
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        Problem p(c);
+        const GemmPlan plan(c.d);
+        run(plan, p);
+        ASSERT_TRUE(p.check()) << "threads " << threads;
+        bits[threads - 1] = p.c_bits();
+    }
+    EXPECT_EQ(bits[0], bits[1]);
+}
 
 // (fp32 ones: the bf16 decode kernels, "<isa>:bf16:gemv", are tested in test_gemm_bf16.cpp.)
 bool is_decode_impl(const char* name) {
@@ -598,18 +615,11 @@ TEST(GemmDecode, DecodeKernelReadsThePrefillPlansPackedB) {
                     EXPECT_EQ(detail::gemm_kernel_for_layout(spec, packed.layout()).get(),
                               reg.get(spec, reg.find("jit:avx512:gemv:blocked")).kernel.get());
                 }
-                std::vector<uint32_t> bits[2];
-                for (int threads : {1, 2}) {
-                    set_num_threads(threads);
-                    Problem p(c);
-                    const GemmPlan plan(c.d);
+                check_one_and_two_threads(c, [&](const GemmPlan& plan, Problem& p) {
                     GemmArgs a = p.args();
                     a.B = nullptr;
                     plan.run(a, packed);
-                    ASSERT_TRUE(p.check()) << "threads " << threads;
-                    bits[threads - 1] = p.c_bits();
-                }
-                EXPECT_EQ(bits[0], bits[1]);
+                });
             }
     });
 }
@@ -627,20 +637,13 @@ TEST(GemmDecode, ResultsDoNotDependOnTheThreadCount) {
                     c.d.M = M, c.d.N = 611, c.d.K = 77 + 10 * idx++, c.d.trans_b = tb;
                     c.d.epilogue.bias = true;
                     SCOPED_TRACE(describe(c) + (use_packed ? " packed" : " unpacked"));
-                    std::vector<uint32_t> bits[2];
-                    for (int threads : {1, 2}) {
-                        set_num_threads(threads);
-                        Problem p(c);
-                        const GemmPlan plan(c.d);
+                    check_one_and_two_threads(c, [&](const GemmPlan& plan, Problem& p) {
                         GemmArgs a = p.args();
                         if (use_packed)
                             plan.run(a, plan.pack_b(p.B.data()));
                         else
                             plan.run(a);
-                        ASSERT_TRUE(p.check());
-                        bits[threads - 1] = p.c_bits();
-                    }
-                    EXPECT_EQ(bits[0], bits[1]);
+                    });
                 }
     });
 }
@@ -663,18 +666,11 @@ TEST(GemmDecode, RowSweepSlicesDoNotDependOnTheThreadCount) {
                 c.misalign = static_cast<size_t>(idx % 3);
                 c.seed = 900 + static_cast<uint64_t>(idx++);
                 SCOPED_TRACE(describe(c));
-                std::vector<uint32_t> bits[2];
-                for (int threads : {1, 2}) {
-                    set_num_threads(threads);
-                    Problem p(c);
-                    const GemmPlan plan(c.d);
+                check_one_and_two_threads(c, [&](const GemmPlan& plan, Problem& p) {
                     if (isa >= Isa::avx2)
                         EXPECT_NE(std::string(plan.impl_name()).find(":gemv"), std::string::npos) << plan.impl_name();
                     plan.run(p.args());
-                    ASSERT_TRUE(p.check()) << "threads=" << threads;
-                    bits[threads - 1] = p.c_bits();
-                }
-                EXPECT_EQ(bits[0], bits[1]);
+                });
             }
     });
 }

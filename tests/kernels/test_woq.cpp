@@ -208,6 +208,17 @@ void plan_run(const Weight& w, const WoqDesc& d, const WoqArgs& a) {
     p.run(a, w.packed);
 }
 
+// The case through a plan, against the oracle; returns the kernel the plan chose.
+std::string check_plan_name(const Weight& w, const Case& cs, const char* what) {
+    std::string name;
+    check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
+        WoqPlan p(d);
+        name = p.impl_name();
+        p.run(a, w.packed);
+    }, what);
+    return name;
+}
+
 // The case through a plan at 1 and 2 threads, each against the oracle, and the two bit for bit.
 void check_plan_threads(const Weight& w, const Case& cs, const char* what) {
     std::vector<uint8_t> r[2];
@@ -259,12 +270,7 @@ TEST(Woq, EveryKernelEveryLayout) {
                         cs.a = (M + gs / 32) % 2 ? DType::bf16 : DType::f32;
                         cs.c = (M / 2 + (zp ? 1 : 0)) % 2 ? DType::bf16 : DType::f32;
                         cs.lda_pad = M % 3, cs.ldc_pad = M % 2;
-                        std::string name;
-                        check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
-                            WoqPlan p(d);
-                            name = p.impl_name();
-                            p.run(a, w.packed);
-                        }, isa_name(isa));
+                        const std::string name = check_plan_name(w, cs, isa_name(isa));
                         seen.insert(name);
                         const bool dec = M <= detail::kWoqMaxDecodeM;
                         if (isa == Isa::scalar) EXPECT_EQ(name, "ref:scalar");
@@ -315,12 +321,7 @@ TEST(Woq, Bf16DotKernels) {
                     cs.a = DType::bf16;
                     cs.c = M % 2 ? DType::bf16 : DType::f32;
                     cs.lda_pad = M % 3, cs.ldc_pad = M % 2;
-                    std::string name;
-                    check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
-                        WoqPlan p(d);
-                        name = p.impl_name();
-                        p.run(a, w.packed);
-                    }, "dp");
+                    const std::string name = check_plan_name(w, cs, "dp");
                     if (t == WoqWeightType::u4 || M >= 6)
                         EXPECT_EQ(name, t == WoqWeightType::u4 ? "avx512_bf16:woq_u4:gemv" : "avx512_bf16:woq_s8:gemv");
                 }
@@ -350,13 +351,8 @@ TEST(Woq, PlanesKernel) {
                     cs.x_span = span;
                     cs.x_special = span == 12;
                     cs.bias = span == 24;
-                    std::string name;
                     check_plan_threads(w, cs, "planes");
-                    check_case(w, cs, [&](const WoqDesc& d, const WoqArgs& a) {
-                        WoqPlan p(d);
-                        name = p.impl_name();
-                        p.run(a, w.packed);
-                    }, "planes");
+                    const std::string name = check_plan_name(w, cs, "planes");
                     EXPECT_EQ(name, "avx512_vnni:woq_s8:planes");
                 }
         }

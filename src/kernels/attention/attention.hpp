@@ -65,6 +65,15 @@ struct AttnTask {
     float* scratch = nullptr;        // attn_scratch_floats(rows, head_dim) floats for the kernel
 };
 
+// The range of a task's limits: every token sees keys j < hi (at most j_end); all see j < lo.
+inline void attn_limit_range(const AttnTask& t, int64_t& lo, int64_t& hi) {
+    lo = t.j_end, hi = 0;
+    for (int64_t i = 0; i < t.tokens; ++i) {
+        if (t.limit[i] > hi) hi = t.limit[i];
+        if (t.limit[i] < lo) lo = t.limit[i];
+    }
+}
+
 // Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
 // (64 keys x head_dim each) and its [rows x 64] scores.
 // Keys per softmax step of the decode path (rows < 16): a multiple of kAttnTile.

@@ -225,11 +225,8 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
         l[r] = 0.0f;
     }
     for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
-    int64_t lim_max = 0, lim_min = t.j_end;
-    for (int64_t i = 0; i < t.tokens; ++i) {
-        if (t.limit[i] > lim_max) lim_max = t.limit[i];
-        if (t.limit[i] < lim_min) lim_min = t.limit[i];
-    }
+    int64_t lim_min, lim_max;
+    attn_limit_range(t, lim_min, lim_max);
     const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);
