@@ -23,3 +23,8 @@ elseif(XK_SANITIZE STREQUAL "fuzzer")
 elseif(NOT XK_SANITIZE STREQUAL "")
   message(FATAL_ERROR "XK_SANITIZE='${XK_SANITIZE}': use '', address, thread or fuzzer")
 endif()
+# Every sanitizer build: kernels with one template per shape class compile a reduced set of them
+# (attention: head_dims 16-96, 128, 256 — src/kernels/attention/attention.hpp, attn_hd_compiled).
+if(NOT XK_SANITIZE STREQUAL "")
+  add_compile_definitions(XK_SANITIZER_BUILD=1)
+endif()

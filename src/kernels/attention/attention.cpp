@@ -463,22 +463,22 @@ const Registry<AttnKernelDesc, AttnKernel>& attention_registry() {
             // tasks run the avx512 code inside it).
             {"amx:bf16", Isa::amx,
              [](const AttnKernelDesc& kd) {
-                 return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256;
+                 return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256 && attn_hd_compiled(kd.head_dim);
              },
              create_attention_amx_variant},
             // The same on AVX512-BF16 (VDPBF16PS for the tile products): bf16 prefill on CPUs without
             // AMX (on AMD Zen 4 VDPBF16PS issues at the FMA rate: 2x its multiply-adds).
             {"dpbf16:bf16", Isa::avx512_bf16,
              [](const AttnKernelDesc& kd) {
-                 return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256;
+                 return kd.kv_dtype == DType::bf16 && kd.head_dim % 32 == 0 && kd.head_dim <= 256 && attn_hd_compiled(kd.head_dim);
              },
              create_attention_dpbf16_variant},
             {"intr:avx512", Isa::avx512,
-             [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256; },
+             [](const AttnKernelDesc& kd) { return kd.head_dim % 16 == 0 && kd.head_dim <= 256 && attn_hd_compiled(kd.head_dim); },
              create_attention_avx512},
             {"intr:avx2", Isa::avx2,
              [](const AttnKernelDesc& kd) {
-                 return kd.head_dim % 16 == 0 && kd.head_dim <= 256 && kd.kv_dtype != DType::s8;
+                 return kd.head_dim % 16 == 0 && kd.head_dim <= 256 && attn_hd_compiled(kd.head_dim) && kd.kv_dtype != DType::s8;
              },
              create_attention_avx2},
             {"ref:scalar", Isa::scalar, nullptr,

@@ -16,6 +16,19 @@
 
 namespace xk::detail {
 
+// Which head_dims the vector / tile kernels are compiled for. Release builds: every multiple of their
+// step up to 256. Sanitizer builds (XK_SANITIZER_BUILD, set by cmake/XkSanitizers.cmake): 16-96, 128
+// and 256 only — the head_dims models use and the tests sweep; the others run the reference there
+// (the kernels are one template per head_dim: all of them took attn_avx512.cpp 13 minutes to compile
+// under clang's ASan + UBSan + coverage, the longest step of CI).
+constexpr bool attn_hd_compiled(int64_t hd) {
+#if defined(XK_SANITIZER_BUILD) && XK_SANITIZER_BUILD
+    return hd <= 96 || hd == 128 || hd == 256;
+#else
+    return hd > 0;
+#endif
+}
+
 struct AmxTileArgs;  // kernels/gemm/amx_tile.hpp
 
 // What a kernel is created for.

@@ -215,7 +215,6 @@ namespace {
 #include "kernels/attention/attn_exp512.hpp"      // attn_exp2_512
 #include "kernels/attention/attn_prefill512.hpp"  // pf_row, pf_transpose16
 
-constexpr int64_t kAmxKeys = 64;  // keys per tile
 constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
 
 // 2^d for the probabilities p (the hot loop; each p is rounded to bf16 for P V anyway), d clamped
@@ -610,14 +609,12 @@ void dp_tile(const AmxTileArgs* p) {
 
 void run_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m, float* l, float* acc) {
     switch (t.head_dim / 32) {
-        case 1: attn_prefill_amx<1>(tile, tile_acc, t, m, l, acc); return;
-        case 2: attn_prefill_amx<2>(tile, tile_acc, t, m, l, acc); return;
-        case 3: attn_prefill_amx<3>(tile, tile_acc, t, m, l, acc); return;
-        case 4: attn_prefill_amx<4>(tile, tile_acc, t, m, l, acc); return;
-        case 5: attn_prefill_amx<5>(tile, tile_acc, t, m, l, acc); return;
-        case 6: attn_prefill_amx<6>(tile, tile_acc, t, m, l, acc); return;
-        case 7: attn_prefill_amx<7>(tile, tile_acc, t, m, l, acc); return;
-        case 8: attn_prefill_amx<8>(tile, tile_acc, t, m, l, acc); return;
+#define XK_AMX_CASE(nc)                                                                                     \
+    case nc:                                                                                                \
+        if constexpr (attn_hd_compiled(nc * 32)) return attn_prefill_amx<nc>(tile, tile_acc, t, m, l, acc); \
+        break;
+        XK_AMX_CASE(1) XK_AMX_CASE(2) XK_AMX_CASE(3) XK_AMX_CASE(4) XK_AMX_CASE(5) XK_AMX_CASE(6) XK_AMX_CASE(7) XK_AMX_CASE(8)
+#undef XK_AMX_CASE
     }
     __builtin_trap();
 }

@@ -126,7 +126,12 @@ template <class T>
 void prefill_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
     switch (t.head_dim / 16) {
 #define XK_ATTN_NC(nc) \
-    case nc: attn_prefill<T, nc>(t, m, l, acc); return;
+    case nc:                                   \
+        if constexpr (attn_hd_compiled(nc * 16)) { \
+            attn_prefill<T, nc>(t, m, l, acc);     \
+            return;                                \
+        }                                          \
+        break;
         XK_ATTN_CASES
 #undef XK_ATTN_NC
     }

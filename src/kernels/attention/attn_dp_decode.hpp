@@ -340,14 +340,12 @@ void attn_decode_dp(const AttnTask& t, float* m, float* l, float* acc) {
 
 void run_dp_decode(const AttnTask& t, float* m, float* l, float* acc) {
     switch (t.head_dim / 32) {
-        case 1: attn_decode_dp<1>(t, m, l, acc); return;
-        case 2: attn_decode_dp<2>(t, m, l, acc); return;
-        case 3: attn_decode_dp<3>(t, m, l, acc); return;
-        case 4: attn_decode_dp<4>(t, m, l, acc); return;
-        case 5: attn_decode_dp<5>(t, m, l, acc); return;
-        case 6: attn_decode_dp<6>(t, m, l, acc); return;
-        case 7: attn_decode_dp<7>(t, m, l, acc); return;
-        case 8: attn_decode_dp<8>(t, m, l, acc); return;
+#define XK_DP_CASE(nc)                                                                    \
+    case nc:                                                                              \
+        if constexpr (attn_hd_compiled(nc * 32)) return attn_decode_dp<nc>(t, m, l, acc); \
+        break;
+        XK_DP_CASE(1) XK_DP_CASE(2) XK_DP_CASE(3) XK_DP_CASE(4) XK_DP_CASE(5) XK_DP_CASE(6) XK_DP_CASE(7) XK_DP_CASE(8)
+#undef XK_DP_CASE
     }
     __builtin_trap();
 }

@@ -445,7 +445,12 @@ template <class V, class T>
 void attn_dispatch(const AttnTask& t, float* m, float* l, float* acc) {
     switch (t.head_dim / V::W) {
 #define XK_ATTN_NC(nc) \
-    case nc: attn_task<V, T, nc>(t, m, l, acc); return;
+    case nc:                                             \
+        if constexpr (attn_hd_compiled(nc * V::W)) {     \
+            attn_task<V, T, nc>(t, m, l, acc);           \
+            return;                                      \
+        }                                                \
+        break;
         XK_ATTN_CASES
 #undef XK_ATTN_NC
     }
