@@ -18,8 +18,8 @@ namespace xk::detail {
 
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 
-// Zero-filled buffer of at least `bytes` (>= 1), 64-byte aligned; free with std::free.
-inline void* alloc_huge_zeroed(size_t bytes) {
+// Buffer of at least `bytes` (>= 1), 64-byte aligned, not initialised; free with std::free.
+inline void* alloc_huge(size_t bytes) {
     bytes = bytes < 64 ? 64 : (bytes + 63) / 64 * 64;
     const bool huge = bytes >= kHugePageBytes;
     const size_t align = huge ? kHugePageBytes : 64;
@@ -29,7 +29,13 @@ inline void* alloc_huge_zeroed(size_t bytes) {
 #ifdef MADV_HUGEPAGE
     if (huge) madvise(p, size, MADV_HUGEPAGE);  // before the first touch: the faults take 2 MiB pages
 #endif
-    std::memset(p, 0, size);
+    return p;
+}
+
+// The same, zero-filled.
+inline void* alloc_huge_zeroed(size_t bytes) {
+    void* p = alloc_huge(bytes);
+    std::memset(p, 0, bytes < 64 ? 64 : (bytes + 63) / 64 * 64);
     return p;
 }
 
