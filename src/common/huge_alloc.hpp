@@ -18,10 +18,19 @@ namespace xk::detail {
 
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 
+// XK_HUGE_PAGES=0 (read once): no hint, 64-byte alignment (for before / after runs).
+inline bool huge_pages_on() {
+    static const bool on = [] {
+        const char* e = std::getenv("XK_HUGE_PAGES");
+        return !(e && *e && std::atoi(e) == 0);
+    }();
+    return on;
+}
+
 // Buffer of at least `bytes` (>= 1), 64-byte aligned, not initialised; free with std::free.
 inline void* alloc_huge(size_t bytes) {
     bytes = bytes < 64 ? 64 : (bytes + 63) / 64 * 64;
-    const bool huge = bytes >= kHugePageBytes;
+    const bool huge = bytes >= kHugePageBytes && huge_pages_on();
     const size_t align = huge ? kHugePageBytes : 64;
     const size_t size = huge ? (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : bytes;
     void* p = nullptr;
