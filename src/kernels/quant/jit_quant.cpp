@@ -20,10 +20,12 @@
 //               reduces the lanes.
 //   fused:      per_token_dynamic's pipeline: one loop quantizes row r (src, in L1 since its range
 //               pass) with its parameters and takes the range of row r + 1 (src2, from DRAM) as
-//               minmax does, so the DRAM stream never waits for the in-cache pass. bf16 x without
-//               smooth on AVX-512: that range from the bits, 32 word lanes a vector (VPMAXSW over the
-//               positives, VPMAXUW over the negatives' sign-magnitude bits, finite lanes only):
-//               no widening, 4 instructions per 32 elements.
+//               minmax does, so the DRAM stream never waits for the in-cache pass. AVX-512: that
+//               range from the bits — bf16 x without smooth as 32 word lanes a vector (VPMAXSW over
+//               the positives, VPMAXUW over the negatives' sign-magnitude bits), f32 (or smoothed) v
+//               as 16 dword lanes (VPMAXSD / VPMAXUD, loads folded in) — where NaN / +-inf show as a
+//               non-finite end (the caller re-ranges that row); rows found finite are quantized by
+//               the fin variants (no NaN mask, no clamp: |x * inv| <= 256 by the row's scale).
 // bf16 outputs: the integer rounding, or VCVTNEPS2BF16 (jit:avx512_bf16) for the rows whose scales
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
