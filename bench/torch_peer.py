@@ -231,7 +231,7 @@ def cases(torch, F, threads):
             return [(torch.rand(t, 2 * I, dtype=torch.bfloat16) * 8 - 4,)]
         out.append((f"swiglu/bf16/torch/decode/t:{t}/i:{I}/nt:1", 1, 3 * t * I * 2, 1, mk_glu_d, ops["swiglu"]))
     return (out + gemm_cases(torch, F, threads) + woq_cases(torch, F, threads) + qlinear_cases(torch, F, threads)
-            + attention_cases(torch, F, threads))
+            + attention_cases(torch, F, threads) + quant_cases(torch, F, threads))
 
 
 # ---- bench_gemm's GEMMs (see the top); counters: a dict {"GFLOPS": flops, "GBPS": bytes} per call ---
@@ -302,6 +302,58 @@ def woq_cases(torch, F, threads):
             out.append((f"woq/u4g128/torch/{shape}/nt:{nt}", nt, {"GBPS": b4, "GFLOPS": 2 * M * N * K},
                         rot or max(1, math.ceil(ROTATE_BYTES / b4)), mk4,
                         lambda x, w, sz: torch._weight_int4pack_mm_for_cpu(x, w, 128, sz)))
+    return out
+
+
+# ---- bench_quant's rows (names as bench_quant's: quantize/<f32|bf16>/torch/<mode>/<u8|s8>/4096x4096/nt:<t>,
+# dequantize/...; GBPS = bytes read + written, x and q once, as bench_quant counts; x rotated over
+# XK_BENCH_ROTATE_MB):
+#   per_tensor   torch.quantize_per_tensor(x, scale, zp, quint8) (u8 asymmetric); dequantize: q.dequantize()
+#   per_channel  torch.quantize_per_channel(x, scales [cols], zeros, axis=1, qint8) (s8 symmetric)
+#   dynamic      per token asymmetric s8 in eager ops (torch.aminmax per row, PyTorch's observer formula,
+#                torch.quantize_per_channel on axis 0 with the rows' parameters): the one call PyTorch has
+#                for a per-row quantization with computed parameters
+#   bf16 x: the same ops on bf16 tensors where this build accepts them (else skipped)
+def quant_cases(torch, F, threads):
+    out = []
+    R = C = 4096
+    shape = f"{R}x{C}"
+    for dname, dt, es in (("f32", torch.float32, 4), ("bf16", torch.bfloat16, 2)):
+        nsets = max(1, math.ceil(ROTATE_BYTES / (R * C * (es + 1))))
+
+        def mk_x(nsets, dt=dt):
+            return [((torch.rand(R, C) * 6 - 3).to(dt),) for _ in range(nsets)]
+
+        def mk_pc(nsets, dt=dt):
+            sc = torch.rand(C, dtype=torch.float64) * 0.02 + 0.01
+            return [((torch.rand(R, C) * 6 - 3).to(dt), sc, torch.zeros(C, dtype=torch.int64)) for _ in range(nsets)]
+
+        def dyn(x):
+            mn, mx = torch.aminmax(x.float(), dim=1)
+            mn, mx = mn.clamp(max=0), mx.clamp(min=0)
+            sc = ((mx - mn) / 255).double().clamp(min=1e-12)
+            zp = (-128 - torch.round(mn.double() / sc)).clamp(-128, 127).long()
+            return torch.quantize_per_channel(x, sc, zp, 0, torch.qint8)
+
+        def mk_q(nsets, dt=dt):
+            return [(torch.quantize_per_tensor((torch.rand(R, C) * 6 - 3), 0.02, 128, torch.quint8),) for _ in range(nsets)]
+
+        def mk_qc(nsets, dt=dt):
+            sc = torch.rand(C, dtype=torch.float64) * 0.02 + 0.01
+            return [(torch.quantize_per_channel(torch.rand(R, C) * 6 - 3, sc, torch.zeros(C, dtype=torch.int64), 1, torch.qint8),)
+                    for _ in range(nsets)]
+        b = R * C * (es + 1)
+        for nt in threads:
+            out.append((f"quantize/{dname}/torch/per_tensor/u8/{shape}/nt:{nt}", nt, {"GBPS": b}, nsets, mk_x,
+                        lambda x: torch.quantize_per_tensor(x, 0.02, 128, torch.quint8)))
+            out.append((f"quantize/{dname}/torch/per_channel/s8/{shape}/nt:{nt}", nt, {"GBPS": b + C * 4}, nsets, mk_pc,
+                        lambda x, sc, zp: torch.quantize_per_channel(x, sc, zp, 1, torch.qint8)))
+            out.append((f"quantize/{dname}/torch/dynamic/s8/{shape}/nt:{nt}", nt, {"GBPS": b + R * 8}, nsets, mk_x, dyn))
+            if dt == torch.float32:  # (q.dequantize() gives f32)
+                out.append((f"dequantize/{dname}/torch/per_tensor/u8/{shape}/nt:{nt}", nt, {"GBPS": b}, nsets, mk_q,
+                            lambda q: q.dequantize()))
+                out.append((f"dequantize/{dname}/torch/per_channel/s8/{shape}/nt:{nt}", nt, {"GBPS": b + C * 4}, nsets, mk_qc,
+                            lambda q: q.dequantize()))
     return out
 
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -355,6 +356,81 @@ TEST(Woq, PlanesKernel) {
                     const std::string name = check_plan_name(w, cs, "planes");
                     EXPECT_EQ(name, "avx512_vnni:woq_s8:planes");
                 }
+        }
+    detail::set_woq_planes(-1);
+}
+
+// The planes kernel bit for bit against its documented formula: per group the exact sum
+// S = sum_k x q (x = X * 2^e with X integers, S = 2^e sum_k X q in int64) rounded to f32 once, then
+// y = fma(S, scale, y) and, with offsets, y = fma(f32(sum_k x), offset, y), group by group (alpha 1,
+// no epilogue terms: Y is y). Rows of up to ~20 bits of span (P <= 4: the kernel's case, no
+// fallback), odd K and K = 2 group + 128, misaligned X with a leading dimension past the row, a
+// padded Y, 1 and 2 threads.
+TEST(Woq, PlanesKernelExactSums) {
+    if (max_isa() < Isa::avx512_vnni || !detail::woq_vnni_supported()) GTEST_SKIP() << "needs AVX512-VNNI + VBMI (and no lower cap)";
+    detail::set_woq_planes(1);
+    for (int64_t gs : {0, 32, 128})
+        for (bool zp : {false, true}) {
+            const int64_t K = gs ? 2 * gs + 128 : 77, N = 37, G = gs ? K / gs : 1, glen = gs ? gs : K;
+            Weight w = make_weight(N, K, WoqWeightType::s8, gs, zp, 11 + gs);
+            const detail::WoqPacked* pk = detail::woq_packed(w.packed);
+            for (int64_t M : {1, 2, 3, 4}) {
+                const int64_t lda = K + 3, ldc = N + 2;
+                std::mt19937_64 g(static_cast<uint64_t>(M * 100 + gs + zp));
+                std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+                std::vector<uint16_t> xbuf(static_cast<size_t>(M * lda + 1));
+                uint16_t* x = xbuf.data() + 1;  // (2-byte offset: misaligned rows)
+                std::vector<double> xv(static_cast<size_t>(M * K));
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t k = 0; k < lda; ++k) {
+                        const bf16 b(std::ldexp(u(g), -static_cast<int>(g() % 12)));
+                        x[m * lda + k] = b.bits;
+                        if (k < K) xv[m * K + k] = b.to_float();
+                    }
+                WoqDesc d;
+                d.M = M, d.N = N, d.K = K, d.weight_type = WoqWeightType::s8, d.a_type = DType::bf16, d.c_type = DType::f32;
+                d.lda = lda, d.ldc = ldc;
+                std::vector<float> want(static_cast<size_t>(M * ldc), -7.0f);
+                for (int64_t m = 0; m < M; ++m) {
+                    int lo = 1000;  // the row's lowest set bit: x = X * 2^lo
+                    for (int64_t k = 0; k < K; ++k) {
+                        const double v = xv[m * K + k];
+                        if (v == 0.0) continue;
+                        int e;
+                        double f = std::frexp(std::fabs(v), &e);  // v = f * 2^e, f in [0.5, 1): 8 significant bits
+                        int64_t mant = static_cast<int64_t>(std::ldexp(f, 8));
+                        int t = e - 8;
+                        while (mant % 2 == 0) mant /= 2, ++t;
+                        lo = std::min(lo, t);
+                    }
+                    if (lo == 1000) lo = 0;
+                    for (int64_t n = 0; n < N; ++n) {
+                        float y = 0.0f;
+                        for (int64_t gg = 0; gg < G; ++gg) {
+                            int64_t S = 0, X = 0;
+                            for (int64_t k = gg * glen; k < std::min(K, (gg + 1) * glen); ++k) {
+                                const int64_t xi = static_cast<int64_t>(std::ldexp(xv[m * K + k], -lo));  // exact
+                                S += xi * pk->q_at(n, k);
+                                X += xi;
+                            }
+                            const float sum = static_cast<float>(std::ldexp(static_cast<double>(S), lo));
+                            y = std::fma(sum, pk->scale_at(n, gg), y);
+                            if (zp) y = std::fma(static_cast<float>(std::ldexp(static_cast<double>(X), lo)), pk->offset_at(n, gg), y);
+                        }
+                        want[m * ldc + n] = y;
+                    }
+                }
+                for (int th : {1, 2}) {
+                    set_num_threads(th);
+                    std::vector<float> got(static_cast<size_t>(M * ldc), -7.0f);
+                    WoqPlan plan(d);
+                    EXPECT_STREQ(plan.impl_name(), "avx512_vnni:woq_s8:planes");
+                    plan.run({x, got.data()}, w.packed);
+                    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+                        << "gs=" << gs << " zp=" << zp << " M=" << M << " threads=" << th;
+                }
+                set_num_threads(0);
+            }
         }
     detail::set_woq_planes(-1);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/activation.hpp"
+#include "common/huge_alloc.hpp"
 #include "common/parallel.hpp"
 #include "kernels/gemm/gemm.hpp"
 
@@ -17,9 +18,7 @@ namespace xk::detail {
 
 GemmPacked::GemmPacked(std::string layout_, size_t bytes_)
     : layout(std::move(layout_)), layout_id(gemm_layout_id(layout)), bytes(bytes_) {
-    const size_t alloc = ((bytes + 63) / 64) * 64 + 64;  // aligned_alloc wants a multiple of the alignment
-    data = std::aligned_alloc(64, alloc);
-    if (!data) throw std::bad_alloc();
+    data = alloc_huge(bytes + 64);  // 2 MiB pages from 2 MiB on: decode streams them (common/huge_alloc.hpp)
 }
 
 GemmPacked::~GemmPacked() { std::free(data); }

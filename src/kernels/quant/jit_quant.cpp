@@ -20,10 +20,12 @@
 //               reduces the lanes.
 //   fused:      per_token_dynamic's pipeline: one loop quantizes row r (src, in L1 since its range
 //               pass) with its parameters and takes the range of row r + 1 (src2, from DRAM) as
-//               minmax does, so the DRAM stream never waits for the in-cache pass. bf16 x without
-//               smooth on AVX-512: that range from the bits, 32 word lanes a vector (VPMAXSW over the
-//               positives, VPMAXUW over the negatives' sign-magnitude bits, finite lanes only):
-//               no widening, 4 instructions per 32 elements.
+//               minmax does, so the DRAM stream never waits for the in-cache pass. AVX-512: that
+//               range from the bits — bf16 x without smooth as 32 word lanes a vector (VPMAXSW over
+//               the positives, VPMAXUW over the negatives' sign-magnitude bits), f32 (or smoothed) v
+//               as 16 dword lanes (VPMAXSD / VPMAXUD, loads folded in) — where NaN / +-inf show as a
+//               non-finite end (the caller re-ranges that row); rows found finite are quantized by
+//               the fin variants (no NaN mask, no clamp: |x * inv| <= 256 by the row's scale).
 // bf16 outputs: the integer rounding, or VCVTNEPS2BF16 (jit:avx512_bf16) for the rows whose scales
 // are all normal (no denormal output can arise there, where the instruction would flush it).
 // Tails (n % vlen): AVX-512 by opmasks (masked loads / VPMOVDB stores, nothing touched beyond
@@ -63,7 +65,7 @@ struct QArgs {
 };
 using QFn = void (*)(const QArgs*);
 
-enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQAbs16, kQInf16, kQNegInf16, kQPermD, kQPermQ, kQWidenW, kQCount };
+enum QConst : int { kQ512, kQm512, kQAbs, kQInf, kQNegInf, kQAbs16, kQInf16, kQNegInf16, kQPermD, kQPermQ, kQWidenW, kQCount };
 struct alignas(64) QTable {
     uint32_t v[kQCount][16];
 };
@@ -79,6 +81,7 @@ const QTable& qtable() {
         setf(kQm512, -512.0f);
         for (auto& e : t.v[kQAbs]) e = 0x7fffffffu;
         for (auto& e : t.v[kQInf]) e = 0x7f800000u;
+        for (auto& e : t.v[kQNegInf]) e = 0xff800000u;
         for (auto& e : t.v[kQAbs16]) e = 0x7fff7fffu;
         for (auto& e : t.v[kQInf16]) e = 0x7f807f80u;
         for (auto& e : t.v[kQNegInf16]) e = 0xff80ff80u;
@@ -99,7 +102,10 @@ public:
     // dequantize: vector-aligned rows), then SFENCE.
     // cvt_bf16: bf16 stores by VCVTNEPS2BF16 (AVX512-BF16; the caller uses this variant only where
     // no output can be denormal: dequantize with every scale >= FLT_MIN).
-    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode, bool nt = false, bool cvt_bf16 = false)
+    // fin: the rows' values are finite and |x * inv| <= 256 (per_token_dynamic's rows whose range
+    // pass saw no NaN / inf: the scale comes from that range), so the main loop drops the NaN mask
+    // and the clamp (fin() says whether the variant got it: AVX-512 with pack_store's VPADDSW).
+    JitQuant(const QuantKernelDesc& kd, Isa isa, Mode mode, bool nt = false, bool cvt_bf16 = false, bool fin = false)
         : JitGenerator(isa), kd_(kd), mode_(mode), nt_(nt) {
         zmm_ = isa >= Isa::avx512;
         vl_ = zmm_ ? 16 : 8;
@@ -139,6 +145,14 @@ public:
         // VPADDD, and needs no -512 clamp: VCVTPS2DQ of t < -512 gives an int32 <= -512 (or
         // INT_MIN below -2^31), which the packs saturate as the clamped value would.
         zp16_ = pack64_ && !vec_zp_;
+        // fin: per 16 results VMULPS (f32 x: the load folded in) + VCVTPS2DQ instead of load,
+        // VMULPS, VCMPPS, VMINPS, VCVTPS2DQ. (Zen 4, one core: a loop's rate from DRAM falls with
+        // its instruction count per byte — the out-of-order window holds fewer of its loads — so
+        // fewer instructions a 64-byte line is what moves these rows.)
+        fin_ = fin && zp16_ && !vec_;
+        // fused, AVX-512, f32 x (or bf16 with smooth): the range from the bits as signed / unsigned
+        // int32 maxima (range32), two instructions a vector with the loads folded in.
+        r32_ = mode == Mode::fused && zmm_ && !r16_;
 
         // Per column parameter vectors: one call runs `rows` rows, each 64-column step over all of
         // them (the parameters read once from L2, then from L1 for the other rows).
@@ -206,6 +220,7 @@ public:
         L(done);
         if (nt_) sfence();
         if (r16_) range16_finish();
+        if (r32_) range32_finish();
         if (mode == Mode::minmax || mode == Mode::fused) {
             mov(rax, ptr[abi_param1 + offsetof(QArgs, mm)]);
             for (int i = 0; i < (mode == Mode::minmax ? 3 : 2); ++i) vmovups(ptr[rax + i * vl_ * 4], V(8 + i));
@@ -215,6 +230,7 @@ public:
         fn = finalize<QFn>();
     }
     QFn fn = nullptr;
+    bool fin() const { return fin_; }
 
 private:
     Xmm V(int i) const { return zmm_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
@@ -306,7 +322,7 @@ private:
         }
         if (mode_ == Mode::fused) {
             if (r16_) range16(off, tail ? -1 : span < 0 ? vl_ : span);
-            else if (zmm_) range_fast(V(10), V(11), src2_, off, tail);
+            else if (r32_) range32(off, tail);
             else range_one(V(10), V(11), src2_, off, tail, false);
         }
         if (mode_ == Mode::minmax) {
@@ -320,11 +336,15 @@ private:
                 vpunpckhwd(Zmm(A(k + 1).getIdx()), Zmm(16), x);
                 vpunpcklwd(Zmm(a.getIdx()), Zmm(16), x);
             }
+        } else if (pack && !vec_ && !smooth_ && ft_ == DType::f32) {
+            vmulps(a, V(12), ptr[src_ + off * 4]);  // t = x * inv, the load folded in
         } else {
             load_v(a, b, src_, off, tail);
         }
         // t = v * inv
-        if (vec_) {
+        if (pack && !vec_ && !smooth_ && ft_ == DType::f32) {
+            // (done above)
+        } else if (vec_) {
             if (tail) {
                 io_->load_rt(b, vs_, DType::f32, n_);
                 vmulps(a, a, b);
@@ -333,6 +353,10 @@ private:
             }
         } else {
             vmulps(a, a, V(12));
+        }
+        if (pack && fin_) {  // finite, |t| <= 256: round to nearest even, to int32 (pack_store saturates, + zp)
+            vcvtps2dq(Zmm(a.getIdx()) | T_rn_sae, Zmm(a.getIdx()));
+            return;
         }
         // NaN -> 0, clamp, round to nearest even, to int32
         if (zmm_) {
@@ -424,14 +448,36 @@ private:
         }
     }
 
-    // fused, AVX-512: the range of v into V(8) / V(9) in two instructions: VMINPS / VMAXPS return
-    // their second operand (the accumulator) where the first (v) is NaN, so NaN lanes drop out;
-    // +-inf lanes enter the range, and the caller takes such a row's range again with the finite
-    // mask (minmax mode): rare, and then a second read of that row only.
-    void range_fast(const Xmm& a, const Xmm& b, const Reg64& base, int off, bool tail) {
-        load_v(a, b, base, off, tail);
-        vminps(V(8), a, V(8));
-        vmaxps(V(9), a, V(9));
+    // range32 (fused, AVX-512, f32 x or smooth): the range of v from its bits as 16 int32 lanes:
+    // V(9) = signed max from 0 (a positive v's bits order as its value; negatives never pass 0),
+    // V(8) = unsigned max from 0 (a negative v's bits, >= 0x80000000, order as its magnitude and
+    // pass every positive). NaN / +-inf order above every finite value of their sign, so they show
+    // as a non-finite end (range32_finish), and the caller takes that row's range again with the
+    // finite mask (minmax mode) and quantizes it with the full kernel. Tail lanes load as 0.
+    void range32(int off, bool tail) {
+        if (smooth_ || tail || ft_ != DType::f32) {
+            load_v(V(10), V(11), src2_, off, tail);
+            vpmaxsd(Zmm(9), Zmm(9), Zmm(10));
+            vpmaxud(Zmm(8), Zmm(8), Zmm(10));
+        } else {
+            vpmaxsd(Zmm(9), Zmm(9), ptr[src2_ + off * 4]);
+            vpmaxud(Zmm(8), Zmm(8), ptr[src2_ + off * 4]);
+        }
+    }
+    // The int32 maxima back to floats: min in V(8) (a lane with a negative v's bits is that v; one
+    // with a positive's stands for 0: VMINPS with +0 as the second operand, which also turns -0
+    // into +0), max in V(9) (>= +0); a non-finite end seen: V(8) := NaN (the caller re-ranges).
+    void range32_finish() {
+        vpcmpd(k5, Zmm(9), ptr[ctb_ + kQInf * 64], 5);    // >= 0x7f800000, signed: +inf / NaN
+        vpcmpud(k6, Zmm(8), ptr[ctb_ + kQNegInf * 64], 5);  // >= 0xff800000, unsigned: -inf / -NaN
+        kord(k5, k5, k6);
+        vpxord(Zmm(10), Zmm(10), Zmm(10));
+        vminps(Zmm(8), Zmm(8), Zmm(10));
+        Label finite;
+        kortestw(k5, k5);
+        jz(finite);
+        vmovups(Zmm(8), ptr[ctb_ + kQAbs * 64]);  // (0x7fffffff: NaN)
+        L(finite);
     }
 
     // The main loop's 64 int32 results in A(0..3) (elements in order, or unpk_'s order) saturated
@@ -560,7 +606,7 @@ private:
     QuantKernelDesc kd_;
     Mode mode_;
     bool nt_ = false;
-    bool multi_ = false, zp16_ = false, wpk_ = false;
+    bool multi_ = false, zp16_ = false, wpk_ = false, fin_ = false, r32_ = false;
     bool zmm_ = false, vec_ = false, vec_zp_ = false, smooth_ = false, r16_ = false, pack64_ = false, unpk_ = false;
     int vl_ = 8, fs_ = 4;
     DType ft_ = DType::f32, qt_ = DType::u8;
@@ -601,6 +647,17 @@ public:
             mm_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::minmax);
             fused_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::fused);
             if (gen_nt_) fused_gen_nt_ = std::make_unique<JitQuant>(kd, isa, Mode::fused, true);
+            // the rows found finite by their range pass (AVX-512): no NaN mask, no clamp
+            auto fin = [&](Mode m, bool nt) {
+                auto g = std::make_unique<JitQuant>(kd, isa, m, nt, false, true);
+                return g->fin() ? std::move(g) : nullptr;
+            };
+            fin_gen_ = fin(Mode::quantize, false);
+            fin_fused_ = fin(Mode::fused, false);
+            if (gen_nt_) {
+                fin_gen_nt_ = fin(Mode::quantize, true);
+                fin_fused_nt_ = fin(Mode::fused, true);
+            }
         }
         if (!quant_ && kd.dst_dtype == DType::bf16 && isa >= Isa::avx512_bf16) {
             cvt_gen_ = std::make_unique<JitQuant>(kd, isa, Mode::dequantize, false, true);
@@ -668,54 +725,71 @@ public:
     }
 
     // Rows [r0, r1) in one read of x: the range of row r0, then per row one fused call that
-    // quantizes row r (in L1 / L2 since its range pass) and takes the range of row r + 1.
+    // quantizes row r (in L1 / L2 since its range pass) and takes the range of row r + 1. A row
+    // whose range pass saw only finite values is quantized by the fin variants (no NaN mask, no
+    // clamp: its |x * inv| <= 256 by its scale).
     void run_dynamic(const QuantDesc& d, const QuantArgs& a, int64_t r0, int64_t r1, float* inv, int32_t* zp) const override {
         if (r0 >= r1 || d.cols <= 0) return;
         const int ss = dtype_size(d.src_dtype);
         const bool nt = fused_gen_nt_ && use_nt_stores(d.rows * d.cols * (ss + 1)) && rows_aligned(a.dst, d.ld_dst, 1, nt_align_);
         const QFn fused = nt ? fused_gen_nt_->fn : fused_gen_->fn;
         const QFn last = nt ? gen_nt_->fn : gen_->fn;
+        const JitQuant* ff = nt ? fin_fused_nt_.get() : fin_fused_.get();
+        const JitQuant* fl = nt ? fin_gen_nt_.get() : fin_gen_.get();
+        const QFn fused_fin = ff ? ff->fn : fused, last_fin = fl ? fl->fn : last;
         alignas(64) float acc[48];
         auto row = [&](int64_t r) { return static_cast<const char*>(a.src) + r * d.ld_src * ss; };
-        auto params = [&](int64_t r, QArgs& q) {
-            float lo = acc[0], hi = acc[vl_];
+        auto reduce = [&](float& lo, float& hi) {
+            lo = acc[0], hi = acc[vl_];
             for (int i = 1; i < vl_; ++i) {
                 lo = std::min(lo, acc[i]);
                 hi = std::max(hi, acc[vl_ + i]);
             }
-            if (!std::isfinite(lo) || !std::isfinite(hi)) {  // (the fused range keeps +-inf: the finite one)
-                QArgs m;
-                m.n = d.cols;
-                m.smooth = q.smooth;
-                m.mm = acc;
-                m.src = row(r);
-                mm_gen_->fn(&m);
-                lo = acc[0], hi = acc[vl_];
-                for (int i = 1; i < vl_; ++i) {
-                    lo = std::min(lo, acc[i]);
-                    hi = std::max(hi, acc[vl_ + i]);
-                }
+        };
+        auto minmax_row = [&](int64_t r, QArgs& q) {  // minmax mode: the finite values' range; false: some v is not finite
+            QArgs m;
+            m.n = d.cols;
+            m.smooth = q.smooth;
+            m.mm = acc;
+            m.src = row(r);
+            mm_gen_->fn(&m);
+            uint32_t bits = 0;
+            for (int i = 0; i < vl_; ++i) {
+                uint32_t b;
+                std::memcpy(&b, &acc[2 * vl_ + i], 4);
+                bits = std::max(bits, b);
+            }
+            return bits < 0x7f800000u;
+        };
+        // Row r's parameters from acc (its range); returns whether the row is finite.
+        auto params = [&](int64_t r, QArgs& q, bool finite) {
+            float lo, hi;
+            reduce(lo, hi);
+            if (!std::isfinite(lo) || !std::isfinite(hi)) {  // (a fused range saw NaN / +-inf: the finite one)
+                finite = minmax_row(r, q);
+                reduce(lo, hi);
             }
             const QuantParams p = dynamic_row_params(d, a, r, lo, hi, inv, zp);
             q.sscale = 1.0f / p.scale;
             q.szp = p.zero_point;
+            return finite;
         };
         QArgs q;
         q.n = d.cols;
         q.smooth = d.smooth ? a.smooth : nullptr;
         q.mm = acc;
-        q.src = row(r0);
-        mm_gen_->fn(&q);
-        params(r0, q);
+        bool fin = minmax_row(r0, q);
+        fin = params(r0, q, fin);
         for (int64_t r = r0; r < r1; ++r) {
             q.src = row(r);
             q.dst = static_cast<char*>(a.dst) + r * d.ld_dst;
             if (r + 1 < r1) {
                 q.src2 = row(r + 1);
-                fused(&q);
-                params(r + 1, q);
+                (fin ? fused_fin : fused)(&q);
+                // (fused ranges that cannot see NaN — AVX2 zeroes non-finite lanes — have no fin variant)
+                fin = params(r + 1, q, true);
             } else {
-                last(&q);
+                (fin ? last_fin : last)(&q);
             }
         }
     }
@@ -755,6 +829,7 @@ private:
     bool quant_ = true;
     int vl_ = 8;
     std::unique_ptr<JitQuant> gen_, gen_nt_, mm_gen_, fused_gen_, fused_gen_nt_, cvt_gen_, cvt_gen_nt_;
+    std::unique_ptr<JitQuant> fin_gen_, fin_gen_nt_, fin_fused_, fin_fused_nt_;  // (null: none)
     int nt_align_ = 64;
 };
 

@@ -9,6 +9,7 @@
 
 #include "common/activation.hpp"
 #include "common/check.hpp"
+#include "common/huge_alloc.hpp"
 #include "common/parallel.hpp"
 #include "xk/woq.hpp"
 
@@ -27,9 +28,7 @@ WoqPacked::WoqPacked(int64_t N_, int64_t K_, int64_t gs_, WoqWeightType type_, b
     const size_t sfl = static_cast<size_t>(nblk * G * kWoqBlockN);
     const size_t sbytes = (sfl * 4 + 63) / 64 * 64;
     bytes = qbytes + sbytes * (has_offset ? 2 : 1);
-    void* p = std::aligned_alloc(64, std::max<size_t>(bytes, 64));
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, std::max<size_t>(bytes, 64));
+    void* p = alloc_huge_zeroed(bytes);  // 2 MiB pages for the stream (common/huge_alloc.hpp)
     q = static_cast<uint8_t*>(p);
     scales = reinterpret_cast<float*>(q + qbytes);
     offsets = has_offset ? reinterpret_cast<float*>(q + qbytes + sbytes) : nullptr;

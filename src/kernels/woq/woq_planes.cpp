@@ -49,6 +49,8 @@ constexpr int kMaxPlanes = 6;         // digits of a row (B <= 42 bits)
 constexpr int kMaxL = 16;             // accumulators: planes summed over the rows
 constexpr int64_t kMaxGroup = 65536;  // k of one group (the int32 sums stay exact)
 constexpr int kMaxM = 4;
+constexpr int64_t kBatch = 16;          // blocks streamed before their sums are combined
+constexpr int64_t kBatchInts = 8192;    // at most 32 KiB of sums a batch (G * L * 16 int32 a block)
 // Software prefetch distance in the weight stream, bytes: 4096 (as woq_kernels.inc), 0 (the line
 // being read: none) on AMD CPUs (Zen 4, one core, M = 1 4096 x 4096 from DRAM, three runs
 // alternating: 876-951 us against 988-1075 with 4 KiB). XK_WOQ_PF (read once) overrides it.
@@ -145,56 +147,77 @@ XK_PLANES_TARGET void row_digits(const uint16_t* x, int64_t k0, int64_t k1, int 
     for (int p = 0; p < P; ++p) ds[p] += _mm512_reduce_add_epi32(sum[p]);
 }
 
-// Block b, all rows: out[m * 16 + c] = sum_k x[m, k] * w[c, k] (scales and offsets applied).
+// The stream of block b: its int32 sums of every group g and plane l to a32[(g * L + l) * 16 + c]
+// (the digit sums' correction, the planes' combination and the scales are block_combine's, run
+// later for a batch of blocks: see WoqPlanes::run).
 template <int L>
-XK_PLANES_TARGET void block_planes(const WoqPacked& w, int64_t b, const Prep& pr, int M, float* out) {
-    const int64_t pf = pf_distance();
+XK_PLANES_TARGET void block_sums(const WoqPacked& w, int64_t b, const Prep& pr, int64_t pf, int32_t* a32) {
     alignas(64) uint8_t idx_b[64];
     for (int c = 0; c < 16; ++c)
         for (int r = 0; r < 4; ++r) idx_b[c * 4 + r] = static_cast<uint8_t>(r * 16 + c);
     const __m512i idx = _mm512_load_si512(idx_b);
     const __m512i x80 = _mm512_set1_epi8(static_cast<char>(0x80));
     const uint8_t* q = w.qb(b);
-    const float* sc = w.sb(b);
-    const float* of = w.ob(b);
     const int64_t G = w.G, gs = w.gs, K = w.K;
     const int32_t* xd = pr.xd.data();
-    __m512 y[kMaxM];
-    for (int m = 0; m < kMaxM; ++m) y[m] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; ++g) {
         __m512i acc[L];
         for (int l = 0; l < L; ++l) acc[l] = _mm512_setzero_si512();
         const int64_t k0 = g * gs, k1 = std::min(K, k0 + gs);
-        const int64_t j0 = k0 / 4, jf = k1 / 4;  // (k0 % 4 == 0: gs is K or a multiple of 32)
-        // The last 1-3 k of K (j == jf < je): only their rows read (their digits past K are 0). One
-        // loop with the masked load (no separate tail block after it: GCC then kept the
-        // accumulators in other registers than the loop's and copied them every step).
+        const int64_t j0 = k0 / 4;  // (k0 % 4 == 0: gs is K or a multiple of 32)
+        // j = jf < je (the last 1-3 k of K) reads a whole 64-byte line like the others: the bytes
+        // past the block's K are the next block's q (or the scales after the last block: the same
+        // allocation, WoqPacked) and meet digits of 0 (Prep: zeros past K), so they add nothing.
+        // (A masked load there cost 5-8% of the read stream on Zen 4 in one loop, the mask built
+        // every step; a separate masked step after the loop made GCC 12 copy the accumulators
+        // between registers every step.)
         const int64_t je = (k1 + 3) / 4;
-        const __mmask64 tail = (__mmask64(1) << ((k1 - jf * 4) * 16)) - 1;
-        for (int64_t j = j0; j < je; ++j) {
-            _mm_prefetch(reinterpret_cast<const char*>(q + j * 64 + pf), _MM_HINT_T0);
-            const __mmask64 mk = j < jf ? ~__mmask64(0) : tail;
-            const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_maskz_loadu_epi8(mk, q + j * 64)), x80);
+        if (pf > 0) {
+            for (int64_t j = j0; j < je; ++j) {
+                _mm_prefetch(reinterpret_cast<const char*>(q + j * 64 + pf), _MM_HINT_T0);
+                const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_loadu_si512(q + j * 64)), x80);
 #pragma GCC unroll 16
-            for (int l = 0; l < L; ++l) acc[l] = _mm512_dpbusd_epi32(acc[l], t, _mm512_set1_epi32(xd[j * L + l]));
+                for (int l = 0; l < L; ++l) acc[l] = _mm512_dpbusd_epi32(acc[l], t, _mm512_set1_epi32(xd[j * L + l]));
+            }
+        } else {
+            for (int64_t j = j0; j < je; ++j) {
+                const __m512i t = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, _mm512_loadu_si512(q + j * 64)), x80);
+#pragma GCC unroll 16
+                for (int l = 0; l < L; ++l) acc[l] = _mm512_dpbusd_epi32(acc[l], t, _mm512_set1_epi32(xd[j * L + l]));
+            }
         }
-        alignas(64) int32_t a32[L][16];
-        for (int l = 0; l < L; ++l) _mm512_store_si512(a32[l], acc[l]);
+        for (int l = 0; l < L; ++l) _mm512_store_si512(a32 + (g * L + l) * 16, acc[l]);
+    }
+}
+
+// Block b, all rows, from its sums a32 (block_sums): out[m * 16 + c] = sum_k x[m, k] * w[c, k].
+XK_PLANES_TARGET void block_combine(const WoqPacked& w, int64_t b, const Prep& pr, int M, const int32_t* a32, float* out) {
+    const float* sc = w.sb(b);
+    const float* of = w.ob(b);
+    const int64_t G = w.G;
+    const int L = pr.L;
+    __m512 y[kMaxM];
+    __m512d f[kMaxM];
+    for (int m = 0; m < M; ++m) {
+        y[m] = _mm512_setzero_ps();
+        f[m] = _mm512_set1_pd(std::ldexp(1.0, pr.e2[m]));
+    }
+    const __m512d r = _mm512_set1_pd(128.0);
+    for (int64_t g = 0; g < G; ++g) {
         const __m512 s = _mm512_loadu_ps(sc + g * 16);
         const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
         for (int m = 0; m < M; ++m) {
             // sum_p 128^p (acc_p - 128 * ds_p) in double (exact up to 2^53), times 2^e2, to f32 once
             __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-            const __m512d r = _mm512_set1_pd(128.0);
             for (int p = pr.P[m] - 1; p >= 0; --p) {
                 const int l = pr.l0[m] + p;
-                const __m512i a = _mm512_sub_epi32(_mm512_load_si512(a32[l]), _mm512_set1_epi32(128 * pr.ds[l * G + g]));
+                const __m512i a =
+                    _mm512_sub_epi32(_mm512_load_si512(a32 + (g * L + l) * 16), _mm512_set1_epi32(128 * pr.ds[l * G + g]));
                 lo = _mm512_fmadd_pd(lo, r, _mm512_cvtepi32_pd(_mm512_castsi512_si256(a)));
                 hi = _mm512_fmadd_pd(hi, r, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(a, 1)));
             }
-            const __m512d f = _mm512_set1_pd(std::ldexp(1.0, pr.e2[m]));
-            const __m512 sum = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_mul_pd(lo, f))),
-                                                  _mm512_cvtpd_ps(_mm512_mul_pd(hi, f)), 1);
+            const __m512 sum = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_mul_pd(lo, f[m]))),
+                                                  _mm512_cvtpd_ps(_mm512_mul_pd(hi, f[m])), 1);
             y[m] = _mm512_fmadd_ps(sum, s, y[m]);
             if (of) y[m] = _mm512_fmadd_ps(_mm512_set1_ps(pr.xs[m * G + g]), o, y[m]);
         }
@@ -202,13 +225,13 @@ XK_PLANES_TARGET void block_planes(const WoqPacked& w, int64_t b, const Prep& pr
     for (int m = 0; m < M; ++m) _mm512_storeu_ps(out + m * 16, y[m]);
 }
 
-using BlockFn = void (*)(const WoqPacked&, int64_t, const Prep&, int, float*);
+using SumsFn = void (*)(const WoqPacked&, int64_t, const Prep&, int64_t, int32_t*);
 
 template <int... Ls>
 constexpr auto make_table(std::integer_sequence<int, Ls...>) {
-    return std::array<BlockFn, sizeof...(Ls)>{&block_planes<Ls + 1>...};
+    return std::array<SumsFn, sizeof...(Ls)>{&block_sums<Ls + 1>...};
 }
-constexpr auto kBlockFns = make_table(std::make_integer_sequence<int, kMaxL>{});
+constexpr auto kSumsFns = make_table(std::make_integer_sequence<int, kMaxL>{});
 
 // The digits of the call's rows; false: run the FMA kernel (non-finite x, too many planes).
 XK_PLANES_TARGET bool prepare(const WoqSpec& s, const WoqCall& c, Prep& pr) {
@@ -274,14 +297,29 @@ public:
             return;
         }
         const WoqPacked& w = *c.w;
-        const BlockFn fn = kBlockFns[static_cast<size_t>(pr.L - 1)];
+        const SumsFn fn = kSumsFns[static_cast<size_t>(pr.L - 1)];
         const int M = static_cast<int>(s_.M);
+        const int64_t pf = pf_distance();
         const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, w.q_block_bytes));
+        // Blocks in batches: the sums of up to kBatch blocks streamed back to back, then their
+        // combination and epilogue. (Zen 4, one core, 4096 x 4096 from DRAM on 2 MiB pages: the
+        // combination after every block's stream held it at 22-24 GB/s, batches of 16 blocks
+        // 26-27, the stream alone 26-28: the core's read stream slows at each pause of the loads.)
+        const int64_t per_block = w.G * pr.L * 16;  // int32 sums of a block
+        const int64_t batch = std::clamp<int64_t>(kBatchInts / per_block, 1, kBatch);
         parallel_for(w.nblk, grain, [&](int64_t b0, int64_t b1) {
             alignas(64) float out[kMaxM * 16];
-            for (int64_t b = b0; b < b1; ++b) {
-                fn(w, b, pr, M, out);
-                woq_epilogue(s_, c, out, 16, 0, M, b * 16, std::min(s_.N, b * 16 + 16));
+            static thread_local std::vector<int32_t> sums_buf;
+            const size_t need = static_cast<size_t>(batch * per_block + 16);
+            if (sums_buf.size() < need) sums_buf.resize(need);
+            int32_t* a32 = reinterpret_cast<int32_t*>((reinterpret_cast<uintptr_t>(sums_buf.data()) + 63) / 64 * 64);
+            for (int64_t bb = b0; bb < b1; bb += batch) {
+                const int64_t be = std::min(b1, bb + batch);
+                for (int64_t b = bb; b < be; ++b) fn(w, b, pr, pf, a32 + (b - bb) * per_block);
+                for (int64_t b = bb; b < be; ++b) {
+                    block_combine(w, b, pr, M, a32 + (b - bb) * per_block, out);
+                    woq_epilogue(s_, c, out, 16, 0, M, b * 16, std::min(s_.N, b * 16 + 16));
+                }
             }
         });
     }
