@@ -75,6 +75,43 @@ __attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_
     for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + p * 16, t[p]);
 }
 
+// The plain B's interleave of one full 32-column block, k steps [kb0, kb1): per tile row p, the
+// block's 32 columns of the p-th k group (int8: 4 rows of 32 bytes, two per 512-bit register;
+// bf16: 2 rows of 64 bytes) into both 16-column tiles by one two-source byte / word permute each
+// (VPERMT2B / VPERMT2W): 2 or 4 loads, 2 permutes and 2 stores a tile row, where the 128-bit
+// unpack ladder took 8 loads, 12 unpacks and 8 stores (int8). src: B[kb0 * kk][n0]; out: the
+// block's step kb0.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(const uint8_t* src, int64_t ldb, int64_t nsteps,
+                                                                              uint32_t* out) {
+    alignas(64) uint8_t i0[64], i1[64];
+    for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s, src += 64 * ldb, out += kAmxTileStepBytes / 4) {
+        const uint8_t* r = src;
+        for (int p = 0; p < 16; ++p, r += 4 * ldb) {
+            const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r))),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
+            const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
+            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
+            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
+        }
+    }
+}
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out) {
+    alignas(64) uint16_t i0[32], i1[32];
+    for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s, src += 32 * ldb, out += kAmxTileStepBytes / 4) {
+        const uint16_t* r = src;
+        for (int p = 0; p < 16; ++p, r += 2 * ldb) {
+            const __m512i a = _mm512_loadu_si512(r), b = _mm512_loadu_si512(r + ldb);
+            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
+            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
+        }
+    }
+}
+
 // Column sums (wrapping int32) of a packed int8 block's 32 columns: VPDPBUSD of ones with each
 // tile row (4 signed k values per column).
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void amx_block_colsums(const uint32_t* blk, int64_t nkb, int32_t* out) {
@@ -116,10 +153,10 @@ int64_t amx_r16() {
 constexpr int kPrefetch = 2;  // the tile kernels prefetch A and B this many k steps ahead
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
-// configuration, A packing + row terms, B packing / waiting, the tile products, the stores, the
+// configuration, A packing + row terms, B packing (own pieces), waiting for B, the tile products, the stores, the
 // release, a thread's region (mean and the slowest thread's).
 struct AmxProfile {
-    enum { call, fork, cfg, apack, bpack, tiles, epi, rel, region, region_max, calls, thr, n };
+    enum { call, fork, cfg, apack, bpack, bwait, tiles, epi, rel, region, region_max, calls, thr, n };
     std::atomic<uint64_t> v[n] = {};
     static bool on() {
         static const bool b = env_int("XK_AMX_PROFILE", 0) != 0;
@@ -150,10 +187,10 @@ struct AmxProfile {
         auto us = [&](int i, uint64_t d) { return double(v[i].load()) / double(d) / ghz / 1000.0; };
         std::fprintf(stderr,
                      "[xk amx profile] %llu calls, %.1f threads/call, us per call: call %.1f | per thread: fork %.1f cfg %.2f "
-                     "apack %.2f bpack %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
+                     "apack %.2f bpack %.2f bwait %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
                      "calls %.1f)\n",
                      static_cast<unsigned long long>(nc), double(nt) / double(nc), us(call, nc), us(fork, nt), us(cfg, nt),
-                     us(apack, nt), us(bpack, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
+                     us(apack, nt), us(bpack, nt), us(bwait, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
     }
 };
 
@@ -553,6 +590,7 @@ public:
           kk_(s.int8() ? 64 : 32),
           tile_(tile_code(!s.int8() ? TileOp::bf16 : s.a_type == DType::u8 ? TileOp::u8s8 : TileOp::s8s8)) {
         avx512_ = cpu_info().avx512f && cpu_info().avx512bw;
+        vbmi_ = avx512_ && __builtin_cpu_supports("avx512vbmi");
         vnni_ = avx512_ && cpu_info().avx512_vnni;
         GemmEpi e = gemm_epi(s);
         if (int8_) e.alpha_one = true;  // the dequantization applies alpha with the scales
@@ -564,6 +602,15 @@ public:
     }
 
     std::string packed_layout() const override { return layout_; }
+
+    // The permute interleave of a plain B (amx_pack_s8_steps / amx_pack_bf16_steps) and a block
+    // packed in k pieces by the threads that share it (XK_AMX_BPACK=0: the 128-bit unpacks, whole
+    // blocks by the first thread: the earlier packing, for measurements).
+    static int64_t bpack_mode() {
+        static const int64_t v = env_int("XK_AMX_BPACK", 1);
+        return v;
+    }
+    bool perm_pack() const { return bpack_mode() != 0 && (int8_ ? vbmi_ : avx512_); }
 
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
         auto p = std::make_shared<GemmPacked>(layout_, packed_bytes());
@@ -578,18 +625,21 @@ public:
 
     void pack_into(const void* B, uint8_t* dst) const {
         parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
-            for (int64_t nb = b0; nb < b1; ++nb) pack_block(B, nb, dst, true);
+            for (int64_t nb = b0; nb < b1; ++nb) {
+                pack_block(B, nb, dst, 0, nkb_);
+                if (int8_) block_sums(nb, dst);
+            }
         });
     }
 
-    // Column block nb of op(B) into the tile layout at dst (the whole packed buffer) and, with
-    // sums (int8), its column sums after the tiles. Tile row (kb, p) of the half t: 16 columns x
-    // one k group (bf16: the pair 2p, 2p + 1; int8: the quad 4p .. 4p + 3) as 32-bit words, the
-    // lower k in the low bits, zero beyond K and N. Whole 16-column halves of whole k steps go
-    // through vector code (B^T: a 16 x 16 dword transpose of 64-byte rows; B: 16-bit / 8-bit
-    // interleaves of 2 / 4 rows), the edges through the scalar loops.
-    void pack_block(const void* B, int64_t nb, uint8_t* dst, bool sums) const {
-        const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
+    // Column block nb of op(B) into the tile layout at dst (the whole packed buffer), k steps
+    // [kb0, kb1). Tile row (kb, p) of the half t: 16 columns x one k group (bf16: the pair 2p,
+    // 2p + 1; int8: the quad 4p .. 4p + 3) as 32-bit words, the lower k in the low bits, zero
+    // beyond K and N. Whole k steps go through vector code (B^T: a 16 x 16 dword transpose of
+    // 64-byte rows per 16-column half; B: the permutes above for a whole 32-column block, else
+    // 16-bit / 8-bit unpacks of 2 / 4 rows per half), the edges through the scalar loops.
+    // Only k steps [kb0, kb1) (the pieces several threads pack of one block in a call).
+    void pack_block(const void* B, int64_t nb, uint8_t* dst, int64_t kb0, int64_t kb1) const {
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
@@ -598,7 +648,18 @@ public:
         const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
         const auto* src8 = static_cast<const uint8_t*>(B);
         const auto* src16 = static_cast<const uint16_t*>(B);
-        for (int64_t kb = 0; kb < nkb_; ++kb) {
+        if (!bt && nn == kBlk && perm_pack()) {  // whole steps of a whole block: the permutes
+            const int64_t k1 = std::min(kb1, K / kk_);
+            if (k1 > kb0) {
+                uint32_t* out = blk + kb0 * (kStepBytes / 4);
+                if (int8_)
+                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, out);
+                else
+                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, out);
+                kb0 = k1;
+            }
+        }
+        for (int64_t kb = kb0; kb < kb1; ++kb) {
             const int64_t kbase = kb * kk_;
             const bool kfull = kbase + kk_ <= K;
             for (int t = 0; t < 2; ++t) {
@@ -670,9 +731,15 @@ public:
                 }
             }
         }
-        // int8: the column sums of op(B) (0 for padding), wrapping, from the packed quads.
-        if (int8_ && sums) {
-            auto* out = reinterpret_cast<int32_t*>(dst + tiles) + n0;
+    }
+
+    // int8: block nb's column sums of op(B) (0 for padding), wrapping, from its packed quads in
+    // dst (the whole packed buffer), stored after the tiles.
+    void block_sums(int64_t nb, uint8_t* dst) const {
+        const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
+        const auto* blk = reinterpret_cast<const uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        {
+            auto* out = reinterpret_cast<int32_t*>(dst + tiles) + nb * kBlk;
             if (vnni_) {
                 amx_block_colsums(blk, nkb_, out);
             } else {
@@ -716,9 +783,9 @@ public:
         } else {
             const size_t pbytes = (packed_bytes() + 63) / 64 * 64;
             auto* buf = reinterpret_cast<uint8_t*>(
-                gemm_thread_buffer(2, (pbytes + static_cast<size_t>(nblocks_) * sizeof(std::atomic<uint32_t>) + 3) / 4));
-            flags = reinterpret_cast<std::atomic<uint32_t>*>(buf + pbytes);
-            for (int64_t b = 0; b < nblocks_; ++b) new (flags + b) std::atomic<uint32_t>(0);
+                gemm_thread_buffer(2, (pbytes + static_cast<size_t>(2 * nblocks_) * sizeof(std::atomic<uint32_t>) + 3) / 4));
+            flags = reinterpret_cast<std::atomic<uint32_t>*>(buf + pbytes);  // per block: pieces claimed, packed
+            for (int64_t b = 0; b < 2 * nblocks_; ++b) new (flags + b) std::atomic<uint32_t>(0);
             lazy = buf;
             bp = buf;
         }
@@ -792,6 +859,11 @@ public:
             }
         }
         const int64_t ntasks = tm * tn;
+        // A B packed in the call: each block in `pieces` k ranges, claimed one at a time by the
+        // tasks that reach the block (the tm grid rows share its columns: they pack it together,
+        // where the first one alone packed it and the others waited); 1 without sharing.
+        const int64_t pieces = !lazy ? 1 : bpack_mode() == 0 || tm == 1 ? 1 : std::min<int64_t>(nkb_, 2 * tm);
+        const bool lazy_sums = int8_ && za != 0;
         // One packed A for the call (the default packing, several threads per row block): each row
         // block is packed once, by the first thread that reaches it (the others wait on its flag),
         // instead of once per (thread, B chunk). The threads of one grid row start at different row
@@ -962,30 +1034,38 @@ public:
                 }
                 lap(AmxProfile::apack);
                 if (lazy) {
-                    // the chunk's blocks: claim and pack the free ones, then wait for the others
-                    for (int pass = 0; pass < 2; ++pass)
-                        for (int64_t nb = nb0; nb < nb1; ++nb) {
-                            std::atomic<uint32_t>& f = flags[nb];
-                            uint32_t st = f.load(std::memory_order_acquire);
-                            if (st == 2 || (pass == 0 && st != 0)) continue;
-                            if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
-                                if (call.b_block_fn && !int8_)
-                                    call.b_block_fn(call.b_block_ctx, nb, 0, nkb_, lazy + nb * block_bytes);  // (xk::woq's)
-                                else
-                                    pack_block(args.B, nb, lazy, za != 0);
-                                if (int8_ && za != 0) {
-                                    const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
-                                    const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
-                                    for (int64_t n = nb * kBlk; n < std::min<int64_t>(s_.N, nb * kBlk + kBlk); ++n)
-                                        colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
-                                }
-                                f.store(2, std::memory_order_release);
-                                continue;
+                    // The chunk's blocks: claim and pack their free pieces, then wait for the pieces
+                    // others claimed (a claimed piece is being packed: no task waits on one that
+                    // nobody works on, whatever the number of threads). The task that packs a
+                    // block's last piece takes its column sums (int8 with an A zero point) and marks
+                    // the block ready (packed = pieces + 1).
+                    const uint32_t np = static_cast<uint32_t>(pieces), ready = np + (lazy_sums ? 1 : 0);
+                    for (int64_t nb = nb0; nb < nb1; ++nb) {
+                        std::atomic<uint32_t>& claimed = flags[2 * nb];
+                        std::atomic<uint32_t>& packed = flags[2 * nb + 1];
+                        while (claimed.load(std::memory_order_relaxed) < np) {
+                            const uint32_t q = claimed.fetch_add(1, std::memory_order_acq_rel);
+                            if (q >= np) break;
+                            const int64_t kb0 = q * nkb_ / pieces, kb1 = (q + 1) * nkb_ / pieces;
+                            if (call.b_block_fn && !int8_)
+                                call.b_block_fn(call.b_block_ctx, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);  // (xk::woq's)
+                            else
+                                pack_block(args.B, nb, lazy, kb0, kb1);
+                            if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
+                                block_sums(nb, lazy);
+                                const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
+                                const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+                                for (int64_t n = nb * kBlk; n < std::min<int64_t>(s_.N, nb * kBlk + kBlk); ++n)
+                                    colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
+                                packed.store(ready, std::memory_order_release);
                             }
-                            while (f.load(std::memory_order_acquire) != 2) _mm_pause();
                         }
+                    }
+                    lap(AmxProfile::bpack);
+                    for (int64_t nb = nb0; nb < nb1; ++nb)
+                        while (flags[2 * nb + 1].load(std::memory_order_acquire) != ready) _mm_pause();
                 }
-                lap(AmxProfile::bpack);
+                lap(AmxProfile::bwait);
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
@@ -1077,7 +1157,7 @@ private:
     GemmSpec s_;
     std::string layout_;
     bool int8_ = false;
-    bool avx512_ = false, vnni_ = false;  // the vector packing paths
+    bool avx512_ = false, vnni_ = false, vbmi_ = false;  // the vector packing paths
     int64_t es_ = 2, kk_ = 32;  // bytes per element of A / B; k per step
     std::shared_ptr<const TileCode> tile_;
     std::shared_ptr<const EpiCode> epi_full_, epi_tail_;
@@ -1112,9 +1192,12 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
 namespace {
 class AmxDecode final : public GemmKernel {
 public:
-    explicit AmxDecode(const GemmSpec& s)
-        : amx_(std::make_shared<AmxGemm>(s)), vec_(gemm_select(s, false, Isa::avx512_bf16).kernel) {}
-    void run(const GemmCall& call) const override { (call.packed_b ? static_cast<const GemmKernel&>(*amx_) : *vec_).run(call); }
+    // plain_tiles: a plain B runs the tiles too (packed per call, block by block).
+    AmxDecode(const GemmSpec& s, Isa vec_cap, bool plain_tiles)
+        : amx_(std::make_shared<AmxGemm>(s)), vec_(plain_tiles ? nullptr : gemm_select(s, false, vec_cap).kernel) {}
+    void run(const GemmCall& call) const override {
+        (call.packed_b || !vec_ ? static_cast<const GemmKernel&>(*amx_) : *vec_).run(call);
+    }
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return amx_->pack_b(B); }
     std::string packed_layout() const override { return amx_->packed_layout(); }
 
@@ -1133,7 +1216,7 @@ bool gemm_amx_bf16_decode_supports(const GemmSpec& s) {
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s) {
     if (!gemm_amx_bf16_decode_supports(s))
         throw Error(Status::unsupported, "gemm amx bf16 decode: " + s.key() + " is not supported");
-    return std::make_shared<AmxDecode>(s);
+    return std::make_shared<AmxDecode>(s, Isa::avx512_bf16, false);
 }
 
 bool gemm_amx_int8_any_supports(const GemmSpec& s) {
@@ -1142,6 +1225,22 @@ bool gemm_amx_int8_any_supports(const GemmSpec& s) {
 }
 
 bool gemm_amx_int8_supports(const GemmSpec& s) { return gemm_amx_int8_any_supports(s) && s.M >= kBlk; }
+
+// int8 M 1..31 (the 16-row kernels for M <= 16): the tiles for a PackedB in their layout (a plan's
+// pack_b, as amx:bf16:decode); a plain B runs what a call capped at avx512_vnni runs (the VPDPBUSD
+// kernel) — XK_AMX_INT8_DECODE_PLAIN=1: the tiles for a plain B too (packed per call; a measurement
+// override).
+bool gemm_amx_int8_decode_supports(const GemmSpec& s) {
+    static const bool on = env_int("XK_AMX_DECODE", 1) != 0;
+    return on && gemm_amx_int8_any_supports(s) && s.M >= 1 && s.M < kBlk && isa_supported(Isa::avx512_vnni);
+}
+
+std::shared_ptr<const GemmKernel> create_gemm_amx_int8_decode(const GemmSpec& s) {
+    if (!gemm_amx_int8_decode_supports(s))
+        throw Error(Status::unsupported, "gemm amx int8 decode: " + s.key() + " is not supported");
+    static const bool plain_tiles = env_int("XK_AMX_INT8_DECODE_PLAIN", 0) != 0;
+    return std::make_shared<AmxDecode>(s, Isa::avx512_vnni, plain_tiles);
+}
 
 std::shared_ptr<const GemmKernel> create_gemm_amx_int8(const GemmSpec& s) {
     if (!gemm_amx_int8_any_supports(s)) throw Error(Status::unsupported, "gemm amx int8: " + s.key() + " is not supported");
