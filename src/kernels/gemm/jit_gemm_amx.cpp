@@ -626,7 +626,7 @@ public:
     void pack_into(const void* B, uint8_t* dst) const {
         parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
             for (int64_t nb = b0; nb < b1; ++nb) {
-                pack_block(B, nb, dst, 0, nkb_);
+                pack_block(B, nb, 0, nkb_, dst + nb * nkb_ * kStepBytes);
                 if (int8_) block_sums(nb, dst);
             }
         });
@@ -638,11 +638,13 @@ public:
     // beyond K and N. Whole k steps go through vector code (B^T: a 16 x 16 dword transpose of
     // 64-byte rows per 16-column half; B: the permutes above for a whole 32-column block, else
     // 16-bit / 8-bit unpacks of 2 / 4 rows per half), the edges through the scalar loops.
-    // Only k steps [kb0, kb1) (the pieces several threads pack of one block in a call).
-    void pack_block(const void* B, int64_t nb, uint8_t* dst, int64_t kb0, int64_t kb1) const {
+    // Only k steps [kb0, kb1) (the pieces several threads pack of one block in a call, a window
+    // of the ring), step kb0 to out (the others after it).
+    void pack_block(const void* B, int64_t nb, int64_t kb0, int64_t kb1, uint8_t* out) const {
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
-        auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        const int64_t kfirst = kb0;
+        auto* blk = reinterpret_cast<uint32_t*>(out);  // (step kb at blk + (kb - kfirst) * 512)
         // (A software prefetch of the next k step's rows measured no faster: device, plain B at
         // 384x768x768 / 1024^3, 16 threads, bf16 / int8, one run.)
         const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
@@ -651,19 +653,18 @@ public:
         if (!bt && nn == kBlk && perm_pack()) {  // whole steps of a whole block: the permutes
             const int64_t k1 = std::min(kb1, K / kk_);
             if (k1 > kb0) {
-                uint32_t* out = blk + kb0 * (kStepBytes / 4);
                 if (int8_)
-                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, out);
+                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
                 else
-                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, out);
-                kb0 = k1;
+                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
             }
+            kb0 = std::max(kb0, k1);
         }
         for (int64_t kb = kb0; kb < kb1; ++kb) {
             const int64_t kbase = kb * kk_;
             const bool kfull = kbase + kk_ <= K;
             for (int t = 0; t < 2; ++t) {
-                uint32_t* d0 = blk + kb * (kStepBytes / 4) + t * 256;
+                uint32_t* d0 = blk + (kb - kfirst) * (kStepBytes / 4) + t * 256;
                 const int64_t c0 = n0 + t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - t * 16));
                 if (kfull && cn == 16) {
                     if (bt && avx512_) {
@@ -773,10 +774,14 @@ public:
         // into the thread's buffer (slot 2, reused: L1) right before that window's tile products,
         // instead of into the N-wide buffer below, written and read back once per call (88 MB at
         // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
-        // (before / after on the device), n > 0 = n k steps a window (default 8).
+        // (before / after on the device), n > 0 = n k steps a window (default 8). A plain B with one
+        // row block goes the same way, each window packed from B (int8 without an A zero point:
+        // the column sums are not needed; XK_AMX_PLAIN_RING=0: the N-wide buffer).
         static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
+        static const bool plain_ring = env_int("XK_AMX_PLAIN_RING", 1) != 0;
         const bool ring_on = ring_steps > 0;
-        const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
+        const bool ring = ring_on && !call.packed_b && mblocks == 1 &&
+                          (call.b_block_fn ? !int8_ : plain_ring && !(int8_ && args.a_zero_point != 0));
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
         } else if (ring) {
@@ -810,14 +815,14 @@ public:
         const bool requant = s_.c_type == DType::u8 || s_.c_type == DType::s8;
         float inv = 0, czp = 0, lo = 0, hi = 0;
         if (int8_) {
-            const auto* sums = reinterpret_cast<const int32_t*>(bp + nblocks_ * nkb_ * kStepBytes);
+            const auto* sums = bp ? reinterpret_cast<const int32_t*>(bp + nblocks_ * nkb_ * kStepBytes) : nullptr;  // (null: the ring)
             float* terms = gemm_thread_buffer(3, static_cast<size_t>(2 * nblocks_ * kBlk));
             colc = reinterpret_cast<int32_t*>(terms);
             fcol = terms + nblocks_ * kBlk;
             std::fill(colc, colc + nblocks_ * kBlk, 0);
             std::fill(fcol, fcol + nblocks_ * kBlk, 0.0f);
             const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
-            if (!lazy)  // (else each block's terms as it is packed)
+            if (!lazy && !ring)  // (else each block's terms as it is packed; the ring: no A zero point)
                 for (int64_t n = 0; n < s_.N; ++n)
                     colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
             if (s_.c_type != DType::s32) {
@@ -1050,7 +1055,7 @@ public:
                             if (call.b_block_fn && !int8_)
                                 call.b_block_fn(call.b_block_ctx, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);  // (xk::woq's)
                             else
-                                pack_block(args.B, nb, lazy, kb0, kb1);
+                                pack_block(args.B, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);
                             if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
                                 block_sums(nb, lazy);
                                 const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
@@ -1091,7 +1096,10 @@ public:
                             ta.ldc_out = s_.ldc * c_es;
                         }
                         if (ring) {  // (total_steps = nkb_)
-                            call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            if (call.b_block_fn)
+                                call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            else
+                                pack_block(args.B, nb, s0, s1, b_ring);
                             ta.b = b_ring;
                         } else {
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
