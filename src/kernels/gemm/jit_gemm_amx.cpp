@@ -81,8 +81,9 @@ __attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_
 // (VPERMT2B / VPERMT2W): 2 or 4 loads, 2 permutes and 2 stores a tile row, where the 128-bit
 // unpack ladder took 8 loads, 12 unpacks and 8 stores (int8). src: B[kb0 * kk][n0]; out: the
 // block's step kb0.
+// nt: non-temporal stores (out 64-byte aligned; the caller fences before publishing).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(const uint8_t* src, int64_t ldb, int64_t nsteps,
-                                                                              uint32_t* out) {
+                                                                              uint32_t* out, bool nt) {
     alignas(64) uint8_t i0[64], i1[64];
     for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
     const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
@@ -93,12 +94,18 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(co
                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
             const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
-            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
-            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
+            if (nt) {
+                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + p * 16), _mm512_permutex2var_epi8(a, x0, b));
+                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + 256 + p * 16), _mm512_permutex2var_epi8(a, x1, b));
+            } else {
+                _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
+                _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
+            }
         }
     }
 }
-__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out) {
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out,
+                                                                      bool nt) {
     alignas(64) uint16_t i0[32], i1[32];
     for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
     const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
@@ -106,8 +113,13 @@ __attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint1
         const uint16_t* r = src;
         for (int p = 0; p < 16; ++p, r += 2 * ldb) {
             const __m512i a = _mm512_loadu_si512(r), b = _mm512_loadu_si512(r + ldb);
-            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
-            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
+            if (nt) {
+                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + p * 16), _mm512_permutex2var_epi16(a, x0, b));
+                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + 256 + p * 16), _mm512_permutex2var_epi16(a, x1, b));
+            } else {
+                _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
+                _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
+            }
         }
     }
 }
@@ -611,6 +623,12 @@ public:
         return v;
     }
     bool perm_pack() const { return bpack_mode() != 0 && (int8_ ? vbmi_ : avx512_); }
+    // XK_AMX_BPACK_NT=1: the permutes of a B packed in a call shared by several tasks store
+    // non-temporally (a measurement: the packed lines were read by other cores in the last call).
+    static bool bpack_nt() {
+        static const bool v = env_int("XK_AMX_BPACK_NT", 0) != 0;
+        return v;
+    }
 
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
         auto p = std::make_shared<GemmPacked>(layout_, packed_bytes());
@@ -640,7 +658,8 @@ public:
     // 16-bit / 8-bit unpacks of 2 / 4 rows per half), the edges through the scalar loops.
     // Only k steps [kb0, kb1) (the pieces several threads pack of one block in a call, a window
     // of the ring), step kb0 to out (the others after it).
-    void pack_block(const void* B, int64_t nb, int64_t kb0, int64_t kb1, uint8_t* out) const {
+    // nt: the permutes' stores non-temporal (out 64-byte aligned; the caller fences).
+    void pack_block(const void* B, int64_t nb, int64_t kb0, int64_t kb1, uint8_t* out, bool nt = false) const {
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         const int64_t kfirst = kb0;
@@ -654,9 +673,9 @@ public:
             const int64_t k1 = std::min(kb1, K / kk_);
             if (k1 > kb0) {
                 if (int8_)
-                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
+                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk, nt);
                 else
-                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
+                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk, nt);
             }
             kb0 = std::max(kb0, k1);
         }
@@ -922,7 +941,7 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
-            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(2 * ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
             // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
             // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
@@ -1052,10 +1071,12 @@ public:
                             const uint32_t q = claimed.fetch_add(1, std::memory_order_acq_rel);
                             if (q >= np) break;
                             const int64_t kb0 = q * nkb_ / pieces, kb1 = (q + 1) * nkb_ / pieces;
-                            if (call.b_block_fn && !int8_)
+                            if (call.b_block_fn && !int8_) {
                                 call.b_block_fn(call.b_block_ctx, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);  // (xk::woq's)
-                            else
-                                pack_block(args.B, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);
+                            } else {
+                                pack_block(args.B, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes, bpack_nt());
+                                if (bpack_nt()) _mm_sfence();
+                            }
                             if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
                                 block_sums(nb, lazy);
                                 const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
@@ -1085,21 +1106,23 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    ta.b_next = block_bytes;
+                    ta.b_next = ring ? ring_steps * kStepBytes : block_bytes;
                     for (int64_t nb = nb0; nb < nb1;) {
                         // 16-row blocks: two full column blocks a call where there are two (the A
                         // tile of a step serves four products), else one.
-                        const int64_t nc = r16 && r16_blocks >= 2 && !ring && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
+                        // (The ring of a plain B holds two windows: a pair's rows are read whole.)
+                        const int64_t nc = r16 && r16_blocks >= 2 && (!ring || !call.b_block_fn) && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
                         ta.c_out = nullptr;
                         if (direct && last && rows == full_rows && (nb + nc) * kBlk <= s_.N) {
                             ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
                             ta.ldc_out = s_.ldc * c_es;
                         }
                         if (ring) {  // (total_steps = nkb_)
-                            if (call.b_block_fn)
+                            if (call.b_block_fn) {
                                 call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
-                            else
-                                pack_block(args.B, nb, s0, s1, b_ring);
+                            } else {
+                                for (int64_t j = 0; j < nc; ++j) pack_block(args.B, nb + j, s0, s1, b_ring + j * ring_steps * kStepBytes);
+                            }
                             ta.b = b_ring;
                         } else {
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
@@ -1234,10 +1257,11 @@ bool gemm_amx_int8_any_supports(const GemmSpec& s) {
 
 bool gemm_amx_int8_supports(const GemmSpec& s) { return gemm_amx_int8_any_supports(s) && s.M >= kBlk; }
 
-// int8 M 1..31 (the 16-row kernels for M <= 16): the tiles for a PackedB in their layout (a plan's
-// pack_b, as amx:bf16:decode); a plain B runs what a call capped at avx512_vnni runs (the VPDPBUSD
-// kernel) — XK_AMX_INT8_DECODE_PLAIN=1: the tiles for a plain B too (packed per call; a measurement
-// override).
+// int8 M 1..31 (the 16-row kernels for M <= 16): the tiles, for a PackedB in their layout (a plan's
+// pack_b, as amx:bf16:decode) and for a plain B (packed per call, a ring window at a time without
+// an A zero point): device Xeon, 16x4096x4096 u8s8s32 plain, one run, xk / oneDNN 1 / 16 threads:
+// VPDPBUSD kernel 0.58 / 0.59x, tiles 0.76 / 0.86x. XK_AMX_INT8_DECODE_PLAIN=0: a plain B runs
+// what a call capped at avx512_vnni runs.
 bool gemm_amx_int8_decode_supports(const GemmSpec& s) {
     static const bool on = env_int("XK_AMX_DECODE", 1) != 0;
     return on && gemm_amx_int8_any_supports(s) && s.M >= 1 && s.M < kBlk && isa_supported(Isa::avx512_vnni);
@@ -1246,7 +1270,7 @@ bool gemm_amx_int8_decode_supports(const GemmSpec& s) {
 std::shared_ptr<const GemmKernel> create_gemm_amx_int8_decode(const GemmSpec& s) {
     if (!gemm_amx_int8_decode_supports(s))
         throw Error(Status::unsupported, "gemm amx int8 decode: " + s.key() + " is not supported");
-    static const bool plain_tiles = env_int("XK_AMX_INT8_DECODE_PLAIN", 0) != 0;
+    static const bool plain_tiles = env_int("XK_AMX_INT8_DECODE_PLAIN", 1) != 0;
     return std::make_shared<AmxDecode>(s, Isa::avx512_vnni, plain_tiles);
 }
 
