@@ -10,10 +10,14 @@
 //
 // B is packed once (GemmPlan::pack_b, or per call: see run()) into the tile layout: 32-column blocks, each
 // ceil(K/32) k steps of two 1 KiB tiles [k-pair][16 columns][2], zero-padded in K and N; a
-// row-major B by one two-source permute per tile row (VPERMT2W / VPERMT2B: device Xeon, int8
-// plain B at 16 threads, one slot, xk / oneDNN against the 128-bit unpacks with each block packed
-// by the first task alone: 384x768x768 1.00 -> 1.07x, 1024^3 1.20 -> 1.38x, 384x3072x768 1.20 ->
-// 1.33x, 384x768x3072 1.34 -> 1.63x). A's
+// row-major B by one two-source permute per tile row (VPERMT2W / VPERMT2B). Device Xeon, int8
+// plain B at 16 threads, xk / oneDNN, the permutes and shared pieces (run()) against the 128-bit
+// unpacks with each block packed by the first task alone (XK_AMX_BPACK=0), two slots: 384x768x768
+// 1.00 / 1.04 -> 1.07 / 1.08x, 1024^3 1.20 / 1.20 -> 1.38 / 1.35x, 384x3072x768 1.20 / 1.27 -> 1.33 /
+// 1.33x, 384x768x3072 1.34 / 1.63 -> 1.63 / 1.45x; yet a thread's own packing did not get faster
+// (XK_AMX_PROFILE: 1024^3 64 -> 72 us a call, 384x768x768 7 -> 11 us, waiting 7 -> 2 / 2 -> 1 us):
+// about 1 GB/s a thread at 16 threads, bound by reading 32 bytes of each B row, not by the
+// instructions. A's
 // 32-row block is packed [k step][32 rows][32 k] (zero-padded), once per row block by each thread
 // that works on it: contiguous tile loads beat strided ones from A in place (device Xeon, one
 // run, prepacked rows: bf16 at 16 threads 0.98-1.59x oneDNN in place, 1.21-1.54x packed; int8 K =
@@ -85,9 +89,8 @@ __attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_
 // (VPERMT2B / VPERMT2W): 2 or 4 loads, 2 permutes and 2 stores a tile row, where the 128-bit
 // unpack ladder took 8 loads, 12 unpacks and 8 stores (int8). src: B[kb0 * kk][n0]; out: the
 // block's step kb0.
-// nt: non-temporal stores (out 64-byte aligned; the caller fences before publishing).
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(const uint8_t* src, int64_t ldb, int64_t nsteps,
-                                                                              uint32_t* out, bool nt) {
+                                                                              uint32_t* out) {
     alignas(64) uint8_t i0[64], i1[64];
     for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
     const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
@@ -98,18 +101,12 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(co
                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
             const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
-            if (nt) {
-                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + p * 16), _mm512_permutex2var_epi8(a, x0, b));
-                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + 256 + p * 16), _mm512_permutex2var_epi8(a, x1, b));
-            } else {
-                _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
-                _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
-            }
+            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
+            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
         }
     }
 }
-__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out,
-                                                                      bool nt) {
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out) {
     alignas(64) uint16_t i0[32], i1[32];
     for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
     const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
@@ -117,13 +114,8 @@ __attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint1
         const uint16_t* r = src;
         for (int p = 0; p < 16; ++p, r += 2 * ldb) {
             const __m512i a = _mm512_loadu_si512(r), b = _mm512_loadu_si512(r + ldb);
-            if (nt) {
-                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + p * 16), _mm512_permutex2var_epi16(a, x0, b));
-                _mm512_stream_si512(reinterpret_cast<__m512i*>(out + 256 + p * 16), _mm512_permutex2var_epi16(a, x1, b));
-            } else {
-                _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
-                _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
-            }
+            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
+            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
         }
     }
 }
@@ -627,12 +619,6 @@ public:
         return v;
     }
     bool perm_pack() const { return bpack_mode() != 0 && (int8_ ? vbmi_ : avx512_); }
-    // XK_AMX_BPACK_NT=1: the permutes of a B packed in a call shared by several tasks store
-    // non-temporally (a measurement: the packed lines were read by other cores in the last call).
-    static bool bpack_nt() {
-        static const bool v = env_int("XK_AMX_BPACK_NT", 0) != 0;
-        return v;
-    }
 
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
         auto p = std::make_shared<GemmPacked>(layout_, packed_bytes());
@@ -662,8 +648,7 @@ public:
     // 16-bit / 8-bit unpacks of 2 / 4 rows per half), the edges through the scalar loops.
     // Only k steps [kb0, kb1) (the pieces several threads pack of one block in a call, a window
     // of the ring), step kb0 to out (the others after it).
-    // nt: the permutes' stores non-temporal (out 64-byte aligned; the caller fences).
-    void pack_block(const void* B, int64_t nb, int64_t kb0, int64_t kb1, uint8_t* out, bool nt = false) const {
+    void pack_block(const void* B, int64_t nb, int64_t kb0, int64_t kb1, uint8_t* out) const {
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
         const int64_t kfirst = kb0;
@@ -677,9 +662,9 @@ public:
             const int64_t k1 = std::min(kb1, K / kk_);
             if (k1 > kb0) {
                 if (int8_)
-                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk, nt);
+                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
                 else
-                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk, nt);
+                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
             }
             kb0 = std::max(kb0, k1);
         }
@@ -1080,8 +1065,9 @@ public:
                             if (call.b_block_fn && !int8_) {
                                 call.b_block_fn(call.b_block_ctx, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);  // (xk::woq's)
                             } else {
-                                pack_block(args.B, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes, bpack_nt());
-                                if (bpack_nt()) _mm_sfence();
+                                // (non-temporal stores here measured slower: device, 1024^3 int8 at 16
+                                // threads, own packing 72 -> 100 us a call, tile products 127 -> 146 us)
+                                pack_block(args.B, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);
                             }
                             if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
                                 block_sums(nb, lazy);
