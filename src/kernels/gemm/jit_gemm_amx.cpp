@@ -16,8 +16,8 @@
 // 1.00 / 1.04 -> 1.07 / 1.08x, 1024^3 1.20 / 1.20 -> 1.38 / 1.35x, 384x3072x768 1.20 / 1.27 -> 1.33 /
 // 1.33x, 384x768x3072 1.34 / 1.63 -> 1.63 / 1.45x; yet a thread's own packing did not get faster
 // (XK_AMX_PROFILE: 1024^3 64 -> 72 us a call, 384x768x768 7 -> 11 us, waiting 7 -> 2 / 2 -> 1 us):
-// about 1 GB/s a thread at 16 threads, bound by reading 32 bytes of each B row, not by the
-// instructions. A's
+// about 1 GB/s a thread at 16 threads: not the instructions (the permutes take a third of the
+// unpacks'), the reads (32 bytes of each B row, rows ldb apart) are the suspect. A's
 // 32-row block is packed [k step][32 rows][32 k] (zero-padded), once per row block by each thread
 // that works on it: contiguous tile loads beat strided ones from A in place (device Xeon, one
 // run, prepacked rows: bf16 at 16 threads 0.98-1.59x oneDNN in place, 1.21-1.54x packed; int8 K =
