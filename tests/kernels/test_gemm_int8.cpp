@@ -416,7 +416,7 @@ TEST(GemmInt8, AmxPackedBLayout) {
         int64_t K, N, pad;
     };
     for (Trans tb : {Trans::N, Trans::T})
-        for (Shape sh : {Shape{64, 32, 0}, Shape{200, 70, 3}, Shape{1, 33, 0}, Shape{129, 96, 64}, Shape{63, 31, 1}}) {
+        for (Shape sh : {Shape{64, 32, 0}, Shape{200, 70, 3}, Shape{1, 33, 0}, Shape{129, 96, 64}, Shape{63, 31, 1}, Shape{320, 200, 5}}) {
             GemmDesc d = int8_desc(DType::u8, DType::s32, 32, sh.N, sh.K);
             d.trans_b = tb;
             const int64_t ldb = (tb == Trans::N ? sh.N : sh.K) + sh.pad;

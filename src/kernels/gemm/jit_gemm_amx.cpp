@@ -120,6 +120,45 @@ __attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint1
     }
 }
 
+// The same for nblk whole blocks side by side (B[.][n0 .. n0 + 32 nblk)), tile row by tile row
+// across the blocks: each B row is read once, whole lines in order. out: block 0's step kb0;
+// block b's at out + b * bstride bytes.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_rows(const uint8_t* src, int64_t ldb, int64_t nsteps,
+                                                                             int64_t nblk, uint8_t* out, int64_t bstride) {
+    alignas(64) uint8_t i0[64], i1[64];
+    for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s)
+        for (int p = 0; p < 16; ++p) {
+            const uint8_t* r = src + (s * 64 + 4 * p) * ldb;
+            uint8_t* o = out + s * kAmxTileStepBytes + p * 64;
+            for (int64_t b = 0; b < nblk; ++b, r += 32, o += bstride) {
+                const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r))),
+                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
+                const __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
+                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
+                _mm512_storeu_si512(o, _mm512_permutex2var_epi8(a, x0, c));
+                _mm512_storeu_si512(o + 1024, _mm512_permutex2var_epi8(a, x1, c));
+            }
+        }
+}
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_rows(const uint16_t* src, int64_t ldb, int64_t nsteps, int64_t nblk,
+                                                                    uint8_t* out, int64_t bstride) {
+    alignas(64) uint16_t i0[32], i1[32];
+    for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s)
+        for (int p = 0; p < 16; ++p) {
+            const uint16_t* r = src + (s * 32 + 2 * p) * ldb;
+            uint8_t* o = out + s * kAmxTileStepBytes + p * 64;
+            for (int64_t b = 0; b < nblk; ++b, r += 32, o += bstride) {
+                const __m512i a = _mm512_loadu_si512(r), c = _mm512_loadu_si512(r + ldb);
+                _mm512_storeu_si512(o, _mm512_permutex2var_epi16(a, x0, c));
+                _mm512_storeu_si512(o + 1024, _mm512_permutex2var_epi16(a, x1, c));
+            }
+        }
+}
+
 // Column sums (wrapping int32) of a packed int8 block's 32 columns: VPDPBUSD of ones with each
 // tile row (4 signed k values per column).
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void amx_block_colsums(const uint32_t* blk, int64_t nkb, int32_t* out) {
@@ -631,11 +670,14 @@ public:
         return static_cast<size_t>(nblocks_ * nkb_ * kStepBytes) + (int8_ ? static_cast<size_t>(nblocks_ * kBlk * 4) : 0);
     }
 
+    // (groups of 4 blocks: a row-major B read row by row across them)
     void pack_into(const void* B, uint8_t* dst) const {
-        parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
-            for (int64_t nb = b0; nb < b1; ++nb) {
-                pack_block(B, nb, 0, nkb_, dst + nb * nkb_ * kStepBytes);
-                if (int8_) block_sums(nb, dst);
+        const int64_t ng = (nblocks_ + 3) / 4;
+        parallel_for(ng, 1, [&](int64_t g0, int64_t g1) {
+            for (int64_t g = g0; g < g1; ++g) {
+                const int64_t nb0 = 4 * g, nb1 = std::min(nblocks_, nb0 + 4);
+                pack_chunk(B, nb0, nb1, 0, nkb_, dst);
+                for (int64_t nb = nb0; int8_ && nb < nb1; ++nb) block_sums(nb, dst);
             }
         });
     }
@@ -739,6 +781,30 @@ public:
                     }
                 }
             }
+        }
+    }
+
+    // Blocks [nb0, nb1) of op(B), k steps [kb0, kb1), into the packed buffer dst: whole blocks and
+    // steps of a row-major B row by row across the blocks (amx_pack_*_rows), the rest per block.
+    void pack_chunk(const void* B, int64_t nb0, int64_t nb1, int64_t kb0, int64_t kb1, uint8_t* dst) const {
+        const int64_t bb = nkb_ * kStepBytes;
+        const int64_t nbf = std::min(nb1, s_.N / kBlk);  // blocks below nbf are whole
+        int64_t kr = kb0;                                 // whole blocks' steps [kb0, kr): the rows path
+        if (s_.trans_b == Trans::N && perm_pack() && nbf > nb0) {
+            const int64_t k1 = std::min(kb1, s_.K / kk_);
+            if (k1 > kb0) {
+                if (int8_)
+                    amx_pack_s8_rows(static_cast<const uint8_t*>(B) + kb0 * kk_ * s_.ldb + nb0 * kBlk, s_.ldb, k1 - kb0, nbf - nb0,
+                                     dst + nb0 * bb + kb0 * kStepBytes, bb);
+                else
+                    amx_pack_bf16_rows(static_cast<const uint16_t*>(B) + kb0 * kk_ * s_.ldb + nb0 * kBlk, s_.ldb, k1 - kb0,
+                                       nbf - nb0, dst + nb0 * bb + kb0 * kStepBytes, bb);
+                kr = k1;
+            }
+        }
+        for (int64_t nb = nb0; nb < nb1; ++nb) {
+            const int64_t k0 = nb < nbf ? kr : kb0;
+            if (k0 < kb1) pack_block(B, nb, k0, kb1, dst + nb * bb + k0 * kStepBytes);
         }
     }
 
@@ -878,7 +944,9 @@ public:
         // tasks that reach the block (the tm grid rows share its columns: they pack it together,
         // where the first one alone packed it and the others waited); 1 without sharing.
         const int64_t pieces = !lazy ? 1 : bpack_mode() == 0 || tm == 1 ? 1 : std::min<int64_t>(nkb_, 2 * tm);
+        // (XK_AMX_BPACK=2, a measurement: pieces of whole chunks, below)
         const bool lazy_sums = int8_ && za != 0;
+        const bool chunk_pieces = lazy && bpack_mode() == 2 && !call.b_block_fn;
         // One packed A for the call (the default packing, several threads per row block): each row
         // block is packed once, by the first thread that reaches it (the others wait on its flag),
         // instead of once per (thread, B chunk). The threads of one grid row start at different row
@@ -911,6 +979,18 @@ public:
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const int64_t r16_blocks = amx_r16();
 
+        // XK_AMX_DYN=1: the tm tasks of a grid column claim its row blocks one at a time (per B
+        // chunk) instead of each taking a fixed tm-th: a slow thread does fewer (a measurement).
+        static const bool dyn = env_int("XK_AMX_DYN", 0) != 0;
+        struct alignas(64) RowClaim {
+            std::atomic<int64_t> v{0};
+        };
+        std::unique_ptr<RowClaim[]> row_claims_buf;
+        RowClaim* row_claims = nullptr;
+        if (dyn && tm > 1) {
+            row_claims_buf.reset(new RowClaim[static_cast<size_t>(nblocks_)]);
+            row_claims = row_claims_buf.get();
+        }
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -1055,7 +1135,30 @@ public:
                     // block's last piece takes its column sums (int8 with an A zero point) and marks
                     // the block ready (packed = pieces + 1).
                     const uint32_t np = static_cast<uint32_t>(pieces), ready = np + (lazy_sums ? 1 : 0);
-                    for (int64_t nb = nb0; nb < nb1; ++nb) {
+                    if (chunk_pieces) {
+                        // (XK_AMX_BPACK=2: the pieces are k ranges of the whole chunk, packed row by
+                        // row across its blocks; the chunk's flags are its first block's)
+                        std::atomic<uint32_t>& claimed = flags[2 * nb0];
+                        std::atomic<uint32_t>& packed = flags[2 * nb0 + 1];
+                        while (claimed.load(std::memory_order_relaxed) < np) {
+                            const uint32_t q = claimed.fetch_add(1, std::memory_order_acq_rel);
+                            if (q >= np) break;
+                            pack_chunk(args.B, nb0, nb1, q * nkb_ / pieces, (q + 1) * nkb_ / pieces, lazy);
+                            if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
+                                const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
+                                const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+                                for (int64_t nb = nb0; nb < nb1; ++nb) {
+                                    block_sums(nb, lazy);
+                                    for (int64_t n = nb * kBlk; n < std::min<int64_t>(s_.N, nb * kBlk + kBlk); ++n)
+                                        colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
+                                }
+                                packed.store(ready, std::memory_order_release);
+                            }
+                        }
+                        lap(AmxProfile::bpack);
+                        while (packed.load(std::memory_order_acquire) != ready) _mm_pause();
+                    }
+                    for (int64_t nb = nb0; nb < nb1 && !chunk_pieces; ++nb) {
                         std::atomic<uint32_t>& claimed = flags[2 * nb];
                         std::atomic<uint32_t>& packed = flags[2 * nb + 1];
                         while (claimed.load(std::memory_order_relaxed) < np) {
@@ -1079,9 +1182,11 @@ public:
                             }
                         }
                     }
-                    lap(AmxProfile::bpack);
-                    for (int64_t nb = nb0; nb < nb1; ++nb)
-                        while (flags[2 * nb + 1].load(std::memory_order_acquire) != ready) _mm_pause();
+                    if (!chunk_pieces) {
+                        lap(AmxProfile::bpack);
+                        for (int64_t nb = nb0; nb < nb1; ++nb)
+                            while (flags[2 * nb + 1].load(std::memory_order_acquire) != ready) _mm_pause();
+                    }
                 }
                 lap(AmxProfile::bwait);
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
@@ -1160,6 +1265,17 @@ public:
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
                 const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                if (row_claims) {
+                    // the grid column's row blocks, claimed one at a time per chunk by its tm tasks
+                    const int64_t first = (j * mblocks / tn) % mblocks;
+                    for (int64_t nb0 = n_lo; nb0 < n_hi; nb0 += pc)
+                        for (;;) {
+                            const int64_t q = row_claims[nb0].v.fetch_add(1, std::memory_order_relaxed);
+                            if (q >= mblocks) break;
+                            block_task((first + q) % mblocks, nb0, std::min(n_hi, nb0 + pc));
+                        }
+                    continue;
+                }
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
