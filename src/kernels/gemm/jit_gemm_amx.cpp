@@ -650,11 +650,12 @@ public:
 
     std::string packed_layout() const override { return layout_; }
 
-    // The permute interleave of a plain B (amx_pack_s8_steps / amx_pack_bf16_steps) and a block
-    // packed in k pieces by the threads that share it (XK_AMX_BPACK=0: the 128-bit unpacks, whole
-    // blocks by the first thread: the earlier packing, for measurements).
+    // A B packed in the call: 2 (default) the permutes, in k pieces of a task's whole chunk packed
+    // row by row across its blocks (pack_chunk); 1 the permutes in k pieces of each block; 0 the
+    // earlier packing (128-bit unpacks, each block by the first task alone). XK_AMX_BPACK, for
+    // measurements.
     static int64_t bpack_mode() {
-        static const int64_t v = env_int("XK_AMX_BPACK", 1);
+        static const int64_t v = env_int("XK_AMX_BPACK", 2);
         return v;
     }
     bool perm_pack() const { return bpack_mode() != 0 && (int8_ ? vbmi_ : avx512_); }
@@ -944,7 +945,6 @@ public:
         // tasks that reach the block (the tm grid rows share its columns: they pack it together,
         // where the first one alone packed it and the others waited); 1 without sharing.
         const int64_t pieces = !lazy ? 1 : bpack_mode() == 0 || tm == 1 ? 1 : std::min<int64_t>(nkb_, 2 * tm);
-        // (XK_AMX_BPACK=2, a measurement: pieces of whole chunks, below)
         const bool lazy_sums = int8_ && za != 0;
         const bool chunk_pieces = lazy && bpack_mode() == 2 && !call.b_block_fn;
         // One packed A for the call (the default packing, several threads per row block): each row
@@ -979,9 +979,18 @@ public:
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const int64_t r16_blocks = amx_r16();
 
-        // XK_AMX_DYN=1: the tm tasks of a grid column claim its row blocks one at a time (per B
-        // chunk) instead of each taking a fixed tm-th: a slow thread does fewer (a measurement).
-        static const bool dyn = env_int("XK_AMX_DYN", 0) != 0;
+        // With a B packed in the call in chunk pieces, the tm tasks of a grid column claim its row
+        // blocks one at a time (per B chunk) instead of each taking a fixed tm-th: a slow thread does
+        // fewer. Device Xeon, 16 threads, one slot, plain B, 384x768x768 / 1024^3 / 384x3072x768 /
+        // 384x768x3072, xk / oneDNN, int8: per-block pieces, fixed rows (two runs) 1.11-1.14 /
+        // 1.12-1.19 / 1.12-1.15 / 1.69-1.71x; chunk pieces 1.21 / 1.17 / 1.07 / 1.80x; per-block
+        // pieces and claims 1.07 / 1.03 / 1.02 / 1.61x; chunk pieces and claims (the default) 1.15 /
+        // 1.28 / 1.28 / 1.70x (XK_AMX_PROFILE, 1024^3: 321 / 303 -> 240 us a call); bf16 per-block
+        // fixed 1.33 / 1.49 / 1.57 / 1.45x, chunk and claims 1.69 / 1.90 / 1.56 / 1.72x. A prepacked
+        // B: fixed 1.45 / 1.61 / 1.46 / 1.49x, claims 1.38 / 1.67 / 1.28 / 1.65x (fixed there).
+        // XK_AMX_DYN=0 / 1: never / always.
+        static const int64_t dyn_env = env_int("XK_AMX_DYN", -1);
+        const bool dyn = dyn_env < 0 ? chunk_pieces : dyn_env != 0;
         struct alignas(64) RowClaim {
             std::atomic<int64_t> v{0};
         };
@@ -1136,8 +1145,10 @@ public:
                     // the block ready (packed = pieces + 1).
                     const uint32_t np = static_cast<uint32_t>(pieces), ready = np + (lazy_sums ? 1 : 0);
                     if (chunk_pieces) {
-                        // (XK_AMX_BPACK=2: the pieces are k ranges of the whole chunk, packed row by
-                        // row across its blocks; the chunk's flags are its first block's)
+                        // (the default: the pieces are k ranges of the whole chunk, packed row by row
+                        // across its blocks; the chunk's flags are its first block's. Device, int8
+                        // 1 thread, plain 384x768x768 / 1024^3, against per-block pieces: 1.53 /
+                        // 1.61x -> 1.62 / 1.65x oneDNN)
                         std::atomic<uint32_t>& claimed = flags[2 * nb0];
                         std::atomic<uint32_t>& packed = flags[2 * nb0 + 1];
                         while (claimed.load(std::memory_order_relaxed) < np) {
