@@ -32,7 +32,8 @@
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
 // cores). Every thread (one too) takes one rectangle of the (32-row block x column block) grid
-// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A
+// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major (with a
+// B packed in the call, the tm threads of a grid column claim its row blocks one at a time); A
 // packed per thread and row block, or, where a thread's columns span several B chunks (it would
 // re-pack each row block per chunk), once per call into a buffer the threads share, each row block
 // by the first thread that needs it.
