@@ -404,6 +404,57 @@ TEST(GemmInt8, AmxSharedPackedA) {
     });
 }
 
+// The AMX kernel's packing of B (generated, no tile instruction runs: any host) against the tile
+// layout written out here: 32-column blocks of k steps of 64, two 16-column tiles a step, tile row
+// p = 16 dwords of the k quad 4p..4p+3 (lower k in the low byte), zeros beyond K and N, then the
+// wrapping column sums. Plain B (the permute interleave of whole blocks and steps, the unpacks of
+// an N tail, the scalar K tail) and B^T, packed strides; the earlier packing (XK_AMX_BPACK=0 at
+// process start) gives the same bytes.
+TEST(GemmInt8, AmxPackedBLayout) {
+    if (!cpu_info().avx512f || !cpu_info().avx512bw) return;
+    struct Shape {
+        int64_t K, N, pad;
+    };
+    for (Trans tb : {Trans::N, Trans::T})
+        for (Shape sh : {Shape{64, 32, 0}, Shape{200, 70, 3}, Shape{1, 33, 0}, Shape{129, 96, 64}, Shape{63, 31, 1}, Shape{320, 200, 5}}) {
+            GemmDesc d = int8_desc(DType::u8, DType::s32, 32, sh.N, sh.K);
+            d.trans_b = tb;
+            const int64_t ldb = (tb == Trans::N ? sh.N : sh.K) + sh.pad;
+            d.ldb = ldb;
+            std::vector<uint8_t> B(static_cast<size_t>((tb == Trans::N ? sh.K : sh.N) * ldb));
+            std::mt19937_64 g(static_cast<uint64_t>(sh.K * 1000 + sh.N));
+            for (auto& v : B) v = static_cast<uint8_t>(g());
+            const auto kern = detail::create_gemm_amx_int8(detail::gemm_check_desc("test", d));
+            const auto packed = kern->pack_b(B.data());
+            const int64_t nkb = (sh.K + 63) / 64, nblocks = (sh.N + 31) / 32;
+            ASSERT_EQ(packed->bytes, static_cast<size_t>(nblocks * nkb * 2048 + nblocks * 32 * 4));
+            const auto* got = static_cast<const uint8_t*>(packed->data);
+            auto b_at = [&](int64_t k, int64_t n) -> uint8_t {
+                if (k >= sh.K || n >= sh.N) return 0;
+                return B[static_cast<size_t>(tb == Trans::N ? k * ldb + n : n * ldb + k)];
+            };
+            for (int64_t nb = 0; nb < nblocks; ++nb) {
+                for (int64_t kb = 0; kb < nkb; ++kb)
+                    for (int t = 0; t < 2; ++t)
+                        for (int p = 0; p < 16; ++p)
+                            for (int c = 0; c < 16; ++c)
+                                for (int j = 0; j < 4; ++j) {
+                                    const size_t off = static_cast<size_t>(((nb * nkb + kb) * 2 + t) * 1024 + p * 64 + c * 4 + j);
+                                    ASSERT_EQ(got[off], b_at(kb * 64 + 4 * p + j, nb * 32 + t * 16 + c))
+                                        << "trans_b " << (tb == Trans::T) << " K " << sh.K << " N " << sh.N << " nb " << nb
+                                        << " kb " << kb << " half " << t << " p " << p << " c " << c << " j " << j;
+                                }
+                for (int64_t c = 0; c < 32; ++c) {
+                    uint32_t want = 0;
+                    for (int64_t k = 0; k < sh.K; ++k) want += static_cast<uint32_t>(int32_t(int8_t(b_at(k, nb * 32 + c))));
+                    int32_t sum;
+                    std::memcpy(&sum, got + nblocks * nkb * 2048 + (nb * 32 + c) * 4, 4);
+                    ASSERT_EQ(static_cast<uint32_t>(sum), want) << "column sum " << nb * 32 + c;
+                }
+            }
+        }
+}
+
 TEST(GemmInt8, SaturationWorstCasesAndEveryShiftPath) {
     // All 255 x all -128, all 127 x 127, s8 A = -128 with its extremes; K long enough that the
     // s32 sum wraps (255 * 128 * 70000 > 2^31) and the short one that does not.
@@ -508,9 +559,16 @@ TEST(GemmInt8, SelectionAtEachCap) {
     for (Isa isa : available_isas()) {
         IsaCap cap(isa);
         const std::string name = GemmPlan(d).impl_name();
+        GemmDesc dec = d;
+        dec.M = 16;
+        const std::string dec_name = GemmPlan(dec).impl_name();
+        // the tiles from 32 rows up; below, for a PackedB (a plain B: the VPDPBUSD kernel)
         if (isa >= Isa::amx)
-            EXPECT_EQ(name, "amx:int8");  // the tiles, from 32 rows up
-        else if (isa >= Isa::avx512_vnni)
+            EXPECT_EQ(name + " " + dec_name, "amx:int8 amx:int8:decode");
+        else
+            EXPECT_EQ(dec_name, name) << isa_name(isa);  // (one kernel for every M below amx)
+        if (isa >= Isa::amx) {
+        } else if (isa >= Isa::avx512_vnni)
             EXPECT_EQ(name, "jit:avx512_vnni:int8");
         else if (isa >= Isa::avx2_vnni && isa_supported(Isa::avx2_vnni))
             EXPECT_EQ(name, "jit:avx2_vnni:int8") << isa_name(isa);

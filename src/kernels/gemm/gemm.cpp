@@ -355,6 +355,7 @@ const Registry<GemmSpec, GemmKernel>& gemm_registry() {
             {"amx:bf16:decode", Isa::amx, gemm_amx_bf16_decode_supports, create_gemm_amx_bf16_decode},
             {"amx:bf16:any", Isa::amx, gemm_amx_bf16_any_supports, create_gemm_amx_bf16, /*selectable=*/false},
             {"amx:int8", Isa::amx, gemm_amx_int8_supports, create_gemm_amx_int8},
+            {"amx:int8:decode", Isa::amx, gemm_amx_int8_decode_supports, create_gemm_amx_int8_decode},
             {"amx:int8:any", Isa::amx, gemm_amx_int8_any_supports, create_gemm_amx_int8, /*selectable=*/false},
             // int8 (jit_gemm_int8.cpp): every int8 shape with M, N, K > 0.
             {"jit:avx512_vnni:int8", Isa::avx512_vnni, gemm_int8_vnni_supports,

@@ -247,6 +247,9 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s)
 bool gemm_amx_int8_supports(const GemmSpec& s);
 bool gemm_amx_int8_any_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_amx_int8(const GemmSpec& s);
+//   "amx:int8:decode": M 1..31, the tiles for a B packed in their layout, else the avx512_vnni pick.
+bool gemm_amx_int8_decode_supports(const GemmSpec& s);
+std::shared_ptr<const GemmKernel> create_gemm_amx_int8_decode(const GemmSpec& s);
 
 //   oneDNN (onednn_gemm.cpp): the matmul primitive with the epilogue as post-ops, B packed in the
 //   reference layout. Its registry entry ("onednn") is not selectable: only the autotuner (below)

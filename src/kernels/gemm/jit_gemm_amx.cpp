@@ -8,8 +8,16 @@
 // one-k-at-a-time order, so results differ from it within a few ulps of the dot product's
 // magnitude (docs/gemm.md).
 //
-// B is packed once (GemmPlan::pack_b, or per call into the calling thread's buffer) into the tile layout: 32-column blocks, each
-// ceil(K/32) k steps of two 1 KiB tiles [k-pair][16 columns][2], zero-padded in K and N. A's
+// B is packed once (GemmPlan::pack_b, or per call: see run()) into the tile layout: 32-column blocks, each
+// ceil(K/32) k steps of two 1 KiB tiles [k-pair][16 columns][2], zero-padded in K and N; a
+// row-major B by one two-source permute per tile row (VPERMT2W / VPERMT2B). Device Xeon, int8
+// plain B at 16 threads, xk / oneDNN, the permutes and shared pieces (run()) against the 128-bit
+// unpacks with each block packed by the first task alone (XK_AMX_BPACK=0), two slots: 384x768x768
+// 1.00 / 1.04 -> 1.07 / 1.08x, 1024^3 1.20 / 1.20 -> 1.38 / 1.35x, 384x3072x768 1.20 / 1.27 -> 1.33 /
+// 1.33x, 384x768x3072 1.34 / 1.63 -> 1.63 / 1.45x; yet a thread's own packing did not get faster
+// (XK_AMX_PROFILE: 1024^3 64 -> 72 us a call, 384x768x768 7 -> 11 us, waiting 7 -> 2 / 2 -> 1 us):
+// about 1 GB/s a thread at 16 threads: not the instructions (the permutes take a third of the
+// unpacks'), the reads (32 bytes of each B row, rows ldb apart) are the suspect. A's
 // 32-row block is packed [k step][32 rows][32 k] (zero-padded), once per row block by each thread
 // that works on it: contiguous tile loads beat strided ones from A in place (device Xeon, one
 // run, prepacked rows: bf16 at 16 threads 0.98-1.59x oneDNN in place, 1.21-1.54x packed; int8 K =
@@ -24,7 +32,8 @@
 //
 // Blocking: B in chunks of up to 16 32-column blocks and about 1 MiB (the 2 MiB L2 of the Xeon's
 // cores). Every thread (one too) takes one rectangle of the (32-row block x column block) grid
-// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major; A
+// (tm x tn threads, the most even split, then the least A + B traffic), walked chunk-major (with a
+// B packed in the call, the tm threads of a grid column claim its row blocks one at a time); A
 // packed per thread and row block, or, where a thread's columns span several B chunks (it would
 // re-pack each row block per chunk), once per call into a buffer the threads share, each row block
 // by the first thread that needs it.
@@ -75,6 +84,82 @@ __attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_
     for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + p * 16, t[p]);
 }
 
+// The plain B's interleave of one full 32-column block, k steps [kb0, kb1): per tile row p, the
+// block's 32 columns of the p-th k group (int8: 4 rows of 32 bytes, two per 512-bit register;
+// bf16: 2 rows of 64 bytes) into both 16-column tiles by one two-source byte / word permute each
+// (VPERMT2B / VPERMT2W): 2 or 4 loads, 2 permutes and 2 stores a tile row, where the 128-bit
+// unpack ladder took 8 loads, 12 unpacks and 8 stores (int8). src: B[kb0 * kk][n0]; out: the
+// block's step kb0.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(const uint8_t* src, int64_t ldb, int64_t nsteps,
+                                                                              uint32_t* out) {
+    alignas(64) uint8_t i0[64], i1[64];
+    for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s, src += 64 * ldb, out += kAmxTileStepBytes / 4) {
+        const uint8_t* r = src;
+        for (int p = 0; p < 16; ++p, r += 4 * ldb) {
+            const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r))),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
+            const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
+            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
+            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
+        }
+    }
+}
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out) {
+    alignas(64) uint16_t i0[32], i1[32];
+    for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s, src += 32 * ldb, out += kAmxTileStepBytes / 4) {
+        const uint16_t* r = src;
+        for (int p = 0; p < 16; ++p, r += 2 * ldb) {
+            const __m512i a = _mm512_loadu_si512(r), b = _mm512_loadu_si512(r + ldb);
+            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
+            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
+        }
+    }
+}
+
+// The same for nblk whole blocks side by side (B[.][n0 .. n0 + 32 nblk)), tile row by tile row
+// across the blocks: each B row is read once, whole lines in order. out: block 0's step kb0;
+// block b's at out + b * bstride bytes.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_rows(const uint8_t* src, int64_t ldb, int64_t nsteps,
+                                                                             int64_t nblk, uint8_t* out, int64_t bstride) {
+    alignas(64) uint8_t i0[64], i1[64];
+    for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s)
+        for (int p = 0; p < 16; ++p) {
+            const uint8_t* r = src + (s * 64 + 4 * p) * ldb;
+            uint8_t* o = out + s * kAmxTileStepBytes + p * 64;
+            for (int64_t b = 0; b < nblk; ++b, r += 32, o += bstride) {
+                const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r))),
+                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
+                const __m512i c = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
+                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
+                _mm512_storeu_si512(o, _mm512_permutex2var_epi8(a, x0, c));
+                _mm512_storeu_si512(o + 1024, _mm512_permutex2var_epi8(a, x1, c));
+            }
+        }
+}
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_rows(const uint16_t* src, int64_t ldb, int64_t nsteps, int64_t nblk,
+                                                                    uint8_t* out, int64_t bstride) {
+    alignas(64) uint16_t i0[32], i1[32];
+    for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
+    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
+    for (int64_t s = 0; s < nsteps; ++s)
+        for (int p = 0; p < 16; ++p) {
+            const uint16_t* r = src + (s * 32 + 2 * p) * ldb;
+            uint8_t* o = out + s * kAmxTileStepBytes + p * 64;
+            for (int64_t b = 0; b < nblk; ++b, r += 32, o += bstride) {
+                const __m512i a = _mm512_loadu_si512(r), c = _mm512_loadu_si512(r + ldb);
+                _mm512_storeu_si512(o, _mm512_permutex2var_epi16(a, x0, c));
+                _mm512_storeu_si512(o + 1024, _mm512_permutex2var_epi16(a, x1, c));
+            }
+        }
+}
+
 // Column sums (wrapping int32) of a packed int8 block's 32 columns: VPDPBUSD of ones with each
 // tile row (4 signed k values per column).
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void amx_block_colsums(const uint32_t* blk, int64_t nkb, int32_t* out) {
@@ -116,10 +201,10 @@ int64_t amx_r16() {
 constexpr int kPrefetch = 2;  // the tile kernels prefetch A and B this many k steps ahead
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
-// configuration, A packing + row terms, B packing / waiting, the tile products, the stores, the
+// configuration, A packing + row terms, B packing (own pieces), waiting for B, the tile products, the stores, the
 // release, a thread's region (mean and the slowest thread's).
 struct AmxProfile {
-    enum { call, fork, cfg, apack, bpack, tiles, epi, rel, region, region_max, calls, thr, n };
+    enum { call, fork, cfg, apack, bpack, bwait, tiles, epi, rel, region, region_max, calls, thr, n };
     std::atomic<uint64_t> v[n] = {};
     static bool on() {
         static const bool b = env_int("XK_AMX_PROFILE", 0) != 0;
@@ -150,10 +235,10 @@ struct AmxProfile {
         auto us = [&](int i, uint64_t d) { return double(v[i].load()) / double(d) / ghz / 1000.0; };
         std::fprintf(stderr,
                      "[xk amx profile] %llu calls, %.1f threads/call, us per call: call %.1f | per thread: fork %.1f cfg %.2f "
-                     "apack %.2f bpack %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
+                     "apack %.2f bpack %.2f bwait %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
                      "calls %.1f)\n",
                      static_cast<unsigned long long>(nc), double(nt) / double(nc), us(call, nc), us(fork, nt), us(cfg, nt),
-                     us(apack, nt), us(bpack, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
+                     us(apack, nt), us(bpack, nt), us(bwait, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
     }
 };
 
@@ -553,6 +638,7 @@ public:
           kk_(s.int8() ? 64 : 32),
           tile_(tile_code(!s.int8() ? TileOp::bf16 : s.a_type == DType::u8 ? TileOp::u8s8 : TileOp::s8s8)) {
         avx512_ = cpu_info().avx512f && cpu_info().avx512bw;
+        vbmi_ = avx512_ && __builtin_cpu_supports("avx512vbmi");
         vnni_ = avx512_ && cpu_info().avx512_vnni;
         GemmEpi e = gemm_epi(s);
         if (int8_) e.alpha_one = true;  // the dequantization applies alpha with the scales
@@ -565,6 +651,16 @@ public:
 
     std::string packed_layout() const override { return layout_; }
 
+    // A B packed in the call: 2 (default) the permutes, in k pieces of a task's whole chunk packed
+    // row by row across its blocks (pack_chunk); 1 the permutes in k pieces of each block; 0 the
+    // earlier packing (128-bit unpacks, each block by the first task alone). XK_AMX_BPACK, for
+    // measurements.
+    static int64_t bpack_mode() {
+        static const int64_t v = env_int("XK_AMX_BPACK", 2);
+        return v;
+    }
+    bool perm_pack() const { return bpack_mode() != 0 && (int8_ ? vbmi_ : avx512_); }
+
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override {
         auto p = std::make_shared<GemmPacked>(layout_, packed_bytes());
         pack_into(B, static_cast<uint8_t*>(p->data));
@@ -576,33 +672,51 @@ public:
         return static_cast<size_t>(nblocks_ * nkb_ * kStepBytes) + (int8_ ? static_cast<size_t>(nblocks_ * kBlk * 4) : 0);
     }
 
+    // (groups of 4 blocks: a row-major B read row by row across them)
     void pack_into(const void* B, uint8_t* dst) const {
-        parallel_for(nblocks_, 1, [&](int64_t b0, int64_t b1) {
-            for (int64_t nb = b0; nb < b1; ++nb) pack_block(B, nb, dst, true);
+        const int64_t ng = (nblocks_ + 3) / 4;
+        parallel_for(ng, 1, [&](int64_t g0, int64_t g1) {
+            for (int64_t g = g0; g < g1; ++g) {
+                const int64_t nb0 = 4 * g, nb1 = std::min(nblocks_, nb0 + 4);
+                pack_chunk(B, nb0, nb1, 0, nkb_, dst);
+                for (int64_t nb = nb0; int8_ && nb < nb1; ++nb) block_sums(nb, dst);
+            }
         });
     }
 
-    // Column block nb of op(B) into the tile layout at dst (the whole packed buffer) and, with
-    // sums (int8), its column sums after the tiles. Tile row (kb, p) of the half t: 16 columns x
-    // one k group (bf16: the pair 2p, 2p + 1; int8: the quad 4p .. 4p + 3) as 32-bit words, the
-    // lower k in the low bits, zero beyond K and N. Whole 16-column halves of whole k steps go
-    // through vector code (B^T: a 16 x 16 dword transpose of 64-byte rows; B: 16-bit / 8-bit
-    // interleaves of 2 / 4 rows), the edges through the scalar loops.
-    void pack_block(const void* B, int64_t nb, uint8_t* dst, bool sums) const {
-        const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
+    // Column block nb of op(B) into the tile layout at dst (the whole packed buffer), k steps
+    // [kb0, kb1). Tile row (kb, p) of the half t: 16 columns x one k group (bf16: the pair 2p,
+    // 2p + 1; int8: the quad 4p .. 4p + 3) as 32-bit words, the lower k in the low bits, zero
+    // beyond K and N. Whole k steps go through vector code (B^T: a 16 x 16 dword transpose of
+    // 64-byte rows per 16-column half; B: the permutes above for a whole 32-column block, else
+    // 16-bit / 8-bit unpacks of 2 / 4 rows per half), the edges through the scalar loops.
+    // Only k steps [kb0, kb1) (the pieces several threads pack of one block in a call, a window
+    // of the ring), step kb0 to out (the others after it).
+    void pack_block(const void* B, int64_t nb, int64_t kb0, int64_t kb1, uint8_t* out) const {
         const bool bt = s_.trans_b == Trans::T;
         const int64_t K = s_.K, N = s_.N, ldb = s_.ldb;
-        auto* blk = reinterpret_cast<uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        const int64_t kfirst = kb0;
+        auto* blk = reinterpret_cast<uint32_t*>(out);  // (step kb at blk + (kb - kfirst) * 512)
         // (A software prefetch of the next k step's rows measured no faster: device, plain B at
         // 384x768x768 / 1024^3, 16 threads, bf16 / int8, one run.)
         const int64_t n0 = nb * kBlk, nn = std::min<int64_t>(kBlk, N - n0);
         const auto* src8 = static_cast<const uint8_t*>(B);
         const auto* src16 = static_cast<const uint16_t*>(B);
-        for (int64_t kb = 0; kb < nkb_; ++kb) {
+        if (!bt && nn == kBlk && perm_pack()) {  // whole steps of a whole block: the permutes
+            const int64_t k1 = std::min(kb1, K / kk_);
+            if (k1 > kb0) {
+                if (int8_)
+                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
+                else
+                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
+            }
+            kb0 = std::max(kb0, k1);
+        }
+        for (int64_t kb = kb0; kb < kb1; ++kb) {
             const int64_t kbase = kb * kk_;
             const bool kfull = kbase + kk_ <= K;
             for (int t = 0; t < 2; ++t) {
-                uint32_t* d0 = blk + kb * (kStepBytes / 4) + t * 256;
+                uint32_t* d0 = blk + (kb - kfirst) * (kStepBytes / 4) + t * 256;
                 const int64_t c0 = n0 + t * 16, cn = std::max<int64_t>(0, std::min<int64_t>(16, nn - t * 16));
                 if (kfull && cn == 16) {
                     if (bt && avx512_) {
@@ -670,9 +784,39 @@ public:
                 }
             }
         }
-        // int8: the column sums of op(B) (0 for padding), wrapping, from the packed quads.
-        if (int8_ && sums) {
-            auto* out = reinterpret_cast<int32_t*>(dst + tiles) + n0;
+    }
+
+    // Blocks [nb0, nb1) of op(B), k steps [kb0, kb1), into the packed buffer dst: whole blocks and
+    // steps of a row-major B row by row across the blocks (amx_pack_*_rows), the rest per block.
+    void pack_chunk(const void* B, int64_t nb0, int64_t nb1, int64_t kb0, int64_t kb1, uint8_t* dst) const {
+        const int64_t bb = nkb_ * kStepBytes;
+        const int64_t nbf = std::min(nb1, s_.N / kBlk);  // blocks below nbf are whole
+        int64_t kr = kb0;                                 // whole blocks' steps [kb0, kr): the rows path
+        if (s_.trans_b == Trans::N && perm_pack() && nbf > nb0) {
+            const int64_t k1 = std::min(kb1, s_.K / kk_);
+            if (k1 > kb0) {
+                if (int8_)
+                    amx_pack_s8_rows(static_cast<const uint8_t*>(B) + kb0 * kk_ * s_.ldb + nb0 * kBlk, s_.ldb, k1 - kb0, nbf - nb0,
+                                     dst + nb0 * bb + kb0 * kStepBytes, bb);
+                else
+                    amx_pack_bf16_rows(static_cast<const uint16_t*>(B) + kb0 * kk_ * s_.ldb + nb0 * kBlk, s_.ldb, k1 - kb0,
+                                       nbf - nb0, dst + nb0 * bb + kb0 * kStepBytes, bb);
+                kr = k1;
+            }
+        }
+        for (int64_t nb = nb0; nb < nb1; ++nb) {
+            const int64_t k0 = nb < nbf ? kr : kb0;
+            if (k0 < kb1) pack_block(B, nb, k0, kb1, dst + nb * bb + k0 * kStepBytes);
+        }
+    }
+
+    // int8: block nb's column sums of op(B) (0 for padding), wrapping, from its packed quads in
+    // dst (the whole packed buffer), stored after the tiles.
+    void block_sums(int64_t nb, uint8_t* dst) const {
+        const size_t tiles = static_cast<size_t>(nblocks_ * nkb_ * kStepBytes);
+        const auto* blk = reinterpret_cast<const uint32_t*>(dst + nb * nkb_ * kStepBytes);
+        {
+            auto* out = reinterpret_cast<int32_t*>(dst + tiles) + nb * kBlk;
             if (vnni_) {
                 amx_block_colsums(blk, nkb_, out);
             } else {
@@ -693,9 +837,11 @@ public:
 
     void run(const GemmCall& call) const override {
         // An unpacked B is packed per call into the calling thread's buffer (slot 2: the operands
-        // it shares with the workers for one call; slot 3 holds the int8 column terms), column
-        // block by column block by the first task that needs a block (the others wait for it:
-        // flags after the packed B), inside the one parallel region of the call.
+        // it shares with the workers for one call; slot 3 holds the int8 column terms), each column
+        // block right before its first tile products, in k pieces claimed one at a time by the
+        // tasks that need the block (flags after the packed B: pieces claimed, pieces packed),
+        // inside the one parallel region of the call — or, with one row block, into each thread's
+        // ring (below).
         const GemmArgs& args = call.args;
         const uint8_t* bp = nullptr;
         uint8_t* lazy = nullptr;
@@ -706,19 +852,23 @@ public:
         // into the thread's buffer (slot 2, reused: L1) right before that window's tile products,
         // instead of into the N-wide buffer below, written and read back once per call (88 MB at
         // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
-        // (before / after on the device), n > 0 = n k steps a window (default 8).
+        // (before / after on the device), n > 0 = n k steps a window (default 8). A plain B with one
+        // row block goes the same way, each window packed from B (int8 without an A zero point:
+        // the column sums are not needed; XK_AMX_PLAIN_RING=0: the N-wide buffer).
         static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
+        static const bool plain_ring = env_int("XK_AMX_PLAIN_RING", 1) != 0;
         const bool ring_on = ring_steps > 0;
-        const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
+        const bool ring = ring_on && !call.packed_b && mblocks == 1 &&
+                          (call.b_block_fn ? !int8_ : plain_ring && !(int8_ && args.a_zero_point != 0));
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
         } else if (ring) {
         } else {
             const size_t pbytes = (packed_bytes() + 63) / 64 * 64;
             auto* buf = reinterpret_cast<uint8_t*>(
-                gemm_thread_buffer(2, (pbytes + static_cast<size_t>(nblocks_) * sizeof(std::atomic<uint32_t>) + 3) / 4));
-            flags = reinterpret_cast<std::atomic<uint32_t>*>(buf + pbytes);
-            for (int64_t b = 0; b < nblocks_; ++b) new (flags + b) std::atomic<uint32_t>(0);
+                gemm_thread_buffer(2, (pbytes + static_cast<size_t>(2 * nblocks_) * sizeof(std::atomic<uint32_t>) + 3) / 4));
+            flags = reinterpret_cast<std::atomic<uint32_t>*>(buf + pbytes);  // per block: pieces claimed, packed
+            for (int64_t b = 0; b < 2 * nblocks_; ++b) new (flags + b) std::atomic<uint32_t>(0);
             lazy = buf;
             bp = buf;
         }
@@ -743,14 +893,14 @@ public:
         const bool requant = s_.c_type == DType::u8 || s_.c_type == DType::s8;
         float inv = 0, czp = 0, lo = 0, hi = 0;
         if (int8_) {
-            const auto* sums = reinterpret_cast<const int32_t*>(bp + nblocks_ * nkb_ * kStepBytes);
+            const auto* sums = bp ? reinterpret_cast<const int32_t*>(bp + nblocks_ * nkb_ * kStepBytes) : nullptr;  // (null: the ring)
             float* terms = gemm_thread_buffer(3, static_cast<size_t>(2 * nblocks_ * kBlk));
             colc = reinterpret_cast<int32_t*>(terms);
             fcol = terms + nblocks_ * kBlk;
             std::fill(colc, colc + nblocks_ * kBlk, 0);
             std::fill(fcol, fcol + nblocks_ * kBlk, 0.0f);
             const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
-            if (!lazy)  // (else each block's terms as it is packed)
+            if (!lazy && !ring)  // (else each block's terms as it is packed; the ring: no A zero point)
                 for (int64_t n = 0; n < s_.N; ++n)
                     colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
             if (s_.c_type != DType::s32) {
@@ -792,6 +942,12 @@ public:
             }
         }
         const int64_t ntasks = tm * tn;
+        // A B packed in the call: each block in `pieces` k ranges, claimed one at a time by the
+        // tasks that reach the block (the tm grid rows share its columns: they pack it together,
+        // where the first one alone packed it and the others waited); 1 without sharing.
+        const int64_t pieces = !lazy ? 1 : bpack_mode() == 0 || tm == 1 ? 1 : std::min<int64_t>(nkb_, 2 * tm);
+        const bool lazy_sums = int8_ && za != 0;
+        const bool chunk_pieces = lazy && bpack_mode() == 2 && !call.b_block_fn;
         // One packed A for the call (the default packing, several threads per row block): each row
         // block is packed once, by the first thread that reaches it (the others wait on its flag),
         // instead of once per (thread, B chunk). The threads of one grid row start at different row
@@ -824,6 +980,27 @@ public:
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
         const int64_t r16_blocks = amx_r16();
 
+        // With a B packed in the call in chunk pieces, the tm tasks of a grid column claim its row
+        // blocks one at a time (per B chunk) instead of each taking a fixed tm-th: a slow thread does
+        // fewer. Device Xeon, 16 threads, one slot, plain B, 384x768x768 / 1024^3 / 384x3072x768 /
+        // 384x768x3072, xk / oneDNN, int8: per-block pieces, fixed rows (two runs) 1.11-1.14 /
+        // 1.12-1.19 / 1.12-1.15 / 1.69-1.71x; chunk pieces 1.21 / 1.17 / 1.07 / 1.80x; per-block
+        // pieces and claims 1.07 / 1.03 / 1.02 / 1.61x; chunk pieces and claims (the default) 1.15 /
+        // 1.28 / 1.28 / 1.70x (XK_AMX_PROFILE, 1024^3: 321 / 303 -> 240 us a call); bf16 per-block
+        // fixed 1.33 / 1.49 / 1.57 / 1.45x, chunk and claims 1.69 / 1.90 / 1.56 / 1.72x. A prepacked
+        // B: fixed 1.45 / 1.61 / 1.46 / 1.49x, claims 1.38 / 1.67 / 1.28 / 1.65x (fixed there).
+        // XK_AMX_DYN=0 / 1: never / always.
+        static const int64_t dyn_env = env_int("XK_AMX_DYN", -1);
+        const bool dyn = dyn_env < 0 ? chunk_pieces : dyn_env != 0;
+        struct alignas(64) RowClaim {
+            std::atomic<int64_t> v{0};
+        };
+        std::unique_ptr<RowClaim[]> row_claims_buf;
+        RowClaim* row_claims = nullptr;
+        if (dyn && tm > 1) {
+            row_claims_buf.reset(new RowClaim[static_cast<size_t>(nblocks_)]);
+            row_claims = row_claims_buf.get();
+        }
         const bool prof = AmxProfile::on();
         const uint64_t call_t0 = prof ? __rdtsc() : 0;
         std::atomic<uint64_t> region_max{0};
@@ -845,7 +1022,7 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
-            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(2 * ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
             // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
             // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
@@ -962,30 +1139,68 @@ public:
                 }
                 lap(AmxProfile::apack);
                 if (lazy) {
-                    // the chunk's blocks: claim and pack the free ones, then wait for the others
-                    for (int pass = 0; pass < 2; ++pass)
-                        for (int64_t nb = nb0; nb < nb1; ++nb) {
-                            std::atomic<uint32_t>& f = flags[nb];
-                            uint32_t st = f.load(std::memory_order_acquire);
-                            if (st == 2 || (pass == 0 && st != 0)) continue;
-                            if (st == 0 && f.compare_exchange_strong(st, 1, std::memory_order_acq_rel)) {
-                                if (call.b_block_fn && !int8_)
-                                    call.b_block_fn(call.b_block_ctx, nb, 0, nkb_, lazy + nb * block_bytes);  // (xk::woq's)
-                                else
-                                    pack_block(args.B, nb, lazy, za != 0);
-                                if (int8_ && za != 0) {
-                                    const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
-                                    const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+                    // The chunk's blocks: claim and pack their free pieces, then wait for the pieces
+                    // others claimed (a claimed piece is being packed: no task waits on one that
+                    // nobody works on, whatever the number of threads). The task that packs a
+                    // block's last piece takes its column sums (int8 with an A zero point) and marks
+                    // the block ready (packed = pieces + 1).
+                    const uint32_t np = static_cast<uint32_t>(pieces), ready = np + (lazy_sums ? 1 : 0);
+                    if (chunk_pieces) {
+                        // (the default: the pieces are k ranges of the whole chunk, packed row by row
+                        // across its blocks; the chunk's flags are its first block's. Device, int8
+                        // 1 thread, plain 384x768x768 / 1024^3, against per-block pieces: 1.53 /
+                        // 1.61x -> 1.62 / 1.65x oneDNN)
+                        std::atomic<uint32_t>& claimed = flags[2 * nb0];
+                        std::atomic<uint32_t>& packed = flags[2 * nb0 + 1];
+                        while (claimed.load(std::memory_order_relaxed) < np) {
+                            const uint32_t q = claimed.fetch_add(1, std::memory_order_acq_rel);
+                            if (q >= np) break;
+                            pack_chunk(args.B, nb0, nb1, q * nkb_ / pieces, (q + 1) * nkb_ / pieces, lazy);
+                            if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
+                                const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
+                                const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+                                for (int64_t nb = nb0; nb < nb1; ++nb) {
+                                    block_sums(nb, lazy);
                                     for (int64_t n = nb * kBlk; n < std::min<int64_t>(s_.N, nb * kBlk + kBlk); ++n)
                                         colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
                                 }
-                                f.store(2, std::memory_order_release);
-                                continue;
+                                packed.store(ready, std::memory_order_release);
                             }
-                            while (f.load(std::memory_order_acquire) != 2) _mm_pause();
                         }
+                        lap(AmxProfile::bpack);
+                        while (packed.load(std::memory_order_acquire) != ready) _mm_pause();
+                    }
+                    for (int64_t nb = nb0; nb < nb1 && !chunk_pieces; ++nb) {
+                        std::atomic<uint32_t>& claimed = flags[2 * nb];
+                        std::atomic<uint32_t>& packed = flags[2 * nb + 1];
+                        while (claimed.load(std::memory_order_relaxed) < np) {
+                            const uint32_t q = claimed.fetch_add(1, std::memory_order_acq_rel);
+                            if (q >= np) break;
+                            const int64_t kb0 = q * nkb_ / pieces, kb1 = (q + 1) * nkb_ / pieces;
+                            if (call.b_block_fn && !int8_) {
+                                call.b_block_fn(call.b_block_ctx, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);  // (xk::woq's)
+                            } else {
+                                // (non-temporal stores here measured slower: device, 1024^3 int8 at 16
+                                // threads, own packing 72 -> 100 us a call, tile products 127 -> 146 us)
+                                pack_block(args.B, nb, kb0, kb1, lazy + nb * block_bytes + kb0 * kStepBytes);
+                            }
+                            if (packed.fetch_add(1, std::memory_order_acq_rel) + 1 == np && lazy_sums) {
+                                block_sums(nb, lazy);
+                                const auto* sums = reinterpret_cast<const int32_t*>(lazy + nblocks_ * nkb_ * kStepBytes);
+                                const uint32_t kzz = static_cast<uint32_t>(K) * static_cast<uint32_t>(za) * static_cast<uint32_t>(zb);
+                                for (int64_t n = nb * kBlk; n < std::min<int64_t>(s_.N, nb * kBlk + kBlk); ++n)
+                                    colc[n] = static_cast<int32_t>(kzz - static_cast<uint32_t>(za) * static_cast<uint32_t>(sums[n]));
+                                packed.store(ready, std::memory_order_release);
+                            }
+                        }
+                    }
+                    if (!chunk_pieces) {
+                        lap(AmxProfile::bpack);
+                        for (int64_t nb = nb0; nb < nb1; ++nb)
+                            while (flags[2 * nb + 1].load(std::memory_order_acquire) != ready) _mm_pause();
+                    }
                 }
-                lap(AmxProfile::bpack);
+                lap(AmxProfile::bwait);
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
@@ -1000,18 +1215,23 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    ta.b_next = block_bytes;
+                    ta.b_next = ring ? ring_steps * kStepBytes : block_bytes;
                     for (int64_t nb = nb0; nb < nb1;) {
                         // 16-row blocks: two full column blocks a call where there are two (the A
                         // tile of a step serves four products), else one.
-                        const int64_t nc = r16 && r16_blocks >= 2 && !ring && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
+                        // (The ring of a plain B holds two windows: a pair's rows are read whole.)
+                        const int64_t nc = r16 && r16_blocks >= 2 && (!ring || !call.b_block_fn) && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
                         ta.c_out = nullptr;
                         if (direct && last && rows == full_rows && (nb + nc) * kBlk <= s_.N) {
                             ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
                             ta.ldc_out = s_.ldc * c_es;
                         }
                         if (ring) {  // (total_steps = nkb_)
-                            call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            if (call.b_block_fn) {
+                                call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            } else {
+                                for (int64_t j = 0; j < nc; ++j) pack_block(args.B, nb + j, s0, s1, b_ring + j * ring_steps * kStepBytes);
+                            }
                             ta.b = b_ring;
                         } else {
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
@@ -1057,6 +1277,17 @@ public:
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
                 const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                if (row_claims) {
+                    // the grid column's row blocks, claimed one at a time per chunk by its tm tasks
+                    const int64_t first = (j * mblocks / tn) % mblocks;
+                    for (int64_t nb0 = n_lo; nb0 < n_hi; nb0 += pc)
+                        for (;;) {
+                            const int64_t q = row_claims[nb0].v.fetch_add(1, std::memory_order_relaxed);
+                            if (q >= mblocks) break;
+                            block_task((first + q) % mblocks, nb0, std::min(n_hi, nb0 + pc));
+                        }
+                    continue;
+                }
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
@@ -1077,7 +1308,7 @@ private:
     GemmSpec s_;
     std::string layout_;
     bool int8_ = false;
-    bool avx512_ = false, vnni_ = false;  // the vector packing paths
+    bool avx512_ = false, vnni_ = false, vbmi_ = false;  // the vector packing paths
     int64_t es_ = 2, kk_ = 32;  // bytes per element of A / B; k per step
     std::shared_ptr<const TileCode> tile_;
     std::shared_ptr<const EpiCode> epi_full_, epi_tail_;
@@ -1112,9 +1343,12 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
 namespace {
 class AmxDecode final : public GemmKernel {
 public:
-    explicit AmxDecode(const GemmSpec& s)
-        : amx_(std::make_shared<AmxGemm>(s)), vec_(gemm_select(s, false, Isa::avx512_bf16).kernel) {}
-    void run(const GemmCall& call) const override { (call.packed_b ? static_cast<const GemmKernel&>(*amx_) : *vec_).run(call); }
+    // plain_tiles: a plain B runs the tiles too (packed per call, block by block).
+    AmxDecode(const GemmSpec& s, Isa vec_cap, bool plain_tiles)
+        : amx_(std::make_shared<AmxGemm>(s)), vec_(plain_tiles ? nullptr : gemm_select(s, false, vec_cap).kernel) {}
+    void run(const GemmCall& call) const override {
+        (call.packed_b || !vec_ ? static_cast<const GemmKernel&>(*amx_) : *vec_).run(call);
+    }
     std::shared_ptr<const GemmPacked> pack_b(const void* B) const override { return amx_->pack_b(B); }
     std::string packed_layout() const override { return amx_->packed_layout(); }
 
@@ -1133,7 +1367,7 @@ bool gemm_amx_bf16_decode_supports(const GemmSpec& s) {
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s) {
     if (!gemm_amx_bf16_decode_supports(s))
         throw Error(Status::unsupported, "gemm amx bf16 decode: " + s.key() + " is not supported");
-    return std::make_shared<AmxDecode>(s);
+    return std::make_shared<AmxDecode>(s, Isa::avx512_bf16, false);
 }
 
 bool gemm_amx_int8_any_supports(const GemmSpec& s) {
@@ -1142,6 +1376,23 @@ bool gemm_amx_int8_any_supports(const GemmSpec& s) {
 }
 
 bool gemm_amx_int8_supports(const GemmSpec& s) { return gemm_amx_int8_any_supports(s) && s.M >= kBlk; }
+
+// int8 M 1..31 (the 16-row kernels for M <= 16): the tiles, for a PackedB in their layout (a plan's
+// pack_b, as amx:bf16:decode) and for a plain B (packed per call, a ring window at a time without
+// an A zero point): device Xeon, 16x4096x4096 u8s8s32 plain, one run, xk / oneDNN 1 / 16 threads:
+// VPDPBUSD kernel 0.58 / 0.59x, tiles 0.76 / 0.86x. XK_AMX_INT8_DECODE_PLAIN=0: a plain B runs
+// what a call capped at avx512_vnni runs.
+bool gemm_amx_int8_decode_supports(const GemmSpec& s) {
+    static const bool on = env_int("XK_AMX_DECODE", 1) != 0;
+    return on && gemm_amx_int8_any_supports(s) && s.M >= 1 && s.M < kBlk && isa_supported(Isa::avx512_vnni);
+}
+
+std::shared_ptr<const GemmKernel> create_gemm_amx_int8_decode(const GemmSpec& s) {
+    if (!gemm_amx_int8_decode_supports(s))
+        throw Error(Status::unsupported, "gemm amx int8 decode: " + s.key() + " is not supported");
+    static const bool plain_tiles = env_int("XK_AMX_INT8_DECODE_PLAIN", 1) != 0;
+    return std::make_shared<AmxDecode>(s, Isa::avx512_vnni, plain_tiles);
+}
 
 std::shared_ptr<const GemmKernel> create_gemm_amx_int8(const GemmSpec& s) {
     if (!gemm_amx_int8_any_supports(s)) throw Error(Status::unsupported, "gemm amx int8: " + s.key() + " is not supported");

@@ -293,7 +293,7 @@ QLinearPlan::QLinearPlan(const QLinearDesc& desc, const QLinearWeight& w) {
 
     auto st = std::make_shared<detail::QLinearState>();
     // Pack with the kernel a plan of 256 rows picks (for the static / per-tensor modes on AMX:
-    // the tile layout, read by "amx:int8:any" for short M); per call gemm_kernel_for_layout
+    // the tile layout, read by "amx:int8:decode" for M < 32); per call gemm_kernel_for_layout
     // finds the best kernel of each M reading that layout.
     st->spec = detail::make_spec(fn, d, 256);
     st->w_scales.assign(static_cast<size_t>(d.N), 1.0f);
