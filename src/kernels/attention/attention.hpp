@@ -74,6 +74,13 @@ inline void attn_limit_range(const AttnTask& t, int64_t& lo, int64_t& hi) {
     }
 }
 
+// The end of the keys any token of the task sees: min(j_end, the largest limit).
+inline int64_t attn_key_end(const AttnTask& t) {
+    int64_t lo, hi;
+    attn_limit_range(t, lo, hi);
+    return t.j_end < hi ? t.j_end : hi;
+}
+
 // Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
 // (64 keys x head_dim each) and its [rows x 64] scores.
 // Keys per softmax step of the decode path (rows < 16): a multiple of kAttnTile.
