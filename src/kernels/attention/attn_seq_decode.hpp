@@ -12,10 +12,12 @@
 //           each V row read whole; the other pairs re-read the tile from L1;
 //   chunks: kAttnSeqChunk keys (2048): K streams through 2048 keys, then V, so each stream restarts
 //           once per 2048 keys instead of once per 256.
-// No software prefetch: on Zen 4 (dev host, 1 thread, CPU time, in one process with the
-// intr:avx512 form-2 decode) the hardware prefetchers alone stream this order at 17.9-21.5 GB/s
-// against 14.5-17.6 for the other decode with its prefetch; prefetching this order (T1 far, T0
-// near, both) made it slower (13-16).
+// No software prefetch: on Zen 4 (dev host, 1 thread, CPU time, interleaved in one process with
+// the intr:avx512 form-2 decode, 2k / 8k / 32k tokens, b 1 and 8) the hardware prefetchers alone
+// stream this order at 17.4-21.5 GB/s against 14.5-17.6 for the other decode with its prefetch;
+// prefetching this order (T1 far, T0 next tile, or both) made it slower (13-17), prefetching only
+// the first tiles of each sweep no faster. On the device Xeon it is slower than form 1 at 8k / 32k
+// tokens (docs/attention.md): the default is AMD only (attn_decode_seq).
 
 template <int NB, int NC>
 inline __attribute__((always_inline)) void seq_dots4(const float* qb, const float* const* kp, float* u) {
