@@ -23,6 +23,12 @@
 //   attention/bf16/xk/issue_rate/{vdpbf16ps,vfmadd231ps}   (AVX512-BF16 machines, 1 thread)
 //       GFLOPS = multiply-adds x 2 per second of 8 independent chains of the instruction: why the
 //       decode's products stay FP32 FMAs (bf16 widened) rather than VDPBF16PS (docs/attention.md).
+//   attention/f32/xk/fma_peak/nt:<t>   (AVX-512 machines)
+//       GFLOPS of 8 independent VFMADD231PS zmm chains on each of t threads: the FP32 FMA peak the
+//       f32 prefill rows are bounded by, measured in the same run.
+//   attention/f32/xk/decode/b:<B>/ctx:<L>/seq:<S>/nt:<t>   (XK_BENCH_DECODE_SEQ=1,0)
+//       the f32 decode rows with the sequential-order decode forced on (1) / off (0: the
+//       intr:avx512 decode with its prefetch forms) instead of the per-vendor default.
 //   attention/<kv dtype>/xk/decode/b:<B>/ctx:<L>/splits:<S>/nt:<t>   (XK_BENCH_KV_SPLITS=S,...)
 //       the decode rows with CachedAttentionDesc::kv_splits = S (each key range in S pieces across
 //       threads) instead of the automatic choice.
@@ -37,6 +43,7 @@
 
 #include "bench_util.hpp"
 #include "common/parallel.hpp"
+#include "kernels/attention/attention.hpp"  // attn_decode_seq_override (XK_BENCH_DECODE_SEQ rows)
 #include "xk/attention.hpp"
 #include "xk/gemm.hpp"
 #include "xk/isa.hpp"
@@ -49,8 +56,9 @@ namespace {
 constexpr int64_t kQHeads = 32, kKvHeads = 8, kHd = 128;
 
 void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, int threads, bool hot = false,
-                  int64_t splits = 0) {
+                  int64_t splits = 0, int seq = -1) {
     xb::ScopedThreads st(threads);
+    xk::detail::attn_decode_seq_override(seq);  // (-1: the default order)
     xk::KvCacheDesc cd;
     cd.layout = xk::KvLayout::contiguous;
     cd.dtype = dt;
@@ -105,6 +113,7 @@ void bench_decode(benchmark::State& state, xk::DType dt, int64_t B, int64_t L, i
         benchmark::DoNotOptimize(o.data());
     }
     xb::set_gbps(state, 2.0 * static_cast<double>(bytes + nsc * sizeof(float)));
+    xk::detail::attn_decode_seq_override(-1);
 }
 
 __attribute__((target("avx2"))) double sum_range(const float* p, size_t n) {
@@ -261,6 +270,35 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) float issue_cha
     return _mm512_reduce_add_ps(s);
 }
 
+// 8 chains x n iterations of VFMADD231PS zmm on each of `threads` threads: one core's (and the
+// machine's) FP32 FMA peak, printed beside the prefill rows (their bound).
+__attribute__((target("avx512f"), noinline)) float fma_chains(int64_t n) {
+    __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1e-3f), a2 = _mm512_set1_ps(2e-3f), a3 = _mm512_set1_ps(3e-3f);
+    __m512 a4 = _mm512_set1_ps(4e-3f), a5 = _mm512_set1_ps(5e-3f), a6 = _mm512_set1_ps(6e-3f), a7 = _mm512_set1_ps(7e-3f);
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
+    for (int64_t i = 0; i < n; ++i) {
+        a0 = _mm512_fmadd_ps(a0, x, y), a1 = _mm512_fmadd_ps(a1, x, y), a2 = _mm512_fmadd_ps(a2, x, y);
+        a3 = _mm512_fmadd_ps(a3, x, y), a4 = _mm512_fmadd_ps(a4, x, y), a5 = _mm512_fmadd_ps(a5, x, y);
+        a6 = _mm512_fmadd_ps(a6, x, y), a7 = _mm512_fmadd_ps(a7, x, y);
+        __asm__ volatile("" : "+v"(a0));
+    }
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    return _mm512_reduce_add_ps(s);
+}
+
+void bench_fma_peak(benchmark::State& state, int threads) {
+    xb::ScopedThreads st(threads);
+    constexpr int64_t n = 1 << 18;
+    std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
+    for (auto _ : state)
+        xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) sink[size_t(t) * 16] += fma_chains(n);
+        });
+    benchmark::DoNotOptimize(sink.data());
+    xb::set_gflops(state, 2.0 * 8 * n * 16 * threads);
+}
+
 void bench_issue_rate(benchmark::State& state, bool bf16) {
     constexpr int64_t n = 1 << 16;
     float sink = 0;
@@ -282,6 +320,13 @@ int reg = [] {
             while (*c && *c != ',') ++c;
             if (*c) ++c;
         }
+    std::vector<int> decode_seq;  // XK_BENCH_DECODE_SEQ=1,0: f32 decode rows with each order forced too
+    if (const char* e = std::getenv("XK_BENCH_DECODE_SEQ"))
+        for (const char* c = e; *c;) {
+            if (*c == '0' || *c == '1') decode_seq.push_back(*c - '0');
+            while (*c && *c != ',') ++c;
+            if (*c) ++c;
+        }
     for (int t : xb::thread_counts()) {
         const std::string nt = "nt:" + std::to_string(t);
         benchmark::RegisterBenchmark(("attention/f32/xk/read/" + nt).c_str(),
@@ -299,6 +344,13 @@ int reg = [] {
                                                             "b:" + std::to_string(B), "ctx:" + std::to_string(L), nt});
                     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t); })
                         ->UseRealTime();
+                    if (dt == xk::DType::f32)
+                        for (int sq : decode_seq) {  // XK_BENCH_DECODE_SEQ: the f32 decode order forced
+                            const std::string sn = xb::join_name({"attention", "f32", "xk", "decode", "b:" + std::to_string(B),
+                                                                  "ctx:" + std::to_string(L), "seq:" + std::to_string(sq), nt});
+                            benchmark::RegisterBenchmark(sn.c_str(), [=](benchmark::State& s) { bench_decode(s, dt, B, L, t, false, 0, sq); })
+                                ->UseRealTime();
+                        }
                     for (int64_t sp : kv_splits) {  // XK_BENCH_KV_SPLITS: the split over the sequence forced
                         const std::string sn = xb::join_name({"attention", xk::dtype_name(dt), "xk", "decode",
                                                               "b:" + std::to_string(B), "ctx:" + std::to_string(L),
@@ -312,6 +364,10 @@ int reg = [] {
             benchmark::RegisterBenchmark(
                 xb::join_name({"attention", xk::dtype_name(dt), "xk", "decode_l2", "b:1", "ctx:256", nt}).c_str(),
                 [=](benchmark::State& s) { bench_decode(s, dt, 1, 256, t, true); })
+                ->UseRealTime();
+        if (xk::isa_supported(xk::Isa::avx512))  // the prefill rows' bound, in the same run
+            benchmark::RegisterBenchmark(("attention/f32/xk/fma_peak/" + nt).c_str(),
+                                         [t](benchmark::State& s) { bench_fma_peak(s, t); })
                 ->UseRealTime();
         std::vector<int64_t> Ts = {2048};
         if (xb::env_int("XK_BENCH_PREFILL_8K", 0)) Ts.push_back(8192);

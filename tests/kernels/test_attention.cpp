@@ -763,6 +763,44 @@ TEST(Attention, DecodePrefetchFormsOddLengths) {
     set_num_threads(0);
 }
 
+// The sequential-order f32 decode (attn_seq_decode.hpp; default on AMD CPUs) forced on and off:
+// context lengths 1 / 7 / 17 / cap (cap past one 2048-key chunk outside sanitizer builds), GQA 4,
+// MQA and MHA with several query tokens per sequence (chunked prefill rows: 3 / 12 rows, odd row
+// counts take the one-row tail), head_dim 128 and 80, paged (shuffled blocks) and contiguous,
+// misaligned cache and q pointers, the automatic split and 3 pieces; against the double reference.
+TEST(Attention, DecodeSequentialOrderF32) {
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        for_each_isa([&](Isa isa) {
+            if (isa != Isa::avx512) return;  // (the f32 kernel of every level above it)
+            uint64_t seed = 131;
+            for (int seq : {1, 0}) {
+                xk::detail::attn_decode_seq_override(seq);
+                for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged})
+                    for (int64_t kvh : {2, 1, 8})
+                        for (int64_t hd : {128, 80}) {
+                            if (hd == 80 && (layout == KvLayout::contiguous || kvh != 2)) continue;
+                            if (seq == 0 && (layout == KvLayout::contiguous || hd != 128)) continue;
+                            SCOPED_TRACE(std::string(kv_layout_name(layout)) + " kv_heads=" + std::to_string(kvh) +
+                                         " hd=" + std::to_string(hd) + " seq=" + std::to_string(seq));
+                            const int64_t cap = kSanitized ? 301 : 2100;
+                            CacheFixture f(layout, DType::f32, 4, kvh, hd, cap, 16, seed++, /*misalign=*/1);
+                            const std::vector<int64_t> ctx = {1, 7, 17, cap};
+                            for (int64_t b = 0; b < 4; ++b) f.append(b, 0, ctx[b]);
+                            // queries per sequence: 1 (decode); MHA / GQA also 3 (chunked prefill rows)
+                            const std::vector<int64_t> nq = kvh == 1 ? std::vector<int64_t>{1, 1, 1, 1}
+                                                                     : std::vector<int64_t>{1, 3, 1, 3};
+                            for (int64_t splits : {0, 3})
+                                check_cached(f, nq, ctx, 8, DType::f32, splits, seed, nullptr, nullptr, kF32Atol,
+                                             kF32Rtol, /*q_misalign=*/3);
+                        }
+            }
+            xk::detail::attn_decode_seq_override(-1);
+        });
+    }
+    set_num_threads(0);
+}
+
 // s8 cache: append quantizes (checked in CacheFixture::append), decode / chunked prefill over it
 // equal the naive attention of the dequantized cache, and stay near that of the f32 sources.
 TEST(Attention, Int8CacheDecodeAndPrefill) {

@@ -433,6 +433,22 @@ bool attn_prefill_prefetch() {
 
 bool attn_amd() { return cpu_is_amd(); }
 
+namespace {
+std::atomic<int> g_decode_seq_override{-1};
+}  // namespace
+
+void attn_decode_seq_override(int v) { g_decode_seq_override.store(v, std::memory_order_relaxed); }
+
+bool attn_decode_seq() {
+    if (const int o = g_decode_seq_override.load(std::memory_order_relaxed); o >= 0) return o != 0;
+    static const bool v = [] {
+        const char* e = std::getenv("XK_ATTN_DECODE_SEQ");
+        if (!e || !*e) return attn_amd();
+        return std::atoi(e) != 0;
+    }();
+    return v;
+}
+
 int attn_prefetch_khint() {
     static const int v = [] {
         const char* e = std::getenv("XK_ATTN_PF_KHINT");

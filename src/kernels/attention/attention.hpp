@@ -87,6 +87,13 @@ inline void attn_limit_range(const AttnTask& t, int64_t& lo, int64_t& hi) {
     }
 }
 
+// The end of the keys any token of the task sees: min(j_end, the largest limit).
+inline int64_t attn_key_end(const AttnTask& t) {
+    int64_t lo, hi;
+    attn_limit_range(t, lo, hi);
+    return t.j_end < hi ? t.j_end : hi;
+}
+
 // Scratch of a task of `rows` rows: the decode path's tiles, or the prefill path's K^T / V tiles
 // (64 keys x head_dim each) and its [rows x 64] scores.
 // Keys per softmax step of the decode path (rows < 16): a multiple of kAttnTile.
@@ -95,13 +102,16 @@ constexpr int64_t kAttnDecodeChunk = 256;
 // Rows from which a task takes the prefill kernels (fewer: the decode code).
 constexpr int64_t kAttnPrefillRows = 16;
 
+// Keys per softmax step of the sequential-order f32 decode (attn_seq_decode.hpp).
+constexpr int64_t kAttnSeqChunk = 2048;
+
 // Scratch of the AMX prefill kernel (attn_amx.cpp): q in bf16, the packed K / V tiles, one row
 // block's scores / probabilities.
 int64_t attn_amx_scratch_floats(int64_t rows, int64_t head_dim);
 
 inline int64_t attn_scratch_floats(int64_t rows, int64_t head_dim) {
     return rows * (kAttnTile + 2) + 256 * kAttnTile + 64 + 2 * head_dim * 64 + rows * (65 + head_dim) + 64 +
-           (rows < kAttnPrefillRows ? rows * kAttnDecodeChunk : attn_amx_scratch_floats(rows, head_dim));
+           (rows < kAttnPrefillRows ? rows * kAttnSeqChunk : attn_amx_scratch_floats(rows, head_dim));
 }
 
 struct AttnKernel {
@@ -146,6 +156,11 @@ int attn_prefetch_vhint();
 // likely as a T0 prefetch holds one of the few L1 miss buffers until its line arrives from DRAM),
 // 3 = PREFETCHT0 (the default elsewhere). Read once.
 int attn_prefetch_khint();
+// The sequential-order f32 decode (attn_seq_decode.hpp) for f32 caches on AVX-512: override (tests /
+// benches: 1 / 0; -1 = back to the default), else XK_ATTN_DECODE_SEQ (1 / 0, read once), else on for
+// AMD CPUs (Zen 4: its hardware-prefetched stream beats the form-2 decode's) and off elsewhere.
+bool attn_decode_seq();
+void attn_decode_seq_override(int v);
 bool attn_amd();  // cpu_info().vendor is AuthenticAMD (the prefetch defaults above)
 // Prefill (AVX-512, >= 16 rows): the next 64-key tile's K / V rows prefetched into L2 during this
 // tile's scores (XK_ATTN_PREFILL_PF=1: on; default off: no gain measured on the dev VM; read once). attn_prefill_prefetch_override: tests /

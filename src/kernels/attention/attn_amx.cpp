@@ -326,10 +326,7 @@ void attn_prefill_amx(AmxTileFn tile, bool tile_acc, const AttnTask& t, float* m
         std::memset(sc.accb, 0, static_cast<size_t>(nrb * NK * 4096));
     else
         for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
-    int64_t lim_max = 0;
-    for (int64_t i = 0; i < t.tokens; ++i)
-        if (t.limit[i] > lim_max) lim_max = t.limit[i];
-    const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
+    const int64_t jmax = attn_key_end(t);
     const uint16_t* kbase = static_cast<const uint16_t*>(t.kv.k);
     const uint16_t* vbase = static_cast<const uint16_t*>(t.kv.v);
     // V pairs: VPUNPCKL/HWD interleave a and b per 128-bit lane (dwords (a[c], b[c]) for c in

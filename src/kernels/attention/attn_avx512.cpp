@@ -117,6 +117,7 @@ struct V512 {
     XK_ATTN_NC(15) XK_ATTN_NC(16)
 #include "kernels/attention/attn_simd.hpp"
 #include "kernels/attention/attn_prefill512.hpp"
+#include "kernels/attention/attn_seq_decode.hpp"
 
 // Many rows (prefill, chunked prefill, decode of wide GQA groups): the 64-key GEMM-shaped kernel;
 // few rows (decode): dot products along head_dim.
@@ -151,7 +152,7 @@ void run_avx512(DType kv, const AttnTask& t, float* m, float* l, float* acc) {
     } else {
         if (many)
             prefill_dispatch<float>(t, m, l, acc);
-        else
+        else if (!(attn_decode_seq() && run_decode_seq(t, m, l, acc)))
             attn_dispatch<V512, float>(t, m, l, acc);
     }
 }

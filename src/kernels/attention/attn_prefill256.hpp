@@ -103,10 +103,7 @@ void attn_prefill256(const AttnTask& t, float* m, float* l, float* acc) {
         l[r] = 0.0f;
     }
     for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
-    int64_t lim_max = 0;
-    for (int64_t i = 0; i < t.tokens; ++i)
-        if (t.limit[i] > lim_max) lim_max = t.limit[i];
-    const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
+    const int64_t jmax = attn_key_end(t);
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

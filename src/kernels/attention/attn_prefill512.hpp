@@ -141,10 +141,7 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
         _mm512_storeu_ps(lvec + r * 16, _mm512_setzero_ps());
     }
     for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
-    int64_t lim_max = 0;
-    for (int64_t i = 0; i < t.tokens; ++i)
-        if (t.limit[i] > lim_max) lim_max = t.limit[i];
-    const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;
+    const int64_t jmax = attn_key_end(t);
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);
     const float* vrow[kPfKeys];
