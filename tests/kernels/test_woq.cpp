@@ -366,7 +366,7 @@ TEST(Woq, PlanesKernel) {
 TEST(Woq, AmxProducerLayout) {
     if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "the producer needs AVX512-BF16";
     for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
-        for (int64_t gs : {0, 32, 128})
+        for (int64_t gs : {0, 32, 64, 128, 256})
             for (int64_t N : {16, 37, 64}) {
                 const int64_t K = gs ? 256 : (t == WoqWeightType::u4 ? 90 : 77);
                 Weight w = make_weight(N, K, t, gs, gs == 32, 3 + N);

@@ -47,12 +47,38 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
         const uint8_t* q = w.qb(b);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
-        for (int64_t kb = kb0; kb < kb1; ++kb)
-            for (int p = 0; p < 16; ++p) {
-                uint8_t* dst = out + (kb - kb0) * kStep + t * 1024 + p * 64;
-                const int64_t k = kb * 32 + 2 * p;
+        for (int64_t kb = kb0; kb < kb1; ++kb) {
+            uint8_t* dst = out + (kb - kb0) * kStep + t * 1024;
+            const int64_t k0 = kb * 32;
+            if (k0 + 32 <= K) {
+                // A full step: one group (group sizes are multiples of 32, or K), no K edge.
+                const int64_t g = k0 / w.gs;
+                const __m512 s = _mm512_loadu_ps(sc + g * 16);
+                const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
+                if (u4) {
+                    const uint8_t* qs = q + (k0 / 2) * 16;
+                    for (int p = 0; p < 16; ++p) {
+                        const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + p * 16)));
+                        const __m512 lo = _mm512_permutexvar_ps(bb, nib);  // (VPERMPS reads the index's low 4 bits)
+                        const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bb, 4), nib);
+                        const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, o), _mm512_fmadd_ps(lo, s, o)));
+                        _mm512_storeu_si512(dst + p * 64, _mm512_permutexvar_epi16(pair_idx, v));
+                    }
+                } else {
+                    const uint8_t* qs = q + k0 * 16;
+                    for (int p = 0; p < 16; ++p) {
+                        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + p * 32))));
+                        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + p * 32 + 16))));
+                        const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, o), _mm512_fmadd_ps(lo, s, o)));
+                        _mm512_storeu_si512(dst + p * 64, _mm512_permutexvar_epi16(pair_idx, v));
+                    }
+                }
+                continue;
+            }
+            for (int p = 0; p < 16; ++p) {  // the last, partial step
+                const int64_t k = k0 + 2 * p;
                 if (k >= K) {
-                    _mm512_storeu_si512(dst, _mm512_setzero_si512());
+                    _mm512_storeu_si512(dst + p * 64, _mm512_setzero_si512());
                     continue;
                 }
                 const int64_t g = k / w.gs;  // (k + 1 is in the same group: group sizes are even or K)
@@ -61,7 +87,7 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
                 __m512 lo, hi;
                 if (u4) {
                     const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k / 2) * 16)));
-                    lo = _mm512_permutexvar_ps(bb, nib);  // (VPERMPS reads the index's low 4 bits: the low nibble)
+                    lo = _mm512_permutexvar_ps(bb, nib);
                     hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bb, 4));
                 } else {
                     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 16))));
@@ -73,8 +99,9 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
                 if (!u4 && k + 1 >= K) wh = _mm512_setzero_ps();  // (zero past K, not the offset)
                 // words 0-15 = bf16(wl), 16-31 = bf16(wh), then interleaved into the channels' pairs
                 const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(wh, wl));
-                _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(pair_idx, v));
+                _mm512_storeu_si512(dst + p * 64, _mm512_permutexvar_epi16(pair_idx, v));
             }
+        }
     }
 }
 
