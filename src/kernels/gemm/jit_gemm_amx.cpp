@@ -119,7 +119,7 @@ constexpr int kPrefetch = 2;  // the tile kernels prefetch A and B this many k s
 // configuration, A packing + row terms, B packing / waiting, the tile products, the stores, the
 // release, a thread's region (mean and the slowest thread's).
 struct AmxProfile {
-    enum { call, fork, cfg, apack, bpack, tiles, epi, rel, region, region_max, calls, thr, n };
+    enum { call, fork, cfg, apack, bpack, bprod, tiles, epi, rel, region, region_max, calls, thr, n };
     std::atomic<uint64_t> v[n] = {};
     static bool on() {
         static const bool b = env_int("XK_AMX_PROFILE", 0) != 0;
@@ -150,10 +150,10 @@ struct AmxProfile {
         auto us = [&](int i, uint64_t d) { return double(v[i].load()) / double(d) / ghz / 1000.0; };
         std::fprintf(stderr,
                      "[xk amx profile] %llu calls, %.1f threads/call, us per call: call %.1f | per thread: fork %.1f cfg %.2f "
-                     "apack %.2f bpack %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
+                     "apack %.2f bpack %.2f ring-producer %.1f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
                      "calls %.1f)\n",
                      static_cast<unsigned long long>(nc), double(nt) / double(nc), us(call, nc), us(fork, nt), us(cfg, nt),
-                     us(apack, nt), us(bpack, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
+                     us(apack, nt), us(bpack, nt), us(bprod, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
     }
 };
 
@@ -708,6 +708,12 @@ public:
         // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
         // (before / after on the device), n > 0 = n k steps a window (default 8).
         static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
+        // (measurement aids, read once: XK_AMX_RING_PROBE 1 = the ring's producer only, no tile
+        // products; 2 = the tile products only, no producer (results wrong). XK_AMX_RING_NC: column
+        // blocks a window (1 or 2: the 16-row kernel of two column blocks on a 2-block ring))
+        static const int64_t ring_probe = env_int("XK_AMX_RING_PROBE", 0);
+        static const int64_t ring_nc = std::max<int64_t>(1, std::min<int64_t>(2, env_int("XK_AMX_RING_NC", 1)));
+        static const int64_t ring_pc = env_int("XK_AMX_RING_PC", 0);  // column blocks a chunk (0: the GEMM's)
         const bool ring_on = ring_steps > 0;
         const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
         if (call.packed_b) {
@@ -845,7 +851,7 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
-            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_steps * kStepBytes / 4))) : nullptr;
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_nc * ring_steps * kStepBytes / 4))) : nullptr;
             int32_t rowc[kBlk] = {};
             // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
             // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
@@ -1000,24 +1006,28 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    ta.b_next = block_bytes;
+                    ta.b_next = ring ? ring_steps * kStepBytes : block_bytes;
                     for (int64_t nb = nb0; nb < nb1;) {
                         // 16-row blocks: two full column blocks a call where there are two (the A
                         // tile of a step serves four products), else one.
-                        const int64_t nc = r16 && r16_blocks >= 2 && !ring && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
+                        const int64_t nc = r16 && r16_blocks >= 2 && (!ring || ring_nc == 2) && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
                         ta.c_out = nullptr;
                         if (direct && last && rows == full_rows && (nb + nc) * kBlk <= s_.N) {
                             ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
                             ta.ldc_out = s_.ldc * c_es;
                         }
                         if (ring) {  // (total_steps = nkb_)
-                            call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                            lap(AmxProfile::tiles);
+                            if (ring_probe != 2)
+                                for (int64_t c = 0; c < nc; ++c)
+                                    call.b_block_fn(call.b_block_ctx, nb + c, s0, s1, b_ring + c * ring_steps * kStepBytes);
+                            lap(AmxProfile::bprod);
                             ta.b = b_ring;
                         } else {
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
                         }
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
-                        (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                        if (!(ring && ring_probe == 1)) (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
                         nb += nc;
                     }
                 }
@@ -1056,7 +1066,8 @@ public:
                 const int64_t i = t / tn, j = t % tn;
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
-                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
+                if (ring && ring_pc > 0) pc = std::min(pc, ring_pc);
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;

@@ -38,6 +38,10 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i pair_idx = _mm512_load_si512(kPairIdx);
     const __m512 nib = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    static const int64_t pf = [] {  // XK_WOQ_AMX_PF: software prefetch of q this many k steps ahead
+        const char* e = std::getenv("XK_WOQ_AMX_PF");
+        return static_cast<int64_t>(e ? std::atol(e) : 0);
+    }();
     for (int t = 0; t < 2; ++t) {
         const int64_t b = 2 * nb + t;
         if (b >= w.nblk) {  // past N: zeros
@@ -52,6 +56,10 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
             const int64_t k0 = kb * 32;
             if (k0 + 32 <= K) {
                 // A full step: one group (group sizes are multiples of 32, or K), no K edge.
+                if (pf > 0) {  // (q of the step pf steps ahead in this block; past its end: harmless)
+                    const uint8_t* pq = q + (u4 ? (k0 / 2) * 16 + pf * 256 : k0 * 16 + pf * 512);
+                    for (int l = 0; l < (u4 ? 4 : 8); ++l) _mm_prefetch(reinterpret_cast<const char*>(pq + l * 64), _MM_HINT_T0);
+                }
                 const int64_t g = k0 / w.gs;
                 const __m512 s = _mm512_loadu_ps(sc + g * 16);
                 const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
