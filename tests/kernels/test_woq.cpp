@@ -394,6 +394,18 @@ TEST(Woq, AmxProducerLayout) {
                     for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
                         detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " (windows)";
+                if (t != WoqWeightType::s8) continue;
+                // raw (s8 per channel, symmetric: the scale applied after the GEMM): bf16(q) itself
+                const detail::WoqPacked& pw = *ctx.w;
+                for (int64_t n = 0; n < N; ++n)
+                    for (int64_t k = 0; k < K; ++k) B[k * N + n] = bf16(static_cast<float>(pw.q_at(n, k))).bits;
+                const auto ref_raw = gemm->pack_b(B.data());
+                ctx.raw = true;
+                std::fill(got.begin(), got.end(), uint8_t{0xEE});
+                for (int64_t nb = 0; nb < nblocks; ++nb)
+                    for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
+                        detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
+                EXPECT_EQ(0, std::memcmp(got.data(), ref_raw->data, ref_raw->bytes)) << w.packed.layout() << " (raw)";
             }
 }
 
@@ -555,9 +567,10 @@ TEST(Woq, EpiloguesAndThreads) {
 // 2 threads bit for bit.
 TEST(Woq, AmxDecodeRingWindows) {
     for_each_isa([&](Isa) {
-        for (auto t : {WoqWeightType::s8, WoqWeightType::u4}) {
+        for (int v = 0; v < 3; ++v) {  // u4 g32; s8 per channel with zero points; s8 per channel symmetric
+            const WoqWeightType t = v == 0 ? WoqWeightType::u4 : WoqWeightType::s8;
             const int64_t K = t == WoqWeightType::u4 ? 608 : 609;  // 19 / 20 k steps: 2 windows + a part
-            Weight w = make_weight(80, K, t, t == WoqWeightType::u4 ? 32 : 0, t == WoqWeightType::s8, 9);
+            Weight w = make_weight(80, K, t, t == WoqWeightType::u4 ? 32 : 0, v == 1, 9);
             for (int64_t M : {16, 29}) {
                 Case cs;
                 cs.M = M;

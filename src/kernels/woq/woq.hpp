@@ -141,6 +141,7 @@ std::shared_ptr<const WoqKernel> create_woq_planes(const WoqSpec& s);
 struct WoqAmxCtx {
     const WoqPacked* w = nullptr;
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
+    bool raw = false;  // s8 only: bf16(q) itself (exact), the per-channel scale applied after the GEMM
 };
 // Writes the k steps [kb0, kb1) of column block nb (2048 bytes a step) at `packed`: bf16 by
 // VCVTNE2PS2BF16 (AVX512-BF16, which every AMX CPU has), which flushes a denormal weight to a zero

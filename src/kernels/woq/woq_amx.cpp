@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/woq/woq.hpp"
 #include "xk/isa.hpp"
@@ -51,6 +52,27 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
         const uint8_t* q = w.qb(b);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
+        if (ctx.raw) {  // s8, bf16(q): exact (|q| <= 128 has at most 8 significant bits)
+            alignas(64) static constexpr uint16_t kHiIdx[32] = {1,  33, 3,  35, 5,  37, 7,  39, 9,  41, 11, 43, 13, 45, 15, 47,
+                                                                17, 49, 19, 51, 21, 53, 23, 55, 25, 57, 27, 59, 29, 61, 31, 63};
+            const __m512i hi_idx = _mm512_load_si512(kHiIdx);
+            for (int64_t kb = kb0; kb < kb1; ++kb) {
+                uint8_t* dst = out + (kb - kb0) * kStep + t * 1024;
+                if (pf > 0 && kb * 32 + 32 <= K) {
+                    const uint8_t* pq = q + kb * 512 + pf * 512;
+                    for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(pq + l * 64), _MM_HINT_T0);
+                }
+                for (int p = 0; p < 16; ++p) {
+                    const int64_t k = kb * 32 + 2 * p;
+                    __m512 lo = _mm512_setzero_ps(), hi = lo;
+                    if (k < K) lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 16))));
+                    if (k + 1 < K) hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k + 1) * 16))));
+                    // word 2c = the high half of lo[c] (bf16(q[k]) exactly), 2c + 1 = that of hi[c]
+                    _mm512_storeu_si512(dst + p * 64, _mm512_permutex2var_epi16(_mm512_castps_si512(lo), hi_idx, _mm512_castps_si512(hi)));
+                }
+            }
+            continue;
+        }
         for (int64_t kb = kb0; kb < kb1; ++kb) {
             uint8_t* dst = out + (kb - kb0) * kStep + t * 1024;
             const int64_t k0 = kb * 32;
@@ -133,11 +155,44 @@ class WoqAmxPrefill final : public WoqKernel {
 public:
     explicit WoqAmxPrefill(const WoqSpec& s) : s_(s) {
         gemm_ = create_gemm_amx_bf16(gemm_check_desc("xk::WoqPlan", gemm_desc(s)));
+        if (s.wtype == WoqWeightType::s8 && s.M <= kRawMaxM && woq_amx_raw_on()) {
+            GemmDesc gd = gemm_desc(s);  // the plain sums into a scratch [M x N] f32
+            gd.ldc = s.N, gd.c_type = DType::f32, gd.alpha = 1.0f, gd.beta = 0.0f;
+            gd.epilogue = GemmEpilogue{};
+            raw_ = create_gemm_amx_bf16(gemm_check_desc("xk::WoqPlan", gd));
+        }
     }
     void run(const WoqCall& c) const override {
         WoqAmxCtx ctx;
         ctx.w = c.w;
         ctx.nkb = (s_.K + 31) / 32;
+        if (raw_ && c.w->G == 1 && !c.w->offsets) {
+            // s8 per channel, symmetric: the tiles multiply q itself (exact in bf16), so the
+            // producer only widens and interleaves; y = scale[n] * sum_k x q (+ the epilogue) after,
+            // in f32 — no bf16 rounding of the weights. Decode M only (the scratch is M x N).
+            thread_local std::vector<float> scratch;
+            scratch.resize(static_cast<size_t>(s_.M * s_.N));
+            ctx.raw = true;
+            GemmCall call;
+            call.args.A = c.args.A;
+            call.args.C = scratch.data();
+            call.b_block_fn = &woq_amx_pack_block;
+            call.b_block_ctx = &ctx;
+            raw_->run(call);
+            const float* t = scratch.data();
+            const float* sc = c.w->scales;  // (G = 1: channel n's scale at n)
+            const int64_t M = s_.M, N = s_.N;
+            parallel_for((N + 255) / 256, 1, [&](int64_t b0, int64_t b1) {
+                alignas(64) float acc[kRawMaxM * 256];
+                for (int64_t b = b0; b < b1; ++b) {
+                    const int64_t n0 = b * 256, n1 = std::min(N, n0 + 256), nn = n1 - n0;
+                    for (int64_t m = 0; m < M; ++m)
+                        for (int64_t j = 0; j < nn; ++j) acc[m * 256 + j] = t[m * N + n0 + j] * sc[n0 + j];
+                    woq_epilogue(s_, c, acc, 256, 0, M, n0, n1);
+                }
+            });
+            return;
+        }
         GemmCall call;
         call.args.A = c.args.A;
         call.args.C = c.args.C;
@@ -150,8 +205,16 @@ public:
     }
 
 private:
+    static constexpr int64_t kRawMaxM = 32;
+    static bool woq_amx_raw_on() {  // XK_WOQ_AMX_RAW=1 (read once): s8 per channel symmetric on raw q
+        static const bool v = [] {
+            const char* e = std::getenv("XK_WOQ_AMX_RAW");
+            return e && *e == '1';
+        }();
+        return v;
+    }
     WoqSpec s_;
-    std::shared_ptr<const GemmKernel> gemm_;
+    std::shared_ptr<const GemmKernel> gemm_, raw_;
 };
 
 }  // namespace
