@@ -394,11 +394,12 @@ TEST(Woq, AmxProducerLayout) {
                     for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
                         detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " (windows)";
-                if (t != WoqWeightType::s8) continue;
-                // raw (s8 per channel, symmetric: the scale applied after the GEMM): bf16(q) itself
+                // raw (the decode windows' scales applied to the tiles' sums): bf16 of the integer
+                // weight itself, q - 8 for u4 without zero points
                 const detail::WoqPacked& pw = *ctx.w;
+                EXPECT_EQ(pw.sym8, t == WoqWeightType::u4 && gs != 32);
                 for (int64_t n = 0; n < N; ++n)
-                    for (int64_t k = 0; k < K; ++k) B[k * N + n] = bf16(static_cast<float>(pw.q_at(n, k))).bits;
+                    for (int64_t k = 0; k < K; ++k) B[k * N + n] = bf16(static_cast<float>(pw.q_at(n, k) - (pw.sym8 ? 8 : 0))).bits;
                 const auto ref_raw = gemm->pack_b(B.data());
                 ctx.raw = true;
                 std::fill(got.begin(), got.end(), uint8_t{0xEE});

@@ -714,8 +714,9 @@ public:
         static const int64_t ring_probe = env_int("XK_AMX_RING_PROBE", 0);
         static const int64_t ring_nc = std::max<int64_t>(1, std::min<int64_t>(2, env_int("XK_AMX_RING_NC", 1)));
         static const int64_t ring_pc = env_int("XK_AMX_RING_PC", 0);  // column blocks a chunk (0: the GEMM's)
-        const bool ring_on = ring_steps > 0;
+        const bool ring_on = ring_steps > 0 || call.b_acc_fn;
         const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
+        const int64_t ring_ks = call.b_window > 0 ? call.b_window : std::max<int64_t>(1, ring_steps);
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
         } else if (ring) {
@@ -824,7 +825,7 @@ public:
         }
         // A block's sums straight from the tiles into C where the store would change nothing, at
         // full blocks (32 x 32, or 16 x 32 of the 16-row kernels) of the last K block.
-        const bool direct = s_.beta == BetaKind::zero && call.beta == 0.0f &&
+        const bool direct = !(ring && call.b_acc_fn) && s_.beta == BetaKind::zero && call.beta == 0.0f &&
                             (int8_ ? s_.c_type == DType::s32 && za == 0 && zb == 0
                                    : s_.c_type == DType::f32 && s_.alpha_one && call.alpha == 1.0f && !s_.epilogue.bias &&
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
@@ -851,7 +852,8 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
-            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(ring_nc * ring_steps * kStepBytes / 4))) : nullptr;
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>((ring_nc * ring_ks * kStepBytes + 2 * kBlk * kBlk * 4) / 4))) : nullptr;
+            float* b_win = ring ? reinterpret_cast<float*>(b_ring + ring_nc * ring_ks * kStepBytes) : nullptr;  // (b_acc_fn's)
             int32_t rowc[kBlk] = {};
             // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
             // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
@@ -995,7 +997,7 @@ public:
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
-                const int64_t ks = ring ? ring_steps : k_steps();
+                const int64_t ks = ring ? ring_ks : k_steps();
                 for (int64_t s0 = 0; s0 < total_steps; s0 += ks) {
                     const int64_t s1 = std::min(total_steps, s0 + ks);
                     AmxTileArgs ta;
@@ -1006,7 +1008,7 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    ta.b_next = ring ? ring_steps * kStepBytes : block_bytes;
+                    ta.b_next = ring ? ring_ks * kStepBytes : block_bytes;
                     for (int64_t nb = nb0; nb < nb1;) {
                         // 16-row blocks: two full column blocks a call where there are two (the A
                         // tile of a step serves four products), else one.
@@ -1020,14 +1022,24 @@ public:
                             lap(AmxProfile::tiles);
                             if (ring_probe != 2)
                                 for (int64_t c = 0; c < nc; ++c)
-                                    call.b_block_fn(call.b_block_ctx, nb + c, s0, s1, b_ring + c * ring_steps * kStepBytes);
+                                    call.b_block_fn(call.b_block_ctx, nb + c, s0, s1, b_ring + c * ring_ks * kStepBytes);
                             lap(AmxProfile::bprod);
                             ta.b = b_ring;
                         } else {
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
                         }
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
-                        if (!(ring && ring_probe == 1)) (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                        if (ring && call.b_acc_fn) {  // the window from zero, folded in by b_acc_fn
+                            ta.acc = b_win;
+                            ta.accumulate = 0;
+                            if (ring_probe != 1) (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                            for (int64_t c = 0; c < nc; ++c)
+                                call.b_acc_fn(call.b_block_ctx, nb + c, s0, s1, rows, b_win + c * kBlk * kBlk,
+                                              accs + (nb + c - nb0) * kBlk * kBlk);
+                            ta.accumulate = s0 > 0;
+                        } else if (!(ring && ring_probe == 1)) {
+                            (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                        }
                         nb += nc;
                     }
                 }

@@ -52,7 +52,7 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
         const uint8_t* q = w.qb(b);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
-        if (ctx.raw) {  // s8, bf16(q): exact (|q| <= 128 has at most 8 significant bits)
+        if (ctx.raw && !u4) {  // s8, bf16(q): exact (|q| <= 128 has at most 8 significant bits)
             alignas(64) static constexpr uint16_t kHiIdx[32] = {1,  33, 3,  35, 5,  37, 7,  39, 9,  41, 11, 43, 13, 45, 15, 47,
                                                                 17, 49, 19, 51, 21, 53, 23, 55, 25, 57, 27, 59, 29, 61, 31, 63};
             const __m512i hi_idx = _mm512_load_si512(kHiIdx);
@@ -69,6 +69,36 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
                     if (k + 1 < K) hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (k + 1) * 16))));
                     // word 2c = the high half of lo[c] (bf16(q[k]) exactly), 2c + 1 = that of hi[c]
                     _mm512_storeu_si512(dst + p * 64, _mm512_permutex2var_epi16(_mm512_castps_si512(lo), hi_idx, _mm512_castps_si512(hi)));
+                }
+            }
+            continue;
+        }
+        if (ctx.raw) {  // u4: bf16(q - 8) (sym8) or bf16(q), exact, by one VPERMW from a table
+            alignas(64) uint16_t tab[32];
+            for (int i = 0; i < 32; ++i) {
+                const float v = static_cast<float>((i & 15) - (w.sym8 ? 8 : 0));
+                uint32_t bits;
+                std::memcpy(&bits, &v, 4);
+                tab[i] = static_cast<uint16_t>(bits >> 16);  // (small integers: exact)
+            }
+            const __m512i table = _mm512_load_si512(tab), mask = _mm512_set1_epi32(0x000F000F);
+            const int64_t valid = std::min<int64_t>(16, w.N - b * 16);  // (padding channels: zeros, as the packer's)
+            const __mmask32 keep = valid >= 16 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << (2 * valid)) - 1);
+            for (int64_t kb = kb0; kb < kb1; ++kb) {
+                uint8_t* dst = out + (kb - kb0) * kStep + t * 1024;
+                if (pf > 0 && kb * 32 + 32 <= K) {
+                    const uint8_t* pq = q + kb * 256 + pf * 256;
+                    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(pq + l * 64), _MM_HINT_T0);
+                }
+                for (int p = 0; p < 16; ++p) {
+                    if (kb * 32 + 2 * p >= K) {  // (u4: K even, so a pair is whole or past K)
+                        _mm512_storeu_si512(dst + p * 64, _mm512_setzero_si512());
+                        continue;
+                    }
+                    // dword c = byte c: its low nibble to word 2c, its high nibble to word 2c + 1
+                    const __m512i z = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (kb * 16 + p) * 16)));
+                    const __m512i nibs = _mm512_ternarylogic_epi32(z, _mm512_slli_epi32(z, 12), mask, 0xA8);  // (A | B) & C
+                    _mm512_storeu_si512(dst + p * 64, _mm512_maskz_permutexvar_epi16(keep, nibs, table));
                 }
             }
             continue;
@@ -135,6 +165,30 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
     }
 }
 
+// acc (+)= win * scale[n, g] (+ xsum[m, g] * offset[n, g] once per group): a window of raw sums
+// (k steps [kb0, kb1), inside one group) of column block nb, rows 128 bytes apart.
+XK_AMXW_BF16_TARGET void woq_amx_acc(const void* ctxp, int64_t nb, int64_t kb0, int64_t /*kb1*/, int64_t rows, const float* win,
+                                     float* acc) {
+    const auto& ctx = *static_cast<const WoqAmxCtx*>(ctxp);
+    const WoqPacked& w = *ctx.w;
+    const int64_t k0 = kb0 * 32, g = k0 / w.gs;
+    const bool first = kb0 == 0, group_start = k0 % w.gs == 0;
+    const int64_t m_end = std::min<int64_t>(rows, ctx.m);
+    for (int t = 0; t < 2; ++t) {
+        const int64_t b = 2 * nb + t;
+        if (b >= w.nblk) continue;  // (past N: never stored)
+        const __m512 s = _mm512_loadu_ps(w.sb(b) + g * 16);
+        const bool off = ctx.xsum && group_start;
+        const __m512 o = off ? _mm512_loadu_ps(w.ob(b) + g * 16) : _mm512_setzero_ps();
+        for (int64_t m = 0; m < m_end; ++m) {
+            const __m512 x = _mm512_loadu_ps(win + m * 32 + t * 16);
+            __m512 a = first ? _mm512_mul_ps(x, s) : _mm512_fmadd_ps(x, s, _mm512_loadu_ps(acc + m * 32 + t * 16));
+            if (off) a = _mm512_fmadd_ps(_mm512_set1_ps(ctx.xsum[m * w.G + g]), o, a);
+            _mm512_storeu_ps(acc + m * 32 + t * 16, a);
+        }
+    }
+}
+
 namespace {
 
 GemmDesc gemm_desc(const WoqSpec& s) {
@@ -155,44 +209,11 @@ class WoqAmxPrefill final : public WoqKernel {
 public:
     explicit WoqAmxPrefill(const WoqSpec& s) : s_(s) {
         gemm_ = create_gemm_amx_bf16(gemm_check_desc("xk::WoqPlan", gemm_desc(s)));
-        if (s.wtype == WoqWeightType::s8 && s.M <= kRawMaxM && woq_amx_raw_on()) {
-            GemmDesc gd = gemm_desc(s);  // the plain sums into a scratch [M x N] f32
-            gd.ldc = s.N, gd.c_type = DType::f32, gd.alpha = 1.0f, gd.beta = 0.0f;
-            gd.epilogue = GemmEpilogue{};
-            raw_ = create_gemm_amx_bf16(gemm_check_desc("xk::WoqPlan", gd));
-        }
     }
     void run(const WoqCall& c) const override {
         WoqAmxCtx ctx;
         ctx.w = c.w;
         ctx.nkb = (s_.K + 31) / 32;
-        if (raw_ && c.w->G == 1 && !c.w->offsets) {
-            // s8 per channel, symmetric: the tiles multiply q itself (exact in bf16), so the
-            // producer only widens and interleaves; y = scale[n] * sum_k x q (+ the epilogue) after,
-            // in f32 — no bf16 rounding of the weights. Decode M only (the scratch is M x N).
-            thread_local std::vector<float> scratch;
-            scratch.resize(static_cast<size_t>(s_.M * s_.N));
-            ctx.raw = true;
-            GemmCall call;
-            call.args.A = c.args.A;
-            call.args.C = scratch.data();
-            call.b_block_fn = &woq_amx_pack_block;
-            call.b_block_ctx = &ctx;
-            raw_->run(call);
-            const float* t = scratch.data();
-            const float* sc = c.w->scales;  // (G = 1: channel n's scale at n)
-            const int64_t M = s_.M, N = s_.N;
-            parallel_for((N + 255) / 256, 1, [&](int64_t b0, int64_t b1) {
-                alignas(64) float acc[kRawMaxM * 256];
-                for (int64_t b = b0; b < b1; ++b) {
-                    const int64_t n0 = b * 256, n1 = std::min(N, n0 + 256), nn = n1 - n0;
-                    for (int64_t m = 0; m < M; ++m)
-                        for (int64_t j = 0; j < nn; ++j) acc[m * 256 + j] = t[m * N + n0 + j] * sc[n0 + j];
-                    woq_epilogue(s_, c, acc, 256, 0, M, n0, n1);
-                }
-            });
-            return;
-        }
         GemmCall call;
         call.args.A = c.args.A;
         call.args.C = c.args.C;
@@ -201,20 +222,42 @@ public:
         call.alpha = c.alpha, call.beta = c.beta;
         call.b_block_fn = &woq_amx_pack_block;
         call.b_block_ctx = &ctx;
+        // Decode M (one row block), groups of >= 64 or per channel: the tiles multiply the integer
+        // weights themselves (exact in bf16), windows of one group (8 k steps per channel), each
+        // window's sums scaled by its group's scales (woq_amx_acc) — the producer only widens and
+        // interleaves, no bf16 rounding of the weights.
+        const WoqPacked& w = *c.w;
+        thread_local std::vector<float> xsum;
+        if (woq_amx_raw_on() && s_.M <= 32 && (w.G == 1 || w.gs >= 64)) {
+            ctx.raw = true;
+            ctx.m = s_.M;
+            call.b_acc_fn = &woq_amx_acc;
+            call.b_window = w.G == 1 ? 8 : w.gs / 32;
+            if (w.offsets && !(w.type == WoqWeightType::u4 && w.sym8)) {  // the offsets' term: sum_k x per group
+                xsum.assign(static_cast<size_t>(s_.M * w.G), 0.0f);
+                const auto* X = static_cast<const bf16*>(c.args.A);
+                for (int64_t m = 0; m < s_.M; ++m)
+                    for (int64_t g = 0; g < w.G; ++g) {
+                        double t = 0;
+                        for (int64_t k = g * w.gs; k < std::min(s_.K, (g + 1) * w.gs); ++k) t += X[m * s_.lda + k].to_float();
+                        xsum[m * w.G + g] = static_cast<float>(t);
+                    }
+                ctx.xsum = xsum.data();
+            }
+        }
         gemm_->run(call);
     }
 
 private:
-    static constexpr int64_t kRawMaxM = 32;
-    static bool woq_amx_raw_on() {  // XK_WOQ_AMX_RAW=1 (read once): s8 per channel symmetric on raw q
+    static bool woq_amx_raw_on() {  // XK_WOQ_AMX_RAW=0 (read once): the scaled bf16 weights always
         static const bool v = [] {
             const char* e = std::getenv("XK_WOQ_AMX_RAW");
-            return e && *e == '1';
+            return !(e && *e == '0');
         }();
         return v;
     }
     WoqSpec s_;
-    std::shared_ptr<const GemmKernel> gemm_, raw_;
+    std::shared_ptr<const GemmKernel> gemm_;
 };
 
 }  // namespace
