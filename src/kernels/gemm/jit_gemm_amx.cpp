@@ -116,8 +116,8 @@ int64_t amx_r16() {
 constexpr int kPrefetch = 2;  // the tile kernels prefetch A and B this many k steps ahead
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
-// configuration, A packing + row terms, B packing / waiting, the tile products, the stores, the
-// release, a thread's region (mean and the slowest thread's).
+// configuration, A packing + row terms, B packing / waiting, the decode ring's producer (xk::woq),
+// the tile products, the stores, the release, a thread's region (mean and the slowest thread's).
 struct AmxProfile {
     enum { call, fork, cfg, apack, bpack, bprod, tiles, epi, rel, region, region_max, calls, thr, n };
     std::atomic<uint64_t> v[n] = {};
@@ -706,14 +706,9 @@ public:
         // into the thread's buffer (slot 2, reused: L1) right before that window's tile products,
         // instead of into the N-wide buffer below, written and read back once per call (88 MB at
         // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
-        // (before / after on the device), n > 0 = n k steps a window (default 8).
+        // (before / after on the device), n > 0 = n k steps a window (default 8). With b_acc_fn
+        // (woq's integer weights) always the ring, windows of call.b_window steps (one group).
         static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
-        // (measurement aids, read once: XK_AMX_RING_PROBE 1 = the ring's producer only, no tile
-        // products; 2 = the tile products only, no producer (results wrong). XK_AMX_RING_NC: column
-        // blocks a window (1 or 2: the 16-row kernel of two column blocks on a 2-block ring))
-        static const int64_t ring_probe = env_int("XK_AMX_RING_PROBE", 0);
-        static const int64_t ring_nc = std::max<int64_t>(1, std::min<int64_t>(2, env_int("XK_AMX_RING_NC", 1)));
-        static const int64_t ring_pc = env_int("XK_AMX_RING_PC", 0);  // column blocks a chunk (0: the GEMM's)
         const bool ring_on = ring_steps > 0 || call.b_acc_fn;
         const bool ring = ring_on && !call.packed_b && call.b_block_fn && !int8_ && mblocks == 1;
         const int64_t ring_ks = call.b_window > 0 ? call.b_window : std::max<int64_t>(1, ring_steps);
@@ -852,8 +847,8 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
-            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>((ring_nc * ring_ks * kStepBytes + 2 * kBlk * kBlk * 4) / 4))) : nullptr;
-            float* b_win = ring ? reinterpret_cast<float*>(b_ring + ring_nc * ring_ks * kStepBytes) : nullptr;  // (b_acc_fn's)
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>((ring_ks * kStepBytes + kBlk * kBlk * 4) / 4))) : nullptr;
+            float* b_win = ring ? reinterpret_cast<float*>(b_ring + ring_ks * kStepBytes) : nullptr;  // (b_acc_fn's)
             int32_t rowc[kBlk] = {};
             // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
             // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
@@ -1008,11 +1003,11 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    ta.b_next = ring ? ring_ks * kStepBytes : block_bytes;
+                    ta.b_next = block_bytes;
                     for (int64_t nb = nb0; nb < nb1;) {
                         // 16-row blocks: two full column blocks a call where there are two (the A
                         // tile of a step serves four products), else one.
-                        const int64_t nc = r16 && r16_blocks >= 2 && (!ring || ring_nc == 2) && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
+                        const int64_t nc = r16 && r16_blocks >= 2 && !ring && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
                         ta.c_out = nullptr;
                         if (direct && last && rows == full_rows && (nb + nc) * kBlk <= s_.N) {
                             ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
@@ -1020,9 +1015,7 @@ public:
                         }
                         if (ring) {  // (total_steps = nkb_)
                             lap(AmxProfile::tiles);
-                            if (ring_probe != 2)
-                                for (int64_t c = 0; c < nc; ++c)
-                                    call.b_block_fn(call.b_block_ctx, nb + c, s0, s1, b_ring + c * ring_ks * kStepBytes);
+                            call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
                             lap(AmxProfile::bprod);
                             ta.b = b_ring;
                         } else {
@@ -1032,12 +1025,10 @@ public:
                         if (ring && call.b_acc_fn) {  // the window from zero, folded in by b_acc_fn
                             ta.acc = b_win;
                             ta.accumulate = 0;
-                            if (ring_probe != 1) (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
-                            for (int64_t c = 0; c < nc; ++c)
-                                call.b_acc_fn(call.b_block_ctx, nb + c, s0, s1, rows, b_win + c * kBlk * kBlk,
-                                              accs + (nb + c - nb0) * kBlk * kBlk);
+                            (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                            call.b_acc_fn(call.b_block_ctx, nb, s0, s1, rows, b_win, accs + (nb - nb0) * kBlk * kBlk);
                             ta.accumulate = s0 > 0;
-                        } else if (!(ring && ring_probe == 1)) {
+                        } else {
                             (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
                         }
                         nb += nc;
@@ -1078,8 +1069,7 @@ public:
                 const int64_t i = t / tn, j = t % tn;
                 const int64_t m_lo = i * mblocks / tm, m_hi = (i + 1) * mblocks / tm;
                 const int64_t n_lo = j * nblocks_ / tn, n_hi = (j + 1) * nblocks_ / tn;
-                int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
-                if (ring && ring_pc > 0) pc = std::min(pc, ring_pc);
+                const int64_t pc = std::max<int64_t>(1, std::min<int64_t>({n_hi - n_lo, kChunkBytes / block_bytes, kMaxChunk}));
                 // (the threads of one grid row start at different row blocks: with a shared A they
                 // pack different blocks first; results do not depend on the order)
                 const int64_t nm = m_hi - m_lo, first = nm > 0 ? (j * nm / tn) % nm : 0;
