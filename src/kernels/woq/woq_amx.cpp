@@ -39,13 +39,16 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i pair_idx = _mm512_load_si512(kPairIdx);
     const __m512 nib = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    // Software prefetch of q this many k steps ahead in the block's stream (XK_WOQ_AMX_PF, read once;
-    // 0 = none): the decode ring visits each block a window at a time, too briefly for the hardware
-    // prefetcher (device Xeon, M = 16, 1 thread: s8 4.8 -> 2.6 ms at 4 steps).
-    static const int64_t pf = [] {
+    // Software prefetch of q 4 KiB ahead in the block's stream (u4 16 k steps, s8 8; XK_WOQ_AMX_PF,
+    // read once, sets the k steps, 0 = none): the decode ring visits each block a window at a time,
+    // too briefly for the hardware prefetcher. Device Xeon, M = 16, 4096 x 4096 from DRAM, 1 thread
+    // (one run each): s8 3.40 ms without, 2.48 at 2 KiB, 2.66 at 4 KiB; u4 g128 2.47 ms without,
+    // 2.53 at 1 KiB, 2.51 at 2 KiB, 1.64 at 4 KiB.
+    static const int64_t pf_env = [] {
         const char* e = std::getenv("XK_WOQ_AMX_PF");
-        return static_cast<int64_t>(e && *e ? std::atol(e) : 4);
+        return static_cast<int64_t>(e && *e ? std::atol(e) : -1);
     }();
+    const int64_t pf = pf_env >= 0 ? pf_env : (u4 ? 16 : 8);
     for (int t = 0; t < 2; ++t) {
         const int64_t b = 2 * nb + t;
         if (b >= w.nblk) {  // past N: zeros
