@@ -562,16 +562,19 @@ TEST(Woq, EpiloguesAndThreads) {
     });
 }
 
-// bf16 X at M <= 32 with K over several of the AMX decode ring's windows (8 k steps of 32) and a
-// partial one, N over several 32-column blocks with a tail: on AMX machines the per-window
-// producer + tile products (amx:woq:dequant_gemm), elsewhere the decode / prefill kernels; 1 and
-// 2 threads bit for bit.
+// bf16 X at M <= 32 with K over several of the AMX decode ring's windows (8 k steps of 32, or one
+// group: the integer weights) and a partial one, N over several 32-column blocks with a tail: on AMX
+// machines the per-window producer + tile products (amx:woq:dequant_gemm), elsewhere the decode /
+// prefill kernels; 1 and 2 threads bit for bit.
 TEST(Woq, AmxDecodeRingWindows) {
     for_each_isa([&](Isa) {
-        for (int v = 0; v < 3; ++v) {  // u4 g32; s8 per channel with zero points; s8 per channel symmetric
-            const WoqWeightType t = v == 0 ? WoqWeightType::u4 : WoqWeightType::s8;
-            const int64_t K = t == WoqWeightType::u4 ? 608 : 609;  // 19 / 20 k steps: 2 windows + a part
-            Weight w = make_weight(80, K, t, t == WoqWeightType::u4 ? 32 : 0, v == 1, 9);
+        // u4 g32 (bf16-rounded scaled weights); s8 per channel with zero points, symmetric; u4 g128
+        // symmetric, g64 with zero points (the integer weights, windows of one group)
+        for (int v = 0; v < 5; ++v) {
+            const WoqWeightType t = v == 0 || v >= 3 ? WoqWeightType::u4 : WoqWeightType::s8;
+            const int64_t K = v == 0 ? 608 : v < 3 ? 609 : 640;  // 19 / 20 k steps: 2 windows + a part; 20 steps
+            const int64_t gs = v == 0 ? 32 : v < 3 ? 0 : v == 3 ? 128 : 64;
+            Weight w = make_weight(80, K, t, gs, v == 1 || v == 4, 9);
             for (int64_t M : {16, 29}) {
                 Case cs;
                 cs.M = M;

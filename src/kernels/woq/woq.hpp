@@ -135,10 +135,10 @@ bool woq_planes_enabled();
 void set_woq_planes(int mode);
 bool woq_planes_supports(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_planes(const WoqSpec& s);
-// Prefill on AMX (woq_amx.cpp): bf16 X, M > 16: one call of the AMX bf16 GEMM kernel whose B
-// column blocks (32 columns = two of ours) are produced dequantized, rounded to bf16, straight in
-// its tile layout (woq_amx_pack_block: GemmCall::b_block_fn), each block once per call inside the
-// GEMM's one parallel region.
+// On AMX (woq_amx.cpp): bf16 X, M >= 12: one call of the AMX bf16 GEMM kernel whose B column
+// blocks (32 columns = two of ours) are produced straight in its tile layout (woq_amx_pack_block:
+// GemmCall::b_block_fn) inside the GEMM's one parallel region: dequantized and rounded to bf16, or
+// at decode M the integer weights with each window's sums scaled per group (woq_amx_acc).
 struct WoqAmxCtx {
     const WoqPacked* w = nullptr;
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))

@@ -4,10 +4,12 @@
 // produced by woq_amx_pack_block instead of packed from a bf16 copy: the tile layout's 32-column
 // block nb is our blocks 2nb and 2nb + 1 (16 channels each), k step kb's tile t row p = the k-pair
 // (2p, 2p + 1) of 16 channels as bf16 pairs in dwords — exactly one u4 row of our block (16 bytes:
-// the pair's nibbles), or two s8 rows. Each pair is widened, fma(q, scale, offset) (the header's
-// weight), rounded to bf16 by VCVTNE2PS2BF16 (nearest even, as the vector prefill's bf16 panel; a
-// denormal weight becomes a zero of its sign, as the tiles read it anyway) and interleaved by
-// VPERMW: a few instructions per 64-byte tile row (AVX512-BF16: every AMX CPU has it).
+// the pair's nibbles), or two s8 rows. Decode M (one row block) with groups of >= 64 or per channel:
+// the integer weight itself (exact in bf16: s8 q, u4 q - 8 without zero points, else q), windows of
+// one group, each window's sums scaled by woq_amx_acc (GemmCall::b_acc_fn). Else each pair is
+// widened, fma(q, scale, offset) (the header's weight), rounded to bf16 by VCVTNE2PS2BF16 (nearest
+// even, as the vector prefill's bf16 panel; a denormal weight becomes a zero of its sign, as the
+// tiles read it anyway) and interleaved by VPERMW (AVX512-BF16: every AMX CPU has it).
 #include <immintrin.h>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands): a false positive.
@@ -42,8 +44,8 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
     // Software prefetch of q 4 KiB ahead in the block's stream (u4 16 k steps, s8 8; XK_WOQ_AMX_PF,
     // read once, sets the k steps, 0 = none): the decode ring visits each block a window at a time,
     // too briefly for the hardware prefetcher. Device Xeon, M = 16, 4096 x 4096 from DRAM, 1 thread
-    // (one run each): s8 3.40 ms without, 2.48 at 2 KiB, 2.66 at 4 KiB; u4 g128 2.47 ms without,
-    // 2.53 at 1 KiB, 2.51 at 2 KiB, 1.64 at 4 KiB.
+    // (processes of three runs): s8 3.40 ms without, 2.48 / 3.63 at 2 KiB, 2.66 / 2.58 / 2.56 at
+    // 4 KiB; u4 g128 2.47 ms without, 2.53 / 1.72 at 1 KiB, 2.51 at 2 KiB, 1.64 / 1.82 / 1.59 at 4 KiB.
     static const int64_t pf_env = [] {
         const char* e = std::getenv("XK_WOQ_AMX_PF");
         return static_cast<int64_t>(e && *e ? std::atol(e) : -1);
