@@ -2,8 +2,8 @@
 //
 // Rows (per thread count, XK_BENCH_THREADS, default 1,2):
 //   woq/<w>/xk/M<M>xN<N>xK<K>/nt:<t>   w = u4g128 (int4, groups of 128, symmetric) or s8 (int8 per
-//       channel); decode M = 1 and 16 on (N, K) = (4096, 4096), (11008, 4096), (4096, 11008), and
-//       prefill M = 512 on (4096, 4096). w = u4g128_i8 / s8_i8: the same weights with
+//       channel); decode M = 1 and 16 and prefill M = 512 and 2048 on (N, K) = (4096, 4096),
+//       (11008, 4096), (4096, 11008). w = u4g128_i8 / s8_i8: the same weights with
 //       WoqCompute::int8 (X quantized per row to s8 in the call, VPDPBUSD). Weights rotated over copies of >= XK_BENCH_ROTATE_MB
 //       (default 1 GiB) in all, for both ours and the bf16 GEMM's packed weights, so both come
 //       from DRAM. w = u4g128_avx512 / s8_avx512 (M = 16, AMX machines): the plan made under an
@@ -19,6 +19,7 @@
 //             of woq over tokens/s of bf16 (250 = 2.5x). BF16_GBPS: the bf16 GEMM's weight GB/s
 //             (reported as that stick's rate: calls/ns * bytes).
 //   GFLOPS    2 M N K / woq time
+// XK_BENCH_WOQ_ALONE=1: the woq calls alone (no bf16 GEMM or read between them: for XK_AMX_PROFILE).
 //   cpu_vsBF16%, cpu_BW%   the same ratios from the process's CPU time of each call (on a loaded
 //             host the 1-thread rows' wall times include other processes' time slices; at more
 //             threads the workers' waits count too)
@@ -156,6 +157,8 @@ void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threa
     size_t i = 0, j = 0;
     double cpu_woq = 0, cpu_bf = 0, cpu_read = 0, read_bytes = 0;
     xb::InPhase ph(state);
+    static const bool alone = xb::env_int("XK_BENCH_WOQ_ALONE", 0) != 0;  // woq calls only (XK_AMX_PROFILE runs)
+    if (!alone)
     ph.add("vsBF16%", "BF16_GBPS", W.bfbytes, [&] {
         const double c0 = cpu_now();
         bplan.run(ga, W.bf[j]);
@@ -164,7 +167,7 @@ void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threa
         return W.bfbytes;
     });
     // (vsBF16% = 100 * (bf16 bytes / woq time) / (bf16 bytes / bf16 time): the time ratio)
-    if (s.M <= 16)
+    if (s.M <= 16 && !alone)
         ph.add("BW%", "ReadGBPS", W.wbytes, [&] {
             const double c0 = cpu_now();
             const double r = pool().read(size_t(W.wbytes));
@@ -183,7 +186,7 @@ void bench_woq(benchmark::State& state, bool u4, bool bf16_x, Shape s, int threa
     }
     ph.finish();
     if (cpu_woq > 0) {
-        state.counters["cpu_vsBF16%"] = 100.0 * cpu_bf / cpu_woq;
+        if (cpu_bf > 0) state.counters["cpu_vsBF16%"] = 100.0 * cpu_bf / cpu_woq;
         if (cpu_read > 0)
             state.counters["cpu_BW%"] = 100.0 * (W.wbytes * double(state.iterations()) / cpu_woq) / (read_bytes / cpu_read);
     }
@@ -216,11 +219,13 @@ const bool registered = [] {
                             [u4, s, nt](benchmark::State& st) { bench_woq(st, u4, true, s, nt, false, true); });
                     }
         for (bool u4 : {true, false})
-            for (int nt : nts) {
-                const Shape s{512, 4096, 4096};
-                reg(xb::join_name({"woq", wname(u4), "xk", s.name(), "nt:" + std::to_string(nt)}),
-                    [u4, s, nt, i8](benchmark::State& st) { bench_woq(st, u4, true, s, nt, i8); });
-            }
+            for (auto [N, K] : nk)
+                for (int64_t M : {512, 2048})
+                    for (int nt : nts) {
+                        const Shape s{M, N, K};
+                        reg(xb::join_name({"woq", wname(u4), "xk", s.name(), "nt:" + std::to_string(nt)}),
+                            [u4, s, nt, i8](benchmark::State& st) { bench_woq(st, u4, true, s, nt, i8); });
+                    }
     }
     return true;
 }();

@@ -442,7 +442,7 @@ TEST(Woq, PlanesKernelExactSums) {
 TEST(Woq, AmxProducerLayout) {
     if (!isa_supported(Isa::avx512_bf16)) GTEST_SKIP() << "the producer needs AVX512-BF16";
     for (auto t : {WoqWeightType::s8, WoqWeightType::u4})
-        for (int64_t gs : {0, 32, 128})
+        for (int64_t gs : {0, 32, 64, 128, 256})
             for (int64_t N : {16, 37, 64}) {
                 const int64_t K = gs ? 256 : (t == WoqWeightType::u4 ? 90 : 77);
                 Weight w = make_weight(N, K, t, gs, gs == 32, 3 + N);
@@ -470,6 +470,19 @@ TEST(Woq, AmxProducerLayout) {
                     for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
                         detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
                 EXPECT_EQ(0, std::memcmp(got.data(), ref->data, ref->bytes)) << w.packed.layout() << " (windows)";
+                // raw (the decode windows' scales applied to the tiles' sums): bf16 of the integer
+                // weight itself, q - 8 for u4 without zero points
+                const detail::WoqPacked& pw = *ctx.w;
+                EXPECT_EQ(pw.sym8, t == WoqWeightType::u4 && gs != 32);
+                for (int64_t n = 0; n < N; ++n)
+                    for (int64_t k = 0; k < K; ++k) B[k * N + n] = bf16(static_cast<float>(pw.q_at(n, k) - (pw.sym8 ? 8 : 0))).bits;
+                const auto ref_raw = gemm->pack_b(B.data());
+                ctx.raw = true;
+                std::fill(got.begin(), got.end(), uint8_t{0xEE});
+                for (int64_t nb = 0; nb < nblocks; ++nb)
+                    for (int64_t kb = 0; kb < ctx.nkb; kb += 3)
+                        detail::woq_amx_pack_block(&ctx, nb, kb, std::min(ctx.nkb, kb + 3), got.data() + (nb * ctx.nkb + kb) * 2048);
+                EXPECT_EQ(0, std::memcmp(got.data(), ref_raw->data, ref_raw->bytes)) << w.packed.layout() << " (raw)";
             }
 }
 
@@ -625,15 +638,19 @@ TEST(Woq, EpiloguesAndThreads) {
     });
 }
 
-// bf16 X at M <= 32 with K over several of the AMX decode ring's windows (8 k steps of 32) and a
-// partial one, N over several 32-column blocks with a tail: on AMX machines the per-window
-// producer + tile products (amx:woq:dequant_gemm), elsewhere the decode / prefill kernels; 1 and
-// 2 threads bit for bit.
+// bf16 X at M <= 32 with K over several of the AMX decode ring's windows (8 k steps of 32, or one
+// group: the integer weights) and a partial one, N over several 32-column blocks with a tail: on AMX
+// machines the per-window producer + tile products (amx:woq:dequant_gemm), elsewhere the decode /
+// prefill kernels; 1 and 2 threads bit for bit.
 TEST(Woq, AmxDecodeRingWindows) {
     for_each_isa([&](Isa) {
-        for (auto t : {WoqWeightType::s8, WoqWeightType::u4}) {
-            const int64_t K = t == WoqWeightType::u4 ? 608 : 609;  // 19 / 20 k steps: 2 windows + a part
-            Weight w = make_weight(80, K, t, t == WoqWeightType::u4 ? 32 : 0, t == WoqWeightType::s8, 9);
+        // u4 g32 (bf16-rounded scaled weights); s8 per channel with zero points, symmetric; u4 g128
+        // symmetric, g64 with zero points (the integer weights, windows of one group)
+        for (int v = 0; v < 5; ++v) {
+            const WoqWeightType t = v == 0 || v >= 3 ? WoqWeightType::u4 : WoqWeightType::s8;
+            const int64_t K = v == 0 ? 608 : v < 3 ? 609 : 640;  // 19 / 20 k steps: 2 windows + a part; 20 steps
+            const int64_t gs = v == 0 ? 32 : v < 3 ? 0 : v == 3 ? 128 : 64;
+            Weight w = make_weight(80, K, t, gs, v == 1 || v == 4, 9);
             for (int64_t M : {16, 29}) {
                 Case cs;
                 cs.M = M;

@@ -76,6 +76,13 @@ struct GemmCall {
     // right before its tile products) instead of being packed from args.B (not read).
     void (*b_block_fn)(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, void* packed) = nullptr;
     const void* b_block_ctx = nullptr;
+    // With b_block_fn and M one row block (<= 32 rows), the window's k steps (b_window > 0; else the
+    // kernel's) and, with b_acc_fn, each window's tile products start from zero in a scratch block
+    // `win` (32 x 32 f32, 128-byte rows: `rows` rows written) that b_acc_fn(ctx, nb, kb0, kb1, rows,
+    // win, acc) folds into the column block's sums `acc` (same layout; kb0 == 0: acc holds nothing
+    // yet), which the epilogue then reads: xk::woq's per-group scales on unscaled weights.
+    void (*b_acc_fn)(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, int64_t rows, const float* win, float* acc) = nullptr;
+    int64_t b_window = 0;
 };
 
 // A kernel's optional direct entry for plain runs (B unpacked): fn(A, B, C, &args, alpha_beta)

@@ -201,10 +201,11 @@ int64_t amx_r16() {
 constexpr int kPrefetch = 2;  // the tile kernels prefetch A and B this many k steps ahead
 // XK_AMX_PROFILE=1 (a measurement aid): TSC cycles per phase, summed over calls and threads,
 // printed per call at exit: the call, the fork (call start -> a thread's region start), the tile
-// configuration, A packing + row terms, B packing (own pieces), waiting for B, the tile products, the stores, the
-// release, a thread's region (mean and the slowest thread's).
+// configuration, A packing + row terms, B packing (own pieces), waiting for B, the decode ring's
+// producer (xk::woq), the tile products, the stores, the release, a thread's region (mean and the
+// slowest thread's).
 struct AmxProfile {
-    enum { call, fork, cfg, apack, bpack, bwait, tiles, epi, rel, region, region_max, calls, thr, n };
+    enum { call, fork, cfg, apack, bpack, bwait, bprod, tiles, epi, rel, region, region_max, calls, thr, n };
     std::atomic<uint64_t> v[n] = {};
     static bool on() {
         static const bool b = env_int("XK_AMX_PROFILE", 0) != 0;
@@ -235,10 +236,11 @@ struct AmxProfile {
         auto us = [&](int i, uint64_t d) { return double(v[i].load()) / double(d) / ghz / 1000.0; };
         std::fprintf(stderr,
                      "[xk amx profile] %llu calls, %.1f threads/call, us per call: call %.1f | per thread: fork %.1f cfg %.2f "
-                     "apack %.2f bpack %.2f bwait %.2f tiles %.1f epi %.2f rel %.2f region %.1f (sum of slowest-thread regions / "
-                     "calls %.1f)\n",
+                     "apack %.2f bpack %.2f bwait %.2f ring-producer %.1f tiles %.1f epi %.2f rel %.2f region %.1f (sum of "
+                     "slowest-thread regions / calls %.1f)\n",
                      static_cast<unsigned long long>(nc), double(nt) / double(nc), us(call, nc), us(fork, nt), us(cfg, nt),
-                     us(apack, nt), us(bpack, nt), us(bwait, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt), us(region_max, nc));
+                     us(apack, nt), us(bpack, nt), us(bwait, nt), us(bprod, nt), us(tiles, nt), us(epi, nt), us(rel, nt), us(region, nt),
+                     us(region_max, nc));
     }
 };
 
@@ -854,12 +856,14 @@ public:
         // 11008 x 4096: DRAM traffic). XK_AMX_B_RING (read once): 0 = the N-wide buffer always
         // (before / after on the device), n > 0 = n k steps a window (default 8). A plain B with one
         // row block goes the same way, each window packed from B (int8 without an A zero point:
-        // the column sums are not needed; XK_AMX_PLAIN_RING=0: the N-wide buffer).
+        // the column sums are not needed; XK_AMX_PLAIN_RING=0: the N-wide buffer). With b_acc_fn
+        // (woq's integer weights) always the ring, windows of call.b_window steps (one group).
         static const int64_t ring_steps = env_int("XK_AMX_B_RING", 8);
         static const bool plain_ring = env_int("XK_AMX_PLAIN_RING", 1) != 0;
-        const bool ring_on = ring_steps > 0;
+        const bool ring_on = ring_steps > 0 || call.b_acc_fn;
         const bool ring = ring_on && !call.packed_b && mblocks == 1 &&
                           (call.b_block_fn ? !int8_ : plain_ring && !(int8_ && args.a_zero_point != 0));
+        const int64_t ring_ks = call.b_window > 0 ? call.b_window : std::max<int64_t>(1, ring_steps);
         if (call.packed_b) {
             bp = static_cast<const uint8_t*>(call.packed_b->data);
         } else if (ring) {
@@ -974,7 +978,7 @@ public:
         }
         // A block's sums straight from the tiles into C where the store would change nothing, at
         // full blocks (32 x 32, or 16 x 32 of the 16-row kernels) of the last K block.
-        const bool direct = s_.beta == BetaKind::zero && call.beta == 0.0f &&
+        const bool direct = !(ring && call.b_acc_fn) && s_.beta == BetaKind::zero && call.beta == 0.0f &&
                             (int8_ ? s_.c_type == DType::s32 && za == 0 && zb == 0
                                    : s_.c_type == DType::f32 && s_.alpha_one && call.alpha == 1.0f && !s_.epilogue.bias &&
                                          s_.epilogue.act == Activation::none && !s_.epilogue.residual);
@@ -1022,7 +1026,9 @@ public:
             auto* a_tail_buf = reinterpret_cast<uint8_t*>(small);
             float* tmp = small + kBlk * 64 / 4;
             float* accs = gemm_thread_buffer(4, static_cast<size_t>(kMaxChunk * kBlk * kBlk));
-            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>(2 * ring_steps * kStepBytes / 4))) : nullptr;
+            // the ring: two windows (a plain B's pair of column blocks), then b_acc_fn's f32 tile
+            uint8_t* b_ring = ring ? reinterpret_cast<uint8_t*>(gemm_thread_buffer(2, static_cast<size_t>((2 * ring_ks * kStepBytes + kBlk * kBlk * 4) / 4))) : nullptr;
+            float* b_win = ring ? reinterpret_cast<float*>(b_ring + 2 * ring_ks * kStepBytes) : nullptr;  // (b_acc_fn's)
             int32_t rowc[kBlk] = {};
             // (LDTILECFG per call and thread, TILERELEASE at its end: keeping the tiles configured
             // between calls measured no faster on the device, 384x768x768 / 1024^3 at 16 threads)
@@ -1204,7 +1210,7 @@ public:
                 // K in blocks of k_steps() steps: A's 32 x 64-byte-step block stays in cache while the
                 // chunk's column blocks pass; their sums wait in the per-block accumulators.
                 const int64_t total_steps = a_steps + (a_tail ? 1 : 0);
-                const int64_t ks = ring ? ring_steps : k_steps();
+                const int64_t ks = ring ? ring_ks : k_steps();
                 for (int64_t s0 = 0; s0 < total_steps; s0 += ks) {
                     const int64_t s1 = std::min(total_steps, s0 + ks);
                     AmxTileArgs ta;
@@ -1215,7 +1221,7 @@ public:
                     ta.a_tail = a_tail && s1 == total_steps ? a_tail : nullptr;
                     ta.accumulate = s0 > 0;
                     const bool last = s1 == total_steps;
-                    ta.b_next = ring ? ring_steps * kStepBytes : block_bytes;
+                    ta.b_next = ring ? ring_ks * kStepBytes : block_bytes;
                     for (int64_t nb = nb0; nb < nb1;) {
                         // 16-row blocks: two full column blocks a call where there are two (the A
                         // tile of a step serves four products), else one.
@@ -1227,17 +1233,28 @@ public:
                             ta.ldc_out = s_.ldc * c_es;
                         }
                         if (ring) {  // (total_steps = nkb_)
+                            lap(AmxProfile::tiles);
                             if (call.b_block_fn) {
                                 call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                                lap(AmxProfile::bprod);
                             } else {
-                                for (int64_t j = 0; j < nc; ++j) pack_block(args.B, nb + j, s0, s1, b_ring + j * ring_steps * kStepBytes);
+                                for (int64_t j = 0; j < nc; ++j) pack_block(args.B, nb + j, s0, s1, b_ring + j * ring_ks * kStepBytes);
+                                lap(AmxProfile::bpack);
                             }
                             ta.b = b_ring;
                         } else {
                             ta.b = bp + nb * block_bytes + s0 * kStepBytes;
                         }
                         ta.acc = accs + (nb - nb0) * kBlk * kBlk;
-                        (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                        if (ring && call.b_acc_fn) {  // the window from zero, folded in by b_acc_fn
+                            ta.acc = b_win;
+                            ta.accumulate = 0;
+                            (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                            call.b_acc_fn(call.b_block_ctx, nb, s0, s1, rows, b_win, accs + (nb - nb0) * kBlk * kBlk);
+                            ta.accumulate = s0 > 0;
+                        } else {
+                            (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                        }
                         nb += nc;
                     }
                 }

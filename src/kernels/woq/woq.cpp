@@ -397,6 +397,7 @@ WoqPackedWeight woq_pack(const WoqWeightDesc& d, const WoqWeightArgs& a) {
         }
     const bool has_off = u4 || d.zero_points;
     auto p = detail::woq_alloc(fn, d.N, d.K, d.group_size, d.type, has_off);
+    p->sym8 = u4 && !d.zero_points;
     const auto* W = static_cast<const uint8_t*>(a.weights);
     detail::parallel_for(p->nblk, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t n = b0 * 16; n < std::min(d.N, b1 * 16); ++n) {

@@ -32,6 +32,7 @@ struct WoqPacked {
     int64_t N = 0, K = 0, gs = 0, G = 0, nblk = 0;
     WoqWeightType type = WoqWeightType::s8;
     bool has_offset = false;
+    bool sym8 = false;  // u4 with every offset -8 * scale (woq_pack without zero points): w = (q - 8) * scale
     int64_t q_block_bytes = 0;  // bytes of one block's q (K*16 or K*8)
     std::string layout;
     size_t bytes = 0;
@@ -134,14 +135,21 @@ bool woq_planes_enabled();
 void set_woq_planes(int mode);
 bool woq_planes_supports(const WoqSpec& s);
 std::shared_ptr<const WoqKernel> create_woq_planes(const WoqSpec& s);
-// Prefill on AMX (woq_amx.cpp): bf16 X, M > 16: one call of the AMX bf16 GEMM kernel whose B
-// column blocks (32 columns = two of ours) are produced dequantized, rounded to bf16, straight in
-// its tile layout (woq_amx_pack_block: GemmCall::b_block_fn), each block once per call inside the
-// GEMM's one parallel region.
+// On AMX (woq_amx.cpp): bf16 X, M >= 12: one call of the AMX bf16 GEMM kernel whose B column
+// blocks (32 columns = two of ours) are produced straight in its tile layout (woq_amx_pack_block:
+// GemmCall::b_block_fn) inside the GEMM's one parallel region: dequantized and rounded to bf16, or
+// at decode M the integer weights with each window's sums scaled per group (woq_amx_acc).
 struct WoqAmxCtx {
     const WoqPacked* w = nullptr;
     int64_t nkb = 0;  // k steps of 32 (ceil(K / 32))
+    // raw: bf16 of the integer weight itself (exact: s8 q, u4 q - 8 when sym8 else q), each window's
+    // sums scaled per group by woq_amx_acc (GemmCall::b_acc_fn); xsum [M x G]: the groups' sums of X
+    // (the offsets' term; null when there are no offsets or sym8).
+    bool raw = false;
+    int64_t m = 0;  // rows of X (raw)
+    const float* xsum = nullptr;
 };
+void woq_amx_acc(const void* ctx, int64_t nb, int64_t kb0, int64_t kb1, int64_t rows, const float* win, float* acc);
 // Writes the k steps [kb0, kb1) of column block nb (2048 bytes a step) at `packed`: bf16 by
 // VCVTNE2PS2BF16 (AVX512-BF16, which every AMX CPU has), which flushes a denormal weight to a zero
 // of its sign — the tile products treat a denormal bf16 input as that zero anyway (AMX-BF16 has
