@@ -43,6 +43,7 @@
 
 #include "bench_util.hpp"
 #include "common/parallel.hpp"
+#include "peak_loops.hpp"
 #include "kernels/attention/attention.hpp"  // attn_decode_seq_override (XK_BENCH_DECODE_SEQ rows)
 #include "xk/attention.hpp"
 #include "xk/gemm.hpp"
@@ -270,33 +271,14 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) float issue_cha
     return _mm512_reduce_add_ps(s);
 }
 
-// 8 chains x n iterations of VFMADD231PS zmm on each of `threads` threads: one core's (and the
-// machine's) FP32 FMA peak, printed beside the prefill rows (their bound).
-__attribute__((target("avx512f"), noinline)) float fma_chains(int64_t n) {
-    __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1e-3f), a2 = _mm512_set1_ps(2e-3f), a3 = _mm512_set1_ps(3e-3f);
-    __m512 a4 = _mm512_set1_ps(4e-3f), a5 = _mm512_set1_ps(5e-3f), a6 = _mm512_set1_ps(6e-3f), a7 = _mm512_set1_ps(7e-3f);
-    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-4f);
-    for (int64_t i = 0; i < n; ++i) {
-        a0 = _mm512_fmadd_ps(a0, x, y), a1 = _mm512_fmadd_ps(a1, x, y), a2 = _mm512_fmadd_ps(a2, x, y);
-        a3 = _mm512_fmadd_ps(a3, x, y), a4 = _mm512_fmadd_ps(a4, x, y), a5 = _mm512_fmadd_ps(a5, x, y);
-        a6 = _mm512_fmadd_ps(a6, x, y), a7 = _mm512_fmadd_ps(a7, x, y);
-        __asm__ volatile("" : "+v"(a0));
-    }
-    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    return _mm512_reduce_add_ps(s);
-}
-
+// The FP32 FMA peak on `threads` threads (bench_peak's fma_zmm loop, peak_loops.hpp): printed beside
+// the prefill rows (their bound).
 void bench_fma_peak(benchmark::State& state, int threads) {
+    namespace pk = xk::bench::peak;
     xb::ScopedThreads st(threads);
-    constexpr int64_t n = 1 << 18;
-    std::vector<float> sink(static_cast<size_t>(threads) * 16, 0.0f);
-    for (auto _ : state)
-        xk::detail::parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) sink[size_t(t) * 16] += fma_chains(n);
-        });
-    benchmark::DoNotOptimize(sink.data());
-    xb::set_gflops(state, 2.0 * 8 * n * 16 * threads);
+    double flops = 0;
+    for (auto _ : state) flops = pk::run_peak(pk::ComputeOp::fma_zmm, 2e8 * threads);
+    xb::set_gflops(state, flops);
 }
 
 void bench_issue_rate(benchmark::State& state, bool bf16) {

@@ -88,6 +88,27 @@ inline void attn_limit_range(const AttnTask& t, int64_t& lo, int64_t& hi) {
 }
 
 // The end of the keys any token of the task sees: min(j_end, the largest limit).
+// The masked lanes of one tile of 16 keys from j0 (n of them valid) in the scores of rows r < R
+// (row r's at s0 + r * ld): keys past n or past the row's limit to -inf, the additive mask
+// (times mask_scale: the kernels that keep scores in log2 units) added to the rest. Nothing to do
+// where every lane is plainly visible (no mask, a full tile below lim_min of attn_limit_range).
+inline void attn_mask_tile(const AttnTask& t, int64_t R, int64_t j0, int64_t n, int64_t lim_min, float* s0, int64_t ld,
+                           float mask_scale = 1.0f) {
+    if (!t.mask && n == kAttnTile && j0 + kAttnTile <= lim_min) return;
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t tok = r / t.group;
+        const int64_t lim = t.limit[tok];
+        const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
+        float* s = s0 + r * ld;
+        for (int64_t jj = 0; jj < kAttnTile; ++jj) {
+            if (jj >= n || j0 + jj >= lim)
+                s[jj] = -__builtin_inff();
+            else if (mrow)
+                s[jj] += mrow[jj] * mask_scale;
+        }
+    }
+}
+
 inline int64_t attn_key_end(const AttnTask& t) {
     int64_t lo, hi;
     attn_limit_range(t, lo, hi);

@@ -221,20 +221,7 @@ void attn_decode_dp(const AttnTask& t, float* m, float* l, float* acc) {
                     default: dpd_scores_tile<4, NK>(q, kt, ks, n, U, so, CH, sl2, p, pn, p2, pn2); break;
                 }
             }
-            if (t.mask || n < 16 || j0 + 16 > lim_min) {  // mask / limits (natural mask -> log2 units)
-                for (int64_t r = 0; r < R; ++r) {
-                    const int64_t tok = r / t.group;
-                    const int64_t lim = t.limit[tok];
-                    const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
-                    float* s = S + r * CH + (j0 - c0);
-                    for (int64_t jj = 0; jj < 16; ++jj) {
-                        if (jj >= n || j0 + jj >= lim)
-                            s[jj] = ninf;
-                        else if (mrow)
-                            s[jj] += mrow[jj] * kLog2e;
-                    }
-                }
-            }
+            attn_mask_tile(t, R, j0, n, lim_min, S + (j0 - c0), CH, kLog2e);  // (natural mask -> log2 units)
         }
         // Phase 2: online softmax per row (log2 units), p rounded to bf16 into P.
         const int64_t nvec = (ce - c0 + 15) / 16;

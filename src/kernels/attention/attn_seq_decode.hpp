@@ -100,20 +100,7 @@ void attn_decode_seq_task(const AttnTask& t, float* m, float* l, float* acc) {
                 else
                     seq_scores_tile<1, NC>(t.q + rb * hd, kt, ks, n, U, S + rb * CH + (j0 - c0), CH);
             }
-            if (t.mask || n < 16 || j0 + 16 > lim_min) {
-                for (int64_t r = 0; r < R; ++r) {
-                    const int64_t tok = r / t.group;
-                    const int64_t lim = t.limit[tok];
-                    const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
-                    float* s = S + r * CH + (j0 - c0);
-                    for (int64_t jj = 0; jj < 16; ++jj) {
-                        if (jj >= n || j0 + jj >= lim)
-                            s[jj] = ninf;
-                        else if (mrow)
-                            s[jj] += mrow[jj];
-                    }
-                }
-            }
+            attn_mask_tile(t, R, j0, n, lim_min, S + (j0 - c0), CH);
         }
         // Online softmax once per chunk and row: the chunk max, the correction of the running
         // state, p = exp(s - m) (masked lanes exactly 0) in place of s, l updated.

@@ -327,21 +327,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
         }
         // Mask (only where some lane of the tile is not plainly visible).
-        const bool plain = !t.mask && n == 16 && j0 + 16 <= lim_min;
-        if (!plain) {
-            for (int64_t r = 0; r < R; ++r) {
-                const int64_t tok = r / t.group;
-                const int64_t lim = t.limit[tok];
-                const float* mrow = t.mask ? t.mask + tok * t.mask_stride + j0 : nullptr;
-                float* s = S + r * CH + (j0 - c0);
-                for (int64_t jj = 0; jj < 16; ++jj) {
-                    if (jj >= n || j0 + jj >= lim)
-                        s[jj] = ninf;
-                    else if (mrow)
-                        s[jj] += mrow[jj];
-                }
-            }
-        }
+        attn_mask_tile(t, R, j0, n, lim_min, S + (j0 - c0), CH);
       }
       // Phase 2: online softmax once per chunk: per row the chunk max, the correction of the
       // running state, p = exp(s - m) (masked lanes exactly 0), l updated.

@@ -84,46 +84,13 @@ __attribute__((target("avx512f,avx512bw"))) void amx_transpose16x64(const uint8_
     for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + p * 16, t[p]);
 }
 
-// The plain B's interleave of one full 32-column block, k steps [kb0, kb1): per tile row p, the
-// block's 32 columns of the p-th k group (int8: 4 rows of 32 bytes, two per 512-bit register;
-// bf16: 2 rows of 64 bytes) into both 16-column tiles by one two-source byte / word permute each
-// (VPERMT2B / VPERMT2W): 2 or 4 loads, 2 permutes and 2 stores a tile row, where the 128-bit
-// unpack ladder took 8 loads, 12 unpacks and 8 stores (int8). src: B[kb0 * kk][n0]; out: the
-// block's step kb0.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_steps(const uint8_t* src, int64_t ldb, int64_t nsteps,
-                                                                              uint32_t* out) {
-    alignas(64) uint8_t i0[64], i1[64];
-    for (int j = 0; j < 64; ++j) i0[j] = static_cast<uint8_t>((j % 4) * 32 + j / 4), i1[j] = static_cast<uint8_t>(i0[j] + 16);
-    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
-    for (int64_t s = 0; s < nsteps; ++s, src += 64 * ldb, out += kAmxTileStepBytes / 4) {
-        const uint8_t* r = src;
-        for (int p = 0; p < 16; ++p, r += 4 * ldb) {
-            const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r))),
-                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + ldb)), 1);
-            const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 2 * ldb))),
-                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 3 * ldb)), 1);
-            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi8(a, x0, b));
-            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi8(a, x1, b));
-        }
-    }
-}
-__attribute__((target("avx512f,avx512bw"))) void amx_pack_bf16_steps(const uint16_t* src, int64_t ldb, int64_t nsteps, uint32_t* out) {
-    alignas(64) uint16_t i0[32], i1[32];
-    for (int j = 0; j < 32; ++j) i0[j] = static_cast<uint16_t>((j % 2) * 32 + j / 2), i1[j] = static_cast<uint16_t>(i0[j] + 16);
-    const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
-    for (int64_t s = 0; s < nsteps; ++s, src += 32 * ldb, out += kAmxTileStepBytes / 4) {
-        const uint16_t* r = src;
-        for (int p = 0; p < 16; ++p, r += 2 * ldb) {
-            const __m512i a = _mm512_loadu_si512(r), b = _mm512_loadu_si512(r + ldb);
-            _mm512_storeu_si512(out + p * 16, _mm512_permutex2var_epi16(a, x0, b));
-            _mm512_storeu_si512(out + 256 + p * 16, _mm512_permutex2var_epi16(a, x1, b));
-        }
-    }
-}
-
-// The same for nblk whole blocks side by side (B[.][n0 .. n0 + 32 nblk)), tile row by tile row
-// across the blocks: each B row is read once, whole lines in order. out: block 0's step kb0;
-// block b's at out + b * bstride bytes.
+// The plain B's interleave of nblk full 32-column blocks side by side (B[.][n0 .. n0 + 32 nblk)),
+// k steps [kb0, kb1): per tile row p, each block's 32 columns of the p-th k group (int8: 4 rows of
+// 32 bytes, two per 512-bit register; bf16: 2 rows of 64 bytes) into both 16-column tiles by one
+// two-source byte / word permute each (VPERMT2B / VPERMT2W): 2 or 4 loads, 2 permutes and 2 stores
+// a tile row, where the 128-bit unpack ladder took 8 loads, 12 unpacks and 8 stores (int8); tile
+// row by tile row across the blocks, so each B row is read once, whole lines in order. src:
+// B[kb0 * kk][n0]; out: block 0's step kb0, block b's at out + b * bstride bytes.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void amx_pack_s8_rows(const uint8_t* src, int64_t ldb, int64_t nsteps,
                                                                              int64_t nblk, uint8_t* out, int64_t bstride) {
     alignas(64) uint8_t i0[64], i1[64];
@@ -708,9 +675,9 @@ public:
             const int64_t k1 = std::min(kb1, K / kk_);
             if (k1 > kb0) {
                 if (int8_)
-                    amx_pack_s8_steps(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
+                    amx_pack_s8_rows(src8 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, 1, reinterpret_cast<uint8_t*>(blk), 0);
                 else
-                    amx_pack_bf16_steps(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, blk);
+                    amx_pack_bf16_rows(src16 + kb0 * kk_ * ldb + n0, ldb, k1 - kb0, 1, reinterpret_cast<uint8_t*>(blk), 0);
             }
             kb0 = std::max(kb0, k1);
         }
