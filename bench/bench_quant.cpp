@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -68,7 +69,11 @@ struct CpuCopy {
 
 // The pattern yardstick: over the copy pool's arrays, `in` bytes read and `out` bytes written
 // (non-temporal) per element, 64 elements a step, no arithmetic but an OR that keeps the loads.
-__attribute__((target("avx2"))) void pattern_chunk(const char* x, char* y, int64_t elems, int in, int out) {
+// The op's pattern (OpPattern%) adds the cache-resident reads the op cannot avoid, per row of kCols
+// elements: `vec` (per channel: a 4-byte parameter per element, re-read for every row) or `prev`
+// (dynamic per token in one read of x: row r re-read from cache while row r + 1 streams in).
+__attribute__((target("avx2"))) void pattern_chunk(const char* x, char* y, int64_t elems, int in, int out,
+                                                   const char* vec = nullptr, bool prev = false) {
     for (int64_t e = 0; e < elems; e += 64) {
         const char* s = x + e * in;
         __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
@@ -76,6 +81,19 @@ __attribute__((target("avx2"))) void pattern_chunk(const char* x, char* y, int64
         for (int o = 64; o < 64 * in; o += 64) {
             a = _mm256_or_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(s + o)));
             b = _mm256_or_si256(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(s + o + 32)));
+        }
+        if (vec) {
+            const char* v = vec + (e % kCols) * 4;
+            for (int o = 0; o < 256; o += 64) {
+                a = _mm256_or_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(v + o)));
+                b = _mm256_or_si256(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(v + o + 32)));
+            }
+        }
+        if (prev && e >= kCols) {
+            for (int o = 0; o < 64 * in; o += 64) {
+                a = _mm256_or_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(s - kCols * in + o)));
+                b = _mm256_or_si256(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(s - kCols * in + o + 32)));
+            }
         }
         char* d = y + e * out;
         for (int o = 0; o < 64 * out; o += 64) {
@@ -91,6 +109,9 @@ double wall_now() { return std::chrono::duration<double>(std::chrono::steady_clo
 struct Pattern {
     double cpu = 0, wall = 0, bytes = 0, op_wall = 0;
     int64_t cursor = 0;  // elements
+    const char* prefix = "Pattern";
+    const char* vec = nullptr;  // (pattern_chunk's op pattern)
+    bool prev = false;
     void run(double row_bytes, int in, int out) {
         auto& pool = xb::detail::copy_pool();
         constexpr int64_t kChunk = 16384;  // elements a work item
@@ -103,7 +124,7 @@ struct Pattern {
         const int64_t base = cursor;
         const double c0 = cpu_now(), w0 = wall_now();
         xk::detail::parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
-            for (int64_t c = b; c < e; ++c) pattern_chunk(x + (base + c * kChunk) * in, y + (base + c * kChunk) * out, kChunk, in, out);
+            for (int64_t c = b; c < e; ++c) pattern_chunk(x + (base + c * kChunk) * in, y + (base + c * kChunk) * out, kChunk, in, out, vec, prev);
             _mm_sfence();
         });
         cpu += cpu_now() - c0;
@@ -114,9 +135,10 @@ struct Pattern {
     void finish(benchmark::State& state, double row_bytes, double op_cpu) const {
         const double done = row_bytes * double(state.iterations());
         if (wall <= 0 || bytes <= 0) return;
-        state.counters["PatternGBPS"] = bytes / wall * 1e-9;
-        if (op_wall > 0) state.counters["Pattern%"] = 100.0 * (done / op_wall) / (bytes / wall);
-        if (op_cpu > 0 && cpu > 0) state.counters["cpu_Pattern%"] = 100.0 * (done / op_cpu) / (bytes / cpu);
+        const std::string p = prefix;
+        state.counters[p + "GBPS"] = bytes / wall * 1e-9;
+        if (op_wall > 0) state.counters[p + "%"] = 100.0 * (done / op_wall) / (bytes / wall);
+        if (op_cpu > 0 && cpu > 0) state.counters["cpu_" + p + "%"] = 100.0 * (done / op_cpu) / (bytes / cpu);
     }
 };
 
@@ -174,7 +196,15 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
     if (d.granularity == xk::QuantGranularity::per_token_dynamic) bytes += kRows * 8.0 + (d.smooth ? kCols * 4.0 : 0.0);
     CpuCopy cc;
     xb::Yardstick copy = cc.stick(state, bytes);
-    Pattern pat;
+    Pattern pat, oppat;
+    // (per channel / dynamic: the op's own pattern too; kChunk is a multiple of kCols)
+    static_assert(16384 % kCols == 0, "the op pattern's rows lie within a chunk");
+    auto vec = xb::alloc_aligned<char>(kCols * 4);
+    std::memset(vec.get(), 1, kCols * 4);
+    const bool op_pattern = c.mode == Mode::per_channel || d.granularity == xk::QuantGranularity::per_token_dynamic;
+    oppat.prefix = "OpPattern";
+    if (c.mode == Mode::per_channel) oppat.vec = vec.get();
+    else oppat.prev = !two_pass;
     const int fsz = static_cast<int>(fs);
     for (auto _ : state) {
         const size_t s = bufs.next();
@@ -196,15 +226,18 @@ void BM_quant(benchmark::State& state, QCase c, int nt) {
         xk::detail::set_quant_dynamic_two_pass(false);
         cc.op += cpu_now() - c0;
         pat.op_wall += wall_now() - w0;
+        oppat.op_wall = pat.op_wall;
         copy.end();
         state.PauseTiming();
         pat.run(bytes, c.quantize ? fsz : 1, c.quantize ? 1 : fsz);
+        if (op_pattern) oppat.run(bytes, c.quantize ? fsz : 1, c.quantize ? 1 : fsz);
         state.ResumeTiming();
         benchmark::ClobberMemory();
     }
     copy.finish();
     cc.finish(state, bytes);
     pat.finish(state, bytes, cc.op);
+    if (op_pattern) oppat.finish(state, bytes, cc.op);
     xb::set_gbps(state, bytes);
     state.SetLabel(std::string(plan.impl_name()) + ", " + std::to_string(bufs.sets()) + " sets");
 }

@@ -248,6 +248,7 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s);
 //   "amx:bf16:decode": M 1..31, the tiles for a B packed in their layout, else the avx512_bf16 pick.
 bool gemm_amx_bf16_decode_supports(const GemmSpec& s);
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s);
+int64_t amx_bf16_decode_plain_m();  // a plain B with M >= this runs the tiles in amx:bf16:decode
 //   and int8 (TDPBUSD for u8 A, TDPBSSD for s8 A: no shift), s32 accumulators, B in the same tile
 //   arrangement of k quads with its column sums after the tiles ("amx:int8:K<K>:N<N>"), zero
 //   points through row / column sums, the s32 / dequantizing / requantizing stores.

@@ -1320,10 +1320,11 @@ std::shared_ptr<const GemmKernel> create_gemm_amx_bf16(const GemmSpec& s) {
 // Decode-sized M (1..31) with bf16: the tiles run when B comes packed in their layout (a plan's
 // pack_b), where the vector kernels are FMA-bound from M = 16 up (M = 1 too: a PackedB made by an
 // M = 1 plan must be the tile layout, or every larger M reading it would run the vector kernels —
-// a bf16 prefill through weights packed once for decode ran 0.40x PyTorch on the device); a plain B runs the kernel the
-// avx512_bf16 cap would run (packing B per call would triple the weight traffic of a
-// weight-streaming call), routed as a one-shot call under that cap is: gemm_select, so a measured
-// decision recorded under that cap applies (the kernel is shared with one-shot calls: it never tunes).
+// a bf16 prefill through weights packed once for decode ran 0.40x PyTorch on the device); a plain B
+// with M >= amx_bf16_decode_plain_m() (8) runs the tiles too, each window of B packed into an
+// L1 ring right before its products (no extra DRAM traffic); below that the kernel the avx512_bf16
+// cap would run, routed as a one-shot call under that cap is: gemm_select, so a measured decision
+// recorded under that cap applies (the kernel is shared with one-shot calls: it never tunes).
 namespace {
 class AmxDecode final : public GemmKernel {
 public:
@@ -1351,7 +1352,20 @@ bool gemm_amx_bf16_decode_supports(const GemmSpec& s) {
 std::shared_ptr<const GemmKernel> create_gemm_amx_bf16_decode(const GemmSpec& s) {
     if (!gemm_amx_bf16_decode_supports(s))
         throw Error(Status::unsupported, "gemm amx bf16 decode: " + s.key() + " is not supported");
-    return std::make_shared<AmxDecode>(s, Isa::avx512_bf16, false);
+    return std::make_shared<AmxDecode>(s, Isa::avx512_bf16, s.M >= amx_bf16_decode_plain_m());
+}
+
+// A plain bf16 B with M >= this many rows runs the tiles (packed per call a ring window at a time,
+// as int8's), below it what the avx512_bf16 cap runs. Device Xeon, xk / oneDNN (plain B packed per
+// call by both), 4096 x 4096, 1 | 16 threads, tiles vs the vector kernel (two runs each):
+// M = 1 2.7-2.8 vs 2.9 | 1.40-1.61 vs 1.67-1.87x (the same GFLOP/s within the runs' spread), M = 4
+// 1.01-1.03 vs 1.47-1.68 | 0.97 vs 0.94-1.23x, M = 8 1.02-1.07 vs 0.86-0.88 | 0.96-0.97 vs 0.75-0.90x,
+// M = 16 1.09-1.10 vs 0.61-0.67 | 0.99-1.01 vs 0.46-0.48x, M = 24 1.06-1.27 vs 0.48-0.53 | 1.09-1.16
+// vs 0.54-0.61x (16 x 11008 x 4096: 0.88-0.90 vs 0.80-0.81 | 1.09-1.30 vs 0.61-0.70x).
+// XK_AMX_BF16_DECODE_PLAIN_M (read once) overrides it (1: always the tiles, 32: never).
+int64_t amx_bf16_decode_plain_m() {
+    static const int64_t v = env_int("XK_AMX_BF16_DECODE_PLAIN_M", 8);
+    return v;
 }
 
 bool gemm_amx_int8_any_supports(const GemmSpec& s) {
