@@ -21,7 +21,10 @@
 // against a loop without arithmetic that reads and writes the row's bytes per element (quantize:
 // 4 or 2 read, 1 streamed out; dequantize: 1 read, 4 or 2 streamed), also run between the calls:
 // the memory pattern's own ceiling on these threads (one core reads slower than a copy moves data:
-// a read-mostly row cannot reach 100% of the copy even without arithmetic). No peer row (PyTorch's figures come from
+// a read-mostly row cannot reach 100% of the copy even without arithmetic). OpPattern%,
+// OpPatternGBPS, cpu_OpPattern% (per channel and dynamic rows): against the op's own access pattern
+// without arithmetic — per channel the 4-byte parameter vector re-read for every row of x, dynamic
+// the previous row re-read from cache while the next one streams in. No peer row (PyTorch's figures come from
 // bench/torch_peer.py where it has them).
 #include <immintrin.h>
 #include <time.h>
