@@ -78,6 +78,15 @@ struct AttnTask {
     float* scratch = nullptr;        // attn_scratch_floats(rows, head_dim) floats for the kernel
 };
 
+// A task's online-softmax state at its start: m = -inf, l = 0, acc [R x hd] = 0.
+inline void attn_state_reset(int64_t R, int64_t hd, float* m, float* l, float* acc) {
+    for (int64_t r = 0; r < R; ++r) {
+        m[r] = -__builtin_inff();
+        l[r] = 0.0f;
+    }
+    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+}
+
 // The range of a task's limits: every token sees keys j < hi (at most j_end); all see j < lo.
 inline void attn_limit_range(const AttnTask& t, int64_t& lo, int64_t& hi) {
     lo = t.j_end, hi = 0;

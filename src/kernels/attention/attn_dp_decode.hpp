@@ -170,11 +170,7 @@ void attn_decode_dp(const AttnTask& t, float* m, float* l, float* acc) {
     const __m512 sl2 = _mm512_set1_ps((unscale ? t.scale : 1.0f) * kLog2e);
     for (int64_t r = 0; r < R; ++r)
         for (int64_t c = 0; c < NK; ++c) to_bf16_32(t.q + r * hd + c * 32, qmul, qb + r * hd + c * 32);
-    for (int64_t r = 0; r < R; ++r) {
-        m[r] = ninf;  // (log2 units until the end)
-        l[r] = 0.0f;
-    }
-    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    attn_state_reset(R, hd, m, l, acc);  // (m in log2 units until the end)
     int64_t lim_min, lim_max;
     attn_limit_range(t, lim_min, lim_max);
     const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;

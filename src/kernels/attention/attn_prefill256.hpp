@@ -98,11 +98,7 @@ void attn_prefill256(const AttnTask& t, float* m, float* l, float* acc) {
     float* vbuf = kt + hd * 64;
     float* S = vbuf + hd * 64;
     float* corr = S + R * 64;
-    for (int64_t r = 0; r < R; ++r) {
-        m[r] = ninf;
-        l[r] = 0.0f;
-    }
-    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    attn_state_reset(R, hd, m, l, acc);
     const int64_t jmax = attn_key_end(t);
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);

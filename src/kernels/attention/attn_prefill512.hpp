@@ -135,12 +135,8 @@ void attn_prefill(const AttnTask& t, float* m, float* l, float* acc) {
     float* S = vbuf + hd * 64;
     float* corr = S + R * 64;
     float* lvec = corr + R;  // [R x 16]: partial sums of l
-    for (int64_t r = 0; r < R; ++r) {
-        m[r] = ninf;
-        l[r] = 0.0f;
-        _mm512_storeu_ps(lvec + r * 16, _mm512_setzero_ps());
-    }
-    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    attn_state_reset(R, hd, m, l, acc);
+    for (int64_t r = 0; r < R; ++r) _mm512_storeu_ps(lvec + r * 16, _mm512_setzero_ps());
     const int64_t jmax = attn_key_end(t);
     const T* kbase = static_cast<const T*>(t.kv.k);
     const T* vbase = static_cast<const T*>(t.kv.v);

@@ -75,11 +75,7 @@ void attn_decode_seq_task(const AttnTask& t, float* m, float* l, float* acc) {
     float* S = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(t.scratch) + 63) & ~uintptr_t(63));  // [R x CH]
     float* U = S + R * CH;  // [2 rows x 4 key groups x 16]
     float* corr = U + 4 * 64;
-    for (int64_t r = 0; r < R; ++r) {
-        m[r] = ninf;
-        l[r] = 0.0f;
-    }
-    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    attn_state_reset(R, hd, m, l, acc);
     int64_t lim_min, lim_max;
     attn_limit_range(t, lim_min, lim_max);
     const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;

@@ -29,8 +29,10 @@ inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     for (int c0 = 0; c0 < NC; c0 += CG) {
         typename V::reg kv[CG];
         if constexpr (attn_pair<T, NC>) {
-            for (int c = 0; c < CG; c += 2)
+            for (int c = 0; c < CG; c += 2) {
                 if (c0 + c < NC) V::loadkv_pair(kr + (c0 + c) * V::W, kv[c], kv[c + 1]);
+                else kv[c] = kv[c + 1] = V::zero();  // (never read: set for GCC's uninitialized analysis)
+            }
         } else {
             for (int c = 0; c < CG; ++c) kv[c] = c0 + c < NC ? V::loadkv(kr + (c0 + c) * V::W) : V::zero();
         }
@@ -220,11 +222,7 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
                 }
         q = qp;
     }
-    for (int64_t r = 0; r < R; ++r) {
-        m[r] = ninf;
-        l[r] = 0.0f;
-    }
-    for (int64_t i = 0; i < R * hd; ++i) acc[i] = 0.0f;
+    attn_state_reset(R, hd, m, l, acc);
     int64_t lim_min, lim_max;
     attn_limit_range(t, lim_min, lim_max);
     const int64_t jmax = t.j_end < lim_max ? t.j_end : lim_max;

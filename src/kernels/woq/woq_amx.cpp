@@ -60,16 +60,21 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
         const uint8_t* q = w.qb(b);
         const float* sc = w.sb(b);
         const float* of = w.ob(b);
+        // q of step kb + pf of this block (u4 256 bytes a step, s8 512), for a whole step kb (past
+        // the block's end: harmless)
+        auto prefetch_ahead = [&](int64_t kb) {
+            constexpr int64_t kU4Step = 256, kS8Step = 512;
+            const int64_t sb = u4 ? kU4Step : kS8Step;
+            if (pf <= 0 || kb * 32 + 32 > K) return;
+            for (int64_t l = 0; l < sb; l += 64) _mm_prefetch(reinterpret_cast<const char*>(q + (kb + pf) * sb + l), _MM_HINT_T0);
+        };
         if (ctx.raw && !u4) {  // s8, bf16(q): exact (|q| <= 128 has at most 8 significant bits)
             alignas(64) static constexpr uint16_t kHiIdx[32] = {1,  33, 3,  35, 5,  37, 7,  39, 9,  41, 11, 43, 13, 45, 15, 47,
                                                                 17, 49, 19, 51, 21, 53, 23, 55, 25, 57, 27, 59, 29, 61, 31, 63};
             const __m512i hi_idx = _mm512_load_si512(kHiIdx);
             for (int64_t kb = kb0; kb < kb1; ++kb) {
                 uint8_t* dst = out + (kb - kb0) * kStep + t * 1024;
-                if (pf > 0 && kb * 32 + 32 <= K) {
-                    const uint8_t* pq = q + kb * 512 + pf * 512;
-                    for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(pq + l * 64), _MM_HINT_T0);
-                }
+                prefetch_ahead(kb);
                 for (int p = 0; p < 16; ++p) {
                     const int64_t k = kb * 32 + 2 * p;
                     __m512 lo = _mm512_setzero_ps(), hi = lo;
@@ -94,10 +99,7 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
             const __mmask32 keep = valid >= 16 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << (2 * valid)) - 1);
             for (int64_t kb = kb0; kb < kb1; ++kb) {
                 uint8_t* dst = out + (kb - kb0) * kStep + t * 1024;
-                if (pf > 0 && kb * 32 + 32 <= K) {
-                    const uint8_t* pq = q + kb * 256 + pf * 256;
-                    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(pq + l * 64), _MM_HINT_T0);
-                }
+                prefetch_ahead(kb);
                 for (int p = 0; p < 16; ++p) {
                     if (kb * 32 + 2 * p >= K) {  // (u4: K even, so a pair is whole or past K)
                         _mm512_storeu_si512(dst + p * 64, _mm512_setzero_si512());
@@ -116,10 +118,7 @@ XK_AMXW_BF16_TARGET void woq_amx_pack_block(const void* ctxp, int64_t nb, int64_
             const int64_t k0 = kb * 32;
             if (k0 + 32 <= K) {
                 // A full step: one group (group sizes are multiples of 32, or K), no K edge.
-                if (pf > 0) {  // (q of the step pf steps ahead in this block; past its end: harmless)
-                    const uint8_t* pq = q + (u4 ? (k0 / 2) * 16 + pf * 256 : k0 * 16 + pf * 512);
-                    for (int l = 0; l < (u4 ? 4 : 8); ++l) _mm_prefetch(reinterpret_cast<const char*>(pq + l * 64), _MM_HINT_T0);
-                }
+                prefetch_ahead(kb);
                 const int64_t g = k0 / w.gs;
                 const __m512 s = _mm512_loadu_ps(sc + g * 16);
                 const __m512 o = of ? _mm512_loadu_ps(of + g * 16) : _mm512_setzero_ps();
