@@ -670,10 +670,13 @@ public:
     // 16x4096x4096 1.10 / 1.09 vs 0.73 / 0.72 | 1.10 / 1.17 vs 0.93 / 0.76; bf16 8x 1.16 / 1.21 vs
     // 1.05 / 1.02, 16x 1.24 / 1.24 vs 1.09 / 1.02 at 1 thread, a draw at 16. XK_AMX_RING_PAIR=0 (read
     // once): one block a pass.
+    static bool ring_pair() {
+        static const bool on = env_int("XK_AMX_RING_PAIR", 1) != 0;
+        return on;
+    }
     void pack_blocks(const void* B, int64_t nb, int64_t nc, int64_t kb0, int64_t kb1, uint8_t* out, int64_t bstride) const {
-        static const bool pair = env_int("XK_AMX_RING_PAIR", 1) != 0;
         const int64_t k1 = std::min(kb1, s_.K / kk_);
-        if (pair && nc == 2 && s_.trans_b == Trans::N && perm_pack() && (nb + 2) * kBlk <= s_.N && k1 == kb1 && kb1 > kb0) {
+        if (ring_pair() && nc == 2 && s_.trans_b == Trans::N && perm_pack() && (nb + 2) * kBlk <= s_.N && k1 == kb1 && kb1 > kb0) {
             const int64_t ldb = s_.ldb, n0 = nb * kBlk;
             if (int8_)
                 amx_pack_s8_rows(static_cast<const uint8_t*>(B) + kb0 * kk_ * ldb + n0, ldb, kb1 - kb0, 2, out, bstride);
@@ -1217,35 +1220,47 @@ public:
                         // tile of a step serves four products), else one.
                         // (The ring of a plain B holds two windows: a pair's rows are read whole.)
                         const int64_t nc = r16 && r16_blocks >= 2 && (!ring || !call.b_block_fn) && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N ? 2 : 1;
-                        ta.c_out = nullptr;
-                        if (direct && last && rows == full_rows && (nb + nc) * kBlk <= s_.N) {
-                            ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nb * kBlk) * c_es;
-                            ta.ldc_out = s_.ldc * c_es;
-                        }
-                        if (ring) {  // (total_steps = nkb_)
-                            lap(AmxProfile::tiles);
-                            if (call.b_block_fn) {
-                                call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
-                                lap(AmxProfile::bprod);
-                            } else {
-                                pack_blocks(args.B, nb, nc, s0, s1, b_ring, ring_ks * kStepBytes);
-                                lap(AmxProfile::bpack);
+                        // A plain B in the ring with one block a tile call (32-row blocks): two
+                        // blocks packed in one pass all the same (pack_blocks), then a call each.
+                        // Device, u8s8s32 plain 20 / 24 / 31 x 4096 x 4096, xk / oneDNN, 1 | 16
+                        // threads (two runs): 1.13-1.25 / 1.21-1.33 / 1.10-1.27 vs 0.72-0.80 /
+                        // 0.77-0.84 / 0.75 | 1.15-1.16 / 1.14-1.15 / 1.22-1.29 vs 0.94-0.99 /
+                        // 0.88-1.01 / 0.91-1.06x (bf16 1.12-1.36 vs 1.06-1.27x).
+                        const bool pair1 = ring && !call.b_block_fn && nc == 1 && ring_pair() && nb + 1 < nb1 && (nb + 2) * kBlk <= s_.N;
+                        for (int64_t h = 0; h < (pair1 ? 2 : 1); ++h) {
+                            const int64_t nbh = nb + h;
+                            ta.c_out = nullptr;
+                            if (direct && last && rows == full_rows && (nbh + nc) * kBlk <= s_.N) {
+                                ta.c_out = static_cast<uint8_t*>(args.C) + (m0 * s_.ldc + nbh * kBlk) * c_es;
+                                ta.ldc_out = s_.ldc * c_es;
                             }
-                            ta.b = b_ring;
-                        } else {
-                            ta.b = bp + nb * block_bytes + s0 * kStepBytes;
+                            if (ring) {  // (total_steps = nkb_)
+                                if (h == 0) {
+                                    lap(AmxProfile::tiles);
+                                    if (call.b_block_fn) {
+                                        call.b_block_fn(call.b_block_ctx, nb, s0, s1, b_ring);
+                                        lap(AmxProfile::bprod);
+                                    } else {
+                                        pack_blocks(args.B, nb, pair1 ? 2 : nc, s0, s1, b_ring, ring_ks * kStepBytes);
+                                        lap(AmxProfile::bpack);
+                                    }
+                                }
+                                ta.b = b_ring + h * ring_ks * kStepBytes;
+                            } else {
+                                ta.b = bp + nbh * block_bytes + s0 * kStepBytes;
+                            }
+                            ta.acc = accs + (nbh - nb0) * kBlk * kBlk;
+                            if (ring && call.b_acc_fn) {  // the window from zero, folded in by b_acc_fn
+                                ta.acc = b_win;
+                                ta.accumulate = 0;
+                                (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                                call.b_acc_fn(call.b_block_ctx, nb, s0, s1, rows, b_win, accs + (nb - nb0) * kBlk * kBlk);
+                                ta.accumulate = s0 > 0;
+                            } else {
+                                (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
+                            }
                         }
-                        ta.acc = accs + (nb - nb0) * kBlk * kBlk;
-                        if (ring && call.b_acc_fn) {  // the window from zero, folded in by b_acc_fn
-                            ta.acc = b_win;
-                            ta.accumulate = 0;
-                            (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
-                            call.b_acc_fn(call.b_block_ctx, nb, s0, s1, rows, b_win, accs + (nb - nb0) * kBlk * kBlk);
-                            ta.accumulate = s0 > 0;
-                        } else {
-                            (r16 ? tc.fn16[nc - 1] : tc.fn)(&ta);
-                        }
-                        nb += nc;
+                        nb += pair1 ? 2 : nc;
                     }
                 }
                 lap(AmxProfile::tiles);
