@@ -71,7 +71,6 @@ template <int NC>
 void attn_decode_seq_task(const AttnTask& t, float* m, float* l, float* acc) {
     constexpr int64_t hd = NC * 16, CH = kAttnSeqChunk;
     const int64_t R = t.tokens * t.group;
-    const float ninf = -__builtin_inff();
     float* S = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(t.scratch) + 63) & ~uintptr_t(63));  // [R x CH]
     float* U = S + R * CH;  // [2 rows x 4 key groups x 16]
     float* corr = U + 4 * 64;
@@ -98,43 +97,8 @@ void attn_decode_seq_task(const AttnTask& t, float* m, float* l, float* acc) {
             }
             attn_mask_tile(t, R, j0, n, lim_min, S + (j0 - c0), CH);
         }
-        // Online softmax once per chunk and row: the chunk max, the correction of the running
-        // state, p = exp(s - m) (masked lanes exactly 0) in place of s, l updated.
-        const int64_t nvec = (ce - c0 + 15) / 16;
-        bool rescale = false;
-        for (int64_t r = 0; r < R; ++r) {
-            float* s = S + r * CH;
-            __m512 mx = _mm512_set1_ps(ninf);
-            for (int64_t k = 0; k < nvec; ++k) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + k * 16));
-            const float mt = _mm512_reduce_max_ps(mx);
-            const float mo = m[r];
-            const float mn = mo > mt ? mo : mt;
-            if (mn == ninf) {  // nothing visible yet
-                for (int64_t k = 0; k < nvec; ++k) _mm512_storeu_ps(s + k * 16, _mm512_setzero_ps());
-                corr[r] = 1.0f;
-                continue;
-            }
-            const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
-            __m512 sum = _mm512_setzero_ps();
-            const __m512 mnv = _mm512_set1_ps(mn);
-            for (int64_t k = 0; k < nvec; ++k) {
-                const __m512 sv = _mm512_loadu_ps(s + k * 16);
-                const __m512 p = V512::exp_masked(_mm512_sub_ps(sv, mnv), sv);
-                sum = _mm512_add_ps(sum, p);
-                _mm512_storeu_ps(s + k * 16, p);
-            }
-            l[r] = l[r] * c + _mm512_reduce_add_ps(sum);
-            corr[r] = c;
-            m[r] = mn;
-            rescale |= c != 1.0f;
-        }
-        if (rescale)
-            for (int64_t r = 0; r < R; ++r)
-                if (corr[r] != 1.0f) {
-                    const __m512 cr = _mm512_set1_ps(corr[r]);
-                    for (int64_t k = 0; k < NC; ++k)
-                        _mm512_storeu_ps(acc + r * hd + k * 16, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + k * 16), cr));
-                }
+        // Online softmax once per chunk (attn_simd.hpp's, zmm).
+        attn_softmax_chunk<V512>(R, ce - c0, S, CH, hd, m, l, corr, acc);
         // acc += P.V, tile by tile.
         for (int64_t jt = c0; jt < ce; jt += 16) {
             const int64_t n = ce - jt < 16 ? ce - jt : 16;

@@ -21,6 +21,50 @@
 template <class T, int NC>
 constexpr bool attn_pair = sizeof(T) == 2 && NC % 2 == 0;
 
+// Online softmax once per chunk of n keys (scores of row r at S + r * ld, masked lanes -inf): per
+// row the chunk max, the correction of the running state (m, l; acc [R x hd] rescaled where it
+// moved; corr[r] its factor), p = exp(s - m) in place of s (masked lanes exactly 0), l updated.
+template <class V>
+inline void attn_softmax_chunk(int64_t R, int64_t n, float* S, int64_t ld, int64_t hd, float* m, float* l, float* corr,
+                               float* acc) {
+    constexpr int64_t W = V::W;
+    const float ninf = -__builtin_inff();
+    const int64_t nvec = (n + 15) / 16 * (16 / W);
+    bool rescale = false;
+    for (int64_t r = 0; r < R; ++r) {
+        float* s = S + r * ld;
+        typename V::reg mx = V::set1(ninf);
+        for (int64_t k = 0; k < nvec; ++k) mx = V::max(mx, V::load(s + k * W));
+        const float mt = V::hmax(mx);
+        const float mo = m[r];
+        const float mn = mo > mt ? mo : mt;
+        if (mn == ninf) {  // nothing visible yet
+            for (int64_t k = 0; k < nvec; ++k) V::store(s + k * W, V::zero());
+            corr[r] = 1.0f;
+            continue;
+        }
+        const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
+        typename V::reg sum = V::zero();
+        const typename V::reg mnv = V::set1(mn);
+        for (int64_t k = 0; k < nvec; ++k) {
+            const typename V::reg sv = V::load(s + k * W);
+            const typename V::reg p = V::exp_masked(V::sub(sv, mnv), sv);
+            sum = V::add(sum, p);
+            V::store(s + k * W, p);
+        }
+        l[r] = l[r] * c + V::hsum(sum);
+        corr[r] = c;
+        m[r] = mn;
+        rescale |= c != 1.0f;
+    }
+    if (rescale)
+        for (int64_t r = 0; r < R; ++r)
+            if (corr[r] != 1.0f) {
+                const typename V::reg cr = V::set1(corr[r]);
+                for (int64_t k = 0; k < hd / W; ++k) V::store(acc + r * hd + k * W, V::mul(V::load(acc + r * hd + k * W), cr));
+            }
+}
+
 template <class V, class T, int NB, int CG, int NC>
 inline void attn_dots(const float* q, int64_t hd, const T* kr, float* z) {
     // z[i*16*W ...]: the vector of row i (of NB) for this key.
@@ -208,7 +252,6 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
     float* S = t.scratch;        // [R x CH]: scores, then probabilities
     float* corr = S + R * CH;    // [R]
     float* z = corr + R + 16;    // [8 x 16 x W] dot vectors
-    const float ninf = -__builtin_inff();
     constexpr bool pair = attn_pair<T, NC>;
     static_assert(!pair || (CV % 2 == 0 && CG % 2 == 0), "pairs of chunks");
     const float* q = t.q;
@@ -327,42 +370,8 @@ void attn_task(const AttnTask& t, float* m, float* l, float* acc) {
         // Mask (only where some lane of the tile is not plainly visible).
         attn_mask_tile(t, R, j0, n, lim_min, S + (j0 - c0), CH);
       }
-      // Phase 2: online softmax once per chunk: per row the chunk max, the correction of the
-      // running state, p = exp(s - m) (masked lanes exactly 0), l updated.
-      const int64_t nvec = (ce - c0 + 15) / 16 * (16 / W);
-      bool rescale = false;
-      for (int64_t r = 0; r < R; ++r) {
-          float* s = S + r * CH;
-          typename V::reg mx = V::set1(ninf);
-          for (int64_t k = 0; k < nvec; ++k) mx = V::max(mx, V::load(s + k * W));
-          const float mt = V::hmax(mx);
-          const float mo = m[r];
-          const float mn = mo > mt ? mo : mt;
-          if (mn == ninf) {  // nothing visible yet
-              for (int64_t k = 0; k < nvec; ++k) V::store(s + k * W, V::zero());
-              corr[r] = 1.0f;
-              continue;
-          }
-          const float c = mo == ninf ? 0.0f : (mo == mn ? 1.0f : __builtin_expf(mo - mn));
-          typename V::reg sum = V::zero();
-          const typename V::reg mnv = V::set1(mn);
-          for (int64_t k = 0; k < nvec; ++k) {
-              const typename V::reg sv = V::load(s + k * W);
-              const typename V::reg p = V::exp_masked(V::sub(sv, mnv), sv);
-              sum = V::add(sum, p);
-              V::store(s + k * W, p);
-          }
-          l[r] = l[r] * c + V::hsum(sum);
-          corr[r] = c;
-          m[r] = mn;
-          rescale |= c != 1.0f;
-      }
-      if (rescale)
-          for (int64_t r = 0; r < R; ++r)
-              if (corr[r] != 1.0f) {
-                  const typename V::reg cr = V::set1(corr[r]);
-                  for (int64_t k = 0; k < hd / W; ++k) V::store(acc + r * hd + k * W, V::mul(V::load(acc + r * hd + k * W), cr));
-              }
+      // Phase 2: online softmax once per chunk.
+      attn_softmax_chunk<V>(R, ce - c0, S, CH, hd, m, l, corr, acc);
       if constexpr (sizeof(T) == 1) {  // s8 cache: p *= the values' scales (l keeps the plain p)
           for (int64_t j0 = c0; j0 < ce; j0 += 16) {
               const int64_t n = ce - j0 < 16 ? ce - j0 : 16;
